@@ -1,0 +1,105 @@
+"""This host as the node: `--cluster local`.
+
+The local transport runs the same commands the SSH transport sends, through `bash -c` on this
+machine, so the shared runner cannot tell the two apart. Releasing this host ends nothing: the
+launcher only targeted it.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+from pathlib import Path
+from typing import Any, Mapping
+
+from launcher.clusters.base import CommandResult, Node
+from launcher.errors import InfraError
+
+
+def command_failed(node: str, command: str, result: CommandResult) -> InfraError:
+    """One wording for a failed node command, whichever transport ran it."""
+    tail = (result.stderr or result.stdout).strip().splitlines()[-5:]
+    detail = "; ".join(tail) if tail else "no output"
+    first = command.strip().splitlines()[0] if command.strip() else command
+    return InfraError(f"a command on node {node} failed with exit {result.exit_code}: {first[:120]!r}: {detail}")
+
+
+class LocalTransport:
+    """Run commands and move files on this host."""
+
+    def __init__(self, node_name: str = "local") -> None:
+        self.node_name = node_name
+
+    def run(self, command: str, *, timeout_s: float | None = None, check: bool = True) -> CommandResult:
+        try:
+            proc = subprocess.run(
+                ["bash", "-c", command],
+                capture_output=True,
+                text=True,
+                errors="replace",
+                stdin=subprocess.DEVNULL,
+                timeout=timeout_s,
+            )
+        except subprocess.TimeoutExpired as err:
+            raise InfraError(f"a command on node {self.node_name} did not finish within {timeout_s:.0f} s") from err
+        result = CommandResult(proc.returncode, proc.stdout, proc.stderr)
+        if check and result.exit_code != 0:
+            raise command_failed(self.node_name, command, result)
+        return result
+
+    def put(self, local: Path, remote: str, *, mode: int | None = None) -> None:
+        dest = Path(remote)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(local, dest)
+        if mode is not None:
+            dest.chmod(mode)
+
+    def put_text(self, text: str, remote: str, *, mode: int | None = None) -> None:
+        dest = Path(remote)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_text(text)
+        if mode is not None:
+            dest.chmod(mode)
+
+    def get(self, remote: str, local: Path) -> None:
+        local.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(remote, local)
+
+    def read_from(self, remote: str, offset: int, max_bytes: int = 1 << 20) -> bytes:
+        try:
+            with open(remote, "rb") as fh:
+                fh.seek(offset)
+                return fh.read(max_bytes)
+        except FileNotFoundError:
+            return b""
+
+    def close(self) -> None:
+        return None
+
+
+class LocalCluster:
+    """The one node is this host; acquire and release start and end nothing."""
+
+    name = "local"
+
+    def __init__(self, profile: Mapping[str, Any] | None = None) -> None:
+        self.profile = dict(profile or {})
+
+    def acquire(self) -> list[Node]:
+        return [Node(name="local", host=self.profile.get("host") or socket.gethostname())]
+
+    def transport(self, node: Node) -> LocalTransport:
+        return LocalTransport(node.name)
+
+    def release(self) -> None:
+        return None
+
+    def to_record(self) -> dict:
+        """What `attach` and `cancel` need to find this cluster again (kept in run.json)."""
+        return {"kind": "local"}
+
+
+def from_record(record: Mapping[str, Any]) -> LocalCluster:
+    """Rebuild the cluster of a recorded run (see launcher.execute.cluster_from_record)."""
+    return LocalCluster()

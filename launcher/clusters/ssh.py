@@ -1,0 +1,338 @@
+"""An existing host over SSH: `--cluster ssh` (paramiko). AWS nodes are reached through it too.
+
+The host key is always checked: against a pinned fingerprint from the profile when there is one,
+otherwise against known_hosts. An unknown host is refused unless the profile says
+`accept_new_host_key: true` (then its key is added to the known_hosts file, like OpenSSH's
+`StrictHostKeyChecking=accept-new`). Connecting never takes longer than `connect_timeout_s`
+(TCP, banner and authentication together), so an unreachable host fails fast.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import shlex
+import socket
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from launcher.clusters.base import CommandResult, Node
+from launcher.clusters.local import command_failed
+from launcher.errors import BadInput, InfraError
+
+DEFAULT_CONNECT_TIMEOUT_S = 20.0
+
+
+class ConnectionLost(InfraError):
+    """The SSH connection broke during an operation; the node itself may be fine."""
+
+
+def fingerprint(key: Any) -> str:
+    """OpenSSH's `SHA256:<base64>` fingerprint of a paramiko public key."""
+    digest = hashlib.sha256(key.asbytes()).digest()
+    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
+
+
+@dataclass(frozen=True)
+class SSHSettings:
+    """The SSH fields of a cluster profile (env/ssh.yaml, or the `ssh:` block of a profile)."""
+
+    host: str
+    port: int = 22
+    user: str | None = None
+    identity_file: str | None = None
+    connect_host: str | None = None
+    connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S
+    known_hosts: str | None = None  # default ~/.ssh/known_hosts
+    host_key_fingerprint: str | None = None  # "SHA256:..." pins the key; known_hosts is then not used
+    accept_new_host_key: bool = False
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> "SSHSettings":
+        """Read the profile fields; unknown keys are left to the profile's own validation."""
+        section = data.get("ssh", data) if isinstance(data.get("ssh"), Mapping) else data
+        if not section.get("host"):
+            raise BadInput("the ssh cluster profile has no `host`: name the machine to run on")
+        fields = {k: section[k] for k in cls.__dataclass_fields__ if section.get(k) is not None}
+        try:
+            fields["port"] = int(fields.get("port", 22))
+            fields["connect_timeout_s"] = float(fields.get("connect_timeout_s", DEFAULT_CONNECT_TIMEOUT_S))
+        except (TypeError, ValueError) as err:
+            raise BadInput(f"the ssh cluster profile has a bad port or connect_timeout_s: {err}") from err
+        for key in ("identity_file", "known_hosts"):
+            if key in fields:
+                fields[key] = os.path.expanduser(str(fields[key]))
+        fields["accept_new_host_key"] = bool(fields.get("accept_new_host_key", False))
+        return cls(**fields)
+
+    def node(self) -> Node:
+        return Node(
+            name=self.host,
+            host=self.host,
+            connect_host=self.connect_host,
+            port=self.port,
+            user=self.user,
+            identity_file=self.identity_file,
+        )
+
+
+class _HostKeyPolicy:
+    """paramiko asks this about every key not found in the loaded known_hosts."""
+
+    def __init__(self, settings: SSHSettings, known_hosts_path: Path) -> None:
+        self.settings = settings
+        self.known_hosts_path = known_hosts_path
+
+    def missing_host_key(self, client: Any, hostname: str, key: Any) -> None:
+        seen = fingerprint(key)
+        pinned = self.settings.host_key_fingerprint
+        if pinned:
+            if seen != pinned.strip():
+                raise InfraError(
+                    f"the host key of {hostname} is {seen}, but the profile pins {pinned}: refusing to connect "
+                    "(a changed key can mean a different machine or a man in the middle)."
+                )
+            return
+        if not self.settings.accept_new_host_key:
+            raise InfraError(
+                f"the host key of {hostname} ({key.get_name()} {seen}) is not in {self.known_hosts_path}: refusing "
+                "an unknown host.",
+                hint="Check the fingerprint, then add it to known_hosts, pin it as `host_key_fingerprint`, or set "
+                "`accept_new_host_key: true` in the profile.",
+            )
+        client.get_host_keys().add(hostname, key.get_name(), key)
+        self.known_hosts_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.known_hosts_path, "a") as fh:
+            fh.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
+
+
+class SSHTransport:
+    """Commands and files on one node over one SSH connection, reconnected on demand."""
+
+    def __init__(self, node: Node, settings: SSHSettings) -> None:
+        self.node = node
+        self.settings = settings
+        self._client: Any = None
+        self._sftp: Any = None
+        self._lock = threading.RLock()
+
+    # --- connection ---
+
+    @property
+    def dial(self) -> str:
+        return self.node.connect_host or self.node.host
+
+    def _where(self) -> str:
+        user = f"{self.node.user}@" if self.node.user else ""
+        via = f" (dialled as {self.dial})" if self.dial != self.node.host else ""
+        return f"{user}{self.node.host}:{self.node.port}{via}"
+
+    def connect(self) -> None:
+        """Open the connection now; every failure is an InfraError naming its cause."""
+        import paramiko
+
+        with self._lock:
+            if self._client is not None and self._client.get_transport() is not None and self._client.get_transport().is_active():
+                return
+            self.close()
+            timeout = self.settings.connect_timeout_s
+            deadline = time.monotonic() + timeout
+            known = Path(self.settings.known_hosts or os.path.expanduser("~/.ssh/known_hosts"))
+            client = paramiko.SSHClient()
+            if not self.settings.host_key_fingerprint and known.is_file():
+                client.load_host_keys(str(known))
+            client.set_missing_host_key_policy(_HostKeyPolicy(self.settings, known))
+            try:
+                sock = socket.create_connection((self.dial, self.node.port), timeout=timeout)
+            except socket.timeout as err:
+                raise InfraError(f"cannot reach {self._where()}: no answer within connect_timeout_s={timeout:g} s") from err
+            except OSError as err:
+                raise InfraError(f"cannot reach {self._where()}: {err.strerror or err}") from err
+            left = max(0.5, deadline - time.monotonic())
+            identity = self.node.identity_file or self.settings.identity_file
+            try:
+                client.connect(
+                    self.dial,
+                    port=self.node.port,
+                    username=self.node.user or self.settings.user,
+                    key_filename=identity,
+                    sock=sock,
+                    timeout=left,
+                    banner_timeout=left,
+                    auth_timeout=left,
+                    channel_timeout=left,
+                    allow_agent=identity is None,
+                    look_for_keys=identity is None,
+                )
+            except InfraError:
+                sock.close()
+                raise
+            except paramiko.BadHostKeyException as err:
+                sock.close()
+                raise InfraError(
+                    f"the host key of {self._where()} does not match {known}: refusing to connect "
+                    f"(got {fingerprint(err.key)}, expected {fingerprint(err.expected_key)})."
+                ) from err
+            except paramiko.AuthenticationException as err:
+                sock.close()
+                raise InfraError(
+                    f"{self._where()} refused the key {identity or '(agent/default keys)'}: {err}",
+                    hint="Check `user` and `identity_file` in the profile.",
+                ) from err
+            except (paramiko.SSHException, OSError, EOFError) as err:
+                sock.close()
+                raise InfraError(
+                    f"SSH to {self._where()} failed within connect_timeout_s={timeout:g} s: {err or type(err).__name__}"
+                ) from err
+            client.get_transport().set_keepalive(15)
+            self._client = client
+
+    def close(self) -> None:
+        with self._lock:
+            for thing in (self._sftp, self._client):
+                try:
+                    if thing is not None:
+                        thing.close()
+                except Exception:  # noqa: BLE001 - closing a broken connection must not fail
+                    pass
+            self._sftp = None
+            self._client = None
+
+    def _lost(self, err: BaseException) -> ConnectionLost:
+        self.close()
+        return ConnectionLost(f"lost the SSH connection to {self._where()}: {err or type(err).__name__}")
+
+    def _sftp_client(self) -> Any:
+        self.connect()
+        if self._sftp is None:
+            self._sftp = self._client.open_sftp()
+        return self._sftp
+
+    # --- Transport ---
+
+    def run(self, command: str, *, timeout_s: float | None = None, check: bool = True) -> CommandResult:
+        import paramiko
+
+        with self._lock:
+            self.connect()
+            try:
+                chan = self._client.get_transport().open_session(timeout=self.settings.connect_timeout_s)
+                chan.settimeout(timeout_s)
+                chan.exec_command("bash -c " + shlex.quote(command))
+                out_file, err_file = chan.makefile("rb"), chan.makefile_stderr("rb")
+                err_box: list[bytes] = []
+                reader = threading.Thread(target=lambda: err_box.append(err_file.read()), daemon=True)
+                reader.start()
+                out = out_file.read()
+                reader.join(timeout_s)
+                code = chan.recv_exit_status()
+                chan.close()
+            except socket.timeout as err:
+                raise InfraError(f"a command on {self._where()} did not finish within {timeout_s:.0f} s") from err
+            except (paramiko.SSHException, OSError, EOFError) as err:
+                raise self._lost(err) from err
+        result = CommandResult(code, out.decode(errors="replace"), b"".join(err_box).decode(errors="replace"))
+        if check and code != 0:
+            raise command_failed(self.node.name, command, result)
+        return result
+
+    def _mkdir_parent(self, remote: str) -> None:
+        parent = os.path.dirname(remote)
+        if parent:
+            self.run(f"mkdir -p {shlex.quote(parent)}")
+
+    def put(self, local: Path, remote: str, *, mode: int | None = None) -> None:
+        import paramiko
+
+        self._mkdir_parent(remote)
+        with self._lock:
+            try:
+                sftp = self._sftp_client()
+                sftp.put(str(local), remote)
+                if mode is not None:
+                    sftp.chmod(remote, mode)
+            except (paramiko.SSHException, OSError, EOFError) as err:
+                raise self._lost(err) from err
+
+    def put_text(self, text: str, remote: str, *, mode: int | None = None) -> None:
+        import paramiko
+
+        self._mkdir_parent(remote)
+        with self._lock:
+            try:
+                sftp = self._sftp_client()
+                with sftp.open(remote, "wb") as fh:
+                    fh.write(text.encode())
+                if mode is not None:
+                    sftp.chmod(remote, mode)
+            except (paramiko.SSHException, OSError, EOFError) as err:
+                raise self._lost(err) from err
+
+    def get(self, remote: str, local: Path) -> None:
+        import paramiko
+
+        local.parent.mkdir(parents=True, exist_ok=True)
+        with self._lock:
+            try:
+                self._sftp_client().get(remote, str(local))
+            except FileNotFoundError:
+                raise
+            except (paramiko.SSHException, OSError, EOFError) as err:
+                raise self._lost(err) from err
+
+    def read_from(self, remote: str, offset: int, max_bytes: int = 1 << 20) -> bytes:
+        import paramiko
+
+        with self._lock:
+            try:
+                with self._sftp_client().open(remote, "rb") as fh:
+                    fh.seek(offset)
+                    return fh.read(max_bytes)
+            except FileNotFoundError:
+                return b""
+            except (paramiko.SSHException, OSError, EOFError) as err:
+                raise self._lost(err) from err
+
+
+class SSHCluster:
+    """One existing host. Release closes connections and ends nothing: the launcher only targeted it."""
+
+    name = "ssh"
+
+    def __init__(self, settings: SSHSettings) -> None:
+        self.settings = settings
+        self._transports: list[SSHTransport] = []
+
+    @classmethod
+    def from_profile(cls, profile: Mapping[str, Any]) -> "SSHCluster":
+        return cls(SSHSettings.from_mapping(profile))
+
+    def acquire(self) -> list[Node]:
+        node = self.settings.node()
+        self.transport(node).connect()  # fail now, within the connect timeout, not mid-stage
+        return [node]
+
+    def transport(self, node: Node) -> SSHTransport:
+        for existing in self._transports:
+            if existing.node == node:
+                return existing
+        transport = SSHTransport(node, self.settings)
+        self._transports.append(transport)
+        return transport
+
+    def release(self) -> None:
+        for transport in self._transports:
+            transport.close()
+
+    def to_record(self) -> dict:
+        """What `attach` and `cancel` need to reach the host again (kept in run.json; no secrets)."""
+        return {"kind": "ssh", "ssh": asdict(self.settings)}
+
+
+def from_record(record: Mapping[str, Any]) -> SSHCluster:
+    """Rebuild the cluster of a recorded run (see launcher.execute.cluster_from_record)."""
+    return SSHCluster(SSHSettings.from_mapping(record["ssh"]))
