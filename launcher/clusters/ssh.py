@@ -2,7 +2,7 @@
 
 The host key is always checked: against a pinned fingerprint from the profile when there is one,
 otherwise against known_hosts. An unknown host is refused unless the profile says
-`accept_new_host_key: true` (then its key is added to the known_hosts file, like OpenSSH's
+`accept_unknown_host: true` (then its key is added to the known_hosts file, like OpenSSH's
 `StrictHostKeyChecking=accept-new`). Connecting never takes longer than `connect_timeout_s`
 (TCP, banner and authentication together), so an unreachable host fails fast.
 """
@@ -49,7 +49,7 @@ class SSHSettings:
     connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S
     known_hosts: str | None = None  # default ~/.ssh/known_hosts
     host_key_fingerprint: str | None = None  # "SHA256:..." pins the key; known_hosts is then not used
-    accept_new_host_key: bool = False
+    accept_unknown_host: bool = False
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> "SSHSettings":
@@ -66,7 +66,7 @@ class SSHSettings:
         for key in ("identity_file", "known_hosts"):
             if key in fields:
                 fields[key] = os.path.expanduser(str(fields[key]))
-        fields["accept_new_host_key"] = bool(fields.get("accept_new_host_key", False))
+        fields["accept_unknown_host"] = bool(fields.get("accept_unknown_host", False))
         return cls(**fields)
 
     def node(self) -> Node:
@@ -97,12 +97,12 @@ class _HostKeyPolicy:
                     "(a changed key can mean a different machine or a man in the middle)."
                 )
             return
-        if not self.settings.accept_new_host_key:
+        if not self.settings.accept_unknown_host:
             raise InfraError(
                 f"the host key of {hostname} ({key.get_name()} {seen}) is not in {self.known_hosts_path}: refusing "
                 "an unknown host.",
                 hint="Check the fingerprint, then add it to known_hosts, pin it as `host_key_fingerprint`, or set "
-                "`accept_new_host_key: true` in the profile.",
+                "`accept_unknown_host: true` in the profile.",
             )
         client.get_host_keys().add(hostname, key.get_name(), key)
         self.known_hosts_path.parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,670 @@
+"""The shared runner: every backend (local, SSH, AWS) executes a Plan's node script through here.
+
+    acquire -> stage node.sh + scripts/ into NODE_RUN_DIR -> launch detached -> stream node.log by
+    byte offset into the run dir -> fetch exit code, collect *.json -> release -> measure + judge
+
+The node script runs in its own session (setsid) under a small wrapper that records its pid (= its
+process group) and, whatever happens to node.sh, its exit code. So the run survives the
+launcher's death and a dropped SSH connection; `attach` picks the stream up at the size of the
+local logs/node.log, and `cancel` kills exactly that process group and the run's container.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import re
+import shlex
+import signal
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from importlib import import_module
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping
+
+import yaml
+
+from launcher.clusters.base import Cluster, Node, Transport
+from launcher.errors import BadInput, InfraError, Interrupted, ReproduceError
+from launcher.rundir import FINAL_STATES, TRAIN_STAGE, LogSplitter, RunDir, Timeline
+
+INTERRUPT_CHOICES = ("ask", "cancel", "detach")
+READ_CHUNK = 1 << 20
+
+# Runs node.sh detached. Trapping (not ignoring) TERM keeps the wrapper alive to write the exit
+# code after node.sh dies, while node.sh itself still gets the default TERM behaviour.
+WRAPPER = """#!/bin/bash
+# Written by reproduce: runs node.sh in its own session; records pid (= process group) and exit code.
+cd "$(dirname "$0")" || exit 1
+echo $$ > pid
+trap 'echo "reproduce: wrapper got SIGTERM" >&2' TERM
+trap '' HUP
+bash node.sh > node.log 2>&1 < /dev/null
+rc=$?
+echo "$rc" > exit_code.tmp && mv -f exit_code.tmp exit_code
+"""
+
+_COLLECT_RESERVED = {"run.json", "status.json", "timeline.json", "plan.json", "verdict.json"}
+_JSON_NAME = re.compile(r"^[A-Za-z0-9_.-]+\.json$")
+_STEP_LINE = re.compile(rb"log_utils\.py:\d+ - step (\d+):")
+
+
+@dataclass
+class Outcome:
+    """How a run ended, as far as the runner knows; `measurement` is (Result, Verdict) when measured."""
+
+    state: str  # done | failed | cancelled | detached
+    exit_code: int | None
+    run_dir: Path
+    measurement: Any = None
+
+
+# --------------------------------------------------------------------------------------------
+# Node-side commands (every value quoted)
+
+
+def launch_command(node_run_dir: str) -> str:
+    d = shlex.quote(node_run_dir)
+    return (
+        f"cd {d} && if [ -e pid ]; then echo 'a run was already launched in '{d} >&2; exit 1; fi\n"
+        "setsid nohup bash run_node.sh </dev/null >/dev/null 2>&1 &\n"
+        "for _ in $(seq 200); do [ -s pid ] && break; sleep 0.05; done\n"
+        "cat pid"
+    )
+
+
+def poll_command(node_run_dir: str) -> str:
+    d = shlex.quote(node_run_dir)
+    return (
+        f"cd {d} 2>/dev/null || {{ echo gone; exit 0; }}\n"
+        'if [ -f exit_code ]; then echo "exit $(cat exit_code)"\n'
+        'elif [ -s pid ] && kill -0 -- "-$(cat pid)" 2>/dev/null; then echo alive\n'
+        "else echo gone; fi"
+    )
+
+
+def cancel_command(node_run_dir: str, container: str) -> str:
+    """Stop the run's process group and its container (which ends Ray inside it); nothing else."""
+    d, c = shlex.quote(node_run_dir), shlex.quote(container)
+    rm = f"if command -v docker >/dev/null 2>&1; then docker rm -f {c} >/dev/null 2>&1 || true; fi"
+    return f"""cd {d} || exit 0
+touch cancelled
+pg=$(cat pid 2>/dev/null || true)
+alive() {{ [ -n "$pg" ] && kill -0 -- "-$pg" 2>/dev/null; }}
+if alive; then kill -TERM -- "-$pg" 2>/dev/null || true; fi
+{rm}
+for _ in $(seq 100); do alive || break; sleep 0.1; done
+if alive; then kill -KILL -- "-$pg" 2>/dev/null || true; sleep 0.3; fi
+{rm}
+[ -f exit_code ] || echo 137 > exit_code
+left=""
+if alive; then left="processes of group $pg"; fi
+if command -v docker >/dev/null 2>&1 && [ -n "$(docker ps -aq --filter name=^{container}$ 2>/dev/null)" ]; then left="$left container {container}"; fi
+echo "left:$left"
+"""
+
+
+def cleanup_command(container: str) -> str:
+    """After the script ended: remove its container if the script left one (stopped or not)."""
+    c = shlex.quote(container)
+    return f"if command -v docker >/dev/null 2>&1; then docker rm -f {c} >/dev/null 2>&1 || true; fi"
+
+
+# --------------------------------------------------------------------------------------------
+# Finding a recorded run's cluster again
+
+
+def cluster_from_record(record: Mapping[str, Any]) -> Cluster:
+    """The cluster of a recorded run: module launcher.clusters.<kind> provides `from_record(record)`.
+
+    A backend that launched nodes returns a cluster that can release them again (AWS: terminate
+    the instances named in the record).
+    """
+    kind = record.get("kind")
+    if not kind or not re.match(r"^[a-z0-9_]+$", str(kind)):
+        raise BadInput(f"run.json names no usable cluster kind ({kind!r})")
+    try:
+        module = import_module(f"launcher.clusters.{kind}")
+    except ImportError as err:
+        raise BadInput(f"run.json names cluster kind {kind!r}, which this launcher does not have") from err
+    if not hasattr(module, "from_record"):
+        raise BadInput(f"cluster kind {kind!r} cannot be reattached (launcher.clusters.{kind} has no from_record)")
+    return module.from_record(record)
+
+
+def cluster_record(cluster: Any) -> dict[str, Any]:
+    to_record = getattr(cluster, "to_record", None)
+    return to_record() if callable(to_record) else {"kind": getattr(cluster, "name", "unknown")}
+
+
+def default_scripts_dir() -> Path | None:
+    from launcher.resources import data_dir
+
+    try:
+        return data_dir("scripts")
+    except FileNotFoundError:
+        return None
+
+
+# --------------------------------------------------------------------------------------------
+# Console
+
+
+class Progress:
+    """Stage start/end and training step lines on stderr (rich), so a long run shows where it is."""
+
+    def __init__(self, console: Any = None, steps_total: int | None = None) -> None:
+        if console is None:
+            from rich.console import Console
+
+            console = Console(stderr=True, highlight=False)
+        self.console = console
+        self.steps_total = steps_total
+        self.started = time.monotonic()
+        self.last_step: int | None = None
+
+    def say(self, text: str) -> None:
+        elapsed = time.monotonic() - self.started
+        self.console.print(f"[{elapsed:7.1f}s] {text}", markup=False, highlight=False, soft_wrap=True)
+
+    def marker(self, marker: Mapping[str, str]) -> None:
+        if marker["event"] == "start":
+            self.say(f"stage {marker['stage']} started")
+        else:
+            self.say(f"stage {marker['stage']} {marker.get('status', 'ok')}")
+
+    def data(self, chunk: bytes) -> None:
+        steps = _STEP_LINE.findall(chunk)
+        if steps:
+            step = int(steps[-1])
+            if step != self.last_step:
+                self.last_step = step
+                total = f" of {self.steps_total}" if self.steps_total else ""
+                self.say(f"train step {step + 1}{total}")
+
+
+# --------------------------------------------------------------------------------------------
+# Following a launched run
+
+
+@contextmanager
+def _follow_lock(rd: RunDir) -> Iterator[None]:
+    """One follower per run dir: two would both append to node.log and double it."""
+    fh = open(rd.path / ".follow.lock", "w")
+    try:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise BadInput(f"run {rd.path} is being followed by another reproduce process right now") from None
+        yield
+    finally:
+        fh.close()
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM: nobody to ask, so the run is cancelled."""
+
+
+@contextmanager
+def _sigterm_cancels() -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        raise _Terminated()
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _reattach_hint(rd: RunDir) -> str:
+    return f"Reattach with `reproduce attach {rd.path}`; stop it with `reproduce cancel {rd.path}`."
+
+
+class Follower:
+    """Streams a launched run's log into the run dir until the node script ends."""
+
+    def __init__(
+        self,
+        rd: RunDir,
+        transport: Transport,
+        *,
+        node_run_dir: str,
+        container: str,
+        timeline: Timeline,
+        progress: Progress,
+        poll_s: float = 1.0,
+        reconnect_s: float = 60.0,
+    ) -> None:
+        self.rd = rd
+        self.transport = transport
+        self.node_run_dir = node_run_dir.rstrip("/")
+        self.container = container
+        self.timeline = timeline
+        self.progress = progress
+        self.poll_s = poll_s
+        self.reconnect_s = reconnect_s
+        self.splitter = LogSplitter(rd.logs, timeline, on_marker=self._on_marker)
+
+    def _on_marker(self, marker: Mapping[str, str]) -> None:
+        self.rd.write_timeline(self.timeline)
+        self.progress.marker(marker)
+
+    def drain(self) -> int:
+        """Copy every byte the node has that we do not; returns how many."""
+        total = 0
+        while True:
+            data = self.transport.read_from(f"{self.node_run_dir}/node.log", self.splitter.offset(), READ_CHUNK)
+            if not data:
+                break
+            self.splitter.append(data)
+            self.progress.data(data)
+            total += len(data)
+            if len(data) < READ_CHUNK:
+                break
+        self.splitter.flush()
+        return total
+
+    def poll(self) -> tuple[str, int | None]:
+        out = self.transport.run(poll_command(self.node_run_dir), timeout_s=60, check=False).stdout.strip()
+        if out.startswith("exit "):
+            try:
+                return "exit", int(out.split()[1])
+            except (IndexError, ValueError):
+                return "exit", None
+        return ("alive", None) if out == "alive" else ("gone", None)
+
+    def _with_reconnect(self, action: Callable[[], Any]) -> Any:
+        """Retry a node operation while the connection comes back, up to reconnect_s."""
+        deadline = time.monotonic() + self.reconnect_s
+        warned = False
+        while True:
+            try:
+                return action()
+            except (InfraError, OSError, EOFError) as err:
+                if time.monotonic() >= deadline:
+                    raise InfraError(f"lost the connection to the node and could not reconnect: {err}") from err
+                if not warned:
+                    self.progress.say(f"connection problem ({err}); reconnecting (up to {self.reconnect_s:.0f} s)")
+                    warned = True
+                close = getattr(self.transport, "close", None)
+                if callable(close):
+                    close()
+                time.sleep(min(2.0, max(0.2, self.poll_s)))
+
+    def follow(self) -> int | None:
+        """Until the node script ends: returns its exit code (None when it vanished without one)."""
+        while True:
+            self._with_reconnect(self.drain)
+            state, code = self._with_reconnect(self.poll)
+            if state == "exit":
+                self._with_reconnect(self.drain)
+                return code
+            if state == "gone":
+                self._with_reconnect(self.drain)
+                state, code = self._with_reconnect(self.poll)  # it may have just finished
+                if state == "exit":
+                    self._with_reconnect(self.drain)
+                    return code
+                return None
+            time.sleep(self.poll_s)
+
+    def finish_logs(self, stage_status: str) -> None:
+        self.splitter.flush_partial()
+        self.splitter.close()
+        self.timeline.close_open(stage_status)
+        self.rd.write_timeline(self.timeline)
+
+
+# --------------------------------------------------------------------------------------------
+# The run
+
+
+def _stage_files(transport: Transport, node_run_dir: str, node_script: str, scripts_dir: Path | None) -> None:
+    transport.run(f"mkdir -p {shlex.quote(node_run_dir)}")
+    transport.put_text(node_script, f"{node_run_dir}/node.sh", mode=0o755)
+    transport.put_text(WRAPPER, f"{node_run_dir}/run_node.sh", mode=0o755)
+    if scripts_dir is not None and scripts_dir.is_dir():
+        for path in sorted(scripts_dir.rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts:
+                rel = path.relative_to(scripts_dir).as_posix()
+                transport.put(path, f"{node_run_dir}/scripts/{rel}", mode=path.stat().st_mode & 0o777)
+
+
+def _launch(transport: Transport, node_run_dir: str) -> int:
+    out = transport.run(launch_command(node_run_dir), timeout_s=60).stdout.strip()
+    try:
+        return int(out.splitlines()[-1])
+    except (IndexError, ValueError):
+        raise InfraError(f"the node script did not start in {node_run_dir} (no pid written)") from None
+
+
+def _collect(rd: RunDir, transport: Transport, node_run_dir: str) -> list[str]:
+    """The node's *.json (preflight.json, stack.json, ...) into the run dir."""
+    listing = transport.run(
+        f"cd {shlex.quote(node_run_dir)} && for f in *.json; do [ -f \"$f\" ] && echo \"$f\"; done; true",
+        check=False,
+    ).stdout.split()
+    got = []
+    for name in listing:
+        if not _JSON_NAME.match(name):
+            continue
+        dest = rd.path / ("node" if name in _COLLECT_RESERVED else "") / name
+        try:
+            transport.get(f"{node_run_dir}/{name}", dest)
+            got.append(name)
+        except FileNotFoundError:
+            continue
+    return got
+
+
+def _failed_stage_message(rd: RunDir, timeline: Timeline, code: int | None) -> str:
+    failed = [s for s in timeline.stages if s["status"] not in ("ok", "running")]
+    stage = failed[-1]["name"] if failed else None
+    log = rd.logs / f"{stage}.log" if stage else rd.logs / "node.log"
+    tail = ""
+    if log.exists():
+        lines = log.read_bytes().decode(errors="replace").rstrip("\n").splitlines()[-8:]
+        tail = "\n  " + "\n  ".join(lines) if lines else ""
+    where = f"in stage {stage} " if stage else ""
+    how = f"with exit code {code}" if code is not None else "without an exit code (killed?)"
+    return f"the node script failed {where}{how}; see {log}.{tail}"
+
+
+class Runner:
+    """One run's life on one node; `execute`, `attach` and `cancel` below are its entry points."""
+
+    def __init__(
+        self,
+        rd: RunDir,
+        cluster: Cluster,
+        *,
+        recipe_raw: Mapping[str, Any] | None,
+        progress: Progress,
+        on_interrupt: str = "ask",
+        poll_s: float = 1.0,
+        reconnect_s: float = 60.0,
+        measure: bool = True,
+    ) -> None:
+        if on_interrupt not in INTERRUPT_CHOICES:
+            raise BadInput(f"--on-interrupt must be one of {', '.join(INTERRUPT_CHOICES)}, not {on_interrupt!r}")
+        self.rd = rd
+        self.cluster = cluster
+        self.recipe_raw = recipe_raw
+        self.progress = progress
+        self.on_interrupt = on_interrupt
+        self.poll_s = poll_s
+        self.reconnect_s = reconnect_s
+        self.measure = measure
+        record = rd.record()
+        self.node_run_dir: str = record["node_run_dir"]
+        self.container: str = record["container"]
+        self.timeline = rd.timeline()
+        self.keep_cluster = False
+
+    def _follower(self, transport: Transport) -> Follower:
+        return Follower(
+            self.rd,
+            transport,
+            node_run_dir=self.node_run_dir,
+            container=self.container,
+            timeline=self.timeline,
+            progress=self.progress,
+            poll_s=self.poll_s,
+            reconnect_s=self.reconnect_s,
+        )
+
+    def release(self) -> None:
+        if self.keep_cluster:
+            return
+        try:
+            self.cluster.release()
+        finally:
+            if self.timeline.acquired_at is not None and self.timeline.released_at is None:
+                self.timeline.released_at = time.time()
+            self.rd.write_timeline(self.timeline)
+
+    def _choose(self, err: KeyboardInterrupt) -> str:
+        if isinstance(err, _Terminated):
+            return "cancel"
+        if self.on_interrupt != "ask":
+            return self.on_interrupt
+        if not sys.stdin or not sys.stdin.isatty():
+            return "cancel"
+        try:
+            answer = input("\ninterrupted: [c]ancel the run on the node, or [d]etach and leave it running? [c/d] ")
+        except (KeyboardInterrupt, EOFError):
+            return "cancel"
+        return "detach" if answer.strip().lower().startswith("d") else "cancel"
+
+    def follow(self, transport: Transport) -> Outcome:
+        """Stream to the end, handling Ctrl-C/SIGTERM and a lost connection; then finish."""
+        follower = self._follower(transport)
+        with _follow_lock(self.rd), _sigterm_cancels():
+            follower.splitter.rebuild()
+            self.rd.set_status("running", pid_file=f"{self.node_run_dir}/pid")
+            try:
+                code = follower.follow()
+            except KeyboardInterrupt as err:
+                choice = self._choose(err)
+                if choice == "detach":
+                    follower.finish_logs("running")
+                    self.keep_cluster = True
+                    self.rd.set_status("detached", "detached by the user; the run goes on on the node")
+                    raise Interrupted(
+                        "detached: the run goes on on the node and its GPUs keep costing money.",
+                        hint=_reattach_hint(self.rd),
+                    ) from None
+                self.progress.say("cancelling the run on the node")
+                self._cancel_on_node(transport)
+                self._safe_drain(follower)
+                follower.finish_logs("cancelled")
+                self.rd.set_status("cancelled", "cancelled by the user (Ctrl-C or SIGTERM)")
+                raise Interrupted("cancelled: the run's processes and container on the node were stopped.") from None
+            except InfraError as err:
+                follower.finish_logs("running")
+                self.keep_cluster = True
+                self.rd.set_status("detached", f"lost the node: {err}")
+                raise InfraError(
+                    f"{err}. The run may still be going on on the node (its GPUs keep costing money).",
+                    hint=_reattach_hint(self.rd),
+                ) from err
+            return self._finish(transport, follower, code)
+
+    def _safe_drain(self, follower: Follower) -> None:
+        try:
+            follower.drain()
+        except (InfraError, OSError, EOFError):
+            pass
+
+    def _cancel_on_node(self, transport: Transport) -> None:
+        out = transport.run(cancel_command(self.node_run_dir, self.container), timeout_s=120, check=False).stdout
+        left = out.strip().rsplit("left:", 1)[-1].strip() if "left:" in out else ""
+        if left:
+            raise InfraError(f"cancel could not stop everything on the node: still there: {left}")
+
+    def _finish(self, transport: Transport, follower: Follower, code: int | None) -> Outcome:
+        cancelled = transport.run(f"test -e {shlex.quote(self.node_run_dir)}/cancelled", check=False).exit_code == 0
+        ok = code == 0 and not cancelled
+        follower.finish_logs("ok" if ok else ("cancelled" if cancelled else "failed"))
+        self.rd.set_status("collecting")
+        transport.run(cleanup_command(self.container), timeout_s=120, check=False)
+        collected = _collect(self.rd, transport, self.node_run_dir)
+        self.rd.update_record(exit_code=code, collected=collected)
+        self.release()
+        if cancelled:
+            self.rd.set_status("cancelled", "cancelled on the node (reproduce cancel)", exit_code=code)
+            raise Interrupted(f"the run was cancelled on the node (exit code {code}).")
+        if not ok:
+            message = _failed_stage_message(self.rd, self.timeline, code)
+            self.rd.set_status("failed", message.splitlines()[0], exit_code=code)
+            raise InfraError(message)
+        self.rd.set_status("done", "the node script finished; logs collected", exit_code=0)
+        self.progress.say(f"node script finished; run dir {self.rd.path}")
+        measurement = self._measure() if self.measure else None
+        return Outcome("done", 0, self.rd.path, measurement)
+
+    def _measure(self) -> Any:
+        if self.recipe_raw is None:
+            return None
+        try:
+            from launcher.measure import measure_run_dir
+        except ImportError:
+            return None
+        measurement = measure_run_dir(self.rd.path, dict(self.recipe_raw))
+        verdict = measurement[1] if isinstance(measurement, tuple) and len(measurement) > 1 else None
+        if verdict is not None and hasattr(verdict, "status"):
+            diff = getattr(verdict, "difference_percent", None)
+            diff_text = f" ({diff:+.2f}% vs the claim)" if isinstance(diff, (int, float)) else ""
+            self.progress.say(f"verdict: {verdict.status}{diff_text}")
+            for reason in getattr(verdict, "reasons", []) or []:
+                self.progress.say(f"  {reason}")
+        return measurement
+
+
+def execute(
+    cluster: Cluster,
+    *,
+    node_script: str,
+    run_id: str,
+    node_run_dir: str,
+    container: str,
+    run_dir: RunDir,
+    recipe_raw: Mapping[str, Any] | None = None,
+    scripts_dir: Path | None = None,
+    on_interrupt: str = "ask",
+    poll_s: float = 1.0,
+    reconnect_s: float = 60.0,
+    console: Any = None,
+    measure: bool = True,
+) -> Outcome:
+    """Run a Plan's node script on the cluster's node and bring everything back into `run_dir`.
+
+    Raises InfraError (exit 3) for connection and node failures, Interrupted (130) on Ctrl-C or
+    SIGTERM; the cluster is released on every path except a deliberate detach or a lost connection
+    (the run then goes on, and the message says how to reattach or cancel).
+    """
+    steps_total = None
+    if recipe_raw:
+        steps_total = (recipe_raw.get("result") or {}).get("steps_per_run")
+    progress = Progress(console, steps_total)
+    rd = run_dir
+    rd.update_record(
+        run_id=run_id,
+        cluster=cluster_record(cluster),
+        node_run_dir=node_run_dir.rstrip("/"),
+        container=container,
+        offset_source="size of logs/node.log",
+    )
+    if not (rd.path / "node.sh").exists():
+        rd.write_text("node.sh", node_script)
+    runner = Runner(rd, cluster, recipe_raw=recipe_raw, progress=progress, on_interrupt=on_interrupt,
+                    poll_s=poll_s, reconnect_s=reconnect_s, measure=measure)
+    if scripts_dir is None:
+        scripts_dir = default_scripts_dir()
+    launched = False
+    try:
+        with _sigterm_cancels():
+            rd.set_status("acquiring")
+            progress.say(f"acquiring a node ({getattr(cluster, 'name', 'cluster')})")
+            nodes = cluster.acquire()
+            runner.timeline.acquired_at = time.time()
+            rd.write_timeline(runner.timeline)
+            node = nodes[0]
+            rd.update_record(node=asdict(node), nodes=[asdict(n) for n in nodes])
+            transport = cluster.transport(node)
+            rd.set_status("staging")
+            _stage_files(transport, node_run_dir, node_script, scripts_dir)
+            pid = _launch(transport, node_run_dir)
+            launched = True
+            rd.update_record(pid=pid, launched_at=time.time())
+            progress.say(f"node script started on {node.name} (pid {pid}); run dir {rd.path}")
+        return runner.follow(transport)
+    except KeyboardInterrupt:
+        # Interrupted before the script was launched (acquire/staging): nothing runs yet.
+        if launched:
+            runner.progress.say("cancelling the run on the node")
+            runner._cancel_on_node(transport)
+        rd.set_status("cancelled", "interrupted before the run started")
+        raise Interrupted("interrupted before the node script started; nothing was left running.") from None
+    except ReproduceError as err:
+        if rd.status().get("state") not in FINAL_STATES + ("detached",):
+            rd.set_status("failed", str(err).splitlines()[0])
+        raise
+    finally:
+        runner.release()
+
+
+def attach(
+    ref: str,
+    *,
+    runs_root: Path | None = None,
+    on_interrupt: str = "ask",
+    poll_s: float = 1.0,
+    reconnect_s: float = 60.0,
+    console: Any = None,
+    measure: bool = True,
+) -> Outcome:
+    """Reattach to a run in progress and continue exactly where collection stopped."""
+    rd = RunDir.find(ref, runs_root)
+    record = rd.record()
+    state = rd.status().get("state")
+    if state in FINAL_STATES:
+        raise BadInput(f"run {rd.path} has already ended ({state}); nothing to attach to.")
+    if "node" not in record or "cluster" not in record:
+        raise BadInput(f"run {rd.path} never reached a node (state {state}); nothing to attach to.")
+    recipe_raw = _recipe_raw(rd)
+    steps_total = (recipe_raw or {}).get("result", {}).get("steps_per_run") if recipe_raw else None
+    progress = Progress(console, steps_total)
+    cluster = cluster_from_record(record["cluster"])
+    transport = cluster.transport(Node(**record["node"]))
+    runner = Runner(rd, cluster, recipe_raw=recipe_raw, progress=progress, on_interrupt=on_interrupt,
+                    poll_s=poll_s, reconnect_s=reconnect_s, measure=measure)
+    progress.say(f"reattaching to {rd.path} at byte {(rd.logs / 'node.log').stat().st_size if (rd.logs / 'node.log').exists() else 0}")
+    try:
+        return runner.follow(transport)
+    finally:
+        runner.release()
+
+
+def cancel(ref: str, *, runs_root: Path | None = None, console: Any = None) -> RunDir:
+    """Stop a run's process group and container on its node, collect what it printed, release."""
+    rd = RunDir.find(ref, runs_root)
+    record = rd.record()
+    if "node" not in record or "cluster" not in record:
+        rd.set_status("cancelled", "cancelled before it reached a node")
+        return rd
+    progress = Progress(console)
+    cluster = cluster_from_record(record["cluster"])
+    transport = cluster.transport(Node(**record["node"]))
+    runner = Runner(rd, cluster, recipe_raw=None, progress=progress, measure=False)
+    runner._cancel_on_node(transport)
+    progress.say(f"stopped the run's processes and container {runner.container} on {record['node']['name']}")
+    try:
+        with _follow_lock(rd):
+            try:
+                follower = runner._follower(transport)
+                follower.splitter.rebuild()
+                runner._safe_drain(follower)
+                follower.finish_logs("cancelled")
+                rd.set_status("cancelled", "cancelled with `reproduce cancel`")
+            finally:
+                runner.release()
+    except BadInput:
+        # A live follower holds the run: it sees the run end, collects and releases itself.
+        progress.say("the launcher following this run will collect its logs and release the node")
+    return rd
+
+
+def _recipe_raw(rd: RunDir) -> dict | None:
+    path = rd.path / "recipe.yaml"
+    if not path.exists():
+        return None
+    data = yaml.safe_load(path.read_text())
+    return data if isinstance(data, dict) else None

@@ -1,0 +1,298 @@
+"""The run directory: the record of one run (ARCHITECTURE.md, "Run directory").
+
+    runs/<recipe-slug>/<UTC-timestamp>-<run id>/
+      recipe.yaml profile.yaml plan.json node.sh   what was asked, byte for byte
+      run.json      what attach/cancel need: cluster record, node facts, node run dir, container
+      status.json   state: created|acquiring|staging|running|collecting|done|failed|cancelled|detached
+      timeline.json acquired_at, released_at and stage start/end times from the node's markers
+      logs/node.log everything the node script printed, appended by byte offset
+      logs/<stage>.log  the same bytes split by stage marker; logs/train.log always exists
+
+The offset that log streaming continues from is the size of logs/node.log itself, so the local log
+and the offset can never disagree, whatever moment the launcher died at. Stage logs and the
+timeline are pure functions of node.log (plus acquire/release times) and are rebuilt from it on
+attach.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shlex
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from launcher.errors import BadInput
+
+TRAIN_STAGE = "train"
+STATES = ("created", "acquiring", "staging", "running", "collecting", "done", "failed", "cancelled", "detached")
+FINAL_STATES = ("done", "failed", "cancelled")
+MARKER = re.compile(rb"^##reproduce (.*?)\r?$")
+_SAFE_STAGE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+
+
+def new_run_id() -> str:
+    """Short, unique, and safe in a container name and a path."""
+    return secrets.token_hex(4)
+
+
+def default_runs_root() -> Path:
+    return Path(os.environ.get("REPRODUCE_RUNS_DIR", "runs"))
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def parse_marker(line: bytes) -> dict[str, str] | None:
+    """`##reproduce stage=train event=start t=1.5` -> {"stage": "train", ...}; other lines -> None."""
+    match = MARKER.match(line)
+    if not match:
+        return None
+    try:
+        words = shlex.split(match.group(1).decode(errors="replace"))
+    except ValueError:
+        return None
+    fields = dict(w.split("=", 1) for w in words if "=" in w)
+    if "stage" not in fields or fields.get("event") not in ("start", "end"):
+        return None
+    return fields
+
+
+@dataclass
+class Timeline:
+    """Stage times from the node's markers; GPU-hours are measured from acquired_at..released_at."""
+
+    acquired_at: float | None = None
+    released_at: float | None = None
+    stages: list[dict[str, Any]] = field(default_factory=list)
+
+    def on_marker(self, marker: dict[str, str]) -> None:
+        name = marker["stage"]
+        try:
+            t = float(marker.get("t", "nan"))
+        except ValueError:
+            t = float("nan")
+        t_value = None if t != t else t
+        if marker["event"] == "start":
+            self.stages.append({"name": name, "start": t_value, "end": None, "status": "running"})
+            return
+        for stage in reversed(self.stages):
+            if stage["name"] == name and stage["end"] is None and stage["status"] == "running":
+                stage["end"] = t_value
+                stage["status"] = marker.get("status", "ok")
+                return
+        self.stages.append({"name": name, "start": None, "end": t_value, "status": marker.get("status", "ok")})
+
+    def close_open(self, status: str) -> None:
+        """At the end of a run a stage still `running` never ended: say how it ended instead."""
+        for stage in self.stages:
+            if stage["status"] == "running":
+                stage["status"] = status
+
+    def to_json(self) -> dict[str, Any]:
+        return {"acquired_at": self.acquired_at, "released_at": self.released_at, "stages": self.stages}
+
+
+class LogSplitter:
+    """Appends node output to logs/node.log and splits complete lines into logs/<stage>.log.
+
+    A line belongs to the innermost stage open when it was printed; marker lines are kept in
+    node.log only. Lines outside any stage are only in node.log.
+    """
+
+    def __init__(self, logs: Path, timeline: Timeline, on_marker: Any = None) -> None:
+        self.logs = logs
+        self.timeline = timeline
+        self.on_marker = on_marker
+        self.open_stages: list[str] = []
+        self._partial = b""
+        self._handles: dict[str, Any] = {}
+
+    @property
+    def node_log(self) -> Path:
+        return self.logs / "node.log"
+
+    def offset(self) -> int:
+        return self.node_log.stat().st_size if self.node_log.exists() else 0
+
+    def rebuild(self) -> None:
+        """Re-derive the stage logs and the timeline's stages from node.log (used on attach)."""
+        self.close()
+        for old in self.logs.glob("*.log"):
+            if old.name != "node.log":
+                old.unlink()
+        (self.logs / f"{TRAIN_STAGE}.log").touch()
+        self.timeline.stages = []
+        self.open_stages = []
+        self._partial = b""
+        if self.node_log.exists():
+            with open(self.node_log, "rb") as fh:
+                for chunk in iter(lambda: fh.read(1 << 20), b""):
+                    self._split(chunk, replay=True)
+
+    def append(self, data: bytes) -> None:
+        """New bytes from the node: first to node.log (the offset), then to the stage logs."""
+        if not data:
+            return
+        with open(self.node_log, "ab") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        self._split(data, replay=False)
+
+    def _split(self, data: bytes, *, replay: bool) -> None:
+        lines = (self._partial + data).split(b"\n")
+        self._partial = lines.pop()
+        for line in lines:
+            self._line(line + b"\n", replay)
+
+    def _line(self, line: bytes, replay: bool) -> None:
+        marker = parse_marker(line.rstrip(b"\n"))
+        if marker is None:
+            if self.open_stages:
+                self._stage_handle(self.open_stages[-1]).write(line)
+            return
+        name = marker["stage"]
+        if not _SAFE_STAGE.match(name):
+            return
+        self.timeline.on_marker(marker)
+        if marker["event"] == "start":
+            self.open_stages.append(name)
+        elif name in self.open_stages:
+            del self.open_stages[len(self.open_stages) - 1 - self.open_stages[::-1].index(name)]
+        if self.on_marker is not None and not replay:
+            self.on_marker(marker)
+
+    def _stage_handle(self, name: str) -> Any:
+        if name not in self._handles:
+            self._handles[name] = open(self.logs / f"{name}.log", "ab")
+        return self._handles[name]
+
+    def flush_partial(self) -> None:
+        """At the very end a last line without a newline still belongs to its stage."""
+        if self._partial and self.open_stages:
+            self._stage_handle(self.open_stages[-1]).write(self._partial)
+        self._partial = b""
+        self.flush()
+
+    def flush(self) -> None:
+        for handle in self._handles.values():
+            handle.flush()
+
+    def close(self) -> None:
+        for handle in self._handles.values():
+            handle.close()
+        self._handles = {}
+
+
+class RunDir:
+    """One run's directory; every file the run writes goes through here."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+
+    # --- creating and finding ---
+
+    @classmethod
+    def create(cls, root: Path, slug: str, run_id: str | None = None) -> "RunDir":
+        run_id = run_id or new_run_id()
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        path = Path(root) / slug / f"{stamp}-{run_id}"
+        (path / "logs").mkdir(parents=True, exist_ok=False)
+        (path / "logs" / f"{TRAIN_STAGE}.log").touch()
+        rd = cls(path)
+        rd.write_json("run.json", {"run_id": run_id, "slug": slug, "created_at": time.time()})
+        rd.set_status("created")
+        return rd
+
+    @classmethod
+    def find(cls, ref: str, root: Path | None = None) -> "RunDir":
+        """A run by its directory path or its run id (searched under the runs root)."""
+        as_path = Path(ref)
+        if (as_path / "run.json").is_file():
+            return cls(as_path)
+        root = Path(root) if root else default_runs_root()
+        hits = sorted(p.parent for p in root.glob(f"**/*-{ref}/run.json")) if root.is_dir() else []
+        if not hits:
+            raise BadInput(f"no run {ref!r}: give a run directory or a run id found under {root}/")
+        if len(hits) > 1:
+            raise BadInput(f"run id {ref!r} matches several runs: {', '.join(map(str, hits))}; give the directory")
+        return cls(hits[0])
+
+    # --- files ---
+
+    @property
+    def logs(self) -> Path:
+        return self.path / "logs"
+
+    @property
+    def run_id(self) -> str:
+        return self.record()["run_id"]
+
+    def write_text(self, name: str, text: str) -> Path:
+        target = self.path / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        _write_atomic(target, text)
+        return target
+
+    def write_json(self, name: str, data: Any) -> Path:
+        return self.write_text(name, json.dumps(data, indent=2, sort_keys=False) + "\n")
+
+    def write_yaml(self, name: str, data: Any) -> Path:
+        return self.write_text(name, yaml.safe_dump(data, sort_keys=False))
+
+    def read_json(self, name: str, default: Any = None) -> Any:
+        target = self.path / name
+        if not target.exists():
+            return default
+        return json.loads(target.read_text())
+
+    def write_inputs(
+        self, *, recipe_text: str, profile: Any, plan: Any, node_script: str
+    ) -> None:
+        """recipe.yaml (byte for byte), profile.yaml, plan.json and node.sh: what was asked."""
+        self.write_text("recipe.yaml", recipe_text)
+        self.write_text("profile.yaml", profile if isinstance(profile, str) else yaml.safe_dump(profile, sort_keys=False))
+        self.write_text("plan.json", plan if isinstance(plan, str) else json.dumps(plan, indent=2, default=str) + "\n")
+        self.write_text("node.sh", node_script)
+
+    # --- run.json and status.json ---
+
+    def record(self) -> dict[str, Any]:
+        return self.read_json("run.json", {}) or {}
+
+    def update_record(self, **fields: Any) -> dict[str, Any]:
+        data = self.record()
+        data.update(fields)
+        self.write_json("run.json", data)
+        return data
+
+    def status(self) -> dict[str, Any]:
+        return self.read_json("status.json", {"state": "unknown"})
+
+    def set_status(self, state: str, detail: str | None = None, **extra: Any) -> None:
+        """The run's state; anything but `done` says the record is not complete."""
+        if state not in STATES:
+            raise ValueError(f"unknown run state {state!r}")
+        data = {"state": state, "complete": state == "done", "updated_at": time.time(), "detail": detail}
+        data.update(extra)
+        self.write_json("status.json", data)
+
+    # --- timeline ---
+
+    def timeline(self) -> Timeline:
+        data = self.read_json("timeline.json", {}) or {}
+        return Timeline(data.get("acquired_at"), data.get("released_at"), list(data.get("stages", [])))
+
+    def write_timeline(self, timeline: Timeline) -> None:
+        self.write_json("timeline.json", timeline.to_json())
