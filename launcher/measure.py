@@ -401,13 +401,21 @@ def parse_logs(paths: Sequence[Path]):
 
 
 def load_timeline(run_dir: Path) -> dict | None:
-    path = run_dir / "timeline.json"
-    if not path.is_file():
-        return None
+    """run_dir/timeline.json, or None when the run directory has none."""
+    path = Path(run_dir) / "timeline.json"
+    return read_timeline(path) if path.is_file() else None
+
+
+def read_timeline(path: Path) -> dict:
     try:
-        return json.loads(path.read_text())
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise BadInput(f"timeline {path} does not exist.") from None
     except json.JSONDecodeError as err:
         raise BadInput(f"{path} is not valid JSON: {err}") from None
+    if not isinstance(data, dict):
+        raise BadInput(f"{path} is not a timeline object.")
+    return data
 
 
 def write_steps_jsonl(path: Path, records: Iterable[StepRecord]) -> None:
@@ -457,3 +465,67 @@ def _measured_date(records: Sequence[StepRecord]) -> str | None:
     if not stamps:
         return None
     return datetime.fromtimestamp(max(stamps), tz=timezone.utc).date().isoformat()
+
+
+def load_records(path: Path) -> tuple[list[StepRecord], ParseStats | None]:
+    """Steps of a run directory or a log file: parsed from the logs, else read from steps.jsonl."""
+    path = Path(path)
+    if not path.exists():
+        raise BadInput(f"{path} does not exist.")
+    if path.is_dir() and not any((path / "logs").glob("*.log")) and (path / "steps.jsonl").is_file():
+        with open(path / "steps.jsonl") as fh:
+            return [StepRecord.from_dict(json.loads(line)) for line in fh if line.strip()], None
+    return parse_logs(find_logs(path))
+
+
+def load_recipe_raw(path: Path) -> dict:
+    """The recipe as a raw mapping: through the lead's validating loader when present."""
+    path = Path(path)
+    if not path.is_file():
+        raise BadInput(f"recipe {path} does not exist.")
+    try:
+        from launcher.recipe import load_recipe
+    except ImportError:
+        load_recipe = None
+    if load_recipe is not None:
+        return load_recipe(path).raw
+    import yaml
+
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        raise BadInput(f"recipe {path} is not valid YAML: {str(err).splitlines()[0]}") from None
+    if not isinstance(raw, dict):
+        raise BadInput(f"recipe {path} is not a mapping.")
+    return raw
+
+
+def measure_path(
+    path: Path, recipe_raw: dict, *, price_per_hour: float | None = None, region: str | None = None,
+    tolerance=None, timeline_path: Path | None = None,
+):
+    """Measure a log file (nothing written) or a run directory (its artifacts written)."""
+    from launcher.verdict import judge
+
+    path = Path(path)
+    if not path.exists():
+        raise BadInput(f"log {path} does not exist.")
+    if path.is_dir():
+        return measure_run_dir(path, recipe_raw, price_per_hour=price_per_hour, region=region, tolerance=tolerance)
+    records, stats = parse_logs([path])
+    timeline = read_timeline(timeline_path) if timeline_path is not None else None
+    result = measure(records, recipe_raw, timeline=timeline, price_per_hour=price_per_hour, region=region,
+                     parse_stats=stats, measured=_measured_date(records))
+    verdict = judge(result, recipe_raw, **({"tolerance": tolerance} if tolerance is not None else {}))
+    return result, verdict
+
+
+def json_safe(value):
+    """Non-finite floats become None so the output is strict JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value

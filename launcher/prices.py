@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from launcher.errors import BadInput
 
-TABLE_SOURCE = "AWS on-demand list price (docs/design aws-p5en.md, checked 2026)"
+TABLE_SOURCE = "AWS on-demand list price (design notes aws-p5en.md, 2026)"
 DEFAULT_REGION = "us-east-1"
 
 # instance type -> region -> USD per hour, on demand, Linux.
@@ -78,5 +78,5 @@ def price_per_hour(
             f"no price for {itype} in region {chosen!r} (known: {known}).",
             hint="Pass --price-per-hour to give one.",
         )
-    note = "" if region else f" (default region {DEFAULT_REGION})"
+    note = "" if region else " (no region given: the default)"
     return Price(by_region[chosen], f"{TABLE_SOURCE}, {itype} {chosen}{note}", itype, chosen)

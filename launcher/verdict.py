@@ -1,0 +1,156 @@
+"""Judge a measured Result against the recipe's claim.
+
+Why the order of the checks: a figure is only worth comparing when the run that produced it is
+whole. So a run that failed (NaN loss, no step times, a failed stage) or is incomplete (window
+steps missing, ended early) is never "reproduced", whatever its throughput; then an unstable
+run (step-time CV well above the recipe's); only then is the throughput compared, with the
+tolerance of measurement.md (-3% / +3% by default). Every finding is listed in `reasons`, not
+only the one that decided the status.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from launcher.errors import BadInput
+
+STATUSES = ("reproduced", "slower", "faster", "unstable", "incomplete", "failed")
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Verdict thresholds (percent). Defaults from measurement.md."""
+
+    slower_percent: float = 3.0  # below the claim by more than this: "slower"
+    faster_percent: float = 3.0  # above the claim by more than this: "faster"
+    cv_factor: float = 2.0  # CV above cv_factor x the recipe's CV ...
+    cv_floor_percent: float = 2.0  # ... and above this: "unstable"
+
+    def to_dict(self) -> dict:
+        return {
+            "slower_percent": self.slower_percent,
+            "faster_percent": self.faster_percent,
+            "cv_factor": self.cv_factor,
+            "cv_floor_percent": self.cv_floor_percent,
+        }
+
+
+@dataclass
+class Verdict:
+    status: str
+    difference_percent: float | None  # signed: (measured - claimed) / claimed x 100
+    reasons: list[str] = field(default_factory=list)
+    claimed: dict = field(default_factory=dict)
+    measured: dict = field(default_factory=dict)
+    tolerance: Tolerance = field(default_factory=Tolerance)
+
+    @property
+    def reproduced(self) -> bool:
+        return self.status == "reproduced"
+
+    def to_dict(self) -> dict:
+        return {
+            "status": self.status,
+            "difference_percent": self.difference_percent,
+            "reasons": list(self.reasons),
+            "claimed": self.claimed,
+            "measured": self.measured,
+            "tolerance": self.tolerance.to_dict(),
+        }
+
+
+def _rel(measured: float | None, claimed: float | None) -> float | None:
+    if measured is None or claimed in (None, 0) or not math.isfinite(measured):
+        return None
+    return 100.0 * (measured - claimed) / claimed
+
+
+def judge(result, recipe_raw: dict, *, tolerance: Tolerance = Tolerance()) -> Verdict:
+    """The verdict: one status of STATUSES, the signed difference, and every reason."""
+    claim = recipe_raw.get("result") or {}
+    claimed_tps = claim.get("tokens_per_s_per_gpu")
+    if not isinstance(claimed_tps, (int, float)) or claimed_tps <= 0:
+        raise BadInput("recipe has no positive result.tokens_per_s_per_gpu to judge against.")
+    claimed_cv = claim.get("step_time_cv_percent")
+
+    claimed = {k: claim.get(k) for k in ("tokens_per_s_per_gpu", "step_time_cv_percent", "mfu",
+                                         "usd_per_million_tokens", "gpu_hours", "window")}
+    measured = {
+        "tokens_per_s_per_gpu": result.tokens_per_s_per_gpu,
+        "step_time_cv_percent": result.step_time_cv_percent,
+        "mfu": result.mfu,
+        "usd_per_million_tokens": result.usd_per_million_tokens,
+        "gpu_hours": result.gpu_hours,
+        "window": list(result.window),
+    }
+    diff = _rel(result.tokens_per_s_per_gpu, claimed_tps)
+
+    failed: list[str] = []
+    incomplete: list[str] = []
+    if result.steps_parsed == 0:
+        failed.append("no training step found in the log")
+    if result.nan_loss_steps:
+        failed.append(f"NaN/inf loss at step(s) {_steps(result.nan_loss_steps)}")
+    if result.nan_step_time_steps:
+        failed.append(f"NaN/inf step time at step(s) {_steps(result.nan_step_time_steps)}")
+    if result.failed_stages:
+        failed.append(f"run stage(s) failed: {', '.join(result.failed_stages)}")
+    if result.steps_parsed and not result.window_steps_present:
+        failed.append("no step of the window has a step time")
+
+    if result.missing_window_steps:
+        n, total = len(result.missing_window_steps), result.window[1] - result.window[0] + 1
+        incomplete.append(f"{n} of {total} window steps missing: {_steps(result.missing_window_steps)}")
+    if result.ended_early:
+        last = "no step" if result.last_step is None else f"step {result.last_step}"
+        incomplete.append(f"run ended early: last step logged is {last}, the recipe runs {result.steps_expected} steps")
+    stats = result.parse_stats or {}
+    if stats.get("truncated"):
+        incomplete.append("the log's last line is cut mid-record (the run was killed)")
+
+    reasons = failed + incomplete
+    unstable = None
+    cv = result.step_time_cv_percent
+    if cv is not None:
+        limit = tolerance.cv_floor_percent
+        if isinstance(claimed_cv, (int, float)):
+            limit = max(limit, tolerance.cv_factor * claimed_cv)
+        if cv > limit:
+            unstable = (f"step-time CV {cv:.2f}% exceeds {limit:.2f}% "
+                        f"(max of {tolerance.cv_factor:g} x the recipe's {claimed_cv}% and {tolerance.cv_floor_percent:g}%)")
+            reasons.append(unstable)
+
+    speed = None
+    if diff is not None:
+        if diff < -tolerance.slower_percent:
+            speed = "slower"
+            reasons.append(f"tokens/s per GPU {result.tokens_per_s_per_gpu:.2f} is {diff:+.2f}% against the claimed "
+                           f"{claimed_tps} (tolerance -{tolerance.slower_percent:g}%)")
+        elif diff > tolerance.faster_percent:
+            speed = "faster"
+            reasons.append(f"tokens/s per GPU {result.tokens_per_s_per_gpu:.2f} is {diff:+.2f}% against the claimed "
+                           f"{claimed_tps} (tolerance +{tolerance.faster_percent:g}%): faster than claimed")
+        else:
+            reasons.append(f"tokens/s per GPU {result.tokens_per_s_per_gpu:.2f} is {diff:+.2f}% against the claimed "
+                           f"{claimed_tps}, within -{tolerance.slower_percent:g}% / +{tolerance.faster_percent:g}%")
+
+    if failed:
+        status = "failed"
+    elif incomplete:
+        status = "incomplete"
+    elif unstable:
+        status = "unstable"
+    elif speed:
+        status = speed
+    elif diff is None:
+        status = "failed"
+        reasons.append("no throughput could be computed")
+    else:
+        status = "reproduced"
+    return Verdict(status, diff, reasons, claimed, measured, tolerance)
+
+
+def _steps(steps: list[int], limit: int = 12) -> str:
+    shown = ", ".join(str(s) for s in steps[:limit])
+    return shown + (f", ... ({len(steps)} in all)" if len(steps) > limit else "")
