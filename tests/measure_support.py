@@ -1,0 +1,41 @@
+"""Shared helpers for the measurement tests: the seed recipe, the stand-in miles, line builders."""
+
+from __future__ import annotations
+
+import copy
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+SEED = REPO / "recipes/qwen3-30b-a3b/h200/attune-tp1-pp1-ep8-mt16k.yaml"
+STANDIN = REPO / "tests/standin_miles"
+START = 1792576800.0  # 2026-10-21 10:00:00 UTC
+
+
+def seed_raw() -> dict:
+    """The seed recipe as a plain mapping (a fresh copy each call, so tests may edit it)."""
+    return copy.deepcopy(yaml.safe_load(SEED.read_text()))
+
+
+def run_standin(log: Path, steps: int = 20, **env: object) -> int:
+    """Run the stand-in train.py, its stderr captured into `log` the way the launcher does."""
+    full = {k: v for k, v in os.environ.items() if not k.startswith("STANDIN_")}
+    full["STANDIN_START_EPOCH"] = str(START)
+    full.update({f"STANDIN_{k.upper()}": str(v) for k, v in env.items()})
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "wb") as fh:
+        proc = subprocess.run(
+            [sys.executable, "train.py", "--num-rollout", str(steps), "--global-batch-size", "128",
+             "--expert-model-parallel-size", "8", "--lr", "1e-5"],
+            cwd=STANDIN, env=full, stdout=fh, stderr=subprocess.STDOUT, timeout=60,
+        )
+    return proc.returncode
+
+
+def step_times_for_tps(tps_per_gpu: float, gpus: int = 8, tokens_per_step: int = 128 * 8192) -> float:
+    """The constant step time that yields a given tokens/s per GPU."""
+    return tokens_per_step / tps_per_gpu / gpus

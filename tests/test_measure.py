@@ -1,0 +1,141 @@
+"""The recipe's figures, computed the recipe's way (measurement.md), from step records."""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+import pytest
+import yaml
+
+from launcher.errors import BadInput
+from launcher.measure import measure, measure_run_dir, pure_figures
+from launcher.parse.miles import StepRecord
+from launcher.prices import price_per_hour
+from measure_support import run_standin, seed_raw, step_times_for_tps
+
+
+def records_with_times(times: dict[int, float], loss: float = 1.0) -> list[StepRecord]:
+    return [StepRecord(step=s, loss=loss, step_time=t, timestamp=1000.0 + s) for s, t in sorted(times.items())]
+
+
+def test_seed_mfu_and_cost_from_its_own_tokens_per_second():
+    raw = seed_raw()
+    claim = raw["result"]
+    price = price_per_hour(raw["gpu"]["instance"], "us-east-1")
+    assert price.value == 63.296 and "p5en.48xlarge" in price.source
+    mfu, usd = pure_figures(claim["tokens_per_s_per_gpu"], gpus=raw["gpu"]["count"],
+                            active_params=claim["active_params"]["count"], peak_flops=989e12,
+                            usd_per_hour=price.value)
+    assert round(mfu, 4) == claim["mfu"] == 0.1276
+    assert round(usd, 2) == claim["usd_per_million_tokens"] == 0.32
+    assert usd == pytest.approx(0.318, abs=5e-4)
+
+
+def test_seed_figures_from_a_log_at_the_claimed_speed():
+    raw = seed_raw()
+    t = step_times_for_tps(raw["result"]["tokens_per_s_per_gpu"])
+    times = {s: (t + 40.0 if s == 0 else t) for s in range(20)}  # step 0 carries start-up
+    result = measure(records_with_times(times), raw)
+    assert result.tokens_per_s_per_gpu == pytest.approx(6913.23, rel=1e-9)
+    assert result.window_tokens == raw["result"]["window_tokens"] == 15 * 128 * 8192
+    out = result.to_result_yaml()
+    assert out["tokens_per_s_per_gpu"] == 6913.23 and out["mfu"] == 0.1276 and out["usd_per_million_tokens"] == 0.32
+    assert out["provenance"]["std_kind"] == "population"
+    assert out["provenance"]["mfu_peak_flops"] == 989e12
+    assert out["provenance"]["price"]["usd_per_hour"] == 63.296
+    assert set(raw["result"]) <= set(out)  # shaped like the recipe's result block
+
+
+def test_tokens_per_second_and_population_cv_over_the_window_only():
+    raw = seed_raw()
+    times = {s: 100.0 for s in range(5)}  # warm-up: must not count
+    times.update({s: (18.0 if s % 2 else 20.0) for s in range(5, 20)})
+    result = measure(records_with_times(times), raw)
+    window = [times[s] for s in range(5, 20)]
+    assert result.tokens_per_s_per_gpu == pytest.approx(15 * 1048576 / sum(window) / 8)
+    assert result.step_time_cv_percent == pytest.approx(100 * statistics.pstdev(window) / statistics.mean(window))
+    assert result.step_time_cv_percent != pytest.approx(100 * statistics.stdev(window) / statistics.mean(window))
+
+
+def test_missing_and_nan_steps_are_reported():
+    raw = seed_raw()
+    times = {s: 19.0 for s in range(20) if s not in (7, 8)}
+    recs = records_with_times(times)
+    recs[3].loss = float("nan")
+    result = measure(recs, raw)
+    assert result.missing_window_steps == [7, 8]
+    assert result.nan_loss_steps == [3]
+    assert result.window_tokens == 13 * 1048576
+
+
+def test_gpu_hours_from_the_timeline_with_a_per_stage_split():
+    raw = seed_raw()
+    timeline = {"acquired_at": 0.0, "released_at": 5625.0, "stages": [
+        {"name": "provision", "start": 0.0, "end": 600.0, "status": "ok"},
+        {"name": "train", "start": 1800.0, "end": 3600.0, "status": "ok"},
+        {"name": "teardown", "start": 5600.0, "end": None, "status": "running"},
+    ]}
+    result = measure(records_with_times({s: 19.0 for s in range(20)}), raw, timeline=timeline)
+    assert result.gpu_hours == pytest.approx(8 * 5625 / 3600) == 12.5
+    assert result.gpu_hours_by_stage == {"provision": pytest.approx(8 * 600 / 3600), "train": pytest.approx(4.0)}
+    assert result.window_gpu_hours == pytest.approx(8 * 15 * 19.0 / 3600)
+    unreleased = dict(timeline, released_at=None)
+    result = measure(records_with_times({s: 19.0 for s in range(20)}), raw, timeline=unreleased)
+    assert result.gpu_hours == pytest.approx(8 * 5600 / 3600) and "lower bound" in result.gpu_hours_source
+
+
+def test_price_override_region_and_unknown_instance():
+    raw = seed_raw()
+    recs = records_with_times({s: 19.0 for s in range(20)})
+    eu = measure(recs, raw, region="eu-north-1")
+    assert eu.price.value == 67.73 and "eu-north-1" in eu.price.source
+    over = measure(recs, raw, price_per_hour=30.0)
+    assert over.price.value == 30.0 and "override" in over.price.source
+    assert over.usd_per_million_tokens == pytest.approx(eu.usd_per_million_tokens * 30.0 / 67.73)
+    raw["gpu"]["instance"] = "Azure ND96isr_H200_v5"
+    unknown = measure(recs, raw)
+    assert unknown.price is None and unknown.usd_per_million_tokens is None
+    assert any("price" in n for n in unknown.notes)
+    with pytest.raises(BadInput):
+        price_per_hour("p5en.48xlarge", "ap-south-1")
+
+
+def test_recipe_inconsistency_is_reported():
+    raw = seed_raw()
+    raw["result"]["window_tokens"] = 999
+    result = measure(records_with_times({s: 19.0 for s in range(20)}), raw)
+    assert any("window_tokens 999" in n for n in result.notes)
+
+
+def test_recipe_without_a_window_is_bad_input():
+    raw = seed_raw()
+    del raw["result"]["window"]
+    with pytest.raises(BadInput, match="result.window"):
+        measure([], raw)
+
+
+def test_cross_check_flags_timestamps_that_disagree_with_perf_step_time():
+    raw = seed_raw()
+    recs = [StepRecord(step=s, loss=1.0, step_time=19.0, timestamp=1000.0 + 25.0 * s) for s in range(20)]
+    result = measure(recs, raw)
+    assert result.cross_checks["timestamp_mean_step_time_s"] == pytest.approx(25.0)
+    assert any("timestamps" in n for n in result.notes)
+
+
+def test_measure_run_dir_writes_every_artifact(tmp_path):
+    raw = seed_raw()
+    t = step_times_for_tps(7000.0)
+    assert run_standin(tmp_path / "logs" / "train.log", steps=20, step_time_s=t) == 0
+    (tmp_path / "timeline.json").write_text(json.dumps({"acquired_at": 0, "released_at": 3600, "stages": []}))
+    result, verdict = measure_run_dir(tmp_path, raw)
+    assert verdict.status == "reproduced"
+    for name in ("steps.jsonl", "result.yaml", "verdict.json", "report.md", "plots/loss.png", "plots/step_time.png"):
+        assert (tmp_path / name).is_file(), name
+    steps = [json.loads(line) for line in (tmp_path / "steps.jsonl").read_text().splitlines()]
+    assert [s["step"] for s in steps] == list(range(20))
+    written = yaml.safe_load((tmp_path / "result.yaml").read_text())
+    assert written["tokens_per_s_per_gpu"] == round(result.tokens_per_s_per_gpu, 2)
+    assert written["tokens_per_s_per_gpu"] == pytest.approx(7000.0, abs=0.01)
+    assert written["gpu_hours"] == 8.0
+    assert json.loads((tmp_path / "verdict.json").read_text())["status"] == "reproduced"
