@@ -30,6 +30,102 @@ def _fail(err: ReproduceError) -> "typer.Exit":
 # --- commands are added below; keep each body a call into a module, imports lazy ---
 
 
+# --- run (the default command) and validate: launcher/reproduction.py, launcher/recipe.py ---
+
+
+@app.command("run")
+def run_cmd(
+    recipe: Path = typer.Argument(..., help="Recipe file (OpenRecipes YAML, schema_version 1)."),
+    cluster: str = typer.Option("local", "--cluster", "-c", help="Profile name from env/ (local, ssh, aws, ray) or a path to a profile file."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan (header, provisioning request, node script) and exit; needs no credentials or network."),
+    script_out: Optional[Path] = typer.Option(None, "--script-out", help="Also write the node script alone to this file."),
+    run_id: Optional[str] = typer.Option(None, "--run-id", help="Run id (default: UTC timestamp + random suffix)."),
+    skip_preflight: bool = typer.Option(False, "--skip-preflight", help="Do not run the GPU preflight before training."),
+    instance_id: Optional[str] = typer.Option(None, "--instance-id", help="aws: target this existing instance (never terminated)."),
+    price_per_hour: Optional[float] = typer.Option(None, "--price-per-hour", help="US$ per node-hour for cost figures (overrides the profile and the price table)."),
+    keep: bool = typer.Option(False, "--keep", help="aws: keep the instance after the run (prints its cost per hour and how to end it)."),
+    max_usd: Optional[float] = typer.Option(None, "--max-usd", help="Stop the run when its cost would exceed this many US$."),
+    max_hours: Optional[float] = typer.Option(None, "--max-hours", help="Stop the run after this many wall-clock hours."),
+    on_interrupt: str = typer.Option("ask", "--on-interrupt", help="On Ctrl-C: ask, cancel, or detach."),
+    runs_dir: Optional[Path] = typer.Option(None, "--runs-dir", help="Where run directories go (default: $REPRODUCE_RUNS_DIR or ./runs)."),
+) -> None:
+    """Reproduce RECIPE on a cluster (also: `reproduce RECIPE ...`): provision, check, train, measure, judge, release."""
+    from launcher.reproduction import Options, dry_run_text, prepare, write_script
+
+    options = Options(cluster=cluster, run_id=run_id, skip_preflight=skip_preflight, instance_id=instance_id,
+                      price_per_hour=price_per_hour, keep=keep, max_usd=max_usd, max_hours=max_hours,
+                      on_interrupt=on_interrupt, runs_dir=runs_dir)
+    try:
+        prepared = prepare(recipe, options)
+        if script_out is not None:
+            write_script(prepared.plan, script_out)
+        if dry_run:
+            sys.stdout.write(dry_run_text(prepared))
+            sys.stdout.flush()
+            return
+        from launcher.run import run_plan
+
+        code = run_plan(prepared, options)
+    except ReproduceError as err:
+        raise _fail(err) from None
+    raise typer.Exit(code)
+
+
+@app.command()
+def validate(
+    recipes: list[Path] = typer.Argument(..., help="Recipe files to check."),
+) -> None:
+    """Check recipes against the schema and against themselves; exit 2 when any is invalid."""
+    from launcher.errors import BadInput
+    from launcher.recipe import load_recipe
+
+    bad = 0
+    for path in recipes:
+        try:
+            recipe = load_recipe(path)
+        except BadInput as err:
+            bad += 1
+            print(f"error: {err}", file=sys.stderr)
+            continue
+        print(f"ok: {path} ({recipe.model}, {recipe.nodes} x {recipe.gpus_per_node} {recipe.gpu_type}, image {recipe.image.ref})")
+    if bad:
+        raise typer.Exit(2)
+
+
+# --- attach / cancel (execution on a node: launcher/execute.py) ---
+
+_ON_INTERRUPT_HELP = "On Ctrl-C: ask (default when interactive; cancel otherwise), cancel, or detach."
+
+
+@app.command()
+def attach(
+    run: str = typer.Argument(..., help="Run directory, or a run id found under the runs root."),
+    runs_dir: Optional[Path] = typer.Option(None, "--runs-dir", help="Runs root (default: $REPRODUCE_RUNS_DIR or ./runs)."),
+    on_interrupt: str = typer.Option("ask", "--on-interrupt", help=_ON_INTERRUPT_HELP),
+) -> None:
+    """Reattach to a run in progress: continue collecting its log where it stopped, then measure."""
+    from launcher.execute import attach as attach_run
+
+    try:
+        attach_run(run, runs_root=runs_dir, on_interrupt=on_interrupt)
+    except ReproduceError as err:
+        raise _fail(err) from None
+
+
+@app.command()
+def cancel(
+    run: str = typer.Argument(..., help="Run directory, or a run id found under the runs root."),
+    runs_dir: Optional[Path] = typer.Option(None, "--runs-dir", help="Runs root (default: $REPRODUCE_RUNS_DIR or ./runs)."),
+) -> None:
+    """Stop a run on its node: its processes and its container (with Ray inside); nothing else."""
+    from launcher.execute import cancel as cancel_run
+
+    try:
+        cancel_run(run, runs_root=runs_dir)
+    except ReproduceError as err:
+        raise _fail(err) from None
+
+
 # --- measurement, verdict and report (issue 3): `measure`, `compare` ---
 
 
@@ -71,10 +167,22 @@ def compare_cmd(
     raise typer.Exit(code)
 
 
+def _default_to_run(argv: list[str]) -> list[str]:
+    """`reproduce RECIPE ...` means `reproduce run RECIPE ...`: the first word is a file, not a command."""
+    if not argv:
+        return argv
+    first = argv[0]
+    names = {c.name or (c.callback.__name__ if c.callback else "") for c in app.registered_commands}
+    names |= {g.name for g in app.registered_groups if g.name}
+    if first.startswith("-") or first in names:
+        return argv
+    return ["run", *argv]
+
+
 def main() -> None:
     """Console entry point: one clear paragraph and the documented exit code on any known failure."""
     try:
-        app()
+        app(args=_default_to_run(sys.argv[1:]), prog_name="reproduce")
     except ReproduceError as err:  # raised outside a command body (rare)
         print(f"error: {err}", file=sys.stderr)
         sys.exit(err.exit_code)

@@ -1,0 +1,124 @@
+"""One reproduction, from the command line's words to a Plan, and from the Plan to a dry run or a run.
+
+`prepare` is shared by `--dry-run` and the real run, so what the dry run prints is what runs
+(torchx's submit_dryrun -> schedule pattern). Nothing here imports boto3, paramiko or ray: the
+backends do, when a real run needs them.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from launcher.errors import BadInput
+from launcher.plan import Plan, build_plan, new_run_id
+from launcher.profile import Profile, load_profile
+from launcher.recipe import Recipe, load_recipe
+
+
+@dataclass(frozen=True)
+class Options:
+    """What the command line adds to a recipe and a profile."""
+
+    cluster: str = "local"
+    run_id: str | None = None
+    skip_preflight: bool = False
+    instance_id: str | None = None
+    price_per_hour: float | None = None
+    keep: bool = False
+    max_usd: float | None = None
+    max_hours: float | None = None
+    on_interrupt: str = "ask"
+    runs_dir: Path | None = None
+
+
+@dataclass(frozen=True)
+class Prepared:
+    recipe: Recipe
+    profile: Profile
+    plan: Plan
+    price: Any  # launcher.prices.Price | None
+    owner: str
+
+
+def owner() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:  # noqa: BLE001 - no passwd entry in some containers
+        return os.environ.get("USER", "unknown")
+
+
+def prepare(recipe_path: str | Path, options: Options) -> Prepared:
+    """Load and validate everything, build the Plan. Raises BadInput before anything starts."""
+    recipe = load_recipe(recipe_path)
+    profile = load_profile(options.cluster)
+    if options.instance_id:
+        if profile.kind != "aws":
+            raise BadInput(f"--instance-id targets an AWS instance, but --cluster {options.cluster} is of kind {profile.kind}.")
+        profile = profile.with_overrides(instance_id=options.instance_id)
+    if options.price_per_hour is not None:
+        profile = profile.with_overrides(price_per_hour=options.price_per_hour)
+    run_id = options.run_id or new_run_id()
+    who = owner()
+    provisioning: tuple[Any, ...] = ()
+    if profile.kind == "aws":
+        from launcher.clusters.aws_request import provisioning_calls
+
+        provisioning = tuple(provisioning_calls(recipe, profile, run_id, owner=who, now=datetime.now(timezone.utc)))
+    plan = build_plan(recipe, profile, run_id=run_id, skip_preflight=options.skip_preflight, provisioning=provisioning)
+    return Prepared(recipe, profile, plan, node_price(recipe, profile), who)
+
+
+def node_price(recipe: Recipe, profile: Profile) -> Any:
+    from launcher.prices import price_per_hour
+
+    return price_per_hour(profile.get("instance_type") or recipe.instance_type, profile.get("region"),
+                          profile.get("price_per_hour"))
+
+
+def cost_line(recipe: Recipe, price: Any) -> str:
+    hours = recipe.claimed_gpu_hours
+    if hours is None:
+        return "no GPU-hours in the recipe's result; cost unknown"
+    node_hours = hours / recipe.gpus_per_node
+    if price is None:
+        return f"{hours:g} GPU-hours (recipe result.gpu_hours); no price known for this instance type (set price_per_hour)"
+    return (f"{hours:g} GPU-hours (recipe result.gpu_hours) = {node_hours:.3f} node-hours x ${price.value:g}/h "
+            f"= ${node_hours * price.value:.2f}  [price: {price.source}]")
+
+
+def dry_run_text(prepared: Prepared) -> str:
+    """The header, the provisioning request (clouds) and the node script, byte for byte."""
+    r, p, plan = prepared.recipe, prepared.profile, prepared.plan
+    where = p.get("region") or "-"
+    lines = [
+        "# reproduce --dry-run: nothing is provisioned, started or paid for.",
+        f"# recipe    {r.slug}  ({r.path})",
+        f"# cluster   {p.name}  ({p.path}; kind {p.kind}; region {where})",
+        f"# nodes     {r.nodes} x {r.gpus_per_node} {r.gpu_type}  ({p.get('instance_type') or r.instance_type or 'unknown instance type'})",
+        f"# image     {plan.image_ref}  (from {r.image.source_field})",
+        f"# expected  {cost_line(r, prepared.price)}",
+        f"# claim     {r.claim['tokens_per_s_per_gpu']:g} tokens/s/GPU over steps {r.window[0]}-{r.window[1]} of {r.steps_per_run}",
+        f"# run id    {plan.run_id}; node run dir {plan.node_run_dir}",
+        f"# stages    {' -> '.join(s.name for s in plan.stages)}",
+    ]
+    if plan.provisioning:
+        from launcher.clusters.aws_request import to_jsonable
+
+        lines += ["", "# ---- provisioning requests (boto3, in order; no credentials used or shown) ----",
+                  json.dumps(to_jsonable(list(plan.provisioning)), indent=2, sort_keys=False)]
+    lines += ["", "# ---- node script (node.sh), run detached on the node ----", plan.node_script]
+    return "\n".join(lines)
+
+
+def write_script(plan: Plan, path: Path) -> None:
+    try:
+        path.write_text(plan.node_script, encoding="utf-8")
+        path.chmod(0o755)
+    except OSError as err:
+        raise BadInput(f"--script-out {path}: cannot write: {err.strerror}.") from None
