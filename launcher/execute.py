@@ -75,12 +75,20 @@ def launch_command(node_run_dir: str) -> str:
     )
 
 
+# Is anything of the run's session (sid = pgid = the wrapper's pid) still running? Zombies do not
+# count: a node whose init does not reap them must not look busy forever.
+ALIVE_FN = (
+    '_alive() { if command -v ps >/dev/null 2>&1; then ps -s "$1" -o stat= 2>/dev/null | grep -qv "^Z"; '
+    'else kill -0 -- "-$1" 2>/dev/null; fi; }\n'
+)
+
+
 def poll_command(node_run_dir: str) -> str:
     d = shlex.quote(node_run_dir)
     return (
-        f"cd {d} 2>/dev/null || {{ echo gone; exit 0; }}\n"
+        ALIVE_FN + f"cd {d} 2>/dev/null || {{ echo gone; exit 0; }}\n"
         'if [ -f exit_code ]; then echo "exit $(cat exit_code)"\n'
-        'elif [ -s pid ] && kill -0 -- "-$(cat pid)" 2>/dev/null; then echo alive\n'
+        'elif [ -s pid ] && _alive "$(cat pid)"; then echo alive\n'
         "else echo gone; fi"
     )
 
@@ -89,14 +97,18 @@ def cancel_command(node_run_dir: str, container: str) -> str:
     """Stop the run's process group and its container (which ends Ray inside it); nothing else."""
     d, c = shlex.quote(node_run_dir), shlex.quote(container)
     rm = f"if command -v docker >/dev/null 2>&1; then docker rm -f {c} >/dev/null 2>&1 || true; fi"
-    return f"""cd {d} || exit 0
+    return ALIVE_FN + f"""cd {d} || exit 0
 touch cancelled
 pg=$(cat pid 2>/dev/null || true)
-alive() {{ [ -n "$pg" ] && kill -0 -- "-$pg" 2>/dev/null; }}
-if alive; then kill -TERM -- "-$pg" 2>/dev/null || true; fi
+alive() {{ [ -n "$pg" ] && _alive "$pg"; }}
+stop() {{  # the run's process group, and anything of its session that left the group
+  kill -"$1" -- "-$pg" 2>/dev/null || true
+  if command -v pkill >/dev/null 2>&1; then pkill -"$1" -s "$pg" 2>/dev/null || true; fi
+}}
+if alive; then stop TERM; fi
 {rm}
 for _ in $(seq 100); do alive || break; sleep 0.1; done
-if alive; then kill -KILL -- "-$pg" 2>/dev/null || true; sleep 0.3; fi
+if alive; then stop KILL; sleep 0.3; fi
 {rm}
 [ -f exit_code ] || echo 137 > exit_code
 left=""
