@@ -240,8 +240,12 @@ def version_at_least(have: str, want: str) -> bool:
     return h + (0,) * (n - len(h)) >= w + (0,) * (n - len(w))
 
 
+ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
 def parse_topo(text: str) -> dict[tuple[int, int], str]:
     """GPU-to-GPU cells of `nvidia-smi topo -m`: {(i, j): 'NV18' | 'SYS' | ...} for i != j."""
+    text = ANSI_RE.sub("", text)  # nvidia-smi underlines the header on a terminal and in captures
     lines = [ln.rstrip() for ln in text.splitlines() if ln.strip()]
     header = next((ln for ln in lines if re.match(r"^\s*GPU0\b", ln)), None)
     if header is None:
@@ -311,7 +315,7 @@ def check_gpu_model(rows: list[dict[str, str]], gpu_type: str | None) -> Check:
     pat = re.compile(rf"(?<![A-Za-z0-9]){re.escape(gpu_type)}(?![A-Za-z0-9])", re.I)
     bad = [r["index"] for r in rows if not pat.search(r["name"])]
     return Check(
-        "gpu_model", value, f"every GPU a {gpu_type}", bool(rows) and not bad,
+        "gpu_model", value, f"{gpu_type} on every GPU", bool(rows) and not bad,
         detail={"not_matching": bad} if bad else None,
     )
 
@@ -402,7 +406,7 @@ def check_nvlink(cells: dict[tuple[int, int], str], gpu_indices: list[int], link
             else:
                 seen.append(cell)
     pairs = len(gpu_indices) * (len(gpu_indices) - 1) // 2
-    value = f"{pairs} pairs " + ("/".join(sorted(set(seen))) if not bad else f"{len(bad)} bad: " + "; ".join(bad[:6]))
+    value = f"{pairs} pair(s) " + ("/".join(sorted(set(seen))) if not bad else f"{len(bad)} bad: " + "; ".join(bad[:6]))
     return Check("nvlink", value, f"{want} between every GPU pair", not bad)
 
 
@@ -565,7 +569,7 @@ def bench_worker(local_rank: int, cfg: dict[str, Any], queue: Any) -> None:
         b = torch.randn(n, n, device=dev, dtype=torch.bfloat16)
         c = torch.empty(n, n, device=dev, dtype=torch.bfloat16)
         t = _time_cuda(torch, lambda: torch.matmul(a, b, out=c), MATMUL_WARMUP, MATMUL_ITERS)
-        out["matmul_tflops"] = 2 * n**3 / t / 1e12
+        out["matmul_bf16_tflops"] = 2 * n**3 / t / 1e12
         del a, b, c
         nbytes = cfg["copy_bytes"]
         src = torch.empty(nbytes, device=dev, dtype=torch.uint8).fill_(1)
@@ -583,7 +587,6 @@ def bench_worker(local_rank: int, cfg: dict[str, Any], queue: Any) -> None:
                 "nccl", init_method=f"tcp://{cfg['master_addr']}:{cfg['master_port']}",
                 rank=rank, world_size=world, device_id=dev,
             )
-            out["nccl"] = ".".join(str(x) for x in torch.cuda.nccl.version())
             groups = {}
             if nnodes > 1:
                 groups["multinode"] = None  # the default group: every GPU of every node
@@ -676,7 +679,7 @@ def bench_checks(results: list[dict[str, Any]], table: dict[str, Any], gpu_type:
     errors = [f"GPU{r['local_rank']}: {r['error']}" for r in results if "error" in r]
     err_text = "; ".join(errors) or None
     checks = []
-    for name, key, unit in (("matmul_bf16", "matmul_tflops", "TFLOP/s"), ("copy_bandwidth", "copy_tbps", "TB/s")):
+    for name, key, unit in (("matmul_bf16", "matmul_bf16_tflops", "TFLOP/s"), ("copy_bandwidth", "copy_tbps", "TB/s")):
         per = [r.get(key) for r in results]
         measured = [v for v in per if v is not None]
         value = min(measured) if measured and len(measured) == len(per) else None
@@ -749,6 +752,10 @@ def torch_probe() -> tuple[Check, dict[str, Any], int]:
                               "run the preflight inside the training container"), {}, 0)
     info = {"torch": torch.__version__, "torch_cuda": torch.version.cuda}
     try:
+        info["nccl"] = ".".join(str(x) for x in torch.cuda.nccl.version())
+    except Exception:  # a CPU-only build has no NCCL
+        info["nccl"] = None
+    try:
         n = torch.cuda.device_count() if torch.cuda.is_available() else 0
     except Exception as err:
         return Check("torch", torch.__version__, "CUDA available", False, warning=str(err)), info, 0
@@ -801,7 +808,6 @@ def run_preflight(args: argparse.Namespace, overrides: dict[str, float], table: 
     checks.append(torch_check)
     if torch_check.ok and not args.no_bench:
         results = run_benchmarks(args, ngpu, args.bench_timeout)
-        meta["environment"]["nccl"] = next((r["nccl"] for r in results if "nccl" in r), None)
         checks += bench_checks(results, table, gpu_type, overrides, args.nnodes)
     meta["duration_s"] = round(time.monotonic() - t0, 1)
     return report_dict(checks, meta)
