@@ -284,13 +284,17 @@ class Follower:
         return total
 
     def poll(self) -> tuple[str, int | None]:
-        out = self.transport.run(poll_command(self.node_run_dir), timeout_s=60, check=False).stdout.strip()
+        res = self.transport.run(poll_command(self.node_run_dir), timeout_s=60, check=False)
+        out = res.stdout.strip()
         if out.startswith("exit "):
             try:
                 return "exit", int(out.split()[1])
             except (IndexError, ValueError):
                 return "exit", None
-        return ("alive", None) if out == "alive" else ("gone", None)
+        if out in ("alive", "gone") and res.exit_code == 0:
+            return out, None
+        # Anything else is a broken exchange, not news about the run: let the caller retry.
+        raise InfraError(f"unexpected answer from the node while polling (exit {res.exit_code}): {out[:200]!r}")
 
     def _with_reconnect(self, action: Callable[[], Any]) -> Any:
         """Retry a node operation while the connection comes back, up to reconnect_s."""

@@ -36,6 +36,7 @@ STATES = ("created", "acquiring", "staging", "running", "collecting", "done", "f
 FINAL_STATES = ("done", "failed", "cancelled")
 MARKER = re.compile(rb"^##reproduce (.*?)\r?$")
 _SAFE_STAGE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+_STAMPED = re.compile(r"^\d{8}T\d{6}Z-")
 
 
 def new_run_id() -> str:
@@ -206,8 +207,12 @@ class RunDir:
     @classmethod
     def create(cls, root: Path, slug: str, run_id: str | None = None) -> "RunDir":
         run_id = run_id or new_run_id()
-        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-        path = Path(root) / slug / f"{stamp}-{run_id}"
+        # A run id that already starts with a UTC timestamp (the Plan's) names the directory alone.
+        if _STAMPED.match(run_id):
+            name = run_id
+        else:
+            name = f"{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}-{run_id}"
+        path = Path(root) / slug / name
         (path / "logs").mkdir(parents=True, exist_ok=False)
         (path / "logs" / f"{TRAIN_STAGE}.log").touch()
         rd = cls(path)
@@ -222,7 +227,8 @@ class RunDir:
         if (as_path / "run.json").is_file():
             return cls(as_path)
         root = Path(root) if root else default_runs_root()
-        hits = sorted(p.parent for p in root.glob(f"**/*-{ref}/run.json")) if root.is_dir() else []
+        hits = sorted({p.parent for pattern in (f"**/*-{ref}/run.json", f"**/{ref}/run.json")
+                       for p in root.glob(pattern)}) if root.is_dir() and "/" not in ref else []
         if not hits:
             raise BadInput(f"no run {ref!r}: give a run directory or a run id found under {root}/")
         if len(hits) > 1:

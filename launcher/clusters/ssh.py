@@ -231,6 +231,8 @@ class SSHTransport:
                 reader.join(timeout_s)
                 code = chan.recv_exit_status()
                 chan.close()
+                if code == -1:  # the channel closed without an exit status: the connection broke
+                    raise EOFError("the command's channel closed without an exit status")
             except socket.timeout as err:
                 raise InfraError(f"a command on {self._where()} did not finish within {timeout_s:.0f} s") from err
             except (paramiko.SSHException, OSError, EOFError) as err:
