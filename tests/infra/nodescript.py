@@ -30,12 +30,12 @@ def script(run_id: str, node_run_dir: str, container: str, body: str) -> str:
 
 def ray_start_args() -> str:
     """`ray start --head` options binding every port to a free loopback one (tests share a host)."""
-    p = free_ports(9)
+    p = free_ports(8)
     return (
         f"--head --node-ip-address 127.0.0.1 --port {p[0]} --node-manager-port {p[1]} --object-manager-port {p[2]} "
-        f"--ray-client-server-port {p[3]} --dashboard-agent-grpc-port {p[4]} --dashboard-agent-listen-port {p[5]} "
-        f"--metrics-export-port {p[6]} --runtime-env-agent-port {p[7]} --min-worker-port {p[8]} "
-        f"--max-worker-port {p[8] + 20} --include-dashboard=false --num-cpus 1 --num-gpus 0 "
+        f"--dashboard-agent-grpc-port {p[3]} --dashboard-agent-listen-port {p[4]} "
+        f"--metrics-export-port {p[5]} --runtime-env-agent-port {p[6]} --min-worker-port {p[7]} "
+        f"--max-worker-port {p[7] + 20} --include-dashboard=false --num-cpus 1 --num-gpus 0 "
         "--object-store-memory 100000000 --disable-usage-stats"
     )
 
