@@ -282,7 +282,7 @@ class _Ctx:
         if self.profile.get("docker.pull"):
             lines.append('docker pull "$IMAGE"')
         lines += [
-            f"# the pulled image must carry the recipe's digest ({image.source_field}); a tag alone is never trusted",
+            f"# the pulled image must carry the recipe's digest (from {image.source_field}); a tag alone is never trusted",
             "docker image inspect --format '{{range .RepoDigests}}{{println .}}{{end}}' \"$IMAGE\" "
             "> \"$NODE_RUN_DIR/image.digests\"",
             "if ! grep -qxF \"$IMAGE\" \"$NODE_RUN_DIR/image.digests\"; then",
@@ -310,7 +310,7 @@ class _Ctx:
         if a.hf_repo:
             dl = (f"python3 \"{self.scripts}/fetch_assets.py\" hf-checkpoint --repo {q(a.hf_repo)} "
                   f"--revision {q(a.hf_revision or 'main')} --dest \"$HF_CKPT\"")
-            lines.append(f"# Hugging Face checkpoint {a.hf_repo} at {a.hf_revision or 'main'} (skipped when complete)")
+            lines.append(_comment(f"# Hugging Face checkpoint {a.hf_repo} at {a.hf_revision or 'main'} (skipped when complete)"))
             lines.append(f"{self.in_image(dl, gpus=False)}")
         lines.append("# the converted checkpoint: done when latest_checkpointed_iteration.txt says release")
         convert = (f"cd {MILES_DIR} && MODEL_ARGS_LINE=\"$(python3 miles/utils/external_utils/model_args_utils.py "
@@ -323,9 +323,9 @@ class _Ctx:
         lines.append("fi")
         lines.append("# the training rows ($SFT_DATA): present and byte-identical to the recipe's")
         lines.append("if [ ! -f \"$SFT_DATA\" ]; then")
-        lines.append("  echo \"rows missing: $SFT_DATA; build them with the recipe's builder "
-                     f"({q(str((self.recipe.dataset.get('build') or {}).get('builder', 'see workload.dataset.build')))}) "
-                     "or set assets.sft_data in the profile\" >&2")
+        builder = str((self.recipe.dataset.get("build") or {}).get("builder", "see workload.dataset.build"))
+        message = f"rows missing; build them with the recipe's builder ({builder}) or set assets.sft_data in the profile: "
+        lines.append(f"  echo {q(message)}\"$SFT_DATA\" >&2")
         lines.append("  exit 1")
         lines.append("fi")
         if a.parquet_sha256:
@@ -339,7 +339,7 @@ class _Ctx:
     def ray_lines(self) -> list[str]:
         """Start the head Ray controlled by this run; its stop joins the container part's cleanup."""
         if self.profile.kind == "ray":
-            return [f"# the existing cluster at {self.profile.get('address')}: the job joins it, no ray start"]
+            return [_comment(f"# the existing cluster at {self.profile.get('address')}: the job joins it, no ray start")]
         port = int(self.profile.get("ray.port"))
         ip = self.profile.get("ray.node_ip_address") or ("127.0.0.1" if self.recipe.nodes == 1 else None)
         lines = [f"NODE_IP={q(ip)}" if ip else "NODE_IP=\"${NODE_IP:-$(hostname -I | awk '{print $1}')}\""]
@@ -364,6 +364,11 @@ class _Ctx:
         lines += [f"export HF_CKPT={q(self.assets.hf_ckpt)}", f"export TORCH_DIST={q(self.assets.torch_dist)}",
                   f"export SFT_DATA={q(self.assets.sft_data)}"]
         return lines
+
+
+def _comment(text: Any) -> str:
+    """Text safe inside a `# ...` line: recipe values can hold newlines, which would end the comment."""
+    return re.sub(r"[\x00-\x1f\x7f]+", " ", str(text))
 
 
 def _with_nvls_off(command: str) -> str:
@@ -399,9 +404,9 @@ def render_node_script(ctx: _Ctx, stages: list[Stage]) -> str:
     digest = hashlib.sha256(r.text.encode()).hexdigest()
     head = [
         "#!/usr/bin/env bash",
-        f"# reproduce node script for {r.slug}",
+        _comment(f"# reproduce node script for {r.slug}"),
         f"#   recipe file sha256 {digest}",
-        f"#   run {ctx.run_id} on cluster profile {p.name!s} (kind {p.kind}), {r.nodes} x {r.gpus_per_node} {r.gpu_type}",
+        _comment(f"#   run {ctx.run_id} on cluster profile {p.name} (kind {p.kind}), {r.nodes} x {r.gpus_per_node} {r.gpu_type}"),
         "# Plain bash, runnable by hand on the node: bash node.sh",
         "# Stages print '##reproduce stage=NAME event=start|end' markers; the launcher builds the timeline from them.",
         "set -euo pipefail",
@@ -453,7 +458,7 @@ def render_node_script(ctx: _Ctx, stages: list[Stage]) -> str:
     body: list[str] = []
     for name in ("preflight", "image", "preflight-gpu", "stack", "assets"):
         stage = by[name]
-        body += ["", f"# ---- stage {name}: {stage.title}", f"_stage_begin {name}"]
+        body += ["", _comment(f"# ---- stage {name}: {stage.title}"), f"_stage_begin {name}"]
         body += list(stage.commands)
         body += ["_stage_end"]
 

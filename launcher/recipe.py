@@ -29,7 +29,7 @@ BOUND_VARIABLES = ("HF_CKPT", "TORCH_DIST", "SFT_DATA")
 AMBIENT_VARIABLES = frozenset(
     {"HOME", "PATH", "PWD", "USER", "HOSTNAME", "PYTHONPATH", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES",
      "MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "NNODES", "WORLD_SIZE", "RAY_ADDRESS", "RANDOM",
-     "SECONDS", "BASH_SOURCE", "OUT_DIR", "RUN_ID", "IFS"}
+     "SECONDS", "BASH_SOURCE", "RUN_ID", "NODE_RUN_DIR", "IFS"}
 )
 
 _DIGEST_RE = re.compile(r"sha256:([0-9a-fA-F]+)")
@@ -294,6 +294,9 @@ def field_path(parts: Any) -> str:
 def _explain(err: Any) -> list[tuple[str, str]]:
     path = field_path(err.absolute_path)
     kind = err.validator
+    if "propertyNames" in err.absolute_schema_path:
+        return [(field_path([*err.absolute_path, str(err.instance)]), "not a shell variable name; expected letters, "
+                 "digits and _, not starting with a digit")]
     if kind == "additionalProperties" and isinstance(err.instance, dict):
         allowed = sorted((err.schema.get("properties") or {}).keys())
         extra = [k for k in err.instance if k not in allowed]
@@ -320,8 +323,6 @@ def _explain(err: Any) -> list[tuple[str, str]]:
         return [(path, "expected non-empty text")]
     if kind in ("minItems", "maxItems", "items", "prefixItems"):
         return [(path, f"got {_show(err.instance)}; expected {_short(err.schema.get('description', err.message))}")]
-    if kind == "propertyNames":
-        return [(path, f"name {_show(err.instance)} is not a shell variable name; expected letters, digits and _, not starting with a digit")]
     if kind == "oneOf" and err.context:
         best = min(err.context, key=lambda e: len(list(e.absolute_path)))
         return [(path, best.message)]
