@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# The single test command. On a fresh Debian 12 machine, as root (CI=true, no stdin):
+#   tests/run.sh [pytest args...]
+# installs what the tests need (docker.io, docker-registry, openssh-server, ...) only when missing,
+# creates .venv and installs the package with its test extras, starts dockerd when it is not
+# running, then runs pytest and exits with pytest's status. Idempotent: a second run reuses all of it.
+# sshd and the registry are NOT started system-wide: the pytest fixtures start their own on free
+# loopback ports (tests/conftest.py).
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$REPO"
+export DEBIAN_FRONTEND=noninteractive
+LOG_DIR="${REPRODUCE_TEST_LOG_DIR:-/var/log/reproduce-tests}"
+mkdir -p "$LOG_DIR"
+
+say() { printf 'tests/run.sh: %s\n' "$*" >&2; }
+
+if [ "$(id -u)" -ne 0 ]; then
+  say "run me as root (I install packages and start dockerd)"
+  exit 2
+fi
+
+# --- system packages, only the missing ones ---
+PACKAGES=(docker.io docker-registry openssh-server openssh-client iproute2 procps python3 python3-venv python3-pip
+          ca-certificates tar)
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  say "installing ${missing[*]}"
+  apt-get update -qq </dev/null
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" </dev/null >"$LOG_DIR/apt.log" 2>&1 \
+    || { tail -n 40 "$LOG_DIR/apt.log" >&2; exit 1; }
+fi
+
+# --- the virtual environment, reinstalled only when pyproject.toml changed ---
+if [ ! -x .venv/bin/python ]; then
+  say "creating .venv"
+  python3 -m venv .venv
+fi
+stamp=".venv/.reproduce-installed"
+want="$(sha256sum pyproject.toml | cut -d' ' -f1)"
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ] || ! .venv/bin/python -c "import launcher, pytest, ray" 2>/dev/null; then
+  say "installing the package and its test extras into .venv"
+  .venv/bin/python -m pip install -q --upgrade pip </dev/null >"$LOG_DIR/pip.log" 2>&1 || true
+  .venv/bin/python -m pip install -q -e '.[test]' </dev/null >>"$LOG_DIR/pip.log" 2>&1 \
+    || { tail -n 40 "$LOG_DIR/pip.log" >&2; exit 1; }
+  echo "$want" > "$stamp"
+fi
+
+# --- dockerd ---
+if [ "${REPRODUCE_TEST_NO_DOCKER:-0}" != "1" ] && ! docker info >/dev/null 2>&1; then
+  if [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1; then
+    say "starting docker (systemd)"
+    systemctl start docker >/dev/null 2>&1 || true
+  fi
+  if ! docker info >/dev/null 2>&1; then
+    say "starting dockerd (log: $LOG_DIR/dockerd.log)"
+    nohup dockerd >>"$LOG_DIR/dockerd.log" 2>&1 </dev/null &
+  fi
+  for _ in $(seq 120); do
+    docker info >/dev/null 2>&1 && break
+    sleep 0.5
+  done
+  if ! docker info >/dev/null 2>&1; then
+    say "dockerd did not come up; its log:"
+    tail -n 40 "$LOG_DIR/dockerd.log" >&2 || true
+    exit 1
+  fi
+fi
+
+# sshd's privilege separation directory (the fixture's sshd needs it; systemd usually makes it)
+mkdir -p /run/sshd
+
+set +e
+.venv/bin/pytest "$@"
+status=$?
+set -e
+exit "$status"
