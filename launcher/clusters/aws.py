@@ -208,7 +208,17 @@ class AwsCluster:
         self.key_dir = Path(key_dir) if key_dir else state_root() / "keys"
         self.poll_s = poll_s
         self.now = now or (lambda: datetime.now(timezone.utc))
-        self.state = AwsState(self.state_path)
+        restoring = recipe is None and self.state_path is not None and self.state_path.is_file()
+        self.state = AwsState.load(self.state_path) if restoring else AwsState(self.state_path)
+        if restoring and not self.target_id and self.state.data["targeted"]:
+            self.target_id = self.state.data["targeted"][0]
+        s = self.settings
+        self.ssh_opts: dict[str, Any] = {
+            "connect_timeout_s": s.connect_timeout_s if s else 20.0,
+            "known_hosts": s.known_hosts if s else None,
+            "host_key_fingerprint": s.host_key_fingerprint if s else None,
+            "accept_unknown_host": bool(s and s.accept_unknown_host),
+        }
         self._ec2: Any = None
         self._checked = False
         self._released = False
@@ -250,7 +260,8 @@ class AwsCluster:
     def acquire(self) -> list[Node]:
         """Launch (or target) the nodes and return them once each answers SSH."""
         s = self.settings
-        assert s is not None, "a cluster restored from a record only releases"
+        if s is None:  # restored from a record: the nodes it already has
+            return [Node(**n) for n in self.state.data["nodes"]]
         self.session  # noqa: B018 - credentials and region first: nothing is created without them
         self.state.set(region=self.region, run_id=self.run_id, recipe=str(self.recipe.slug), owner=self.owner,
                        keep=self.keep, price_per_hour=price_of(s, self.region), nodes_wanted=s.nodes,
@@ -269,9 +280,9 @@ class AwsCluster:
         for existing in self._transports:
             if existing.node == node:
                 return existing
-        s = self.settings
+        opts = self.ssh_opts
         launched = bool(node.meta.get("launched"))
-        known_hosts = (s.known_hosts if s else None)
+        known_hosts = opts.get("known_hosts")
         if launched and not known_hosts and self.state_path:
             known_hosts = str(self.state_path.with_name("aws_known_hosts"))
         settings = SSHSettings(
@@ -280,11 +291,11 @@ class AwsCluster:
             user=node.user,
             identity_file=node.identity_file,
             connect_host=node.connect_host,
-            connect_timeout_s=s.connect_timeout_s if s else 20.0,
+            connect_timeout_s=float(opts.get("connect_timeout_s") or 20.0),
             known_hosts=os.path.expanduser(known_hosts) if known_hosts else None,
-            host_key_fingerprint=s.host_key_fingerprint if s else None,
+            host_key_fingerprint=opts.get("host_key_fingerprint"),
             # a host the launcher just created has a key nobody can have seen; a targeted one must be known
-            accept_new_host_key=launched or bool(s and s.accept_unknown_host),
+            accept_new_host_key=launched or bool(opts.get("accept_unknown_host")),
         )
         transport = SSHTransport(node, settings)
         self._transports.append(transport)
@@ -320,9 +331,19 @@ class AwsCluster:
         return f"reproduce down {where}"
 
     def to_record(self) -> dict:
-        """What attach/cancel need to find this run's nodes again (kept in run.json; no secrets)."""
+        """What attach/cancel need to reach and release this run's nodes again (run.json; no secrets)."""
         return {"kind": "aws", "state_path": str(self.state_path) if self.state_path else None,
-                "region": self.state.data.get("region"), "run_id": self.run_id}
+                "region": self.region_hint, "run_id": self.run_id, "keep": self.keep,
+                "target": self.target_id, "ssh": dict(self.ssh_opts)}
+
+    @classmethod
+    def from_record(cls, record: dict, *, session: Any = None, log: Callable[[str], Any] = print) -> "AwsCluster":
+        """A cluster for a recorded run: transports to its nodes, and a release that ends what it launched."""
+        cluster = cls(None, None, str(record.get("run_id") or ""), keep=bool(record.get("keep")),
+                      instance_id=record.get("target"), session=session, log=log,
+                      state_path=Path(record["state_path"]) if record.get("state_path") else None)
+        cluster.ssh_opts.update(record.get("ssh") or {})
+        return cluster
 
     # --- targeting ------------------------------------------------------------------------------------
     def _target(self, instance_id: str) -> Node:
@@ -616,6 +637,11 @@ class AwsCluster:
         cost = f"${price * n:.2f}/h ({n} x ${price:.3f}/h)" if price else "an unknown $/h (no price for this type/region)"
         self.log(f"aws: kept {', '.join(self.state.launched_instances)} (--keep): it costs {cost} until you end it with "
                  f"`{self.down_command()}`; `reproduce reap` ends it after {self.state.data.get('expires_at')}.")
+
+
+def from_record(record: dict) -> AwsCluster:
+    """Rebuild the cluster of a recorded run (see launcher.execute.cluster_from_record)."""
+    return AwsCluster.from_record(record)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ parameter, the security group made for the run) appears as an explicit `<...>` p
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 

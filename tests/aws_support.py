@@ -1,0 +1,248 @@
+"""Helpers for the aws tests: moto for the lifecycle, a recording client for exact payloads and faults.
+
+moto keeps instances, security groups, Elastic IPs, key pairs and tags, but drops what matters
+most on p5en (the network-card indices, the placement group, the capacity reservation target,
+the market type) and does not implement placement groups or capacity reservations. So the
+session below hands out clients that record every call's parameters exactly as the launcher
+passed them (before moto sees them), answer the calls moto lacks from a table, and raise
+injected faults at a chosen call.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+SEED = REPO / "recipes" / "qwen3-30b-a3b" / "h200" / "attune-tp1-pp1-ep8-mt16k.yaml"
+FAKE_ENV = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SECURITY_TOKEN": "testing",
+    "AWS_SESSION_TOKEN": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_EC2_METADATA_DISABLED": "true",  # never ask an instance-metadata address for credentials
+}
+
+
+def client_error(code: str, message: str = "injected", operation: str = "Op") -> Exception:
+    from botocore.exceptions import ClientError
+
+    return ClientError({"Error": {"Code": code, "Message": message}}, operation)
+
+
+@dataclass
+class Calls:
+    """Every call made through the recording clients, in order."""
+
+    log: list[tuple[str, dict]] = field(default_factory=list)
+
+    def names(self) -> list[str]:
+        return [name for name, _ in self.log]
+
+    def params(self, name: str) -> list[dict]:
+        return [params for n, params in self.log if n == name]
+
+    def one(self, name: str) -> dict:
+        found = self.params(name)
+        assert len(found) == 1, f"{name} called {len(found)} times: {self.names()}"
+        return found[0]
+
+
+class RecordingClient:
+    """A boto3 client that records parameters, answers some calls itself and fails others on demand."""
+
+    def __init__(self, real: Any, calls: Calls, canned: dict[str, Any], faults: dict[str, Any]) -> None:
+        self._real = real
+        self._calls = calls
+        self._canned = canned
+        self._faults = faults
+        self.meta = real.meta
+        self.exceptions = real.exceptions
+
+    def get_paginator(self, name: str) -> Any:
+        return self._real.get_paginator(name)
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        real_method = getattr(self._real, name)
+
+        def call(**params: Any) -> Any:
+            self._calls.log.append((name, params))
+            fault = self._faults.get(name)
+            if fault is not None:
+                result = fault(params) if callable(fault) else fault
+                if isinstance(result, BaseException):
+                    raise result
+                if result is not None:
+                    return result
+            if name in self._canned:
+                answer = self._canned[name]
+                return answer(params) if callable(answer) else answer
+            return real_method(**params)
+
+        return call
+
+
+class RecordingSession:
+    """Wraps a boto3 Session: clients record, credentials and regions come from the real one."""
+
+    def __init__(self, real: Any, calls: Calls | None = None) -> None:
+        self._real = real
+        self.calls = calls or Calls()
+        self.canned: dict[str, Any] = {
+            # moto does not implement placement groups
+            "create_placement_group": {},
+            "delete_placement_group": {},
+            "describe_placement_groups": {"PlacementGroups": []},
+        }
+        self.faults: dict[str, Any] = {}
+
+    @property
+    def region_name(self) -> str | None:
+        return self._real.region_name
+
+    def get_credentials(self) -> Any:
+        return self._real.get_credentials()
+
+    def get_available_partitions(self) -> list[str]:
+        return self._real.get_available_partitions()
+
+    def get_available_regions(self, *args: Any, **kw: Any) -> list[str]:
+        return self._real.get_available_regions(*args, **kw)
+
+    def client(self, name: str, **kw: Any) -> RecordingClient:
+        return RecordingClient(self._real.client(name, **kw), self.calls, self.canned, self.faults)
+
+
+def write_profile(tmp: Path, **fields: Any) -> Path:
+    """An aws profile file (validated by load_profile like any user's)."""
+    data = {"kind": "aws", "region": "us-east-1", "ssh_cidr": "127.0.0.1/32", "connect_host": "127.0.0.1",
+            "connect_timeout_s": 2, "ready_timeout_s": 5}
+    data.update(fields)
+    path = tmp / f"aws-{abs(hash(tuple(sorted(map(str, data.items())))))}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def load(tmp: Path, **fields: Any):
+    from launcher.profile import load_profile
+
+    return load_profile(str(write_profile(tmp, **fields)))
+
+
+def seed_recipe():
+    from launcher.recipe import load_recipe
+
+    return load_recipe(SEED)
+
+
+def two_node_recipe(tmp: Path):
+    """The seed on 2 nodes (16 GPUs, DP 16): the case that needs a placement group."""
+    from launcher.recipe import load_recipe
+
+    raw = yaml.safe_load(SEED.read_text())
+    raw["gpu"]["count"] = 16
+    raw["layout"]["dp"] = 16
+    path = tmp / "two-node.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return load_recipe(path)
+
+
+class BannerServer:
+    """A loopback TCP listener that greets like sshd (for 'SSH answers' without a real server)."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self._stop = False
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while not self._stop:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            try:
+                conn.sendall(b"SSH-2.0-OpenSSH_test\r\n")
+            finally:
+                conn.close()
+
+    def close(self) -> None:
+        self._stop = True
+        self.sock.close()
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def live_resources(ec2: Any) -> dict[str, list[str]]:
+    """What is still allocated in the (moto) account: the assertion of every fault test."""
+    instances = [i["InstanceId"] for r in ec2.describe_instances()["Reservations"] for i in r["Instances"]
+                 if i["State"]["Name"] != "terminated"]
+    return {
+        "instances": instances,
+        "addresses": [a["AllocationId"] for a in ec2.describe_addresses()["Addresses"]],
+        "security_groups": [g["GroupId"] for g in ec2.describe_security_groups()["SecurityGroups"]
+                            if g["GroupName"] != "default"],
+        "key_pairs": [k["KeyName"] for k in ec2.describe_key_pairs()["KeyPairs"]],
+    }
+
+
+NOTHING = {"instances": [], "addresses": [], "security_groups": [], "key_pairs": []}
+
+
+def fake_env() -> dict[str, str]:
+    return dict(FAKE_ENV)
+
+
+def set_fake_env(monkeypatch: Any) -> None:
+    for key, value in FAKE_ENV.items():
+        monkeypatch.setenv(key, value)
+    for key in ("AWS_PROFILE", "AWS_ENDPOINT_URL"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", os.devnull)
+
+
+# --- fixtures (imported by the tests/test_aws*.py modules) -------------------------------------------
+
+
+@pytest.fixture
+def aws(monkeypatch, tmp_path):
+    """A moto account in us-east-1 behind a recording session; fake credentials only here."""
+    set_fake_env(monkeypatch)
+    monkeypatch.setenv("REPRODUCE_STATE_DIR", str(tmp_path / "state"))
+    import boto3
+    from moto import mock_aws
+
+    with mock_aws():
+        yield RecordingSession(boto3.Session(region_name="us-east-1"))
+
+
+@pytest.fixture
+def ami(aws) -> str:
+    return aws._real.client("ec2").describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+
+
+@pytest.fixture
+def banner():
+    server = BannerServer()
+    yield server
+    server.close()
