@@ -237,7 +237,10 @@ class _Ctx:
         args += ["-v", f"{self.node_run_dir}:{self.node_run_dir}", "-v", f"{self.cache_dir}:{self.cache_dir}",
                  "-v", f"{self.node_run_dir}/scripts:{CONTAINER_SCRIPTS}:ro"]
         # names only: docker copies the values from the node script's environment (secrets never on a command line)
-        for name in ("RUN_ID", "NODE_RUN_DIR", "HF_CKPT", "TORCH_DIST", "SFT_DATA", "HF_TOKEN"):
+        names = ["RUN_ID", "NODE_RUN_DIR", "HF_CKPT", "TORCH_DIST", "SFT_DATA", "HF_TOKEN"]
+        if self.recipe.nodes > 1:
+            names += ["NODE_RANK", "HEAD_ADDR"]
+        for name in names:
             args += ["-e", name]
         args += [str(a) for a in p.get("docker.extra_args")]
         return args
@@ -341,15 +344,31 @@ class _Ctx:
         if self.profile.kind == "ray":
             return [_comment(f"# the existing cluster at {self.profile.get('address')}: the job joins it, no ray start")]
         port = int(self.profile.get("ray.port"))
+        gpus = self.recipe.gpus_per_node
+        dash = "--include-dashboard=true" if self.profile.get("ray.dashboard") else "--include-dashboard=false"
         ip = self.profile.get("ray.node_ip_address") or ("127.0.0.1" if self.recipe.nodes == 1 else None)
         lines = [f"NODE_IP={q(ip)}" if ip else "NODE_IP=\"${NODE_IP:-$(hostname -I | awk '{print $1}')}\""]
-        dash = "--include-dashboard=true" if self.profile.get("ray.dashboard") else "--include-dashboard=false"
+        lines.append("_cleanup() { ray stop --force >/dev/null 2>&1 || true; }")
+        if self.recipe.nodes > 1:
+            lines += [
+                "# nodes 1..N-1 join node 0's Ray and serve it until it ends; only node 0 runs the recipe",
+                "if [ \"$NODE_RANK\" != 0 ]; then",
+                f"  ray start --address \"$HEAD_ADDR:{port}\" --node-ip-address \"$NODE_IP\" --num-gpus {gpus} "
+                "--disable-usage-stats --block",
+                "  _stage_end",
+                "  exit 0",
+                "fi",
+            ]
         lines += [
-            "_cleanup() { ray stop --force >/dev/null 2>&1 || true; }",
-            f"ray start --head --node-ip-address \"$NODE_IP\" --port {port} --num-gpus {self.recipe.gpus_per_node} "
-            f"--disable-usage-stats {dash}",
+            f"ray start --head --node-ip-address \"$NODE_IP\" --port {port} --num-gpus {gpus} --disable-usage-stats {dash}",
             f"export RAY_ADDRESS=\"$NODE_IP:{port}\"",
         ]
+        if self.recipe.nodes > 1:
+            lines += [
+                f"# wait until all {self.recipe.nodes} nodes' GPUs have joined ({self.recipe.gpu_count} GPUs)",
+                f"for _ in $(seq 600); do [ \"$(ray status 2>/dev/null | grep -oE '/{self.recipe.gpu_count}(\\.0)? GPU' "
+                "| head -1)\" ] && break; sleep 1; done",
+            ]
         return lines
 
     def exports(self) -> list[str]:
@@ -421,6 +440,9 @@ def render_node_script(ctx: _Ctx, stages: list[Stage]) -> str:
         f"TORCH_DIST={q(ctx.assets.torch_dist)}",
         f"SFT_DATA={q(ctx.assets.sft_data)}",
         "export RUN_ID NODE_RUN_DIR HF_CKPT TORCH_DIST SFT_DATA",
+        *([f"# {r.nodes} nodes: the launcher runs this script on each with NODE_RANK (0 = Ray head) and HEAD_ADDR",
+           "NODE_RANK=\"${NODE_RANK:-0}\"", "HEAD_ADDR=\"${HEAD_ADDR:-}\"", "export NODE_RANK HEAD_ADDR"]
+          if r.nodes > 1 else []),
         "mkdir -p \"$NODE_RUN_DIR\" \"$CACHE_DIR\" \"$(dirname \"$HF_CKPT\")\" \"$(dirname \"$TORCH_DIST\")\" "
         "\"$(dirname \"$SFT_DATA\")\"",
         "cd \"$NODE_RUN_DIR\"",
