@@ -296,9 +296,17 @@ def _run_script(*args: str, env: dict[str, str] | None = None) -> subprocess.Com
                           env=env)
 
 
-def test_preflight_without_gpu_or_torch_fails_cleanly_as_json() -> None:
-    env = {**os.environ, "PATH": "/usr/bin:/bin"}  # no nvidia-smi on this machine's PATH either way
-    p = _run_script("--json", "--gpu-type", "H200", "--gpus", "8", env=env)
+def _bare_node_env(tmp_path: Path) -> dict[str, str]:
+    """No nvidia-smi on PATH and a `torch` that cannot be imported, even on a GPU machine."""
+    (tmp_path / "empty_bin").mkdir()
+    (tmp_path / "no_torch" / "torch").mkdir(parents=True)
+    (tmp_path / "no_torch" / "torch" / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'torch'\")\n")
+    return {**os.environ, "PATH": str(tmp_path / "empty_bin"), "PYTHONPATH": str(tmp_path / "no_torch")}
+
+
+def test_preflight_without_gpu_or_torch_fails_cleanly_as_json(tmp_path: Path) -> None:
+    p = _run_script("--json", "--gpu-type", "H200", "--gpus", "8", env=_bare_node_env(tmp_path))
     assert p.returncode == 1
     assert "Traceback" not in p.stderr + p.stdout
     report = parse_report(p.stdout)
@@ -308,8 +316,8 @@ def test_preflight_without_gpu_or_torch_fails_cleanly_as_json() -> None:
     assert "PyTorch is not importable" in failed["torch"].warning
 
 
-def test_preflight_without_gpu_prints_a_table_naming_the_failures() -> None:
-    p = _run_script("--gpu-type", "H200", env={**os.environ, "PATH": "/usr/bin:/bin"})
+def test_preflight_without_gpu_prints_a_table_naming_the_failures(tmp_path: Path) -> None:
+    p = _run_script("--gpu-type", "H200", env=_bare_node_env(tmp_path))
     assert p.returncode == 1 and "Traceback" not in p.stderr
     assert "preflight FAILED: nvidia_smi, torch" in p.stdout
 
@@ -341,7 +349,7 @@ def _fake_smi(tmp_path: Path, n: int) -> Path:
 
 def test_preflight_end_to_end_with_captured_nvidia_smi_judges_the_node(tmp_path: Path) -> None:
     bin_dir = _fake_smi(tmp_path, 2)
-    env = {**os.environ, "PATH": f"{bin_dir}:/usr/bin:/bin",
+    env = {**_bare_node_env(tmp_path), "PATH": str(bin_dir),
            "NCCL_NVLS_ENABLE": "1", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "0", "NVSHMEM_DISABLE_NVLS": "0"}
     env.pop("CUDA_VISIBLE_DEVICES", None)
     p = _run_script("--json", "--gpu-type", "H200", "--gpus", "8", "--gpu-memory-gb", "141",
