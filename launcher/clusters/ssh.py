@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import logging
 import os
 import shlex
 import socket
@@ -25,6 +26,10 @@ from launcher.clusters.local import command_failed
 from launcher.errors import BadInput, InfraError
 
 DEFAULT_CONNECT_TIMEOUT_S = 20.0
+
+# paramiko logs its own thread's failures with tracebacks to stderr (Python's last-resort handler);
+# every failure reaches the user once, as an InfraError naming the cause, so keep those quiet.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 
 class ConnectionLost(InfraError):
