@@ -229,6 +229,7 @@ def aws(monkeypatch, tmp_path):
     """A moto account in us-east-1 behind a recording session; fake credentials only here."""
     set_fake_env(monkeypatch)
     monkeypatch.setenv("REPRODUCE_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")  # seconds per test otherwise; `ami` registers one
     import boto3
     from moto import mock_aws
 
@@ -238,7 +239,9 @@ def aws(monkeypatch, tmp_path):
 
 @pytest.fixture
 def ami(aws) -> str:
-    return aws._real.client("ec2").describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    """A registered image standing in for the Deep Learning AMI (moto has no such SSM parameter)."""
+    return aws._real.client("ec2").register_image(Name="dlami-standin", RootDeviceName="/dev/sda1",
+                                                  Architecture="x86_64")["ImageId"]
 
 
 @pytest.fixture
