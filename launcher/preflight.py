@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -105,6 +106,11 @@ def preflight_argv(
         argv += ["--nnodes", str(nnodes), "--node-rank", str(node_rank),
                  "--master-addr", str(master_addr), "--master-port", str(master_port)]
     return argv
+
+
+def preflight_command(scripts_dir: str, argv: list[str], *, python: str = "python3") -> str:
+    """The shell line that runs the preflight on the node, every part quoted (for node.sh)."""
+    return shlex.join([python, f"{scripts_dir.rstrip('/')}/preflight.py", *argv])
 
 
 @dataclass(frozen=True)

@@ -666,10 +666,12 @@ def run_benchmarks(args: argparse.Namespace, nlocal: int, timeout_s: float) -> l
                 if p.is_alive():
                     p.kill()
     got = {r["local_rank"] for r in results}
+    failed_first = any("error" in r for r in results)
     for i in range(nlocal):
         if i not in got:
-            results.append({"local_rank": i, "error": f"worker for GPU {i} gave no result within {timeout_s:g} s "
-                            f"(exit code {procs[i].exitcode})"})
+            why = "stopped after another GPU's worker failed" if failed_first else (
+                f"gave no result within {timeout_s:g} s (exit code {procs[i].exitcode})")
+            results.append({"local_rank": i, "error": f"worker for GPU {i} {why}"})
     return sorted(results, key=lambda r: r["local_rank"])
 
 

@@ -81,3 +81,12 @@ def test_preflight_fails_and_names_the_check_below_threshold() -> None:
     assert rc == 1 and not report.ok
     assert [c.name for c in report.failures()] == ["matmul_bf16"]
     assert "matmul_bf16" in report.summary()
+
+
+def test_preflight_gpu_worker_error_is_a_failed_check_not_a_traceback() -> None:
+    rc, out = _run("--copy-gib", "1000")  # more than any GPU has: every worker fails its copy
+    report = parse_report(out)
+    assert rc == 1
+    failed = {c.name: c for c in report.failures()}
+    assert "copy_bandwidth" in failed and "OutOfMemoryError" in failed["copy_bandwidth"].warning
+    assert "Traceback" not in out

@@ -21,6 +21,7 @@ from launcher.preflight import (
     expected_efa_devices,
     parse_report,
     preflight_argv,
+    preflight_command,
     threshold_names,
 )
 from launcher.recipe import load_recipe
@@ -68,6 +69,14 @@ def test_preflight_argv_for_the_seed_recipe_is_what_the_node_script_parses() -> 
     assert NODE.parse_threshold_overrides(args.threshold, NODE.threshold_names(NODE.load_thresholds())) == {
         "allreduce_busbw_gbps": 310.5, "matmul_bf16_tflops": 700.0}
     assert args.nnodes == 1 and args.master_addr is None
+
+
+def test_preflight_command_quotes_every_part() -> None:
+    line = preflight_command("/opt/reproduce/scripts/", _seed_argv())
+    parts = shlex.split(line)
+    assert parts[:3] == ["python3", "/opt/reproduce/scripts/preflight.py", "--json"]
+    assert "'/opt/dlami/nvme/reproduce cache'" in line
+    assert parts[1 + parts.index("--disk-path")] == "/opt/dlami/nvme/reproduce cache"
 
 
 def test_preflight_argv_multinode_carries_the_rendezvous() -> None:
