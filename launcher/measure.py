@@ -390,12 +390,12 @@ def find_logs(path: Path) -> list[Path]:
 
 def parse_logs(paths: Sequence[Path]):
     """Parse one or more logs into (records, stats); steps found in several logs keep the first."""
-    from launcher.parse.miles import ParseStats, iter_file_lines, parse_lines
+    from launcher.parse.miles import ParseStats, parse_path
 
     stats = ParseStats()
     seen: dict[int, StepRecord] = {}
     for p in paths:
-        for rec in parse_lines(iter_file_lines(p), stats):
+        for rec in parse_path(p, stats):
             seen.setdefault(rec.step, rec)
     return [seen[s] for s in sorted(seen)], stats
 

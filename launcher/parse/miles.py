@@ -42,25 +42,28 @@ __all__ = [
     "MilesLogParser",
     "parse_lines",
     "parse_file",
+    "parse_path",
     "parse_payload",
 ]
 
-# A metric line: `step 7: {`, `perf 7: {`, `rollout 7: {`. Searched, not matched, so any prefix
+# A metric line: `step 7: {`, `perf 7: {`, `rollout 7: {`, anywhere in the line, so any prefix
 # (Ray, ANSI, the logging prefix, a fragment of another process's line) is allowed before it.
-_MARKER_RE = re.compile(r"(?<![\w/])(step|perf|rollout) (\d+): (\{.*)$")
+# Found with str.find from each `: {` backwards (cheaper than a regex search over the line).
+_KINDS = ("step", "perf", "rollout")
 # The logging prefix `[2026-10-21 10:00:00.123 actor_cell0_rank0]`.
 _STAMP_RE = re.compile(
     r"\[(\d{4})-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,6}))? ([^\]\s]+)\]"
 )
 _REPEATED_RE = re.compile(r"\s*\[repeated (\d+)x across cluster\]\s*$")
+_REPEATED_BYTES_RE = re.compile(rb"\[repeated (\d+)x across cluster\]")
 _ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 # Flat dict of string keys to numbers: the shape of every metric payload miles prints.
 _NUM = r"[-+]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf)"
 _VAL = rf"(?:np\.float(?:64|32|16)\(({_NUM})\)|np\.int(?:64|32)\(({_NUM})\)|({_NUM})|(True|False|None))"
-_PAIR = rf"'([^'\\]*)': {_VAL}"
-_FLAT_DICT_RE = re.compile(rf"\{{(?:{_PAIR}(?:, {_PAIR})*)?\}}")
-_PAIR_RE = re.compile(_PAIR)
+# A pair must end at `,` or `}`: a value such as `2.3.4` then matches nothing, the pair count
+# falls short of the `': ` count, and the payload goes to the strict reader (which rejects it).
+_PAIR_RE = re.compile(rf"'([^'\\]*)': {_VAL}(?=[,}}])")
 _CONSTS = {"True": 1.0, "False": 0.0, "None": None}
 
 # How many steps behind the newest one a step may still receive lines before it is released.
@@ -133,10 +136,6 @@ class ParseResult:
     stats: ParseStats
 
 
-def _to_float(text: str) -> float:
-    return float(text)  # float() already reads 'nan', 'inf', '-inf', '+inf'
-
-
 def _literal(node: ast.AST):
     """ast.literal_eval, extended with nan / inf and numpy scalar wrappers such as np.float64(x)."""
     if isinstance(node, ast.Constant):
@@ -166,12 +165,14 @@ def _literal(node: ast.AST):
 def parse_payload(text: str) -> dict:
     """Read one metric dict as miles prints it (Python repr). Raises ValueError when it cannot."""
     text = text.strip()
-    if _FLAT_DICT_RE.fullmatch(text):
-        out = {}
-        for key, f64, i64, num, const in _PAIR_RE.findall(text):
-            raw = f64 or i64 or num
-            out[key] = _to_float(raw) if raw else _CONSTS[const]
-        return out
+    if text.startswith("{") and text.endswith("}"):
+        pairs = _PAIR_RE.findall(text)
+        if len(pairs) == text.count("': ") and "{" not in text[1:] and "[" not in text:
+            out = {}
+            for key, f64, i64, num, const in pairs:
+                raw = f64 or i64 or num
+                out[key] = float(raw) if raw else _CONSTS[const]
+            return out
     try:
         tree = ast.parse(text, mode="eval")
     except SyntaxError as err:
@@ -180,6 +181,21 @@ def parse_payload(text: str) -> dict:
     if not isinstance(value, dict):
         raise ValueError("payload is not a dict")
     return value
+
+
+def _marker(line: str) -> tuple[str, int, str] | None:
+    """(kind, N, payload) of the first `<kind> N: {` in the line, or None."""
+    i = line.find(": {")
+    while i >= 0:
+        j = line.rfind(" ", 0, i)
+        num = line[j + 1 : i]
+        if j > 0 and num.isdigit() and num.isascii():
+            for kind in _KINDS:
+                k = j - len(kind)
+                if line.startswith(kind, k, j) and (k == 0 or not (line[k - 1].isalnum() or line[k - 1] in "_/")):
+                    return kind, int(num), line[i + 2 :]
+        i = line.find(": {", i + 3)
+    return None
 
 
 def _timestamp(line: str) -> float | None:
@@ -225,50 +241,47 @@ class MilesLogParser:
         self.stats.lines += 1
         if ": {" not in line:  # the cheap pre-filter: no metric dict on this line
             return []
-        return self._candidate(line, last)
+        return self.candidate(line, last)
 
-    def _candidate(self, line: str, last: bool) -> list[StepRecord]:
+    def candidate(self, line: str, last: bool = False) -> list[StepRecord]:
+        """A line that passed the pre-filter (it holds `: {`). Does not count it in `lines`."""
         stats = self.stats
-        if "\x1b" in line:
-            line = _ANSI_RE.sub("", line)
-        line = line.rstrip("\r\n")
-        if "across cluster]" in line:
+        if "across cluster]" in line:  # counted by the line loops; here only stripped
             rep = _REPEATED_RE.search(line)
             if rep:
-                stats.repeated += 1
-                stats.repeated_collapsed += int(rep.group(1))
                 line = line[: rep.start()]
-        m = _MARKER_RE.search(line)
-        if not m:
+        found = _marker(line)
+        if found is None:
             return []  # some other dict (Memory-Usage, ...): not ours
-        kind, step = m.group(1), int(m.group(2))
+        kind, step, payload = found
+        if "\x1b" in payload:
+            payload = _ANSI_RE.sub("", payload)
         if step <= self._released_upto:
             stats.late += 1
             return []
-        if kind == "step" and step in self._have_step:
-            stats.duplicates += 1  # the doubled step line: same content, skip the parse
+        if step in (self._have_step if kind == "step" else self._have_perf if kind == "perf" else ()):
+            if kind == "step" or "perf/actor_train_time" in payload or "perf/step_time" in payload:
+                stats.duplicates += 1  # the doubled step line: same content, skip the parse
+                return []
+        # Lines whose content the record does not use are only checked to be whole.
+        if kind == "rollout" or (kind == "perf" and "perf/actor_train_time" not in payload
+                                 and "perf/step_time" not in payload):
+            if not payload.rstrip().endswith("}"):
+                self._bad(line, last)
+            elif kind == "rollout":
+                stats.metric_lines += 1
+                stats.rollout_lines += 1
+            else:
+                stats.metric_lines += 1
+                stats.rollout_perf_lines += 1  # the RolloutManager's perf line
             return []
         try:
-            metrics = parse_payload(m.group(3))
+            metrics = parse_payload(payload)
         except (ValueError, TypeError, RecursionError, MemoryError):
-            if last and not m.group(3).rstrip().endswith("}"):
-                stats.truncated += 1
-            else:
-                stats.unparseable += 1
-                if len(stats.unparseable_examples) < 5:
-                    stats.unparseable_examples.append(line[:200])
+            self._bad(line, last)
             return []
         stats.metric_lines += 1
-        if kind == "rollout":
-            stats.rollout_lines += 1
-            return []
         if kind == "perf":
-            if "perf/actor_train_time" not in metrics and "perf/step_time" not in metrics:
-                stats.rollout_perf_lines += 1  # the RolloutManager's perf line
-                return []
-            if step in self._have_perf:
-                stats.duplicates += 1
-                return []
             stats.train_perf_lines += 1
             rec = self._record(step)
             self._have_perf.add(step)
@@ -287,6 +300,15 @@ class MilesLogParser:
             self._max_step = step
             return self._release(self._max_step - _RELEASE_LAG)
         return []
+
+    def _bad(self, line: str, last: bool) -> None:
+        """A metric line that cannot be read: the cut last line of a killed run, or unparseable."""
+        if last and not line.rstrip().endswith("}"):
+            self.stats.truncated += 1
+            return
+        self.stats.unparseable += 1
+        if len(self.stats.unparseable_examples) < 5:
+            self.stats.unparseable_examples.append(line.rstrip("\r\n")[:200])
 
     # -- assembling records --------------------------------------------------------------------
     def _record(self, step: int) -> StepRecord:
@@ -337,6 +359,13 @@ class MilesLogParser:
         return out
 
 
+def _count_repeated(stats: ParseStats, line: str) -> None:
+    rep = _REPEATED_RE.search(line)
+    if rep:
+        stats.repeated += 1
+        stats.repeated_collapsed += int(rep.group(1))
+
+
 def parse_lines(lines: Iterable[str], stats: ParseStats | None = None) -> Iterator[StepRecord]:
     """Yield one StepRecord per step, in step order, from an iterable of log lines.
 
@@ -344,14 +373,32 @@ def parse_lines(lines: Iterable[str], stats: ParseStats | None = None) -> Iterat
     line of look-ahead), so a cut final line counts as truncated rather than unparseable.
     """
     parser = MilesLogParser(stats)
+    candidate = parser.candidate
+    count = 0
     it = iter(lines)
     prev = next(it, None)
-    for line in it:
-        yield from parser.feed(prev)
+    stats = parser.stats
+    for line in it:  # the hot loop: two substring tests per line, the rest only on candidates
+        count += 1
+        if "cluster]" in prev:
+            _count_repeated(stats, prev)
+        if ": {" in prev:
+            released = candidate(prev)
+            if released:
+                yield from released
         prev = line
     if prev is not None:
-        yield from parser.feed(prev, last=True)
+        count += 1
+        if "cluster]" in prev:
+            _count_repeated(stats, prev)
+        if ": {" in prev:
+            yield from candidate(prev, last=True)
+    parser.stats.lines += count
     yield from parser.finish()
+
+
+_CHUNK = 4 << 20  # bytes read at a time by parse_path
+_MAX_LINE = 64 << 20  # a "line" longer than this (binary garbage, no newline) is dropped, counted
 
 
 def iter_file_lines(path: Path) -> Iterator[str]:
@@ -360,8 +407,60 @@ def iter_file_lines(path: Path) -> Iterator[str]:
         yield from fh
 
 
+def parse_path(path: str | Path, stats: ParseStats | None = None) -> Iterator[StepRecord]:
+    """parse_lines for a file, faster: read in 4 MiB binary chunks, find `: {` with bytes.find
+    (C speed) and decode only the candidate lines. Same records and counters as
+    parse_lines(iter_file_lines(path)) for `\n`-separated logs; memory is one chunk plus the
+    pending records, whatever the file's size.
+    """
+    parser = MilesLogParser(stats)
+    candidate = parser.candidate
+    lines = 0
+    carry = b""
+    with open(path, "rb") as fh:
+        while True:
+            data = fh.read(_CHUNK)
+            if not data:
+                break
+            buf = carry + data if carry else data
+            # Hold back the last line (complete or not): only at EOF is it known to be the last.
+            cut = buf.rfind(b"\n", 0, len(buf) - 1) + 1
+            if cut == 0:
+                carry = buf
+                if len(carry) > _MAX_LINE:
+                    lines += 1
+                    parser.stats.unparseable += b": {" in carry
+                    carry = b""
+                continue
+            carry = buf[cut:]  # `buf` itself is searched up to `cut`: no copy of the chunk
+            lines += buf.count(b"\n", 0, cut)
+            if buf.find(b"across cluster]", 0, cut) >= 0:
+                for rep in _REPEATED_BYTES_RE.finditer(buf, 0, cut):
+                    parser.stats.repeated += 1
+                    parser.stats.repeated_collapsed += int(rep.group(1))
+            find, rfind = buf.find, buf.rfind
+            i = find(b": {", 0, cut)
+            while i >= 0:
+                if not 48 <= buf[i - 1] <= 57:  # no digit before `: {`: not `<kind> N: {`
+                    i = find(b": {", i + 3, cut)
+                    continue
+                end = find(b"\n", i, cut)
+                released = candidate(buf[rfind(b"\n", 0, i) + 1 : end].decode("utf-8", "replace"))
+                if released:
+                    yield from released
+                i = find(b": {", end, cut)
+    if carry:
+        lines += 1
+        if b"across cluster]" in carry:
+            _count_repeated(parser.stats, carry.decode("utf-8", "replace"))
+        if b": {" in carry:
+            yield from candidate(carry.decode("utf-8", "replace"), last=True)
+    parser.stats.lines += lines
+    yield from parser.finish()
+
+
 def parse_file(path: str | Path) -> ParseResult:
     """Parse a whole log file (streamed; only the per-step records are kept)."""
     stats = ParseStats()
-    records = list(parse_lines(iter_file_lines(Path(path)), stats))
+    records = list(parse_path(Path(path), stats))
     return ParseResult(records=records, stats=stats)

@@ -1,0 +1,145 @@
+"""Benchmark: parse speed (MB/s) and peak memory of the miles log parser on a large log.
+
+Target (issue 3): at least 100 MB/s, with memory that does not grow with the log's length,
+shown on a 1 GB log. The log is synthetic but shaped like a real miles run (miles.md): per step
+the doubled `step N:` line, both `perf N:` lines, a `rollout N:` line, Timer and Memory-Usage
+lines from 8 ranks (some collapsed by Ray), NCCL and warning chatter, ANSI-coloured Ray prefixes,
+and one garbage line. `--dense` makes every line a metric line (the worst case).
+
+    .venv/bin/python benchmarks/parse_miles.py --size-mb 1024 [--dense] [--keep PATH]
+
+Each measurement runs in a fresh process so that its peak RSS is its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+ACTOR = "\x1b[36m(MegatronTrainRayActor pid=5123)\x1b[0m "
+ROLLOUT = "\x1b[36m(RolloutManager pid=5101, ip=10.0.0.2)\x1b[0m "
+
+
+def step_block(n: int, dense: bool) -> str:
+    ts = f"[2026-10-21 {10 + (n // 3600) % 14:02d}:{(n // 60) % 60:02d}:{n % 60:02d}.123"
+    metric = [
+        f"{ROLLOUT}{ts} rollout_manager] metrics.py:89 - perf {n}: {{'rollout/response_len/mean': 5546.2, "
+        f"'rollout/response_len/median': 5601.0, 'rollout/response_len/max': 8191, 'rollout/response_len/min': 3, "
+        f"'perf/rollout_time': np.float64(0.31)}}",
+        f"{ROLLOUT}{ts} rollout_manager] rollout.py:301 - rollout {n}: {{'rollout/total_lengths': 8192.0, "
+        f"'rollout/response_lengths': 5546.2}}",
+        f"{ACTOR}{ts} actor_cell0_rank0] log_utils.py:542 - step {n}: {{'train/loss': 0.9123{n % 10}, "
+        f"'train/grad_norm': 2.31, 'train/lr-pg_0': 9.5e-06, 'train/lr-pg_1': 9.5e-06, 'train/step': {n}}}",
+        f"{ACTOR}{ts} actor_cell0_rank0] log_utils.py:542 - step {n}: {{'train/loss': 0.9123{n % 10}, "
+        f"'train/grad_norm': 2.31, 'train/lr-pg_0': 9.5e-06, 'train/lr-pg_1': 9.5e-06, 'train/step': {n}}}",
+        f"{ACTOR}{ts} actor_cell0_rank0] train_metric_utils.py:56 - perf {n}: {{'perf/train_wait_time': 0.4, "
+        f"'perf/data_preprocess_time': 0.02, 'perf/train_time': 18.56, 'perf/actor_train_time': 18.51, "
+        f"'perf/actor_train_tflops': np.float64(129.23), 'perf/actor_train_tok_per_s': np.float64(56649.16), "
+        f"'perf/mfu_peak_tflops': 989.0, 'perf/actor_train_mfu': 0.1306, 'perf/step_time': 18.96, "
+        f"'perf/wait_time_ratio': 0.021}}",
+    ]
+    if dense:
+        return "\n".join(metric) + "\n"
+    noise = [f"{ACTOR}{ts} actor_cell0_rank0] timer.py:24 - Timer train start"]
+    for r in range(8):
+        noise.append(f"{ACTOR}{ts} actor_cell0_rank{r}] train.py:120 - [Rank {r}] Memory-Usage after "
+                     f"clear_memory: {{'gpu': {r}, 'total_GB': 139.8, 'free_GB': 118.2, 'used_GB': 21.6}}")
+    for i in range(24):
+        noise.append(f"{ACTOR}ip-10-0-0-2:5123:5190 [{i % 8}] NCCL INFO Channel {i:02d}/32 : {i % 8}[{i % 8}] -> "
+                     f"{(i + 1) % 8}[{(i + 1) % 8}] via P2P/CUMEM/read")
+    noise.append(f"{ACTOR}/usr/local/lib/python3.12/dist-packages/torch/utils/checkpoint.py:85: UserWarning: "
+                 f"None of the inputs have requires_grad=True. Gradients will be None [repeated 7x across cluster]")
+    noise.append(f"{ACTOR}{ts} actor_cell0_rank0] timer.py:31 - Timer train end (elapsed: 18.6s)")
+    noise.append(f"ft op=train_step rollout={n} step=0 rank=0 elapsed=18.560 \ufffd\ufffd garbage")
+    return "\n".join(metric[:2] + noise[:10] + metric[2:4] + noise[10:] + metric[4:]) + "\n"
+
+
+def generate(path: Path, size_mb: int, dense: bool) -> int:
+    target = size_mb * 1024 * 1024
+    written = n = 0
+    with open(path, "w", encoding="utf-8") as fh:
+        while written < target:
+            chunk = "".join(step_block(n + i, dense) for i in range(200))
+            fh.write(chunk)
+            written += len(chunk.encode())
+            n += 200
+    return n
+
+
+def measure_child(path: str) -> dict:
+    from launcher.parse.miles import ParseStats, iter_file_lines, parse_lines, parse_path
+
+    stats = ParseStats()
+    c0 = time.process_time()
+    t0 = time.perf_counter()
+    count = 0
+    last = None
+    records = parse_lines(iter_file_lines(Path(path)), stats) if os.environ.get("BENCH_LINES") else parse_path(path, stats)
+    for rec in records:
+        count += 1
+        last = rec
+    dt = time.perf_counter() - t0
+    cpu = time.process_time() - c0
+    size = os.path.getsize(path)
+    return {
+        "bytes": size,
+        "seconds": dt,
+        "mb_per_s": size / 1e6 / dt,
+        "cpu_seconds": cpu,
+        "mb_per_cpu_s": size / 1e6 / cpu,
+        "records": count,
+        "last_step": last.step if last else None,
+        "lines": stats.lines,
+        "unparseable": stats.unparseable,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--size-mb", type=int, default=1024)
+    ap.add_argument("--dense", action="store_true", help="every line a metric line (worst case)")
+    ap.add_argument("--keep", type=Path, help="write the log here and keep it")
+    ap.add_argument("--repeat", type=int, default=1, help="parse the same log this many times (fresh process each)")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        print(json.dumps(measure_child(args.child)))
+        return
+    tmpdir = None
+    if args.keep:
+        path = args.keep
+    else:
+        tmpdir = tempfile.TemporaryDirectory()
+        path = Path(tmpdir.name) / "train.log"
+    try:
+        steps = generate(path, args.size_mb, args.dense)
+        runs = []
+        for _ in range(args.repeat):
+            out = subprocess.run([sys.executable, __file__, "--child", str(path)], capture_output=True, text=True,
+                                 check=True)
+            runs.append(json.loads(out.stdout))
+        result = dict(runs[-1])
+        result["runs_mb_per_s"] = [round(r["mb_per_s"], 1) for r in runs]
+        result["runs_mb_per_cpu_s"] = [round(r["mb_per_cpu_s"], 1) for r in runs]
+        result["runs_peak_rss_mb"] = [round(r["peak_rss_mb"], 1) for r in runs]
+        result.update({"steps_generated": steps, "dense": args.dense, "python": platform.python_version(),
+                       "machine": f"{platform.machine()} {os.cpu_count()} cpus"})
+        print(json.dumps(result, indent=2))
+    finally:
+        if tmpdir:
+            tmpdir.cleanup()
+
+
+if __name__ == "__main__":
+    main()
