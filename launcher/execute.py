@@ -342,8 +342,21 @@ class Follower:
 # The run
 
 
-def _stage_files(transport: Transport, node_run_dir: str, node_script: str, scripts_dir: Path | None) -> None:
-    transport.run(f"mkdir -p {shlex.quote(node_run_dir)}")
+def secrets_env(secrets: Mapping[str, str]) -> str:
+    """KEY='value' lines that node.sh sources once (then deletes); never written locally."""
+    lines = []
+    for key, value in secrets.items():
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+            raise BadInput(f"secret name {key!r} is not a valid environment variable name")
+        lines.append(f"{key}={shlex.quote(value)}")
+    return "\n".join(lines) + "\n"
+
+
+def _stage_files(transport: Transport, node_run_dir: str, node_script: str, scripts_dir: Path | None,
+                 secrets: Mapping[str, str] | None = None) -> None:
+    transport.run(f"mkdir -p {shlex.quote(node_run_dir)} && chmod 700 {shlex.quote(node_run_dir)}")
+    if secrets:
+        transport.put_text(secrets_env(secrets), f"{node_run_dir}/.secrets.env", mode=0o600)
     transport.put_text(node_script, f"{node_run_dir}/node.sh", mode=0o755)
     transport.put_text(WRAPPER, f"{node_run_dir}/run_node.sh", mode=0o755)
     if scripts_dir is not None and scripts_dir.is_dir():
@@ -559,8 +572,12 @@ def execute(
     reconnect_s: float = 60.0,
     console: Any = None,
     measure: bool = True,
+    secrets: Mapping[str, str] | None = None,
 ) -> Outcome:
     """Run a Plan's node script on the cluster's node and bring everything back into `run_dir`.
+
+    `secrets` (e.g. {"HF_TOKEN": ...}) go to the node only, as a 0600 `.secrets.env` that node.sh
+    sources once and deletes; they are never written to the run dir or printed.
 
     Raises InfraError (exit 3) for connection and node failures, Interrupted (130) on Ctrl-C or
     SIGTERM; the cluster is released on every path except a deliberate detach or a lost connection
@@ -596,7 +613,7 @@ def execute(
             rd.update_record(node=asdict(node), nodes=[asdict(n) for n in nodes])
             transport = cluster.transport(node)
             rd.set_status("staging")
-            _stage_files(transport, node_run_dir, node_script, scripts_dir)
+            _stage_files(transport, node_run_dir, node_script, scripts_dir, secrets)
             pid = _launch(transport, node_run_dir)
             launched = True
             rd.update_record(pid=pid, launched_at=time.time())

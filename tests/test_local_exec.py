@@ -170,3 +170,21 @@ def test_attach_to_a_finished_run_is_refused(tmp_path, runs_root):
     result = cli("attach", str(rd.path))
     assert result.returncode == 2 and "already ended" in result.stderr
     assert cli("attach", "nosuchrun", "--runs-dir", str(runs_root)).returncode == 2
+
+
+def test_secrets_reach_the_node_once_and_never_the_run_dir(tmp_path, runs_root):
+    import hashlib
+
+    digest = hashlib.sha256("hf_s3cr3t 'x".encode()).hexdigest()  # the script must not hold the secret
+    body = (
+        'if [ -f .secrets.env ]; then set -a; . ./.secrets.env; set +a; rm -f .secrets.env; fi\n'
+        f'_mark train start\n[ "$(printf %s "$HF_TOKEN" | sha256sum | cut -d" " -f1)" = {digest} ] && echo token-arrived\n'
+    )
+    rd, node_dir, container, text = _job(tmp_path, runs_root, body)
+    execute(LocalCluster(), node_script=text, run_id=rd.run_id, node_run_dir=node_dir, container=container,
+            run_dir=rd, poll_s=0.1, secrets={"HF_TOKEN": "hf_s3cr3t 'x"})
+    assert (rd.logs / "train.log").read_text() == "token-arrived\n"
+    assert not Path(node_dir, ".secrets.env").exists()
+    for path in rd.path.rglob("*"):
+        if path.is_file():
+            assert b"hf_s3cr3t" not in path.read_bytes(), path

@@ -7,6 +7,7 @@ launcher only targeted it.
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
@@ -58,9 +59,14 @@ class LocalTransport:
     def put_text(self, text: str, remote: str, *, mode: int | None = None) -> None:
         dest = Path(remote)
         dest.parent.mkdir(parents=True, exist_ok=True)
-        dest.write_text(text)
-        if mode is not None:
-            dest.chmod(mode)
+        # the mode is set before any byte is written (a secrets file is never readable by others)
+        fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if mode is None else mode & 0o700)
+        with os.fdopen(fd, "w") as fh:
+            if mode is not None:
+                os.fchmod(fh.fileno(), mode)
+            else:
+                os.fchmod(fh.fileno(), 0o644)
+            fh.write(text)
 
     def get(self, remote: str, local: Path) -> None:
         local.parent.mkdir(parents=True, exist_ok=True)

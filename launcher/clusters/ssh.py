@@ -273,9 +273,9 @@ class SSHTransport:
             try:
                 sftp = self._sftp_client()
                 with sftp.open(remote, "wb") as fh:
+                    if mode is not None:  # before any byte is written (a secrets file)
+                        fh.chmod(mode)
                     fh.write(text.encode())
-                if mode is not None:
-                    sftp.chmod(remote, mode)
             except (paramiko.SSHException, OSError, EOFError) as err:
                 raise self._lost(err) from err
 
