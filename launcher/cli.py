@@ -105,11 +105,13 @@ def attach(
 ) -> None:
     """Reattach to a run in progress: continue collecting its log where it stopped, then measure."""
     from launcher.execute import attach as attach_run
+    from launcher.execute import outcome_exit_code
 
     try:
-        attach_run(run, runs_root=runs_dir, on_interrupt=on_interrupt)
+        outcome = attach_run(run, runs_root=runs_dir, on_interrupt=on_interrupt)
     except ReproduceError as err:
         raise _fail(err) from None
+    raise typer.Exit(outcome_exit_code(outcome))
 
 
 @app.command()
@@ -132,7 +134,9 @@ def cancel(
 @app.command("measure")
 def measure_cmd(
     log: Path = typer.Argument(..., help="miles log file, or a run directory (its artifacts are written)"),
-    recipe: Path = typer.Option(..., "--recipe", help="the recipe whose claim is judged"),
+    recipe: Optional[Path] = typer.Option(
+        None, "--recipe", help="the recipe whose claim is judged (default: a run directory's recipe.yaml)"
+    ),
     json_out: bool = typer.Option(False, "--json", help="print exactly one JSON object on stdout"),
     price_per_hour: Optional[float] = typer.Option(None, "--price-per-hour", help="override the $/h price"),
     region: Optional[str] = typer.Option(None, "--region", help="price region (default us-east-1)"),

@@ -432,10 +432,12 @@ def measure_run_dir(
     region: str | None = None,
     tolerance=None,
     write_plots: bool = True,
+    reference: Path | None = None,
 ):
     """Measure a run directory and write its artifacts: steps.jsonl, result.yaml, verdict.json,
-    report.md and plots/. Returns (Result, Verdict). Called by the run path after collecting logs,
-    and by `reproduce measure RUN_DIR`.
+    report.md and plots/ (and convergence.json when a `reference` run dir or log is given).
+    Returns (Result, Verdict). Called by the run path after collecting logs, and by
+    `reproduce measure RUN_DIR`.
     """
     import yaml
 
@@ -450,10 +452,16 @@ def measure_run_dir(
     result = measure(records, recipe_raw, timeline=timeline, price_per_hour=price_per_hour,
                      region=region, parse_stats=stats, measured=_measured_date(records))
     verdict = judge(result, recipe_raw, **({"tolerance": tolerance} if tolerance is not None else {}))
+    convergence = None
+    if reference is not None:
+        from launcher.convergence import check, loss_curve
+
+        convergence = check(loss_curve(records), loss_curve(load_records(reference)[0]))
+        (run_dir / "convergence.json").write_text(json.dumps(json_safe(convergence.to_dict()), indent=2) + "\n")
     write_steps_jsonl(run_dir / "steps.jsonl", records)
     (run_dir / "result.yaml").write_text(yaml.safe_dump(result.to_result_yaml(), sort_keys=False))
-    (run_dir / "verdict.json").write_text(json.dumps(verdict.to_dict(), indent=2) + "\n")
-    write_report(run_dir, result, verdict, recipe_raw, records, plots=write_plots)
+    (run_dir / "verdict.json").write_text(json.dumps(json_safe(verdict.to_dict()), indent=2) + "\n")
+    write_report(run_dir, result, verdict, recipe_raw, records, convergence, plots=write_plots)
     return result, verdict
 
 

@@ -139,3 +139,30 @@ def test_measure_run_dir_writes_every_artifact(tmp_path):
     assert written["tokens_per_s_per_gpu"] == pytest.approx(7000.0, abs=0.01)
     assert written["gpu_hours"] == 8.0
     assert json.loads((tmp_path / "verdict.json").read_text())["status"] == "reproduced"
+
+
+def test_the_seed_run_block_verbatim_on_the_standin_measures_as_reproduced(tmp_path):
+    """The recipe's own `run` script, run by bash from the stand-in tree as from /root/miles."""
+    import os
+    import subprocess
+
+    from measure_support import START, STANDIN
+
+    raw = seed_raw()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STANDIN_")}
+    env.update(HF_CKPT="/nonexistent/hf", TORCH_DIST="/nonexistent/dist", SFT_DATA="/nonexistent/rows.parquet",
+               STANDIN_START_EPOCH=str(START))
+    run_dir = tmp_path / "run"
+    (run_dir / "logs").mkdir(parents=True)
+    with open(run_dir / "logs" / "train.log", "wb") as log:
+        proc = subprocess.run(["bash", "-c", "set -euo pipefail\n" + raw["run"]], cwd=STANDIN, env=env,
+                              stdout=log, stderr=subprocess.STDOUT, timeout=60)
+    assert proc.returncode == 0, (run_dir / "logs" / "train.log").read_text()[-2000:]
+    (run_dir / "recipe.yaml").write_text(yaml.safe_dump(raw))
+    reference = tmp_path / "ref.log"
+    run_standin(reference, steps=20)
+    result, verdict = measure_run_dir(run_dir, raw, reference=reference)
+    assert result.steps_parsed == 20  # --num-rollout 20 from the recipe reached the stand-in
+    assert verdict.status == "reproduced", verdict.reasons
+    assert json.loads((run_dir / "convergence.json").read_text())["passed"] is True
+    assert "Convergence" in (run_dir / "report.md").read_text()

@@ -104,3 +104,12 @@ def test_compare_passes_a_run_against_itself_and_fails_a_diverged_or_nan_one(log
     assert nan.returncode == 1
     data = json.loads(nan.stdout)
     assert data["passed"] is False and data["nan_steps"] == [15, 16, 17, 18, 19]
+
+
+def test_run_dir_recipe_is_the_default(logs):
+    run_dir = logs["good"].parent.parent
+    (run_dir / "recipe.yaml").write_text(SEED.read_text())
+    proc = cli("measure", run_dir, "--json")
+    assert proc.returncode == 0 and json.loads(proc.stdout)["verdict"]["status"] == "reproduced"
+    no_recipe = cli("measure", logs["slow"], "--json")
+    assert no_recipe.returncode == 2 and "--recipe" in no_recipe.stderr
