@@ -61,6 +61,16 @@ class Outcome:
     measurement: Any = None
 
 
+def outcome_exit_code(outcome: Outcome) -> int:
+    """0: done and, where judged, reproduced; 1: judged and not reproduced (the CLI contract)."""
+    if outcome.state != "done":
+        return 130 if outcome.state == "cancelled" else 3
+    verdict = outcome.measurement[1] if isinstance(outcome.measurement, tuple) and len(outcome.measurement) > 1 else None
+    if verdict is None:
+        return 0
+    return 0 if getattr(verdict, "status", None) == "reproduced" else 1
+
+
 # --------------------------------------------------------------------------------------------
 # Node-side commands (every value quoted)
 
