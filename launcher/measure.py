@@ -17,7 +17,8 @@ from typing import Iterable, Sequence
 
 from launcher.errors import BadInput
 from launcher.parse.miles import ParseStats, StepRecord
-from launcher.prices import Price, instance_type_of, price_per_hour
+from launcher import prices
+from launcher.prices import Price, instance_type_of
 
 # Dense bf16 peak per GPU (FLOP/s). 989 TFLOP/s is NVIDIA's H100/H200 SXM figure and the value
 # miles logs as perf/mfu_peak_tflops.
@@ -70,6 +71,11 @@ class Result:
             return False
         return self.last_step is None or self.last_step < self.steps_expected - 1
 
+    def _mfu_note(self) -> str:
+        if self.mfu is None:
+            return "; ".join(n for n in self.notes if n.startswith("no MFU")) or "no MFU: no throughput"
+        return f"{MFU_FORMULA}; peak {self.peak_flops / 1e12:g} TFLOP/s ({self.peak_source})"
+
     def to_result_yaml(self) -> dict:
         """The recipe's `result` block shape (same keys, same rounding), plus provenance."""
         out: dict = {
@@ -77,9 +83,7 @@ class Result:
             "usd_per_million_tokens": _round(self.usd_per_million_tokens, 2),
             "step_time_cv_percent": _round(self.step_time_cv_percent, 2),
             "mfu": _round(self.mfu, 4),
-            "mfu_note": f"{MFU_FORMULA}; peak {self.peak_flops:.4g} FLOP/s ({self.peak_source})"
-            if self.peak_flops
-            else "no MFU: " + ("; ".join(n for n in self.notes if "MFU" in n) or "unknown peak"),
+            "mfu_note": self._mfu_note(),
             "active_params": {"count": self.active_params},
             "measured": self.measured,
             "steps_per_run": (self.last_step + 1) if self.last_step is not None else 0,
@@ -236,8 +240,6 @@ def measure(
     measured: str | None = None,
 ) -> Result:
     """Compute the recipe's `result` figures from parsed steps. Pure: no I/O."""
-    from launcher import prices as _prices  # module, not the parameter of the same name
-
     gpus = int(_require(recipe_raw, "gpu", "count"))
     global_batch = int(_require(recipe_raw, "workload", "global_batch"))
     row_tokens = int(_require(recipe_raw, "workload", "row_tokens"))
@@ -293,7 +295,7 @@ def measure(
         notes.append(f"no MFU: no known peak for GPU type {gpu_type!r}")
 
     instance = instance_type_of((recipe_raw.get("gpu") or {}).get("instance"))
-    price = _prices.price_per_hour(instance, region, price_per_hour)
+    price = prices.price_per_hour(instance, region, price_per_hour)
     if price is None:
         notes.append(f"no $/1M tokens: no price known for instance {instance!r}; pass --price-per-hour")
 

@@ -37,7 +37,7 @@ def _fmt(value, digits: int) -> str:
 
 
 def _peak(flops) -> str:
-    return f"{flops:.4g} FLOP/s" if flops else "unknown"
+    return f"{flops / 1e12:g} TFLOP/s" if flops else "unknown"
 
 
 def _diff(measured, claimed) -> str:
@@ -74,6 +74,9 @@ def plot_run(plots_dir: Path, records: Sequence[StepRecord], window: tuple[int, 
         ax.axvspan(window[0] - 0.5, window[1] + 0.5, color="tab:green", alpha=0.12, label=f"window {window[0]}-{window[1]}")
         if reference:
             ax.axhline(reference, color="tab:orange", linestyle="--", linewidth=1, label=f"claimed mean {reference:.2f} s")
+        if name == "step_time.png":  # do not let start-up flatten the window
+            _clip_warmup(ax, points, window)
+        ax.xaxis.get_major_locator().set_params(integer=True)
         ax.set_xlabel("step")
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
@@ -84,6 +87,24 @@ def plot_run(plots_dir: Path, records: Sequence[StepRecord], window: tuple[int, 
         plt.close(fig)
         out.append(path)
     return out
+
+
+def _clip_warmup(ax, points, window: tuple[int, int]) -> None:
+    """Keep the window readable: a start-up step many times slower would flatten it. Values off
+    the scale are written at the top edge instead."""
+    inside = [y for x, y in points if window[0] <= x <= window[1] and math.isfinite(y)]
+    if not inside:
+        return
+    lo, hi = min(inside), max(inside)
+    pad = max((hi - lo) * 0.5, abs(hi) * 0.05, 1e-9)
+    top = hi + pad
+    off = [(x, y) for x, y in points if math.isfinite(y) and y > top + pad]
+    if not off:
+        return
+    ax.set_ylim(min(lo - pad, min(y for _, y in points if math.isfinite(y))), top + pad)
+    for x, y in off:
+        ax.annotate(f"{y:.3g}", (x, top + pad), xytext=(0, -10), textcoords="offset points",
+                    ha="center", fontsize=7, color="tab:red")
 
 
 def render_markdown(result, verdict, recipe_raw: dict, records: Sequence[StepRecord], convergence=None,
