@@ -169,3 +169,21 @@ def test_file_reader_and_line_reader_agree(tmp_path, cut):
     assert a_stats == b_stats
     assert a_stats.repeated == 2 and a_stats.repeated_collapsed == 10
     assert a_stats.lines == len(log.read_bytes().split(b"\n"))
+
+
+def test_standin_failure_and_model_args(tmp_path):
+    import subprocess
+    import sys
+
+    from measure_support import STANDIN
+
+    log = tmp_path / "train.log"
+    assert run_standin(log, steps=20, fail_at=5) == 1
+    result = parse_file(log)
+    assert [r.step for r in result.records] == [0, 1, 2, 3, 4]
+    assert "Traceback" in log.read_text()
+    script = "miles/utils/external_utils/model_args_utils.py"
+    ok = subprocess.run([sys.executable, script, "qwen3-30B-A3B"], cwd=STANDIN, capture_output=True, text=True)
+    assert ok.returncode == 0 and ok.stdout.count("\n") == 1 and "--num-experts 128" in ok.stdout
+    bad = subprocess.run([sys.executable, script, "llama-1B"], cwd=STANDIN, capture_output=True, text=True)
+    assert bad.returncode != 0 and bad.stdout == ""
