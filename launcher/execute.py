@@ -501,7 +501,7 @@ class Runner:
                         hint=_reattach_hint(self.rd),
                     ) from None
                 self.progress.say("cancelling the run on the node")
-                self._cancel_on_node(transport)
+                self._cancel_or_say(transport, follower)
                 self._safe_drain(follower)
                 follower.finish_logs("cancelled")
                 self.rd.set_status("cancelled", "cancelled by the user (Ctrl-C or SIGTERM)")
@@ -521,6 +521,20 @@ class Runner:
             follower.drain()
         except (InfraError, OSError, EOFError):
             pass
+
+    def _cancel_or_say(self, transport: Transport, follower: Follower | None = None) -> None:
+        """Cancel on the node; when that fails the run may go on, and the user is told how to end it."""
+        try:
+            self._cancel_on_node(transport)
+        except InfraError as err:
+            if follower is not None:
+                follower.finish_logs("running")
+            self.keep_cluster = True
+            self.rd.set_status("detached", f"cancel failed: {err}")
+            raise InfraError(
+                f"could not cancel the run on the node: {err}. It may still be running (and costing money).",
+                hint=_reattach_hint(self.rd),
+            ) from err
 
     def _cancel_on_node(self, transport: Transport) -> None:
         out = transport.run(cancel_command(self.node_run_dir, self.container), timeout_s=120, check=False).stdout
@@ -624,8 +638,8 @@ def execute(
             transport = cluster.transport(node)
             rd.set_status("staging")
             _stage_files(transport, node_run_dir, node_script, scripts_dir, secrets)
+            launched = True  # from here on an interrupt must cancel on the node (harmless if not started)
             pid = _launch(transport, node_run_dir)
-            launched = True
             rd.update_record(pid=pid, launched_at=time.time())
             progress.say(f"node script started on {node.name} (pid {pid}); run dir {rd.path}")
         return runner.follow(transport)
@@ -633,7 +647,7 @@ def execute(
         # Interrupted before the script was launched (acquire/staging): nothing runs yet.
         if launched:
             runner.progress.say("cancelling the run on the node")
-            runner._cancel_on_node(transport)
+            runner._cancel_or_say(transport)
         rd.set_status("cancelled", "interrupted before the run started")
         raise Interrupted("interrupted before the node script started; nothing was left running.") from None
     except ReproduceError as err:
