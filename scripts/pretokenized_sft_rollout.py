@@ -86,7 +86,7 @@ def prepare_sample(sample: Any, where: str, row_tokens: int | None = None) -> No
     if not tokens:
         raise ValueError(f"{where}: the row is empty")
     if row_tokens is not None and len(tokens) != row_tokens:
-        raise ValueError(f"{where}: the row has {len(tokens)} tokens, expected {row_tokens} ({ROW_TOKENS_ENV})")
+        raise ValueError(f"{where}: the row has {len(tokens)} tokens, expected {row_tokens} (the recipe's row_tokens)")
     metadata = sample.metadata
     if not isinstance(metadata, dict):
         raise ValueError(f"{where}: sample.metadata is {type(metadata).__name__}, expected a dict from the struct "
@@ -141,3 +141,60 @@ def summarize(groups: Sequence[Sequence[Any]]) -> dict[str, float]:
     supervised = sum(sum(s.loss_mask) for s in samples)
     return {"samples": len(samples), "tokens": total, "supervised": supervised,
             "supervised_ratio": supervised / total if total else 0.0}
+
+
+def check_parquet(path: str, row_tokens: int | None) -> dict[str, Any]:
+    """Every row of a rows parquet through prepare_sample: the training's checks, before any GPU time."""
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise ValueError("pyarrow is not installed (pip install pyarrow)") from None
+
+    class _Row:
+        def __init__(self, prompt: Any, metadata: Any):
+            self.prompt, self.metadata = prompt, metadata
+
+    try:
+        pf = pq.ParquetFile(path)
+    except (OSError, ValueError) as err:
+        raise ValueError(f"{path}: not a readable parquet file ({err})") from None
+    missing = {"messages", "metadata"} - set(pf.schema_arrow.names)
+    if missing:
+        raise ValueError(f"{path}: no column(s) {', '.join(sorted(missing))} (columns: {', '.join(pf.schema_arrow.names)})")
+    rows = tokens = supervised = 0
+    for batch in pf.iter_batches(columns=["messages", "metadata"], batch_size=256):
+        for rec in batch.to_pylist():
+            s = _Row(rec["messages"], rec["metadata"])
+            prepare_sample(s, f"{path} row {rows}", row_tokens)
+            rows += 1
+            tokens += len(s.tokens)
+            supervised += sum(s.loss_mask)
+    if rows == 0:
+        raise ValueError(f"{path}: no rows")
+    return {"rows": rows, "tokens": tokens, "supervised_tokens": supervised,
+            "supervised_token_ratio": round(supervised / tokens, 6)}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import argparse
+    import json
+    import sys
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--check", metavar="PARQUET", required=True,
+                   help="run every row of a rows parquet through the rollout's checks and print a summary")
+    p.add_argument("--row-tokens", type=int, help="the recipe's row_tokens (default: $%s when set)" % ROW_TOKENS_ENV)
+    args = p.parse_args(argv)
+    try:
+        row_tokens = args.row_tokens if args.row_tokens is not None else expected_row_tokens()
+        summary = check_parquet(args.check, row_tokens)
+    except ValueError as err:
+        print(f"pretokenized_sft_rollout: {err}", file=sys.stderr)
+        return 1
+    print(json.dumps(summary, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
