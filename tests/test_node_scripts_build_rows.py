@@ -154,6 +154,7 @@ def test_parquet_rows_match_the_permuted_stream_and_the_printed_hashes(tmp_path)
     assert got[0]["messages"][:len(first[:48])] == first[:48] and order[0] != 0
 
     assert summary["rows_sha256"] == le_int32_sha(r["messages"] for r in got)
+    assert b.rows_sha256(r["messages"] for r in got) == summary["rows_sha256"]  # the helper docs name
     assert summary["loss_mask_sha256"] == hashlib.sha256(b"".join(bytes(r["metadata"]["loss_mask"]) for r in got)).hexdigest()
     assert summary["parquet_sha256"] == hashlib.sha256(out.read_bytes()).hexdigest()
     assert summary["parquet_bytes"] == out.stat().st_size
