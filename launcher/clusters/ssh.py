@@ -297,8 +297,12 @@ class SSHTransport:
         with self._lock:
             try:
                 with self._sftp_client().open(remote, "rb") as fh:
+                    end = min(fh.stat().st_size, offset + max_bytes)
+                    if end <= offset:
+                        return b""
                     fh.seek(offset)
-                    return fh.read(max_bytes)
+                    fh.prefetch(end)  # concurrent read requests: ~10x faster than one at a time
+                    return fh.read(end - offset)
             except FileNotFoundError:
                 return b""
             except (paramiko.SSHException, OSError, EOFError) as err:
