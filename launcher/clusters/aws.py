@@ -285,18 +285,19 @@ class AwsCluster:
         known_hosts = opts.get("known_hosts")
         if launched and not known_hosts and self.state_path:
             known_hosts = str(self.state_path.with_name("aws_known_hosts"))
-        settings = SSHSettings(
-            host=node.host,
-            port=node.port,
-            user=node.user,
-            identity_file=node.identity_file,
-            connect_host=node.connect_host,
-            connect_timeout_s=float(opts.get("connect_timeout_s") or 20.0),
-            known_hosts=os.path.expanduser(known_hosts) if known_hosts else None,
-            host_key_fingerprint=opts.get("host_key_fingerprint"),
+        # Built from profile-shaped fields, exactly as the ssh cluster builds its settings.
+        settings = SSHSettings.from_mapping({
+            "host": node.host,
+            "port": node.port,
+            "user": node.user,
+            "identity_file": node.identity_file,
+            "connect_host": node.connect_host,
+            "connect_timeout_s": float(opts.get("connect_timeout_s") or 20.0),
+            "known_hosts": os.path.expanduser(known_hosts) if known_hosts else None,
+            "host_key_fingerprint": opts.get("host_key_fingerprint"),
             # a host the launcher just created has a key nobody can have seen; a targeted one must be known
-            accept_new_host_key=launched or bool(opts.get("accept_unknown_host")),
-        )
+            "accept_unknown_host": launched or bool(opts.get("accept_unknown_host")),
+        })
         transport = SSHTransport(node, settings)
         self._transports.append(transport)
         return transport
@@ -637,6 +638,70 @@ class AwsCluster:
         cost = f"${price * n:.2f}/h ({n} x ${price:.3f}/h)" if price else "an unknown $/h (no price for this type/region)"
         self.log(f"aws: kept {', '.join(self.state.launched_instances)} (--keep): it costs {cost} until you end it with "
                  f"`{self.down_command()}`; `reproduce reap` ends it after {self.state.data.get('expires_at')}.")
+
+
+def check(recipe: Any, profile: Any, run_id: str, *, owner: str | None = None, session: Any = None,
+          ami_resolver: Callable[[str], str] | None = None, operator_cidr: str | None = None,
+          log: Callable[[str], Any] = print) -> list[str]:
+    """`--check`: the launch's calls with DryRun=True, where credentials exist; nothing is created.
+
+    The read-only lookups (instance type, AMI, subnets, reservation) run for real; every call that
+    would create something is sent with DryRun=True, so AWS checks permissions and parameters.
+    Returns one line per call; raises InfraError (or BadInput) naming the first refusal.
+    """
+    c = AwsCluster(recipe, profile, run_id, owner=owner, session=session, ami_resolver=ami_resolver,
+                   operator_cidr=operator_cidr, log=log)
+    s = c.settings
+    assert s is not None
+    lines: list[str] = []
+    if c.target_id:
+        inst = _only_instance(c._call("describe_instances", f"describing {c.target_id}", InstanceIds=[c.target_id]),
+                              c.target_id)
+        rq.check_instance_type(recipe, inst["InstanceType"], c._facts(inst["InstanceType"]))
+        return [f"ok   DescribeInstances {c.target_id}: {inst['State']['Name']}, {inst['InstanceType']}"]
+    facts = c._facts(s.instance_type)
+    rq.check_instance_type(recipe, s.instance_type, facts)
+    lines.append(f"ok   DescribeInstanceTypes {s.instance_type}: {facts.gpus} x {facts.gpu_name}, "
+                 f"{facts.network_cards} network cards, {facts.max_efa} EFA")
+    ami_id = c._resolve_ami()
+    root = c._root_device(ami_id)
+    lines.append(f"ok   AMI {ami_id} (root device {root})")
+    zone = c._reservation_zone()
+    subnets = c._subnets(zone)
+    lines.append(f"ok   subnet {subnets[0]['SubnetId']} in {subnets[0]['AvailabilityZone']}")
+    tags = rq.run_tags(recipe, run_id, c.owner, rq.expires_at(c.now(), s.ttl_hours), s.extra_tags)
+    default_group = c._call("describe_security_groups", "finding the VPC's default security group",
+                            Filters=[{"Name": "vpc-id", "Values": [subnets[0]["VpcId"]]},
+                                     {"Name": "group-name", "Values": ["default"]}])["SecurityGroups"]
+    group = default_group[0]["GroupId"] if default_group else "sg-00000000"
+    dry: list[tuple[str, str, dict]] = [
+        ("CreateSecurityGroup", "create_security_group", rq.security_group_request(run_id, subnets[0]["VpcId"], tags))]
+    if not s.key_name:
+        dry.append(("CreateKeyPair", "create_key_pair", rq.key_pair_request(run_id, tags)))
+    if s.nodes > 1:
+        dry.append(("CreatePlacementGroup", "create_placement_group", rq.placement_group_request(run_id, tags)))
+    dry.append(("RunInstances", "run_instances", rq.run_instances_request(
+        s, ami_id=ami_id, subnet_id=subnets[0]["SubnetId"], group_id=group, key_name=s.key_name or "",
+        placement_group=None, root_device=root, network_cards=facts.network_cards, max_efa=facts.max_efa, tags=tags,
+        client_token=rq.client_token(run_id, 99))))
+    if not s.key_name:
+        dry[-1][2].pop("KeyName")  # the run's own key pair does not exist yet
+    if s.elastic_ip:
+        dry.append(("AllocateAddress", "allocate_address", rq.allocate_address_request(tags)))
+    for name, method, params in dry:
+        try:
+            getattr(c.ec2, method)(DryRun=True, **params)
+        except Exception as err:  # noqa: BLE001
+            if _code(err) == "DryRunOperation":
+                lines.append(f"ok   {name} (DryRun: would succeed)")
+                continue
+            for line in lines:
+                log(line)
+            raise translate(err, f"{name} with DryRun=True", s) from err
+        lines.append(f"ok   {name} (the endpoint accepted it without DryRun checks)")
+    for line in lines:
+        log(line)
+    return lines
 
 
 def from_record(record: dict) -> AwsCluster:
