@@ -131,3 +131,38 @@ def buy(recipe: Any, profile: Any, offering_id: str, *, hours: int = 24, nodes: 
     return reservation
 
 
+
+
+def capacity_command(recipe_path: str, cluster: str = "aws", *, hours: int = 24, nodes: int | None = None,
+                     start_after: str | None = None, end_before: str | None = None, buy_id: str | None = None,
+                     max_usd: float | None = None, log: Callable[[str], Any] = print) -> str | None:
+    """`reproduce capacity RECIPE`: list offerings; with --buy ID, buy that one (price printed first)."""
+    from launcher.prices import price_per_hour
+    from launcher.profile import load_profile
+    from launcher.recipe import load_recipe
+
+    recipe = load_recipe(recipe_path)
+    profile = load_profile(cluster)
+    if profile.kind != "aws":
+        raise BadInput(f"--cluster {cluster} is of kind {profile.kind}; Capacity Blocks are AWS's: give an aws profile.")
+    after, before = _when(start_after, "--start-after"), _when(end_before, "--end-before")
+    if buy_id:
+        return buy(recipe, profile, buy_id, hours=hours, nodes=nodes, max_usd=max_usd, start_after=after,
+                   end_before=before, log=log)
+    offerings = list_offerings(recipe, profile, hours=hours, nodes=nodes, start_after=after, end_before=before)
+    try:
+        od = price_per_hour(profile.get("instance_type") or recipe.instance_type, profile.get("region"))
+    except BadInput:
+        od = None
+    log(format_offerings(offerings, od.value if od else None))
+    return None
+
+
+def _when(text: str | None, flag: str) -> datetime | None:
+    if not text:
+        return None
+    try:
+        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise BadInput(f"{flag} {text!r}: expected an ISO date or time, e.g. 2026-12-01 or 2026-12-01T11:30Z.") from None
+    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)

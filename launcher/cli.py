@@ -171,6 +171,59 @@ def compare_cmd(
     raise typer.Exit(code)
 
 
+# --- aws (issue 5): `down`, `reap`, `capacity` (launcher/clusters/aws.py, launcher/capacity.py) ---
+
+
+@app.command()
+def down(
+    run: str = typer.Argument(..., help="Run directory (or its aws.json), or a run id found under the runs root."),
+    runs_dir: Optional[Path] = typer.Option(None, "--runs-dir", help="Runs root (default: $REPRODUCE_RUNS_DIR or ./runs)."),
+) -> None:
+    """End what an aws run launched (a --keep node, or what a crash left): instances, Elastic IPs, groups, key pair."""
+    from launcher.clusters.aws import down_run
+
+    try:
+        down_run(run, runs_root=runs_dir)
+    except ReproduceError as err:
+        raise _fail(err) from None
+
+
+@app.command()
+def reap(
+    cluster: str = typer.Option("aws", "--cluster", "-c", help="aws profile whose region is searched."),
+    region: Optional[str] = typer.Option(None, "--region", help="Region to search (overrides the profile's)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="List what would be ended; end nothing."),
+) -> None:
+    """End every instance (and its Elastic IPs, groups, key pair) the launcher tagged whose expires-at has passed."""
+    from launcher.clusters.aws import reap_command
+
+    try:
+        reap_command(cluster, region, dry_run=dry_run)
+    except ReproduceError as err:
+        raise _fail(err) from None
+
+
+@app.command()
+def capacity(
+    recipe: Path = typer.Argument(..., help="Recipe whose instance type and node count are wanted."),
+    cluster: str = typer.Option("aws", "--cluster", "-c", help="aws profile (region, instance_type)."),
+    hours: int = typer.Option(24, "--hours", help="Block length: whole days (24, 48, ...)."),
+    nodes: Optional[int] = typer.Option(None, "--nodes", help="Instances in the block (default: the recipe's nodes)."),
+    start_after: Optional[str] = typer.Option(None, "--start-after", help="Earliest start (ISO, UTC)."),
+    end_before: Optional[str] = typer.Option(None, "--end-before", help="Latest end (ISO, UTC)."),
+    buy: Optional[str] = typer.Option(None, "--buy", help="Buy this offering id. It CANNOT be cancelled; its price is printed first."),
+    max_usd: Optional[float] = typer.Option(None, "--max-usd", help="With --buy: refuse an offering costing more than this."),
+) -> None:
+    """List Capacity Block offerings for RECIPE (price, start time); buy one only with --buy OFFERING_ID."""
+    from launcher.capacity import capacity_command
+
+    try:
+        capacity_command(str(recipe), cluster, hours=hours, nodes=nodes, start_after=start_after,
+                         end_before=end_before, buy_id=buy, max_usd=max_usd)
+    except ReproduceError as err:
+        raise _fail(err) from None
+
+
 def _default_to_run(argv: list[str]) -> list[str]:
     """`reproduce RECIPE ...` means `reproduce run RECIPE ...`: the first word is a file, not a command."""
     if not argv:

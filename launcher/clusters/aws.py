@@ -882,6 +882,33 @@ def down(run_dir: Path, *, session: Any = None, log: Callable[[str], Any] = prin
     return before
 
 
+def down_run(ref: str, *, runs_root: Path | None = None, log: Callable[[str], Any] = print) -> list[str]:
+    """`reproduce down RUN`: RUN is a run directory, its aws.json, or a run id under the runs root."""
+    path = Path(ref)
+    if not (path.is_file() or (path / "aws.json").is_file()):
+        from launcher.rundir import RunDir
+
+        path = RunDir.find(ref, runs_root).path
+    before = down(path, log=log)
+    log(f"aws: ended {', '.join(before)}" if before else "aws: nothing of this run was still allocated")
+    return before
+
+
+def reap_command(cluster: str = "aws", region: str | None = None, *, dry_run: bool = False,
+                 log: Callable[[str], Any] = print) -> list[str]:
+    """`reproduce reap`: the region from --region, else from the aws profile, else the AWS configuration."""
+    if region is None:
+        from launcher.profile import load_profile
+
+        profile = load_profile(cluster)
+        if profile.kind != "aws":
+            raise BadInput(f"--cluster {cluster} is of kind {profile.kind}; reap ends AWS instances, give an aws profile.")
+        region = profile.get("region")
+    if region is None:
+        region = make_session(None).region_name
+    return reap(region, dry_run=dry_run, log=log)
+
+
 def _expired(tags: list[dict] | None, now: datetime) -> tuple[str, str] | None:
     """(run id, expires-at) of a resource whose expiry has passed, else None."""
     values = {t["Key"]: t["Value"] for t in tags or []}
