@@ -249,3 +249,18 @@ def banner():
     server = BannerServer()
     yield server
     server.close()
+
+
+@pytest.fixture
+def moto_server(monkeypatch, tmp_path):
+    """A moto server on loopback, reached through AWS_ENDPOINT_URL (as a real launcher would be)."""
+    from moto.server import ThreadedMotoServer
+
+    set_fake_env(monkeypatch)
+    monkeypatch.setenv("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://{host}:{port}")
+    yield f"http://{host}:{port}"
+    server.stop()

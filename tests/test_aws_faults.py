@@ -18,7 +18,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from aws_support import (  # noqa: F401 - fixtures
-    NOTHING, REPO, SEED, ami, aws, banner, client_error, closed_port, live_resources, load, seed_recipe,
+    NOTHING, REPO, SEED, ami, aws, banner, moto_server, client_error, closed_port, live_resources, load, seed_recipe,
     set_fake_env, write_profile,
 )
 from launcher.clusters.aws import AwsCluster, down, reap
@@ -239,20 +239,6 @@ c.acquire()
 print("acquired", flush=True)
 time.sleep(600)
 """
-
-
-@pytest.fixture
-def moto_server(monkeypatch, tmp_path):
-    """A moto server on loopback, reached through AWS_ENDPOINT_URL (as a real launcher would be)."""
-    from moto.server import ThreadedMotoServer
-
-    set_fake_env(monkeypatch)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://{host}:{port}")
-    yield f"http://{host}:{port}"
-    server.stop()
 
 
 @pytest.mark.parametrize("cleanup", ["reap", "down"])
