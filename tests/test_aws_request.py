@@ -155,3 +155,10 @@ def test_the_dry_run_builder_imports_no_boto3():
             "print(bad); sys.exit(1 if bad else 0)")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_an_ipv6_operator_address_gets_an_ipv6_rule(tmp_path):
+    calls = calls_for(tmp_path, ssh_cidr="2001:db8::7/128")
+    ingress = next(c for c in calls if c.operation == "AuthorizeSecurityGroupIngress").params
+    assert ingress["IpPermissions"][1]["Ipv6Ranges"][0]["CidrIpv6"] == "2001:db8::7/128"
+    assert "IpRanges" not in ingress["IpPermissions"][1]

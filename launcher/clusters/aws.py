@@ -637,7 +637,9 @@ class AwsCluster:
         n = len(self.state.launched_instances)
         cost = f"${price * n:.2f}/h ({n} x ${price:.3f}/h)" if price else "an unknown $/h (no price for this type/region)"
         self.log(f"aws: kept {', '.join(self.state.launched_instances)} (--keep): it costs {cost} until you end it with "
-                 f"`{self.down_command()}`; `reproduce reap` ends it after {self.state.data.get('expires_at')}.")
+                 f"`{self.down_command()}`; `reproduce reap` ends it after {self.state.data.get('expires_at')}"
+                 + (" (and it powers itself off then: self_terminate)." if self.settings is None or
+                    self.settings.self_terminate else "."))
 
 
 def check(recipe: Any, profile: Any, run_id: str, *, owner: str | None = None, session: Any = None,

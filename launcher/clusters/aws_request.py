@@ -265,12 +265,15 @@ def security_group_request(run_id: str, vpc_id: str, tags: list[dict[str, str]])
 
 def ingress_request(group_id: str, port: int, cidr: str) -> dict[str, Any]:
     """All traffic from the group itself (EFA needs it) and SSH from one address only."""
+    ranges = "Ipv6Ranges" if ":" in cidr else "IpRanges"
+    key = "CidrIpv6" if ":" in cidr else "CidrIp"
+    ssh = {"IpProtocol": "tcp", "FromPort": port, "ToPort": port,
+           ranges: [{key: cidr, "Description": "SSH from the operator"}]}
     return {
         "GroupId": group_id,
         "IpPermissions": [
             {"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": group_id, "Description": "the run's own nodes (EFA, NCCL, Ray)"}]},
-            {"IpProtocol": "tcp", "FromPort": port, "ToPort": port,
-             "IpRanges": [{"CidrIp": cidr, "Description": "SSH from the operator"}]},
+            ssh,
         ],
     }
 
