@@ -8,6 +8,7 @@ price per node-hour x nodes x wall-clock hours since the nodes were acquired.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from launcher.errors import BadInput
 
@@ -31,6 +32,18 @@ class Budget:
                 "--max-usd needs a price, and none is known for this instance type and region.",
                 hint="Set price_per_hour in the profile or pass --price-per-hour.",
             )
+
+    @classmethod
+    def for_recipe(cls, recipe: Any, price_per_hour: float | None, max_usd: float | None,
+                   max_hours: float | None) -> "Budget":
+        """The budget of one run of `recipe` (its nodes) at a node price (launcher.prices)."""
+        return cls(max_usd, max_hours, price_per_hour, int(recipe.nodes))
+
+    @staticmethod
+    def expected_hours(recipe: Any) -> float | None:
+        """Wall-clock hours the recipe's claim implies: result.gpu_hours / gpu.count (None if not given)."""
+        gpu_hours = recipe.claimed_gpu_hours
+        return None if gpu_hours is None else float(gpu_hours) / int(recipe.gpu_count)
 
     @property
     def usd_per_hour(self) -> float:

@@ -35,6 +35,16 @@ def test_a_run_expected_to_cost_more_than_the_budget_is_refused_before_launch():
         Budget(max_usd=None, max_hours=0.1, price_per_hour=63.296, nodes=1).refuse_if_over(0.2)
 
 
+def test_the_seed_recipes_budget_uses_its_nodes_and_claimed_gpu_hours():
+    from aws_support import seed_recipe
+
+    recipe = seed_recipe()
+    budget = Budget.for_recipe(recipe, 63.296, max_usd=9.0, max_hours=None)
+    assert budget.nodes == 1 and Budget.expected_hours(recipe) == pytest.approx(1.25 / 8)
+    with pytest.raises(BadInput, match=r"\$9.89"):
+        budget.refuse_if_over(Budget.expected_hours(recipe))
+
+
 def test_a_dollar_limit_without_a_price_is_bad_input():
     with pytest.raises(BadInput, match="price"):
         Budget(max_usd=10.0, max_hours=None, price_per_hour=None, nodes=1)

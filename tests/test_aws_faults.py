@@ -17,10 +17,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from aws_support import (  # noqa: F401 - fixtures
-    NOTHING, REPO, SEED, ami, aws, banner, moto_server, client_error, closed_port, live_resources, load, seed_recipe,
-    set_fake_env, write_profile,
-)
+from aws_support import ami, aws, banner, moto_server  # noqa: F401 - fixtures
+from aws_support import NOTHING, REPO, client_error, closed_port, live_resources, load, seed_recipe, write_profile
 from launcher.clusters.aws import AwsCluster, down, reap
 from launcher.errors import BadInput, InfraError, Interrupted
 from launcher.teardown import always_release
