@@ -185,6 +185,20 @@ def test_teardown_that_cannot_finish_says_what_is_left_and_how_to_end_it(aws, am
     assert live_resources(ec2_of(aws)) == NOTHING
 
 
+def test_a_refused_termination_is_reported_at_once_with_the_instance_named(aws, ami, tmp_path, banner):
+    c = cluster(aws, ami, tmp_path, port=banner.port)
+    [node] = c.acquire()
+    aws.faults["terminate_instances"] = client_error("UnauthorizedOperation", "no", "TerminateInstances")
+    t0 = time.monotonic()
+    with pytest.raises(InfraError) as err:
+        c.release()
+    assert time.monotonic() - t0 < 60  # no 20-minute wait for a termination AWS refused
+    assert f"instance {node.meta['instance_id']}" in str(err.value) and "reproduce down" in str(err.value)
+    aws.faults.clear()
+    down(tmp_path / "run", session=aws, poll_s=0.01, log=lambda m: None)
+    assert live_resources(ec2_of(aws)) == NOTHING
+
+
 # --- bad input: a clear message, exit 2, nothing launched ---------------------------------------------
 
 

@@ -726,20 +726,24 @@ def teardown(ec2: Any, state: AwsState, *, log: Callable[[str], Any] = print, po
     if run_id:
         _discover(ec2, state, run_id)
     ids = state.launched_instances
+    live: list[str] = []
     if ids:
         log(f"aws: terminating {', '.join(ids)}")
+        refused = False
         try:
             ec2.terminate_instances(InstanceIds=ids)
         except Exception as err:  # noqa: BLE001
             if not _code(err).startswith("InvalidInstanceID.NotFound"):
+                refused = True  # waiting for a termination that was never accepted would only burn money
                 log(f"aws: terminate failed: {translate(err, 'terminating')}")
-        deadline = time.monotonic() + terminate_timeout_s
+        deadline = time.monotonic() + (0 if refused else terminate_timeout_s)
         while True:
             live = _live_instances(ec2, ids)
             if not live:
                 break
             if time.monotonic() >= deadline:
-                log(f"aws: {', '.join(live)} still not terminated after {terminate_timeout_s:.0f} s")
+                if not refused:
+                    log(f"aws: {', '.join(live)} still not terminated after {terminate_timeout_s:.0f} s")
                 break
             time.sleep(poll_s)
         gone = [i for i in ids if i not in live]
@@ -758,7 +762,8 @@ def teardown(ec2: Any, state: AwsState, *, log: Callable[[str], Any] = print, po
                 continue
         state.data["addresses"].remove(addr)
         state.save()
-    deadline = time.monotonic() + (DELETE_RETRY_S if ids else 30.0)
+    # groups stay "in use" for a while after their instances terminate; none left running: retry for longer
+    deadline = time.monotonic() + (DELETE_RETRY_S if ids and not live else 30.0 if not live else 0.0)
     if state.data["placement_group"]:
         if _delete_retrying(lambda: ec2.delete_placement_group(GroupName=state.data["placement_group"]),
                             ("InvalidPlacementGroup.Unknown",), deadline, poll_s, log, "placement group"):
