@@ -38,6 +38,7 @@ def run_cmd(
     recipe: Path = typer.Argument(..., help="Recipe file (OpenRecipes YAML, schema_version 1)."),
     cluster: str = typer.Option("local", "--cluster", "-c", help="Profile name from env/ (local, ssh, aws, ray) or a path to a profile file."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan (header, provisioning request, node script) and exit; needs no credentials or network."),
+    check: bool = typer.Option(False, "--check", help="aws: send the launch's calls with DryRun=True (needs credentials); nothing is created."),
     script_out: Optional[Path] = typer.Option(None, "--script-out", help="Also write the node script alone to this file."),
     run_id: Optional[str] = typer.Option(None, "--run-id", help="Run id (default: UTC timestamp + random suffix)."),
     skip_preflight: bool = typer.Option(False, "--skip-preflight", help="Do not run the GPU preflight before training."),
@@ -63,9 +64,9 @@ def run_cmd(
             sys.stdout.write(dry_run_text(prepared))
             sys.stdout.flush()
             return
-        from launcher.run import run_plan
+        from launcher.run import check_plan, run_plan
 
-        code = run_plan(prepared, options)
+        code = check_plan(prepared) if check else run_plan(prepared, options)
     except ReproduceError as err:
         raise _fail(err) from None
     raise typer.Exit(code)

@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterator, Mapping
 import yaml
 
 from launcher.clusters.base import Cluster, Node, Transport
-from launcher.errors import BadInput, InfraError, Interrupted, ReproduceError
+from launcher.errors import BadInput, CheckFailed, InfraError, Interrupted, ReproduceError
 from launcher.rundir import FINAL_STATES, TRAIN_STAGE, LogSplitter, RunDir, Timeline
 
 INTERRUPT_CHOICES = ("ask", "cancel", "detach")
@@ -238,15 +238,20 @@ def _sigterm_cancels() -> Iterator[None]:
     def handler(signum: int, frame: Any) -> None:
         raise _Terminated()
 
-    previous = signal.signal(signal.SIGTERM, handler)
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 def _reattach_hint(rd: RunDir) -> str:
     return f"Reattach with `reproduce attach {rd.path}`; stop it with `reproduce cancel {rd.path}`."
+
+
+class BudgetExceeded(Exception):
+    """The run reached --max-usd or --max-hours: it is cancelled on the node, then released."""
 
 
 class Follower:
@@ -263,9 +268,11 @@ class Follower:
         progress: Progress,
         poll_s: float = 1.0,
         reconnect_s: float = 60.0,
+        guard: Callable[[], str | None] | None = None,
     ) -> None:
         self.rd = rd
         self.transport = transport
+        self.guard = guard  # returns why the run must stop now (the budget), or None
         self.node_run_dir = node_run_dir.rstrip("/")
         self.container = container
         self.timeline = timeline
@@ -339,6 +346,9 @@ class Follower:
                     self._with_reconnect(self.drain)
                     return code
                 return None
+            reason = self.guard() if self.guard else None
+            if reason:
+                raise BudgetExceeded(reason)
             time.sleep(self.poll_s)
 
     def finish_logs(self, stage_status: str) -> None:
@@ -430,6 +440,7 @@ class Runner:
         poll_s: float = 1.0,
         reconnect_s: float = 60.0,
         measure: bool = True,
+        budget: Any = None,
     ) -> None:
         if on_interrupt not in INTERRUPT_CHOICES:
             raise BadInput(f"--on-interrupt must be one of {', '.join(INTERRUPT_CHOICES)}, not {on_interrupt!r}")
@@ -441,6 +452,7 @@ class Runner:
         self.poll_s = poll_s
         self.reconnect_s = reconnect_s
         self.measure = measure
+        self.budget = budget  # launcher.budget.Budget or None
         record = rd.record()
         self.node_run_dir: str = record["node_run_dir"]
         self.container: str = record["container"]
@@ -457,13 +469,23 @@ class Runner:
             progress=self.progress,
             poll_s=self.poll_s,
             reconnect_s=self.reconnect_s,
+            guard=self._budget_guard if self.budget is not None else None,
         )
 
+    def _budget_guard(self) -> str | None:
+        start = self.timeline.acquired_at
+        return self.budget.check(time.time() - start) if start is not None else None
+
     def release(self) -> None:
+        """End what the cluster acquired, to the end even through Ctrl-C (launcher/teardown.py)."""
+        from launcher.teardown import release_hard
+
         if self.keep_cluster:
             return
         try:
-            self.cluster.release()
+            failure = release_hard(self.cluster)
+            if failure is not None:
+                raise failure
         finally:
             if self.timeline.acquired_at is not None and self.timeline.released_at is None:
                 self.timeline.released_at = time.time()
@@ -506,6 +528,13 @@ class Runner:
                 follower.finish_logs("cancelled")
                 self.rd.set_status("cancelled", "cancelled by the user (Ctrl-C or SIGTERM)")
                 raise Interrupted("cancelled: the run's processes and container on the node were stopped.") from None
+            except BudgetExceeded as err:
+                self.progress.say(f"budget reached: {err}; cancelling the run on the node")
+                self._cancel_or_say(transport, follower)
+                self._safe_drain(follower)
+                follower.finish_logs("cancelled")
+                self.rd.set_status("cancelled", f"budget reached: {err}")
+                raise CheckFailed(f"stopped: {err}. The run was cancelled on the node and the node released.") from None
             except InfraError as err:
                 follower.finish_logs("running")
                 self.keep_cluster = True
@@ -597,6 +626,7 @@ def execute(
     console: Any = None,
     measure: bool = True,
     secrets: Mapping[str, str] | None = None,
+    budget: Any = None,
 ) -> Outcome:
     """Run a Plan's node script on the cluster's node and bring everything back into `run_dir`.
 
@@ -622,7 +652,7 @@ def execute(
     if not (rd.path / "node.sh").exists():
         rd.write_text("node.sh", node_script)
     runner = Runner(rd, cluster, recipe_raw=recipe_raw, progress=progress, on_interrupt=on_interrupt,
-                    poll_s=poll_s, reconnect_s=reconnect_s, measure=measure)
+                    poll_s=poll_s, reconnect_s=reconnect_s, measure=measure, budget=budget)
     if scripts_dir is None:
         scripts_dir = default_scripts_dir()
     launched = False

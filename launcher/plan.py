@@ -281,7 +281,8 @@ class _Ctx:
         image = self.recipe.image
         if not self.docker:
             return ["# runtime: host - the node is the image; the stack check below verifies its versions"]
-        lines = []
+        lines = ["command -v docker >/dev/null || { echo 'docker is not installed on this node (profile runtime: docker)' >&2; "
+                 "exit 1; }"]
         if self.profile.get("docker.pull"):
             lines.append('docker pull "$IMAGE"')
         lines += [
@@ -333,6 +334,10 @@ class _Ctx:
         lines.append("fi")
         if a.parquet_sha256:
             lines.append(f"echo {q(a.parquet_sha256 + '  ')}\"$SFT_DATA\" | sha256sum --check --strict -")
+        lines.append("# every row through the rollout function's own checks (length, loss mask) before a GPU minute")
+        check = (f"python3 \"{self.scripts}/pretokenized_sft_rollout.py\" --check \"$SFT_DATA\" "
+                 f"--row-tokens {self.recipe.row_tokens}")
+        lines.append(self.in_image(check, gpus=False))
         return lines
 
     def _model_args_name(self) -> str:
@@ -381,7 +386,8 @@ class _Ctx:
         if self.profile.get("disable_nvlink_multicast"):
             lines += [f"export {k}={v}" for k, v in NVLS_OFF]
         lines += [f"export HF_CKPT={q(self.assets.hf_ckpt)}", f"export TORCH_DIST={q(self.assets.torch_dist)}",
-                  f"export SFT_DATA={q(self.assets.sft_data)}"]
+                  f"export SFT_DATA={q(self.assets.sft_data)}",
+                  f"export REPRODUCE_ROW_TOKENS={self.recipe.row_tokens}  # checked by pretokenized_sft_rollout"]
         return lines
 
 

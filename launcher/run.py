@@ -6,6 +6,8 @@ The cluster comes from the profile's kind; everything after acquiring a node is 
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +44,14 @@ def run_plan(prepared: Prepared, options: Options) -> int:
     from launcher.execute import execute
     from launcher.rundir import RunDir, default_runs_root
 
+    from launcher.budget import Budget
+
     recipe, profile, plan = prepared.recipe, prepared.profile, prepared.plan
+    budget = None
+    if options.max_usd is not None or options.max_hours is not None:
+        price = prepared.price.value if prepared.price is not None else None
+        budget = Budget.for_recipe(recipe, price, options.max_usd, options.max_hours)
+        budget.refuse_if_over(Budget.expected_hours(recipe))  # BadInput: nothing launched
     root = options.runs_dir or default_runs_root()
     run_dir = RunDir.create(root, recipe.slug, plan.run_id)
     run_dir.write_inputs(recipe_text=recipe.text, profile=profile.path.read_text(encoding="utf-8"),
@@ -51,17 +60,49 @@ def run_plan(prepared: Prepared, options: Options) -> int:
     outcome = execute(
         cluster, node_script=plan.node_script, run_id=plan.run_id, node_run_dir=plan.node_run_dir,
         container=plan.container, run_dir=run_dir, recipe_raw=recipe.raw, on_interrupt=options.on_interrupt,
+        secrets=secrets_for(profile), budget=budget,
     )
     return exit_code_of(outcome)
 
 
+def check_plan(prepared: Prepared) -> int:
+    """`--check`: ask the cloud whether the launch would be accepted (DryRun=True); nothing is created."""
+    if prepared.profile.kind != "aws":
+        from launcher.errors import BadInput
+
+        raise BadInput(f"--check asks AWS about a launch; --cluster {prepared.profile.name} is of kind "
+                       f"{prepared.profile.kind}. Use --dry-run to see what would run.")
+    from launcher.clusters.aws import check
+
+    for line in check(prepared.recipe, prepared.profile, prepared.plan.run_id, owner=prepared.owner):
+        print(line)
+    return 0
+
+
+def secrets_for(profile: Any) -> dict[str, str]:
+    """Secrets read from the launcher's environment; they travel to the node only (a 0600 file)."""
+    name = profile.get("secrets.hf_token_env")
+    value = os.environ.get(name) if name else None
+    return {"HF_TOKEN": value} if value else {}
+
+
+# A failed stage of these is a check that said no (exit 1); any other failed stage is the
+# infrastructure's (image pull, downloads, Ray: exit 3).
+CHECK_STAGES = frozenset({"preflight", "preflight-gpu", "stack", "train"})
+
+
 def exit_code_of(outcome: Any) -> int:
-    """0 only for a finished run judged reproduced; a detached run is not a failure (it goes on)."""
-    if outcome.state == "detached":
-        return 0
-    if outcome.state == "cancelled":
-        return 130
-    verdict = outcome.measurement[1] if outcome.measurement else None
-    if outcome.state == "done" and verdict is not None and getattr(verdict, "status", None) == "reproduced":
-        return 0
-    return 1
+    """The CLI contract: 0 reproduced, 1 judged otherwise or a check failed, 3 infrastructure, 130 cancelled."""
+    if outcome.state == "failed":
+        failed = [s.get("name") for s in _timeline(outcome.run_dir).get("stages", []) if s.get("status") == "failed"]
+        return 1 if failed and failed[0] in CHECK_STAGES else 3
+    from launcher.execute import outcome_exit_code
+
+    return outcome_exit_code(outcome)
+
+
+def _timeline(run_dir: Path) -> dict:
+    try:
+        return json.loads((Path(run_dir) / "timeline.json").read_text())
+    except (OSError, ValueError):
+        return {}

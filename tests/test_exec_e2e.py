@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import socket
+import sys
 import time
 from pathlib import Path
 
@@ -16,6 +17,19 @@ import yaml
 from infra.docker import containers_named
 from infra.helpers import cli
 from infra.ports import free_port
+
+
+def write_rows(path: Path, *, row_tokens: int, count: int) -> None:
+    """A small parquet of rows in build_sft_rows.py's format (token ids + a struct loss mask)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("build_sft_rows", Path(__file__).resolve().parents[1] / "scripts" / "build_sft_rows.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("build_sft_rows", module)  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    rows = [(list(range(i, i + row_tokens)), [0] * (row_tokens // 2) + [1] * (row_tokens - row_tokens // 2))
+            for i in range(count)]
+    module.write_rows(rows, path)
 
 pytestmark = [pytest.mark.docker, pytest.mark.ssh]
 SEED = Path(__file__).resolve().parents[1] / "recipes" / "qwen3-30b-a3b" / "h200" / "attune-tp1-pp1-ep8-mt16k.yaml"
@@ -39,7 +53,7 @@ def _profile(tmp_path: Path, sshd, container_run_args, **overrides) -> Path:
     (torch_dist / "latest_checkpointed_iteration.txt").write_text("release\n")  # conversion already done
     (cache / "hf").mkdir()
     rows = cache / "rows.parquet"
-    rows.write_bytes(b"PAR1 stand-in rows")
+    write_rows(rows, row_tokens=8192, count=4)  # checked in the image by the rollout's own --check
     data = sshd.profile()
     data.update({
         "work_dir": str(tmp_path / "work"),
