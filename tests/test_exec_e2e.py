@@ -59,7 +59,7 @@ def _profile(tmp_path: Path, sshd, container_run_args, **overrides) -> Path:
         "work_dir": str(tmp_path / "work"),
         "cache_dir": str(cache),
         "price_per_hour": 63.296,
-        "docker": {"gpus": None, "shm_size": "256m", "extra_args": container_run_args,
+        "docker": {"gpus": None, "shm_size": "256m", "extra_args": container_run_args, "network_host": False,
                    "memlock_unlimited": False},  # an unprivileged test host may not raise RLIMIT_MEMLOCK
         "preflight": {"enabled": False},
         "stack_check": "skip",
@@ -95,6 +95,8 @@ def test_reproduce_recipe_over_ssh_end_to_end(sshd, test_image, container_run_ar
     assert [s["name"] for s in stages] == ["preflight", "image", "preflight-gpu", "stack", "assets", "ray", "train"]
     assert all(s["status"] == "ok" for s in stages)
     assert " - step 19: " in (rd / "logs" / "train.log").read_text()
+    # --network none: the container has only loopback, so Ray cannot bind anything else
+    assert "Local node IP: 127.0.0.1" in (rd / "logs" / "ray.log").read_text()
     assert json.loads((rd / "verdict.json").read_text())["status"] == "reproduced"
     assert json.loads((rd / "status.json").read_text())["state"] == "done"
     assert containers_named(f"reproduce-{json.loads((rd / 'run.json').read_text())['run_id']}") == []

@@ -59,7 +59,7 @@ pull() {{
     || {{ echo "the pulled image's RepoDigests do not hold $IMAGE" >&2; return 1; }}
 }}
 train() {{
-  docker run --rm --name "$CONTAINER" --network host --shm-size 256m -i \\
+  docker run --rm --name "$CONTAINER" --network none --shm-size 256m -i \\
     -v "$NODE_RUN_DIR:/reproduce/run" {' '.join(q(a) for a in run_args)} \\
     "$IMAGE" bash -s <<'CONTAINER_EOF'
 set -euo pipefail
