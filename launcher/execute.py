@@ -28,7 +28,7 @@ import yaml
 
 from launcher.clusters.base import Cluster, Node, Transport
 from launcher.errors import BadInput, CheckFailed, InfraError, Interrupted, ReproduceError
-from launcher.rundir import FINAL_STATES, TRAIN_STAGE, LogSplitter, RunDir, Timeline
+from launcher.rundir import FINAL_STATES, LogSplitter, RunDir, Timeline
 
 INTERRUPT_CHOICES = ("ask", "cancel", "detach")
 READ_CHUNK = 1 << 20

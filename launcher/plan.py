@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import hashlib
 import re
-import secrets
 import shlex
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Any
 
 from launcher.errors import BadInput
 from launcher.profile import Profile
 from launcher.recipe import Recipe
+from launcher.rundir import new_run_id
 from launcher.stack import expected_versions
 
 CONTAINER_SCRIPTS = "/opt/reproduce/scripts"
@@ -28,12 +27,6 @@ NVLS_OFF = (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
 MARKER = "##reproduce"
 
 q = shlex.quote
-
-
-def new_run_id(now: datetime | None = None) -> str:
-    """Sortable and unique: UTC timestamp plus 6 random hex digits."""
-    now = now or datetime.now(timezone.utc)
-    return f"{now.strftime('%Y%m%dT%H%M%SZ')}-{secrets.token_hex(3)}"
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from launcher.errors import BadInput
-from launcher.plan import Plan, build_plan, new_run_id
+from launcher.plan import Plan, build_plan
+from launcher.rundir import new_run_id
 from launcher.profile import Profile, load_profile
 from launcher.recipe import Recipe, load_recipe
 

@@ -39,9 +39,10 @@ _SAFE_STAGE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _STAMPED = re.compile(r"^\d{8}T\d{6}Z-")
 
 
-def new_run_id() -> str:
-    """Short, unique, and safe in a container name and a path."""
-    return secrets.token_hex(4)
+def new_run_id(now: datetime | None = None) -> str:
+    """Sortable and unique, safe in a container name and a path: UTC timestamp + 6 random hex digits."""
+    now = now or datetime.now(timezone.utc)
+    return f"{now.strftime('%Y%m%dT%H%M%SZ')}-{secrets.token_hex(3)}"
 
 
 def default_runs_root() -> Path:
