@@ -16,7 +16,6 @@ import re
 import shlex
 from dataclasses import dataclass, field
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 from launcher.errors import BadInput, CheckFailed, InfraError
