@@ -31,11 +31,6 @@ def make_cluster(prepared: Prepared, options: Options, state_path: Path) -> Any:
 
         return AwsCluster(prepared.recipe, profile, plan.run_id, keep=options.keep,
                           instance_id=profile.get("instance_id"), owner=prepared.owner, state_path=state_path)
-    if kind == "ray":
-        from launcher.clusters.local import LocalCluster
-
-        # The node script runs here and submits its stages as Ray jobs to the profile's cluster.
-        return LocalCluster(profile.raw)
     raise AssertionError(kind)
 
 
@@ -47,6 +42,18 @@ def run_plan(prepared: Prepared, options: Options) -> int:
     from launcher.budget import Budget
 
     recipe, profile, plan = prepared.recipe, prepared.profile, prepared.plan
+    from launcher.errors import BadInput
+
+    if profile.kind == "ray":
+        raise BadInput(f"--cluster {profile.name}: profiles of kind ray are dry-run only in this version (the job "
+                       "submission path is not tested yet); use --dry-run to see the jobs it would submit.")
+    if recipe.nodes > 1:
+        # The plan and the AWS request cover several nodes, but the runner follows one node; starting
+        # N paid nodes of which N-1 would idle is worse than refusing before anything is launched.
+        raise BadInput(
+            f"{recipe.path}: {recipe.nodes} nodes; this version of reproduce runs single-node recipes only "
+            f"(--dry-run shows the multi-node plan). Nothing was launched."
+        )
     budget = None
     if options.max_usd is not None or options.max_hours is not None:
         price = prepared.price.value if prepared.price is not None else None

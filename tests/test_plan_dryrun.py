@@ -176,3 +176,14 @@ def test_ray_profile_submits_to_the_existing_cluster() -> None:
     script = node_script_of(res.out)
     assert "ray start --head" not in script
     assert "ray job submit --address http://127.0.0.1:8265" in script
+
+
+def test_real_runs_refuse_what_this_version_cannot_execute(tmp_path: Path) -> None:
+    """Multi-node recipes and ray profiles are planned (dry run) but refused for real, before anything starts."""
+    runs = tmp_path / "runs"
+    multi = reproduce(FIXTURES / "llama3.1-70b-h100-2node.yaml", "--cluster", "aws", "--runs-dir", runs,
+                      env=NO_CREDENTIALS)
+    assert multi.code == 2 and "single-node recipes only" in multi.err and "Nothing was launched" in multi.err
+    ray = reproduce(SEED, "--cluster", "ray", "--runs-dir", runs)
+    assert ray.code == 2 and "dry-run only" in ray.err
+    assert not runs.exists()
