@@ -28,7 +28,7 @@ import yaml
 
 from launcher.clusters.base import Cluster, Node, Transport
 from launcher.errors import BadInput, CheckFailed, InfraError, Interrupted, ReproduceError
-from launcher.rundir import FINAL_STATES, LogSplitter, RunDir, Timeline
+from launcher.rundir import FINAL_STATES, TRAIN_STAGE, LogSplitter, RunDir, Timeline
 
 INTERRUPT_CHOICES = ("ask", "cancel", "detach")
 READ_CHUNK = 1 << 20
@@ -413,9 +413,38 @@ def _collect(rd: RunDir, transport: Transport, node_run_dir: str) -> list[str]:
     return got
 
 
-def _failed_stage_message(rd: RunDir, timeline: Timeline, code: int | None) -> str:
+# A failed stage of these is a check that said no (exit 1); any other is the infrastructure's (exit 3).
+CHECK_STAGES = frozenset({"preflight", "preflight-gpu", "stack", TRAIN_STAGE})
+
+
+def _failed_stage(timeline: Timeline) -> str | None:
     failed = [s for s in timeline.stages if s["status"] not in ("ok", "running")]
-    stage = failed[-1]["name"] if failed else None
+    return failed[-1]["name"] if failed else None
+
+
+def _check_detail(rd: RunDir, stage: str | None) -> str | None:
+    """What a failed check measured, from the report the node wrote (preflight*.json, stack.json)."""
+    if stage in ("preflight", "preflight-gpu"):
+        path = rd.path / f"{stage}.json"
+        if not path.exists():
+            return None
+        from launcher.preflight import parse_report
+
+        try:
+            return parse_report(path.read_text(errors="replace")).summary()
+        except ReproduceError:
+            return None
+    if stage == "stack":
+        report = rd.read_json("stack.json", None) or {}
+        bad = [c for c in report.get("checks", []) if not c.get("ok")]
+        if bad:
+            return "the image's software differs from the recipe's stack: " + "; ".join(
+                f"{c.get('name')}: {c.get('value')} (expected {c.get('expected')})" for c in bad)
+    return None
+
+
+def _failed_stage_message(rd: RunDir, timeline: Timeline, code: int | None) -> str:
+    stage = _failed_stage(timeline)
     log = rd.logs / f"{stage}.log" if stage else rd.logs / "node.log"
     tail = ""
     if log.exists():
@@ -584,8 +613,16 @@ class Runner:
             self.rd.set_status("cancelled", "cancelled on the node (reproduce cancel)", exit_code=code)
             raise Interrupted(f"the run was cancelled on the node (exit code {code}).")
         if not ok:
+            stage = _failed_stage(self.timeline)
             message = _failed_stage_message(self.rd, self.timeline, code)
+            detail = _check_detail(self.rd, stage)
+            if detail:
+                message = f"{detail}\n{message}"
             self.rd.set_status("failed", message.splitlines()[0], exit_code=code)
+            if stage == TRAIN_STAGE and self.measure:
+                self._measure()  # the figures so far and a "failed" verdict, kept in the run dir
+            if stage in CHECK_STAGES:
+                raise CheckFailed(message)
             raise InfraError(message)
         self.rd.set_status("done", "the node script finished; logs collected", exit_code=0)
         self.progress.say(f"node script finished; run dir {self.rd.path}")

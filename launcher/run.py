@@ -6,7 +6,6 @@ The cluster comes from the profile's kind; everything after acquiring a node is 
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -93,23 +92,8 @@ def secrets_for(profile: Any) -> dict[str, str]:
     return {"HF_TOKEN": value} if value else {}
 
 
-# A failed stage of these is a check that said no (exit 1); any other failed stage is the
-# infrastructure's (image pull, downloads, Ray: exit 3).
-CHECK_STAGES = frozenset({"preflight", "preflight-gpu", "stack", "train"})
-
-
 def exit_code_of(outcome: Any) -> int:
-    """The CLI contract: 0 reproduced, 1 judged otherwise or a check failed, 3 infrastructure, 130 cancelled."""
-    if outcome.state == "failed":
-        failed = [s.get("name") for s in _timeline(outcome.run_dir).get("stages", []) if s.get("status") == "failed"]
-        return 1 if failed and failed[0] in CHECK_STAGES else 3
+    """The CLI contract (failed runs raise CheckFailed or InfraError inside execute)."""
     from launcher.execute import outcome_exit_code
 
     return outcome_exit_code(outcome)
-
-
-def _timeline(run_dir: Path) -> dict:
-    try:
-        return json.loads((Path(run_dir) / "timeline.json").read_text())
-    except (OSError, ValueError):
-        return {}

@@ -20,7 +20,7 @@ import pytest
 from aws_support import ami, aws, banner, moto_server  # noqa: F401 - fixtures
 from aws_support import NOTHING, REPO, client_error, closed_port, live_resources, load, seed_recipe, write_profile
 from launcher.clusters.aws import AwsCluster, down, reap
-from launcher.errors import BadInput, InfraError, Interrupted
+from launcher.errors import BadInput, CheckFailed, InfraError, Interrupted
 from launcher.teardown import always_release
 
 pytestmark = pytest.mark.aws
@@ -123,10 +123,10 @@ def test_training_that_fails_on_the_node_still_ends_the_instance(aws, ami, tmp_p
                    key_dir=tmp_path / "keys", poll_s=0.01, log=lambda m: None, owner="test")
     node_dir = str(tmp_path / "node" / rd.run_id)
     body = '_mark train start; echo "step 0 loss nan"; echo "CUDA error: out of memory" >&2; exit 9\n'
-    with pytest.raises(InfraError) as err:
+    with pytest.raises(CheckFailed) as err:  # a failed training is judged (exit 1), not an infra error
         execute(c, node_script=script(rd.run_id, node_dir, f"reproduce-{rd.run_id}", body), run_id=rd.run_id,
                 node_run_dir=node_dir, container=f"reproduce-{rd.run_id}", run_dir=rd, poll_s=0.05, measure=False)
-    assert "exit code 9" in str(err.value)
+    assert "exit code 9" in str(err.value) and err.value.exit_code == 1
     assert "step 0 loss nan" in (rd.logs / "node.log").read_text()  # the run really ran over SSH
     assert live_resources(ec2) == {**NOTHING, "key_pairs": ["operator"]}  # the operator's own key is untouched
 
