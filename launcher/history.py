@@ -1,0 +1,581 @@
+"""The history of runs (a SQLite file) and the regression test of measurement.md.
+
+Why SQLite: one file, stdlib, safe against two writers (a nightly and a person importing runs),
+and queryable by hand (`sqlite3 runs/history.sqlite 'select * from runs'`). The run directory
+stays the record (ARCHITECTURE.md, principle 5); a row here is an index of it: `record` reads the
+files the run path and `measure_run_dir` wrote, and re-recording the same run id replaces its row,
+so importing a runs tree twice changes nothing.
+
+The regression rules (measurement.md, "Regressions over time") are pure functions of rows, so
+they are tested on hand-built histories:
+
+- claim test: the run's tokens/s per GPU is below the recipe's claim by more than the verdict's
+  slower tolerance (3% by default): the verdict already says "slower" (or "unstable" and slow).
+- trend test: against the trailing baseline, the last K (default 7) *good* runs before it on the
+  same cluster profile, good meaning verdict "reproduced" or "faster". With m the baseline's
+  median, MAD the median of |x - m|, spread% = 100 x 1.4826 x MAD / m (1.4826 x MAD estimates a
+  standard deviation for normal noise, and is not moved by one outlier), the run is a regression
+  when 100 x (x - m) / m < -max(tolerance%, 3 x spread%). With fewer than 3 good runs the trend
+  test is skipped and says "not enough history".
+- a run that failed or is incomplete has no comparable throughput: it is "not judged" (its
+  failure is reported as such, by its verdict), never a regression and never part of a baseline.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import sqlite3
+import statistics
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from launcher.errors import BadInput
+
+SCHEMA_VERSION = 1
+HISTORY_ENV = "REPRODUCE_HISTORY"
+DEFAULT_K = 7  # baseline: the last K good runs
+MIN_GOOD = 3  # the trend test needs at least this many good runs
+MAD_SCALE = 1.4826  # MAD x 1.4826 estimates the standard deviation of normal noise
+SPREAD_FACTOR = 3.0  # a drop must exceed 3 x spread% (and the tolerance) to be a regression
+DEFAULT_TOLERANCE_PERCENT = 3.0  # measurement.md's default slower tolerance
+GOOD_VERDICTS = ("reproduced", "faster")
+# Verdicts whose tokens/s covers the whole window (comparable); failed/incomplete ones are not.
+JUDGED_VERDICTS = ("reproduced", "faster", "slower", "unstable")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY,
+    slug TEXT NOT NULL,
+    recipe_sha256 TEXT,
+    run_dir TEXT,
+    cluster_name TEXT,
+    cluster_kind TEXT,
+    started_at REAL,
+    ended_at REAL,
+    state TEXT,
+    verdict TEXT,
+    difference_percent REAL,
+    claimed_tokens_per_s_per_gpu REAL,
+    tolerance_percent REAL,
+    tokens_per_s_per_gpu REAL,
+    step_time_cv_percent REAL,
+    mfu REAL,
+    usd_per_million_tokens REAL,
+    gpu_hours REAL,
+    image TEXT,
+    detail TEXT,
+    recorded_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS runs_by_slug ON runs (slug, started_at, run_id);
+"""
+
+
+@dataclass
+class RunRow:
+    """One run as the history keeps it (the columns of the `runs` table)."""
+
+    run_id: str
+    slug: str
+    recipe_sha256: str | None = None
+    run_dir: str | None = None
+    cluster_name: str | None = None
+    cluster_kind: str | None = None
+    started_at: float | None = None
+    ended_at: float | None = None
+    state: str | None = None  # status.json's state: done | failed | cancelled | ...
+    verdict: str | None = None  # verdict.json's status, None when the run was never judged
+    difference_percent: float | None = None  # signed, vs the recipe's claim
+    claimed_tokens_per_s_per_gpu: float | None = None
+    tolerance_percent: float | None = None  # the verdict's slower tolerance
+    tokens_per_s_per_gpu: float | None = None
+    step_time_cv_percent: float | None = None
+    mfu: float | None = None
+    usd_per_million_tokens: float | None = None
+    gpu_hours: float | None = None
+    image: str | None = None  # repository@sha256:... (verified on the node when image.json exists)
+    detail: str | None = None  # status.json's detail, or why the run never started
+    recorded_at: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+_COLUMNS = [f.name for f in fields(RunRow)]
+
+
+def default_history_path(runs_root: Path | None = None) -> Path:
+    """$REPRODUCE_HISTORY, else <runs root>/history.sqlite (runs root: --runs-dir, $REPRODUCE_RUNS_DIR, ./runs)."""
+    env = os.environ.get(HISTORY_ENV)
+    if env:
+        return Path(env)
+    if runs_root is None:
+        from launcher.rundir import default_runs_root
+
+        runs_root = default_runs_root()
+    return Path(runs_root) / "history.sqlite"
+
+
+class History:
+    """The history database; the schema is created on first use."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = Path(path) if path is not None else default_history_path()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.conn = sqlite3.connect(str(self.path), timeout=30)
+        except (OSError, sqlite3.Error) as err:
+            raise BadInput(f"history database {self.path}: cannot open: {err}") from None
+        self.conn.row_factory = sqlite3.Row
+        try:
+            self._ensure_schema()
+        except sqlite3.DatabaseError as err:
+            self.conn.close()
+            raise BadInput(f"history database {self.path}: not a usable SQLite history ({err}).") from None
+
+    def _ensure_schema(self) -> None:
+        with self.conn:
+            self.conn.executescript(_SCHEMA)
+            row = self.conn.execute("SELECT MAX(version) FROM schema_version").fetchone()
+            version = row[0]
+            if version is None:
+                self.conn.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
+            elif version > SCHEMA_VERSION:
+                raise BadInput(f"history database {self.path} has schema version {version}; this launcher "
+                               f"knows version {SCHEMA_VERSION}: upgrade reproduce.")
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> "History":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # --- writing ---
+
+    def insert(self, row: RunRow) -> RunRow:
+        """Insert or replace (by run id) one row."""
+        if not row.recorded_at:
+            row.recorded_at = time.time()
+        values = [_db_value(getattr(row, c)) for c in _COLUMNS]
+        with self.conn:
+            self.conn.execute(
+                f"INSERT OR REPLACE INTO runs ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})",
+                values,
+            )
+        return row
+
+    def record(self, run_dir: Path) -> RunRow:
+        """Index one run directory (idempotent on its run id)."""
+        return self.insert(row_from_run_dir(run_dir))
+
+    def import_runs(self, root: Path) -> tuple[list[RunRow], list[str]]:
+        """Record every finished run under `root`; returns (rows recorded, one line per run skipped)."""
+        from launcher.rundir import FINAL_STATES
+
+        root = Path(root)
+        if not root.is_dir():
+            raise BadInput(f"runs directory {root} does not exist.")
+        recorded: list[RunRow] = []
+        skipped: list[str] = []
+        for run_json in sorted(root.rglob("run.json")):
+            run_dir = run_json.parent
+            if run_dir.parent.name == "node":  # a node's own run.json collected into a run dir
+                continue
+            try:
+                state = (_read_json(run_dir / "status.json") or {}).get("state")
+            except BadInput as err:
+                skipped.append(f"{run_dir}: {err}")
+                continue
+            if state not in FINAL_STATES:
+                skipped.append(f"{run_dir}: state {state or 'unknown'}, not finished")
+                continue
+            try:
+                recorded.append(self.record(run_dir))
+            except BadInput as err:
+                skipped.append(f"{run_dir}: {err}")
+        return recorded, skipped
+
+    # --- reading ---
+
+    def runs(self, slug: str, limit: int | None = None, cluster: str | None = None) -> list[RunRow]:
+        """The runs of a recipe slug, oldest first (the last `limit` of them when given)."""
+        sql = "SELECT * FROM runs WHERE slug = ?"
+        args: list[Any] = [slug]
+        if cluster is not None:
+            sql += " AND cluster_name = ?"
+            args.append(cluster)
+        sql += " ORDER BY COALESCE(started_at, recorded_at) DESC, run_id DESC"
+        if limit is not None:
+            sql += " LIMIT ?"
+            args.append(int(limit))
+        rows = [RunRow(**{c: r[c] for c in _COLUMNS}) for r in self.conn.execute(sql, args)]
+        return rows[::-1]
+
+    def slugs(self) -> list[str]:
+        return [r[0] for r in self.conn.execute("SELECT DISTINCT slug FROM runs ORDER BY slug")]
+
+
+def record(run_dir: Path, db: Path | None = None) -> RunRow:
+    """Index one finished run directory into the history at `db` (default: default_history_path())."""
+    with History(db) as hist:
+        return hist.record(run_dir)
+
+
+def runs(slug: str, limit: int | None = None, db: Path | None = None) -> list[RunRow]:
+    """The runs of `slug`, oldest first."""
+    with History(db) as hist:
+        return hist.runs(slug, limit)
+
+
+def import_runs(root: Path, db: Path | None = None) -> tuple[list[RunRow], list[str]]:
+    """Index every finished run directory under `root`."""
+    with History(db) as hist:
+        return hist.import_runs(root)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading a run directory
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, IsADirectoryError):
+        return None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise BadInput(f"{path} is not valid JSON: {err}") from None
+
+
+def _read_yaml(path: Path) -> Any:
+    import yaml
+
+    try:
+        return yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        return None
+    except yaml.YAMLError as err:
+        raise BadInput(f"{path} is not valid YAML: {str(err).splitlines()[0]}") from None
+
+
+def _num(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _db_value(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def file_sha256(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def row_from_run_dir(run_dir: Path) -> RunRow:
+    """The history row of a run directory, from the files the run path and measure_run_dir write:
+    run.json (id, slug), status.json (state), plan.json (recipe sha256, profile, image),
+    timeline.json (acquired/released), result.yaml (figures, unrounded), verdict.json (status,
+    difference, tolerance), image.json (the digest verified on the node), recipe.yaml.
+    """
+    run_dir = Path(run_dir)
+    run = _read_json(run_dir / "run.json")
+    if not isinstance(run, dict) or not run.get("run_id"):
+        raise BadInput(f"{run_dir} is not a run directory (no run.json with a run_id).")
+    status = _read_json(run_dir / "status.json") or {}
+    plan = _read_json(run_dir / "plan.json") or {}
+    timeline = _read_json(run_dir / "timeline.json") or {}
+    verdict = _read_json(run_dir / "verdict.json") or {}
+    image_facts = _read_json(run_dir / "image.json") or {}
+    result = _read_yaml(run_dir / "result.yaml") or {}
+    unrounded = ((result.get("provenance") or {}).get("unrounded") or {}) if isinstance(result, dict) else {}
+
+    def figure(key: str) -> float | None:
+        value = _num(unrounded.get(key))
+        return value if value is not None else _num(result.get(key) if isinstance(result, dict) else None)
+
+    plan_recipe = plan.get("recipe") or {}
+    profile = plan.get("profile") or {}
+    cluster = run.get("cluster") or {}
+    state = status.get("state")
+    started = _num(timeline.get("acquired_at")) or _num(run.get("created_at"))
+    ended = _num(timeline.get("released_at"))
+    if ended is None and state in ("done", "failed", "cancelled"):
+        ended = _num(status.get("updated_at"))
+    image = plan.get("image")
+    if image_facts.get("image"):
+        image = image_facts["image"]
+    claimed = (verdict.get("claimed") or {}).get("tokens_per_s_per_gpu")
+    tolerance = (verdict.get("tolerance") or {}).get("slower_percent")
+    return RunRow(
+        run_id=str(run["run_id"]),
+        slug=str(run.get("slug") or plan_recipe.get("slug") or run_dir.parent.name),
+        recipe_sha256=plan_recipe.get("sha256") or file_sha256(run_dir / "recipe.yaml"),
+        run_dir=str(run_dir.resolve()),
+        cluster_name=profile.get("name") or cluster.get("name"),
+        cluster_kind=profile.get("kind") or cluster.get("kind"),
+        started_at=started,
+        ended_at=ended,
+        state=state,
+        verdict=verdict.get("status"),
+        difference_percent=_num(verdict.get("difference_percent")),
+        claimed_tokens_per_s_per_gpu=_num(claimed),
+        tolerance_percent=_num(tolerance),
+        tokens_per_s_per_gpu=figure("tokens_per_s_per_gpu"),
+        step_time_cv_percent=figure("step_time_cv_percent"),
+        mfu=figure("mfu"),
+        usd_per_million_tokens=figure("usd_per_million_tokens"),
+        gpu_hours=figure("gpu_hours"),
+        image=image,
+        detail=status.get("detail"),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Regression detection (pure)
+
+
+@dataclass
+class Trend:
+    """The trailing baseline a run is compared with."""
+
+    points: list[tuple[str, float]]  # (run id, tokens/s per GPU) of the baseline, oldest first
+    median: float | None = None
+    mad: float | None = None
+    spread_percent: float | None = None  # 100 x 1.4826 x MAD / median
+    threshold_percent: float | None = None  # max(tolerance, 3 x spread)
+    difference_percent: float | None = None  # the run vs the median, signed
+    skipped: str | None = None  # why the trend test did not run
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "points": [{"run_id": r, "tokens_per_s_per_gpu": v} for r, v in self.points],
+            "median": self.median,
+            "mad": self.mad,
+            "spread_percent": self.spread_percent,
+            "threshold_percent": self.threshold_percent,
+            "difference_percent": self.difference_percent,
+            "skipped": self.skipped,
+        }
+
+
+@dataclass
+class Assessment:
+    """Whether one run is a regression, and why."""
+
+    run_id: str
+    regression: bool
+    judged: bool  # False when the run has no comparable throughput (failed, incomplete, never ran)
+    claim_regression: bool
+    trend_regression: bool
+    trend: Trend
+    reasons: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "regression": self.regression,
+            "judged": self.judged,
+            "claim_regression": self.claim_regression,
+            "trend_regression": self.trend_regression,
+            "trend": self.trend.to_dict(),
+            "reasons": list(self.reasons),
+        }
+
+
+def is_good(row: RunRow) -> bool:
+    """A run that may join a baseline: judged reproduced or faster, with a throughput."""
+    return row.verdict in GOOD_VERDICTS and _num(row.tokens_per_s_per_gpu) is not None
+
+
+def spread(values: Sequence[float]) -> tuple[float, float, float]:
+    """(median, MAD, spread%) with spread% = 100 x 1.4826 x MAD / median."""
+    med = statistics.median(values)
+    mad = statistics.median(abs(v - med) for v in values)
+    return med, mad, (100.0 * MAD_SCALE * mad / med) if med else math.inf
+
+
+def trend_of(value: float | None, earlier: Sequence[RunRow], *, k: int = DEFAULT_K,
+             tolerance_percent: float = DEFAULT_TOLERANCE_PERCENT, min_good: int = MIN_GOOD) -> Trend:
+    """The baseline (last k good runs of `earlier`, oldest first) and `value` against it."""
+    good = [r for r in earlier if is_good(r)][-k:]
+    points = [(r.run_id, float(r.tokens_per_s_per_gpu)) for r in good]
+    if len(points) < min_good:
+        return Trend(points, skipped=(f"not enough history: {len(points)} good run(s) before this one; "
+                                      f"the trend test needs {min_good}"))
+    med, mad, spread_pct = spread([v for _, v in points])
+    threshold = max(tolerance_percent, SPREAD_FACTOR * spread_pct)
+    diff = 100.0 * (value - med) / med if value is not None and med else None
+    return Trend(points, med, mad, spread_pct, threshold, diff)
+
+
+def assess(latest: RunRow, earlier: Sequence[RunRow], *, k: int = DEFAULT_K,
+           tolerance_percent: float | None = None, min_good: int = MIN_GOOD) -> Assessment:
+    """Is `latest` a regression? `earlier`: the runs before it (oldest first), same recipe and cluster.
+
+    The tolerance is the verdict's own slower tolerance when recorded, else 3%.
+    """
+    tol = tolerance_percent if tolerance_percent is not None else (
+        latest.tolerance_percent if latest.tolerance_percent is not None else DEFAULT_TOLERANCE_PERCENT)
+    value = _num(latest.tokens_per_s_per_gpu)
+    trend = trend_of(value, earlier, k=k, tolerance_percent=tol, min_good=min_good)
+    if latest.verdict not in JUDGED_VERDICTS or value is None:
+        why = (f"verdict {latest.verdict}" if latest.verdict else f"state {latest.state or 'unknown'}, no verdict")
+        reason = f"not judged: {why}; a run without a whole window's throughput is no trend point"
+        return Assessment(latest.run_id, False, False, False, False, trend, [reason])
+
+    reasons: list[str] = []
+    diff = latest.difference_percent
+    claim_reg = diff is not None and diff < -tol
+    if claim_reg:
+        reasons.append(f"below the recipe's claim: {diff:+.2f}% (tolerance -{tol:g}%)")
+    trend_reg = False
+    if trend.skipped:
+        reasons.append(f"trend test skipped: {trend.skipped}")
+    elif trend.difference_percent is not None:
+        trend_reg = trend.difference_percent < -trend.threshold_percent
+        words = "below" if trend_reg else "within"
+        reasons.append(
+            f"{words} the trend: {value:.2f} vs median {trend.median:.2f} of the last {len(trend.points)} good runs "
+            f"= {trend.difference_percent:+.2f}% (threshold -{trend.threshold_percent:.2f}% = max(tolerance "
+            f"{tol:g}%, 3 x spread {trend.spread_percent:.2f}%))"
+        )
+    return Assessment(latest.run_id, claim_reg or trend_reg, True, claim_reg, trend_reg, trend, reasons)
+
+
+def assess_history(rows: Sequence[RunRow], **kwargs: Any) -> Assessment | None:
+    """Assess the last of `rows` (oldest first) against those before it on the same cluster profile."""
+    if not rows:
+        return None
+    latest = rows[-1]
+    earlier = [r for r in rows[:-1] if r.cluster_name == latest.cluster_name]
+    return assess(latest, earlier, **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------
+# Rendering
+
+
+def _fmt(value: Any, spec: str = ",.2f", suffix: str = "") -> str:
+    v = _num(value)
+    return "-" if v is None else f"{v:{spec}}{suffix}"
+
+
+def utc(ts: float | None) -> str:
+    if ts is None:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M", time.gmtime(ts))
+
+
+def text_table(header: Sequence[str], body: Iterable[Sequence[str]]) -> str:
+    """A plain aligned table (no colour: it goes into cron mail and logs)."""
+    body = [list(r) for r in body]
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *body)]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(header, widths)).rstrip()]
+    lines.append("  ".join("-" * w for w in widths))
+    lines += ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in body]
+    return "\n".join(lines)
+
+
+def markdown_table(header: Sequence[str], body: Iterable[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c).replace("|", "\\|") for c in r) + " |" for r in body]
+    return "\n".join(lines)
+
+
+def trend_lines(assessment: Assessment) -> list[str]:
+    t = assessment.trend
+    if t.skipped:
+        trend = f"trend: {t.skipped}"
+    else:
+        pts = ", ".join(f"{v:,.1f}" for _, v in t.points)
+        trend = (f"trend: median {t.median:,.2f} tokens/s/GPU of the last {len(t.points)} good runs [{pts}]; "
+                 f"spread {t.spread_percent:.2f}% (1.4826 x MAD / median); threshold -{t.threshold_percent:.2f}%")
+    verdict = "REGRESSION" if assessment.regression else ("not judged" if not assessment.judged else "no regression")
+    return [trend, f"latest run {assessment.run_id}: {verdict}", *(f"  {r}" for r in assessment.reasons)]
+
+
+def history_report(slug: str, rows: Sequence[RunRow], assessment: Assessment | None) -> str:
+    header = ["run id", "started (UTC)", "cluster", "state", "verdict", "tokens/s/GPU", "vs claim", "$/1M", "image"]
+    body = [[r.run_id, utc(r.started_at), r.cluster_name or "-", r.state or "-", r.verdict or "-",
+             _fmt(r.tokens_per_s_per_gpu), _fmt(r.difference_percent, "+.2f", "%"),
+             _fmt(r.usd_per_million_tokens, ".3f"), _short_image(r.image)] for r in rows]
+    out = [f"history of {slug}: {len(rows)} run(s) shown", text_table(header, body)]
+    if assessment is not None:
+        out += trend_lines(assessment)
+    return "\n".join(out) + "\n"
+
+
+def _short_image(image: str | None) -> str:
+    if not image:
+        return "-"
+    repo, _, digest = image.partition("@")
+    return f"{repo.rsplit('/', 1)[-1]}@{digest[:19]}" if digest else repo
+
+
+# ---------------------------------------------------------------------------------------------
+# `reproduce history`
+
+
+def slug_of(recipe_or_slug: str) -> str:
+    """A recipe file's slug (as the run path names it), or the argument itself when it is a slug."""
+    path = Path(recipe_or_slug)
+    if path.is_file():
+        from launcher.recipe import Recipe
+
+        # The slug is derived from the path only; a raw-less Recipe gives it without re-validating.
+        return Recipe(path=path, raw={}, text="").slug
+    return recipe_or_slug.strip("/").removesuffix(".yaml")
+
+
+def history_command(recipe_or_slug: str | None, *, import_dir: Path | None = None, json_out: bool = False,
+                    limit: int = 20, db: Path | None = None, runs_dir: Path | None = None,
+                    cluster: str | None = None) -> int:
+    """`reproduce history`: exit 0, or 1 when the latest run is a regression."""
+    if limit < 1:
+        raise BadInput(f"--limit must be at least 1, got {limit}.")
+    path = db if db is not None else default_history_path(runs_dir)
+    imported: dict[str, Any] | None = None
+    with History(path) as hist:
+        if import_dir is not None:
+            recorded, skipped = hist.import_runs(import_dir)
+            imported = {"from": str(import_dir), "recorded": [r.run_id for r in recorded], "skipped": skipped}
+            if not json_out:
+                print(f"recorded {len(recorded)} run(s) from {import_dir} into {hist.path}")
+                for line in skipped:
+                    print(f"skipped {line}")
+            if recipe_or_slug is None:
+                if json_out:
+                    print(json.dumps({"history": str(hist.path), "import": imported}, indent=2))
+                return 0
+        if recipe_or_slug is None:
+            raise BadInput("give a recipe (file or slug), or --import RUNS_DIR.")
+        slug = slug_of(recipe_or_slug)
+        all_rows = hist.runs(slug, cluster=cluster)
+        if not all_rows:
+            known = ", ".join(hist.slugs()) or "none"
+            raise BadInput(f"no runs of {slug!r} in {hist.path} (recipes recorded: {known}). "
+                           f"Index run directories with `reproduce history --import RUNS_DIR`.")
+    assessment = assess_history(all_rows)
+    shown = all_rows[-limit:]
+    if json_out:
+        out = {"slug": slug, "history": str(path), "runs": [r.to_dict() for r in shown],
+               "latest": assessment.to_dict() if assessment else None}
+        if imported is not None:
+            out["import"] = imported
+        print(json.dumps(out, indent=2))
+    else:
+        print(history_report(slug, shown, assessment), end="")
+    return 1 if assessment is not None and assessment.regression else 0
