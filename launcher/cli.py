@@ -225,6 +225,51 @@ def capacity(
         raise _fail(err) from None
 
 
+# --- history and nightly (launcher/history.py, launcher/nightly.py) ---
+
+_HISTORY_HELP = "History database (default: $REPRODUCE_HISTORY or <runs dir>/history.sqlite)."
+
+
+@app.command("history")
+def history_cmd(
+    recipe: Optional[str] = typer.Argument(None, help="Recipe file or slug (e.g. qwen3-30b-a3b/h200/attune-tp1-pp1-ep8-mt16k)."),
+    import_dir: Optional[Path] = typer.Option(None, "--import", help="First index every finished run directory under this runs tree."),
+    json_out: bool = typer.Option(False, "--json", help="Print exactly one JSON object on stdout."),
+    limit: int = typer.Option(20, "--limit", help="Show the last N runs (the trend uses all of them)."),
+    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", help="Only runs on this cluster profile name."),
+    history: Optional[Path] = typer.Option(None, "--history", help=_HISTORY_HELP),
+    runs_dir: Optional[Path] = typer.Option(None, "--runs-dir", help="Runs root (default: $REPRODUCE_RUNS_DIR or ./runs)."),
+) -> None:
+    """Past runs of a recipe, the trend and whether the latest run is a regression (exit 1 when it is)."""
+    from launcher.history import history_command
+
+    try:
+        code = history_command(recipe, import_dir=import_dir, json_out=json_out, limit=limit, db=history,
+                               runs_dir=runs_dir, cluster=cluster)
+    except ReproduceError as err:
+        raise _fail(err) from None
+    raise typer.Exit(code)
+
+
+@app.command("nightly")
+def nightly_cmd(
+    recipes: list[Path] = typer.Argument(..., help="Recipe files, or directories (every *.yaml under them, sorted)."),
+    cluster: str = typer.Option(..., "--cluster", "-c", help="Profile name from env/ or a path to a profile file."),
+    runs_dir: Optional[Path] = typer.Option(None, "--runs-dir", help="Where run directories and nightly-<date>.md go (default: $REPRODUCE_RUNS_DIR or ./runs)."),
+    history: Optional[Path] = typer.Option(None, "--history", help=_HISTORY_HELP),
+    max_usd: Optional[float] = typer.Option(None, "--max-usd", help="Per recipe: stop a run when its cost would exceed this many US$."),
+    max_hours: Optional[float] = typer.Option(None, "--max-hours", help="Per recipe: stop a run after this many wall-clock hours."),
+) -> None:
+    """Reproduce each recipe in turn, record it in the history, flag regressions; exit 0 all good, 1 any regression or failed check, 3 infra."""
+    from launcher.nightly import nightly
+
+    try:
+        result = nightly(recipes, cluster, runs_dir=runs_dir, history=history, max_usd=max_usd, max_hours=max_hours)
+    except ReproduceError as err:
+        raise _fail(err) from None
+    raise typer.Exit(result.exit_code)
+
+
 def _default_to_run(argv: list[str]) -> list[str]:
     """`reproduce RECIPE ...` means `reproduce run RECIPE ...`: the first word is a file, not a command."""
     if not argv:

@@ -114,11 +114,13 @@ def default_history_path(runs_root: Path | None = None) -> Path:
     env = os.environ.get(HISTORY_ENV)
     if env:
         return Path(env)
-    if runs_root is None:
-        from launcher.rundir import default_runs_root
+    return Path(runs_root if runs_root is not None else _runs_root()) / "history.sqlite"
 
-        runs_root = default_runs_root()
-    return Path(runs_root) / "history.sqlite"
+
+def _runs_root() -> Path:
+    from launcher.rundir import default_runs_root
+
+    return default_runs_root()
 
 
 class History:
@@ -563,6 +565,10 @@ def history_command(recipe_or_slug: str | None, *, import_dir: Path | None = Non
         if recipe_or_slug is None:
             raise BadInput("give a recipe (file or slug), or --import RUNS_DIR.")
         slug = slug_of(recipe_or_slug)
+        # Runs made by `reproduce RECIPE` join the history here: their directories are indexed first.
+        own = (Path(runs_dir) if runs_dir is not None else _runs_root()) / slug
+        if own.is_dir():
+            hist.import_runs(own)
         all_rows = hist.runs(slug, cluster=cluster)
         if not all_rows:
             known = ", ".join(hist.slugs()) or "none"

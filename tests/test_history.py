@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import subprocess
 import sys
@@ -239,16 +240,17 @@ def test_record_reads_what_measure_run_dir_really_writes(tmp_path):
 # --- `reproduce history` through the real CLI ---
 
 
-def cli(*args, env_extra=None) -> subprocess.CompletedProcess:
+def cli(*args) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("REPRODUCE_HISTORY", "REPRODUCE_RUNS_DIR")}
     return subprocess.run([sys.executable, "-m", "launcher", *map(str, args)], cwd=REPO, capture_output=True,
-                          text=True, timeout=60)
+                          text=True, timeout=60, env=env)
 
 
 def build_history(tmp_path: Path, values: list[float], last: float, claim: float = 960.0) -> Path:
     root = tmp_path / "runs"
     for i, v in enumerate(values + [last]):
         make_run_dir(root, f"2026010{i}T000000Z-00000{i}", tps=v, claim=claim, started=T0 + i * DAY,
-                     verdict="reproduced" if abs(v - claim) / claim <= 0.03 or v > claim else "slower")
+                     verdict="slower" if v < 0.97 * claim else ("faster" if v > 1.03 * claim else "reproduced"))
     return root
 
 
@@ -258,13 +260,13 @@ def test_cli_history_flags_a_regression_with_exit_1_and_shows_the_trend(tmp_path
     proc = cli("history", "--import", root, "--history", db)
     assert proc.returncode == 0, proc.stderr
     assert "recorded 5 run(s)" in proc.stdout
-    proc = cli("history", SLUG, "--history", db)
+    proc = cli("history", SLUG, "--history", db, "--runs-dir", tmp_path / "empty")
     assert proc.returncode == 1, proc.stderr
     out = proc.stdout
     assert "20260104T000000Z-000004" in out and "REGRESSION" in out
     assert "median 1,000.50" in out and "[1,000.0, 1,002.0, 998.0, 1,001.0]" in out
     assert "below the recipe's claim: -5.00%" in out
-    proc = cli("history", SLUG, "--history", db, "--json", "--limit", "2")
+    proc = cli("history", SLUG, "--history", db, "--json", "--limit", "2", "--runs-dir", tmp_path / "empty")
     data = json.loads(proc.stdout)
     assert proc.returncode == 1
     assert [r["run_id"] for r in data["runs"]] == ["20260103T000000Z-000003", "20260104T000000Z-000004"]
@@ -276,7 +278,7 @@ def test_cli_history_exit_0_when_the_latest_holds_and_recipe_file_gives_the_slug
     root = build_history(tmp_path, [1000.0, 1002.0, 998.0], 995.0, claim=1000.0)
     db = tmp_path / "h.sqlite"
     recipe = REPO / "recipes" / f"{SLUG}.yaml"
-    proc = cli("history", recipe, "--import", root, "--history", db, "--json")
+    proc = cli("history", recipe, "--import", root, "--history", db, "--json", "--runs-dir", tmp_path / "empty")
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)  # one JSON object, import included
     assert len(data["import"]["recorded"]) == 4 and data["latest"]["regression"] is False
@@ -284,6 +286,16 @@ def test_cli_history_exit_0_when_the_latest_holds_and_recipe_file_gives_the_slug
 
 
 def test_cli_history_unknown_slug_is_bad_input_without_traceback(tmp_path):
-    proc = cli("history", "no/such/recipe", "--history", tmp_path / "h.sqlite")
+    proc = cli("history", "no/such/recipe", "--history", tmp_path / "h.sqlite", "--runs-dir", tmp_path)
     assert proc.returncode == 2
     assert "no runs of 'no/such/recipe'" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_cli_history_indexes_the_recipes_own_run_directories_first(tmp_path):
+    """Runs made by plain `reproduce RECIPE` (never recorded) show up: <runs dir>/<slug>/ is indexed."""
+    root = build_history(tmp_path, [1000.0, 1002.0, 998.0], 700.0, claim=1000.0)
+    proc = cli("history", SLUG, "--runs-dir", root, "--json")  # default history: <runs dir>/history.sqlite
+    assert proc.returncode == 1, proc.stderr
+    data = json.loads(proc.stdout)
+    assert len(data["runs"]) == 4 and data["history"] == str(root / "history.sqlite")
+    assert data["latest"]["claim_regression"] and data["latest"]["trend_regression"]

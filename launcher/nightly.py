@@ -1,0 +1,238 @@
+"""`reproduce nightly`: re-measure a set of recipes, keep the history, flag regressions.
+
+Each recipe runs exactly as `reproduce RECIPE --cluster NAME` runs it (launcher.reproduction.prepare
+then launcher.run.run_plan: no second run path), one after the other. Whatever happens to one
+recipe (invalid file, budget refusal, a node that never came up, a failed check) is recorded in the
+history as that recipe's run and the nightly goes on with the next: one bad recipe must not hide
+the others' numbers. Ctrl-C stops the nightly (the run in progress is cancelled by the run path).
+
+Exit code, by precedence (the most actionable news wins):
+  130  interrupted;
+  1    any recipe regressed (below its claim, or below its trend), failed a check (verdict not
+       "reproduced", failed preflight/stack check) or could not be loaded (invalid recipe);
+  3    otherwise, any recipe hit an infrastructure failure (provisioning, connection, node) or an
+       unexpected error: the recipe could not be measured;
+  0    every recipe reproduced without regression.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from launcher.errors import BadInput, ReproduceError
+from launcher.history import (Assessment, History, RunRow, default_history_path, file_sha256, markdown_table,
+                              slug_of, text_table, trend_lines)
+from launcher.reproduction import Options
+
+
+@dataclass
+class RecipeRun:
+    """How one recipe's reproduction ended: the exit code `reproduce RECIPE` would have given."""
+
+    recipe: Path
+    code: int
+    run_dir: Path | None = None
+    error: str | None = None
+    crashed: bool = False  # an unexpected exception, not one of reproduce's errors
+
+
+@dataclass
+class NightlyEntry:
+    recipe: Path
+    run: RecipeRun
+    row: RunRow
+    assessment: Assessment
+    outcome: str  # reproduced | regression | check failed | invalid | infra | error | interrupted
+
+    @property
+    def failed(self) -> bool:
+        return self.outcome != "reproduced"
+
+
+@dataclass
+class NightlyResult:
+    entries: list[NightlyEntry] = field(default_factory=list)
+    summary_path: Path | None = None
+    exit_code: int = 0
+
+
+Runner = Callable[[Path, Options], RecipeRun]
+
+
+def run_recipe(recipe: Path, options: Options) -> RecipeRun:
+    """One reproduction through the real run path (prepare -> run_plan), errors caught and kept."""
+    from launcher.reproduction import prepare
+    from launcher.rundir import RunDir, default_runs_root
+
+    try:
+        prepared = prepare(recipe, options)
+    except ReproduceError as err:
+        return RecipeRun(recipe, err.exit_code, None, str(err))
+    from launcher.run import run_plan
+
+    try:
+        code, error = run_plan(prepared, options), None
+    except ReproduceError as err:
+        code, error = err.exit_code, str(err)
+    run_dir = None
+    try:
+        run_dir = RunDir.find(prepared.plan.run_id, options.runs_dir or default_runs_root()).path
+    except BadInput:
+        pass  # refused before a run directory was made (budget, unsupported recipe)
+    return RecipeRun(recipe, code, run_dir, error)
+
+
+def expand_targets(targets: Sequence[Path]) -> list[Path]:
+    """Files as given; a directory means every *.yaml under it (recursively), sorted."""
+    out: list[Path] = []
+    for target in targets:
+        target = Path(target)
+        if target.is_dir():
+            found = sorted(p for p in target.rglob("*.yaml") if p.is_file())
+            if not found:
+                raise BadInput(f"{target}: no *.yaml recipe under this directory.")
+            out += found
+        elif target.is_file():
+            out.append(target)
+        else:
+            raise BadInput(f"{target} does not exist (give recipe files or directories of recipes).")
+    return out
+
+
+def failure_row(recipe: Path, cluster_name: str, cluster_kind: str | None, message: str) -> RunRow:
+    """The history row of a recipe that produced no run directory (invalid, refused before launch)."""
+    from launcher.rundir import new_run_id
+
+    now = time.time()
+    return RunRow(run_id=new_run_id(), slug=slug_of(str(recipe)), recipe_sha256=file_sha256(recipe),
+                  cluster_name=cluster_name, cluster_kind=cluster_kind, started_at=now, ended_at=now,
+                  state="failed", detail=_first_line(message))
+
+
+def _first_line(text: str | None) -> str | None:
+    return text.strip().splitlines()[0] if text and text.strip() else None
+
+
+def outcome_of(run: RecipeRun, assessment: Assessment) -> str:
+    if run.code == 130:
+        return "interrupted"
+    if assessment.regression:
+        return "regression"
+    if run.crashed:
+        return "error"
+    return {0: "reproduced", 1: "check failed", 2: "invalid", 3: "infra"}.get(run.code, "error")
+
+
+def exit_code_of(entries: Sequence[NightlyEntry]) -> int:
+    """Precedence: 130 interrupted > 1 regression/check/invalid > 3 infra/error > 0."""
+    outcomes = {e.outcome for e in entries}
+    if "interrupted" in outcomes:
+        return 130
+    if outcomes & {"regression", "check failed", "invalid"}:
+        return 1
+    if outcomes & {"infra", "error"}:
+        return 3
+    return 0
+
+
+def nightly(targets: Sequence[Path], cluster: str, *, runs_dir: Path | None = None, history: Path | None = None,
+            runner: Runner = run_recipe, max_usd: float | None = None, max_hours: float | None = None,
+            echo: Callable[[str], Any] = print, now: float | None = None) -> NightlyResult:
+    """Run every recipe, record each into the history, judge regressions, write the summary."""
+    from launcher.history import assess
+    from launcher.profile import load_profile
+    from launcher.rundir import default_runs_root, new_run_id
+
+    recipes = expand_targets(targets)
+    profile = load_profile(cluster)  # a bad --cluster is bad input for the whole nightly: exit 2
+    root = Path(runs_dir) if runs_dir is not None else default_runs_root()
+    db = History(history if history is not None else default_history_path(root))
+    base = Options(cluster=cluster, runs_dir=root, on_interrupt="cancel", max_usd=max_usd, max_hours=max_hours)
+    result = NightlyResult()
+    try:
+        for i, recipe in enumerate(recipes, 1):
+            echo(f"[nightly {i}/{len(recipes)}] {recipe}")
+            try:
+                run = runner(recipe, replace(base, run_id=new_run_id()))
+            except KeyboardInterrupt:
+                run = RecipeRun(recipe, 130, None, "interrupted by the user")
+            except Exception as err:  # noqa: BLE001 - one recipe's crash must not end the nightly
+                run = RecipeRun(recipe, 3, None, f"unexpected error (a bug in reproduce?): {type(err).__name__}: {err}",
+                                crashed=True)
+            row = _record(db, recipe, run, profile)
+            rows = db.runs(row.slug, cluster=row.cluster_name)
+            idx = next((n for n, r in enumerate(rows) if r.run_id == row.run_id), len(rows))
+            assessment = assess(row, rows[:idx])
+            entry = NightlyEntry(recipe, run, row, assessment, outcome_of(run, assessment))
+            result.entries.append(entry)
+            echo(f"[nightly {i}/{len(recipes)}] {row.slug}: {entry.outcome}"
+                 + (f" ({_first_line(run.error)})" if run.error and entry.outcome != "regression" else ""))
+            if run.code == 130:
+                break
+    finally:
+        db.close()
+    result.exit_code = exit_code_of(result.entries)
+    stamp = now if now is not None else time.time()
+    result.summary_path = write_summary(root, result, profile.name, db.path, stamp)
+    echo(summary_text(result.entries))
+    echo(f"summary: {result.summary_path}; history: {db.path}; exit {result.exit_code}")
+    return result
+
+
+def _record(db: History, recipe: Path, run: RecipeRun, profile: Any) -> RunRow:
+    """The run directory's row when there is one, else a failure row; both go into the history."""
+    row = None
+    if run.run_dir is not None:
+        try:
+            row = db.record(run.run_dir)
+        except BadInput as err:
+            run.error = run.error or str(err)
+    if row is None:
+        row = db.insert(failure_row(recipe, profile.name, profile.kind, run.error or f"exit {run.code}"))
+    elif run.error and not row.detail:
+        row.detail = _first_line(run.error)
+        db.insert(row)
+    return row
+
+
+_HEADER = ["recipe", "outcome", "verdict", "tokens/s/GPU", "vs claim", "vs trend", "regression"]
+
+
+def _cells(e: NightlyEntry) -> list[str]:
+    r, a = e.row, e.assessment
+    tps = f"{r.tokens_per_s_per_gpu:,.2f}" if r.tokens_per_s_per_gpu is not None else "-"
+    claim = f"{r.difference_percent:+.2f}%" if r.difference_percent is not None else "-"
+    if a.trend.difference_percent is not None and a.judged:
+        trend = f"{a.trend.difference_percent:+.2f}%"
+    else:
+        trend = "n/a" if a.judged else "-"
+    reg = "yes" if a.regression else ("no" if a.judged else "n/a")
+    return [r.slug, e.outcome, r.verdict or "-", tps, claim, trend, reg]
+
+
+def summary_text(entries: Sequence[NightlyEntry]) -> str:
+    return text_table(_HEADER, [_cells(e) for e in entries])
+
+
+def write_summary(root: Path, result: NightlyResult, cluster: str, db_path: Path, stamp: float) -> Path:
+    """runs/nightly-<UTC date>.md (a second nightly on the same date replaces it)."""
+    date = time.strftime("%Y-%m-%d", time.gmtime(stamp))
+    lines = [f"# Nightly {date} (cluster {cluster})", "",
+             f"Started {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(stamp))} UTC; history {db_path}; "
+             f"exit code {result.exit_code}.", "",
+             markdown_table(_HEADER, [_cells(e) for e in result.entries]), ""]
+    for e in result.entries:
+        lines += [f"## {e.row.slug}", "", f"- recipe: `{e.recipe}`", f"- run: `{e.row.run_id}`"
+                  + (f" in `{e.row.run_dir}`" if e.row.run_dir else " (no run directory)"),
+                  f"- outcome: {e.outcome} (exit {e.run.code})"]
+        if e.run.error:
+            lines.append(f"- error: {_first_line(e.run.error)}")
+        lines += [f"- {line.strip()}" for line in trend_lines(e.assessment)]
+        lines.append("")
+    root.mkdir(parents=True, exist_ok=True)
+    path = root / f"nightly-{date}.md"
+    path.write_text("\n".join(lines))
+    return path
