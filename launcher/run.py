@@ -6,6 +6,7 @@ The cluster comes from the profile's kind; everything after acquiring a node is 
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -63,12 +64,29 @@ def run_plan(prepared: Prepared, options: Options) -> int:
     run_dir.write_inputs(recipe_text=recipe.text, profile=profile.path.read_text(encoding="utf-8"),
                          plan=plan.to_dict(), node_script=plan.node_script)
     cluster = make_cluster(prepared, options, run_dir.path / "aws.json")
-    outcome = execute(
-        cluster, node_script=plan.node_script, run_id=plan.run_id, node_run_dir=plan.node_run_dir,
-        container=plan.container, run_dir=run_dir, recipe_raw=recipe.raw, on_interrupt=options.on_interrupt,
-        secrets=secrets_for(profile), budget=budget,
-    )
+    try:
+        outcome = execute(
+            cluster, node_script=plan.node_script, run_id=plan.run_id, node_run_dir=plan.node_run_dir,
+            container=plan.container, run_dir=run_dir, recipe_raw=recipe.raw, on_interrupt=options.on_interrupt,
+            secrets=secrets_for(profile), budget=budget,
+        )
+    finally:
+        record_history(run_dir.path, root)
     return exit_code_of(outcome)
+
+
+def record_history(run_dir: Path, runs_root: Path) -> None:
+    """Every finished run joins its recipe's history (launcher/history.py); a detached one later, on attach."""
+    import sys
+
+    from launcher.history import default_history_path, record
+
+    try:
+        status = json.loads((run_dir / "status.json").read_text())
+        if status.get("state") in ("done", "failed", "cancelled"):
+            record(run_dir, default_history_path(runs_root))
+    except Exception as err:  # noqa: BLE001 - the run's own outcome matters more than its history row
+        print(f"warning: the run was not added to the history: {err}", file=sys.stderr)
 
 
 def check_plan(prepared: Prepared) -> int:
