@@ -1,105 +1,155 @@
-"""The runner with a real dockerd and a real registry: pull by digest (a wrong digest or a bare tag
-is refused), Ray and the stand-in miles inside the container, measurement, and cancel/Ctrl-C
-leaving no container and no process of the run."""
+"""The image path of the REAL Plan on this host (`--cluster local`, a real dockerd, the local
+registry): the node script `build_plan` renders pulls by digest, starts Ray and the stand-in
+miles in a `--network none` container, and is measured; a digest the registry or the node does not
+have is refused before anything runs; a recipe naming its image by tag alone is refused before
+anything starts; cancel and Ctrl-C leave no container and no process of the run."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from pathlib import Path
 
 import pytest
-import yaml
 
 from infra.docker import containers_named, docker
-from infra.helpers import cli, group_alive, start_driver, wait_for
-from infra.nodescript import docker_body, script
-from launcher.clusters.ssh import SSHCluster
+from infra.helpers import cli, group_alive, processes_mentioning, start_cli, wait_for
+from infra.plan_env import plan_for, seed_raw, write_profile, write_recipe
+from launcher.clusters.local import LocalCluster
 from launcher.errors import InfraError
 from launcher.execute import execute
-from launcher.rundir import RunDir
+from launcher.recipe import load_recipe
+from launcher.rundir import RunDir, new_run_id
 
-pytestmark = [pytest.mark.docker, pytest.mark.ssh]
-SEED = Path(__file__).resolve().parents[1] / "recipes" / "qwen3-30b-a3b" / "h200" / "attune-tp1-pp1-ep8-mt16k.yaml"
-
-
-def _job(tmp_path, runs_root, image_ref, run_args, train, *, ray=False, env=None):
-    rd = RunDir.create(runs_root, "test/docker")
-    node_dir = str(tmp_path / "node" / rd.run_id)
-    container = f"reproduce-{rd.run_id}"
-    body = docker_body(image_ref, run_args, train, ray=ray, env=env)
-    return rd, node_dir, container, script(rd.run_id, node_dir, container, body)
+pytestmark = pytest.mark.docker
+LOCAL = {"kind": "local"}
+# Runs before the recipe's own run block: a Ray client joining the head the Plan started (--num-gpus 8).
+RAY_PROBE = ("python3 -c \"import ray; ray.init(address='auto', logging_level='ERROR'); "
+             "print('RAY_OK', ray.cluster_resources().get('GPU'))\"")
 
 
-def test_pull_by_digest_then_ray_and_standin_miles_then_measure(sshd, test_image, container_run_args, tmp_path, runs_root):
+def _execute(plan, runs_root: Path):
+    """The Plan's node script through the shared runner, as `reproduce RECIPE --cluster local` runs it."""
+    rd = RunDir.create(runs_root, plan.recipe.slug, plan.run_id)
+    run = lambda: execute(LocalCluster(), node_script=plan.node_script, run_id=plan.run_id,  # noqa: E731
+                          node_run_dir=plan.node_run_dir, container=plan.container, run_dir=rd,
+                          recipe_raw=plan.recipe.raw, poll_s=0.2)
+    return rd, run
+
+
+def test_pull_by_digest_then_ray_and_standin_miles_then_measure(test_image, container_run_args, tmp_path, runs_root):
     docker("rmi", "-f", test_image.ref, check=False)  # make the pull real
-    train = (
-        "python3 -c \"import ray; ray.init(address='auto', logging_level='ERROR'); "
-        "print('RAY_OK', ray.cluster_resources().get('CPU'))\"\n"
-        'MODEL_ARGS_LINE="$(python3 miles/utils/external_utils/model_args_utils.py qwen3-30B-A3B)"\n'
-        'read -ra MODEL_ARGS <<< "$MODEL_ARGS_LINE"\n'
-        'python3 train.py --num-rollout 20 --global-batch-size 128 "${MODEL_ARGS[@]}"'
-    )
-    rd, node_dir, container, text = _job(tmp_path, runs_root, test_image.ref, container_run_args, train, ray=True,
-                                         env={"STANDIN_NOISE_LINES": "1"})
-    recipe_raw = yaml.safe_load(SEED.read_text())
-    outcome = execute(SSHCluster.from_profile(sshd.profile()), node_script=text, run_id=rd.run_id,
-                      node_run_dir=node_dir, container=container, run_dir=rd, recipe_raw=recipe_raw, poll_s=0.2)
-    assert outcome.state == "done", (rd.logs / "node.log").read_text()[-3000:]
-    assert (rd.logs / "node.log").read_bytes() == Path(node_dir, "node.log").read_bytes()
+    recipe = write_recipe(tmp_path, test_image, run_prefix=RAY_PROBE)
+    plan = plan_for(recipe, write_profile(tmp_path, LOCAL, container_run_args))
+    rd, run = _execute(plan, runs_root)
+    outcome = run()
+    node_log = Path(plan.node_run_dir, "node.log")
+    assert outcome.state == "done", node_log.read_text()[-3000:]
+    assert (rd.path / "node.sh").read_text() == plan.node_script == Path(plan.node_run_dir, "node.sh").read_text()
+    assert (rd.logs / "node.log").read_bytes() == node_log.read_bytes()
+    stages = rd.timeline().stages
+    assert [s["name"] for s in stages] == ["preflight", "image", "preflight-gpu", "stack", "assets", "ray", "train"]
+    assert all(s["status"] == "ok" for s in stages)
+    # the pull was real, and the image that ran is the recipe's digest
+    assert test_image.ref in docker("image", "inspect", "--format", "{{json .RepoDigests}}", test_image.ref).stdout
+    image = json.loads((rd.path / "image.json").read_text())  # collected from the node
+    assert image["image"] == test_image.ref and image["digest"] == test_image.digest
+    # --network none: only loopback, so Ray binds 127.0.0.1; a client joins the Plan's head (8 GPUs declared)
+    assert "Local node IP: 127.0.0.1" in (rd.logs / "ray.log").read_text()
     train_log = (rd.logs / "train.log").read_text()
-    assert "RAY_OK 1.0" in train_log  # the Ray CLI from the venv started a head inside the container
+    assert "RAY_OK 8.0" in train_log
     assert "log_utils.py" in train_log and " - step 19: " in train_log
-    assert [s["name"] for s in rd.timeline().stages] == ["preflight", "image", "train"]
-    assert test_image.digest in docker("image", "inspect", "--format", "{{json .RepoDigests}}", test_image.ref).stdout
-    assert containers_named(container) == []  # container (and Ray in it) gone
-    assert yaml.safe_load((rd.path / "stack.json").read_text())["image"] == test_image.ref  # collected
-    result, verdict = outcome.measurement
+    assert containers_named(plan.container) == []  # container (and Ray in it) gone
+    _, verdict = outcome.measurement
     assert (rd.path / "steps.jsonl").read_text().count("\n") == 20
     assert verdict.status == "reproduced"  # the stand-in's default step time is the seed's claim
 
 
-def test_wrong_digest_is_refused_and_nothing_runs(sshd, test_image, container_run_args, tmp_path, runs_root):
-    wrong = f"{test_image.repo}@sha256:{'0' * 64}"
-    rd, node_dir, container, text = _job(tmp_path, runs_root, wrong, container_run_args, "echo SHOULD-NOT-RUN")
+@pytest.mark.parametrize("case", ["digest-not-in-registry", "pull-off-and-digest-not-on-node"])
+def test_wrong_digest_is_refused_and_nothing_runs(test_image, container_run_args, tmp_path, runs_root, case):
+    if case == "digest-not-in-registry":
+        image = type(test_image)(test_image.repo, f"sha256:{'0' * 64}")
+        profile = write_profile(tmp_path, LOCAL, container_run_args)
+    else:  # docker.pull: false: the node must already hold the digest, and does not
+        image = test_image
+        docker("rmi", "-f", test_image.ref, check=False)
+        profile = write_profile(tmp_path, LOCAL, container_run_args, docker={"pull": False})
+    plan = plan_for(write_recipe(tmp_path, image, run_prefix="echo SHOULD-NOT-RUN"), profile)
+    rd, run = _execute(plan, runs_root)
     with pytest.raises(InfraError, match="stage image") as err:
-        execute(SSHCluster.from_profile(sshd.profile()), node_script=text, run_id=rd.run_id, node_run_dir=node_dir,
-                container=container, run_dir=rd, poll_s=0.1)
+        run()
     assert err.value.exit_code == 3
+    assert image.ref in str(err.value)  # the tail of the image stage's log names what was refused
+    stages = rd.timeline().stages
+    assert [(s["name"], s["status"]) for s in stages] == [("preflight", "ok"), ("image", "failed")]
     assert "SHOULD-NOT-RUN" not in (rd.logs / "node.log").read_text()
-    assert containers_named(container) == [] and rd.status()["state"] == "failed"
+    assert not (rd.path / "image.json").exists() and not (rd.path / "steps.jsonl").exists()
+    assert containers_named(plan.container) == [] and rd.status()["state"] == "failed"
 
 
-def test_a_tag_alone_is_refused(sshd, test_image, container_run_args, tmp_path, runs_root):
-    rd, node_dir, container, text = _job(tmp_path, runs_root, f"{test_image.repo}:v1", container_run_args, "true")
-    with pytest.raises(InfraError, match="pin the image by digest"):
-        execute(SSHCluster.from_profile(sshd.profile()), node_script=text, run_id=rd.run_id, node_run_dir=node_dir,
-                container=container, run_dir=rd, poll_s=0.1)
+@pytest.mark.parametrize("where", ["stack.image", "stack.source"])
+def test_an_image_named_by_tag_alone_is_refused_before_anything_starts(test_image, container_run_args, tmp_path,
+                                                                       runs_root, where):
+    raw = seed_raw()
+    if where == "stack.image":  # the structured form requires a digest
+        raw["stack"]["image"] = {"repository": test_image.repo, "tag": "v1"}
+        raw["stack"]["source"] = "test: the image is named by its tag only"
+    else:  # the prose form names no digest
+        raw["stack"]["source"] = f"test: the image is {test_image.repo}:v1"
+    recipe = write_recipe(tmp_path, raw=raw)
+    profile = write_profile(tmp_path, LOCAL, container_run_args)
+    run_id = new_run_id()
+    result = cli(str(recipe), "--cluster", str(profile), "--runs-dir", str(runs_root), "--run-id", run_id)
+    assert result.returncode == 2, result.stderr
+    assert where in result.stderr and "digest" in result.stderr and "Traceback" not in result.stderr
+    assert list(runs_root.iterdir()) == []  # no run dir
+    assert not (tmp_path / "work").exists()  # nothing staged on the node
+    assert containers_named(f"reproduce-{run_id}") == []
 
 
 @pytest.mark.parametrize("how", ["cancel-command", "ctrl-c"])
-def test_cancel_leaves_no_container_and_no_process(sshd, test_image, container_run_args, tmp_path, runs_root, how):
-    train = "echo training-started; sleep 300"
-    rd, node_dir, container, text = _job(tmp_path, runs_root, test_image.ref, container_run_args, train)
-    proc = start_driver(
-        {"cluster": SSHCluster.from_profile(sshd.profile()).to_record(), "node_script": text, "run_id": rd.run_id,
-         "node_run_dir": node_dir, "container": container, "run_dir": str(rd.path), "on_interrupt": "cancel",
-         "poll_s": 0.1},
-        tmp_path,
-    )
-    wait_for(lambda: (rd.logs / "train.log").exists() and b"training-started" in (rd.logs / "train.log").read_bytes(),
-             timeout_s=120, what="the container to start")
+def test_cancel_leaves_no_container_and_no_process(test_image, container_run_args, tmp_path, runs_root, how):
+    recipe = write_recipe(tmp_path, test_image)
+    profile = write_profile(tmp_path, LOCAL, container_run_args, env={"STANDIN_SLEEP_S": "300"})
+    run_id = new_run_id()
+    rd = RunDir(runs_root / load_recipe(recipe).slug / run_id)
+    container = f"reproduce-{run_id}"
+    proc = start_cli(str(recipe), "--cluster", str(profile), "--runs-dir", str(runs_root), "--run-id", run_id,
+                     "--on-interrupt", "cancel")
+    try:
+        _interrupt_training(proc, rd, container, run_id, runs_root, tmp_path, how)
+    finally:  # a failed assertion must not leave a run going on this host
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        pid = rd.record().get("pid") if (rd.path / "run.json").exists() else None
+        if containers_named(container) or (pid and group_alive(pid)):
+            cli("cancel", run_id, "--runs-dir", str(runs_root))
+    assert containers_named(container) == []
+    assert processes_mentioning(str(tmp_path)) == []  # Ray and training in the container, the node script
+    assert rd.status()["state"] == "cancelled"
+    last = rd.timeline().stages[-1]
+    assert last["name"] == "train" and last["end"] is not None  # cancelled in training; the stage is closed
+
+
+def _interrupt_training(proc, rd: RunDir, container: str, run_id: str, runs_root: Path, tmp_path: Path, how: str):
+    train_log = rd.logs / "train.log"
+    wait_for(lambda: train_log.exists() and b"miles stand-in:" in train_log.read_bytes(), timeout_s=120,
+             what="the stand-in to start training in the container")
     assert containers_named(container)
+    # the training in the container names the run's cache dir: visible from here, and it must go
+    assert processes_mentioning(str(tmp_path)), "the run's training should be running"
     pid = rd.record()["pid"]
     if how == "ctrl-c":
         proc.send_signal(signal.SIGINT)
-        proc.communicate(timeout=120)
-        assert proc.returncode == 130
+        _, stderr = proc.communicate(timeout=120)
+        assert proc.returncode == 130, stderr
+        assert "cancelled" in stderr
     else:
-        os.killpg(proc.pid, signal.SIGKILL)
+        os.killpg(proc.pid, signal.SIGKILL)  # the launcher dies; the run goes on until cancelled
         proc.wait()
-        result = cli("cancel", str(rd.path))
+        assert group_alive(pid) and containers_named(container)
+        result = cli("cancel", run_id, "--runs-dir", str(runs_root))
         assert result.returncode == 0, result.stderr
-    assert containers_named(container) == []
     assert not group_alive(pid)
-    assert rd.status()["state"] == "cancelled"

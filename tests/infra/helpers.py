@@ -37,16 +37,32 @@ def start_driver(spec: dict, workdir: Path) -> subprocess.Popen:
     )
 
 
+def _cli_env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(REPO)}
+
+
 def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     """`reproduce ARGS` as a user runs it (stdin not a terminal)."""
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
     return subprocess.run(
         [sys.executable, "-m", "launcher", *args],
         capture_output=True,
         text=True,
         stdin=subprocess.DEVNULL,
-        env=env,
+        env=_cli_env(),
         timeout=timeout,
+    )
+
+
+def start_cli(*args: str) -> subprocess.Popen:
+    """`reproduce ARGS` left running in its own process group (so a test can Ctrl-C or kill it)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "launcher", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        env=_cli_env(),
+        start_new_session=True,
+        text=True,
     )
 
 
@@ -54,6 +70,17 @@ def group_alive(sid: int) -> bool:
     """Is a process of the run's session (sid = pgid = wrapper pid) still running (zombies aside)?"""
     out = subprocess.run(["ps", "-s", str(sid), "-o", "stat="], capture_output=True, text=True).stdout.split()
     return any(not stat.startswith("Z") for stat in out)
+
+
+def processes_mentioning(text: str) -> list[str]:
+    """Command lines of live processes on this host (containers' included) that contain `text`."""
+    out = subprocess.run(["ps", "-ww", "-eo", "pid=,stat=,args="], capture_output=True, text=True).stdout
+    found = []
+    for line in out.splitlines():
+        pid, stat, args = (line.split(None, 2) + ["", ""])[:3]
+        if text in args and int(pid) != os.getpid() and not stat.startswith("Z"):
+            found.append(line.strip())
+    return found
 
 
 def slow_script_body(lines: int = 60, delay_s: float = 0.05) -> str:

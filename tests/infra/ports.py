@@ -1,4 +1,4 @@
-"""Free loopback ports for servers the tests start (sshd, registry, Ray)."""
+"""Free loopback ports for servers the tests start (sshd, registry, the Plan's Ray port)."""
 
 from __future__ import annotations
 
@@ -11,20 +11,6 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-def free_ports(n: int) -> list[int]:
-    """n distinct free ports, all held open together while chosen so none repeats."""
-    socks = []
-    try:
-        for _ in range(n):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind(("127.0.0.1", 0))
-            socks.append(sock)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for sock in socks:
-            sock.close()
 
 
 def wait_for_port(port: int, host: str = "127.0.0.1", timeout_s: float = 20.0) -> None:
