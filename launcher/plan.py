@@ -407,9 +407,10 @@ _STAGE_FUNCS = f"""\
 _stage_begin() {{ _STAGE=$1; printf '{MARKER} stage=%s event=start t=%s\\n' "$1" "$(date +%s.%N)"; }}
 _stage_end() {{ printf '{MARKER} stage=%s event=end status=ok t=%s\\n' "$_STAGE" "$(date +%s.%N)"; _STAGE=''; }}
 _on_exit() {{
-  local rc=$?
+  local rc=$? status=failed
   if [ -n "${{_STAGE:-}}" ]; then
-    printf '{MARKER} stage=%s event=end status=failed rc=%s t=%s\\n' "$_STAGE" "$rc" "$(date +%s.%N)"
+    [ -e "$NODE_RUN_DIR/cancelled" ] && status=cancelled  # `reproduce cancel` marks the run first
+    printf '{MARKER} stage=%s event=end status=%s rc=%s t=%s\\n' "$_STAGE" "$status" "$rc" "$(date +%s.%N)"
   fi
   _cleanup
   exit "$rc"

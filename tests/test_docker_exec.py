@@ -130,7 +130,7 @@ def test_cancel_leaves_no_container_and_no_process(test_image, container_run_arg
     assert processes_mentioning(str(tmp_path)) == []  # Ray and training in the container, the node script
     assert rd.status()["state"] == "cancelled"
     last = rd.timeline().stages[-1]
-    assert last["name"] == "train" and last["end"] is not None  # cancelled in training; the stage is closed
+    assert last["name"] == "train" and last["end"] is not None and last["status"] == "cancelled"
 
 
 def _interrupt_training(proc, rd: RunDir, container: str, run_id: str, runs_root: Path, tmp_path: Path, how: str):
