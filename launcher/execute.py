@@ -413,8 +413,11 @@ def _collect(rd: RunDir, transport: Transport, node_run_dir: str) -> list[str]:
     return got
 
 
-# A failed stage of these is a check that said no (exit 1); any other is the infrastructure's (exit 3).
-CHECK_STAGES = frozenset({"preflight", "preflight-gpu", "stack", TRAIN_STAGE})
+# A failed stage of these is a check of the recipe that said no (exit 1: the image's stack differs
+# from the recipe's, or training failed and was judged). Any other failed stage is the
+# infrastructure's (exit 3): a node that fails the preflight (too few GPUs, a bad GPU, no EFA), no
+# docker, a pull or a download that failed, Ray that did not start.
+CHECK_STAGES = frozenset({"stack", TRAIN_STAGE})
 
 
 def _failed_stage(timeline: Timeline) -> str | None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
-from launcher.errors import BadInput, CheckFailed, InfraError
+from launcher.errors import BadInput, InfraError
 from launcher.resources import data_dir
 
 THRESHOLDS_FILE = "preflight_thresholds.json"
@@ -153,12 +153,8 @@ class PreflightReport:
             f"{c.name}: {c.shown_value} (expected {c.expected})" + (f" - {c.warning}" if c.warning else "")
             for c in self.failures()
         ]
-        return "the node failed the GPU preflight: " + "; ".join(parts)
-
-    def raise_for_failures(self) -> None:
-        """Stop before training: CheckFailed (exit 1) naming what failed, unless all passed."""
-        if not self.ok:
-            raise CheckFailed(self.summary(), hint="Fix the node, or rerun with --skip-preflight to train anyway.")
+        return ("the node failed the GPU preflight: " + "; ".join(parts)
+                + ". Fix or replace the node, or rerun with --skip-preflight to train anyway.")
 
     def table(self) -> Any:
         """A rich Table: check, value, expected, result."""

@@ -1,5 +1,6 @@
-"""How a failed node script ends for the user: a failed check is exit 1 and says what it measured;
-a failed training is measured and judged "failed"; a failed download or pull is exit 3."""
+"""How a failed node script ends for the user: a node that fails the preflight is an infrastructure
+failure (exit 3) that says what was measured; a failed training is measured and judged "failed"
+(exit 1); a failed download is exit 3."""
 
 from __future__ import annotations
 
@@ -38,14 +39,14 @@ def _execute(tmp_path: Path, body: str, **kw):
                                container=container, run_dir=rd, scripts_dir=scripts, poll_s=0.05, **kw)
 
 
-def test_failed_preflight_is_exit_1_naming_each_failed_check(tmp_path: Path) -> None:
+def test_failed_preflight_is_exit_3_naming_each_failed_check(tmp_path: Path) -> None:
     report = json.dumps(FAILED_PREFLIGHT).replace("'", "'\\''")
     body = f"_mark preflight start; echo '{report}' > \"$NODE_RUN_DIR/preflight.json\"; exit 1\n"
     rd, run = _execute(tmp_path, body)
-    with pytest.raises(CheckFailed) as err:
+    with pytest.raises(InfraError) as err:  # the node is unfit: fewer GPUs than the recipe needs
         run()
     message = str(err.value)
-    assert err.value.exit_code == 1
+    assert err.value.exit_code == 3
     assert "gpu_count: 7 (expected 8)" in message and "matmul_bf16_tflops: 512.3" in message
     assert "driver" not in message.split("\n")[0]  # only the failed checks are named
     assert json.loads((rd.path / "preflight.json").read_text()) == FAILED_PREFLIGHT
