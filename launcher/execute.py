@@ -568,14 +568,17 @@ class Runner:
                 self.rd.set_status("cancelled", f"budget reached: {err}")
                 raise CheckFailed(f"stopped: {err}. The run was cancelled on the node and the node released.") from None
             except InfraError as err:
-                follower.finish_logs("running")
-                self.keep_cluster = True
-                self.rd.set_status("detached", f"lost the node: {err}")
-                raise InfraError(
-                    f"{err}. The run may still be going on on the node (its GPUs keep costing money).",
-                    hint=_reattach_hint(self.rd),
-                ) from err
+                raise self._left_running(follower, f"lost the node: {err}",
+                                         f"{err}. The run may still be going on on the node (its GPUs keep costing money).") from err
             return self._finish(transport, follower, code)
+
+    def _left_running(self, follower: Follower | None, why: str, message: str) -> InfraError:
+        """The run may go on without us: keep the node, say so, and say how to reattach or cancel."""
+        if follower is not None:
+            follower.finish_logs("running")
+        self.keep_cluster = True
+        self.rd.set_status("detached", why)
+        return InfraError(message, hint=_reattach_hint(self.rd))
 
     def _safe_drain(self, follower: Follower) -> None:
         try:
@@ -588,14 +591,9 @@ class Runner:
         try:
             self._cancel_on_node(transport)
         except InfraError as err:
-            if follower is not None:
-                follower.finish_logs("running")
-            self.keep_cluster = True
-            self.rd.set_status("detached", f"cancel failed: {err}")
-            raise InfraError(
-                f"could not cancel the run on the node: {err}. It may still be running (and costing money).",
-                hint=_reattach_hint(self.rd),
-            ) from err
+            raise self._left_running(follower, f"cancel failed: {err}",
+                                     f"could not cancel the run on the node: {err}. It may still be running "
+                                     "(and costing money).") from err
 
     def _cancel_on_node(self, transport: Transport) -> None:
         out = transport.run(cancel_command(self.node_run_dir, self.container), timeout_s=120, check=False).stdout
