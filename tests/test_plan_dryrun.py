@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -187,3 +188,22 @@ def test_real_runs_refuse_what_this_version_cannot_execute(tmp_path: Path) -> No
     ray = reproduce(SEED, "--cluster", "ray", "--runs-dir", runs)
     assert ray.code == 2 and "dry-run only" in ray.err
     assert not runs.exists()
+
+
+def test_dry_run_imports_no_heavy_library() -> None:
+    """Start-up stays light: boto3, paramiko, ray and matplotlib are imported only where a real run needs them."""
+    code = (
+        "import sys, io, contextlib\n"
+        "from launcher import cli\n"
+        f"sys.argv = ['reproduce', {str(SEED)!r}, '--cluster', 'aws', '--dry-run']\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    try:\n"
+        "        cli.main()\n"
+        "    except SystemExit as e:\n"
+        "        assert not e.code, e.code\n"
+        "heavy = sorted(m for m in ('boto3', 'botocore', 'paramiko', 'ray', 'matplotlib', 'pydantic') if m in sys.modules)\n"
+        "print(','.join(heavy))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == ""
