@@ -107,9 +107,19 @@ def attach(
     """Reattach to a run in progress: continue collecting its log where it stopped, then measure."""
     from launcher.execute import attach as attach_run
     from launcher.execute import outcome_exit_code
+    from launcher.rundir import RunDir
+    from launcher.run import record_history
 
     try:
-        outcome = attach_run(run, runs_root=runs_dir, on_interrupt=on_interrupt)
+        try:
+            outcome = attach_run(run, runs_root=runs_dir, on_interrupt=on_interrupt)
+        finally:
+            try:
+                run_dir = RunDir.find(run, runs_dir).path
+            except ReproduceError:
+                run_dir = None
+            if run_dir is not None:  # a run that ends while attached joins its history, as `reproduce RECIPE` does
+                record_history(run_dir)
     except ReproduceError as err:
         raise _fail(err) from None
     raise typer.Exit(outcome_exit_code(outcome))

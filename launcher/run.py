@@ -75,13 +75,19 @@ def run_plan(prepared: Prepared, options: Options) -> int:
     return exit_code_of(outcome)
 
 
-def record_history(run_dir: Path, runs_root: Path) -> None:
-    """Every finished run joins its recipe's history (launcher/history.py); a detached one later, on attach."""
+def record_history(run_dir: Path, runs_root: Path | None = None) -> None:
+    """Every finished run joins its recipe's history (launcher/history.py); a detached one later, on attach.
+
+    The history lives in the runs root the run directory belongs to (<root>/<slug>/<run id>).
+    """
     import sys
 
     from launcher.history import default_history_path, record
 
     try:
+        if runs_root is None:
+            slug = json.loads((run_dir / "run.json").read_text())["slug"]
+            runs_root = run_dir.parents[len(slug.split("/"))]
         status = json.loads((run_dir / "status.json").read_text())
         if status.get("state") in ("done", "failed", "cancelled"):
             record(run_dir, default_history_path(runs_root))

@@ -94,6 +94,10 @@ def test_run_survives_launcher_death_and_attach_continues_exactly(tmp_path, runs
     assert (rd.logs / "node.log").read_bytes() == node_log
     assert (rd.logs / "train.log").read_text().count("train line ") == 80
     assert rd.status()["state"] == "done"
+    from launcher.history import runs as history_runs
+
+    # the run ended while attached, so attach added it to its runs root's history
+    assert [r.run_id for r in history_runs("test/local", db=runs_root / "history.sqlite")] == [rd.run_id]
 
 
 def test_cancel_stops_the_process_group_and_nothing_else(tmp_path, runs_root):
