@@ -778,7 +778,12 @@ def run_preflight(args: argparse.Namespace, overrides: dict[str, float], table: 
         "environment": {k: os.environ.get(k) for k in MULTICAST_OFF},
     }
 
-    torch_check, torch_info, ngpu = torch_probe()
+    # --no-bench is the host-side pass before the image is pulled: the host (a DLAMI, say) need not
+    # have PyTorch, so it is neither imported nor checked there; the in-image pass checks it.
+    if args.no_bench:
+        torch_check, torch_info, ngpu = None, {}, 0
+    else:
+        torch_check, torch_info, ngpu = torch_probe()
     meta["environment"].update(torch_info)
     rows = smi_query(GPU_FIELDS) if shutil.which("nvidia-smi") else None
     if rows is None:
@@ -807,8 +812,9 @@ def run_preflight(args: argparse.Namespace, overrides: dict[str, float], table: 
     efa_count, attempts = probe_efa(args.efa_expected, args.efa_retries, args.efa_retry_wait)
     checks.append(check_efa(efa_count, args.efa_expected, attempts))
     checks.append(check_disk(args.disk_path, args.disk_min_gb))
-    checks.append(torch_check)
-    if torch_check.ok and not args.no_bench:
+    if torch_check is not None:
+        checks.append(torch_check)
+    if torch_check is not None and torch_check.ok:
         results = run_benchmarks(args, ngpu, args.bench_timeout)
         checks += bench_checks(results, table, gpu_type, overrides, args.nnodes)
     meta["duration_s"] = round(time.monotonic() - t0, 1)

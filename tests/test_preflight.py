@@ -364,3 +364,16 @@ def test_preflight_end_to_end_with_captured_nvidia_smi_judges_the_node(tmp_path:
     assert not by_name["efa"].ok and by_name["efa"].detail == {"attempts": 2}
     for key, off in pf.MULTICAST_OFF.items():
         assert report.raw["environment"][key] == off
+
+
+def test_preflight_host_pass_needs_no_torch(tmp_path: Path) -> None:
+    """--no-bench is the pass on the host before the image is pulled: a DLAMI host has the driver but
+    no PyTorch, and a fit node must pass there (torch is checked in the image)."""
+    bin_dir = _fake_smi(tmp_path, 2)
+    env = {**_bare_node_env(tmp_path), "PATH": str(bin_dir)}
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    p = _run_script("--json", "--no-bench", "--gpu-type", "H200", "--gpus", "2", "--gpu-memory-gb", "141",
+                    "--driver-min", "580.65.06", "--cuda", "13.0", "--disk-path", str(tmp_path), env=env)
+    report = parse_report(p.stdout)
+    assert p.returncode == 0, [c for c in report.checks if not c.ok]
+    assert report.ok and "torch" not in {c.name for c in report.checks}
