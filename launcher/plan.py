@@ -443,8 +443,11 @@ def render_node_script(ctx: _Ctx, stages: list[Stage]) -> str:
         *([f"# {r.nodes} nodes: the launcher runs this script on each with NODE_RANK (0 = Ray head) and HEAD_ADDR",
            "NODE_RANK=\"${NODE_RANK:-0}\"", "HEAD_ADDR=\"${HEAD_ADDR:-}\"", "export NODE_RANK HEAD_ADDR"]
           if r.nodes > 1 else []),
-        "mkdir -p \"$NODE_RUN_DIR\" \"$CACHE_DIR\" \"$(dirname \"$HF_CKPT\")\" \"$(dirname \"$TORCH_DIST\")\" "
-        "\"$(dirname \"$SFT_DATA\")\"",
+        "# the cache may sit on a disk only root can write to (the DLAMI's /opt/dlami/nvme): then sudo -n makes it ours",
+        "for dir in \"$NODE_RUN_DIR\" \"$CACHE_DIR\" \"$(dirname \"$HF_CKPT\")\" \"$(dirname \"$TORCH_DIST\")\" "
+        "\"$(dirname \"$SFT_DATA\")\"; do",
+        "  mkdir -p \"$dir\" 2>/dev/null || sudo -n install -d -o \"$(id -u)\" -g \"$(id -g)\" \"$dir\"",
+        "done",
         "cd \"$NODE_RUN_DIR\"",
         "",
         "# Secrets (HF_TOKEN) arrive in a 0600 file that is read once and deleted; never echoed.",
