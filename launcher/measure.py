@@ -299,10 +299,16 @@ def measure(
     if price is None:
         notes.append(f"no $/1M tokens: no price known for instance {instance!r}; pass --price-per-hour")
 
+    # The price is per node (instance); a multi-node recipe pays it once per node.
+    per_node = (recipe_raw.get("gpu") or {}).get("per_node")
+    nodes = max(1, -(-gpus // int(per_node))) if isinstance(per_node, int) and per_node > 0 else 1
+    if price is not None and nodes > 1:
+        notes.append(f"$/1M tokens priced for {nodes} nodes: {nodes} x ${price.value:g}/h")
+
     mfu = usd = None
     if tps is not None:
         mfu, usd = pure_figures(tps, gpus=gpus, active_params=active, peak_flops=peak,
-                                usd_per_hour=price.value if price else None)
+                                usd_per_hour=price.value * nodes if price else None)
 
     # Cross-checks (reported, not used in the figures).
     cross: dict = {}

@@ -166,3 +166,17 @@ def test_the_seed_run_block_verbatim_on_the_standin_measures_as_reproduced(tmp_p
     assert verdict.status == "reproduced", verdict.reasons
     assert json.loads((run_dir / "convergence.json").read_text())["passed"] is True
     assert "Convergence" in (run_dir / "report.md").read_text()
+
+
+def test_cost_per_million_tokens_pays_for_every_node_of_a_multi_node_recipe():
+    # Two p5en nodes (16 GPUs) at the seed's tokens/s per GPU cost the same per token as one:
+    # the hourly price is per node (--price-per-hour is "US$ per node-hour"), so it counts twice.
+    raw = seed_raw()
+    raw["gpu"]["count"], raw["gpu"]["per_node"] = 16, 8
+    raw["result"]["window_tokens"] = 15 * 128 * 8192
+    t = 128 * 8192 / 6913.23 / 16
+    result = measure(records_with_times({s: t for s in range(20)}), raw, region="us-east-1")
+    assert result.tokens_per_s_per_gpu == pytest.approx(6913.23)
+    expected = 2 * 63.296 / (6913.23 * 16 * 3600 / 1e6)
+    assert result.usd_per_million_tokens == pytest.approx(expected)
+    assert round(result.usd_per_million_tokens, 2) == 0.32
