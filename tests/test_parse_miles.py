@@ -187,3 +187,16 @@ def test_standin_failure_and_model_args(tmp_path):
     assert ok.returncode == 0 and ok.stdout.count("\n") == 1 and "--num-experts 128" in ok.stdout
     bad = subprocess.run([sys.executable, script, "llama-1B"], cwd=STANDIN, capture_output=True, text=True)
     assert bad.returncode != 0 and bad.stdout == ""
+
+
+@pytest.mark.parametrize("hint", ["", " (Ray deduplicates logs by default. Set RAY_DEDUP_LOGS=0 to disable log "
+                                      "deduplication, or see https://docs.ray.io/en/master/ray-observability/user-guides/"
+                                      "configure-logging.html#log-deduplication for more options.)"])
+def test_repeated_suffix_as_ray_prints_it_green_with_its_first_time_hint(hint):
+    # Ray's DedupState.formatted(): line + GREEN + " [repeated Nx across cluster]" + hint (first time only) + RESET.
+    stats = ParseStats()
+    line = step_line(2, loss="nan") + f"\x1b[32m [repeated 3x across cluster]{hint}\x1b[0m"
+    records = list(parse_lines([line, perf_line(2)], stats))
+    assert math.isnan(records[0].loss)
+    assert stats.unparseable == 0
+    assert stats.repeated == 1 and stats.repeated_collapsed == 3

@@ -54,7 +54,9 @@ _KINDS = ("step", "perf", "rollout")
 _STAMP_RE = re.compile(
     r"\[(\d{4})-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,6}))? ([^\]\s]+)\]"
 )
-_REPEATED_RE = re.compile(r"\s*\[repeated (\d+)x across cluster\]\s*$")
+# Ray prints the suffix in colour, with a one-time hint after it (DedupState.formatted):
+# `<line>\x1b[32m [repeated 3x across cluster] (Ray deduplicates logs ...)\x1b[0m`.
+_REPEATED_RE = re.compile(r"\s*(?:\x1b\[[0-9;?]*[A-Za-z])*\s*\[repeated (\d+)x across cluster\].*$")
 _REPEATED_BYTES_RE = re.compile(rb"\[repeated (\d+)x across cluster\]")
 _ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
