@@ -59,6 +59,7 @@ class Result:
     gpu_hours_by_stage: dict[str, float] = field(default_factory=dict)
     window_gpu_hours: float | None = None
     failed_stages: list[str] = field(default_factory=list)
+    no_loss_window_steps: list[int] = field(default_factory=list)  # a step time but no `step N:` line
     notes: list[str] = field(default_factory=list)
     cross_checks: dict = field(default_factory=dict)
     parse_stats: dict | None = None
@@ -257,6 +258,7 @@ def measure(
     missing = [s for s in window_steps if s not in present]
     nan_loss = [s for s in steps if recs[s].loss is not None and not math.isfinite(recs[s].loss)]
     nan_time = [s for s in steps if recs[s].step_time is not None and not math.isfinite(recs[s].step_time)]
+    no_loss = [s for s in present if recs[s].loss is None]
 
     # Recipe self-consistency: window_tokens must equal window length x tokens per step.
     expected_window_tokens = len(window_steps) * tokens_per_step
@@ -371,6 +373,7 @@ def measure(
         gpu_hours_by_stage=by_stage,
         window_gpu_hours=(gpus * sum(times) / 3600.0) if times else None,
         failed_stages=failed,
+        no_loss_window_steps=no_loss,
         notes=notes,
         cross_checks=cross,
         parse_stats=parse_stats.to_dict() if parse_stats else None,

@@ -102,6 +102,8 @@ def judge(result, recipe_raw: dict, *, tolerance: Tolerance = Tolerance()) -> Ve
     if result.missing_window_steps:
         n, total = len(result.missing_window_steps), result.window[1] - result.window[0] + 1
         incomplete.append(f"{n} of {total} window steps missing: {_steps(result.missing_window_steps)}")
+    if result.no_loss_window_steps:
+        incomplete.append(f"no loss logged (no `step N:` line) for window step(s) {_steps(result.no_loss_window_steps)}")
     if result.ended_early:
         last = "no step" if result.last_step is None else f"step {result.last_step}"
         incomplete.append(f"run ended early: last step logged is {last}, the recipe runs {result.steps_expected} steps")

@@ -110,3 +110,14 @@ def test_to_dict_is_the_cli_contract():
     assert d["status"] == "slower" and d["difference_percent"] == pytest.approx(-10.0)
     assert isinstance(d["reasons"], list) and d["reasons"]
     assert d["claimed"]["tokens_per_s_per_gpu"] == CLAIM
+
+
+def test_a_window_step_without_its_loss_line_is_never_reproduced():
+    # Step 7's `step 7:` line (its loss) is not in the log, only its perf line: the step is
+    # missing from the record, and a NaN could hide there.
+    raw = seed_raw()
+    t = step_times_for_tps(CLAIM)
+    recs = [StepRecord(step=s, loss=(None if s == 7 else 1.0), step_time=t) for s in range(20)]
+    v = judge(measure(recs, raw), raw)
+    assert v.status == "incomplete"
+    assert any("7" in r and "loss" in r for r in v.reasons)
