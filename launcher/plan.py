@@ -371,7 +371,9 @@ class _Ctx:
 
     def exports(self) -> list[str]:
         """Container environment: miles' PYTHONPATH, the profile's env, the recipe's env in order, the assets."""
-        lines = [f"export PYTHONPATH={MILES_PYTHONPATH}:\"{self.scripts}\""]
+        lines = [f"export PYTHONPATH={MILES_PYTHONPATH}:\"{self.scripts}\"",
+                 "# every step line reaches the log: Ray's dedup would fold lines that differ only in numbers",
+                 "export RAY_DEDUP_LOGS=0"]
         for key, value in (self.profile.get("env") or {}).items():
             lines.append(f"export {key}={q(str(value))}")
         for key, value in self.recipe.env.items():

@@ -207,3 +207,11 @@ def test_dry_run_imports_no_heavy_library() -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == ""
+
+
+def test_ray_log_dedup_is_off_before_ray_starts_and_the_recipe_can_still_set_it() -> None:
+    """Ray folds lines that differ only in digits ('step 7: {...}'); the measurement needs every step line."""
+    script = build_plan(load_recipe(SEED), load_profile("aws"), run_id="r1").node_script
+    container = script.split("<<'REPRODUCE_CONTAINER_SCRIPT'", 1)[1]
+    assert container.index("export RAY_DEDUP_LOGS=0") < container.index("export CUDA_DEVICE_MAX_CONNECTIONS")
+    assert container.index("export RAY_DEDUP_LOGS=0") < container.index("ray start --head")
