@@ -591,9 +591,11 @@ class Runner:
         try:
             self._cancel_on_node(transport)
         except InfraError as err:
-            raise self._left_running(follower, f"cancel failed: {err}",
-                                     f"could not cancel the run on the node: {err}. It may still be running "
-                                     "(and costing money).") from err
+            error = self._left_running(follower, f"cancel failed: {err}",
+                                       f"could not cancel the run on the node: {err}. It may still be running "
+                                       "(and costing money).")
+            self.keep_cluster = False  # a cancel was asked for, not a detach: still end the paid node
+            raise error from err
 
     def _cancel_on_node(self, transport: Transport) -> None:
         out = transport.run(cancel_command(self.node_run_dir, self.container), timeout_s=120, check=False).stdout

@@ -1,0 +1,108 @@
+"""The runner's release on the paths where money leaks: a cancel (asked for, or forced by the budget)
+that cannot stop everything on the node must still end the paid node, and a teardown that fails
+after the run failed must not hide why the run failed. A paid cluster stand-in on this host (the
+node is a local process group; its release is recorded), no network."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from infra.nodescript import script
+from launcher.budget import Budget
+from launcher.clusters.base import CommandResult, Node
+from launcher.clusters.local import LocalCluster, LocalTransport
+from launcher.errors import InfraError
+from launcher.execute import execute
+from launcher.rundir import RunDir
+
+
+class StubbornTransport(LocalTransport):
+    """The node's cancel leaves the run's container behind (docker rm failed), so the cancel fails."""
+
+    def run(self, command: str, *, timeout_s: float | None = None, check: bool = True) -> CommandResult:
+        if "touch cancelled" in command:
+            return CommandResult(0, "left: container reproduce-x\n", "")
+        return super().run(command, timeout_s=timeout_s, check=check)
+
+
+class PaidCluster(LocalCluster):
+    """A node that costs money until release() ends it (as an AWS instance does)."""
+
+    name = "paid"
+
+    def __init__(self, transport_cls=LocalTransport, acquire_error=None, release_error=None) -> None:
+        super().__init__()
+        self.released = 0
+        self.transport_cls = transport_cls
+        self.acquire_error = acquire_error
+        self.release_error = release_error
+
+    def acquire(self) -> list[Node]:
+        if self.acquire_error:
+            raise self.acquire_error
+        return super().acquire()
+
+    def transport(self, node: Node):
+        return self.transport_cls(node.name)
+
+    def release(self) -> None:
+        self.released += 1
+        if self.release_error:
+            raise self.release_error
+
+
+def _job(tmp_path: Path, body: str):
+    rd = RunDir.create(tmp_path / "runs", "test/paid")
+    node_dir = str(tmp_path / "node" / rd.run_id)
+    container = f"reproduce-{rd.run_id}"
+    return rd, node_dir, container, script(rd.run_id, node_dir, container, body)
+
+
+def _kill_node_run(node_dir: str) -> None:
+    try:
+        pid = int(Path(node_dir, "pid").read_text())
+        os.killpg(pid, signal.SIGKILL)
+    except (FileNotFoundError, ValueError, ProcessLookupError):
+        pass
+
+
+def test_budget_reached_and_cancel_failing_still_ends_the_paid_node(tmp_path):
+    rd, node_dir, container, text = _job(tmp_path, "_mark train start\nsleep 300\n")
+    cluster = PaidCluster(StubbornTransport)
+    budget = Budget(max_usd=None, max_hours=1e-9, price_per_hour=63.296)
+    try:
+        with pytest.raises(InfraError):
+            execute(cluster, node_script=text, run_id=rd.run_id, node_run_dir=node_dir, container=container,
+                    run_dir=rd, scripts_dir=None, poll_s=0.05, measure=False, budget=budget)
+    finally:
+        _kill_node_run(node_dir)
+    assert cluster.released == 1  # past --max-hours: the node is ended, not kept running at $63/h
+
+
+def test_a_chosen_cancel_that_fails_still_ends_the_paid_node(tmp_path, monkeypatch):
+    rd, node_dir, container, text = _job(tmp_path, "_mark train start\nsleep 300\n")
+    cluster = PaidCluster(StubbornTransport)
+    from launcher import execute as ex
+
+    real_follow = ex.Follower.follow
+    calls = []
+
+    def follow_then_ctrl_c(self):  # Ctrl-C once the run is going
+        if not calls:
+            calls.append(1)
+            raise KeyboardInterrupt
+        return real_follow(self)
+
+    monkeypatch.setattr(ex.Follower, "follow", follow_then_ctrl_c)
+    try:
+        with pytest.raises(InfraError):
+            execute(cluster, node_script=text, run_id=rd.run_id, node_run_dir=node_dir, container=container,
+                    run_dir=rd, scripts_dir=None, poll_s=0.05, measure=False, on_interrupt="cancel")
+    finally:
+        _kill_node_run(node_dir)
+    assert cluster.released == 1  # the user chose cancel, not detach: the paid node is ended
+
