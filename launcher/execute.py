@@ -725,7 +725,14 @@ def execute(
             rd.set_status("failed", str(err).splitlines()[0])
         raise
     finally:
-        runner.release()
+        original = sys.exc_info()[1]
+        try:
+            runner.release()
+        except ReproduceError as failure:
+            # The teardown's error (what is left, how to end it) is raised; why the run failed is printed.
+            if original is not None and str(original) != str(failure):
+                print(f"error: {original}", file=sys.stderr, flush=True)
+            raise
 
 
 def attach(

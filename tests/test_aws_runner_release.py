@@ -106,3 +106,15 @@ def test_a_chosen_cancel_that_fails_still_ends_the_paid_node(tmp_path, monkeypat
         _kill_node_run(node_dir)
     assert cluster.released == 1  # the user chose cancel, not detach: the paid node is ended
 
+
+def test_a_failing_teardown_does_not_hide_why_the_run_failed(tmp_path, capsys):
+    rd, node_dir, container, text = _job(tmp_path, "echo hi\n")
+    cluster = PaidCluster(acquire_error=InfraError("SSH on 203.0.113.9:22 (i-0abc) never answered"),
+                          release_error=InfraError("teardown did not finish; still allocated in us-east-1: "
+                                                   "security group sg-1. End them with `reproduce down RUN`"))
+    with pytest.raises(InfraError) as err:
+        execute(cluster, node_script=text, run_id=rd.run_id, node_run_dir=node_dir, container=container,
+                run_dir=rd, scripts_dir=None, poll_s=0.05, measure=False)
+    shown = str(err.value) + capsys.readouterr().err
+    assert "still allocated" in shown and "reproduce down" in shown  # what is left, and how to end it
+    assert "SSH on 203.0.113.9:22 (i-0abc) never answered" in shown  # and why the run failed
