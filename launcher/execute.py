@@ -778,7 +778,11 @@ def cancel(ref: str, *, runs_root: Path | None = None, console: Any = None) -> R
     cluster = cluster_from_record(record["cluster"])
     transport = cluster.transport(Node(**record["node"]))
     runner = Runner(rd, cluster, recipe_raw=None, progress=progress, measure=False)
-    runner._cancel_on_node(transport)
+    try:
+        runner._cancel_on_node(transport)
+    except InfraError:
+        runner.release()  # the node cannot be reached or cleaned: still end what was acquired (AWS: terminate)
+        raise
     progress.say(f"stopped the run's processes and container {runner.container} on {record['node']['name']}")
     try:
         with _follow_lock(rd):

@@ -118,3 +118,35 @@ def test_a_failing_teardown_does_not_hide_why_the_run_failed(tmp_path, capsys):
     shown = str(err.value) + capsys.readouterr().err
     assert "still allocated" in shown and "reproduce down" in shown  # what is left, and how to end it
     assert "SSH on 203.0.113.9:22 (i-0abc) never answered" in shown  # and why the run failed
+
+
+class UnreachableTransport(LocalTransport):
+    def run(self, command: str, *, timeout_s: float | None = None, check: bool = True) -> CommandResult:
+        raise InfraError("cannot connect to 203.0.113.9:22: timed out")
+
+
+def test_reproduce_cancel_of_an_unreachable_node_still_ends_it(tmp_path, monkeypatch):
+    from launcher import execute as ex
+
+    rd, node_dir, container, text = _job(tmp_path, "_mark train start\nsleep 300\n")
+    real_follow = ex.Follower.follow
+
+    def detach_at_once(self):
+        if not getattr(detach_at_once, "done", False):
+            detach_at_once.done = True
+            raise KeyboardInterrupt
+        return real_follow(self)
+
+    monkeypatch.setattr(ex.Follower, "follow", detach_at_once)
+    try:
+        with pytest.raises(Exception):
+            execute(PaidCluster(), node_script=text, run_id=rd.run_id, node_run_dir=node_dir, container=container,
+                    run_dir=rd, scripts_dir=None, poll_s=0.05, measure=False, on_interrupt="detach")
+    finally:
+        _kill_node_run(node_dir)
+    assert rd.status()["state"] == "detached"
+    later = PaidCluster(UnreachableTransport)  # the node no longer answers SSH
+    monkeypatch.setattr(ex, "cluster_from_record", lambda record: later)
+    with pytest.raises(InfraError):
+        ex.cancel(str(rd.path))
+    assert later.released == 1  # `reproduce cancel` ends the paid node even when SSH to it is gone
