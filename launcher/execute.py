@@ -578,7 +578,12 @@ class Runner:
             follower.finish_logs("running")
         self.keep_cluster = True
         self.rd.set_status("detached", why)
-        return InfraError(message, hint=_reattach_hint(self.rd))
+        hint = _reattach_hint(self.rd)
+        down = getattr(self.cluster, "down_command", None)
+        if callable(down):  # a node this run launched is billed until it is ended
+            cost = f" (about ${self.budget.usd_per_hour:.2f}/h)" if self.budget and self.budget.usd_per_hour else ""
+            hint += f" The node keeps billing{cost} until you end it: `{down()}`."
+        return InfraError(message, hint=hint)
 
     def _safe_drain(self, follower: Follower) -> None:
         try:
@@ -700,8 +705,11 @@ def execute(
         with _sigterm_cancels():
             rd.set_status("acquiring")
             progress.say(f"acquiring a node ({getattr(cluster, 'name', 'cluster')})")
+            # The clock starts when acquiring starts: a cloud bills from the launch, not from the moment
+            # the node answers SSH, so GPU-hours and the budget count the boot too.
+            acquire_started = time.time()
             nodes = cluster.acquire()
-            runner.timeline.acquired_at = time.time()
+            runner.timeline.acquired_at = acquire_started
             rd.write_timeline(runner.timeline)
             node = nodes[0]
             rd.update_record(node=asdict(node), nodes=[asdict(n) for n in nodes])

@@ -150,3 +150,30 @@ def test_reproduce_cancel_of_an_unreachable_node_still_ends_it(tmp_path, monkeyp
     with pytest.raises(InfraError):
         ex.cancel(str(rd.path))
     assert later.released == 1  # `reproduce cancel` ends the paid node even when SSH to it is gone
+
+
+def test_a_lost_node_says_it_keeps_billing_and_how_to_end_it(tmp_path, monkeypatch):
+    """Losing the connection keeps the node (the run may go on): the user is told its cost and `reproduce down`."""
+    from launcher import execute as ex
+    from launcher.budget import Budget
+
+    class BilledCluster(PaidCluster):
+        def down_command(self) -> str:
+            return "reproduce down RUN"
+
+    def lose_the_node(self):
+        raise InfraError("the connection to node0 was lost for 60 s")
+
+    monkeypatch.setattr(ex.Follower, "follow", lose_the_node)
+    rd, node_dir, container, text = _job(tmp_path, "_mark train start\nsleep 300\n")
+    cluster = BilledCluster()
+    try:
+        with pytest.raises(InfraError) as err:
+            execute(cluster, node_script=text, run_id=rd.run_id, node_run_dir=node_dir, container=container,
+                    run_dir=rd, scripts_dir=None, poll_s=0.05, measure=False,
+                    budget=Budget(None, 10, 63.296, 1))
+    finally:
+        _kill_node_run(node_dir)
+    assert cluster.released == 0 and rd.status()["state"] == "detached"
+    text = str(err.value)
+    assert "keeps billing (about $63.30/h)" in text and "`reproduce down RUN`" in text and "reproduce attach" in text
