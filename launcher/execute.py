@@ -693,6 +693,8 @@ def execute(
         node_run_dir=node_run_dir.rstrip("/"),
         container=container,
         offset_source="size of logs/node.log",
+        budget=({"max_usd": budget.max_usd, "max_hours": budget.max_hours, "price_per_hour": budget.price_per_hour,
+                 "nodes": budget.nodes} if budget is not None else None),
     )
     if not (rd.path / "node.sh").exists():
         rd.write_text("node.sh", node_script)
@@ -766,8 +768,13 @@ def attach(
     progress = Progress(console, steps_total)
     cluster = cluster_from_record(record["cluster"])
     transport = cluster.transport(Node(**record["node"]))
+    budget = None
+    if record.get("budget"):  # the limits the run was started with still hold after a reattach
+        from launcher.budget import Budget
+
+        budget = Budget(**record["budget"])
     runner = Runner(rd, cluster, recipe_raw=recipe_raw, progress=progress, on_interrupt=on_interrupt,
-                    poll_s=poll_s, reconnect_s=reconnect_s, measure=measure)
+                    poll_s=poll_s, reconnect_s=reconnect_s, measure=measure, budget=budget)
     progress.say(f"reattaching to {rd.path} at byte {(rd.logs / 'node.log').stat().st_size if (rd.logs / 'node.log').exists() else 0}")
     try:
         return runner.follow(transport)

@@ -177,3 +177,33 @@ def test_a_lost_node_says_it_keeps_billing_and_how_to_end_it(tmp_path, monkeypat
     assert cluster.released == 0 and rd.status()["state"] == "detached"
     text = str(err.value)
     assert "keeps billing (about $63.30/h)" in text and "`reproduce down RUN`" in text and "reproduce attach" in text
+
+
+def test_the_budget_still_holds_after_a_reattach(tmp_path, monkeypatch):
+    from launcher import execute as ex
+    from launcher.budget import Budget
+    from launcher.errors import CheckFailed
+
+    rd, node_dir, container, text = _job(tmp_path, "_mark train start\nsleep 300\n")
+    real_follow = ex.Follower.follow
+
+    def detach_at_once(self):
+        if not getattr(detach_at_once, "done", False):
+            detach_at_once.done = True
+            raise KeyboardInterrupt
+        return real_follow(self)
+
+    monkeypatch.setattr(ex.Follower, "follow", detach_at_once)
+    try:
+        with pytest.raises(Exception):
+            execute(PaidCluster(), node_script=text, run_id=rd.run_id, node_run_dir=node_dir, container=container,
+                    run_dir=rd, scripts_dir=None, poll_s=0.05, measure=False, on_interrupt="detach",
+                    budget=Budget(None, 0.0005, 63.296, 1))  # 1.8 s of wall-clock time
+        assert rd.status()["state"] == "detached"
+        later = PaidCluster()
+        monkeypatch.setattr(ex, "cluster_from_record", lambda record: later)
+        with pytest.raises(CheckFailed, match="--max-hours"):
+            ex.attach(str(rd.path), poll_s=0.05, measure=False, on_interrupt="cancel")
+    finally:
+        _kill_node_run(node_dir)
+    assert later.released == 1 and rd.status()["state"] == "cancelled"
