@@ -616,7 +616,12 @@ class Runner:
         transport.run(cleanup_command(self.container), timeout_s=120, check=False)
         collected = _collect(self.rd, transport, self.node_run_dir)
         self.rd.update_record(exit_code=code, collected=collected)
-        self.release()
+        try:
+            self.release()  # before judging: the node stops billing now, and released_at dates the GPU-hours
+        except ReproduceError as err:
+            # Judge the run all the same; the caller's `finally` releases again and, if something is
+            # still left then, raises what is left and how to end it.
+            self.progress.say(f"teardown did not finish yet ({str(err).splitlines()[0]}); retrying after judging")
         if cancelled:
             self.rd.set_status("cancelled", "cancelled on the node (reproduce cancel)", exit_code=code)
             raise Interrupted(f"the run was cancelled on the node (exit code {code}).")

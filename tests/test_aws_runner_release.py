@@ -207,3 +207,24 @@ def test_the_budget_still_holds_after_a_reattach(tmp_path, monkeypatch):
     finally:
         _kill_node_run(node_dir)
     assert later.released == 1 and rd.status()["state"] == "cancelled"
+
+
+def test_a_teardown_that_fails_once_still_judges_the_run_and_retries(tmp_path):
+    """The first release fails, the run is still measured and judged, the retry ends the node."""
+    from cli_support import SEED
+    from launcher.recipe import load_recipe
+
+    class FlakyTeardown(PaidCluster):
+        def release(self) -> None:
+            self.released += 1
+            if self.released == 1:
+                raise InfraError("TerminateInstances: RequestLimitExceeded")
+
+    standin = Path(__file__).parent / "standin_miles" / "train.py"
+    rd, node_dir, container, text = _job(tmp_path, f"_mark train start\npython3 {standin} --num-rollout 20\n")
+    cluster = FlakyTeardown()
+    outcome = execute(cluster, node_script=text, run_id=rd.run_id, node_run_dir=node_dir, container=container,
+                      run_dir=rd, scripts_dir=None, poll_s=0.05, recipe_raw=load_recipe(SEED).raw)
+    assert outcome.state == "done" and outcome.measurement[1].status == "reproduced"
+    assert cluster.released >= 2  # retried, and the retry went through: nothing is reported left
+    assert (rd.path / "verdict.json").exists()
