@@ -53,7 +53,9 @@ class Assets:
 
 
 @dataclass(frozen=True)
-class Plan:
+class Placement:
+    """Where one run lives: the facts both the Plan and its renderer work from."""
+
     recipe: Recipe
     profile: Profile
     run_id: str
@@ -61,6 +63,10 @@ class Plan:
     cache_dir: str
     container: str
     assets: Assets
+
+
+@dataclass(frozen=True)
+class Plan(Placement):
     stages: tuple[Stage, ...]
     node_script: str
     provisioning: tuple[Any, ...] = field(default_factory=tuple)  # ApiCall objects (aws), printed by the dry run
@@ -190,14 +196,8 @@ def _release_lines(profile: Profile) -> list[str]:
 
 
 @dataclass(frozen=True)
-class _Ctx:
-    recipe: Recipe
-    profile: Profile
-    run_id: str
-    node_run_dir: str
-    cache_dir: str
-    container: str
-    assets: Assets
+class _Ctx(Placement):
+    """The renderer: a Placement plus the shell text each stage needs."""
 
     @property
     def docker(self) -> bool:

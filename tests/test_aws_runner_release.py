@@ -125,19 +125,27 @@ class UnreachableTransport(LocalTransport):
         raise InfraError("cannot connect to 203.0.113.9:22: timed out")
 
 
+def _detach_on_first_follow(monkeypatch) -> None:
+    """The first follow is interrupted (Ctrl-C, answered "detach"); later ones (attach) follow for real."""
+    from launcher import execute as ex
+
+    real_follow = ex.Follower.follow
+    calls = []
+
+    def follow(self):
+        calls.append(1)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        return real_follow(self)
+
+    monkeypatch.setattr(ex.Follower, "follow", follow)
+
+
 def test_reproduce_cancel_of_an_unreachable_node_still_ends_it(tmp_path, monkeypatch):
     from launcher import execute as ex
 
     rd, node_dir, container, text = _job(tmp_path, "_mark train start\nsleep 300\n")
-    real_follow = ex.Follower.follow
-
-    def detach_at_once(self):
-        if not getattr(detach_at_once, "done", False):
-            detach_at_once.done = True
-            raise KeyboardInterrupt
-        return real_follow(self)
-
-    monkeypatch.setattr(ex.Follower, "follow", detach_at_once)
+    _detach_on_first_follow(monkeypatch)
     try:
         with pytest.raises(Exception):
             execute(PaidCluster(), node_script=text, run_id=rd.run_id, node_run_dir=node_dir, container=container,
@@ -185,15 +193,7 @@ def test_the_budget_still_holds_after_a_reattach(tmp_path, monkeypatch):
     from launcher.errors import CheckFailed
 
     rd, node_dir, container, text = _job(tmp_path, "_mark train start\nsleep 300\n")
-    real_follow = ex.Follower.follow
-
-    def detach_at_once(self):
-        if not getattr(detach_at_once, "done", False):
-            detach_at_once.done = True
-            raise KeyboardInterrupt
-        return real_follow(self)
-
-    monkeypatch.setattr(ex.Follower, "follow", detach_at_once)
+    _detach_on_first_follow(monkeypatch)
     try:
         with pytest.raises(Exception):
             execute(PaidCluster(), node_script=text, run_id=rd.run_id, node_run_dir=node_dir, container=container,
