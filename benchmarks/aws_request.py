@@ -17,7 +17,7 @@ import statistics
 import sys
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -29,10 +29,12 @@ def builder(runs: int) -> tuple[float, list[str]]:
     from launcher.profile import load_profile
     from launcher.recipe import load_recipe
 
-    leaked = sorted({m.split(".")[0] for m in sys.modules if m.split(".")[0] in ("boto3", "botocore")})
+    leaked = sorted(
+        {m.split(".")[0] for m in sys.modules if m.split(".")[0] in ("boto3", "botocore")}
+    )
     recipe = load_recipe(REPO / "recipes/qwen3-30b-a3b/h200/attune-tp1-pp1-ep8-mt16k.yaml")
     profile = load_profile("aws")
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     times = []
     for i in range(runs):
         t0 = time.perf_counter()
@@ -42,8 +44,13 @@ def builder(runs: int) -> tuple[float, list[str]]:
 
 
 def cycles(n: int) -> float:
-    os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1",
-                      AWS_EC2_METADATA_DISABLED="true", MOTO_EC2_LOAD_DEFAULT_AMIS="false")
+    os.environ.update(
+        AWS_ACCESS_KEY_ID="testing",
+        AWS_SECRET_ACCESS_KEY="testing",
+        AWS_DEFAULT_REGION="us-east-1",
+        AWS_EC2_METADATA_DISABLED="true",
+        MOTO_EC2_LOAD_DEFAULT_AMIS="false",
+    )
     import tempfile
 
     import boto3
@@ -69,14 +76,34 @@ def cycles(n: int) -> float:
     times = []
     with tempfile.TemporaryDirectory() as tmp, mock_aws():
         session = boto3.Session(region_name="us-east-1")
-        ami = session.client("ec2").register_image(Name="bench-ami", RootDeviceName="/dev/sda1")["ImageId"]
+        ami = session.client("ec2").register_image(Name="bench-ami", RootDeviceName="/dev/sda1")[
+            "ImageId"
+        ]
         path = Path(tmp) / "aws.yaml"
-        path.write_text(yaml.safe_dump({"kind": "aws", "region": "us-east-1", "ami": ami, "ssh_cidr": "127.0.0.1/32",
-                                        "connect_host": "127.0.0.1", "port": srv.getsockname()[1]}))
+        path.write_text(
+            yaml.safe_dump(
+                {
+                    "kind": "aws",
+                    "region": "us-east-1",
+                    "ami": ami,
+                    "ssh_cidr": "127.0.0.1/32",
+                    "connect_host": "127.0.0.1",
+                    "port": srv.getsockname()[1],
+                }
+            )
+        )
         profile = load_profile(str(path))
         for i in range(n):
-            c = AwsCluster(recipe, profile, f"b{i}", session=session, state_path=Path(tmp) / f"{i}.json",
-                           key_dir=Path(tmp) / "keys", poll_s=0.01, log=lambda m: None)
+            c = AwsCluster(
+                recipe,
+                profile,
+                f"b{i}",
+                session=session,
+                state_path=Path(tmp) / f"{i}.json",
+                key_dir=Path(tmp) / "keys",
+                poll_s=0.01,
+                log=lambda m: None,
+            )
             t0 = time.perf_counter()
             c.acquire()
             c.release()
@@ -90,8 +117,12 @@ def main() -> None:
     ap.add_argument("--cycles", type=int, default=5)
     args = ap.parse_args()
     us, leaked = builder(args.runs)
-    print(f"machine: {platform.node()} {platform.processor() or platform.machine()}, python {platform.python_version()}")
-    print(f"provisioning_calls: median {us:.0f} us over {args.runs} calls; AWS libraries imported: {leaked or 'none'}")
+    print(
+        f"machine: {platform.node()} {platform.processor() or platform.machine()}, python {platform.python_version()}"
+    )
+    print(
+        f"provisioning_calls: median {us:.0f} us over {args.runs} calls; AWS libraries imported: {leaked or 'none'}"
+    )
     print(f"acquire+release on moto: median {cycles(args.cycles):.3f} s over {args.cycles} cycles")
 
 

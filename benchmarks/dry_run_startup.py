@@ -29,9 +29,11 @@ def main() -> None:
     exe = Path(sys.executable).with_name("reproduce")
     cmd = [str(exe), str(SEED), "--cluster", args.cluster, "--dry-run"]
     print(f"command: reproduce {' '.join(cmd[1:])}")
-    print(f"machine: {platform.machine()}, {platform.python_implementation()} {platform.python_version()}, "
-          f"{subprocess.run(['nproc'], capture_output=True, text=True).stdout.strip()} cores, "
-          f"load average {os.getloadavg()[0]:.2f}")
+    print(
+        f"machine: {platform.machine()}, {platform.python_implementation()} {platform.python_version()}, "
+        f"{subprocess.run(['nproc'], capture_output=True, text=True).stdout.strip()} cores, "
+        f"load average {os.getloadavg()[0]:.2f}"
+    )
     for label, extra in (("cold", {"REPRODUCE_NO_CACHE": "1"}), ("warm", {})):
         env = {**os.environ, **extra}
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env=env)
@@ -42,8 +44,10 @@ def main() -> None:
             times.append(time.perf_counter() - start)
         times.sort()
         p90 = times[int(0.9 * (len(times) - 1))]
-        print(f"{label}: runs {len(times)}  median {statistics.median(times):.3f} s  p90 {p90:.3f} s  "
-              f"min {times[0]:.3f} s  max {times[-1]:.3f} s")
+        print(
+            f"{label}: runs {len(times)}  median {statistics.median(times):.3f} s  p90 {p90:.3f} s  "
+            f"min {times[0]:.3f} s  max {times[-1]:.3f} s"
+        )
 
 
 if __name__ == "__main__":

@@ -53,8 +53,10 @@ def main() -> None:
         t = time.perf_counter()
         ro.generate_rollout(Args, 0, Source())
         times.append(time.perf_counter() - t)
-    print(f"generate_rollout {args.rows} x {args.row_tokens}: best {min(times) * 1000:.1f} ms, "
-          f"all {', '.join(f'{x * 1000:.1f}' for x in times)} ms")
+    print(
+        f"generate_rollout {args.rows} x {args.row_tokens}: best {min(times) * 1000:.1f} ms, "
+        f"all {', '.join(f'{x * 1000:.1f}' for x in times)} ms"
+    )
 
 
 if __name__ == "__main__":

@@ -52,13 +52,19 @@ def step_block(n: int, dense: bool) -> str:
         return "\n".join(metric) + "\n"
     noise = [f"{ACTOR}{ts} actor_cell0_rank0] timer.py:24 - Timer train start"]
     for r in range(8):
-        noise.append(f"{ACTOR}{ts} actor_cell0_rank{r}] train.py:120 - [Rank {r}] Memory-Usage after "
-                     f"clear_memory: {{'gpu': {r}, 'total_GB': 139.8, 'free_GB': 118.2, 'used_GB': 21.6}}")
+        noise.append(
+            f"{ACTOR}{ts} actor_cell0_rank{r}] train.py:120 - [Rank {r}] Memory-Usage after "
+            f"clear_memory: {{'gpu': {r}, 'total_GB': 139.8, 'free_GB': 118.2, 'used_GB': 21.6}}"
+        )
     for i in range(24):
-        noise.append(f"{ACTOR}ip-10-0-0-2:5123:5190 [{i % 8}] NCCL INFO Channel {i:02d}/32 : {i % 8}[{i % 8}] -> "
-                     f"{(i + 1) % 8}[{(i + 1) % 8}] via P2P/CUMEM/read")
-    noise.append(f"{ACTOR}/usr/local/lib/python3.12/dist-packages/torch/utils/checkpoint.py:85: UserWarning: "
-                 f"None of the inputs have requires_grad=True. Gradients will be None [repeated 7x across cluster]")
+        noise.append(
+            f"{ACTOR}ip-10-0-0-2:5123:5190 [{i % 8}] NCCL INFO Channel {i:02d}/32 : {i % 8}[{i % 8}] -> "
+            f"{(i + 1) % 8}[{(i + 1) % 8}] via P2P/CUMEM/read"
+        )
+    noise.append(
+        f"{ACTOR}/usr/local/lib/python3.12/dist-packages/torch/utils/checkpoint.py:85: UserWarning: "
+        f"None of the inputs have requires_grad=True. Gradients will be None [repeated 7x across cluster]"
+    )
     noise.append(f"{ACTOR}{ts} actor_cell0_rank0] timer.py:31 - Timer train end (elapsed: 18.6s)")
     noise.append(f"ft op=train_step rollout={n} step=0 rank=0 elapsed=18.560 \ufffd\ufffd garbage")
     return "\n".join(metric[:2] + noise[:10] + metric[2:4] + noise[10:] + metric[4:]) + "\n"
@@ -84,7 +90,11 @@ def measure_child(path: str) -> dict:
     t0 = time.perf_counter()
     count = 0
     last = None
-    records = parse_lines(iter_file_lines(Path(path)), stats) if os.environ.get("BENCH_LINES") else parse_path(path, stats)
+    records = (
+        parse_lines(iter_file_lines(Path(path)), stats)
+        if os.environ.get("BENCH_LINES")
+        else parse_path(path, stats)
+    )
     for rec in records:
         count += 1
         last = rec
@@ -110,7 +120,12 @@ def main() -> None:
     ap.add_argument("--size-mb", type=int, default=1024)
     ap.add_argument("--dense", action="store_true", help="every line a metric line (worst case)")
     ap.add_argument("--keep", type=Path, help="write the log here and keep it")
-    ap.add_argument("--repeat", type=int, default=1, help="parse the same log this many times (fresh process each)")
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="parse the same log this many times (fresh process each)",
+    )
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -126,15 +141,25 @@ def main() -> None:
         steps = generate(path, args.size_mb, args.dense)
         runs = []
         for _ in range(args.repeat):
-            out = subprocess.run([sys.executable, __file__, "--child", str(path)], capture_output=True, text=True,
-                                 check=True)
+            out = subprocess.run(
+                [sys.executable, __file__, "--child", str(path)],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
             runs.append(json.loads(out.stdout))
         result = dict(runs[-1])
         result["runs_mb_per_s"] = [round(r["mb_per_s"], 1) for r in runs]
         result["runs_mb_per_cpu_s"] = [round(r["mb_per_cpu_s"], 1) for r in runs]
         result["runs_peak_rss_mb"] = [round(r["peak_rss_mb"], 1) for r in runs]
-        result.update({"steps_generated": steps, "dense": args.dense, "python": platform.python_version(),
-                       "machine": f"{platform.machine()} {os.cpu_count()} cpus"})
+        result.update(
+            {
+                "steps_generated": steps,
+                "dense": args.dense,
+                "python": platform.python_version(),
+                "machine": f"{platform.machine()} {os.cpu_count()} cpus",
+            }
+        )
         print(json.dumps(result, indent=2))
     finally:
         if tmpdir:

@@ -14,6 +14,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from infra.sshd import SshServer  # noqa: E402
+
 from launcher.clusters.local import LocalTransport  # noqa: E402
 from launcher.clusters.ssh import SSHCluster  # noqa: E402
 from launcher.rundir import LogSplitter, Timeline  # noqa: E402
@@ -60,12 +61,16 @@ def main() -> None:
             transport = cluster.transport(cluster.acquire()[0])
             secs, n = stream(transport, str(log), root / "ssh")
             assert n == size
-            print(f"ssh (127.0.0.1, paramiko sftp, 1 MiB reads): {size / 2**20:.1f} MiB in {secs:.2f} s = "
-                  f"{size / 2**20 / secs:.1f} MiB/s")
+            print(
+                f"ssh (127.0.0.1, paramiko sftp, 1 MiB reads): {size / 2**20:.1f} MiB in {secs:.2f} s = "
+                f"{size / 2**20 / secs:.1f} MiB/s"
+            )
             t0 = time.perf_counter()
             for _ in range(20):
                 transport.run("true")
-            print(f"ssh command round trip (poll cost): {(time.perf_counter() - t0) / 20 * 1000:.1f} ms")
+            print(
+                f"ssh command round trip (poll cost): {(time.perf_counter() - t0) / 20 * 1000:.1f} ms"
+            )
             cluster.release()
         finally:
             server.stop()

@@ -34,8 +34,13 @@ class Budget:
             )
 
     @classmethod
-    def for_recipe(cls, recipe: Any, price_per_hour: float | None, max_usd: float | None,
-                   max_hours: float | None) -> "Budget":
+    def for_recipe(
+        cls,
+        recipe: Any,
+        price_per_hour: float | None,
+        max_usd: float | None,
+        max_hours: float | None,
+    ) -> Budget:
         """The budget of one run of `recipe` (its nodes) at a node price (launcher.prices)."""
         return cls(max_usd, max_hours, price_per_hour, int(recipe.nodes))
 
@@ -57,11 +62,15 @@ class Budget:
         """Why the run must stop now (a sentence for the user), or None while within the limits."""
         hours = max(0.0, elapsed_s) / 3600.0
         if self.max_hours is not None and hours >= self.max_hours:
-            return (f"the run has used {hours:.2f} h of wall-clock time, reaching --max-hours {self.max_hours:g} "
-                    f"(${self.cost(elapsed_s):.2f} so far at ${self.usd_per_hour:.2f}/h)")
+            return (
+                f"the run has used {hours:.2f} h of wall-clock time, reaching --max-hours {self.max_hours:g} "
+                f"(${self.cost(elapsed_s):.2f} so far at ${self.usd_per_hour:.2f}/h)"
+            )
         if self.max_usd is not None and self.cost(elapsed_s) >= self.max_usd:
-            return (f"the run has cost ${self.cost(elapsed_s):.2f} ({hours:.2f} h x ${self.usd_per_hour:.2f}/h for "
-                    f"{self.nodes} node{'s' if self.nodes != 1 else ''}), reaching --max-usd {self.max_usd:g}")
+            return (
+                f"the run has cost ${self.cost(elapsed_s):.2f} ({hours:.2f} h x ${self.usd_per_hour:.2f}/h for "
+                f"{self.nodes} node{'s' if self.nodes != 1 else ''}), reaching --max-usd {self.max_usd:g}"
+            )
         return None
 
     def refuse_if_over(self, expected_hours: float | None) -> None:

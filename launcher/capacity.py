@@ -8,9 +8,10 @@ After buying, the reservation id goes into the profile (capacity: {type: capacit
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Any, Callable
+from datetime import UTC, datetime
+from typing import Any
 
 from launcher.errors import BadInput, InfraError
 
@@ -32,16 +33,18 @@ class Offering:
         return self.upfront_usd / max(1, self.hours * self.instance_count)
 
     def line(self) -> str:
-        return (f"{self.id}  {self.instance_count} x {self.instance_type}  {self.zone}  "
-                f"{self.start:%Y-%m-%d %H:%M} -> {self.end:%Y-%m-%d %H:%M} UTC ({self.hours} h)  "
-                f"{self.upfront_usd:,.2f} {self.currency} upfront (${self.usd_per_instance_hour:.2f}/instance-hour)")
+        return (
+            f"{self.id}  {self.instance_count} x {self.instance_type}  {self.zone}  "
+            f"{self.start:%Y-%m-%d %H:%M} -> {self.end:%Y-%m-%d %H:%M} UTC ({self.hours} h)  "
+            f"{self.upfront_usd:,.2f} {self.currency} upfront (${self.usd_per_instance_hour:.2f}/instance-hour)"
+        )
 
 
 def _parse(item: dict[str, Any]) -> Offering:
     def when(value: Any) -> datetime:
         if isinstance(value, datetime):
-            return value.astimezone(timezone.utc)
-        return datetime.fromisoformat(str(value).replace("Z", "+00:00")).astimezone(timezone.utc)
+            return value.astimezone(UTC)
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00")).astimezone(UTC)
 
     return Offering(
         id=item["CapacityBlockOfferingId"],
@@ -63,18 +66,31 @@ def _target(recipe: Any, profile: Any, nodes: int | None) -> tuple[str, int, str
     return s.instance_type, nodes or s.nodes, s.region
 
 
-def list_offerings(recipe: Any, profile: Any, *, hours: int = 24, nodes: int | None = None,
-                   start_after: datetime | None = None, end_before: datetime | None = None,
-                   session: Any = None) -> list[Offering]:
+def list_offerings(
+    recipe: Any,
+    profile: Any,
+    *,
+    hours: int = 24,
+    nodes: int | None = None,
+    start_after: datetime | None = None,
+    end_before: datetime | None = None,
+    session: Any = None,
+) -> list[Offering]:
     """Capacity Block offerings for the recipe's instance type and node count, cheapest first."""
     from launcher.clusters.aws import make_session, translate
 
     if hours < 24 or hours % 24:
-        raise BadInput(f"--hours {hours}: Capacity Blocks last whole days; expected 24, 48, ... hours.")
+        raise BadInput(
+            f"--hours {hours}: Capacity Blocks last whole days; expected 24, 48, ... hours."
+        )
     instance_type, count, region = _target(recipe, profile, nodes)
     session = make_session(region, session)
     ec2 = session.client("ec2", region_name=region or session.region_name)
-    params: dict[str, Any] = {"InstanceType": instance_type, "InstanceCount": count, "CapacityDurationHours": hours}
+    params: dict[str, Any] = {
+        "InstanceType": instance_type,
+        "InstanceCount": count,
+        "CapacityDurationHours": hours,
+    }
     if start_after:
         params["StartDateRange"] = start_after
     if end_before:
@@ -82,60 +98,104 @@ def list_offerings(recipe: Any, profile: Any, *, hours: int = 24, nodes: int | N
     try:
         items = ec2.describe_capacity_block_offerings(**params).get("CapacityBlockOfferings", [])
     except Exception as err:  # noqa: BLE001
-        raise translate(err, f"listing Capacity Block offerings for {count} x {instance_type}") from err
+        raise translate(
+            err, f"listing Capacity Block offerings for {count} x {instance_type}"
+        ) from err
     return sorted((_parse(i) for i in items), key=lambda o: (o.upfront_usd, o.start))
 
 
 def format_offerings(offerings: list[Offering], on_demand_per_hour: float | None = None) -> str:
     if not offerings:
-        return "no Capacity Block offerings for this request; try other --hours, dates, or a region."
+        return (
+            "no Capacity Block offerings for this request; try other --hours, dates, or a region."
+        )
     lines = [o.line() for o in offerings]
     if on_demand_per_hour:
         lines.append(f"(on-demand list price: ${on_demand_per_hour:.2f}/instance-hour)")
-    lines.append("A Capacity Block cannot be cancelled. To buy one: reproduce capacity RECIPE --buy <offering id>")
+    lines.append(
+        "A Capacity Block cannot be cancelled. To buy one: reproduce capacity RECIPE --buy <offering id>"
+    )
     return "\n".join(lines)
 
 
-def buy(recipe: Any, profile: Any, offering_id: str, *, hours: int = 24, nodes: int | None = None,
-        max_usd: float | None = None, start_after: datetime | None = None, end_before: datetime | None = None,
-        session: Any = None, log: Callable[[str], Any] = print) -> str:
+def buy(
+    recipe: Any,
+    profile: Any,
+    offering_id: str,
+    *,
+    hours: int = 24,
+    nodes: int | None = None,
+    max_usd: float | None = None,
+    start_after: datetime | None = None,
+    end_before: datetime | None = None,
+    session: Any = None,
+    log: Callable[[str], Any] = print,
+) -> str:
     """Buy the listed offering `offering_id`, after printing its price; return the cr-... id."""
     from launcher.clusters.aws import make_session, translate
 
-    offerings = list_offerings(recipe, profile, hours=hours, nodes=nodes, start_after=start_after,
-                               end_before=end_before, session=session)
+    offerings = list_offerings(
+        recipe,
+        profile,
+        hours=hours,
+        nodes=nodes,
+        start_after=start_after,
+        end_before=end_before,
+        session=session,
+    )
     match = [o for o in offerings if o.id == offering_id]
     if not match:
-        raise BadInput(f"offering {offering_id} is not among the current offerings for this request "
-                       "(offerings change often); list them again and pick one.")
+        raise BadInput(
+            f"offering {offering_id} is not among the current offerings for this request "
+            "(offerings change often); list them again and pick one."
+        )
     offer = match[0]
     log(f"buying (cannot be cancelled): {offer.line()}")
     if max_usd is not None and offer.upfront_usd > max_usd:
-        raise BadInput(f"offering {offer.id} costs {offer.upfront_usd:,.2f} {offer.currency}, more than --max-usd "
-                       f"{max_usd:g}; nothing was bought.")
+        raise BadInput(
+            f"offering {offer.id} costs {offer.upfront_usd:,.2f} {offer.currency}, more than --max-usd "
+            f"{max_usd:g}; nothing was bought."
+        )
     _, _, region = _target(recipe, profile, nodes)
     session = make_session(region, session)
     ec2 = session.client("ec2", region_name=region or session.region_name)
     try:
         resp = ec2.purchase_capacity_block(
-            CapacityBlockOfferingId=offer.id, InstancePlatform="Linux/UNIX",
-            TagSpecifications=[{"ResourceType": "capacity-reservation",
-                                "Tags": [{"Key": "reproduce:recipe", "Value": str(recipe.slug)[:255]}]}])
+            CapacityBlockOfferingId=offer.id,
+            InstancePlatform="Linux/UNIX",
+            TagSpecifications=[
+                {
+                    "ResourceType": "capacity-reservation",
+                    "Tags": [{"Key": "reproduce:recipe", "Value": str(recipe.slug)[:255]}],
+                }
+            ],
+        )
     except Exception as err:  # noqa: BLE001
         raise translate(err, f"buying Capacity Block offering {offer.id}") from err
     reservation = (resp.get("CapacityReservation") or {}).get("CapacityReservationId")
     if not reservation:
-        raise InfraError(f"the purchase of {offer.id} returned no capacity reservation id; check the EC2 console.")
-    log(f"bought {reservation}: it starts {offer.start:%Y-%m-%d %H:%M} UTC in {offer.zone}. Put this in the aws "
-        f"profile:\n  capacity:\n    type: capacity-block\n    reservation_id: {reservation}")
+        raise InfraError(
+            f"the purchase of {offer.id} returned no capacity reservation id; check the EC2 console."
+        )
+    log(
+        f"bought {reservation}: it starts {offer.start:%Y-%m-%d %H:%M} UTC in {offer.zone}. Put this in the aws "
+        f"profile:\n  capacity:\n    type: capacity-block\n    reservation_id: {reservation}"
+    )
     return reservation
 
 
-
-
-def capacity_command(recipe_path: str, cluster: str = "aws", *, hours: int = 24, nodes: int | None = None,
-                     start_after: str | None = None, end_before: str | None = None, buy_id: str | None = None,
-                     max_usd: float | None = None, log: Callable[[str], Any] = print) -> str | None:
+def capacity_command(
+    recipe_path: str,
+    cluster: str = "aws",
+    *,
+    hours: int = 24,
+    nodes: int | None = None,
+    start_after: str | None = None,
+    end_before: str | None = None,
+    buy_id: str | None = None,
+    max_usd: float | None = None,
+    log: Callable[[str], Any] = print,
+) -> str | None:
     """`reproduce capacity RECIPE`: list offerings; with --buy ID, buy that one (price printed first)."""
     from launcher.prices import price_per_hour
     from launcher.profile import load_profile
@@ -144,14 +204,29 @@ def capacity_command(recipe_path: str, cluster: str = "aws", *, hours: int = 24,
     recipe = load_recipe(recipe_path)
     profile = load_profile(cluster)
     if profile.kind != "aws":
-        raise BadInput(f"--cluster {cluster} is of kind {profile.kind}; Capacity Blocks are AWS's: give an aws profile.")
+        raise BadInput(
+            f"--cluster {cluster} is of kind {profile.kind}; Capacity Blocks are AWS's: give an aws profile."
+        )
     after, before = _when(start_after, "--start-after"), _when(end_before, "--end-before")
     if buy_id:
-        return buy(recipe, profile, buy_id, hours=hours, nodes=nodes, max_usd=max_usd, start_after=after,
-                   end_before=before, log=log)
-    offerings = list_offerings(recipe, profile, hours=hours, nodes=nodes, start_after=after, end_before=before)
+        return buy(
+            recipe,
+            profile,
+            buy_id,
+            hours=hours,
+            nodes=nodes,
+            max_usd=max_usd,
+            start_after=after,
+            end_before=before,
+            log=log,
+        )
+    offerings = list_offerings(
+        recipe, profile, hours=hours, nodes=nodes, start_after=after, end_before=before
+    )
     try:
-        od = price_per_hour(profile.get("instance_type") or recipe.instance_type, profile.get("region"))
+        od = price_per_hour(
+            profile.get("instance_type") or recipe.instance_type, profile.get("region")
+        )
     except BadInput:
         od = None
     log(format_offerings(offerings, od.value if od else None))
@@ -164,5 +239,7 @@ def _when(text: str | None, flag: str) -> datetime | None:
     try:
         value = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
-        raise BadInput(f"{flag} {text!r}: expected an ISO date or time, e.g. 2026-12-01 or 2026-12-01T11:30Z.") from None
-    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+        raise BadInput(
+            f"{flag} {text!r}: expected an ISO date or time, e.g. 2026-12-01 or 2026-12-01T11:30Z."
+        ) from None
+    return value if value.tzinfo else value.replace(tzinfo=UTC)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -22,7 +21,7 @@ app = typer.Typer(
 )
 
 
-def _fail(err: ReproduceError) -> "typer.Exit":
+def _fail(err: ReproduceError) -> typer.Exit:
     print(f"error: {err}", file=sys.stderr)
     return typer.Exit(err.exit_code)
 
@@ -36,26 +35,74 @@ def _fail(err: ReproduceError) -> "typer.Exit":
 @app.command("run")
 def run_cmd(
     recipe: Path = typer.Argument(..., help="Recipe file (OpenRecipes YAML, schema_version 1)."),
-    cluster: str = typer.Option("local", "--cluster", "-c", help="Profile name from env/ (local, ssh, aws, ray) or a path to a profile file."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan (header, provisioning request, node script) and exit; needs no credentials or network."),
-    check: bool = typer.Option(False, "--check", help="aws: send the launch's calls with DryRun=True (needs credentials); nothing is created."),
-    script_out: Optional[Path] = typer.Option(None, "--script-out", help="Also write the node script alone to this file."),
-    run_id: Optional[str] = typer.Option(None, "--run-id", help="Run id (default: UTC timestamp + random suffix)."),
-    skip_preflight: bool = typer.Option(False, "--skip-preflight", help="Do not run the GPU preflight before training."),
-    instance_id: Optional[str] = typer.Option(None, "--instance-id", help="aws: target this existing instance (never terminated)."),
-    price_per_hour: Optional[float] = typer.Option(None, "--price-per-hour", help="US$ per node-hour for cost figures (overrides the profile and the price table)."),
-    keep: bool = typer.Option(False, "--keep", help="aws: keep the instance after the run (prints its cost per hour and how to end it)."),
-    max_usd: Optional[float] = typer.Option(None, "--max-usd", help="Stop the run when its cost would exceed this many US$."),
-    max_hours: Optional[float] = typer.Option(None, "--max-hours", help="Stop the run after this many wall-clock hours."),
-    on_interrupt: str = typer.Option("ask", "--on-interrupt", help="On Ctrl-C: ask, cancel, or detach."),
-    runs_dir: Optional[Path] = typer.Option(None, "--runs-dir", help="Where run directories go (default: $REPRODUCE_RUNS_DIR or ./runs)."),
+    cluster: str = typer.Option(
+        "local",
+        "--cluster",
+        "-c",
+        help="Profile name from env/ (local, ssh, aws, ray) or a path to a profile file.",
+    ),
+    dry_run: bool = typer.Option(
+        False,
+        "--dry-run",
+        help="Print the plan (header, provisioning request, node script) and exit; needs no credentials or network.",
+    ),
+    check: bool = typer.Option(
+        False,
+        "--check",
+        help="aws: send the launch's calls with DryRun=True (needs credentials); nothing is created.",
+    ),
+    script_out: Path | None = typer.Option(
+        None, "--script-out", help="Also write the node script alone to this file."
+    ),
+    run_id: str | None = typer.Option(
+        None, "--run-id", help="Run id (default: UTC timestamp + random suffix)."
+    ),
+    skip_preflight: bool = typer.Option(
+        False, "--skip-preflight", help="Do not run the GPU preflight before training."
+    ),
+    instance_id: str | None = typer.Option(
+        None, "--instance-id", help="aws: target this existing instance (never terminated)."
+    ),
+    price_per_hour: float | None = typer.Option(
+        None,
+        "--price-per-hour",
+        help="US$ per node-hour for cost figures (overrides the profile and the price table).",
+    ),
+    keep: bool = typer.Option(
+        False,
+        "--keep",
+        help="aws: keep the instance after the run (prints its cost per hour and how to end it).",
+    ),
+    max_usd: float | None = typer.Option(
+        None, "--max-usd", help="Stop the run when its cost would exceed this many US$."
+    ),
+    max_hours: float | None = typer.Option(
+        None, "--max-hours", help="Stop the run after this many wall-clock hours."
+    ),
+    on_interrupt: str = typer.Option(
+        "ask", "--on-interrupt", help="On Ctrl-C: ask, cancel, or detach."
+    ),
+    runs_dir: Path | None = typer.Option(
+        None,
+        "--runs-dir",
+        help="Where run directories go (default: $REPRODUCE_RUNS_DIR or ./runs).",
+    ),
 ) -> None:
     """Reproduce RECIPE on a cluster (also: `reproduce RECIPE ...`): provision, check, train, measure, judge, release."""
     from launcher.reproduction import Options, dry_run_text, prepare, write_script
 
-    options = Options(cluster=cluster, run_id=run_id, skip_preflight=skip_preflight, instance_id=instance_id,
-                      price_per_hour=price_per_hour, keep=keep, max_usd=max_usd, max_hours=max_hours,
-                      on_interrupt=on_interrupt, runs_dir=runs_dir)
+    options = Options(
+        cluster=cluster,
+        run_id=run_id,
+        skip_preflight=skip_preflight,
+        instance_id=instance_id,
+        price_per_hour=price_per_hour,
+        keep=keep,
+        max_usd=max_usd,
+        max_hours=max_hours,
+        on_interrupt=on_interrupt,
+        runs_dir=runs_dir,
+    )
     try:
         prepared = prepare(recipe, options)
         if script_out is not None:
@@ -88,27 +135,33 @@ def validate(
             bad += 1
             print(f"error: {err}", file=sys.stderr)
             continue
-        print(f"ok: {path} ({recipe.model}, {recipe.nodes} x {recipe.gpus_per_node} {recipe.gpu_type}, image {recipe.image.ref})")
+        print(
+            f"ok: {path} ({recipe.model}, {recipe.nodes} x {recipe.gpus_per_node} {recipe.gpu_type}, image {recipe.image.ref})"
+        )
     if bad:
         raise typer.Exit(2)
 
 
 # --- attach / cancel (execution on a node: launcher/execute.py) ---
 
-_ON_INTERRUPT_HELP = "On Ctrl-C: ask (default when interactive; cancel otherwise), cancel, or detach."
+_ON_INTERRUPT_HELP = (
+    "On Ctrl-C: ask (default when interactive; cancel otherwise), cancel, or detach."
+)
 
 
 @app.command()
 def attach(
     run: str = typer.Argument(..., help="Run directory, or a run id found under the runs root."),
-    runs_dir: Optional[Path] = typer.Option(None, "--runs-dir", help="Runs root (default: $REPRODUCE_RUNS_DIR or ./runs)."),
+    runs_dir: Path | None = typer.Option(
+        None, "--runs-dir", help="Runs root (default: $REPRODUCE_RUNS_DIR or ./runs)."
+    ),
     on_interrupt: str = typer.Option("ask", "--on-interrupt", help=_ON_INTERRUPT_HELP),
 ) -> None:
     """Reattach to a run in progress: continue collecting its log where it stopped, then measure."""
     from launcher.execute import attach as attach_run
     from launcher.execute import outcome_exit_code
-    from launcher.rundir import RunDir
     from launcher.run import record_history
+    from launcher.rundir import RunDir
 
     try:
         try:
@@ -118,7 +171,9 @@ def attach(
                 run_dir = RunDir.find(run, runs_dir).path
             except ReproduceError:
                 run_dir = None
-            if run_dir is not None:  # a run that ends while attached joins its history, as `reproduce RECIPE` does
+            if (
+                run_dir is not None
+            ):  # a run that ends while attached joins its history, as `reproduce RECIPE` does
                 record_history(run_dir)
     except ReproduceError as err:
         raise _fail(err) from None
@@ -128,7 +183,9 @@ def attach(
 @app.command()
 def cancel(
     run: str = typer.Argument(..., help="Run directory, or a run id found under the runs root."),
-    runs_dir: Optional[Path] = typer.Option(None, "--runs-dir", help="Runs root (default: $REPRODUCE_RUNS_DIR or ./runs)."),
+    runs_dir: Path | None = typer.Option(
+        None, "--runs-dir", help="Runs root (default: $REPRODUCE_RUNS_DIR or ./runs)."
+    ),
 ) -> None:
     """Stop a run on its node: its processes and its container (with Ray inside); nothing else."""
     from launcher.execute import cancel as cancel_run
@@ -144,23 +201,43 @@ def cancel(
 
 @app.command("measure")
 def measure_cmd(
-    log: Path = typer.Argument(..., help="miles log file, or a run directory (its artifacts are written)"),
-    recipe: Optional[Path] = typer.Option(
-        None, "--recipe", help="the recipe whose claim is judged (default: a run directory's recipe.yaml)"
+    log: Path = typer.Argument(
+        ..., help="miles log file, or a run directory (its artifacts are written)"
+    ),
+    recipe: Path | None = typer.Option(
+        None,
+        "--recipe",
+        help="the recipe whose claim is judged (default: a run directory's recipe.yaml)",
     ),
     json_out: bool = typer.Option(False, "--json", help="print exactly one JSON object on stdout"),
-    price_per_hour: Optional[float] = typer.Option(None, "--price-per-hour", help="override the $/h price"),
-    region: Optional[str] = typer.Option(None, "--region", help="price region (default us-east-1)"),
-    timeline: Optional[Path] = typer.Option(None, "--timeline", help="timeline.json for GPU-hours (log file only)"),
-    slower: float = typer.Option(3.0, "--tolerance-slower", help="percent below the claim still 'reproduced'"),
-    faster: float = typer.Option(3.0, "--tolerance-faster", help="percent above the claim still 'reproduced'"),
+    price_per_hour: float | None = typer.Option(
+        None, "--price-per-hour", help="override the $/h price"
+    ),
+    region: str | None = typer.Option(None, "--region", help="price region (default us-east-1)"),
+    timeline: Path | None = typer.Option(
+        None, "--timeline", help="timeline.json for GPU-hours (log file only)"
+    ),
+    slower: float = typer.Option(
+        3.0, "--tolerance-slower", help="percent below the claim still 'reproduced'"
+    ),
+    faster: float = typer.Option(
+        3.0, "--tolerance-faster", help="percent above the claim still 'reproduced'"
+    ),
 ) -> None:
     """Measure a miles log against the recipe's claim. Exit 0 reproduced, 1 otherwise, 2 bad input."""
     try:
         from launcher.measure_cli import run_measure
 
-        code = run_measure(log, recipe, json_out=json_out, price_per_hour=price_per_hour, region=region,
-                           timeline=timeline, slower=slower, faster=faster)
+        code = run_measure(
+            log,
+            recipe,
+            json_out=json_out,
+            price_per_hour=price_per_hour,
+            region=region,
+            timeline=timeline,
+            slower=slower,
+            faster=faster,
+        )
     except ReproduceError as err:
         raise _fail(err)
     raise typer.Exit(code)
@@ -187,8 +264,12 @@ def compare_cmd(
 
 @app.command()
 def down(
-    run: str = typer.Argument(..., help="Run directory (or its aws.json), or a run id found under the runs root."),
-    runs_dir: Optional[Path] = typer.Option(None, "--runs-dir", help="Runs root (default: $REPRODUCE_RUNS_DIR or ./runs)."),
+    run: str = typer.Argument(
+        ..., help="Run directory (or its aws.json), or a run id found under the runs root."
+    ),
+    runs_dir: Path | None = typer.Option(
+        None, "--runs-dir", help="Runs root (default: $REPRODUCE_RUNS_DIR or ./runs)."
+    ),
 ) -> None:
     """End what an aws run launched (a --keep node, or what a crash left): instances, Elastic IPs, groups, key pair."""
     from launcher.clusters.aws import down_run
@@ -201,8 +282,12 @@ def down(
 
 @app.command()
 def reap(
-    cluster: str = typer.Option("aws", "--cluster", "-c", help="aws profile whose region is searched."),
-    region: Optional[str] = typer.Option(None, "--region", help="Region to search (overrides the profile's)."),
+    cluster: str = typer.Option(
+        "aws", "--cluster", "-c", help="aws profile whose region is searched."
+    ),
+    region: str | None = typer.Option(
+        None, "--region", help="Region to search (overrides the profile's)."
+    ),
     dry_run: bool = typer.Option(False, "--dry-run", help="List what would be ended; end nothing."),
 ) -> None:
     """End every instance (and its Elastic IPs, groups, key pair) the launcher tagged whose expires-at has passed."""
@@ -216,21 +301,43 @@ def reap(
 
 @app.command()
 def capacity(
-    recipe: Path = typer.Argument(..., help="Recipe whose instance type and node count are wanted."),
-    cluster: str = typer.Option("aws", "--cluster", "-c", help="aws profile (region, instance_type)."),
+    recipe: Path = typer.Argument(
+        ..., help="Recipe whose instance type and node count are wanted."
+    ),
+    cluster: str = typer.Option(
+        "aws", "--cluster", "-c", help="aws profile (region, instance_type)."
+    ),
     hours: int = typer.Option(24, "--hours", help="Block length: whole days (24, 48, ...)."),
-    nodes: Optional[int] = typer.Option(None, "--nodes", help="Instances in the block (default: the recipe's nodes)."),
-    start_after: Optional[str] = typer.Option(None, "--start-after", help="Earliest start (ISO, UTC)."),
-    end_before: Optional[str] = typer.Option(None, "--end-before", help="Latest end (ISO, UTC)."),
-    buy: Optional[str] = typer.Option(None, "--buy", help="Buy this offering id. It CANNOT be cancelled; its price is printed first."),
-    max_usd: Optional[float] = typer.Option(None, "--max-usd", help="With --buy: refuse an offering costing more than this."),
+    nodes: int | None = typer.Option(
+        None, "--nodes", help="Instances in the block (default: the recipe's nodes)."
+    ),
+    start_after: str | None = typer.Option(
+        None, "--start-after", help="Earliest start (ISO, UTC)."
+    ),
+    end_before: str | None = typer.Option(None, "--end-before", help="Latest end (ISO, UTC)."),
+    buy: str | None = typer.Option(
+        None,
+        "--buy",
+        help="Buy this offering id. It CANNOT be cancelled; its price is printed first.",
+    ),
+    max_usd: float | None = typer.Option(
+        None, "--max-usd", help="With --buy: refuse an offering costing more than this."
+    ),
 ) -> None:
     """List Capacity Block offerings for RECIPE (price, start time); buy one only with --buy OFFERING_ID."""
     from launcher.capacity import capacity_command
 
     try:
-        capacity_command(str(recipe), cluster, hours=hours, nodes=nodes, start_after=start_after,
-                         end_before=end_before, buy_id=buy, max_usd=max_usd)
+        capacity_command(
+            str(recipe),
+            cluster,
+            hours=hours,
+            nodes=nodes,
+            start_after=start_after,
+            end_before=end_before,
+            buy_id=buy,
+            max_usd=max_usd,
+        )
     except ReproduceError as err:
         raise _fail(err) from None
 
@@ -242,20 +349,37 @@ _HISTORY_HELP = "History database (default: $REPRODUCE_HISTORY or <runs dir>/his
 
 @app.command("history")
 def history_cmd(
-    recipe: Optional[str] = typer.Argument(None, help="Recipe file or slug (e.g. qwen3-30b-a3b/h200/attune-tp1-pp1-ep8-mt16k)."),
-    import_dir: Optional[Path] = typer.Option(None, "--import", help="First index every finished run directory under this runs tree."),
+    recipe: str | None = typer.Argument(
+        None, help="Recipe file or slug (e.g. qwen3-30b-a3b/h200/attune-tp1-pp1-ep8-mt16k)."
+    ),
+    import_dir: Path | None = typer.Option(
+        None, "--import", help="First index every finished run directory under this runs tree."
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print exactly one JSON object on stdout."),
-    limit: int = typer.Option(20, "--limit", help="Show the last N runs (the trend uses all of them)."),
-    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", help="Only runs on this cluster profile name."),
-    history: Optional[Path] = typer.Option(None, "--history", help=_HISTORY_HELP),
-    runs_dir: Optional[Path] = typer.Option(None, "--runs-dir", help="Runs root (default: $REPRODUCE_RUNS_DIR or ./runs)."),
+    limit: int = typer.Option(
+        20, "--limit", help="Show the last N runs (the trend uses all of them)."
+    ),
+    cluster: str | None = typer.Option(
+        None, "--cluster", "-c", help="Only runs on this cluster profile name."
+    ),
+    history: Path | None = typer.Option(None, "--history", help=_HISTORY_HELP),
+    runs_dir: Path | None = typer.Option(
+        None, "--runs-dir", help="Runs root (default: $REPRODUCE_RUNS_DIR or ./runs)."
+    ),
 ) -> None:
     """Past runs of a recipe, the trend and whether the latest run is a regression (exit 1 when it is)."""
     from launcher.history import history_command
 
     try:
-        code = history_command(recipe, import_dir=import_dir, json_out=json_out, limit=limit, db=history,
-                               runs_dir=runs_dir, cluster=cluster)
+        code = history_command(
+            recipe,
+            import_dir=import_dir,
+            json_out=json_out,
+            limit=limit,
+            db=history,
+            runs_dir=runs_dir,
+            cluster=cluster,
+        )
     except ReproduceError as err:
         raise _fail(err) from None
     raise typer.Exit(code)
@@ -263,18 +387,37 @@ def history_cmd(
 
 @app.command("nightly")
 def nightly_cmd(
-    recipes: list[Path] = typer.Argument(..., help="Recipe files, or directories (every *.yaml under them, sorted)."),
-    cluster: str = typer.Option(..., "--cluster", "-c", help="Profile name from env/ or a path to a profile file."),
-    runs_dir: Optional[Path] = typer.Option(None, "--runs-dir", help="Where run directories and nightly-<date>.md go (default: $REPRODUCE_RUNS_DIR or ./runs)."),
-    history: Optional[Path] = typer.Option(None, "--history", help=_HISTORY_HELP),
-    max_usd: Optional[float] = typer.Option(None, "--max-usd", help="Per recipe: stop a run when its cost would exceed this many US$."),
-    max_hours: Optional[float] = typer.Option(None, "--max-hours", help="Per recipe: stop a run after this many wall-clock hours."),
+    recipes: list[Path] = typer.Argument(
+        ..., help="Recipe files, or directories (every *.yaml under them, sorted)."
+    ),
+    cluster: str = typer.Option(
+        ..., "--cluster", "-c", help="Profile name from env/ or a path to a profile file."
+    ),
+    runs_dir: Path | None = typer.Option(
+        None,
+        "--runs-dir",
+        help="Where run directories and nightly-<date>.md go (default: $REPRODUCE_RUNS_DIR or ./runs).",
+    ),
+    history: Path | None = typer.Option(None, "--history", help=_HISTORY_HELP),
+    max_usd: float | None = typer.Option(
+        None, "--max-usd", help="Per recipe: stop a run when its cost would exceed this many US$."
+    ),
+    max_hours: float | None = typer.Option(
+        None, "--max-hours", help="Per recipe: stop a run after this many wall-clock hours."
+    ),
 ) -> None:
     """Reproduce each recipe in turn, record it in the history, flag regressions; exit 0 all good, 1 any regression or failed check, 3 infra."""
     from launcher.nightly import nightly
 
     try:
-        result = nightly(recipes, cluster, runs_dir=runs_dir, history=history, max_usd=max_usd, max_hours=max_hours)
+        result = nightly(
+            recipes,
+            cluster,
+            runs_dir=runs_dir,
+            history=history,
+            max_usd=max_usd,
+            max_hours=max_hours,
+        )
     except ReproduceError as err:
         raise _fail(err) from None
     raise typer.Exit(result.exit_code)

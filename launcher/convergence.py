@@ -54,10 +54,14 @@ def check(
     max_outlier_fraction: float = 0.10,
 ) -> ConvergenceResult:
     """Compare two loss curves (step -> loss). All criteria must pass."""
-    thresholds = dict(skip_fraction=skip_fraction, min_correlation=min_correlation,
-                      max_pointwise_failure_fraction=max_pointwise_failure_fraction,
-                      max_final_loss_difference=max_final_loss_difference,
-                      outlier_sigmas=outlier_sigmas, max_outlier_fraction=max_outlier_fraction)
+    thresholds = dict(
+        skip_fraction=skip_fraction,
+        min_correlation=min_correlation,
+        max_pointwise_failure_fraction=max_pointwise_failure_fraction,
+        max_final_loss_difference=max_final_loss_difference,
+        outlier_sigmas=outlier_sigmas,
+        max_outlier_fraction=max_outlier_fraction,
+    )
     reasons: list[str] = []
     ref_steps = sorted(reference)
     missing = [s for s in ref_steps if s not in candidate or candidate[s] is None]
@@ -68,7 +72,9 @@ def check(
     if nan:
         reasons.append(f"candidate loss is NaN/inf at step(s) {nan[:12]}")
     if ref_nan:
-        reasons.append(f"reference loss is NaN/inf at step(s) {ref_nan[:12]}: nothing valid to compare to")
+        reasons.append(
+            f"reference loss is NaN/inf at step(s) {ref_nan[:12]}: nothing valid to compare to"
+        )
 
     aligned = [s for s in ref_steps if s not in missing and s not in nan and s not in ref_nan]
     skip = int(len(aligned) * skip_fraction)
@@ -79,14 +85,18 @@ def check(
     corr = final = pw_frac = out_frac = None
     pw_fail = outliers = 0
     if len(used) < 2:
-        reasons.append(f"only {len(used)} comparable step(s) after skipping the first {skip}: need at least 2")
+        reasons.append(
+            f"only {len(used)} comparable step(s) after skipping the first {skip}: need at least 2"
+        )
     else:
         try:
             corr = statistics.correlation(cand, ref)
         except statistics.StatisticsError:
             corr = None  # a constant curve: correlation is undefined
         if corr is None or corr < min_correlation:
-            reasons.append(f"correlation {corr if corr is None else f'{corr:.7f}'} < {min_correlation}")
+            reasons.append(
+                f"correlation {corr if corr is None else f'{corr:.7f}'} < {min_correlation}"
+            )
         for c, r in zip(cand, ref):
             if r == 0:
                 if c != 0:
@@ -95,9 +105,15 @@ def check(
                 pw_fail += 1
         pw_frac = pw_fail / len(used)
         if pw_frac > max_pointwise_failure_fraction:
-            reasons.append(f"{pw_fail} of {len(used)} steps outside the pointwise tolerance "
-                           f"({100 * pw_frac:.1f}% > {100 * max_pointwise_failure_fraction:g}%)")
-        final = abs(cand[-1] - ref[-1]) / abs(ref[-1]) if ref[-1] != 0 else (0.0 if cand[-1] == 0 else math.inf)
+            reasons.append(
+                f"{pw_fail} of {len(used)} steps outside the pointwise tolerance "
+                f"({100 * pw_frac:.1f}% > {100 * max_pointwise_failure_fraction:g}%)"
+            )
+        final = (
+            abs(cand[-1] - ref[-1]) / abs(ref[-1])
+            if ref[-1] != 0
+            else (0.0 if cand[-1] == 0 else math.inf)
+        )
         if final > max_final_loss_difference:
             reasons.append(f"final loss differs by {final:.6f} > {max_final_loss_difference}")
         resid = [c - r for c, r in zip(cand, ref)]
@@ -105,8 +121,10 @@ def check(
         outliers = sum(1 for x in resid if sd > 0 and abs(x - mu) > outlier_sigmas * sd)
         out_frac = outliers / len(resid)
         if out_frac > max_outlier_fraction:
-            reasons.append(f"{outliers} residual outlier(s) beyond {outlier_sigmas:g} sigma "
-                           f"({100 * out_frac:.1f}% > {100 * max_outlier_fraction:g}%)")
+            reasons.append(
+                f"{outliers} residual outlier(s) beyond {outlier_sigmas:g} sigma "
+                f"({100 * out_frac:.1f}% > {100 * max_outlier_fraction:g}%)"
+            )
     return ConvergenceResult(
         passed=not reasons,
         correlation=corr,
@@ -126,4 +144,6 @@ def check(
 
 def loss_curve(records) -> dict[int, float]:
     """step -> loss from StepRecords (steps without a loss line are left out, so they count missing)."""
-    return {r.step: (r.loss if r.loss is not None else math.nan) for r in records if r.loss is not None}
+    return {
+        r.step: (r.loss if r.loss is not None else math.nan) for r in records if r.loss is not None
+    }

@@ -18,11 +18,12 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from importlib import import_module
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any
 
 import yaml
 
@@ -65,7 +66,11 @@ def outcome_exit_code(outcome: Outcome) -> int:
     """0: done and, where judged, reproduced; 1: judged and not reproduced (the CLI contract)."""
     if outcome.state != "done":
         return 130 if outcome.state == "cancelled" else 3
-    verdict = outcome.measurement[1] if isinstance(outcome.measurement, tuple) and len(outcome.measurement) > 1 else None
+    verdict = (
+        outcome.measurement[1]
+        if isinstance(outcome.measurement, tuple) and len(outcome.measurement) > 1
+        else None
+    )
     if verdict is None:
         return 0
     return 0 if getattr(verdict, "status", None) == "reproduced" else 1
@@ -107,7 +112,9 @@ def cancel_command(node_run_dir: str, container: str) -> str:
     """Stop the run's process group and its container (which ends Ray inside it); nothing else."""
     d, c = shlex.quote(node_run_dir), shlex.quote(container)
     rm = f"if command -v docker >/dev/null 2>&1; then docker rm -f {c} >/dev/null 2>&1 || true; fi"
-    return ALIVE_FN + f"""cd {d} || exit 0
+    return (
+        ALIVE_FN
+        + f"""cd {d} || exit 0
 touch cancelled
 pg=$(cat pid 2>/dev/null || true)
 alive() {{ [ -n "$pg" ] && _alive "$pg"; }}
@@ -126,12 +133,15 @@ if alive; then left="processes of group $pg"; fi
 if command -v docker >/dev/null 2>&1 && [ -n "$(docker ps -aq --filter name=^{container}$ 2>/dev/null)" ]; then left="$left container {container}"; fi
 echo "left:$left"
 """
+    )
 
 
 def cleanup_command(container: str) -> str:
     """After the script ended: remove its container if the script left one (stopped or not)."""
     c = shlex.quote(container)
-    return f"if command -v docker >/dev/null 2>&1; then docker rm -f {c} >/dev/null 2>&1 || true; fi"
+    return (
+        f"if command -v docker >/dev/null 2>&1; then docker rm -f {c} >/dev/null 2>&1 || true; fi"
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -150,9 +160,13 @@ def cluster_from_record(record: Mapping[str, Any]) -> Cluster:
     try:
         module = import_module(f"launcher.clusters.{kind}")
     except ImportError as err:
-        raise BadInput(f"run.json names cluster kind {kind!r}, which this launcher does not have") from err
+        raise BadInput(
+            f"run.json names cluster kind {kind!r}, which this launcher does not have"
+        ) from err
     if not hasattr(module, "from_record"):
-        raise BadInput(f"cluster kind {kind!r} cannot be reattached (launcher.clusters.{kind} has no from_record)")
+        raise BadInput(
+            f"cluster kind {kind!r} cannot be reattached (launcher.clusters.{kind} has no from_record)"
+        )
     return module.from_record(record)
 
 
@@ -189,7 +203,9 @@ class Progress:
 
     def say(self, text: str) -> None:
         elapsed = time.monotonic() - self.started
-        self.console.print(f"[{elapsed:7.1f}s] {text}", markup=False, highlight=False, soft_wrap=True)
+        self.console.print(
+            f"[{elapsed:7.1f}s] {text}", markup=False, highlight=False, soft_wrap=True
+        )
 
     def marker(self, marker: Mapping[str, str]) -> None:
         if marker["event"] == "start":
@@ -219,7 +235,9 @@ def _follow_lock(rd: RunDir) -> Iterator[None]:
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise BadInput(f"run {rd.path} is being followed by another reproduce process right now") from None
+            raise BadInput(
+                f"run {rd.path} is being followed by another reproduce process right now"
+            ) from None
         yield
     finally:
         fh.close()
@@ -289,7 +307,9 @@ class Follower:
         """Copy every byte the node has that we do not; returns how many."""
         total = 0
         while True:
-            data = self.transport.read_from(f"{self.node_run_dir}/node.log", self.splitter.offset(), READ_CHUNK)
+            data = self.transport.read_from(
+                f"{self.node_run_dir}/node.log", self.splitter.offset(), READ_CHUNK
+            )
             if not data:
                 break
             self.splitter.append(data)
@@ -311,7 +331,9 @@ class Follower:
         if out in ("alive", "gone") and res.exit_code == 0:
             return out, None
         # Anything else is a broken exchange, not news about the run: let the caller retry.
-        raise InfraError(f"unexpected answer from the node while polling (exit {res.exit_code}): {out[:200]!r}")
+        raise InfraError(
+            f"unexpected answer from the node while polling (exit {res.exit_code}): {out[:200]!r}"
+        )
 
     def _with_reconnect(self, action: Callable[[], Any]) -> Any:
         """Retry a node operation while the connection comes back, up to reconnect_s."""
@@ -322,9 +344,13 @@ class Follower:
                 return action()
             except (InfraError, OSError, EOFError) as err:
                 if time.monotonic() >= deadline:
-                    raise InfraError(f"lost the connection to the node and could not reconnect: {err}") from err
+                    raise InfraError(
+                        f"lost the connection to the node and could not reconnect: {err}"
+                    ) from err
                 if not warned:
-                    self.progress.say(f"connection problem ({err}); reconnecting (up to {self.reconnect_s:.0f} s)")
+                    self.progress.say(
+                        f"connection problem ({err}); reconnecting (up to {self.reconnect_s:.0f} s)"
+                    )
                     warned = True
                 close = getattr(self.transport, "close", None)
                 if callable(close):
@@ -372,8 +398,13 @@ def secrets_env(secrets: Mapping[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _stage_files(transport: Transport, node_run_dir: str, node_script: str, scripts_dir: Path | None,
-                 secrets: Mapping[str, str] | None = None) -> None:
+def _stage_files(
+    transport: Transport,
+    node_run_dir: str,
+    node_script: str,
+    scripts_dir: Path | None,
+    secrets: Mapping[str, str] | None = None,
+) -> None:
     transport.run(f"mkdir -p {shlex.quote(node_run_dir)} && chmod 700 {shlex.quote(node_run_dir)}")
     if secrets:
         transport.put_text(secrets_env(secrets), f"{node_run_dir}/.secrets.env", mode=0o600)
@@ -383,7 +414,9 @@ def _stage_files(transport: Transport, node_run_dir: str, node_script: str, scri
         for path in sorted(scripts_dir.rglob("*")):
             if path.is_file() and "__pycache__" not in path.parts:
                 rel = path.relative_to(scripts_dir).as_posix()
-                transport.put(path, f"{node_run_dir}/scripts/{rel}", mode=path.stat().st_mode & 0o777)
+                transport.put(
+                    path, f"{node_run_dir}/scripts/{rel}", mode=path.stat().st_mode & 0o777
+                )
 
 
 def _launch(transport: Transport, node_run_dir: str) -> int:
@@ -391,13 +424,15 @@ def _launch(transport: Transport, node_run_dir: str) -> int:
     try:
         return int(out.splitlines()[-1])
     except (IndexError, ValueError):
-        raise InfraError(f"the node script did not start in {node_run_dir} (no pid written)") from None
+        raise InfraError(
+            f"the node script did not start in {node_run_dir} (no pid written)"
+        ) from None
 
 
 def _collect(rd: RunDir, transport: Transport, node_run_dir: str) -> list[str]:
     """The node's *.json (preflight.json, stack.json, ...) into the run dir."""
     listing = transport.run(
-        f"cd {shlex.quote(node_run_dir)} && for f in *.json; do [ -f \"$f\" ] && echo \"$f\"; done; true",
+        f'cd {shlex.quote(node_run_dir)} && for f in *.json; do [ -f "$f" ] && echo "$f"; done; true',
         check=False,
     ).stdout.split()
     got = []
@@ -442,7 +477,8 @@ def _check_detail(rd: RunDir, stage: str | None) -> str | None:
         bad = [c for c in report.get("checks", []) if not c.get("ok")]
         if bad:
             return "the image's software differs from the recipe's stack: " + "; ".join(
-                f"{c.get('name')}: {c.get('value')} (expected {c.get('expected')})" for c in bad)
+                f"{c.get('name')}: {c.get('value')} (expected {c.get('expected')})" for c in bad
+            )
     return None
 
 
@@ -475,7 +511,9 @@ class Runner:
         budget: Any = None,
     ) -> None:
         if on_interrupt not in INTERRUPT_CHOICES:
-            raise BadInput(f"--on-interrupt must be one of {', '.join(INTERRUPT_CHOICES)}, not {on_interrupt!r}")
+            raise BadInput(
+                f"--on-interrupt must be one of {', '.join(INTERRUPT_CHOICES)}, not {on_interrupt!r}"
+            )
         self.rd = rd
         self.cluster = cluster
         self.recipe_raw = recipe_raw
@@ -531,7 +569,9 @@ class Runner:
         if not sys.stdin or not sys.stdin.isatty():
             return "cancel"
         try:
-            answer = input("\ninterrupted: [c]ancel the run on the node, or [d]etach and leave it running? [c/d] ")
+            answer = input(
+                "\ninterrupted: [c]ancel the run on the node, or [d]etach and leave it running? [c/d] "
+            )
         except (KeyboardInterrupt, EOFError):
             return "cancel"
         return "detach" if answer.strip().lower().startswith("d") else "cancel"
@@ -549,7 +589,9 @@ class Runner:
                 if choice == "detach":
                     follower.finish_logs("running")
                     self.keep_cluster = True
-                    self.rd.set_status("detached", "detached by the user; the run goes on on the node")
+                    self.rd.set_status(
+                        "detached", "detached by the user; the run goes on on the node"
+                    )
                     raise Interrupted(
                         "detached: the run goes on on the node and its GPUs keep costing money.",
                         hint=_reattach_hint(self.rd),
@@ -559,17 +601,24 @@ class Runner:
                 self._safe_drain(follower)
                 follower.finish_logs("cancelled")
                 self.rd.set_status("cancelled", "cancelled by the user (Ctrl-C or SIGTERM)")
-                raise Interrupted("cancelled: the run's processes and container on the node were stopped.") from None
+                raise Interrupted(
+                    "cancelled: the run's processes and container on the node were stopped."
+                ) from None
             except BudgetExceeded as err:
                 self.progress.say(f"budget reached: {err}; cancelling the run on the node")
                 self._cancel_or_say(transport, follower)
                 self._safe_drain(follower)
                 follower.finish_logs("cancelled")
                 self.rd.set_status("cancelled", f"budget reached: {err}")
-                raise CheckFailed(f"stopped: {err}. The run was cancelled on the node and the node released.") from None
+                raise CheckFailed(
+                    f"stopped: {err}. The run was cancelled on the node and the node released."
+                ) from None
             except InfraError as err:
-                raise self._left_running(follower, f"lost the node: {err}",
-                                         f"{err}. The run may still be going on on the node (its GPUs keep costing money).") from err
+                raise self._left_running(
+                    follower,
+                    f"lost the node: {err}",
+                    f"{err}. The run may still be going on on the node (its GPUs keep costing money).",
+                ) from err
             return self._finish(transport, follower, code)
 
     def _left_running(self, follower: Follower | None, why: str, message: str) -> InfraError:
@@ -581,7 +630,11 @@ class Runner:
         hint = _reattach_hint(self.rd)
         down = getattr(self.cluster, "down_command", None)
         if callable(down):  # a node this run launched is billed until it is ended
-            cost = f" (about ${self.budget.usd_per_hour:.2f}/h)" if self.budget and self.budget.usd_per_hour else ""
+            cost = (
+                f" (about ${self.budget.usd_per_hour:.2f}/h)"
+                if self.budget and self.budget.usd_per_hour
+                else ""
+            )
             hint += f" The node keeps billing{cost} until you end it: `{down()}`."
         return InfraError(message, hint=hint)
 
@@ -596,20 +649,32 @@ class Runner:
         try:
             self._cancel_on_node(transport)
         except InfraError as err:
-            error = self._left_running(follower, f"cancel failed: {err}",
-                                       f"could not cancel the run on the node: {err}. It may still be running "
-                                       "(and costing money).")
-            self.keep_cluster = False  # a cancel was asked for, not a detach: still end the paid node
+            error = self._left_running(
+                follower,
+                f"cancel failed: {err}",
+                f"could not cancel the run on the node: {err}. It may still be running "
+                "(and costing money).",
+            )
+            self.keep_cluster = (
+                False  # a cancel was asked for, not a detach: still end the paid node
+            )
             raise error from err
 
     def _cancel_on_node(self, transport: Transport) -> None:
-        out = transport.run(cancel_command(self.node_run_dir, self.container), timeout_s=120, check=False).stdout
+        out = transport.run(
+            cancel_command(self.node_run_dir, self.container), timeout_s=120, check=False
+        ).stdout
         left = out.strip().rsplit("left:", 1)[-1].strip() if "left:" in out else ""
         if left:
             raise InfraError(f"cancel could not stop everything on the node: still there: {left}")
 
     def _finish(self, transport: Transport, follower: Follower, code: int | None) -> Outcome:
-        cancelled = transport.run(f"test -e {shlex.quote(self.node_run_dir)}/cancelled", check=False).exit_code == 0
+        cancelled = (
+            transport.run(
+                f"test -e {shlex.quote(self.node_run_dir)}/cancelled", check=False
+            ).exit_code
+            == 0
+        )
         ok = code == 0 and not cancelled
         follower.finish_logs("ok" if ok else ("cancelled" if cancelled else "failed"))
         self.rd.set_status("collecting")
@@ -621,9 +686,13 @@ class Runner:
         except ReproduceError as err:
             # Judge the run all the same; the caller's `finally` releases again and, if something is
             # still left then, raises what is left and how to end it.
-            self.progress.say(f"teardown did not finish yet ({str(err).splitlines()[0]}); retrying after judging")
+            self.progress.say(
+                f"teardown did not finish yet ({str(err).splitlines()[0]}); retrying after judging"
+            )
         if cancelled:
-            self.rd.set_status("cancelled", "cancelled on the node (reproduce cancel)", exit_code=code)
+            self.rd.set_status(
+                "cancelled", "cancelled on the node (reproduce cancel)", exit_code=code
+            )
             raise Interrupted(f"the run was cancelled on the node (exit code {code}).")
         if not ok:
             stage = _failed_stage(self.timeline)
@@ -650,7 +719,9 @@ class Runner:
         except ImportError:
             return None
         measurement = measure_run_dir(self.rd.path, dict(self.recipe_raw))
-        verdict = measurement[1] if isinstance(measurement, tuple) and len(measurement) > 1 else None
+        verdict = (
+            measurement[1] if isinstance(measurement, tuple) and len(measurement) > 1 else None
+        )
         if verdict is not None and hasattr(verdict, "status"):
             diff = getattr(verdict, "difference_percent", None)
             diff_text = f" ({diff:+.2f}% vs the claim)" if isinstance(diff, (int, float)) else ""
@@ -698,13 +769,30 @@ def execute(
         node_run_dir=node_run_dir.rstrip("/"),
         container=container,
         offset_source="size of logs/node.log",
-        budget=({"max_usd": budget.max_usd, "max_hours": budget.max_hours, "price_per_hour": budget.price_per_hour,
-                 "nodes": budget.nodes} if budget is not None else None),
+        budget=(
+            {
+                "max_usd": budget.max_usd,
+                "max_hours": budget.max_hours,
+                "price_per_hour": budget.price_per_hour,
+                "nodes": budget.nodes,
+            }
+            if budget is not None
+            else None
+        ),
     )
     if not (rd.path / "node.sh").exists():
         rd.write_text("node.sh", node_script)
-    runner = Runner(rd, cluster, recipe_raw=recipe_raw, progress=progress, on_interrupt=on_interrupt,
-                    poll_s=poll_s, reconnect_s=reconnect_s, measure=measure, budget=budget)
+    runner = Runner(
+        rd,
+        cluster,
+        recipe_raw=recipe_raw,
+        progress=progress,
+        on_interrupt=on_interrupt,
+        poll_s=poll_s,
+        reconnect_s=reconnect_s,
+        measure=measure,
+        budget=budget,
+    )
     if scripts_dir is None:
         scripts_dir = default_scripts_dir()
     launched = False
@@ -723,7 +811,9 @@ def execute(
             transport = cluster.transport(node)
             rd.set_status("staging")
             _stage_files(transport, node_run_dir, node_script, scripts_dir, secrets)
-            launched = True  # from here on an interrupt must cancel on the node (harmless if not started)
+            launched = (
+                True  # from here on an interrupt must cancel on the node (harmless if not started)
+            )
             pid = _launch(transport, node_run_dir)
             rd.update_record(pid=pid, launched_at=time.time())
             progress.say(f"node script started on {node.name} (pid {pid}); run dir {rd.path}")
@@ -734,7 +824,9 @@ def execute(
             runner.progress.say("cancelling the run on the node")
             runner._cancel_or_say(transport)
         rd.set_status("cancelled", "interrupted before the run started")
-        raise Interrupted("interrupted before the node script started; nothing was left running.") from None
+        raise Interrupted(
+            "interrupted before the node script started; nothing was left running."
+        ) from None
     except ReproduceError as err:
         if rd.status().get("state") not in FINAL_STATES + ("detached",):
             rd.set_status("failed", str(err).splitlines()[0])
@@ -778,9 +870,20 @@ def attach(
         from launcher.budget import Budget
 
         budget = Budget(**record["budget"])
-    runner = Runner(rd, cluster, recipe_raw=recipe_raw, progress=progress, on_interrupt=on_interrupt,
-                    poll_s=poll_s, reconnect_s=reconnect_s, measure=measure, budget=budget)
-    progress.say(f"reattaching to {rd.path} at byte {(rd.logs / 'node.log').stat().st_size if (rd.logs / 'node.log').exists() else 0}")
+    runner = Runner(
+        rd,
+        cluster,
+        recipe_raw=recipe_raw,
+        progress=progress,
+        on_interrupt=on_interrupt,
+        poll_s=poll_s,
+        reconnect_s=reconnect_s,
+        measure=measure,
+        budget=budget,
+    )
+    progress.say(
+        f"reattaching to {rd.path} at byte {(rd.logs / 'node.log').stat().st_size if (rd.logs / 'node.log').exists() else 0}"
+    )
     try:
         return runner.follow(transport)
     finally:
@@ -803,7 +906,9 @@ def cancel(ref: str, *, runs_root: Path | None = None, console: Any = None) -> R
     except InfraError:
         runner.release()  # the node cannot be reached or cleaned: still end what was acquired (AWS: terminate)
         raise
-    progress.say(f"stopped the run's processes and container {runner.container} on {record['node']['name']}")
+    progress.say(
+        f"stopped the run's processes and container {runner.container} on {record['node']['name']}"
+    )
     try:
         with _follow_lock(rd):
             try:

@@ -30,9 +30,10 @@ import os
 import sqlite3
 import statistics
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from launcher.errors import BadInput
 
@@ -138,7 +139,9 @@ class History:
             self._ensure_schema()
         except sqlite3.DatabaseError as err:
             self.conn.close()
-            raise BadInput(f"history database {self.path}: not a usable SQLite history ({err}).") from None
+            raise BadInput(
+                f"history database {self.path}: not a usable SQLite history ({err})."
+            ) from None
 
     def _ensure_schema(self) -> None:
         with self.conn:
@@ -146,15 +149,19 @@ class History:
             row = self.conn.execute("SELECT MAX(version) FROM schema_version").fetchone()
             version = row[0]
             if version is None:
-                self.conn.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
+                self.conn.execute(
+                    "INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,)
+                )
             elif version > SCHEMA_VERSION:
-                raise BadInput(f"history database {self.path} has schema version {version}; this launcher "
-                               f"knows version {SCHEMA_VERSION}: upgrade reproduce.")
+                raise BadInput(
+                    f"history database {self.path} has schema version {version}; this launcher "
+                    f"knows version {SCHEMA_VERSION}: upgrade reproduce."
+                )
 
     def close(self) -> None:
         self.conn.close()
 
-    def __enter__(self) -> "History":
+    def __enter__(self) -> History:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -302,11 +309,19 @@ def row_from_run_dir(run_dir: Path) -> RunRow:
     verdict = _read_json(run_dir / "verdict.json") or {}
     image_facts = _read_json(run_dir / "image.json") or {}
     result = _read_yaml(run_dir / "result.yaml") or {}
-    unrounded = ((result.get("provenance") or {}).get("unrounded") or {}) if isinstance(result, dict) else {}
+    unrounded = (
+        ((result.get("provenance") or {}).get("unrounded") or {})
+        if isinstance(result, dict)
+        else {}
+    )
 
     def figure(key: str) -> float | None:
         value = _num(unrounded.get(key))
-        return value if value is not None else _num(result.get(key) if isinstance(result, dict) else None)
+        return (
+            value
+            if value is not None
+            else _num(result.get(key) if isinstance(result, dict) else None)
+        )
 
     plan_recipe = plan.get("recipe") or {}
     profile = plan.get("profile") or {}
@@ -409,32 +424,60 @@ def spread(values: Sequence[float]) -> tuple[float, float, float]:
     return med, mad, (100.0 * MAD_SCALE * mad / med) if med else math.inf
 
 
-def trend_of(value: float | None, earlier: Sequence[RunRow], *, k: int = DEFAULT_K,
-             tolerance_percent: float = DEFAULT_TOLERANCE_PERCENT, min_good: int = MIN_GOOD) -> Trend:
+def trend_of(
+    value: float | None,
+    earlier: Sequence[RunRow],
+    *,
+    k: int = DEFAULT_K,
+    tolerance_percent: float = DEFAULT_TOLERANCE_PERCENT,
+    min_good: int = MIN_GOOD,
+) -> Trend:
     """The baseline (last k good runs of `earlier`, oldest first) and `value` against it."""
     good = [r for r in earlier if is_good(r)][-k:]
     points = [(r.run_id, float(r.tokens_per_s_per_gpu)) for r in good]
     if len(points) < min_good:
-        return Trend(points, skipped=(f"not enough history: {len(points)} good run(s) before this one; "
-                                      f"the trend test needs {min_good}"))
+        return Trend(
+            points,
+            skipped=(
+                f"not enough history: {len(points)} good run(s) before this one; "
+                f"the trend test needs {min_good}"
+            ),
+        )
     med, mad, spread_pct = spread([v for _, v in points])
     threshold = max(tolerance_percent, SPREAD_FACTOR * spread_pct)
     diff = 100.0 * (value - med) / med if value is not None and med else None
     return Trend(points, med, mad, spread_pct, threshold, diff)
 
 
-def assess(latest: RunRow, earlier: Sequence[RunRow], *, k: int = DEFAULT_K,
-           tolerance_percent: float | None = None, min_good: int = MIN_GOOD) -> Assessment:
+def assess(
+    latest: RunRow,
+    earlier: Sequence[RunRow],
+    *,
+    k: int = DEFAULT_K,
+    tolerance_percent: float | None = None,
+    min_good: int = MIN_GOOD,
+) -> Assessment:
     """Is `latest` a regression? `earlier`: the runs before it (oldest first), same recipe and cluster.
 
     The tolerance is the verdict's own slower tolerance when recorded, else 3%.
     """
-    tol = tolerance_percent if tolerance_percent is not None else (
-        latest.tolerance_percent if latest.tolerance_percent is not None else DEFAULT_TOLERANCE_PERCENT)
+    tol = (
+        tolerance_percent
+        if tolerance_percent is not None
+        else (
+            latest.tolerance_percent
+            if latest.tolerance_percent is not None
+            else DEFAULT_TOLERANCE_PERCENT
+        )
+    )
     value = _num(latest.tokens_per_s_per_gpu)
     trend = trend_of(value, earlier, k=k, tolerance_percent=tol, min_good=min_good)
     if latest.verdict not in JUDGED_VERDICTS or value is None:
-        why = (f"verdict {latest.verdict}" if latest.verdict else f"state {latest.state or 'unknown'}, no verdict")
+        why = (
+            f"verdict {latest.verdict}"
+            if latest.verdict
+            else f"state {latest.state or 'unknown'}, no verdict"
+        )
         reason = f"not judged: {why}; a run without a whole window's throughput is no trend point"
         return Assessment(latest.run_id, False, False, False, False, trend, [reason])
 
@@ -454,7 +497,9 @@ def assess(latest: RunRow, earlier: Sequence[RunRow], *, k: int = DEFAULT_K,
             f"= {trend.difference_percent:+.2f}% (threshold -{trend.threshold_percent:.2f}% = max(tolerance "
             f"{tol:g}%, 3 x spread {trend.spread_percent:.2f}%))"
         )
-    return Assessment(latest.run_id, claim_reg or trend_reg, True, claim_reg, trend_reg, trend, reasons)
+    return Assessment(
+        latest.run_id, claim_reg or trend_reg, True, claim_reg, trend_reg, trend, reasons
+    )
 
 
 def assess_history(rows: Sequence[RunRow], **kwargs: Any) -> Assessment | None:
@@ -503,17 +548,48 @@ def trend_lines(assessment: Assessment) -> list[str]:
         trend = f"trend: {t.skipped}"
     else:
         pts = ", ".join(f"{v:,.1f}" for _, v in t.points)
-        trend = (f"trend: median {t.median:,.2f} tokens/s/GPU of the last {len(t.points)} good runs [{pts}]; "
-                 f"spread {t.spread_percent:.2f}% (1.4826 x MAD / median); threshold -{t.threshold_percent:.2f}%")
-    verdict = "REGRESSION" if assessment.regression else ("not judged" if not assessment.judged else "no regression")
-    return [trend, f"latest run {assessment.run_id}: {verdict}", *(f"  {r}" for r in assessment.reasons)]
+        trend = (
+            f"trend: median {t.median:,.2f} tokens/s/GPU of the last {len(t.points)} good runs [{pts}]; "
+            f"spread {t.spread_percent:.2f}% (1.4826 x MAD / median); threshold -{t.threshold_percent:.2f}%"
+        )
+    verdict = (
+        "REGRESSION"
+        if assessment.regression
+        else ("not judged" if not assessment.judged else "no regression")
+    )
+    return [
+        trend,
+        f"latest run {assessment.run_id}: {verdict}",
+        *(f"  {r}" for r in assessment.reasons),
+    ]
 
 
 def history_report(slug: str, rows: Sequence[RunRow], assessment: Assessment | None) -> str:
-    header = ["run id", "started (UTC)", "cluster", "state", "verdict", "tokens/s/GPU", "vs claim", "$/1M", "image"]
-    body = [[r.run_id, utc(r.started_at), r.cluster_name or "-", r.state or "-", r.verdict or "-",
-             _fmt(r.tokens_per_s_per_gpu), _fmt(r.difference_percent, "+.2f", "%"),
-             _fmt(r.usd_per_million_tokens, ".3f"), _short_image(r.image)] for r in rows]
+    header = [
+        "run id",
+        "started (UTC)",
+        "cluster",
+        "state",
+        "verdict",
+        "tokens/s/GPU",
+        "vs claim",
+        "$/1M",
+        "image",
+    ]
+    body = [
+        [
+            r.run_id,
+            utc(r.started_at),
+            r.cluster_name or "-",
+            r.state or "-",
+            r.verdict or "-",
+            _fmt(r.tokens_per_s_per_gpu),
+            _fmt(r.difference_percent, "+.2f", "%"),
+            _fmt(r.usd_per_million_tokens, ".3f"),
+            _short_image(r.image),
+        ]
+        for r in rows
+    ]
     out = [f"history of {slug}: {len(rows)} run(s) shown", text_table(header, body)]
     if assessment is not None:
         out += trend_lines(assessment)
@@ -542,9 +618,16 @@ def slug_of(recipe_or_slug: str) -> str:
     return recipe_or_slug.strip("/").removesuffix(".yaml")
 
 
-def history_command(recipe_or_slug: str | None, *, import_dir: Path | None = None, json_out: bool = False,
-                    limit: int = 20, db: Path | None = None, runs_dir: Path | None = None,
-                    cluster: str | None = None) -> int:
+def history_command(
+    recipe_or_slug: str | None,
+    *,
+    import_dir: Path | None = None,
+    json_out: bool = False,
+    limit: int = 20,
+    db: Path | None = None,
+    runs_dir: Path | None = None,
+    cluster: str | None = None,
+) -> int:
     """`reproduce history`: exit 0, or 1 when the latest run is a regression."""
     if limit < 1:
         raise BadInput(f"--limit must be at least 1, got {limit}.")
@@ -553,7 +636,11 @@ def history_command(recipe_or_slug: str | None, *, import_dir: Path | None = Non
     with History(path) as hist:
         if import_dir is not None:
             recorded, skipped = hist.import_runs(import_dir)
-            imported = {"from": str(import_dir), "recorded": [r.run_id for r in recorded], "skipped": skipped}
+            imported = {
+                "from": str(import_dir),
+                "recorded": [r.run_id for r in recorded],
+                "skipped": skipped,
+            }
             if not json_out:
                 print(f"recorded {len(recorded)} run(s) from {import_dir} into {hist.path}")
                 for line in skipped:
@@ -572,13 +659,19 @@ def history_command(recipe_or_slug: str | None, *, import_dir: Path | None = Non
         all_rows = hist.runs(slug, cluster=cluster)
         if not all_rows:
             known = ", ".join(hist.slugs()) or "none"
-            raise BadInput(f"no runs of {slug!r} in {hist.path} (recipes recorded: {known}). "
-                           f"Index run directories with `reproduce history --import RUNS_DIR`.")
+            raise BadInput(
+                f"no runs of {slug!r} in {hist.path} (recipes recorded: {known}). "
+                f"Index run directories with `reproduce history --import RUNS_DIR`."
+            )
     assessment = assess_history(all_rows)
     shown = all_rows[-limit:]
     if json_out:
-        out = {"slug": slug, "history": str(path), "runs": [r.to_dict() for r in shown],
-               "latest": assessment.to_dict() if assessment else None}
+        out = {
+            "slug": slug,
+            "history": str(path),
+            "runs": [r.to_dict() for r in shown],
+            "latest": assessment.to_dict() if assessment else None,
+        }
         if imported is not None:
             out["import"] = imported
         print(json.dumps(out, indent=2))

@@ -11,13 +11,14 @@ from __future__ import annotations
 import json
 import math
 import statistics
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC
 from pathlib import Path
-from typing import Iterable, Sequence
 
+from launcher import prices
 from launcher.errors import BadInput
 from launcher.parse.miles import ParseStats, StepRecord
-from launcher import prices
 from launcher.prices import Price, instance_type_of
 
 # Dense bf16 peak per GPU (FLOP/s). 989 TFLOP/s is NVIDIA's H100/H200 SXM figure and the value
@@ -59,7 +60,9 @@ class Result:
     gpu_hours_by_stage: dict[str, float] = field(default_factory=dict)
     window_gpu_hours: float | None = None
     failed_stages: list[str] = field(default_factory=list)
-    no_loss_window_steps: list[int] = field(default_factory=list)  # a step time but no `step N:` line
+    no_loss_window_steps: list[int] = field(
+        default_factory=list
+    )  # a step time but no `step N:` line
     notes: list[str] = field(default_factory=list)
     cross_checks: dict = field(default_factory=dict)
     parse_stats: dict | None = None
@@ -74,7 +77,10 @@ class Result:
 
     def _mfu_note(self) -> str:
         if self.mfu is None:
-            return "; ".join(n for n in self.notes if n.startswith("no MFU")) or "no MFU: no throughput"
+            return (
+                "; ".join(n for n in self.notes if n.startswith("no MFU"))
+                or "no MFU: no throughput"
+            )
         return f"{MFU_FORMULA}; peak {self.peak_flops / 1e12:g} TFLOP/s ({self.peak_source})"
 
     def to_result_yaml(self) -> dict:
@@ -171,7 +177,11 @@ def _require(raw: dict, *keys: str):
 def recipe_window(recipe_raw: dict) -> tuple[int, int]:
     """result.window as an inclusive (first, last) step pair; BadInput when malformed."""
     window = _require(recipe_raw, "result", "window")
-    if not (isinstance(window, (list, tuple)) and len(window) == 2 and all(isinstance(w, int) for w in window)):
+    if not (
+        isinstance(window, (list, tuple))
+        and len(window) == 2
+        and all(isinstance(w, int) for w in window)
+    ):
         raise BadInput(f"recipe result.window must be [first, last] steps, got {window!r}.")
     first, last = window
     if first < 0 or last < first:
@@ -180,18 +190,28 @@ def recipe_window(recipe_raw: dict) -> tuple[int, int]:
 
 
 def pure_figures(
-    tokens_per_s_per_gpu: float, *, gpus: int, active_params: int | None, peak_flops: float | None,
+    tokens_per_s_per_gpu: float,
+    *,
+    gpus: int,
+    active_params: int | None,
+    peak_flops: float | None,
     usd_per_hour: float | None,
 ) -> tuple[float | None, float | None]:
     """(MFU, $ per 1M tokens) from a throughput: the two formulas of measurement.md, in one place."""
-    mfu = 6.0 * active_params * tokens_per_s_per_gpu / peak_flops if active_params and peak_flops else None
+    mfu = (
+        6.0 * active_params * tokens_per_s_per_gpu / peak_flops
+        if active_params and peak_flops
+        else None
+    )
     usd = None
     if usd_per_hour is not None and tokens_per_s_per_gpu > 0:
         usd = usd_per_hour / (tokens_per_s_per_gpu * gpus * 3600.0 / 1e6)
     return mfu, usd
 
 
-def gpu_hours_from_timeline(timeline: dict, gpus: int) -> tuple[float | None, str, dict[str, float], list[str]]:
+def gpu_hours_from_timeline(
+    timeline: dict, gpus: int
+) -> tuple[float | None, str, dict[str, float], list[str]]:
     """GPU-hours = GPUs x (released_at - acquired_at) / 3600, plus the split per stage.
 
     A run still held (released_at null) is counted up to its last recorded stage time, and the
@@ -221,7 +241,12 @@ def gpu_hours_from_timeline(timeline: dict, gpus: int) -> tuple[float | None, st
             failed,
         )
     if last_seen is None:
-        return None, "timeline has no release time and no stage times: no GPU-hours", by_stage, failed
+        return (
+            None,
+            "timeline has no release time and no stage times: no GPU-hours",
+            by_stage,
+            failed,
+        )
     return (
         gpus * (last_seen - acquired) / 3600.0,
         "GPUs x (node acquired to last recorded stage time): release not recorded, so a lower bound",
@@ -254,10 +279,16 @@ def measure(
         recs.setdefault(rec.step, rec)
     steps = sorted(recs)
     window_steps = list(range(first, last + 1))
-    present = [s for s in window_steps if s in recs and _finite(recs[s].step_time) and recs[s].step_time > 0]
+    present = [
+        s
+        for s in window_steps
+        if s in recs and _finite(recs[s].step_time) and recs[s].step_time > 0
+    ]
     missing = [s for s in window_steps if s not in present]
     nan_loss = [s for s in steps if recs[s].loss is not None and not math.isfinite(recs[s].loss)]
-    nan_time = [s for s in steps if recs[s].step_time is not None and not math.isfinite(recs[s].step_time)]
+    nan_time = [
+        s for s in steps if recs[s].step_time is not None and not math.isfinite(recs[s].step_time)
+    ]
     no_loss = [s for s in present if recs[s].loss is None]
 
     # Recipe self-consistency: window_tokens must equal window length x tokens per step.
@@ -270,7 +301,9 @@ def measure(
         )
     steps_expected = claim.get("steps_per_run")
     if isinstance(steps_expected, int) and steps_expected <= last:
-        notes.append(f"recipe inconsistent: steps_per_run {steps_expected} does not cover window end {last}")
+        notes.append(
+            f"recipe inconsistent: steps_per_run {steps_expected} does not cover window end {last}"
+        )
 
     times = [recs[s].step_time for s in present]
     window_tokens = len(present) * tokens_per_step
@@ -287,10 +320,16 @@ def measure(
     peak = PEAK_FLOPS_BF16.get(gpu_type.upper())
     peak_source = f"dense bf16 peak of {gpu_type} SXM" if peak else None
     if peak is None:
-        logged = [recs[s].logged_peak_tflops for s in present if _finite(recs[s].logged_peak_tflops)]
+        logged = [
+            recs[s].logged_peak_tflops for s in present if _finite(recs[s].logged_peak_tflops)
+        ]
         if logged:
             peak, peak_source = logged[0] * 1e12, "perf/mfu_peak_tflops as logged by miles"
-    active = (claim.get("active_params") or {}).get("count") if isinstance(claim.get("active_params"), dict) else None
+    active = (
+        (claim.get("active_params") or {}).get("count")
+        if isinstance(claim.get("active_params"), dict)
+        else None
+    )
     if active is None:
         notes.append("no MFU: recipe gives no result.active_params.count")
     elif peak is None:
@@ -299,7 +338,9 @@ def measure(
     instance = instance_type_of((recipe_raw.get("gpu") or {}).get("instance"))
     price = prices.price_per_hour(instance, region, price_per_hour)
     if price is None:
-        notes.append(f"no $/1M tokens: no price known for instance {instance!r}; pass --price-per-hour")
+        notes.append(
+            f"no $/1M tokens: no price known for instance {instance!r}; pass --price-per-hour"
+        )
 
     # The price is per node (instance); a multi-node recipe pays it once per node.
     per_node = (recipe_raw.get("gpu") or {}).get("per_node")
@@ -309,18 +350,30 @@ def measure(
 
     mfu = usd = None
     if tps is not None:
-        mfu, usd = pure_figures(tps, gpus=gpus, active_params=active, peak_flops=peak,
-                                usd_per_hour=price.value * nodes if price else None)
+        mfu, usd = pure_figures(
+            tps,
+            gpus=gpus,
+            active_params=active,
+            peak_flops=peak,
+            usd_per_hour=price.value * nodes if price else None,
+        )
 
     # Cross-checks (reported, not used in the figures).
     cross: dict = {}
-    stamped = [s for s in present if recs[s].timestamp is not None and (s - 1) in recs and recs[s - 1].timestamp is not None]
+    stamped = [
+        s
+        for s in present
+        if recs[s].timestamp is not None and (s - 1) in recs and recs[s - 1].timestamp is not None
+    ]
     if stamped:
         deltas = [recs[s].timestamp - recs[s - 1].timestamp for s in stamped]
         logged = [recs[s].step_time for s in stamped]
         cross["timestamp_mean_step_time_s"] = sum(deltas) / len(deltas)
         cross["perf_mean_step_time_s"] = sum(logged) / len(logged)
-        rel = abs(cross["timestamp_mean_step_time_s"] - cross["perf_mean_step_time_s"]) / cross["perf_mean_step_time_s"]
+        rel = (
+            abs(cross["timestamp_mean_step_time_s"] - cross["perf_mean_step_time_s"])
+            / cross["perf_mean_step_time_s"]
+        )
         cross["timestamp_vs_perf_relative_difference"] = rel
         if rel > CROSS_CHECK_TOLERANCE:
             notes.append(
@@ -460,15 +513,26 @@ def measure_run_dir(
         raise BadInput(f"run directory {run_dir} does not exist.")
     records, stats = parse_logs(find_logs(run_dir))
     timeline = load_timeline(run_dir)
-    result = measure(records, recipe_raw, timeline=timeline, price_per_hour=price_per_hour,
-                     region=region, parse_stats=stats, measured=_measured_date(records))
-    verdict = judge(result, recipe_raw, **({"tolerance": tolerance} if tolerance is not None else {}))
+    result = measure(
+        records,
+        recipe_raw,
+        timeline=timeline,
+        price_per_hour=price_per_hour,
+        region=region,
+        parse_stats=stats,
+        measured=_measured_date(records),
+    )
+    verdict = judge(
+        result, recipe_raw, **({"tolerance": tolerance} if tolerance is not None else {})
+    )
     convergence = None
     if reference is not None:
         from launcher.convergence import check, loss_curve
 
         convergence = check(loss_curve(records), loss_curve(load_records(reference)[0]))
-        (run_dir / "convergence.json").write_text(json.dumps(json_safe(convergence.to_dict()), indent=2) + "\n")
+        (run_dir / "convergence.json").write_text(
+            json.dumps(json_safe(convergence.to_dict()), indent=2) + "\n"
+        )
     write_steps_jsonl(run_dir / "steps.jsonl", records)
     (run_dir / "result.yaml").write_text(yaml.safe_dump(result.to_result_yaml(), sort_keys=False))
     (run_dir / "verdict.json").write_text(json.dumps(json_safe(verdict.to_dict()), indent=2) + "\n")
@@ -478,12 +542,12 @@ def measure_run_dir(
 
 def _measured_date(records: Sequence[StepRecord]) -> str | None:
     """The UTC date of the last step (the recipe's `measured` is the date of the run)."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     stamps = [r.timestamp for r in records if r.timestamp is not None]
     if not stamps:
         return None
-    return datetime.fromtimestamp(max(stamps), tz=timezone.utc).date().isoformat()
+    return datetime.fromtimestamp(max(stamps), tz=UTC).date().isoformat()
 
 
 def load_records(path: Path) -> tuple[list[StepRecord], ParseStats | None]:
@@ -491,7 +555,11 @@ def load_records(path: Path) -> tuple[list[StepRecord], ParseStats | None]:
     path = Path(path)
     if not path.exists():
         raise BadInput(f"{path} does not exist.")
-    if path.is_dir() and not any((path / "logs").glob("*.log")) and (path / "steps.jsonl").is_file():
+    if (
+        path.is_dir()
+        and not any((path / "logs").glob("*.log"))
+        and (path / "steps.jsonl").is_file()
+    ):
         with open(path / "steps.jsonl") as fh:
             return [StepRecord.from_dict(json.loads(line)) for line in fh if line.strip()], None
     return parse_logs(find_logs(path))
@@ -520,8 +588,13 @@ def load_recipe_raw(path: Path) -> dict:
 
 
 def measure_path(
-    path: Path, recipe_raw: dict, *, price_per_hour: float | None = None, region: str | None = None,
-    tolerance=None, timeline_path: Path | None = None,
+    path: Path,
+    recipe_raw: dict,
+    *,
+    price_per_hour: float | None = None,
+    region: str | None = None,
+    tolerance=None,
+    timeline_path: Path | None = None,
 ):
     """Measure a log file (nothing written) or a run directory (its artifacts written)."""
     from launcher.verdict import judge
@@ -530,12 +603,23 @@ def measure_path(
     if not path.exists():
         raise BadInput(f"log {path} does not exist.")
     if path.is_dir():
-        return measure_run_dir(path, recipe_raw, price_per_hour=price_per_hour, region=region, tolerance=tolerance)
+        return measure_run_dir(
+            path, recipe_raw, price_per_hour=price_per_hour, region=region, tolerance=tolerance
+        )
     records, stats = parse_logs([path])
     timeline = read_timeline(timeline_path) if timeline_path is not None else None
-    result = measure(records, recipe_raw, timeline=timeline, price_per_hour=price_per_hour, region=region,
-                     parse_stats=stats, measured=_measured_date(records))
-    verdict = judge(result, recipe_raw, **({"tolerance": tolerance} if tolerance is not None else {}))
+    result = measure(
+        records,
+        recipe_raw,
+        timeline=timeline,
+        price_per_hour=price_per_hour,
+        region=region,
+        parse_stats=stats,
+        measured=_measured_date(records),
+    )
+    verdict = judge(
+        result, recipe_raw, **({"tolerance": tolerance} if tolerance is not None else {})
+    )
     return result, verdict
 
 

@@ -16,18 +16,34 @@ from launcher.report import render_convergence, render_summary
 from launcher.verdict import Tolerance
 
 
-def run_measure(log: Path, recipe: Path | None, *, json_out: bool = False, price_per_hour: float | None = None,
-                region: str | None = None, timeline: Path | None = None, slower: float = 3.0,
-                faster: float = 3.0) -> int:
+def run_measure(
+    log: Path,
+    recipe: Path | None,
+    *,
+    json_out: bool = False,
+    price_per_hour: float | None = None,
+    region: str | None = None,
+    timeline: Path | None = None,
+    slower: float = 3.0,
+    faster: float = 3.0,
+) -> int:
     """Print the figures and the verdict; return 0 when reproduced, else 1. BadInput propagates."""
     if recipe is None:
         if not (Path(log).is_dir() and (Path(log) / "recipe.yaml").is_file()):
-            raise BadInput("--recipe is required unless LOG is a run directory holding recipe.yaml.")
+            raise BadInput(
+                "--recipe is required unless LOG is a run directory holding recipe.yaml."
+            )
         recipe = Path(log) / "recipe.yaml"
     recipe_raw = load_recipe_raw(recipe)
     tolerance = Tolerance(slower_percent=slower, faster_percent=faster)
-    result, verdict = measure_path(log, recipe_raw, price_per_hour=price_per_hour, region=region,
-                                   tolerance=tolerance, timeline_path=timeline)
+    result, verdict = measure_path(
+        log,
+        recipe_raw,
+        price_per_hour=price_per_hour,
+        region=region,
+        tolerance=tolerance,
+        timeline_path=timeline,
+    )
     if json_out:
         payload = result.to_dict()
         payload["verdict"] = verdict.to_dict()

@@ -18,13 +18,23 @@ Exit code, by precedence (the most actionable news wins):
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from launcher.errors import BadInput, ReproduceError
-from launcher.history import (Assessment, History, RunRow, default_history_path, file_sha256, markdown_table,
-                              slug_of, text_table, trend_lines)
+from launcher.history import (
+    Assessment,
+    History,
+    RunRow,
+    default_history_path,
+    file_sha256,
+    markdown_table,
+    slug_of,
+    text_table,
+    trend_lines,
+)
 from launcher.reproduction import Options
 
 
@@ -98,7 +108,9 @@ def expand_targets(targets: Sequence[Path]) -> list[Path]:
         elif target.is_file():
             out.append(target)
         else:
-            raise BadInput(f"{target} does not exist (give recipe files or directories of recipes).")
+            raise BadInput(
+                f"{target} does not exist (give recipe files or directories of recipes)."
+            )
     return out
 
 
@@ -107,9 +119,17 @@ def failure_row(recipe: Path, cluster_name: str, cluster_kind: str | None, messa
     from launcher.rundir import new_run_id
 
     now = time.time()
-    return RunRow(run_id=new_run_id(), slug=slug_of(str(recipe)), recipe_sha256=file_sha256(recipe),
-                  cluster_name=cluster_name, cluster_kind=cluster_kind, started_at=now, ended_at=now,
-                  state="failed", detail=_first_line(message))
+    return RunRow(
+        run_id=new_run_id(),
+        slug=slug_of(str(recipe)),
+        recipe_sha256=file_sha256(recipe),
+        cluster_name=cluster_name,
+        cluster_kind=cluster_kind,
+        started_at=now,
+        ended_at=now,
+        state="failed",
+        detail=_first_line(message),
+    )
 
 
 def _first_line(text: str | None) -> str | None:
@@ -138,9 +158,18 @@ def exit_code_of(entries: Sequence[NightlyEntry]) -> int:
     return 0
 
 
-def nightly(targets: Sequence[Path], cluster: str, *, runs_dir: Path | None = None, history: Path | None = None,
-            runner: Runner = run_recipe, max_usd: float | None = None, max_hours: float | None = None,
-            echo: Callable[[str], Any] = print, now: float | None = None) -> NightlyResult:
+def nightly(
+    targets: Sequence[Path],
+    cluster: str,
+    *,
+    runs_dir: Path | None = None,
+    history: Path | None = None,
+    runner: Runner = run_recipe,
+    max_usd: float | None = None,
+    max_hours: float | None = None,
+    echo: Callable[[str], Any] = print,
+    now: float | None = None,
+) -> NightlyResult:
     """Run every recipe, record each into the history, judge regressions, write the summary."""
     from launcher.history import assess
     from launcher.profile import load_profile
@@ -150,7 +179,9 @@ def nightly(targets: Sequence[Path], cluster: str, *, runs_dir: Path | None = No
     profile = load_profile(cluster)  # a bad --cluster is bad input for the whole nightly: exit 2
     root = Path(runs_dir) if runs_dir is not None else default_runs_root()
     db = History(history if history is not None else default_history_path(root))
-    base = Options(cluster=cluster, runs_dir=root, on_interrupt="cancel", max_usd=max_usd, max_hours=max_hours)
+    base = Options(
+        cluster=cluster, runs_dir=root, on_interrupt="cancel", max_usd=max_usd, max_hours=max_hours
+    )
     result = NightlyResult()
     try:
         for i, recipe in enumerate(recipes, 1):
@@ -160,16 +191,27 @@ def nightly(targets: Sequence[Path], cluster: str, *, runs_dir: Path | None = No
             except KeyboardInterrupt:
                 run = RecipeRun(recipe, 130, None, "interrupted by the user")
             except Exception as err:  # noqa: BLE001 - one recipe's crash must not end the nightly
-                run = RecipeRun(recipe, 3, None, f"unexpected error (a bug in reproduce?): {type(err).__name__}: {err}",
-                                crashed=True)
+                run = RecipeRun(
+                    recipe,
+                    3,
+                    None,
+                    f"unexpected error (a bug in reproduce?): {type(err).__name__}: {err}",
+                    crashed=True,
+                )
             row = _record(db, recipe, run, profile)
             rows = db.runs(row.slug, cluster=row.cluster_name)
             idx = next((n for n, r in enumerate(rows) if r.run_id == row.run_id), len(rows))
             assessment = assess(row, rows[:idx])
             entry = NightlyEntry(recipe, run, row, assessment, outcome_of(run, assessment))
             result.entries.append(entry)
-            echo(f"[nightly {i}/{len(recipes)}] {row.slug}: {entry.outcome}"
-                 + (f" ({_first_line(run.error)})" if run.error and entry.outcome != "regression" else ""))
+            echo(
+                f"[nightly {i}/{len(recipes)}] {row.slug}: {entry.outcome}"
+                + (
+                    f" ({_first_line(run.error)})"
+                    if run.error and entry.outcome != "regression"
+                    else ""
+                )
+            )
             if run.code == 130:
                 break
     finally:
@@ -191,7 +233,9 @@ def _record(db: History, recipe: Path, run: RecipeRun, profile: Any) -> RunRow:
         except BadInput as err:
             run.error = run.error or str(err)
     if row is None:
-        row = db.insert(failure_row(recipe, profile.name, profile.kind, run.error or f"exit {run.code}"))
+        row = db.insert(
+            failure_row(recipe, profile.name, profile.kind, run.error or f"exit {run.code}")
+        )
     elif run.error and not row.detail:
         row.detail = _first_line(run.error)
         db.insert(row)
@@ -217,17 +261,29 @@ def summary_text(entries: Sequence[NightlyEntry]) -> str:
     return text_table(_HEADER, [_cells(e) for e in entries])
 
 
-def write_summary(root: Path, result: NightlyResult, cluster: str, db_path: Path, stamp: float) -> Path:
+def write_summary(
+    root: Path, result: NightlyResult, cluster: str, db_path: Path, stamp: float
+) -> Path:
     """runs/nightly-<UTC date>.md (a second nightly on the same date replaces it)."""
     date = time.strftime("%Y-%m-%d", time.gmtime(stamp))
-    lines = [f"# Nightly {date} (cluster {cluster})", "",
-             f"Started {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(stamp))} UTC; history {db_path}; "
-             f"exit code {result.exit_code}.", "",
-             markdown_table(_HEADER, [_cells(e) for e in result.entries]), ""]
+    lines = [
+        f"# Nightly {date} (cluster {cluster})",
+        "",
+        f"Started {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(stamp))} UTC; history {db_path}; "
+        f"exit code {result.exit_code}.",
+        "",
+        markdown_table(_HEADER, [_cells(e) for e in result.entries]),
+        "",
+    ]
     for e in result.entries:
-        lines += [f"## {e.row.slug}", "", f"- recipe: `{e.recipe}`", f"- run: `{e.row.run_id}`"
-                  + (f" in `{e.row.run_dir}`" if e.row.run_dir else " (no run directory)"),
-                  f"- outcome: {e.outcome} (exit {e.run.code})"]
+        lines += [
+            f"## {e.row.slug}",
+            "",
+            f"- recipe: `{e.recipe}`",
+            f"- run: `{e.row.run_id}`"
+            + (f" in `{e.row.run_dir}`" if e.row.run_dir else " (no run directory)"),
+            f"- outcome: {e.outcome} (exit {e.run.code})",
+        ]
         if e.run.error:
             lines.append(f"- error: {_first_line(e.run.error)}")
         lines += [f"- {line.strip()}" for line in trend_lines(e.assessment)]

@@ -28,9 +28,16 @@ EFA_DEVICES = {"p5en.48xlarge": 16, "p5.48xlarge": 32, "p5e.48xlarge": 32}
 
 # Lowest Linux driver for each CUDA toolkit release (NVIDIA's CUDA release notes, table 3).
 DRIVER_FOR_CUDA = {
-    "12.0": "525.60.13", "12.1": "530.30.02", "12.2": "535.54.03", "12.3": "545.23.06",
-    "12.4": "550.54.14", "12.5": "555.42.02", "12.6": "560.28.03", "12.8": "570.26",
-    "12.9": "575.51.03", "13.0": "580.65.06",
+    "12.0": "525.60.13",
+    "12.1": "530.30.02",
+    "12.2": "535.54.03",
+    "12.3": "545.23.06",
+    "12.4": "550.54.14",
+    "12.5": "555.42.02",
+    "12.6": "560.28.03",
+    "12.8": "570.26",
+    "12.9": "575.51.03",
+    "13.0": "580.65.06",
 }
 
 
@@ -88,7 +95,9 @@ def preflight_argv(
             hint=f"Known: {', '.join(sorted(known))}.",
         )
     if nnodes > 1 and (not master_addr or not master_port):
-        raise BadInput("a multi-node preflight needs master_addr and master_port (node 0 and a free port)")
+        raise BadInput(
+            "a multi-node preflight needs master_addr and master_port (node 0 and a free port)"
+        )
     argv = ["--json", "--gpu-type", gpu_type, "--gpus", str(gpus_per_node)]
     if gpu_memory_gb is not None:
         argv += ["--gpu-memory-gb", f"{gpu_memory_gb:g}"]
@@ -102,8 +111,16 @@ def preflight_argv(
     for name in sorted(thresholds):
         argv += ["--threshold", f"{name}={float(thresholds[name]):g}"]
     if nnodes > 1:
-        argv += ["--nnodes", str(nnodes), "--node-rank", str(node_rank),
-                 "--master-addr", str(master_addr), "--master-port", str(master_port)]
+        argv += [
+            "--nnodes",
+            str(nnodes),
+            "--node-rank",
+            str(node_rank),
+            "--master-addr",
+            str(master_addr),
+            "--master-port",
+            str(master_port),
+        ]
     return argv
 
 
@@ -150,11 +167,15 @@ class PreflightReport:
         if self.ok:
             return f"preflight passed ({len(self.checks)} checks)"
         parts = [
-            f"{c.name}: {c.shown_value} (expected {c.expected})" + (f" - {c.warning}" if c.warning else "")
+            f"{c.name}: {c.shown_value} (expected {c.expected})"
+            + (f" - {c.warning}" if c.warning else "")
             for c in self.failures()
         ]
-        return ("the node failed the GPU preflight: " + "; ".join(parts)
-                + ". Fix or replace the node, or rerun with --skip-preflight to train anyway.")
+        return (
+            "the node failed the GPU preflight: "
+            + "; ".join(parts)
+            + ". Fix or replace the node, or rerun with --skip-preflight to train anyway."
+        )
 
     def table(self) -> Any:
         """A rich Table: check, value, expected, result."""
@@ -196,11 +217,19 @@ def parse_report(text: str) -> PreflightReport:
             found = obj
     if found is None:
         tail = "\n".join(text.strip().splitlines()[-5:])
-        raise InfraError("the GPU preflight printed no report", hint=f"Its last output: {tail!r}" if tail else None)
+        raise InfraError(
+            "the GPU preflight printed no report",
+            hint=f"Its last output: {tail!r}" if tail else None,
+        )
     checks = [
         PreflightCheck(
-            name=str(c.get("name")), value=c.get("value"), expected=str(c.get("expected", "")),
-            ok=bool(c.get("ok")), unit=c.get("unit"), warning=c.get("warning"), detail=c.get("detail"),
+            name=str(c.get("name")),
+            value=c.get("value"),
+            expected=str(c.get("expected", "")),
+            ok=bool(c.get("ok")),
+            unit=c.get("unit"),
+            warning=c.get("warning"),
+            detail=c.get("detail"),
         )
         for c in found["checks"]
     ]

@@ -50,7 +50,7 @@ class Profile:
             return default
         raise KeyError(f"profile field {dotted!r} has no value and no default")
 
-    def with_overrides(self, **fields: Any) -> "Profile":
+    def with_overrides(self, **fields: Any) -> Profile:
         """A copy with top-level fields replaced (CLI flags such as --instance-id)."""
         raw = {**self.raw, **{k: v for k, v in fields.items() if v is not None}}
         return Profile(self.name, self.path, raw)
@@ -113,12 +113,26 @@ def kind_problems(raw: dict[str, Any]) -> list[tuple[str, str]]:
     for key in raw:
         kinds = props.get(key, {}).get("x-kinds")
         if kinds and kind not in kinds and raw[key] is not None:
-            problems.append((key, f"applies to kind {', '.join(kinds)}, not {kind}; remove it or change kind"))
+            problems.append(
+                (key, f"applies to kind {', '.join(kinds)}, not {kind}; remove it or change kind")
+            )
     if kind == "ssh" and not raw.get("host"):
-        problems.append(("host", "missing; a profile of kind ssh needs the node's host name or address"))
+        problems.append(
+            ("host", "missing; a profile of kind ssh needs the node's host name or address")
+        )
     if kind == "ray" and not raw.get("address"):
-        problems.append(("address", "missing; a profile of kind ray needs the cluster's job server, e.g. http://head:8265"))
+        problems.append(
+            (
+                "address",
+                "missing; a profile of kind ray needs the cluster's job server, e.g. http://head:8265",
+            )
+        )
     cidr = raw.get("ssh_cidr")
     if isinstance(cidr, str) and cidr.strip() in ("0.0.0.0/0", "::/0"):
-        problems.append(("ssh_cidr", f"{cidr} opens SSH to the whole internet; expected the operator's address as a /32"))
+        problems.append(
+            (
+                "ssh_cidr",
+                f"{cidr} opens SSH to the whole internet; expected the operator's address as a /32",
+            )
+        )
     return problems

@@ -30,9 +30,28 @@ BOUND_VARIABLES = ("HF_CKPT", "TORCH_DIST", "SFT_DATA")
 # Variables the `run` block may read without defining them: the container's own environment and
 # what the launcher exports around the recipe.
 AMBIENT_VARIABLES = frozenset(
-    {"HOME", "PATH", "PWD", "USER", "HOSTNAME", "PYTHONPATH", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES",
-     "MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "NNODES", "WORLD_SIZE", "RAY_ADDRESS", "RANDOM",
-     "SECONDS", "BASH_SOURCE", "RUN_ID", "NODE_RUN_DIR", "IFS"}
+    {
+        "HOME",
+        "PATH",
+        "PWD",
+        "USER",
+        "HOSTNAME",
+        "PYTHONPATH",
+        "LD_LIBRARY_PATH",
+        "CUDA_VISIBLE_DEVICES",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "NODE_RANK",
+        "NNODES",
+        "WORLD_SIZE",
+        "RAY_ADDRESS",
+        "RANDOM",
+        "SECONDS",
+        "BASH_SOURCE",
+        "RUN_ID",
+        "NODE_RUN_DIR",
+        "IFS",
+    }
 )
 
 _DIGEST_RE = re.compile(r"sha256:([0-9a-fA-F]+)")
@@ -41,7 +60,9 @@ _REPO_BEFORE_DIGEST_RE = re.compile(
     r"(?:[ :@](?P<tag>v?[0-9][A-Za-z0-9_.-]*))?"
 )
 _VAR_REF_RE = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
-_VAR_DEF_RE = re.compile(r"(?:^|[\s;(])(?:export\s+|local\s+|declare\s+(?:-\w+\s+)*)?([A-Za-z_][A-Za-z0-9_]*)=")
+_VAR_DEF_RE = re.compile(
+    r"(?:^|[\s;(])(?:export\s+|local\s+|declare\s+(?:-\w+\s+)*)?([A-Za-z_][A-Za-z0-9_]*)="
+)
 _READ_DEF_RE = re.compile(r"\bread\s+(?:-\w+\s+)*([A-Za-z_][A-Za-z0-9_ ]*)")
 _FOR_DEF_RE = re.compile(r"\bfor\s+([A-Za-z_][A-Za-z0-9_]*)\s+in\b")
 
@@ -82,7 +103,9 @@ class Recipe:
             idx = len(parts) - 1 - parts[::-1].index("recipes")
             rel = parts[idx + 1 :]
             if rel:
-                return "/".join(rel)[: -len(self.path.suffix)] if self.path.suffix else "/".join(rel)
+                return (
+                    "/".join(rel)[: -len(self.path.suffix)] if self.path.suffix else "/".join(rel)
+                )
         return self.path.stem
 
     @property
@@ -112,7 +135,7 @@ class Recipe:
 
     @property
     def provider(self) -> str | None:
-        """"aws" for "AWS p5en.48xlarge"; None when gpu.instance names no provider."""
+        """ "aws" for "AWS p5en.48xlarge"; None when gpu.instance names no provider."""
         inst = self.raw["gpu"].get("instance")
         if not inst or " " not in inst.strip():
             return None
@@ -120,7 +143,7 @@ class Recipe:
 
     @property
     def instance_type(self) -> str | None:
-        """"p5en.48xlarge" for "AWS p5en.48xlarge"."""
+        """ "p5en.48xlarge" for "AWS p5en.48xlarge"."""
         inst = self.raw["gpu"].get("instance")
         return inst.split()[-1] if inst else None
 
@@ -214,7 +237,9 @@ def read_yaml_mapping(path: Path, what: str) -> tuple[dict[str, Any], str]:
     except IsADirectoryError:
         raise BadInput(f"{path}: is a directory; expected a {what} file (YAML).") from None
     except UnicodeDecodeError as err:
-        raise BadInput(f"{path}: not UTF-8 text ({err.reason} at byte {err.start}); expected a {what} in YAML.") from None
+        raise BadInput(
+            f"{path}: not UTF-8 text ({err.reason} at byte {err.start}); expected a {what} in YAML."
+        ) from None
     except OSError as err:
         raise BadInput(f"{path}: cannot read the {what} file: {err.strerror}.") from None
     try:
@@ -223,7 +248,9 @@ def read_yaml_mapping(path: Path, what: str) -> tuple[dict[str, Any], str]:
         mark = getattr(err, "problem_mark", None)
         where = f" line {mark.line + 1}, column {mark.column + 1}:" if mark else ""
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        raise BadInput(f"{path}:{where} not valid YAML ({problem}); expected a {what} mapping.") from None
+        raise BadInput(
+            f"{path}:{where} not valid YAML ({problem}); expected a {what} mapping."
+        ) from None
     if data is None:
         raise BadInput(f"{path}: the file is empty; expected a {what}: a YAML mapping of fields.")
     if not isinstance(data, dict):
@@ -263,9 +290,16 @@ def validate_raw(raw: dict[str, Any]) -> list[tuple[str, str]]:
     """All problems of a recipe mapping as (field path, message); empty when valid."""
     version = raw.get("schema_version")
     if version is None:
-        return [("schema_version", f"missing; expected one of the supported versions {_versions()}")]
+        return [
+            ("schema_version", f"missing; expected one of the supported versions {_versions()}")
+        ]
     if isinstance(version, bool) or version not in SUPPORTED_SCHEMA_VERSIONS:
-        return [("schema_version", f"unsupported version {version!r}; this reproduce supports {_versions()}")]
+        return [
+            (
+                "schema_version",
+                f"unsupported version {version!r}; this reproduce supports {_versions()}",
+            )
+        ]
     problems = schema_problems(raw, recipe_schema())
     if problems:
         return problems
@@ -316,7 +350,9 @@ def _jsonschema_problems(raw: dict[str, Any], schema: dict[str, Any]) -> list[tu
 
     validator = Draft202012Validator(schema)
     out: list[tuple[str, str]] = []
-    for err in sorted(validator.iter_errors(raw), key=lambda e: (list(map(str, e.absolute_path)), e.message)):
+    for err in sorted(
+        validator.iter_errors(raw), key=lambda e: (list(map(str, e.absolute_path)), e.message)
+    ):
         out.extend(_explain(err))
     return out
 
@@ -332,8 +368,13 @@ def _explain(err: Any) -> list[tuple[str, str]]:
     path = field_path(err.absolute_path)
     kind = err.validator
     if "propertyNames" in err.absolute_schema_path:
-        return [(field_path([*err.absolute_path, str(err.instance)]), "not a shell variable name; expected letters, "
-                 "digits and _, not starting with a digit")]
+        return [
+            (
+                field_path([*err.absolute_path, str(err.instance)]),
+                "not a shell variable name; expected letters, "
+                "digits and _, not starting with a digit",
+            )
+        ]
     if kind == "additionalProperties" and isinstance(err.instance, dict):
         allowed = sorted((err.schema.get("properties") or {}).keys())
         extra = [k for k in err.instance if k not in allowed]
@@ -343,23 +384,45 @@ def _explain(err: Any) -> list[tuple[str, str]]:
         missing = re.findall(r"'([^']+)' is a required property", err.message)
         name = missing[0] if missing else "?"
         desc = ((err.schema.get("properties") or {}).get(name) or {}).get("description", "")
-        return [(field_path([*err.absolute_path, name]), "missing required field" + (f" ({_short(desc)})" if desc else ""))]
+        return [
+            (
+                field_path([*err.absolute_path, name]),
+                "missing required field" + (f" ({_short(desc)})" if desc else ""),
+            )
+        ]
     if kind == "type":
-        return [(path, f"expected {_type_words(err.validator_value)}, got {_yaml_type(err.instance)} {_show(err.instance)}")]
+        return [
+            (
+                path,
+                f"expected {_type_words(err.validator_value)}, got {_yaml_type(err.instance)} {_show(err.instance)}",
+            )
+        ]
     if kind in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"):
-        op = {"minimum": ">=", "exclusiveMinimum": ">", "maximum": "<=", "exclusiveMaximum": "<"}[kind]
+        op = {"minimum": ">=", "exclusiveMinimum": ">", "maximum": "<=", "exclusiveMaximum": "<"}[
+            kind
+        ]
         return [(path, f"expected a number {op} {err.validator_value}, got {_show(err.instance)}")]
     if kind == "pattern":
         desc = err.schema.get("description") or f"text matching {err.validator_value}"
         return [(path, f"got {_show(err.instance)}; expected {_short(desc)}")]
     if kind == "enum":
-        return [(path, f"got {_show(err.instance)}; expected one of {', '.join(map(str, err.validator_value))}")]
+        return [
+            (
+                path,
+                f"got {_show(err.instance)}; expected one of {', '.join(map(str, err.validator_value))}",
+            )
+        ]
     if kind == "const":
         return [(path, f"got {_show(err.instance)}; expected {err.validator_value!r}")]
     if kind in ("minLength",):
         return [(path, "expected non-empty text")]
     if kind in ("minItems", "maxItems", "items", "prefixItems"):
-        return [(path, f"got {_show(err.instance)}; expected {_short(err.schema.get('description', err.message))}")]
+        return [
+            (
+                path,
+                f"got {_show(err.instance)}; expected {_short(err.schema.get('description', err.message))}",
+            )
+        ]
     if kind == "oneOf" and err.context:
         best = min(err.context, key=lambda e: len(list(e.absolute_path)))
         return [(path, best.message)]
@@ -367,8 +430,15 @@ def _explain(err: Any) -> list[tuple[str, str]]:
 
 
 def _type_words(value: Any) -> str:
-    names = {"object": "a mapping", "array": "a list", "string": "text", "integer": "an integer",
-             "number": "a number", "boolean": "true or false", "null": "null"}
+    names = {
+        "object": "a mapping",
+        "array": "a list",
+        "string": "text",
+        "integer": "an integer",
+        "number": "a number",
+        "boolean": "true or false",
+        "null": "null",
+    }
     if isinstance(value, list):
         return " or ".join(names.get(v, v) for v in value)
     return names.get(value, str(value))
@@ -431,13 +501,22 @@ def _image_problem(stack: dict[str, Any]) -> tuple[str, str] | None:
     source = stack.get("source") or ""
     m = _DIGEST_RE.search(source) if isinstance(source, str) else None
     if m and not re.fullmatch(r"[0-9a-f]{64}", m.group(1)):
-        return ("stack.source", f"names digest 'sha256:{m.group(1)}', which is not a full digest; "
-                "expected sha256: followed by 64 lowercase hex characters")
+        return (
+            "stack.source",
+            f"names digest 'sha256:{m.group(1)}', which is not a full digest; "
+            "expected sha256: followed by 64 lowercase hex characters",
+        )
     if m:
-        return ("stack.source", "names a digest but no image repository before it; expected "
-                "'<repository> ... sha256:<64 hex>' or a structured stack.image")
-    return ("stack.image", "missing, and stack.source names no image digest; expected stack.image "
-            "{repository, digest: sha256:<64 hex>} or '<repository> ... sha256:<64 hex>' in stack.source")
+        return (
+            "stack.source",
+            "names a digest but no image repository before it; expected "
+            "'<repository> ... sha256:<64 hex>' or a structured stack.image",
+        )
+    return (
+        "stack.image",
+        "missing, and stack.source names no image digest; expected stack.image "
+        "{repository, digest: sha256:<64 hex>} or '<repository> ... sha256:<64 hex>' in stack.source",
+    )
 
 
 def run_variables(run: str) -> tuple[set[str], set[str]]:
@@ -455,37 +534,72 @@ def consistency_problems(raw: dict[str, Any]) -> list[tuple[str, str]]:
     gpu, result, layout, workload = raw["gpu"], raw["result"], raw["layout"], raw["workload"]
 
     if gpu["count"] % gpu["per_node"]:
-        problems.append(("gpu.count", f"{gpu['count']} GPUs is not a whole number of nodes of "
-                         f"gpu.per_node={gpu['per_node']}; expected a multiple of per_node"))
+        problems.append(
+            (
+                "gpu.count",
+                f"{gpu['count']} GPUs is not a whole number of nodes of "
+                f"gpu.per_node={gpu['per_node']}; expected a multiple of per_node",
+            )
+        )
 
     first, last = result["window"]
     steps = result["steps_per_run"]
     if first > last:
-        problems.append(("result.window", f"[{first}, {last}] starts after it ends; expected [first, last] with first <= last"))
+        problems.append(
+            (
+                "result.window",
+                f"[{first}, {last}] starts after it ends; expected [first, last] with first <= last",
+            )
+        )
     elif last >= steps:
-        problems.append(("result.window", f"[{first}, {last}] ends outside the run; steps are 0..{steps - 1} "
-                         f"(result.steps_per_run={steps}), so expected last <= {steps - 1}"))
+        problems.append(
+            (
+                "result.window",
+                f"[{first}, {last}] ends outside the run; steps are 0..{steps - 1} "
+                f"(result.steps_per_run={steps}), so expected last <= {steps - 1}",
+            )
+        )
     elif "window_tokens" in result:
         expected = (last - first + 1) * workload["global_batch"] * workload["row_tokens"]
         if result["window_tokens"] != expected:
-            problems.append(("result.window_tokens", f"{result['window_tokens']} does not match the window: "
-                             f"{last - first + 1} steps x global_batch {workload['global_batch']} x row_tokens "
-                             f"{workload['row_tokens']} = {expected}"))
+            problems.append(
+                (
+                    "result.window_tokens",
+                    f"{result['window_tokens']} does not match the window: "
+                    f"{last - first + 1} steps x global_batch {workload['global_batch']} x row_tokens "
+                    f"{workload['row_tokens']} = {expected}",
+                )
+            )
 
     product = layout["tp"] * layout["pp"] * layout["cp"] * layout["dp"]
     if product != gpu["count"]:
-        problems.append(("layout", f"tp x pp x cp x dp = {layout['tp']} x {layout['pp']} x {layout['cp']} x "
-                         f"{layout['dp']} = {product}, but gpu.count is {gpu['count']}; expected them equal"))
+        problems.append(
+            (
+                "layout",
+                f"tp x pp x cp x dp = {layout['tp']} x {layout['pp']} x {layout['cp']} x "
+                f"{layout['dp']} = {product}, but gpu.count is {gpu['count']}; expected them equal",
+            )
+        )
     ep, etp = layout.get("ep", 1), layout.get("etp", 1)
     per_stage = gpu["count"] // layout["pp"] if gpu["count"] % layout["pp"] == 0 else None
     if per_stage is None or per_stage % (ep * etp):
-        problems.append(("layout.ep", f"ep x etp = {ep * etp} does not divide the {gpu['count']} GPUs / pp "
-                         f"{layout['pp']}; expected a divisor"))
+        problems.append(
+            (
+                "layout.ep",
+                f"ep x etp = {ep * etp} does not divide the {gpu['count']} GPUs / pp "
+                f"{layout['pp']}; expected a divisor",
+            )
+        )
 
     build_rows = ((workload.get("dataset") or {}).get("build") or {}).get("row_tokens")
     if build_rows is not None and build_rows != workload["row_tokens"]:
-        problems.append(("workload.dataset.build.row_tokens", f"{build_rows} differs from workload.row_tokens "
-                         f"{workload['row_tokens']}; expected the same"))
+        problems.append(
+            (
+                "workload.dataset.build.row_tokens",
+                f"{build_rows} differs from workload.row_tokens "
+                f"{workload['row_tokens']}; expected the same",
+            )
+        )
 
     image_problem = _image_problem(raw["stack"])
     if image_problem:
@@ -494,7 +608,12 @@ def consistency_problems(raw: dict[str, Any]) -> list[tuple[str, str]]:
     used, defined = run_variables(raw["run"])
     known = defined | set(raw.get("env") or {}) | set(BOUND_VARIABLES) | AMBIENT_VARIABLES
     for name in sorted(used - known):
-        problems.append(("run", f"uses ${name}, which neither the run block, the env block nor the launcher "
-                         f"defines; expected one of the launcher's {', '.join('$' + v for v in BOUND_VARIABLES)} "
-                         "or a variable set in env"))
+        problems.append(
+            (
+                "run",
+                f"uses ${name}, which neither the run block, the env block nor the launcher "
+                f"defines; expected one of the launcher's {', '.join('$' + v for v in BOUND_VARIABLES)} "
+                "or a variable set in env",
+            )
+        )
     return problems

@@ -10,8 +10,8 @@ with the Agg backend, so neither the CLI's start-up nor a headless node pays for
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from launcher.measure import STD_KIND
 from launcher.parse.miles import StepRecord
@@ -41,15 +41,23 @@ def _peak(flops) -> str:
 
 
 def _diff(measured, claimed) -> str:
-    if not isinstance(measured, (int, float)) or not isinstance(claimed, (int, float)) or claimed == 0:
+    if (
+        not isinstance(measured, (int, float))
+        or not isinstance(claimed, (int, float))
+        or claimed == 0
+    ):
         return ""
     if not math.isfinite(measured):
         return ""
     return f"{100.0 * (measured - claimed) / claimed:+.2f}%"
 
 
-def plot_run(plots_dir: Path, records: Sequence[StepRecord], window: tuple[int, int],
-             claimed_step_time: float | None = None) -> list[Path]:
+def plot_run(
+    plots_dir: Path,
+    records: Sequence[StepRecord],
+    window: tuple[int, int],
+    claimed_step_time: float | None = None,
+) -> list[Path]:
     """loss.png and step_time.png, window shaded. Returns the files written."""
     import matplotlib
 
@@ -60,8 +68,12 @@ def plot_run(plots_dir: Path, records: Sequence[StepRecord], window: tuple[int, 
     out: list[Path] = []
     series = (
         ("loss.png", "train/loss", [(r.step, r.loss) for r in records if r.loss is not None], None),
-        ("step_time.png", "step time (s)", [(r.step, r.step_time) for r in records if r.step_time is not None],
-         claimed_step_time),
+        (
+            "step_time.png",
+            "step time (s)",
+            [(r.step, r.step_time) for r in records if r.step_time is not None],
+            claimed_step_time,
+        ),
     )
     for name, ylabel, points, reference in series:
         fig, ax = plt.subplots(figsize=(7, 3.5), dpi=100)
@@ -70,10 +82,24 @@ def plot_run(plots_dir: Path, records: Sequence[StepRecord], window: tuple[int, 
             ax.plot(xs, ys, marker="o", markersize=3, linewidth=1.2, label="reproduction")
             bad = [(x, 0.0) for x, y in points if not math.isfinite(y)]
             if bad:
-                ax.scatter([b[0] for b in bad], [0.0] * len(bad), color="red", marker="x", label="NaN/inf")
-        ax.axvspan(window[0] - 0.5, window[1] + 0.5, color="tab:green", alpha=0.12, label=f"window {window[0]}-{window[1]}")
+                ax.scatter(
+                    [b[0] for b in bad], [0.0] * len(bad), color="red", marker="x", label="NaN/inf"
+                )
+        ax.axvspan(
+            window[0] - 0.5,
+            window[1] + 0.5,
+            color="tab:green",
+            alpha=0.12,
+            label=f"window {window[0]}-{window[1]}",
+        )
         if reference:
-            ax.axhline(reference, color="tab:orange", linestyle="--", linewidth=1, label=f"claimed mean {reference:.2f} s")
+            ax.axhline(
+                reference,
+                color="tab:orange",
+                linestyle="--",
+                linewidth=1,
+                label=f"claimed mean {reference:.2f} s",
+            )
         if name == "step_time.png":  # do not let start-up flatten the window
             _clip_warmup(ax, points, window)
         ax.xaxis.get_major_locator().set_params(integer=True)
@@ -103,12 +129,25 @@ def _clip_warmup(ax, points, window: tuple[int, int]) -> None:
         return
     ax.set_ylim(min(lo - pad, min(y for _, y in points if math.isfinite(y))), top + pad)
     for x, y in off:
-        ax.annotate(f"{y:.3g}", (x, top + pad), xytext=(0, -10), textcoords="offset points",
-                    ha="center", fontsize=7, color="tab:red")
+        ax.annotate(
+            f"{y:.3g}",
+            (x, top + pad),
+            xytext=(0, -10),
+            textcoords="offset points",
+            ha="center",
+            fontsize=7,
+            color="tab:red",
+        )
 
 
-def render_markdown(result, verdict, recipe_raw: dict, records: Sequence[StepRecord], convergence=None,
-                    plots: Sequence[str] = ()) -> str:
+def render_markdown(
+    result,
+    verdict,
+    recipe_raw: dict,
+    records: Sequence[StepRecord],
+    convergence=None,
+    plots: Sequence[str] = (),
+) -> str:
     """The report's text (pure: no I/O)."""
     claim = recipe_raw.get("result") or {}
     measured = result.to_dict()
@@ -117,18 +156,33 @@ def render_markdown(result, verdict, recipe_raw: dict, records: Sequence[StepRec
         f"{(recipe_raw.get('gpu') or {}).get('type', '?')} ({(recipe_raw.get('gpu') or {}).get('instance', '?')})",
         "",
         f"**Verdict: {verdict.status}**"
-        + (f" ({verdict.difference_percent:+.2f}% tokens/s per GPU against the claim)" if verdict.difference_percent is not None else ""),
+        + (
+            f" ({verdict.difference_percent:+.2f}% tokens/s per GPU against the claim)"
+            if verdict.difference_percent is not None
+            else ""
+        ),
         "",
     ]
     lines += [f"- {r}" for r in verdict.reasons] + [""]
-    lines += ["## Claim and reproduction", "", "| figure | claimed | reproduced | difference |", "|---|---:|---:|---:|"]
+    lines += [
+        "## Claim and reproduction",
+        "",
+        "| figure | claimed | reproduced | difference |",
+        "|---|---:|---:|---:|",
+    ]
     for key, label, digits in _FIGURES:
-        lines.append(f"| {label} | {_fmt(claim.get(key), digits)} | {_fmt(measured.get(key), digits)} | "
-                     f"{_diff(measured.get(key), claim.get(key))} |")
+        lines.append(
+            f"| {label} | {_fmt(claim.get(key), digits)} | {_fmt(measured.get(key), digits)} | "
+            f"{_diff(measured.get(key), claim.get(key))} |"
+        )
     win = claim.get("window")
-    lines.append(f"| window | {win} | {list(result.window)} ({len(result.window_steps_present)} steps with a time) | |")
+    lines.append(
+        f"| window | {win} | {list(result.window)} ({len(result.window_steps_present)} steps with a time) | |"
+    )
     lines.append(f"| window tokens | {claim.get('window_tokens')} | {result.window_tokens} | |")
-    lines.append(f"| steps per run | {claim.get('steps_per_run')} | {(result.last_step + 1) if result.last_step is not None else 0} | |")
+    lines.append(
+        f"| steps per run | {claim.get('steps_per_run')} | {(result.last_step + 1) if result.last_step is not None else 0} | |"
+    )
     lines.append("")
     lines += [
         "## How the figures were computed",
@@ -154,34 +208,57 @@ def render_markdown(result, verdict, recipe_raw: dict, records: Sequence[StepRec
     if result.notes:
         lines += ["## Notes", ""] + [f"- {n}" for n in result.notes] + [""]
     if convergence is not None:
-        lines += [
-            "## Convergence (loss curves)", "",
-            f"**{'pass' if convergence.passed else 'fail'}**: correlation {_fmt(convergence.correlation, 7)}, "
-            f"final loss difference {_fmt(convergence.final_loss_difference, 6)}, "
-            f"{convergence.pointwise_failures} pointwise failure(s) over {convergence.steps_compared} steps, "
-            f"outlier fraction {_fmt(convergence.outlier_fraction, 3)}.", "",
-        ] + [f"- {r}" for r in convergence.reasons] + [""]
+        lines += (
+            [
+                "## Convergence (loss curves)",
+                "",
+                f"**{'pass' if convergence.passed else 'fail'}**: correlation {_fmt(convergence.correlation, 7)}, "
+                f"final loss difference {_fmt(convergence.final_loss_difference, 6)}, "
+                f"{convergence.pointwise_failures} pointwise failure(s) over {convergence.steps_compared} steps, "
+                f"outlier fraction {_fmt(convergence.outlier_fraction, 3)}.",
+                "",
+            ]
+            + [f"- {r}" for r in convergence.reasons]
+            + [""]
+        )
     stats = result.parse_stats or {}
     if stats:
         lines += [
-            "## Log parsing", "",
+            "## Log parsing",
+            "",
             f"{stats.get('lines', 0):,} lines; {len(records)} steps; {stats.get('unparseable', 0)} unparseable metric "
             f"line(s); {stats.get('truncated', 0)} truncated; {stats.get('duplicates', 0)} duplicate(s); "
-            f"{stats.get('repeated', 0)} `[repeated Nx across cluster]` line(s).", "",
+            f"{stats.get('repeated', 0)} `[repeated Nx across cluster]` line(s).",
+            "",
         ]
     if plots:
         lines += ["## Plots", ""] + [f"![{Path(p).stem}]({p})" for p in plots] + [""]
-    lines += ["## Steps", "", "| step | loss | grad norm | lr | step time (s) | tokens |", "|---:|---:|---:|---:|---:|---:|"]
+    lines += [
+        "## Steps",
+        "",
+        "| step | loss | grad norm | lr | step time (s) | tokens |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in records:
         mark = " *" if result.window[0] <= r.step <= result.window[1] else ""
-        lines.append(f"| {r.step}{mark} | {_fmt(r.loss, 4)} | {_fmt(r.grad_norm, 3)} | {_fmt(r.lr, 8)} | "
-                     f"{_fmt(r.step_time, 3)} | {_fmt(r.tokens, 0)} |")
+        lines.append(
+            f"| {r.step}{mark} | {_fmt(r.loss, 4)} | {_fmt(r.grad_norm, 3)} | {_fmt(r.lr, 8)} | "
+            f"{_fmt(r.step_time, 3)} | {_fmt(r.tokens, 0)} |"
+        )
     lines += ["", "(* = in the measured window)", ""]
     return "\n".join(lines)
 
 
-def write_report(run_dir: Path, result, verdict, recipe_raw: dict, records: Sequence[StepRecord],
-                 convergence=None, *, plots: bool = True) -> Path:
+def write_report(
+    run_dir: Path,
+    result,
+    verdict,
+    recipe_raw: dict,
+    records: Sequence[StepRecord],
+    convergence=None,
+    *,
+    plots: bool = True,
+) -> Path:
     """Write run_dir/report.md and run_dir/plots/*.png; return the report's path."""
     run_dir = Path(run_dir)
     names: list[str] = []
@@ -203,8 +280,10 @@ def render_summary(result, verdict) -> str:
     m, c = result.to_dict(), verdict.claimed
     rows = [f"{'figure':<24}{'claimed':>14}{'reproduced':>14}{'difference':>12}"]
     for key, label, digits in _FIGURES:
-        rows.append(f"{label:<24}{_fmt(c.get(key), digits):>14}{_fmt(m.get(key), digits):>14}"
-                    f"{_diff(m.get(key), c.get(key)):>12}")
+        rows.append(
+            f"{label:<24}{_fmt(c.get(key), digits):>14}{_fmt(m.get(key), digits):>14}"
+            f"{_diff(m.get(key), c.get(key)):>12}"
+        )
     price = f"${result.price.value}/h ({result.price.source})" if result.price else "none known"
     rows += [
         f"window                  steps {result.window[0]}-{result.window[1]}: "
@@ -217,8 +296,10 @@ def render_summary(result, verdict) -> str:
     ]
     stats = result.parse_stats or {}
     if stats:
-        rows.append(f"log                     {stats.get('lines', 0):,} lines, {stats.get('unparseable', 0)} unparseable, "
-                    f"{stats.get('truncated', 0)} truncated, {stats.get('duplicates', 0)} duplicates")
+        rows.append(
+            f"log                     {stats.get('lines', 0):,} lines, {stats.get('unparseable', 0)} unparseable, "
+            f"{stats.get('truncated', 0)} truncated, {stats.get('duplicates', 0)} duplicates"
+        )
     rows += [f"note                    {n}" for n in result.notes]
     head = f"verdict: {verdict.status.upper()}"
     if verdict.difference_percent is not None:

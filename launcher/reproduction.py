@@ -11,15 +11,15 @@ import getpass
 import json
 import os
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from launcher.errors import BadInput
 from launcher.plan import Plan, build_plan
-from launcher.rundir import new_run_id
 from launcher.profile import Profile, load_profile
 from launcher.recipe import Recipe, load_recipe
+from launcher.rundir import new_run_id
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,9 @@ def prepare(recipe_path: str | Path, options: Options) -> Prepared:
     profile = load_profile(options.cluster)
     if options.instance_id:
         if profile.kind != "aws":
-            raise BadInput(f"--instance-id targets an AWS instance, but --cluster {options.cluster} is of kind {profile.kind}.")
+            raise BadInput(
+                f"--instance-id targets an AWS instance, but --cluster {options.cluster} is of kind {profile.kind}."
+            )
         profile = profile.with_overrides(instance_id=options.instance_id)
     if options.price_per_hour is not None:
         profile = profile.with_overrides(price_per_hour=options.price_per_hour)
@@ -70,16 +72,27 @@ def prepare(recipe_path: str | Path, options: Options) -> Prepared:
     if profile.kind == "aws":
         from launcher.clusters.aws_request import provisioning_calls
 
-        provisioning = tuple(provisioning_calls(recipe, profile, run_id, owner=who, now=datetime.now(timezone.utc)))
-    plan = build_plan(recipe, profile, run_id=run_id, skip_preflight=options.skip_preflight, provisioning=provisioning)
+        provisioning = tuple(
+            provisioning_calls(recipe, profile, run_id, owner=who, now=datetime.now(UTC))
+        )
+    plan = build_plan(
+        recipe,
+        profile,
+        run_id=run_id,
+        skip_preflight=options.skip_preflight,
+        provisioning=provisioning,
+    )
     return Prepared(recipe, profile, plan, node_price(recipe, profile), who)
 
 
 def node_price(recipe: Recipe, profile: Profile) -> Any:
     from launcher.prices import price_per_hour
 
-    return price_per_hour(profile.get("instance_type") or recipe.instance_type, profile.get("region"),
-                          profile.get("price_per_hour"))
+    return price_per_hour(
+        profile.get("instance_type") or recipe.instance_type,
+        profile.get("region"),
+        profile.get("price_per_hour"),
+    )
 
 
 def cost_line(recipe: Recipe, price: Any) -> str:
@@ -89,8 +102,10 @@ def cost_line(recipe: Recipe, price: Any) -> str:
     node_hours = hours / recipe.gpus_per_node
     if price is None:
         return f"{hours:g} GPU-hours (recipe result.gpu_hours); no price known for this instance type (set price_per_hour)"
-    return (f"{hours:g} GPU-hours (recipe result.gpu_hours) = {node_hours:.3f} node-hours x ${price.value:g}/h "
-            f"= ${node_hours * price.value:.2f}  [price: {price.source}]")
+    return (
+        f"{hours:g} GPU-hours (recipe result.gpu_hours) = {node_hours:.3f} node-hours x ${price.value:g}/h "
+        f"= ${node_hours * price.value:.2f}  [price: {price.source}]"
+    )
 
 
 def dry_run_text(prepared: Prepared) -> str:
@@ -111,8 +126,11 @@ def dry_run_text(prepared: Prepared) -> str:
     if plan.provisioning:
         from launcher.clusters.aws_request import to_jsonable
 
-        lines += ["", "# ---- provisioning requests (boto3, in order; no credentials used or shown) ----",
-                  json.dumps(to_jsonable(list(plan.provisioning)), indent=2, sort_keys=False)]
+        lines += [
+            "",
+            "# ---- provisioning requests (boto3, in order; no credentials used or shown) ----",
+            json.dumps(to_jsonable(list(plan.provisioning)), indent=2, sort_keys=False),
+        ]
     lines += ["", "# ---- node script (node.sh), run detached on the node ----", plan.node_script]
     return "\n".join(lines)
 

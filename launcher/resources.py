@@ -18,4 +18,6 @@ def data_dir(name: str) -> Path:
     for candidate in (_PKG / "_data" / name, _PKG.parent / name):
         if candidate.is_dir():
             return candidate
-    raise FileNotFoundError(f"the installation of reproduce has no {name}/ directory (looked beside {_PKG})")
+    raise FileNotFoundError(
+        f"the installation of reproduce has no {name}/ directory (looked beside {_PKG})"
+    )

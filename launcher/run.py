@@ -29,24 +29,32 @@ def make_cluster(prepared: Prepared, options: Options, state_path: Path) -> Any:
     if kind == "aws":
         from launcher.clusters.aws import AwsCluster
 
-        return AwsCluster(prepared.recipe, profile, plan.run_id, keep=options.keep,
-                          instance_id=profile.get("instance_id"), owner=prepared.owner, state_path=state_path)
+        return AwsCluster(
+            prepared.recipe,
+            profile,
+            plan.run_id,
+            keep=options.keep,
+            instance_id=profile.get("instance_id"),
+            owner=prepared.owner,
+            state_path=state_path,
+        )
     raise AssertionError(kind)
 
 
 def run_plan(prepared: Prepared, options: Options) -> int:
     """Execute the Plan; return the exit code (0 reproduced, 1 not, 3 infra errors raise)."""
+    from launcher.budget import Budget
     from launcher.execute import execute
     from launcher.rundir import RunDir, default_runs_root
-
-    from launcher.budget import Budget
 
     recipe, profile, plan = prepared.recipe, prepared.profile, prepared.plan
     from launcher.errors import BadInput
 
     if profile.kind == "ray":
-        raise BadInput(f"--cluster {profile.name}: profiles of kind ray are dry-run only in this version (the job "
-                       "submission path is not tested yet); use --dry-run to see the jobs it would submit.")
+        raise BadInput(
+            f"--cluster {profile.name}: profiles of kind ray are dry-run only in this version (the job "
+            "submission path is not tested yet); use --dry-run to see the jobs it would submit."
+        )
     if recipe.nodes > 1:
         # The plan and the AWS request cover several nodes, but the runner follows one node; starting
         # N paid nodes of which N-1 would idle is worse than refusing before anything is launched.
@@ -61,14 +69,25 @@ def run_plan(prepared: Prepared, options: Options) -> int:
         budget.refuse_if_over(Budget.expected_hours(recipe))  # BadInput: nothing launched
     root = options.runs_dir or default_runs_root()
     run_dir = RunDir.create(root, recipe.slug, plan.run_id)
-    run_dir.write_inputs(recipe_text=recipe.text, profile=profile.path.read_text(encoding="utf-8"),
-                         plan=plan.to_dict(), node_script=plan.node_script)
+    run_dir.write_inputs(
+        recipe_text=recipe.text,
+        profile=profile.path.read_text(encoding="utf-8"),
+        plan=plan.to_dict(),
+        node_script=plan.node_script,
+    )
     cluster = make_cluster(prepared, options, run_dir.path / "aws.json")
     try:
         outcome = execute(
-            cluster, node_script=plan.node_script, run_id=plan.run_id, node_run_dir=plan.node_run_dir,
-            container=plan.container, run_dir=run_dir, recipe_raw=recipe.raw, on_interrupt=options.on_interrupt,
-            secrets=secrets_for(profile), budget=budget,
+            cluster,
+            node_script=plan.node_script,
+            run_id=plan.run_id,
+            node_run_dir=plan.node_run_dir,
+            container=plan.container,
+            run_dir=run_dir,
+            recipe_raw=recipe.raw,
+            on_interrupt=options.on_interrupt,
+            secrets=secrets_for(profile),
+            budget=budget,
         )
     finally:
         record_history(run_dir.path, root)
@@ -100,11 +119,15 @@ def check_plan(prepared: Prepared) -> int:
     if prepared.profile.kind != "aws":
         from launcher.errors import BadInput
 
-        raise BadInput(f"--check asks AWS about a launch; --cluster {prepared.profile.name} is of kind "
-                       f"{prepared.profile.kind}. Use --dry-run to see what would run.")
+        raise BadInput(
+            f"--check asks AWS about a launch; --cluster {prepared.profile.name} is of kind "
+            f"{prepared.profile.kind}. Use --dry-run to see what would run."
+        )
     from launcher.clusters.aws import check
 
-    for line in check(prepared.recipe, prepared.profile, prepared.plan.run_id, owner=prepared.owner):
+    for line in check(
+        prepared.recipe, prepared.profile, prepared.plan.run_id, owner=prepared.owner
+    ):
         print(line)
     return 0
 

@@ -23,7 +23,7 @@ import secrets
 import shlex
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,17 @@ import yaml
 from launcher.errors import BadInput
 
 TRAIN_STAGE = "train"
-STATES = ("created", "acquiring", "staging", "running", "collecting", "done", "failed", "cancelled", "detached")
+STATES = (
+    "created",
+    "acquiring",
+    "staging",
+    "running",
+    "collecting",
+    "done",
+    "failed",
+    "cancelled",
+    "detached",
+)
 FINAL_STATES = ("done", "failed", "cancelled")
 MARKER = re.compile(rb"^##reproduce (.*?)\r?$")
 _SAFE_STAGE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
@@ -41,7 +51,7 @@ _STAMPED = re.compile(r"^\d{8}T\d{6}Z-")
 
 def new_run_id(now: datetime | None = None) -> str:
     """Sortable and unique, safe in a container name and a path: UTC timestamp + 6 random hex digits."""
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     return f"{now.strftime('%Y%m%dT%H%M%SZ')}-{secrets.token_hex(3)}"
 
 
@@ -93,7 +103,9 @@ class Timeline:
                 stage["end"] = t_value
                 stage["status"] = marker.get("status", "ok")
                 return
-        self.stages.append({"name": name, "start": None, "end": t_value, "status": marker.get("status", "ok")})
+        self.stages.append(
+            {"name": name, "start": None, "end": t_value, "status": marker.get("status", "ok")}
+        )
 
     def close_open(self, status: str) -> None:
         """At the end of a run a stage still `running` never ended: say how it ended instead."""
@@ -102,7 +114,11 @@ class Timeline:
                 stage["status"] = status
 
     def to_json(self) -> dict[str, Any]:
-        return {"acquired_at": self.acquired_at, "released_at": self.released_at, "stages": self.stages}
+        return {
+            "acquired_at": self.acquired_at,
+            "released_at": self.released_at,
+            "stages": self.stages,
+        }
 
 
 class LogSplitter:
@@ -206,13 +222,13 @@ class RunDir:
     # --- creating and finding ---
 
     @classmethod
-    def create(cls, root: Path, slug: str, run_id: str | None = None) -> "RunDir":
+    def create(cls, root: Path, slug: str, run_id: str | None = None) -> RunDir:
         run_id = run_id or new_run_id()
         # A run id that already starts with a UTC timestamp (the Plan's) names the directory alone.
         if _STAMPED.match(run_id):
             name = run_id
         else:
-            name = f"{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}-{run_id}"
+            name = f"{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}-{run_id}"
         path = Path(root) / slug / name
         (path / "logs").mkdir(parents=True, exist_ok=False)
         (path / "logs" / f"{TRAIN_STAGE}.log").touch()
@@ -222,18 +238,29 @@ class RunDir:
         return rd
 
     @classmethod
-    def find(cls, ref: str, root: Path | None = None) -> "RunDir":
+    def find(cls, ref: str, root: Path | None = None) -> RunDir:
         """A run by its directory path or its run id (searched under the runs root)."""
         as_path = Path(ref)
         if (as_path / "run.json").is_file():
             return cls(as_path)
         root = Path(root) if root else default_runs_root()
-        hits = sorted({p.parent for pattern in (f"**/*-{ref}/run.json", f"**/{ref}/run.json")
-                       for p in root.glob(pattern)}) if root.is_dir() and "/" not in ref else []
+        hits = (
+            sorted(
+                {
+                    p.parent
+                    for pattern in (f"**/*-{ref}/run.json", f"**/{ref}/run.json")
+                    for p in root.glob(pattern)
+                }
+            )
+            if root.is_dir() and "/" not in ref
+            else []
+        )
         if not hits:
             raise BadInput(f"no run {ref!r}: give a run directory or a run id found under {root}/")
         if len(hits) > 1:
-            raise BadInput(f"run id {ref!r} matches several runs: {', '.join(map(str, hits))}; give the directory")
+            raise BadInput(
+                f"run id {ref!r} matches several runs: {', '.join(map(str, hits))}; give the directory"
+            )
         return cls(hits[0])
 
     # --- files ---
@@ -264,13 +291,17 @@ class RunDir:
             return default
         return json.loads(target.read_text())
 
-    def write_inputs(
-        self, *, recipe_text: str, profile: Any, plan: Any, node_script: str
-    ) -> None:
+    def write_inputs(self, *, recipe_text: str, profile: Any, plan: Any, node_script: str) -> None:
         """recipe.yaml (byte for byte), profile.yaml, plan.json and node.sh: what was asked."""
         self.write_text("recipe.yaml", recipe_text)
-        self.write_text("profile.yaml", profile if isinstance(profile, str) else yaml.safe_dump(profile, sort_keys=False))
-        self.write_text("plan.json", plan if isinstance(plan, str) else json.dumps(plan, indent=2, default=str) + "\n")
+        self.write_text(
+            "profile.yaml",
+            profile if isinstance(profile, str) else yaml.safe_dump(profile, sort_keys=False),
+        )
+        self.write_text(
+            "plan.json",
+            plan if isinstance(plan, str) else json.dumps(plan, indent=2, default=str) + "\n",
+        )
         self.write_text("node.sh", node_script)
 
     # --- run.json and status.json ---
@@ -291,7 +322,12 @@ class RunDir:
         """The run's state; anything but `done` says the record is not complete."""
         if state not in STATES:
             raise ValueError(f"unknown run state {state!r}")
-        data = {"state": state, "complete": state == "done", "updated_at": time.time(), "detail": detail}
+        data = {
+            "state": state,
+            "complete": state == "done",
+            "updated_at": time.time(),
+            "detail": detail,
+        }
         data.update(extra)
         self.write_json("status.json", data)
 
@@ -299,7 +335,9 @@ class RunDir:
 
     def timeline(self) -> Timeline:
         data = self.read_json("timeline.json", {}) or {}
-        return Timeline(data.get("acquired_at"), data.get("released_at"), list(data.get("stages", [])))
+        return Timeline(
+            data.get("acquired_at"), data.get("released_at"), list(data.get("stages", []))
+        )
 
     def write_timeline(self, timeline: Timeline) -> None:
         self.write_json("timeline.json", timeline.to_json())

@@ -12,8 +12,9 @@ from __future__ import annotations
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from types import TracebackType
-from typing import Any, Callable
+from typing import Any
 
 from launcher.errors import InfraError, Interrupted, ReproduceError
 
@@ -43,7 +44,9 @@ def _restore(previous: dict[int, Any]) -> None:
 
 
 def _raise_interrupted(signum: int, frame: Any) -> None:
-    raise Interrupted(f"stopped by {signal.Signals(signum).name}; everything launched is being torn down")
+    raise Interrupted(
+        f"stopped by {signal.Signals(signum).name}; everything launched is being torn down"
+    )
 
 
 class always_release:  # noqa: N801 - used as a function: `with always_release(cluster):`
@@ -58,7 +61,12 @@ class always_release:  # noqa: N801 - used as a function: `with always_release(c
         self._previous = _install(CATCH, _raise_interrupted)
         return self.cluster
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> bool:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
         try:
             failure = release_hard(self.cluster, self.log)
         finally:
@@ -67,8 +75,10 @@ class always_release:  # noqa: N801 - used as a function: `with always_release(c
             if failure is not None:
                 self.log(f"error: {failure}")
             if isinstance(exc, KeyboardInterrupt):
-                raise Interrupted("interrupted (Ctrl-C); " + ("teardown did not finish" if failure else
-                                  "everything launched was released")) from None
+                raise Interrupted(
+                    "interrupted (Ctrl-C); "
+                    + ("teardown did not finish" if failure else "everything launched was released")
+                ) from None
             return False  # the block's own error wins; the teardown's was printed
         if failure is not None:
             raise failure
@@ -84,8 +94,10 @@ def release_hard(cluster: Any, log: Callable[[str], Any] = _stderr) -> Reproduce
         presses += 1
         if presses >= PRESSES_TO_ABANDON:
             raise Interrupted("teardown abandoned")
-        log(f"teardown in progress: ending what this run launched (press Ctrl-C "
-            f"{PRESSES_TO_ABANDON - presses} more time{'s' if PRESSES_TO_ABANDON - presses != 1 else ''} to abandon it)")
+        log(
+            f"teardown in progress: ending what this run launched (press Ctrl-C "
+            f"{PRESSES_TO_ABANDON - presses} more time{'s' if PRESSES_TO_ABANDON - presses != 1 else ''} to abandon it)"
+        )
 
     previous = _install(("SIGINT",) + CATCH, on_signal)
     error: ReproduceError | None = None

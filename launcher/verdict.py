@@ -74,8 +74,17 @@ def judge(result, recipe_raw: dict, *, tolerance: Tolerance = Tolerance()) -> Ve
         raise BadInput("recipe has no positive result.tokens_per_s_per_gpu to judge against.")
     claimed_cv = claim.get("step_time_cv_percent")
 
-    claimed = {k: claim.get(k) for k in ("tokens_per_s_per_gpu", "step_time_cv_percent", "mfu",
-                                         "usd_per_million_tokens", "gpu_hours", "window")}
+    claimed = {
+        k: claim.get(k)
+        for k in (
+            "tokens_per_s_per_gpu",
+            "step_time_cv_percent",
+            "mfu",
+            "usd_per_million_tokens",
+            "gpu_hours",
+            "window",
+        )
+    }
     measured = {
         "tokens_per_s_per_gpu": result.tokens_per_s_per_gpu,
         "step_time_cv_percent": result.step_time_cv_percent,
@@ -101,12 +110,18 @@ def judge(result, recipe_raw: dict, *, tolerance: Tolerance = Tolerance()) -> Ve
 
     if result.missing_window_steps:
         n, total = len(result.missing_window_steps), result.window[1] - result.window[0] + 1
-        incomplete.append(f"{n} of {total} window steps missing: {_steps(result.missing_window_steps)}")
+        incomplete.append(
+            f"{n} of {total} window steps missing: {_steps(result.missing_window_steps)}"
+        )
     if result.no_loss_window_steps:
-        incomplete.append(f"no loss logged (no `step N:` line) for window step(s) {_steps(result.no_loss_window_steps)}")
+        incomplete.append(
+            f"no loss logged (no `step N:` line) for window step(s) {_steps(result.no_loss_window_steps)}"
+        )
     if result.ended_early:
         last = "no step" if result.last_step is None else f"step {result.last_step}"
-        incomplete.append(f"run ended early: last step logged is {last}, the recipe runs {result.steps_expected} steps")
+        incomplete.append(
+            f"run ended early: last step logged is {last}, the recipe runs {result.steps_expected} steps"
+        )
     stats = result.parse_stats or {}
     if stats.get("truncated"):
         incomplete.append("the log's last line is cut mid-record (the run was killed)")
@@ -119,23 +134,31 @@ def judge(result, recipe_raw: dict, *, tolerance: Tolerance = Tolerance()) -> Ve
         if isinstance(claimed_cv, (int, float)):
             limit = max(limit, tolerance.cv_factor * claimed_cv)
         if cv > limit:
-            unstable = (f"step-time CV {cv:.2f}% exceeds {limit:.2f}% "
-                        f"(max of {tolerance.cv_factor:g} x the recipe's {claimed_cv}% and {tolerance.cv_floor_percent:g}%)")
+            unstable = (
+                f"step-time CV {cv:.2f}% exceeds {limit:.2f}% "
+                f"(max of {tolerance.cv_factor:g} x the recipe's {claimed_cv}% and {tolerance.cv_floor_percent:g}%)"
+            )
             reasons.append(unstable)
 
     speed = None
     if diff is not None:
         if diff < -tolerance.slower_percent:
             speed = "slower"
-            reasons.append(f"tokens/s per GPU {result.tokens_per_s_per_gpu:.2f} is {diff:+.2f}% against the claimed "
-                           f"{claimed_tps} (tolerance -{tolerance.slower_percent:g}%)")
+            reasons.append(
+                f"tokens/s per GPU {result.tokens_per_s_per_gpu:.2f} is {diff:+.2f}% against the claimed "
+                f"{claimed_tps} (tolerance -{tolerance.slower_percent:g}%)"
+            )
         elif diff > tolerance.faster_percent:
             speed = "faster"
-            reasons.append(f"tokens/s per GPU {result.tokens_per_s_per_gpu:.2f} is {diff:+.2f}% against the claimed "
-                           f"{claimed_tps} (tolerance +{tolerance.faster_percent:g}%): faster than claimed")
+            reasons.append(
+                f"tokens/s per GPU {result.tokens_per_s_per_gpu:.2f} is {diff:+.2f}% against the claimed "
+                f"{claimed_tps} (tolerance +{tolerance.faster_percent:g}%): faster than claimed"
+            )
         else:
-            reasons.append(f"tokens/s per GPU {result.tokens_per_s_per_gpu:.2f} is {diff:+.2f}% against the claimed "
-                           f"{claimed_tps}, within -{tolerance.slower_percent:g}% / +{tolerance.faster_percent:g}%")
+            reasons.append(
+                f"tokens/s per GPU {result.tokens_per_s_per_gpu:.2f} is {diff:+.2f}% against the claimed "
+                f"{claimed_tps}, within -{tolerance.slower_percent:g}% / +{tolerance.faster_percent:g}%"
+            )
 
     if failed:
         status = "failed"

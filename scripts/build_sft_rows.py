@@ -41,9 +41,10 @@ import sys
 import time
 import zlib
 from array import array
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Protocol, Sequence
+from typing import Any, Protocol
 
 TEST_TOKENIZER = "builtin:whitespace-test"
 LOSS_MASK_TYPES = ("qwen3", "qwen", "distill_qwen")
@@ -89,7 +90,10 @@ class WhitespaceTestTokenizer:
         ids: list[int] = []
         mask: list[int] = []
         for m in messages:
-            body = [self.word_id(w) for w in str(m.get("content") or "").split()] + [self.IM_END, self.NL]
+            body = [self.word_id(w) for w in str(m.get("content") or "").split()] + [
+                self.IM_END,
+                self.NL,
+            ]
             ids += [self.IM_START, self.word_id(str(m["role"])), self.NL] + body
             mask += [0, 0, 0] + [1 if m["role"] == "assistant" else 0] * len(body)
         return ids, mask
@@ -102,14 +106,20 @@ class MilesMaskEncoder:
         try:
             from transformers import AutoTokenizer
         except ImportError:
-            raise BuildError("transformers is not installed; run it inside the training image") from None
+            raise BuildError(
+                "transformers is not installed; run it inside the training image"
+            ) from None
         try:
             from miles.utils.mask_utils import MultiTurnLossMaskGenerator
         except ImportError as err:
-            raise BuildError(f"miles is not importable ({err}); run inside the training image with "
-                             "PYTHONPATH=/root/miles:/root/Megatron-LM") from None
+            raise BuildError(
+                f"miles is not importable ({err}); run inside the training image with "
+                "PYTHONPATH=/root/miles:/root/Megatron-LM"
+            ) from None
         if not Path(path, "tokenizer_config.json").is_file():
-            raise BuildError(f"--tokenizer {path}: no tokenizer_config.json there (give a Hugging Face model directory)")
+            raise BuildError(
+                f"--tokenizer {path}: no tokenizer_config.json there (give a Hugging Face model directory)"
+            )
         self.tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
         self.generator = MultiTurnLossMaskGenerator(self.tokenizer, tokenizer_type=loss_mask_type)
         if self.tokenizer.eos_token_id is None:
@@ -145,7 +155,9 @@ class ConversationSource(Protocol):
 
 
 class ListSource:
-    def __init__(self, conversations: Sequence[list[dict[str, Any]]], description: str = "in-memory"):
+    def __init__(
+        self, conversations: Sequence[list[dict[str, Any]]], description: str = "in-memory"
+    ):
         self.conversations = conversations
         self.description = description
 
@@ -198,7 +210,9 @@ class ParquetSource:
 
 def open_source(path: Path, column: str) -> ConversationSource:
     if path.is_dir():
-        files = sorted(p for p in path.rglob("*.parquet") if ".cache" not in p.relative_to(path).parts)
+        files = sorted(
+            p for p in path.rglob("*.parquet") if ".cache" not in p.relative_to(path).parts
+        )
         if not files:
             raise BuildError(f"--source {path}: no .parquet files under it")
         return ParquetSource(files, column)
@@ -208,7 +222,9 @@ def open_source(path: Path, column: str) -> ConversationSource:
         return _jsonl_source(path, column)
     if path.suffix == ".parquet":
         return ParquetSource([path], column)
-    raise BuildError(f"--source {path}: expected a .jsonl or .parquet file, or a directory of .parquet files")
+    raise BuildError(
+        f"--source {path}: expected a .jsonl or .parquet file, or a directory of .parquet files"
+    )
 
 
 def _pyarrow_parquet():
@@ -241,8 +257,12 @@ class PackStats:
     supervised_tokens: int = 0
 
 
-def pack_rows(encoded: Iterable[tuple[list[int], list[int]]], row_tokens: int, eos_id: int,
-              stats: PackStats | None = None) -> Iterator[tuple[list[int], list[int]]]:
+def pack_rows(
+    encoded: Iterable[tuple[list[int], list[int]]],
+    row_tokens: int,
+    eos_id: int,
+    stats: PackStats | None = None,
+) -> Iterator[tuple[list[int], list[int]]]:
     """Every complete row of the stream conv0 EOS conv1 EOS conv2 ... (EOS never supervised).
 
     Rows without a supervised token are counted in stats and not yielded. The caller may stop
@@ -257,7 +277,9 @@ def pack_rows(encoded: Iterable[tuple[list[int], list[int]]], row_tokens: int, e
     first = True
     for conv_ids, conv_mask in encoded:
         if len(conv_ids) != len(conv_mask):
-            raise BuildError(f"conversation {stats.conversations}: {len(conv_ids)} tokens but {len(conv_mask)} mask entries")
+            raise BuildError(
+                f"conversation {stats.conversations}: {len(conv_ids)} tokens but {len(conv_mask)} mask entries"
+            )
         stats.conversations += 1
         if not first:
             ids.append(eos_id)
@@ -266,7 +288,7 @@ def pack_rows(encoded: Iterable[tuple[list[int], list[int]]], row_tokens: int, e
         ids.extend(conv_ids)
         mask.extend(conv_mask)
         while len(ids) - start >= row_tokens:
-            row_ids, row_mask = ids[start:start + row_tokens], mask[start:start + row_tokens]
+            row_ids, row_mask = ids[start : start + row_tokens], mask[start : start + row_tokens]
             start += row_tokens
             if 1 in row_mask:
                 stats.rows += 1
@@ -280,17 +302,23 @@ def pack_rows(encoded: Iterable[tuple[list[int], list[int]]], row_tokens: int, e
             start = 0
 
 
-def _encode_in_order(source: ConversationSource, order: Sequence[int], encoder: ChatEncoder) -> Iterator[tuple[list[int], list[int]]]:
+def _encode_in_order(
+    source: ConversationSource, order: Sequence[int], encoder: ChatEncoder
+) -> Iterator[tuple[list[int], list[int]]]:
     for i in order:
         messages = source.get(i)
         if not isinstance(messages, list):
-            raise BuildError(f"source conversation {i}: expected a list of messages, got {type(messages).__name__}")
+            raise BuildError(
+                f"source conversation {i}: expected a list of messages, got {type(messages).__name__}"
+            )
         try:
             yield encoder.encode(messages)
         except BuildError:
             raise
         except Exception as err:  # noqa: BLE001 (a tokenizer's error names neither the row nor the cause plainly)
-            raise BuildError(f"source conversation {i}: tokenizing failed: {type(err).__name__}: {err}") from None
+            raise BuildError(
+                f"source conversation {i}: tokenizing failed: {type(err).__name__}: {err}"
+            ) from None
 
 
 # --------------------------------------------------------------------------------------------
@@ -323,10 +351,15 @@ def rows_sha256(rows: Iterable[Sequence[int]]) -> str:
 def parquet_schema():
     import pyarrow as pa
 
-    return pa.schema([
-        ("messages", pa.list_(pa.int64())),
-        ("metadata", pa.struct([("loss_mask", pa.list_(pa.int8())), ("supervised_tokens", pa.int64())])),
-    ])
+    return pa.schema(
+        [
+            ("messages", pa.list_(pa.int64())),
+            (
+                "metadata",
+                pa.struct([("loss_mask", pa.list_(pa.int8())), ("supervised_tokens", pa.int64())]),
+            ),
+        ]
+    )
 
 
 def write_rows(rows: Iterable[tuple[list[int], list[int]]], out: Path) -> tuple[int, Digests]:
@@ -344,7 +377,9 @@ def write_rows(rows: Iterable[tuple[list[int], list[int]]], out: Path) -> tuple[
 
     def flush(writer) -> None:
         if batch_ids:
-            writer.write_table(pa.table({"messages": batch_ids, "metadata": batch_meta}, schema=schema))
+            writer.write_table(
+                pa.table({"messages": batch_ids, "metadata": batch_meta}, schema=schema)
+            )
             batch_ids.clear()
             batch_meta.clear()
 
@@ -377,15 +412,25 @@ def file_sha256(path: Path) -> str:
 # The whole build
 
 
-def build(source: ConversationSource, encoder: ChatEncoder, out: Path, *, row_tokens: int, rows: int | None,
-          seed: int, log: Callable[[str], None] = lambda m: print(m, file=sys.stderr, flush=True)) -> dict[str, Any]:
+def build(
+    source: ConversationSource,
+    encoder: ChatEncoder,
+    out: Path,
+    *,
+    row_tokens: int,
+    rows: int | None,
+    seed: int,
+    log: Callable[[str], None] = lambda m: print(m, file=sys.stderr, flush=True),
+) -> dict[str, Any]:
     started = time.monotonic()
     n = len(source)
     if n == 0:
         raise BuildError(f"the source has no conversations ({source.description})")
     order = permutation(n, seed)
-    log(f"build_sft_rows: {source.description}; tokenizer {encoder.name}; seed {seed}; "
-        f"{rows if rows is not None else 'all'} rows of {row_tokens} tokens")
+    log(
+        f"build_sft_rows: {source.description}; tokenizer {encoder.name}; seed {seed}; "
+        f"{rows if rows is not None else 'all'} rows of {row_tokens} tokens"
+    )
     stats = PackStats()
     packed = pack_rows(_encode_in_order(source, order, encoder), row_tokens, encoder.eos_id, stats)
 
@@ -400,8 +445,10 @@ def build(source: ConversationSource, encoder: ChatEncoder, out: Path, *, row_to
     count, digests = write_rows(limited(), out)
     if rows is not None and count < rows:
         out.unlink(missing_ok=True)
-        raise BuildError(f"the source gave only {count} rows of {row_tokens} tokens with supervised targets; "
-                         f"--rows asks for {rows}")
+        raise BuildError(
+            f"the source gave only {count} rows of {row_tokens} tokens with supervised targets; "
+            f"--rows asks for {rows}"
+        )
     if count == 0:
         out.unlink(missing_ok=True)
         raise BuildError(f"no complete row of {row_tokens} tokens with a supervised token")
@@ -415,7 +462,9 @@ def build(source: ConversationSource, encoder: ChatEncoder, out: Path, *, row_to
         "rows_skipped_unsupervised": stats.rows_skipped_unsupervised,
         "tokens": stats.tokens,
         "supervised_tokens": stats.supervised_tokens,
-        "supervised_token_ratio": round(stats.supervised_tokens / stats.tokens, 6) if stats.tokens else 0.0,
+        "supervised_token_ratio": round(stats.supervised_tokens / stats.tokens, 6)
+        if stats.tokens
+        else 0.0,
         "rows_sha256": digests.rows.hexdigest(),
         "loss_mask_sha256": digests.masks.hexdigest(),
         "parquet": str(out),
@@ -428,31 +477,63 @@ def build(source: ConversationSource, encoder: ChatEncoder, out: Path, *, row_to
 
 
 def check_expectations(summary: dict[str, Any], expect: dict[str, str]) -> list[str]:
-    return [f"{key}: built {summary[key]}, expected {value}" for key, value in expect.items()
-            if str(summary[key]) != str(value)]
+    return [
+        f"{key}: built {summary[key]}, expected {value}"
+        for key, value in expect.items()
+        if str(summary[key]) != str(value)
+    ]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 1)[1],
+    )
     src = p.add_argument_group("source conversations (one of)")
-    src.add_argument("--source", type=Path, help="a .jsonl or .parquet file, or a directory of .parquet files")
-    src.add_argument("--source-repo", help="a Hugging Face dataset, e.g. allenai/tulu-3-sft-mixture")
+    src.add_argument(
+        "--source", type=Path, help="a .jsonl or .parquet file, or a directory of .parquet files"
+    )
+    src.add_argument(
+        "--source-repo", help="a Hugging Face dataset, e.g. allenai/tulu-3-sft-mixture"
+    )
     src.add_argument("--source-revision", help="the dataset commit (with --source-repo)")
-    src.add_argument("--source-cache", type=Path, help="where to download the dataset (with --source-repo)")
-    p.add_argument("--messages-column", default="messages", help="the column holding the chat messages")
-    p.add_argument("--tokenizer", required=True,
-                   help=f"a Hugging Face model directory (tokenizer files), or {TEST_TOKENIZER} (tests only)")
-    p.add_argument("--loss-mask-type", default="qwen3", choices=LOSS_MASK_TYPES, help="miles' loss mask type")
-    p.add_argument("--tokenizer-sha256", action="append", default=[], metavar="FILE=HEX",
-                   help="require this sha256 of a file in the tokenizer directory (repeatable)")
-    p.add_argument("--row-tokens", type=int, required=True, help="tokens per row (8192 in the seed)")
-    p.add_argument("--rows", type=int, help="stop after this many rows (default: every complete row)")
+    src.add_argument(
+        "--source-cache", type=Path, help="where to download the dataset (with --source-repo)"
+    )
+    p.add_argument(
+        "--messages-column", default="messages", help="the column holding the chat messages"
+    )
+    p.add_argument(
+        "--tokenizer",
+        required=True,
+        help=f"a Hugging Face model directory (tokenizer files), or {TEST_TOKENIZER} (tests only)",
+    )
+    p.add_argument(
+        "--loss-mask-type", default="qwen3", choices=LOSS_MASK_TYPES, help="miles' loss mask type"
+    )
+    p.add_argument(
+        "--tokenizer-sha256",
+        action="append",
+        default=[],
+        metavar="FILE=HEX",
+        help="require this sha256 of a file in the tokenizer directory (repeatable)",
+    )
+    p.add_argument(
+        "--row-tokens", type=int, required=True, help="tokens per row (8192 in the seed)"
+    )
+    p.add_argument(
+        "--rows", type=int, help="stop after this many rows (default: every complete row)"
+    )
     p.add_argument("--seed", type=int, default=42, help="permutation seed (default 42)")
     p.add_argument("--out", type=Path, required=True, help="the parquet to write")
     for key in ("parquet_sha256", "rows_sha256", "rows"):
-        p.add_argument(f"--expect-{key.replace('_', '-')}", dest=f"expect_{key}", metavar="VALUE",
-                       help=f"exit 1 when the built {key} differs")
+        p.add_argument(
+            f"--expect-{key.replace('_', '-')}",
+            dest=f"expect_{key}",
+            metavar="VALUE",
+            help=f"exit 1 when the built {key} differs",
+        )
     return p
 
 
@@ -467,8 +548,13 @@ def _resolve_source(args: argparse.Namespace) -> ConversationSource:
     import fetch_assets
 
     try:
-        fetch_assets.fetch_snapshot(args.source_repo, args.source_revision, args.source_cache, repo_type="dataset",
-                                    allow_patterns=["*.parquet"])
+        fetch_assets.fetch_snapshot(
+            args.source_repo,
+            args.source_revision,
+            args.source_cache,
+            repo_type="dataset",
+            allow_patterns=["*.parquet"],
+        )
     except (fetch_assets.FetchError, fetch_assets.RefusedDest) as err:
         raise BuildError(str(err)) from None
     return open_source(args.source_cache, args.messages_column)
@@ -499,7 +585,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             _check_tokenizer_files(args.tokenizer, args.tokenizer_sha256)
         encoder = make_encoder(args.tokenizer, args.loss_mask_type)
         source = _resolve_source(args)
-        summary = build(source, encoder, args.out, row_tokens=args.row_tokens, rows=args.rows, seed=args.seed)
+        summary = build(
+            source, encoder, args.out, row_tokens=args.row_tokens, rows=args.rows, seed=args.seed
+        )
     except Mismatch as err:
         print(f"build_sft_rows: {err}", file=sys.stderr)
         return 1
@@ -507,10 +595,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"build_sft_rows: {err}", file=sys.stderr)
         return 2
     except OSError as err:
-        print(f"build_sft_rows: {getattr(err, 'filename', '') or ''}: {err.strerror or err}", file=sys.stderr)
+        print(
+            f"build_sft_rows: {getattr(err, 'filename', '') or ''}: {err.strerror or err}",
+            file=sys.stderr,
+        )
         return 2
-    expect = {k: v for k, v in (("parquet_sha256", args.expect_parquet_sha256), ("rows_sha256", args.expect_rows_sha256),
-                                ("rows", args.expect_rows)) if v is not None}
+    expect = {
+        k: v
+        for k, v in (
+            ("parquet_sha256", args.expect_parquet_sha256),
+            ("rows_sha256", args.expect_rows_sha256),
+            ("rows", args.expect_rows),
+        )
+        if v is not None
+    }
     problems = check_expectations(summary, expect)
     if problems:
         bad = args.out.with_name(args.out.name + ".mismatch")
@@ -519,7 +617,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         summary["mismatches"] = problems
     print(json.dumps(summary, sort_keys=True))
     for line in problems:
-        print(f"build_sft_rows: MISMATCH {line}; the file was kept as {summary['parquet']}", file=sys.stderr)
+        print(
+            f"build_sft_rows: MISMATCH {line}; the file was kept as {summary['parquet']}",
+            file=sys.stderr,
+        )
     return 1 if problems else 0
 
 

@@ -29,12 +29,15 @@ import os
 import re
 import sys
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 MARKER = ".reproduce-complete"
 PENDING = ".reproduce-pending"
-HF_METADATA_DIR = ".cache"  # huggingface_hub keeps its local_dir bookkeeping under DEST/.cache/huggingface
+HF_METADATA_DIR = (
+    ".cache"  # huggingface_hub keeps its local_dir bookkeeping under DEST/.cache/huggingface
+)
 REPO_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*")
 COMMIT_RE = re.compile(r"[0-9a-f]{40}")
 
@@ -50,16 +53,30 @@ class RefusedDest(Exception):
     """DEST holds another snapshot or bad arguments (exit 2)."""
 
 
-def hf_snapshot_download(repo: str, revision: str, dest: Path, token: str | None, repo_type: str,
-                         allow_patterns: list[str] | None) -> None:
+def hf_snapshot_download(
+    repo: str,
+    revision: str,
+    dest: Path,
+    token: str | None,
+    repo_type: str,
+    allow_patterns: list[str] | None,
+) -> None:
     """The real downloader: huggingface_hub.snapshot_download into DEST (resumes partial files)."""
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # no \r-bars in the node log
     try:
         from huggingface_hub import snapshot_download
     except ImportError:
-        raise FetchError("huggingface_hub is not installed in this image (pip install huggingface_hub)") from None
-    snapshot_download(repo_id=repo, revision=revision, repo_type=repo_type, local_dir=str(dest), token=token,
-                      allow_patterns=allow_patterns)
+        raise FetchError(
+            "huggingface_hub is not installed in this image (pip install huggingface_hub)"
+        ) from None
+    snapshot_download(
+        repo_id=repo,
+        revision=revision,
+        repo_type=repo_type,
+        local_dir=str(dest),
+        token=token,
+        allow_patterns=allow_patterns,
+    )
 
 
 def list_files(dest: Path) -> list[dict[str, Any]]:
@@ -102,24 +119,38 @@ def missing_or_changed(dest: Path, marker: dict[str, Any]) -> list[str]:
     return bad
 
 
-def _same(record: dict[str, Any], repo: str, revision: str, repo_type: str, allow: list[str] | None) -> bool:
-    return ((record.get("repo"), record.get("revision"), record.get("repo_type", "model"), record.get("allow_patterns"))
-            == (repo, revision, repo_type, allow))
+def _same(
+    record: dict[str, Any], repo: str, revision: str, repo_type: str, allow: list[str] | None
+) -> bool:
+    return (
+        record.get("repo"),
+        record.get("revision"),
+        record.get("repo_type", "model"),
+        record.get("allow_patterns"),
+    ) == (repo, revision, repo_type, allow)
 
 
 def _describe(record: dict[str, Any]) -> str:
     only = record.get("allow_patterns")
-    return (f"{record.get('repo_type', 'model')} {record.get('repo')}@{record.get('revision')}"
-            + (f" (only {', '.join(map(str, only))})" if only else ""))
+    return f"{record.get('repo_type', 'model')} {record.get('repo')}@{record.get('revision')}" + (
+        f" (only {', '.join(map(str, only))})" if only else ""
+    )
 
 
 def _redact(text: str, token: str | None) -> str:
     return text.replace(token, "***") if token else text
 
 
-def fetch_snapshot(repo: str, revision: str, dest: Path, *, repo_type: str = "model",
-                   allow_patterns: list[str] | None = None, downloader: Downloader = hf_snapshot_download,
-                   log: Callable[[str], None] = lambda m: print(m, file=sys.stderr, flush=True)) -> dict[str, Any]:
+def fetch_snapshot(
+    repo: str,
+    revision: str,
+    dest: Path,
+    *,
+    repo_type: str = "model",
+    allow_patterns: list[str] | None = None,
+    downloader: Downloader = hf_snapshot_download,
+    log: Callable[[str], None] = lambda m: print(m, file=sys.stderr, flush=True),
+) -> dict[str, Any]:
     """Make DEST hold the complete snapshot repo@revision; return the marker plus a `status`.
 
     Raises RefusedDest when DEST already belongs to another repo@revision, FetchError when the
@@ -130,29 +161,52 @@ def fetch_snapshot(repo: str, revision: str, dest: Path, *, repo_type: str = "mo
     if not revision or any(c.isspace() for c in revision):
         raise RefusedDest(f"--revision {revision!r}: expected a commit (or a branch or tag name)")
     dest = Path(dest)
-    want = _describe({"repo": repo, "revision": revision, "repo_type": repo_type, "allow_patterns": allow_patterns})
+    want = _describe(
+        {
+            "repo": repo,
+            "revision": revision,
+            "repo_type": repo_type,
+            "allow_patterns": allow_patterns,
+        }
+    )
     marker = read_json(dest / MARKER)
     if marker is not None:
         if not _same(marker, repo, revision, repo_type, allow_patterns):
-            raise RefusedDest(f"{dest} holds {_describe(marker)} (its {MARKER}), not {want}; "
-                              "choose another --dest or remove that directory")
+            raise RefusedDest(
+                f"{dest} holds {_describe(marker)} (its {MARKER}), not {want}; "
+                "choose another --dest or remove that directory"
+            )
         bad = missing_or_changed(dest, marker)
         if not bad:
-            log(f"{want}: complete in {dest} ({len(marker['files'])} files, {marker.get('total_bytes', 0)} bytes); "
-                "download skipped")
+            log(
+                f"{want}: complete in {dest} ({len(marker['files'])} files, {marker.get('total_bytes', 0)} bytes); "
+                "download skipped"
+            )
             return {**marker, "status": "skipped"}
         log(f"{want}: {dest} is incomplete now ({', '.join(bad[:5])}); downloading again")
         (dest / MARKER).unlink()
     pending = read_json(dest / PENDING)
     if pending is not None and not _same(pending, repo, revision, repo_type, allow_patterns):
-        raise RefusedDest(f"{dest} holds an unfinished download of {_describe(pending)} ({PENDING}), not {want}; "
-                          "choose another --dest or remove that directory")
+        raise RefusedDest(
+            f"{dest} holds an unfinished download of {_describe(pending)} ({PENDING}), not {want}; "
+            "choose another --dest or remove that directory"
+        )
     if not COMMIT_RE.fullmatch(revision):
-        log(f"warning: --revision {revision!r} is not a 40-hex commit; what it names can change over time")
+        log(
+            f"warning: --revision {revision!r} is not a 40-hex commit; what it names can change over time"
+        )
 
     dest.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(dest / PENDING, {"repo": repo, "revision": revision, "repo_type": repo_type,
-                                       "allow_patterns": allow_patterns, "started_at": _now()})
+    write_json_atomic(
+        dest / PENDING,
+        {
+            "repo": repo,
+            "revision": revision,
+            "repo_type": repo_type,
+            "allow_patterns": allow_patterns,
+            "started_at": _now(),
+        },
+    )
     token = os.environ.get("HF_TOKEN") or None
     log(f"{want}: downloading into {dest}" + (" (with HF_TOKEN)" if token else ""))
     started = time.monotonic()
@@ -164,15 +218,26 @@ def fetch_snapshot(repo: str, revision: str, dest: Path, *, repo_type: str = "mo
         raise
     except BaseException as err:  # noqa: BLE001 (hub errors are many; each becomes one clear line)
         first = (str(err).strip().splitlines() or [""])[0][:400]
-        raise FetchError(_redact(f"download of {want} failed: {type(err).__name__}: {first}", token)) from None
+        raise FetchError(
+            _redact(f"download of {want} failed: {type(err).__name__}: {first}", token)
+        ) from None
     files = list_files(dest)
     if not files:
         raise FetchError(f"download of {want} returned, but {dest} holds no files")
-    record = {"repo": repo, "revision": revision, "repo_type": repo_type, "allow_patterns": allow_patterns,
-              "completed_at": _now(), "files": files, "total_bytes": sum(f["bytes"] for f in files)}
+    record = {
+        "repo": repo,
+        "revision": revision,
+        "repo_type": repo_type,
+        "allow_patterns": allow_patterns,
+        "completed_at": _now(),
+        "files": files,
+        "total_bytes": sum(f["bytes"] for f in files),
+    }
     write_json_atomic(dest / MARKER, record)
     (dest / PENDING).unlink(missing_ok=True)
-    log(f"{want}: complete ({len(files)} files, {record['total_bytes']} bytes, {time.monotonic() - started:.0f} s)")
+    log(
+        f"{want}: complete ({len(files)} files, {record['total_bytes']} bytes, {time.monotonic() - started:.0f} s)"
+    )
     return {**record, "status": "downloaded"}
 
 
@@ -181,17 +246,28 @@ def _now() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name, help_text in (("hf-checkpoint", "a model snapshot (weights, config, tokenizer)"),
-                            ("hf-dataset", "a dataset snapshot")):
+    for name, help_text in (
+        ("hf-checkpoint", "a model snapshot (weights, config, tokenizer)"),
+        ("hf-dataset", "a dataset snapshot"),
+    ):
         s = sub.add_parser(name, help=help_text, description=help_text)
         s.add_argument("--repo", required=True, help="OWNER/NAME on the Hugging Face Hub")
-        s.add_argument("--revision", required=True, help="the commit to fetch (40 hex digits recommended)")
-        s.add_argument("--dest", required=True, type=Path, help="directory to fill (created when missing)")
-        s.add_argument("--include", action="append", metavar="GLOB",
-                       help="fetch only files matching GLOB (repeatable; default: every file)")
+        s.add_argument(
+            "--revision", required=True, help="the commit to fetch (40 hex digits recommended)"
+        )
+        s.add_argument(
+            "--dest", required=True, type=Path, help="directory to fill (created when missing)"
+        )
+        s.add_argument(
+            "--include",
+            action="append",
+            metavar="GLOB",
+            help="fetch only files matching GLOB (repeatable; default: every file)",
+        )
     return p
 
 
@@ -199,7 +275,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     repo_type = "dataset" if args.command == "hf-dataset" else "model"
     try:
-        result = fetch_snapshot(args.repo, args.revision, args.dest, repo_type=repo_type, allow_patterns=args.include)
+        result = fetch_snapshot(
+            args.repo, args.revision, args.dest, repo_type=repo_type, allow_patterns=args.include
+        )
     except RefusedDest as err:
         print(f"fetch_assets: {err}", file=sys.stderr)
         return 2
@@ -209,9 +287,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as err:
         print(f"fetch_assets: {args.dest}: {err.strerror or err}", file=sys.stderr)
         return 3
-    print(json.dumps({"status": result["status"], "repo": result["repo"], "revision": result["revision"],
-                      "repo_type": result["repo_type"], "dest": str(args.dest), "files": len(result["files"]),
-                      "total_bytes": result["total_bytes"]}, sort_keys=True))
+    print(
+        json.dumps(
+            {
+                "status": result["status"],
+                "repo": result["repo"],
+                "revision": result["revision"],
+                "repo_type": result["repo_type"],
+                "dest": str(args.dest),
+                "files": len(result["files"]),
+                "total_bytes": result["total_bytes"],
+            },
+            sort_keys=True,
+        )
+    )
     return 0
 
 

@@ -30,7 +30,7 @@ MULTICAST_OFF = {
 }
 
 
-def force_multicast_off(environ: "os._Environ[str] | dict[str, str]") -> None:
+def force_multicast_off(environ: os._Environ[str] | dict[str, str]) -> None:
     """Set the NVLink-multicast switches to their off values in `environ`, overriding any value."""
     for key, value in MULTICAST_OFF.items():
         environ[key] = value
@@ -46,9 +46,10 @@ import socket  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
+from collections.abc import Callable, Sequence  # noqa: E402
 from dataclasses import asdict, dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
-from typing import Any, Callable, Sequence  # noqa: E402
+from typing import Any
 
 THRESHOLDS_FILE = Path(__file__).with_name("preflight_thresholds.json")
 SCHEMA_VERSION = 1
@@ -71,7 +72,15 @@ HEALTH_FIELDS = (
     "remapped_rows.pending",
     "remapped_rows.failure",
 )
-NA_VALUES = {"", "n/a", "[n/a]", "[not supported]", "not supported", "[unknown error]", "[insufficient permissions]"}
+NA_VALUES = {
+    "",
+    "n/a",
+    "[n/a]",
+    "[not supported]",
+    "not supported",
+    "[unknown error]",
+    "[insufficient permissions]",
+}
 
 
 # --------------------------------------------------------------------------------------------
@@ -173,8 +182,12 @@ def resolve_threshold(
     if entry is not None and "min" not in entry:  # keyed by GPU count
         entry = entry.get(str(gpu_count)) if gpu_count is not None else None
     if entry is None:
-        return Threshold(None, f"no threshold for {gpu_type}" + (f" on {gpu_count} GPUs" if gpu_count else ""))
-    return Threshold(float(entry["min"]), entry.get("source", ""), bool(entry.get("provisional", False)))
+        return Threshold(
+            None, f"no threshold for {gpu_type}" + (f" on {gpu_count} GPUs" if gpu_count else "")
+        )
+    return Threshold(
+        float(entry["min"]), entry.get("source", ""), bool(entry.get("provisional", False))
+    )
 
 
 def _lookup_type(types: dict[str, Any], gpu_type: str) -> dict[str, Any] | None:
@@ -191,7 +204,9 @@ def parse_threshold_overrides(items: Sequence[str], known: set[str]) -> dict[str
         name, sep, value = item.partition("=")
         name = name.strip()
         if not sep or name not in known:
-            raise ValueError(f"--threshold {item!r}: expected NAME=VALUE with NAME one of {', '.join(sorted(known))}")
+            raise ValueError(
+                f"--threshold {item!r}: expected NAME=VALUE with NAME one of {', '.join(sorted(known))}"
+            )
         try:
             out[name] = float(value)
         except ValueError:
@@ -215,7 +230,9 @@ def parse_csv_rows(text: str, fields: Sequence[str]) -> list[dict[str, str]]:
             i = list(fields).index("name") if "name" in fields else 0
             cells[i : i + extra + 1] = [", ".join(cells[i : i + extra + 1])]
         if len(cells) != len(fields):
-            raise ValueError(f"nvidia-smi row has {len(cells)} fields, expected {len(fields)}: {line!r}")
+            raise ValueError(
+                f"nvidia-smi row has {len(cells)} fields, expected {len(fields)}: {line!r}"
+            )
         rows.append(dict(zip(fields, cells)))
     return rows
 
@@ -276,7 +293,13 @@ def parse_xids(text: str) -> list[dict[str, Any]]:
     for line in text.splitlines():
         m = XID_RE.search(line)
         if m:
-            out.append({"code": int(m.group("code")), "device": m.group("where"), "line": line.strip()[:300]})
+            out.append(
+                {
+                    "code": int(m.group("code")),
+                    "device": m.group("where"),
+                    "line": line.strip()[:300],
+                }
+            )
     return out
 
 
@@ -288,7 +311,9 @@ def visible_filter(rows: list[dict[str, str]], cuda_visible: str | None) -> list
     out = []
     for w in wanted:
         for row in rows:
-            if (w.isdigit() and row.get("index") == w) or (not w.isdigit() and row.get("uuid", "").startswith(w)):
+            if (w.isdigit() and row.get("index") == w) or (
+                not w.isdigit() and row.get("uuid", "").startswith(w)
+            ):
                 out.append(row)
                 break
         else:
@@ -315,7 +340,10 @@ def check_gpu_model(rows: list[dict[str, str]], gpu_type: str | None) -> Check:
     pat = re.compile(rf"(?<![A-Za-z0-9]){re.escape(gpu_type)}(?![A-Za-z0-9])", re.I)
     bad = [r["index"] for r in rows if not pat.search(r["name"])]
     return Check(
-        "gpu_model", value, f"{gpu_type} on every GPU", bool(rows) and not bad,
+        "gpu_model",
+        value,
+        f"{gpu_type} on every GPU",
+        bool(rows) and not bad,
         detail={"not_matching": bad} if bad else None,
     )
 
@@ -327,8 +355,11 @@ def check_gpu_memory(rows: list[dict[str, str]], memory_gb: float | None, fracti
         return Check("gpu_memory", low, "any", bool(gib), unit="GiB")
     want = memory_gb * fraction
     return Check(
-        "gpu_memory", low, f">= {want:.1f} GiB ({fraction:.0%} of {memory_gb:g} GB)",
-        bool(gib) and len(gib) == len(rows) and min(gib) >= want, unit="GiB",
+        "gpu_memory",
+        low,
+        f">= {want:.1f} GiB ({fraction:.0%} of {memory_gb:g} GB)",
+        bool(gib) and len(gib) == len(rows) and min(gib) >= want,
+        unit="GiB",
         detail={"per_gpu_gib": [round(g, 1) for g in gib]},
     )
 
@@ -347,10 +378,22 @@ def check_cuda(driver_cuda: str | None, cuda: str | None, torch_cuda: str | None
     if not cuda:
         return Check("cuda_version", driver_cuda, "any", driver_cuda is not None, detail=detail)
     if driver_cuda is None:
-        return Check("cuda_version", None, f">= {cuda}", False,
-                     warning="nvidia-smi printed no 'CUDA Version'", detail=detail)
+        return Check(
+            "cuda_version",
+            None,
+            f">= {cuda}",
+            False,
+            warning="nvidia-smi printed no 'CUDA Version'",
+            detail=detail,
+        )
     ok = version_at_least(driver_cuda, cuda)
-    return Check("cuda_version", driver_cuda, f">= {cuda} (driver supports the stack's CUDA)", ok, detail=detail)
+    return Check(
+        "cuda_version",
+        driver_cuda,
+        f">= {cuda} (driver supports the stack's CUDA)",
+        ok,
+        detail=detail,
+    )
 
 
 def check_ecc(rows: list[dict[str, str]]) -> Check:
@@ -363,22 +406,34 @@ def check_ecc(rows: list[dict[str, str]]) -> Check:
             unreadable.append(f"GPU{i} uncorrected")
         elif int(unc) > 0:
             problems.append(f"GPU{i}: {unc} uncorrected ECC errors")
-        for key, label in (("retired_pages.pending", "page retirement pending"),
-                           ("remapped_rows.pending", "row remapping pending"),
-                           ("remapped_rows.failure", "row remapping failed")):
+        for key, label in (
+            ("retired_pages.pending", "page retirement pending"),
+            ("remapped_rows.pending", "row remapping pending"),
+            ("remapped_rows.failure", "row remapping failed"),
+        ):
             v = r.get(key)
             if not is_na(v) and v.strip().lower() in ("yes", "1", "true"):
                 problems.append(f"GPU{i}: {label}")
     value = "; ".join(problems) if problems else ("none" if rows else None)
     warning = f"not readable: {', '.join(unreadable)}" if unreadable else None
-    return Check("ecc", value, "no uncorrected errors, no pending retirement/remap", bool(rows) and not problems,
-                 warning=warning)
+    return Check(
+        "ecc",
+        value,
+        "no uncorrected errors, no pending retirement/remap",
+        bool(rows) and not problems,
+        warning=warning,
+    )
 
 
 def check_xid(xids: list[dict[str, Any]] | None, source: str, critical: set[int]) -> Check:
     if xids is None:
-        return Check("xid", "not readable", "no critical Xid events", True,
-                     warning=f"kernel log not readable ({source}): Xid events not checked")
+        return Check(
+            "xid",
+            "not readable",
+            "no critical Xid events",
+            True,
+            warning=f"kernel log not readable ({source}): Xid events not checked",
+        )
     crit = [x for x in xids if x["code"] in critical]
     other = [x for x in xids if x["code"] not in critical]
     codes = sorted({x["code"] for x in xids})
@@ -386,11 +441,19 @@ def check_xid(xids: list[dict[str, Any]] | None, source: str, critical: set[int]
     warning = None
     if other:
         warning = f"non-critical Xid codes {sorted({x['code'] for x in other})} in {source}"
-    return Check("xid", value, f"no critical Xid events ({source})", not crit, warning=warning,
-                 detail={"critical": crit[:20]} if crit else None)
+    return Check(
+        "xid",
+        value,
+        f"no critical Xid events ({source})",
+        not crit,
+        warning=warning,
+        detail={"critical": crit[:20]} if crit else None,
+    )
 
 
-def check_nvlink(cells: dict[tuple[int, int], str], gpu_indices: list[int], links_min: float | None) -> Check:
+def check_nvlink(
+    cells: dict[tuple[int, int], str], gpu_indices: list[int], links_min: float | None
+) -> Check:
     if len(gpu_indices) < 2:
         return Check("nvlink", "single GPU", "NV<k> between every GPU pair", True)
     want = f"NV{int(links_min)}+" if links_min else "NV<k>"
@@ -406,15 +469,22 @@ def check_nvlink(cells: dict[tuple[int, int], str], gpu_indices: list[int], link
             else:
                 seen.append(cell)
     pairs = len(gpu_indices) * (len(gpu_indices) - 1) // 2
-    value = f"{pairs} pair(s) " + ("/".join(sorted(set(seen))) if not bad else f"{len(bad)} bad: " + "; ".join(bad[:6]))
+    value = f"{pairs} pair(s) " + (
+        "/".join(sorted(set(seen))) if not bad else f"{len(bad)} bad: " + "; ".join(bad[:6])
+    )
     return Check("nvlink", value, f"{want} between every GPU pair", not bad)
 
 
 def check_efa(count: int | None, expected: int | None, attempts: int) -> Check:
     if expected is None:
         return Check("efa", count, "none expected (instance type not known)", True)
-    return Check("efa", count, f">= {expected}", count is not None and count >= expected,
-                 detail={"attempts": attempts})
+    return Check(
+        "efa",
+        count,
+        f">= {expected}",
+        count is not None and count >= expected,
+        detail={"attempts": attempts},
+    )
 
 
 def check_disk(path: str, min_gb: float) -> Check:
@@ -424,21 +494,55 @@ def check_disk(path: str, min_gb: float) -> Check:
         probe = probe.parent
     free_gb = shutil.disk_usage(probe).free / 1e9
     note = None if probe == p else f"{path} does not exist yet: measured at {probe}"
-    return Check("disk", round(free_gb, 1), f">= {min_gb:g} GB free at {path}", free_gb >= min_gb, unit="GB",
-                 warning=note)
+    return Check(
+        "disk",
+        round(free_gb, 1),
+        f">= {min_gb:g} GB free at {path}",
+        free_gb >= min_gb,
+        unit="GB",
+        warning=note,
+    )
 
 
-def check_min(name: str, value: float | None, unit: str, thr: Threshold, detail: Any = None,
-              error: str | None = None) -> Check:
+def check_min(
+    name: str,
+    value: float | None,
+    unit: str,
+    thr: Threshold,
+    detail: Any = None,
+    error: str | None = None,
+) -> Check:
     """A measured figure against a minimum. No threshold: passes with a warning, figure kept."""
     if value is None:
-        return Check(name, None, _expected_min(thr, unit), False, unit=unit, warning=error or "not measured",
-                     detail=detail)
+        return Check(
+            name,
+            None,
+            _expected_min(thr, unit),
+            False,
+            unit=unit,
+            warning=error or "not measured",
+            detail=detail,
+        )
     if thr.min is None:
-        return Check(name, round(value, 3), "no threshold", True, unit=unit, warning=thr.source, detail=detail)
+        return Check(
+            name,
+            round(value, 3),
+            "no threshold",
+            True,
+            unit=unit,
+            warning=thr.source,
+            detail=detail,
+        )
     warning = f"threshold provisional: {thr.source}" if thr.provisional else None
-    return Check(name, round(value, 3), _expected_min(thr, unit), value >= thr.min, unit=unit, warning=warning,
-                 detail=detail)
+    return Check(
+        name,
+        round(value, 3),
+        _expected_min(thr, unit),
+        value >= thr.min,
+        unit=unit,
+        warning=warning,
+        detail=detail,
+    )
 
 
 def _expected_min(thr: Threshold, unit: str) -> str:
@@ -467,7 +571,9 @@ def run_cmd(argv: Sequence[str], timeout: float = 30) -> tuple[int, str, str]:
 
 
 def smi_query(fields: Sequence[str]) -> list[dict[str, str]] | None:
-    rc, out, _ = run_cmd(["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"])
+    rc, out, _ = run_cmd(
+        ["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"]
+    )
     if rc != 0:
         return None
     try:
@@ -498,7 +604,9 @@ def read_kernel_log() -> tuple[str | None, str]:
     rc, out, err = run_cmd(["dmesg"])
     if rc == 0 and out.strip():
         return out, "dmesg, since boot"
-    return None, "dmesg/journalctl: " + (err.strip().splitlines()[-1] if err.strip() else f"exit {rc}")
+    return None, "dmesg/journalctl: " + (
+        err.strip().splitlines()[-1] if err.strip() else f"exit {rc}"
+    )
 
 
 def count_efa(sysfs: Path = Path("/sys/class/infiniband")) -> int:
@@ -517,8 +625,13 @@ def count_efa(sysfs: Path = Path("/sys/class/infiniband")) -> int:
     return n
 
 
-def probe_efa(expected: int | None, retries: int, wait_s: float,
-              counter: Callable[[], int] = count_efa, sleep: Callable[[float], None] = time.sleep) -> tuple[int, int]:
+def probe_efa(
+    expected: int | None,
+    retries: int,
+    wait_s: float,
+    counter: Callable[[], int] = count_efa,
+    sleep: Callable[[float], None] = time.sleep,
+) -> tuple[int, int]:
     """Count EFA devices, retrying while fewer than expected (p5en's EFA comes up late)."""
     attempts = 1
     count = counter()
@@ -584,8 +697,11 @@ def bench_worker(local_rank: int, cfg: dict[str, Any], queue: Any) -> None:
         rank = cfg["node_rank"] * nlocal + local_rank
         if world > 1:
             dist.init_process_group(
-                "nccl", init_method=f"tcp://{cfg['master_addr']}:{cfg['master_port']}",
-                rank=rank, world_size=world, device_id=dev,
+                "nccl",
+                init_method=f"tcp://{cfg['master_addr']}:{cfg['master_port']}",
+                rank=rank,
+                world_size=world,
+                device_id=dev,
             )
             groups = {}
             if nnodes > 1:
@@ -595,7 +711,9 @@ def bench_worker(local_rank: int, cfg: dict[str, Any], queue: Any) -> None:
             else:
                 groups["node"] = None
             for key, group in groups.items():
-                out[f"allreduce_{key}"] = _allreduce(torch, dist, dev, group, cfg["allreduce_sizes"])
+                out[f"allreduce_{key}"] = _allreduce(
+                    torch, dist, dev, group, cfg["allreduce_sizes"]
+                )
             dist.destroy_process_group()
     except BaseException as err:  # reported as a failed check, not a traceback
         out["error"] = f"{type(err).__name__}: {err}".strip()[:500]
@@ -613,13 +731,21 @@ def _allreduce(torch: Any, dist: Any, dev: Any, group: Any, sizes: Sequence[int]
     for nbytes in sizes:
         x = torch.ones(nbytes // 4, device=dev, dtype=torch.float32)
         dist.barrier(group=group, device_ids=[dev.index])
-        t = _time_cuda(torch, lambda: dist.all_reduce(x, group=group), ALLREDUCE_WARMUP, ALLREDUCE_ITERS)
+        t = _time_cuda(
+            torch, lambda: dist.all_reduce(x, group=group), ALLREDUCE_WARMUP, ALLREDUCE_ITERS
+        )
         tt = torch.tensor([t], device=dev, dtype=torch.float64)
         dist.all_reduce(tt, op=dist.ReduceOp.MAX, group=group)
         t = float(tt.item())
         algbw = nbytes / t / 1e9
-        rows.append({"bytes": nbytes, "time_ms": round(t * 1e3, 3), "algbw_gbps": round(algbw, 1),
-                     "busbw_gbps": round(algbw * busbw_factor(world), 1)})
+        rows.append(
+            {
+                "bytes": nbytes,
+                "time_ms": round(t * 1e3, 3),
+                "algbw_gbps": round(algbw, 1),
+                "busbw_gbps": round(algbw * busbw_factor(world), 1),
+            }
+        )
         del x
         torch.cuda.empty_cache()
     return {"world": world, "correct": correct, "sizes": rows}
@@ -632,12 +758,18 @@ def run_benchmarks(args: argparse.Namespace, nlocal: int, timeout_s: float) -> l
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     cfg = {
-        "matmul_n": args.matmul_n, "copy_bytes": int(args.copy_gib * GIB),
+        "matmul_n": args.matmul_n,
+        "copy_bytes": int(args.copy_gib * GIB),
         "allreduce_sizes": [int(m * MIB) for m in args.allreduce_mib],
-        "nlocal": nlocal, "nnodes": args.nnodes, "node_rank": args.node_rank,
-        "master_addr": args.master_addr or "127.0.0.1", "master_port": args.master_port or free_port(),
+        "nlocal": nlocal,
+        "nnodes": args.nnodes,
+        "node_rank": args.node_rank,
+        "master_addr": args.master_addr or "127.0.0.1",
+        "master_port": args.master_port or free_port(),
     }
-    procs = [ctx.Process(target=bench_worker, args=(i, cfg, queue), daemon=True) for i in range(nlocal)]
+    procs = [
+        ctx.Process(target=bench_worker, args=(i, cfg, queue), daemon=True) for i in range(nlocal)
+    ]
     for p in procs:
         p.start()
     results: list[dict[str, Any]] = []
@@ -669,32 +801,56 @@ def run_benchmarks(args: argparse.Namespace, nlocal: int, timeout_s: float) -> l
     failed_first = any("error" in r for r in results)
     for i in range(nlocal):
         if i not in got:
-            why = "stopped after another GPU's worker failed" if failed_first else (
-                f"gave no result within {timeout_s:g} s (exit code {procs[i].exitcode})")
+            why = (
+                "stopped after another GPU's worker failed"
+                if failed_first
+                else (f"gave no result within {timeout_s:g} s (exit code {procs[i].exitcode})")
+            )
             results.append({"local_rank": i, "error": f"worker for GPU {i} {why}"})
     return sorted(results, key=lambda r: r["local_rank"])
 
 
-def bench_checks(results: list[dict[str, Any]], table: dict[str, Any], gpu_type: str,
-                 overrides: dict[str, float], nnodes: int) -> list[Check]:
+def bench_checks(
+    results: list[dict[str, Any]],
+    table: dict[str, Any],
+    gpu_type: str,
+    overrides: dict[str, float],
+    nnodes: int,
+) -> list[Check]:
     """Matmul, copy and all-reduce checks from the workers' results (pure)."""
     errors = [f"GPU{r['local_rank']}: {r['error']}" for r in results if "error" in r]
     err_text = "; ".join(errors) or None
     checks = []
-    for name, key, unit in (("matmul_bf16", "matmul_bf16_tflops", "TFLOP/s"), ("copy_bandwidth", "copy_tbps", "TB/s")):
+    for name, key, unit in (
+        ("matmul_bf16", "matmul_bf16_tflops", "TFLOP/s"),
+        ("copy_bandwidth", "copy_tbps", "TB/s"),
+    ):
         per = [r.get(key) for r in results]
         measured = [v for v in per if v is not None]
         value = min(measured) if measured and len(measured) == len(per) else None
-        checks.append(check_min(
-            name, value, unit, resolve_threshold(table, key, gpu_type, overrides),
-            detail={"per_gpu": [None if v is None else round(v, 3) for v in per]}, error=err_text,
-        ))
+        checks.append(
+            check_min(
+                name,
+                value,
+                unit,
+                resolve_threshold(table, key, gpu_type, overrides),
+                detail={"per_gpu": [None if v is None else round(v, 3) for v in per]},
+                error=err_text,
+            )
+        )
     nlocal = len(results)
     wanted = []
     if nlocal > 1:
         wanted.append(("allreduce_busbw", "allreduce_node", "allreduce_busbw_gbps", nlocal))
     if nnodes > 1:
-        wanted.append(("allreduce_multinode_busbw", "allreduce_multinode", "allreduce_multinode_busbw_gbps", None))
+        wanted.append(
+            (
+                "allreduce_multinode_busbw",
+                "allreduce_multinode",
+                "allreduce_multinode_busbw_gbps",
+                None,
+            )
+        )
     for name, key, thr_name, count in wanted:
         ar = next((r[key] for r in results if key in r), None)
         thr = resolve_threshold(table, thr_name, gpu_type, overrides, count)
@@ -716,31 +872,67 @@ def bench_checks(results: list[dict[str, Any]], table: dict[str, Any], gpu_type:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.add_argument("--gpu-type", default=None, help="the recipe's gpu.type, e.g. H200")
-    p.add_argument("--gpus", type=int, default=None, help="GPUs this node must have (the recipe's gpu.per_node)")
+    p.add_argument(
+        "--gpus",
+        type=int,
+        default=None,
+        help="GPUs this node must have (the recipe's gpu.per_node)",
+    )
     p.add_argument("--gpu-memory-gb", type=float, default=None, help="the recipe's gpu.memory_gb")
-    p.add_argument("--driver-min", default=None, help="lowest NVIDIA driver version the stack runs on")
-    p.add_argument("--cuda", default=None, help="the stack's CUDA version; the driver must support it")
-    p.add_argument("--efa-expected", type=int, default=None, help="EFA devices the instance type has (none: not checked)")
+    p.add_argument(
+        "--driver-min", default=None, help="lowest NVIDIA driver version the stack runs on"
+    )
+    p.add_argument(
+        "--cuda", default=None, help="the stack's CUDA version; the driver must support it"
+    )
+    p.add_argument(
+        "--efa-expected",
+        type=int,
+        default=None,
+        help="EFA devices the instance type has (none: not checked)",
+    )
     p.add_argument("--efa-retries", type=int, default=3, help="EFA counts to try before failing")
     p.add_argument("--efa-retry-wait", type=float, default=5.0, help="seconds between EFA counts")
     p.add_argument("--disk-path", default="/", help="where the image and assets go")
     p.add_argument("--disk-min-gb", type=float, default=0.0, help="free GB needed at --disk-path")
-    p.add_argument("--threshold", action="append", default=[], metavar="NAME=VALUE",
-                   help="override a threshold of preflight_thresholds.json (repeatable)")
-    p.add_argument("--nnodes", type=int, default=1, help="nodes in the run (all-reduce across them when > 1)")
+    p.add_argument(
+        "--threshold",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="override a threshold of preflight_thresholds.json (repeatable)",
+    )
+    p.add_argument(
+        "--nnodes", type=int, default=1, help="nodes in the run (all-reduce across them when > 1)"
+    )
     p.add_argument("--node-rank", type=int, default=0)
-    p.add_argument("--master-addr", default=None, help="rendezvous address (node 0); needed when --nnodes > 1")
-    p.add_argument("--master-port", type=int, default=None, help="rendezvous port; needed when --nnodes > 1")
-    p.add_argument("--no-bench", action="store_true", help="skip the GPU benchmarks (matmul, copy, all-reduce)")
-    p.add_argument("--bench-timeout", type=float, default=300.0, help="seconds the GPU benchmarks may take")
+    p.add_argument(
+        "--master-addr", default=None, help="rendezvous address (node 0); needed when --nnodes > 1"
+    )
+    p.add_argument(
+        "--master-port", type=int, default=None, help="rendezvous port; needed when --nnodes > 1"
+    )
+    p.add_argument(
+        "--no-bench", action="store_true", help="skip the GPU benchmarks (matmul, copy, all-reduce)"
+    )
+    p.add_argument(
+        "--bench-timeout", type=float, default=300.0, help="seconds the GPU benchmarks may take"
+    )
     # sizes (defaults keep 8 GPUs under 60 s); smaller ones are for tests only
     p.add_argument("--matmul-n", type=int, default=MATMUL_N, help=argparse.SUPPRESS)
     p.add_argument("--copy-gib", type=float, default=COPY_BYTES / GIB, help=argparse.SUPPRESS)
-    p.add_argument("--allreduce-mib", type=float, nargs="+", default=[s / MIB for s in ALLREDUCE_SIZES],
-                   help=argparse.SUPPRESS)
+    p.add_argument(
+        "--allreduce-mib",
+        type=float,
+        nargs="+",
+        default=[s / MIB for s in ALLREDUCE_SIZES],
+        help=argparse.SUPPRESS,
+    )
     return p
 
 
@@ -749,9 +941,18 @@ def torch_probe() -> tuple[Check, dict[str, Any], int]:
     try:
         import torch
     except Exception as err:  # ImportError, or a broken install
-        return (Check("torch", None, "PyTorch importable, CUDA available", False,
-                      warning=f"PyTorch is not importable here ({type(err).__name__}: {err}); "
-                              "run the preflight inside the training container"), {}, 0)
+        return (
+            Check(
+                "torch",
+                None,
+                "PyTorch importable, CUDA available",
+                False,
+                warning=f"PyTorch is not importable here ({type(err).__name__}: {err}); "
+                "run the preflight inside the training container",
+            ),
+            {},
+            0,
+        )
     info = {"torch": torch.__version__, "torch_cuda": torch.version.cuda}
     try:
         info["nccl"] = ".".join(str(x) for x in torch.cuda.nccl.version())
@@ -763,18 +964,31 @@ def torch_probe() -> tuple[Check, dict[str, Any], int]:
         return Check("torch", torch.__version__, "CUDA available", False, warning=str(err)), info, 0
     value = f"{torch.__version__} (CUDA {torch.version.cuda}), {n} GPU(s)"
     ok = n > 0 and torch.version.cuda is not None
-    return (Check("torch", value, "PyTorch with CUDA sees the GPUs", ok,
-                  warning=None if ok else "PyTorch sees no CUDA device"), info, n)
+    return (
+        Check(
+            "torch",
+            value,
+            "PyTorch with CUDA sees the GPUs",
+            ok,
+            warning=None if ok else "PyTorch sees no CUDA device",
+        ),
+        info,
+        n,
+    )
 
 
-def run_preflight(args: argparse.Namespace, overrides: dict[str, float], table: dict[str, Any]) -> dict[str, Any]:
+def run_preflight(
+    args: argparse.Namespace, overrides: dict[str, float], table: dict[str, Any]
+) -> dict[str, Any]:
     started = time.time()
     t0 = time.monotonic()
     gpu_type = args.gpu_type or ""
     checks: list[Check] = []
     meta: dict[str, Any] = {
-        "host": socket.gethostname(), "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
-        "node_rank": args.node_rank, "nnodes": args.nnodes,
+        "host": socket.gethostname(),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+        "node_rank": args.node_rank,
+        "nnodes": args.nnodes,
         "environment": {k: os.environ.get(k) for k in MULTICAST_OFF},
     }
 
@@ -788,8 +1002,15 @@ def run_preflight(args: argparse.Namespace, overrides: dict[str, float], table: 
     rows = smi_query(GPU_FIELDS) if shutil.which("nvidia-smi") else None
     if rows is None:
         why = "not found on PATH" if not shutil.which("nvidia-smi") else "failed"
-        checks.append(Check("nvidia_smi", why, "nvidia-smi lists the GPUs", False,
-                            warning=f"nvidia-smi {why}: no NVIDIA GPU or driver here (a container needs --gpus all)"))
+        checks.append(
+            Check(
+                "nvidia_smi",
+                why,
+                "nvidia-smi lists the GPUs",
+                False,
+                warning=f"nvidia-smi {why}: no NVIDIA GPU or driver here (a container needs --gpus all)",
+            )
+        )
     else:
         rows = visible_filter(rows, os.environ.get("CUDA_VISIBLE_DEVICES"))
         _, smi_text, _ = run_cmd(["nvidia-smi"])
@@ -830,7 +1051,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as err:
         parser.error(str(err))
     if args.nnodes > 1 and (not args.master_addr or not args.master_port):
-        parser.error("--nnodes > 1 needs --master-addr and --master-port (node 0's address and a free port)")
+        parser.error(
+            "--nnodes > 1 needs --master-addr and --master-port (node 0's address and a free port)"
+        )
     if not 0 <= args.node_rank < args.nnodes:
         parser.error("--node-rank must be in [0, --nnodes)")
     try:

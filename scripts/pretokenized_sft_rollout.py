@@ -27,7 +27,8 @@ from __future__ import annotations
 import logging
 import os
 from array import array
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 __all__ = ["generate_rollout", "prepare_sample", "ROW_TOKENS_ENV"]
 
@@ -43,8 +44,10 @@ def _as_int_list(value: Any, what: str, where: str) -> list[int]:
     if hasattr(value, "tolist") and not isinstance(value, (list, tuple)):  # numpy / pyarrow arrays
         value = value.tolist()
     if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
-        raise ValueError(f"{where}: {what} must be a list of token ids, got {type(value).__name__}; "
-                         "the rows must be pre-tokenized (build_sft_rows.py), not conversations")
+        raise ValueError(
+            f"{where}: {what} must be a list of token ids, got {type(value).__name__}; "
+            "the rows must be pre-tokenized (build_sft_rows.py), not conversations"
+        )
     try:  # fast path (C loop): 128 rows x 8,192 tokens per step must cost milliseconds, not a second
         return array("q", value).tolist()
     except (TypeError, OverflowError):
@@ -53,8 +56,10 @@ def _as_int_list(value: Any, what: str, where: str) -> list[int]:
     for i, v in enumerate(value):
         if isinstance(v, bool) or not isinstance(v, int):
             if isinstance(v, dict):
-                raise ValueError(f"{where}: {what}[{i}] is a message dict, not a token id; the rows must be "
-                                 "pre-tokenized (build_sft_rows.py)")
+                raise ValueError(
+                    f"{where}: {what}[{i}] is a message dict, not a token id; the rows must be "
+                    "pre-tokenized (build_sft_rows.py)"
+                )
             try:
                 iv = int(v)
             except (TypeError, ValueError):
@@ -86,25 +91,37 @@ def prepare_sample(sample: Any, where: str, row_tokens: int | None = None) -> No
     if not tokens:
         raise ValueError(f"{where}: the row is empty")
     if row_tokens is not None and len(tokens) != row_tokens:
-        raise ValueError(f"{where}: the row has {len(tokens)} tokens, expected {row_tokens} (the recipe's row_tokens)")
+        raise ValueError(
+            f"{where}: the row has {len(tokens)} tokens, expected {row_tokens} (the recipe's row_tokens)"
+        )
     metadata = sample.metadata
     if not isinstance(metadata, dict):
-        raise ValueError(f"{where}: sample.metadata is {type(metadata).__name__}, expected a dict from the struct "
-                         "column `metadata` (pass --metadata-key metadata)")
+        raise ValueError(
+            f"{where}: sample.metadata is {type(metadata).__name__}, expected a dict from the struct "
+            "column `metadata` (pass --metadata-key metadata)"
+        )
     if MASK_FIELD not in metadata:
-        raise ValueError(f"{where}: sample.metadata has no {MASK_FIELD!r} (keys: {', '.join(map(str, metadata)) or 'none'})")
+        raise ValueError(
+            f"{where}: sample.metadata has no {MASK_FIELD!r} (keys: {', '.join(map(str, metadata)) or 'none'})"
+        )
     mask = _as_int_list(metadata[MASK_FIELD], f"metadata.{MASK_FIELD}", where)
     if len(mask) != len(tokens):
-        raise ValueError(f"{where}: metadata.{MASK_FIELD} has {len(mask)} entries for a row of {len(tokens)} tokens")
+        raise ValueError(
+            f"{where}: metadata.{MASK_FIELD} has {len(mask)} entries for a row of {len(tokens)} tokens"
+        )
     if not set(mask) <= {0, 1}:
         bad = sorted(set(mask) - {0, 1})[:3]
         raise ValueError(f"{where}: metadata.{MASK_FIELD} holds {bad}, expected only 0 and 1")
     supervised = sum(mask)
     if supervised == 0:
-        raise ValueError(f"{where}: the row has no supervised token (rows without targets must not be in the data)")
+        raise ValueError(
+            f"{where}: the row has no supervised token (rows without targets must not be in the data)"
+        )
     declared = metadata.get(COUNT_FIELD)
     if declared is not None and int(declared) != supervised:
-        raise ValueError(f"{where}: metadata.{COUNT_FIELD} is {declared} but the mask supervises {supervised} tokens")
+        raise ValueError(
+            f"{where}: metadata.{COUNT_FIELD} is {declared} but the mask supervises {supervised} tokens"
+        )
     first = mask.index(1)
     sample.tokens = tokens
     sample.response_length = len(tokens) - first
@@ -112,24 +129,35 @@ def prepare_sample(sample: Any, where: str, row_tokens: int | None = None) -> No
     sample.reward = 0
 
 
-def generate_rollout(args: Any, rollout_id: int, data_source: Any, evaluation: bool = False) -> list[list[Any]]:
+def generate_rollout(
+    args: Any, rollout_id: int, data_source: Any, evaluation: bool = False
+) -> list[list[Any]]:
     """miles' rollout entry point: the next `args.rollout_batch_size` rows, ready to train on."""
     global _logged_example
     if evaluation:
-        raise ValueError("pretokenized_sft_rollout: SFT on pre-tokenized rows has no evaluation rollouts; "
-                         "drop --eval-interval / --eval-prompt-data for this rollout function")
+        raise ValueError(
+            "pretokenized_sft_rollout: SFT on pre-tokenized rows has no evaluation rollouts; "
+            "drop --eval-interval / --eval-prompt-data for this rollout function"
+        )
     row_tokens = expected_row_tokens()
     groups = data_source.get_samples(args.rollout_batch_size)
     for g, group in enumerate(groups):
         for k, sample in enumerate(group):
             index = getattr(sample, "index", None)
-            where = f"rollout {rollout_id} sample {g}" + (f".{k}" if len(group) > 1 else "") + (
-                f" (dataset index {index})" if index is not None else "")
+            where = (
+                f"rollout {rollout_id} sample {g}"
+                + (f".{k}" if len(group) > 1 else "")
+                + (f" (dataset index {index})" if index is not None else "")
+            )
             prepare_sample(sample, where, row_tokens)
     if groups and groups[0] and not _logged_example:
         s = groups[0][0]
-        logger.info("pretokenized_sft_rollout: first row %d tokens, response_length %d, %d supervised",
-                    len(s.tokens), s.response_length, sum(s.loss_mask))
+        logger.info(
+            "pretokenized_sft_rollout: first row %d tokens, response_length %d, %d supervised",
+            len(s.tokens),
+            s.response_length,
+            sum(s.loss_mask),
+        )
         _logged_example = True
     return groups
 
@@ -139,8 +167,12 @@ def summarize(groups: Sequence[Sequence[Any]]) -> dict[str, float]:
     samples = [s for g in groups for s in g]
     total = sum(len(s.tokens) for s in samples)
     supervised = sum(sum(s.loss_mask) for s in samples)
-    return {"samples": len(samples), "tokens": total, "supervised": supervised,
-            "supervised_ratio": supervised / total if total else 0.0}
+    return {
+        "samples": len(samples),
+        "tokens": total,
+        "supervised": supervised,
+        "supervised_ratio": supervised / total if total else 0.0,
+    }
 
 
 def check_parquet(path: str, row_tokens: int | None) -> dict[str, Any]:
@@ -160,7 +192,9 @@ def check_parquet(path: str, row_tokens: int | None) -> dict[str, Any]:
         raise ValueError(f"{path}: not a readable parquet file ({err})") from None
     missing = {"messages", "metadata"} - set(pf.schema_arrow.names)
     if missing:
-        raise ValueError(f"{path}: no column(s) {', '.join(sorted(missing))} (columns: {', '.join(pf.schema_arrow.names)})")
+        raise ValueError(
+            f"{path}: no column(s) {', '.join(sorted(missing))} (columns: {', '.join(pf.schema_arrow.names)})"
+        )
     rows = tokens = supervised = 0
     for batch in pf.iter_batches(columns=["messages", "metadata"], batch_size=256):
         for rec in batch.to_pylist():
@@ -171,8 +205,12 @@ def check_parquet(path: str, row_tokens: int | None) -> dict[str, Any]:
             supervised += sum(s.loss_mask)
     if rows == 0:
         raise ValueError(f"{path}: no rows")
-    return {"rows": rows, "tokens": tokens, "supervised_tokens": supervised,
-            "supervised_token_ratio": round(supervised / tokens, 6)}
+    return {
+        "rows": rows,
+        "tokens": tokens,
+        "supervised_tokens": supervised,
+        "supervised_token_ratio": round(supervised / tokens, 6),
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -180,11 +218,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     import json
     import sys
 
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--check", metavar="PARQUET", required=True,
-                   help="run every row of a rows parquet through the rollout's checks and print a summary")
-    p.add_argument("--row-tokens", type=int, help="the recipe's row_tokens (default: $%s when set)" % ROW_TOKENS_ENV)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--check",
+        metavar="PARQUET",
+        required=True,
+        help="run every row of a rows parquet through the rollout's checks and print a summary",
+    )
+    p.add_argument(
+        "--row-tokens",
+        type=int,
+        help="the recipe's row_tokens (default: $%s when set)" % ROW_TOKENS_ENV,
+    )
     args = p.parse_args(argv)
     try:
         row_tokens = args.row_tokens if args.row_tokens is not None else expected_row_tokens()

@@ -33,8 +33,9 @@ import platform
 import re
 import subprocess
 import sys
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 SCHEMA_VERSION = 1
 POLICIES = ("fail", "warn", "skip")
@@ -43,12 +44,24 @@ DEFAULT_MEGATRON_DIR = "/root/Megatron-LM"
 
 # probe key -> (import name, distribution names for importlib.metadata), for plain packages
 PACKAGES: dict[str, tuple[str, tuple[str, ...]]] = {
-    "transformer_engine": ("transformer_engine", ("transformer_engine", "transformer-engine", "transformer_engine_torch")),
+    "transformer_engine": (
+        "transformer_engine",
+        ("transformer_engine", "transformer-engine", "transformer_engine_torch"),
+    ),
     "torch": ("torch", ("torch",)),
     "deepep": ("deep_ep", ("deep_ep", "deep-ep", "deepep")),
 }
 COMMIT_KEYS = ("miles_commit", "megatron_commit")
-KNOWN_KEYS = ("miles_commit", "megatron_commit", "transformer_engine", "torch", "cuda", "nccl", "deepep", "python")
+KNOWN_KEYS = (
+    "miles_commit",
+    "megatron_commit",
+    "transformer_engine",
+    "torch",
+    "cuda",
+    "nccl",
+    "deepep",
+    "python",
+)
 
 
 @dataclass
@@ -84,8 +97,12 @@ def commit_matches(value: str | None, expected: str) -> bool:
 
 def _git(tree: str, *args: str) -> subprocess.CompletedProcess[str]:
     # safe.directory: the image's trees may belong to another uid than the probing one
-    return subprocess.run(["git", "-c", "safe.directory=*", "-C", tree, *args],
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        ["git", "-c", "safe.directory=*", "-C", tree, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def _first_line(text: str) -> str:
@@ -114,7 +131,9 @@ def read_tree(tree: str) -> tuple[str | None, str | None, str]:
     untracked = [ln for ln in lines if ln.startswith("??")]
     extra = f"; {len(untracked)} untracked file(s), not counted" if untracked else ""
     if changed:
-        shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
+        shown = ", ".join(changed[:5]) + (
+            f" and {len(changed) - 5} more" if len(changed) > 5 else ""
+        )
         return sha, "modified", f"{len(changed)} changed tracked file(s): {shown}{extra}"
     return sha, "clean", f"no changes to tracked files{extra}"
 
@@ -129,9 +148,15 @@ def probe_tree(key: str, tree: str, expected: str | None) -> list[Check]:
     sha, state, note = read_tree(tree)
     if expected is None:
         info = "; ".join(x for x in (note, "no expectation in the recipe") if x)
-        return [Check(key, None, sha, True, tree if sha else info), Check(clean_name, None, state, True, info)]
+        return [
+            Check(key, None, sha, True, tree if sha else info),
+            Check(clean_name, None, state, True, info),
+        ]
     if sha is None:
-        return [Check(key, expected, None, False, note), Check(clean_name, "clean", None, False, note)]
+        return [
+            Check(key, expected, None, False, note),
+            Check(clean_name, "clean", None, False, note),
+        ]
     ok = commit_matches(sha, expected)
     commit = Check(key, expected, sha, ok, tree if ok else f"{tree}: HEAD is {sha}, not {expected}")
     return [commit, Check(clean_name, "clean", state, state == "clean", note)]
@@ -162,12 +187,20 @@ def import_version(module: str, dists: Sequence[str]) -> tuple[Any, str | None, 
         if err.name == module:
             return None, None, "not installed"
         meta = _metadata_version(dists)  # the package is there, something it needs is not
-        return None, meta, f"installed{' ' + meta if meta else ''} but import failed: {_error_text(err)}"
+        return (
+            None,
+            meta,
+            f"installed{' ' + meta if meta else ''} but import failed: {_error_text(err)}",
+        )
     except BaseException as err:  # noqa: BLE001 (a package may raise anything, even SystemExit, on import)
         if isinstance(err, KeyboardInterrupt):
             raise
         meta = _metadata_version(dists)
-        return None, meta, f"installed{' ' + meta if meta else ''} but import failed: {_error_text(err)}"
+        return (
+            None,
+            meta,
+            f"installed{' ' + meta if meta else ''} but import failed: {_error_text(err)}",
+        )
     version = getattr(mod, "__version__", None)
     if version is not None:
         return mod, str(version), ""
@@ -177,9 +210,17 @@ def import_version(module: str, dists: Sequence[str]) -> tuple[Any, str | None, 
     return mod, None, "imported, but it reports no version"
 
 
-def _judge(name: str, expected: str | None, value: str | None, note: str, importable: bool = True) -> Check:
+def _judge(
+    name: str, expected: str | None, value: str | None, note: str, importable: bool = True
+) -> Check:
     if expected is None:
-        return Check(name, None, value, True, "; ".join(x for x in (note, "no expectation in the recipe") if x))
+        return Check(
+            name,
+            None,
+            value,
+            True,
+            "; ".join(x for x in (note, "no expectation in the recipe") if x),
+        )
     if not importable:
         return Check(name, expected, value, False, note)
     if value is None:
@@ -210,20 +251,42 @@ def probe_packages(expect: dict[str, str]) -> list[Check]:
     checks: list[Check] = []
     te_mod, te_ver, te_note = import_version(*PACKAGES["transformer_engine"])
     torch_mod, torch_ver, torch_note = import_version(*PACKAGES["torch"])
-    checks.append(_judge("transformer_engine", expect.get("transformer_engine"), te_ver, te_note,
-                         importable=te_mod is not None))
-    checks.append(_judge("torch", expect.get("torch"), torch_ver, torch_note, importable=torch_mod is not None))
+    checks.append(
+        _judge(
+            "transformer_engine",
+            expect.get("transformer_engine"),
+            te_ver,
+            te_note,
+            importable=te_mod is not None,
+        )
+    )
+    checks.append(
+        _judge(
+            "torch", expect.get("torch"), torch_ver, torch_note, importable=torch_mod is not None
+        )
+    )
     if torch_mod is None:
-        why = "PyTorch " + ("not installed" if torch_note == "not installed" else "could not be imported")
+        why = "PyTorch " + (
+            "not installed" if torch_note == "not installed" else "could not be imported"
+        )
         checks.append(_judge("cuda", expect.get("cuda"), None, why, importable=False))
         checks.append(_judge("nccl", expect.get("nccl"), None, why, importable=False))
     else:
         cuda = getattr(getattr(torch_mod, "version", None), "cuda", None)
-        checks.append(_judge("cuda", expect.get("cuda"), cuda, "" if cuda else "a CPU-only PyTorch build (torch.version.cuda is None)"))
+        checks.append(
+            _judge(
+                "cuda",
+                expect.get("cuda"),
+                cuda,
+                "" if cuda else "a CPU-only PyTorch build (torch.version.cuda is None)",
+            )
+        )
         nccl, note = _nccl_version(torch_mod)
         checks.append(_judge("nccl", expect.get("nccl"), nccl, note))
     dep_mod, dep_ver, dep_note = import_version(*PACKAGES["deepep"])
-    checks.append(_judge("deepep", expect.get("deepep"), dep_ver, dep_note, importable=dep_mod is not None))
+    checks.append(
+        _judge("deepep", expect.get("deepep"), dep_ver, dep_note, importable=dep_mod is not None)
+    )
     checks.append(_judge("python", expect.get("python"), platform.python_version(), ""))
     return checks
 
@@ -243,18 +306,34 @@ def stdout_to_stderr() -> Iterator[None]:
         os.close(saved)
 
 
-def run_probe(expect: dict[str, str], policy: str, miles_dir: str, megatron_dir: str,
-              package_probe: Callable[[dict[str, str]], list[Check]] = probe_packages) -> dict[str, Any]:
+def run_probe(
+    expect: dict[str, str],
+    policy: str,
+    miles_dir: str,
+    megatron_dir: str,
+    package_probe: Callable[[dict[str, str]], list[Check]] = probe_packages,
+) -> dict[str, Any]:
     if policy == "skip":
-        return {"schema": SCHEMA_VERSION, "policy": policy, "ok": True, "skipped": True, "checks": [],
-                "note": "stack check skipped by policy; nothing was probed"}
+        return {
+            "schema": SCHEMA_VERSION,
+            "policy": policy,
+            "ok": True,
+            "skipped": True,
+            "checks": [],
+            "note": "stack check skipped by policy; nothing was probed",
+        }
     checks: list[Check] = []
     with stdout_to_stderr():
         checks += probe_tree("miles_commit", miles_dir, expect.get("miles_commit"))
         checks += probe_tree("megatron_commit", megatron_dir, expect.get("megatron_commit"))
         checks += package_probe(expect)
-    return {"schema": SCHEMA_VERSION, "policy": policy, "ok": all(c.ok for c in checks), "skipped": False,
-            "checks": [asdict(c) for c in checks]}
+    return {
+        "schema": SCHEMA_VERSION,
+        "policy": policy,
+        "ok": all(c.ok for c in checks),
+        "skipped": False,
+        "checks": [asdict(c) for c in checks],
+    }
 
 
 def exit_code(report: dict[str, Any]) -> int:
@@ -270,7 +349,14 @@ def format_table(report: dict[str, Any]) -> str:
         return "stack check skipped (--policy skip)"
     rows = [("check", "value", "expected", "result")]
     for c in report["checks"]:
-        rows.append((c["name"], str(c["value"] or "-")[:40], str(c["expected"] or "-"), "pass" if c["ok"] else "FAIL"))
+        rows.append(
+            (
+                c["name"],
+                str(c["value"] or "-")[:40],
+                str(c["expected"] or "-"),
+                "pass" if c["ok"] else "FAIL",
+            )
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
@@ -291,10 +377,12 @@ def parse_expect(text: str) -> dict[str, str]:
     except json.JSONDecodeError as err:
         raise ValueError(f"--expect is not valid JSON ({err.msg} at character {err.pos})") from None
     if not isinstance(data, dict):
-        raise ValueError("--expect must be a JSON object such as {\"torch\": \"2.11.0\"}")
+        raise ValueError('--expect must be a JSON object such as {"torch": "2.11.0"}')
     unknown = sorted(set(data) - set(KNOWN_KEYS))
     if unknown:
-        raise ValueError(f"--expect: unknown key(s) {', '.join(unknown)}; known: {', '.join(KNOWN_KEYS)}")
+        raise ValueError(
+            f"--expect: unknown key(s) {', '.join(unknown)}; known: {', '.join(KNOWN_KEYS)}"
+        )
     out: dict[str, str] = {}
     for key, value in data.items():
         if value is None:
@@ -304,21 +392,41 @@ def parse_expect(text: str) -> dict[str, str]:
         out[key] = str(value).strip()
     for key in COMMIT_KEYS:
         if key in out and not re.fullmatch(r"[0-9a-fA-F]{4,40}", out[key]):
-            raise ValueError(f"--expect: {key} {out[key]!r} is not a commit prefix (4 to 40 hex digits)")
+            raise ValueError(
+                f"--expect: {key} {out[key]!r} is not a commit prefix (4 to 40 hex digits)"
+            )
     return out
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--json", action="store_true", help="print one JSON object on stdout instead of a table")
-    p.add_argument("--policy", choices=POLICIES, default="fail",
-                   help="fail: exit 1 on a mismatch; warn: report it, exit 0; skip: probe nothing")
-    p.add_argument("--expect", default="{}", metavar="JSON",
-                   help=f"expected values, a JSON object with keys among {', '.join(KNOWN_KEYS)}")
-    p.add_argument("--miles-dir", default=DEFAULT_MILES_DIR, help=f"miles checkout (default {DEFAULT_MILES_DIR})")
-    p.add_argument("--megatron-dir", default=DEFAULT_MEGATRON_DIR,
-                   help=f"Megatron-LM checkout (default {DEFAULT_MEGATRON_DIR})")
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--json", action="store_true", help="print one JSON object on stdout instead of a table"
+    )
+    p.add_argument(
+        "--policy",
+        choices=POLICIES,
+        default="fail",
+        help="fail: exit 1 on a mismatch; warn: report it, exit 0; skip: probe nothing",
+    )
+    p.add_argument(
+        "--expect",
+        default="{}",
+        metavar="JSON",
+        help=f"expected values, a JSON object with keys among {', '.join(KNOWN_KEYS)}",
+    )
+    p.add_argument(
+        "--miles-dir",
+        default=DEFAULT_MILES_DIR,
+        help=f"miles checkout (default {DEFAULT_MILES_DIR})",
+    )
+    p.add_argument(
+        "--megatron-dir",
+        default=DEFAULT_MEGATRON_DIR,
+        help=f"Megatron-LM checkout (default {DEFAULT_MEGATRON_DIR})",
+    )
     return p
 
 
@@ -331,8 +439,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(str(err))
     report = run_probe(expect, args.policy, args.miles_dir, args.megatron_dir)
     for c in report["checks"] if args.json else []:  # the node log's copy; stdout is stack.json
-        print(f"stack {c['name']}: {c['value'] or '-'} (expected {c['expected'] or '-'}) "
-              f"{'ok' if c['ok'] else 'MISMATCH'}{': ' + c['note'] if c['note'] else ''}", file=sys.stderr)
+        print(
+            f"stack {c['name']}: {c['value'] or '-'} (expected {c['expected'] or '-'}) "
+            f"{'ok' if c['ok'] else 'MISMATCH'}{': ' + c['note'] if c['note'] else ''}",
+            file=sys.stderr,
+        )
     print(json.dumps(report, indent=2, sort_keys=True) if args.json else format_table(report))
     return exit_code(report)
 

@@ -13,9 +13,10 @@ from __future__ import annotations
 import os
 import socket
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import yaml
@@ -59,7 +60,9 @@ class Calls:
 class RecordingClient:
     """A boto3 client that records parameters, answers some calls itself and fails others on demand."""
 
-    def __init__(self, real: Any, calls: Calls, canned: dict[str, Any], faults: dict[str, Any]) -> None:
+    def __init__(
+        self, real: Any, calls: Calls, canned: dict[str, Any], faults: dict[str, Any]
+    ) -> None:
         self._real = real
         self._calls = calls
         self._canned = canned
@@ -123,8 +126,14 @@ class RecordingSession:
 
 def write_profile(tmp: Path, **fields: Any) -> Path:
     """An aws profile file (validated by load_profile like any user's)."""
-    data = {"kind": "aws", "region": "us-east-1", "ssh_cidr": "127.0.0.1/32", "connect_host": "127.0.0.1",
-            "connect_timeout_s": 2, "ready_timeout_s": 5}
+    data = {
+        "kind": "aws",
+        "region": "us-east-1",
+        "ssh_cidr": "127.0.0.1/32",
+        "connect_host": "127.0.0.1",
+        "connect_timeout_s": 2,
+        "ready_timeout_s": 5,
+    }
     data.update(fields)
     path = tmp / f"aws-{abs(hash(tuple(sorted(map(str, data.items())))))}.yaml"
     path.write_text(yaml.safe_dump(data))
@@ -194,13 +203,20 @@ def closed_port() -> int:
 
 def live_resources(ec2: Any) -> dict[str, list[str]]:
     """What is still allocated in the (moto) account: the assertion of every fault test."""
-    instances = [i["InstanceId"] for r in ec2.describe_instances()["Reservations"] for i in r["Instances"]
-                 if i["State"]["Name"] != "terminated"]
+    instances = [
+        i["InstanceId"]
+        for r in ec2.describe_instances()["Reservations"]
+        for i in r["Instances"]
+        if i["State"]["Name"] != "terminated"
+    ]
     return {
         "instances": instances,
         "addresses": [a["AllocationId"] for a in ec2.describe_addresses()["Addresses"]],
-        "security_groups": [g["GroupId"] for g in ec2.describe_security_groups()["SecurityGroups"]
-                            if g["GroupName"] != "default"],
+        "security_groups": [
+            g["GroupId"]
+            for g in ec2.describe_security_groups()["SecurityGroups"]
+            if g["GroupName"] != "default"
+        ],
         "key_pairs": [k["KeyName"] for k in ec2.describe_key_pairs()["KeyPairs"]],
     }
 
@@ -229,7 +245,9 @@ def aws(monkeypatch, tmp_path):
     """A moto account in us-east-1 behind a recording session; fake credentials only here."""
     set_fake_env(monkeypatch)
     monkeypatch.setenv("REPRODUCE_STATE_DIR", str(tmp_path / "state"))
-    monkeypatch.setenv("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")  # seconds per test otherwise; `ami` registers one
+    monkeypatch.setenv(
+        "MOTO_EC2_LOAD_DEFAULT_AMIS", "false"
+    )  # seconds per test otherwise; `ami` registers one
     import boto3
     from moto import mock_aws
 
@@ -240,8 +258,9 @@ def aws(monkeypatch, tmp_path):
 @pytest.fixture
 def ami(aws) -> str:
     """A registered image standing in for the Deep Learning AMI (moto has no such SSM parameter)."""
-    return aws._real.client("ec2").register_image(Name="dlami-standin", RootDeviceName="/dev/sda1",
-                                                  Architecture="x86_64")["ImageId"]
+    return aws._real.client("ec2").register_image(
+        Name="dlami-standin", RootDeviceName="/dev/sda1", Architecture="x86_64"
+    )["ImageId"]
 
 
 @pytest.fixture

@@ -20,9 +20,20 @@ class Result:
     err: str
 
 
-def reproduce(*args: str | Path, env: dict[str, str] | None = None, cwd: Path | None = None,
-              timeout: float = 120) -> Result:
+def reproduce(
+    *args: str | Path,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    timeout: float = 120,
+) -> Result:
     full_env = {**os.environ, **(env or {})}
-    proc = subprocess.run([sys.executable, "-m", "launcher", *map(str, args)], capture_output=True, text=True,
-                          env=full_env, cwd=cwd or REPO, timeout=timeout, stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        [sys.executable, "-m", "launcher", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        cwd=cwd or REPO,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
     return Result(proc.returncode, proc.stdout, proc.stderr)

@@ -14,7 +14,6 @@ import os
 from pathlib import Path
 
 import pytest
-
 from infra.docker import Registry, TestImage, dockerd_running, push_test_image, run_args
 from infra.sshd import SshServer
 
@@ -32,7 +31,9 @@ def docker_available() -> bool:
         return True
     if os.environ.get("REPRODUCE_TEST_NO_DOCKER") == "1":
         pytest.skip("REPRODUCE_TEST_NO_DOCKER=1: docker tests skipped on request")
-    pytest.fail("dockerd is not running (tests/run.sh starts it); set REPRODUCE_TEST_NO_DOCKER=1 to skip docker tests")
+    pytest.fail(
+        "dockerd is not running (tests/run.sh starts it); set REPRODUCE_TEST_NO_DOCKER=1 to skip docker tests"
+    )
 
 
 @pytest.fixture(scope="session")

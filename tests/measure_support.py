@@ -29,13 +29,29 @@ def run_standin(log: Path, steps: int = 20, **env: object) -> int:
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "wb") as fh:
         proc = subprocess.run(
-            [sys.executable, "train.py", "--num-rollout", str(steps), "--global-batch-size", "128",
-             "--expert-model-parallel-size", "8", "--lr", "1e-5"],
-            cwd=STANDIN, env=full, stdout=fh, stderr=subprocess.STDOUT, timeout=60,
+            [
+                sys.executable,
+                "train.py",
+                "--num-rollout",
+                str(steps),
+                "--global-batch-size",
+                "128",
+                "--expert-model-parallel-size",
+                "8",
+                "--lr",
+                "1e-5",
+            ],
+            cwd=STANDIN,
+            env=full,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            timeout=60,
         )
     return proc.returncode
 
 
-def step_times_for_tps(tps_per_gpu: float, gpus: int = 8, tokens_per_step: int = 128 * 8192) -> float:
+def step_times_for_tps(
+    tps_per_gpu: float, gpus: int = 8, tokens_per_step: int = 128 * 8192
+) -> float:
     """The constant step time that yields a given tokens/s per GPU."""
     return tokens_per_step / tps_per_gpu / gpus

@@ -15,7 +15,9 @@ SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
 def load_script(name: str) -> ModuleType:
     """scripts/<name>.py as module `<name>` (cached in sys.modules, so scripts importing each other share it)."""
-    if name in sys.modules and getattr(sys.modules[name], "__file__", None) == str(SCRIPTS / f"{name}.py"):
+    if name in sys.modules and getattr(sys.modules[name], "__file__", None) == str(
+        SCRIPTS / f"{name}.py"
+    ):
         return sys.modules[name]
     spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
     assert spec and spec.loader

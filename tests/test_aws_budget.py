@@ -29,7 +29,11 @@ def test_a_run_expected_to_cost_more_than_the_budget_is_refused_before_launch():
     budget = Budget(max_usd=5.0, max_hours=None, price_per_hour=63.296, nodes=1)
     with pytest.raises(BadInput) as err:
         budget.refuse_if_over(1.25 / 8)  # the seed: 1.25 GPU-hours on 8 GPUs = $9.89
-    assert err.value.exit_code == 2 and "$9.89" in str(err.value) and "nothing was launched" in str(err.value)
+    assert (
+        err.value.exit_code == 2
+        and "$9.89" in str(err.value)
+        and "nothing was launched" in str(err.value)
+    )
     Budget(max_usd=10.0, max_hours=None, price_per_hour=63.296, nodes=1).refuse_if_over(1.25 / 8)
     with pytest.raises(BadInput, match="--max-hours"):
         Budget(max_usd=None, max_hours=0.1, price_per_hour=63.296, nodes=1).refuse_if_over(0.2)
@@ -91,7 +95,9 @@ def test_interrupted_teardown_is_finished():
 
 
 def test_teardown_that_keeps_failing_names_what_is_left_and_the_command():
-    cluster = FakeCluster([KeyboardInterrupt(), KeyboardInterrupt(), KeyboardInterrupt(), KeyboardInterrupt()])
+    cluster = FakeCluster(
+        [KeyboardInterrupt(), KeyboardInterrupt(), KeyboardInterrupt(), KeyboardInterrupt()]
+    )
     with pytest.raises(InfraError) as err:
         with always_release(cluster, log=lambda m: None):
             pass

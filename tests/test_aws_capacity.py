@@ -2,28 +2,46 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 
 import boto3
 import pytest
+from aws_support import ami, aws, load, seed_recipe, set_fake_env  # noqa: F401 - fixtures
 from botocore.stub import Stubber
 
-from aws_support import ami, aws, load, seed_recipe, set_fake_env  # noqa: F401 - fixtures
 from launcher.capacity import buy, list_offerings
 from launcher.errors import BadInput
 
 pytestmark = pytest.mark.aws
 
-START = datetime(2026, 12, 3, 11, 30, tzinfo=timezone.utc)
-END = datetime(2026, 12, 4, 11, 30, tzinfo=timezone.utc)
-OFFERS = {"CapacityBlockOfferings": [
-    {"CapacityBlockOfferingId": "cb-0cheap000000000a", "InstanceType": "p5en.48xlarge", "AvailabilityZone": "us-east-1a",
-     "InstanceCount": 1, "StartDate": START, "EndDate": END, "CapacityBlockDurationHours": 24,
-     "UpfrontFee": "745.20", "CurrencyCode": "USD"},
-    {"CapacityBlockOfferingId": "cb-0dear0000000000b", "InstanceType": "p5en.48xlarge", "AvailabilityZone": "us-east-1b",
-     "InstanceCount": 1, "StartDate": START, "EndDate": END, "CapacityBlockDurationHours": 24,
-     "UpfrontFee": "912.00", "CurrencyCode": "USD"},
-]}
+START = datetime(2026, 12, 3, 11, 30, tzinfo=UTC)
+END = datetime(2026, 12, 4, 11, 30, tzinfo=UTC)
+OFFERS = {
+    "CapacityBlockOfferings": [
+        {
+            "CapacityBlockOfferingId": "cb-0cheap000000000a",
+            "InstanceType": "p5en.48xlarge",
+            "AvailabilityZone": "us-east-1a",
+            "InstanceCount": 1,
+            "StartDate": START,
+            "EndDate": END,
+            "CapacityBlockDurationHours": 24,
+            "UpfrontFee": "745.20",
+            "CurrencyCode": "USD",
+        },
+        {
+            "CapacityBlockOfferingId": "cb-0dear0000000000b",
+            "InstanceType": "p5en.48xlarge",
+            "AvailabilityZone": "us-east-1b",
+            "InstanceCount": 1,
+            "StartDate": START,
+            "EndDate": END,
+            "CapacityBlockDurationHours": 24,
+            "UpfrontFee": "912.00",
+            "CurrencyCode": "USD",
+        },
+    ]
+}
 EXPECTED_LIST = {"InstanceType": "p5en.48xlarge", "InstanceCount": 1, "CapacityDurationHours": 24}
 
 
@@ -72,12 +90,26 @@ def test_buying_prints_the_price_first_and_sends_the_exact_purchase(stubbed, tmp
     stubbed.stub.add_response(
         "purchase_capacity_block",
         {"CapacityReservation": {"CapacityReservationId": "cr-0123456789abcdef0"}},
-        {"CapacityBlockOfferingId": "cb-0cheap000000000a", "InstancePlatform": "Linux/UNIX",
-         "TagSpecifications": [{"ResourceType": "capacity-reservation", "Tags": [
-             {"Key": "reproduce:recipe", "Value": "qwen3-30b-a3b/h200/attune-tp1-pp1-ep8-mt16k"}]}]},
+        {
+            "CapacityBlockOfferingId": "cb-0cheap000000000a",
+            "InstancePlatform": "Linux/UNIX",
+            "TagSpecifications": [
+                {
+                    "ResourceType": "capacity-reservation",
+                    "Tags": [
+                        {
+                            "Key": "reproduce:recipe",
+                            "Value": "qwen3-30b-a3b/h200/attune-tp1-pp1-ep8-mt16k",
+                        }
+                    ],
+                }
+            ],
+        },
     )
     printed: list[str] = []
-    got = buy(seed_recipe(), load(tmp_path), "cb-0cheap000000000a", session=stubbed, log=printed.append)
+    got = buy(
+        seed_recipe(), load(tmp_path), "cb-0cheap000000000a", session=stubbed, log=printed.append
+    )
     assert got == "cr-0123456789abcdef0"
     assert "745.20 USD" in printed[0] and "cannot be cancelled" in printed[0]
     assert "reservation_id: cr-0123456789abcdef0" in printed[-1]
@@ -86,14 +118,27 @@ def test_buying_prints_the_price_first_and_sends_the_exact_purchase(stubbed, tmp
 def test_an_offering_over_max_usd_is_not_bought(stubbed, tmp_path):
     stubbed.stub.add_response("describe_capacity_block_offerings", OFFERS, EXPECTED_LIST)
     with pytest.raises(BadInput, match="more than --max-usd 800"):
-        buy(seed_recipe(), load(tmp_path), "cb-0dear0000000000b", max_usd=800, session=stubbed, log=lambda m: None)
+        buy(
+            seed_recipe(),
+            load(tmp_path),
+            "cb-0dear0000000000b",
+            max_usd=800,
+            session=stubbed,
+            log=lambda m: None,
+        )
     # no purchase response was queued: a purchase call would have failed the Stubber
 
 
 def test_an_unlisted_offering_is_not_bought(stubbed, tmp_path):
     stubbed.stub.add_response("describe_capacity_block_offerings", OFFERS, EXPECTED_LIST)
     with pytest.raises(BadInput, match="not among the current offerings"):
-        buy(seed_recipe(), load(tmp_path), "cb-0gone0000000000c", session=stubbed, log=lambda m: None)
+        buy(
+            seed_recipe(),
+            load(tmp_path),
+            "cb-0gone0000000000c",
+            session=stubbed,
+            log=lambda m: None,
+        )
 
 
 def test_blocks_last_whole_days(tmp_path):
@@ -103,14 +148,26 @@ def test_blocks_last_whole_days(tmp_path):
 
 def test_check_sends_the_launch_with_dry_run_and_creates_nothing(aws, ami, tmp_path):
     from aws_support import live_resources
+
     from launcher.clusters.aws import check
 
-    lines = check(seed_recipe(), load(tmp_path), "c1", session=aws, ami_resolver=lambda n: ami, log=lambda m: None)
+    lines = check(
+        seed_recipe(),
+        load(tmp_path),
+        "c1",
+        session=aws,
+        ami_resolver=lambda n: ami,
+        log=lambda m: None,
+    )
     dry = [name for name, params in aws.calls.log if params.get("DryRun")]
     assert dry == ["create_security_group", "create_key_pair", "run_instances", "allocate_address"]
     run = [p for n, p in aws.calls.log if n == "run_instances"][0]
     assert len(run["NetworkInterfaces"]) == 16 and "KeyName" not in run
     assert any("RunInstances" in line for line in lines)
     ec2 = aws._real.client("ec2")
-    assert live_resources(ec2) == {"instances": [], "addresses": [], "security_groups": [], "key_pairs": []}
-
+    assert live_resources(ec2) == {
+        "instances": [],
+        "addresses": [],
+        "security_groups": [],
+        "key_pairs": [],
+    }

@@ -6,11 +6,20 @@ import json
 import os
 import subprocess
 import sys
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
+from aws_support import (
+    NOTHING,
+    REPO,
+    SEED,
+    banner,
+    live_resources,
+    moto_server,
+    seed_recipe,
+    write_profile,
+)  # noqa: F401
 
-from aws_support import NOTHING, REPO, SEED, banner, live_resources, moto_server, seed_recipe, write_profile  # noqa: F401
 from launcher.clusters.aws import AwsCluster
 
 pytestmark = pytest.mark.aws
@@ -18,8 +27,15 @@ pytestmark = pytest.mark.aws
 
 def reproduce(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "launcher", *args], capture_output=True, text=True,
-                          stdin=subprocess.DEVNULL, env=env, timeout=120, cwd=REPO)
+    return subprocess.run(
+        [sys.executable, "-m", "launcher", *args],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        env=env,
+        timeout=120,
+        cwd=REPO,
+    )
 
 
 def kept_run(tmp_path, banner, run_id: str, ttl_hours: float = 6, started_hours_ago: float = 0):
@@ -29,13 +45,24 @@ def kept_run(tmp_path, banner, run_id: str, ttl_hours: float = 6, started_hours_
 
     ec2 = boto3.client("ec2", region_name="us-east-1")
     image = ec2.register_image(Name="dlami-standin", RootDeviceName="/dev/sda1")["ImageId"]
-    profile = load_profile(str(write_profile(tmp_path, port=banner.port, ami=image, ttl_hours=ttl_hours)))
+    profile = load_profile(
+        str(write_profile(tmp_path, port=banner.port, ami=image, ttl_hours=ttl_hours))
+    )
     run_dir = tmp_path / "runs" / "x" / f"20261129T000000Z-{run_id}"
     run_dir.mkdir(parents=True)
     (run_dir / "run.json").write_text(json.dumps({"run_id": run_id}))
-    c = AwsCluster(seed_recipe(), profile, run_id, keep=True, state_path=run_dir / "aws.json",
-                   key_dir=tmp_path / "keys", poll_s=0.05, log=lambda m: None, owner="test")
-    c.now = lambda: datetime.now(timezone.utc) - timedelta(hours=started_hours_ago)
+    c = AwsCluster(
+        seed_recipe(),
+        profile,
+        run_id,
+        keep=True,
+        state_path=run_dir / "aws.json",
+        key_dir=tmp_path / "keys",
+        poll_s=0.05,
+        log=lambda m: None,
+        owner="test",
+    )
+    c.now = lambda: datetime.now(UTC) - timedelta(hours=started_hours_ago)
     c.acquire()
     c.release()  # --keep: nothing ended
     return ec2, run_dir
@@ -62,15 +89,20 @@ def test_reap_ends_expired_runs_only(moto_server, tmp_path, banner):
     assert len(live_resources(ec2)["instances"]) == 2
     result = reproduce("reap", "--region", "us-east-1")
     assert result.returncode == 0, result.stderr
-    assert len(live_resources(ec2)["instances"]) == 1 and live_resources(ec2)["key_pairs"] == ["reproduce-current"]
+    assert len(live_resources(ec2)["instances"]) == 1 and live_resources(ec2)["key_pairs"] == [
+        "reproduce-current"
+    ]
 
 
-@pytest.mark.parametrize("args, words", [
-    (["down", "no-such-run", "--runs-dir", "/nonexistent"], "no run 'no-such-run'"),
-    (["reap", "--region", "us-nowhere-9"], "unknown AWS region"),
-    (["capacity", str(SEED), "--hours", "5"], "whole days"),
-    (["capacity", str(SEED), "--cluster", "local"], "kind local"),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["down", "no-such-run", "--runs-dir", "/nonexistent"], "no run 'no-such-run'"),
+        (["reap", "--region", "us-nowhere-9"], "unknown AWS region"),
+        (["capacity", str(SEED), "--hours", "5"], "whole days"),
+        (["capacity", str(SEED), "--cluster", "local"], "kind local"),
+    ],
+)
 def test_bad_input_exits_2_with_one_clear_line(moto_server, args, words):
     result = reproduce(*args)
     assert result.returncode == 2, result.stdout + result.stderr

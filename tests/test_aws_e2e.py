@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from aws_support import FAKE_ENV, NOTHING, REPO, live_resources
 from infra.docker import containers_named
 from infra.plan_env import write_profile, write_recipe
@@ -38,29 +37,51 @@ class MotoAws:
         self.endpoint = endpoint
         self.env = {key: value for key, value in os.environ.items() if not key.startswith("AWS_")}
         self.env.update(FAKE_ENV)
-        self.env.update({"AWS_ENDPOINT_URL": endpoint, "AWS_CONFIG_FILE": os.devnull,
-                         "AWS_SHARED_CREDENTIALS_FILE": os.devnull, "REPRODUCE_STATE_DIR": str(state_dir),
-                         "PYTHONPATH": str(REPO)})
-        self.ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=endpoint, aws_access_key_id="testing",
-                                aws_secret_access_key="testing")
+        self.env.update(
+            {
+                "AWS_ENDPOINT_URL": endpoint,
+                "AWS_CONFIG_FILE": os.devnull,
+                "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+                "REPRODUCE_STATE_DIR": str(state_dir),
+                "PYTHONPATH": str(REPO),
+            }
+        )
+        self.ec2 = boto3.client(
+            "ec2",
+            region_name="us-east-1",
+            endpoint_url=endpoint,
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
 
     def reproduce(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
         """`reproduce ARGS` with this account's environment (stdin not a terminal)."""
-        return subprocess.run([sys.executable, "-m", "launcher", *args], capture_output=True, text=True,
-                              stdin=subprocess.DEVNULL, env=self.env, timeout=timeout, cwd=REPO)
+        return subprocess.run(
+            [sys.executable, "-m", "launcher", *args],
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            env=self.env,
+            timeout=timeout,
+            cwd=REPO,
+        )
 
 
 @pytest.fixture
 def moto_aws(monkeypatch, tmp_path):
     from moto.server import ThreadedMotoServer
 
-    monkeypatch.setenv("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")  # read by the in-process backend: seconds otherwise
+    monkeypatch.setenv(
+        "MOTO_EC2_LOAD_DEFAULT_AMIS", "false"
+    )  # read by the in-process backend: seconds otherwise
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
     endpoint = f"http://{host}:{port}"
     # the server's backends live in this process and outlive a server: each test starts from an empty account
-    reset = lambda: urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST"))  # noqa: E731
+    reset = lambda: urllib.request.urlopen(
+        urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST")
+    )  # noqa: E731
     reset()
     try:
         yield MotoAws(endpoint, tmp_path / "state")
@@ -69,16 +90,34 @@ def moto_aws(monkeypatch, tmp_path):
         server.stop()
 
 
-def aws_profile(moto: MotoAws, sshd, tmp_path: Path, container_run_args: list[str], *,
-                env: dict[str, str] | None = None) -> Path:
+def aws_profile(
+    moto: MotoAws,
+    sshd,
+    tmp_path: Path,
+    container_run_args: list[str],
+    *,
+    env: dict[str, str] | None = None,
+) -> Path:
     """An aws profile whose instance is the sshd fixture (key pair imported, AMI registered in moto)."""
-    ami = moto.ec2.register_image(Name="dlami-standin", RootDeviceName="/dev/sda1",
-                                  Architecture="x86_64")["ImageId"]
-    moto.ec2.import_key_pair(KeyName=OPERATOR_KEY, PublicKeyMaterial=Path(f"{sshd.identity_file}.pub").read_bytes())
-    base = {"kind": "aws", "region": "us-east-1", "ami": ami, "key_name": OPERATOR_KEY,
-            "identity_file": str(sshd.identity_file), "user": sshd.user, "port": sshd.port,
-            "connect_host": "127.0.0.1", "connect_timeout_s": 5, "ssh_cidr": "127.0.0.1/32",
-            "ready_timeout_s": 30}
+    ami = moto.ec2.register_image(
+        Name="dlami-standin", RootDeviceName="/dev/sda1", Architecture="x86_64"
+    )["ImageId"]
+    moto.ec2.import_key_pair(
+        KeyName=OPERATOR_KEY, PublicKeyMaterial=Path(f"{sshd.identity_file}.pub").read_bytes()
+    )
+    base = {
+        "kind": "aws",
+        "region": "us-east-1",
+        "ami": ami,
+        "key_name": OPERATOR_KEY,
+        "identity_file": str(sshd.identity_file),
+        "user": sshd.user,
+        "port": sshd.port,
+        "connect_host": "127.0.0.1",
+        "connect_timeout_s": 5,
+        "ssh_cidr": "127.0.0.1/32",
+        "ready_timeout_s": 30,
+    }
     return write_profile(tmp_path, base, container_run_args, env=env)
 
 
@@ -142,35 +181,59 @@ def test_reproduce_on_aws_end_to_end(moto_aws, sshd, test_image, container_run_a
     assert instance["State"]["Name"] == "terminated"
     assert state["terminated"] == [instance["InstanceId"]] and state["nodes"][0]["meta"]["launched"]
     assert_state_released(state)
-    assert "aws: everything this run created is gone" in result.stdout + result.stderr  # the user is told
+    assert (
+        "aws: everything this run created is gone" in result.stdout + result.stderr
+    )  # the user is told
     tags = {t["Key"]: t["Value"] for t in instance.get("Tags", [])}
-    assert any(rd.name in value for value in tags.values()), tags  # tagged with the run (reap finds it)
+    assert any(rd.name in value for value in tags.values()), (
+        tags
+    )  # tagged with the run (reap finds it)
 
     timeline = json.loads((rd / "timeline.json").read_text())
     assert timeline["acquired_at"] and timeline["released_at"]
     assert timeline["acquired_at"] <= timeline["released_at"]
     stages = timeline["stages"]
-    assert [s["name"] for s in stages] == ["preflight", "image", "preflight-gpu", "stack", "assets", "ray", "train"]
+    assert [s["name"] for s in stages] == [
+        "preflight",
+        "image",
+        "preflight-gpu",
+        "stack",
+        "assets",
+        "ray",
+        "train",
+    ]
     assert all(s["status"] == "ok" for s in stages), stages
-    for name in ("recipe.yaml", "profile.yaml", "plan.json", "node.sh", "result.yaml", "verdict.json"):
+    for name in (
+        "recipe.yaml",
+        "profile.yaml",
+        "plan.json",
+        "node.sh",
+        "result.yaml",
+        "verdict.json",
+    ):
         assert (rd / name).is_file(), name
     assert json.loads((rd / "verdict.json").read_text())["status"] == "reproduced"
-    assert " - step 19: " in (rd / "logs" / "train.log").read_text()  # the training really ran over SSH
+    assert (
+        " - step 19: " in (rd / "logs" / "train.log").read_text()
+    )  # the training really ran over SSH
 
     assert left_by_the_run(moto_aws) == NOTHING_LEFT
     assert no_container_of(rd)
 
 
-def test_failed_training_on_aws_is_exit_1_and_leaves_nothing(moto_aws, sshd, test_image, container_run_args,
-                                                              tmp_path):
+def test_failed_training_on_aws_is_exit_1_and_leaves_nothing(
+    moto_aws, sshd, test_image, container_run_args, tmp_path
+):
     recipe = write_recipe(tmp_path, test_image)
-    profile = aws_profile(moto_aws, sshd, tmp_path, container_run_args, env={"STANDIN_FAIL_AT": "3"})
+    profile = aws_profile(
+        moto_aws, sshd, tmp_path, container_run_args, env={"STANDIN_FAIL_AT": "3"}
+    )
     runs = tmp_path / "runs"
     result = moto_aws.reproduce(str(recipe), "--cluster", str(profile), "--runs-dir", str(runs))
     rd = the_run_dir(runs, result)
     assert result.returncode == 1, explain(result, rd)
     assert "illegal memory access" in result.stderr  # the training's own error reaches the user...
-    assert f'{REPO / "launcher"}' not in result.stderr  # ...and the launcher itself did not crash
+    assert f"{REPO / 'launcher'}" not in result.stderr  # ...and the launcher itself did not crash
     assert json.loads((rd / "verdict.json").read_text())["status"] == "failed"
     timeline = json.loads((rd / "timeline.json").read_text())
     assert timeline["released_at"]
@@ -182,12 +245,15 @@ def test_failed_training_on_aws_is_exit_1_and_leaves_nothing(moto_aws, sshd, tes
     assert no_container_of(rd)
 
 
-def test_keep_leaves_only_the_instance_priced_and_down_ends_it(moto_aws, sshd, test_image, container_run_args,
-                                                               tmp_path):
+def test_keep_leaves_only_the_instance_priced_and_down_ends_it(
+    moto_aws, sshd, test_image, container_run_args, tmp_path
+):
     recipe = write_recipe(tmp_path, test_image)
     profile = aws_profile(moto_aws, sshd, tmp_path, container_run_args)
     runs = tmp_path / "runs"
-    result = moto_aws.reproduce(str(recipe), "--cluster", str(profile), "--runs-dir", str(runs), "--keep")
+    result = moto_aws.reproduce(
+        str(recipe), "--cluster", str(profile), "--runs-dir", str(runs), "--keep"
+    )
     rd = the_run_dir(runs, result)
     assert result.returncode == 0, explain(result, rd)
     assert "verdict: reproduced" in result.stderr
@@ -195,15 +261,23 @@ def test_keep_leaves_only_the_instance_priced_and_down_ends_it(moto_aws, sshd, t
     [instance] = launched(moto_aws)
     iid = instance["InstanceId"]
     assert instance["State"]["Name"] == "running"
-    assert f"kept {iid}" in output and "$63.30/h" in output  # the profile's price_per_hour, per hour
+    assert (
+        f"kept {iid}" in output and "$63.30/h" in output
+    )  # the profile's price_per_hour, per hour
     assert f"reproduce down {rd}" in output
     state = state_of(rd)
     kept = left_by_the_run(moto_aws)
     # the instance and what it needs to stay reachable (its security group, its Elastic IP) stay with it
-    assert kept == {"instances": [iid], "security_groups": [state["security_group"]],
-                    "addresses": [a["allocation_id"] for a in state["addresses"]], "key_pairs": []}
+    assert kept == {
+        "instances": [iid],
+        "security_groups": [state["security_group"]],
+        "addresses": [a["allocation_id"] for a in state["addresses"]],
+        "key_pairs": [],
+    }
     assert state["instances"] == [iid] and state["placement_group"] is None
-    assert len(state["addresses"]) == 1  # p5en's 16 interfaces get no public address: the run attached one
+    assert (
+        len(state["addresses"]) == 1
+    )  # p5en's 16 interfaces get no public address: the run attached one
 
     ended = moto_aws.reproduce("down", str(rd), "--runs-dir", str(runs), timeout=120)
     assert ended.returncode == 0, ended.stdout + ended.stderr

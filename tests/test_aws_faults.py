@@ -13,12 +13,24 @@ import signal
 import subprocess
 import sys
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
+from aws_support import (  # noqa: F401 - fixtures
+    NOTHING,
+    REPO,
+    ami,
+    aws,
+    banner,
+    client_error,
+    closed_port,
+    live_resources,
+    load,
+    moto_server,
+    seed_recipe,
+    write_profile,
+)
 
-from aws_support import ami, aws, banner, moto_server  # noqa: F401 - fixtures
-from aws_support import NOTHING, REPO, client_error, closed_port, live_resources, load, seed_recipe, write_profile
 from launcher.clusters.aws import AwsCluster, down, reap
 from launcher.errors import BadInput, CheckFailed, InfraError, Interrupted
 from launcher.teardown import always_release
@@ -28,9 +40,18 @@ pytestmark = pytest.mark.aws
 
 def cluster(aws, ami, tmp_path, **fields):
     logs: list[str] = []
-    c = AwsCluster(seed_recipe(), load(tmp_path, **fields), "f1", session=aws, ami_resolver=lambda name: ami,
-                   state_path=tmp_path / "run" / "aws.json", key_dir=tmp_path / "keys", poll_s=0.01,
-                   log=logs.append, owner="test")
+    c = AwsCluster(
+        seed_recipe(),
+        load(tmp_path, **fields),
+        "f1",
+        session=aws,
+        ami_resolver=lambda name: ami,
+        state_path=tmp_path / "run" / "aws.json",
+        key_dir=tmp_path / "keys",
+        poll_s=0.01,
+        log=logs.append,
+        owner="test",
+    )
     c.logs = logs
     return c
 
@@ -39,24 +60,37 @@ def ec2_of(aws):
     return aws._real.client("ec2")
 
 
-def test_launch_refused_everywhere_names_the_alternatives_and_leaves_nothing(aws, ami, tmp_path, banner):
-    aws.faults["run_instances"] = client_error("InsufficientInstanceCapacity", "no p5en for you", "RunInstances")
+def test_launch_refused_everywhere_names_the_alternatives_and_leaves_nothing(
+    aws, ami, tmp_path, banner
+):
+    aws.faults["run_instances"] = client_error(
+        "InsufficientInstanceCapacity", "no p5en for you", "RunInstances"
+    )
     c = cluster(aws, ami, tmp_path, port=banner.port)
     with pytest.raises(InfraError) as err:
         with always_release(c, log=c.logs.append):
             c.acquire()
     text = str(err.value)
     assert err.value.exit_code == 3 and "InsufficientInstanceCapacity" in text
-    assert "reproduce capacity" in text and "capacity-block" in text and "spot" in text and "reservation" in text
+    assert (
+        "reproduce capacity" in text
+        and "capacity-block" in text
+        and "spot" in text
+        and "reservation" in text
+    )
     zones = {p["NetworkInterfaces"][0]["SubnetId"] for p in aws.calls.params("run_instances")}
-    assert len(zones) == len(aws.calls.params("run_instances")) >= 2  # every zone offering p5en was tried once
+    assert (
+        len(zones) == len(aws.calls.params("run_instances")) >= 2
+    )  # every zone offering p5en was tried once
     assert live_resources(ec2_of(aws)) == NOTHING
 
 
 def test_no_capacity_in_one_zone_launches_in_the_next(aws, ami, tmp_path, banner):
     tries = []
-    aws.faults["run_instances"] = lambda p: tries.append(p) or (
-        client_error("InsufficientInstanceCapacity") if len(tries) == 1 else None)
+    aws.faults["run_instances"] = lambda p: (
+        tries.append(p)
+        or (client_error("InsufficientInstanceCapacity") if len(tries) == 1 else None)
+    )
     c = cluster(aws, ami, tmp_path, port=banner.port)
     [node] = c.acquire()
     assert len(tries) == 2 and tries[0]["ClientToken"] != tries[1]["ClientToken"]
@@ -66,9 +100,16 @@ def test_no_capacity_in_one_zone_launches_in_the_next(aws, ami, tmp_path, banner
 
 
 def test_instance_that_never_passes_status_checks_is_torn_down(aws, ami, tmp_path, banner):
-    aws.faults["describe_instance_status"] = lambda p: {"InstanceStatuses": [
-        {"InstanceId": i, "InstanceStatus": {"Status": "initializing"}, "SystemStatus": {"Status": "initializing"}}
-        for i in p["InstanceIds"]]}
+    aws.faults["describe_instance_status"] = lambda p: {
+        "InstanceStatuses": [
+            {
+                "InstanceId": i,
+                "InstanceStatus": {"Status": "initializing"},
+                "SystemStatus": {"Status": "initializing"},
+            }
+            for i in p["InstanceIds"]
+        ]
+    }
     c = cluster(aws, ami, tmp_path, port=banner.port, ready_timeout_s=0.3)
     with pytest.raises(InfraError, match="status checks"):
         with always_release(c, log=c.logs.append):
@@ -108,8 +149,11 @@ def test_ssh_that_never_answers_fails_within_the_timeout_and_tears_down(aws, ami
 
 
 @pytest.mark.ssh
-def test_training_that_fails_on_the_node_still_ends_the_instance(aws, ami, tmp_path, sshd, runs_root):
+def test_training_that_fails_on_the_node_still_ends_the_instance(
+    aws, ami, tmp_path, sshd, runs_root
+):
     from infra.nodescript import script
+
     from launcher.execute import execute
     from launcher.rundir import RunDir
 
@@ -117,18 +161,48 @@ def test_training_that_fails_on_the_node_still_ends_the_instance(aws, ami, tmp_p
     pub = open(f"{sshd.identity_file}.pub").read()
     ec2.import_key_pair(KeyName="operator", PublicKeyMaterial=pub.encode())
     rd = RunDir.create(runs_root, "test/aws")
-    c = AwsCluster(seed_recipe(), load(tmp_path, port=sshd.port, user=sshd.user, key_name="operator",
-                                       identity_file=str(sshd.identity_file), ready_timeout_s=10),
-                   rd.run_id, session=aws, ami_resolver=lambda name: ami, state_path=rd.path / "aws.json",
-                   key_dir=tmp_path / "keys", poll_s=0.01, log=lambda m: None, owner="test")
+    c = AwsCluster(
+        seed_recipe(),
+        load(
+            tmp_path,
+            port=sshd.port,
+            user=sshd.user,
+            key_name="operator",
+            identity_file=str(sshd.identity_file),
+            ready_timeout_s=10,
+        ),
+        rd.run_id,
+        session=aws,
+        ami_resolver=lambda name: ami,
+        state_path=rd.path / "aws.json",
+        key_dir=tmp_path / "keys",
+        poll_s=0.01,
+        log=lambda m: None,
+        owner="test",
+    )
     node_dir = str(tmp_path / "node" / rd.run_id)
-    body = '_mark train start; echo "step 0 loss nan"; echo "CUDA error: out of memory" >&2; exit 9\n'
-    with pytest.raises(CheckFailed) as err:  # a failed training is judged (exit 1), not an infra error
-        execute(c, node_script=script(rd.run_id, node_dir, f"reproduce-{rd.run_id}", body), run_id=rd.run_id,
-                node_run_dir=node_dir, container=f"reproduce-{rd.run_id}", run_dir=rd, poll_s=0.05, measure=False)
+    body = (
+        '_mark train start; echo "step 0 loss nan"; echo "CUDA error: out of memory" >&2; exit 9\n'
+    )
+    with pytest.raises(
+        CheckFailed
+    ) as err:  # a failed training is judged (exit 1), not an infra error
+        execute(
+            c,
+            node_script=script(rd.run_id, node_dir, f"reproduce-{rd.run_id}", body),
+            run_id=rd.run_id,
+            node_run_dir=node_dir,
+            container=f"reproduce-{rd.run_id}",
+            run_dir=rd,
+            poll_s=0.05,
+            measure=False,
+        )
     assert "exit code 9" in str(err.value) and err.value.exit_code == 1
     assert "step 0 loss nan" in (rd.logs / "node.log").read_text()  # the run really ran over SSH
-    assert live_resources(ec2) == {**NOTHING, "key_pairs": ["operator"]}  # the operator's own key is untouched
+    assert live_resources(ec2) == {
+        **NOTHING,
+        "key_pairs": ["operator"],
+    }  # the operator's own key is untouched
 
 
 def test_ctrl_c_after_launch_releases_everything(aws, ami, tmp_path, banner):
@@ -170,9 +244,13 @@ def test_a_second_ctrl_c_during_teardown_does_not_stop_it(aws, ami, tmp_path, ba
     assert pressed and live_resources(ec2_of(aws)) == NOTHING
 
 
-def test_teardown_that_cannot_finish_says_what_is_left_and_how_to_end_it(aws, ami, tmp_path, banner):
+def test_teardown_that_cannot_finish_says_what_is_left_and_how_to_end_it(
+    aws, ami, tmp_path, banner
+):
     c = cluster(aws, ami, tmp_path, port=banner.port)
-    aws.faults["delete_security_group"] = client_error("UnauthorizedOperation", "no", "DeleteSecurityGroup")
+    aws.faults["delete_security_group"] = client_error(
+        "UnauthorizedOperation", "no", "DeleteSecurityGroup"
+    )
     with pytest.raises(InfraError) as err:
         with always_release(c, log=c.logs.append):
             c.acquire()
@@ -185,15 +263,21 @@ def test_teardown_that_cannot_finish_says_what_is_left_and_how_to_end_it(aws, am
     assert live_resources(ec2_of(aws)) == NOTHING
 
 
-def test_a_refused_termination_is_reported_at_once_with_the_instance_named(aws, ami, tmp_path, banner):
+def test_a_refused_termination_is_reported_at_once_with_the_instance_named(
+    aws, ami, tmp_path, banner
+):
     c = cluster(aws, ami, tmp_path, port=banner.port)
     [node] = c.acquire()
-    aws.faults["terminate_instances"] = client_error("UnauthorizedOperation", "no", "TerminateInstances")
+    aws.faults["terminate_instances"] = client_error(
+        "UnauthorizedOperation", "no", "TerminateInstances"
+    )
     t0 = time.monotonic()
     with pytest.raises(InfraError) as err:
         c.release()
     assert time.monotonic() - t0 < 60  # no 20-minute wait for a termination AWS refused
-    assert f"instance {node.meta['instance_id']}" in str(err.value) and "reproduce down" in str(err.value)
+    assert f"instance {node.meta['instance_id']}" in str(err.value) and "reproduce down" in str(
+        err.value
+    )
     aws.faults.clear()
     down(tmp_path / "run", session=aws, poll_s=0.01, log=lambda m: None)
     assert live_resources(ec2_of(aws)) == NOTHING
@@ -211,8 +295,14 @@ def test_no_credentials_launches_nothing(tmp_path, monkeypatch):
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     monkeypatch.setenv("AWS_CONFIG_FILE", os.devnull)
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", os.devnull)
-    c = AwsCluster(seed_recipe(), load(tmp_path), "n1", session=boto3.Session(region_name="us-east-1"),
-                   state_path=tmp_path / "aws.json", log=lambda m: None)
+    c = AwsCluster(
+        seed_recipe(),
+        load(tmp_path),
+        "n1",
+        session=boto3.Session(region_name="us-east-1"),
+        state_path=tmp_path / "aws.json",
+        log=lambda m: None,
+    )
     with pytest.raises(BadInput, match="no AWS credentials") as err:
         c.acquire()
     assert err.value.exit_code == 2 and not (tmp_path / "aws.json").exists()
@@ -228,8 +318,12 @@ def test_unknown_region_launches_nothing(aws, ami, tmp_path):
 
 def test_instance_type_without_the_recipes_gpus_launches_nothing(aws, ami, tmp_path):
     with pytest.raises(BadInput, match="H100"):
-        cluster(aws, ami, tmp_path, instance_type="p5.48xlarge").acquire()  # the builder's table refuses it
-    c = cluster(aws, ami, tmp_path, instance_type="g5.48xlarge")  # not in the table: describe_instance_types does
+        cluster(
+            aws, ami, tmp_path, instance_type="p5.48xlarge"
+        ).acquire()  # the builder's table refuses it
+    c = cluster(
+        aws, ami, tmp_path, instance_type="g5.48xlarge"
+    )  # not in the table: describe_instance_types does
     with pytest.raises(BadInput, match="A10G") as err:
         c.acquire()
     assert err.value.exit_code == 2
@@ -261,11 +355,23 @@ def test_launcher_killed_then_reap_or_down_ends_everything(moto_server, tmp_path
     image = ec2.register_image(Name="dlami-standin", RootDeviceName="/dev/sda1")["ImageId"]
     profile = write_profile(tmp_path, port=banner.port, ami=image, ready_timeout_s=30)
     state = tmp_path / "run" / "aws.json"
-    code = CHILD.format(tests=str(REPO / "tests"), profile=str(profile), state=str(state), keys=str(tmp_path / "keys"))
+    code = CHILD.format(
+        tests=str(REPO / "tests"),
+        profile=str(profile),
+        state=str(state),
+        keys=str(tmp_path / "keys"),
+    )
     errors = tmp_path / "child.err"
     with open(errors, "w") as err_file:
-        proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stdout=subprocess.PIPE, stderr=err_file,
-                                text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", code],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=err_file,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+            start_new_session=True,
+        )
     try:
         line = proc.stdout.readline()  # EOF (empty) if the child fails
     finally:
@@ -275,9 +381,17 @@ def test_launcher_killed_then_reap_or_down_ends_everything(moto_server, tmp_path
     assert live_resources(ec2)["instances"]  # the launcher died holding an instance
     session = boto3.Session(region_name="us-east-1")
     if cleanup == "reap":
-        assert reap("us-east-1", session=session, poll_s=0.01, log=lambda m: None) == []  # not expired yet
-        ended = reap("us-east-1", now=datetime.now(timezone.utc) + timedelta(hours=7), session=session,
-                     poll_s=0.01, log=lambda m: None, key_dir=tmp_path / "keys")
+        assert (
+            reap("us-east-1", session=session, poll_s=0.01, log=lambda m: None) == []
+        )  # not expired yet
+        ended = reap(
+            "us-east-1",
+            now=datetime.now(UTC) + timedelta(hours=7),
+            session=session,
+            poll_s=0.01,
+            log=lambda m: None,
+            key_dir=tmp_path / "keys",
+        )
         assert ended and ended[0].startswith("instance ")
     else:
         down(tmp_path / "run", session=session, poll_s=0.01, log=lambda m: None)

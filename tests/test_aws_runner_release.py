@@ -10,8 +10,8 @@ import signal
 from pathlib import Path
 
 import pytest
-
 from infra.nodescript import script
+
 from launcher.budget import Budget
 from launcher.clusters.base import CommandResult, Node
 from launcher.clusters.local import LocalCluster, LocalTransport
@@ -23,7 +23,9 @@ from launcher.rundir import RunDir
 class StubbornTransport(LocalTransport):
     """The node's cancel leaves the run's container behind (docker rm failed), so the cancel fails."""
 
-    def run(self, command: str, *, timeout_s: float | None = None, check: bool = True) -> CommandResult:
+    def run(
+        self, command: str, *, timeout_s: float | None = None, check: bool = True
+    ) -> CommandResult:
         if "touch cancelled" in command:
             return CommandResult(0, "left: container reproduce-x\n", "")
         return super().run(command, timeout_s=timeout_s, check=check)
@@ -34,7 +36,9 @@ class PaidCluster(LocalCluster):
 
     name = "paid"
 
-    def __init__(self, transport_cls=LocalTransport, acquire_error=None, release_error=None) -> None:
+    def __init__(
+        self, transport_cls=LocalTransport, acquire_error=None, release_error=None
+    ) -> None:
         super().__init__()
         self.released = 0
         self.transport_cls = transport_cls
@@ -76,8 +80,18 @@ def test_budget_reached_and_cancel_failing_still_ends_the_paid_node(tmp_path):
     budget = Budget(max_usd=None, max_hours=1e-9, price_per_hour=63.296)
     try:
         with pytest.raises(InfraError):
-            execute(cluster, node_script=text, run_id=rd.run_id, node_run_dir=node_dir, container=container,
-                    run_dir=rd, scripts_dir=None, poll_s=0.05, measure=False, budget=budget)
+            execute(
+                cluster,
+                node_script=text,
+                run_id=rd.run_id,
+                node_run_dir=node_dir,
+                container=container,
+                run_dir=rd,
+                scripts_dir=None,
+                poll_s=0.05,
+                measure=False,
+                budget=budget,
+            )
     finally:
         _kill_node_run(node_dir)
     assert cluster.released == 1  # past --max-hours: the node is ended, not kept running at $63/h
@@ -100,8 +114,18 @@ def test_a_chosen_cancel_that_fails_still_ends_the_paid_node(tmp_path, monkeypat
     monkeypatch.setattr(ex.Follower, "follow", follow_then_ctrl_c)
     try:
         with pytest.raises(InfraError):
-            execute(cluster, node_script=text, run_id=rd.run_id, node_run_dir=node_dir, container=container,
-                    run_dir=rd, scripts_dir=None, poll_s=0.05, measure=False, on_interrupt="cancel")
+            execute(
+                cluster,
+                node_script=text,
+                run_id=rd.run_id,
+                node_run_dir=node_dir,
+                container=container,
+                run_dir=rd,
+                scripts_dir=None,
+                poll_s=0.05,
+                measure=False,
+                on_interrupt="cancel",
+            )
     finally:
         _kill_node_run(node_dir)
     assert cluster.released == 1  # the user chose cancel, not detach: the paid node is ended
@@ -109,19 +133,36 @@ def test_a_chosen_cancel_that_fails_still_ends_the_paid_node(tmp_path, monkeypat
 
 def test_a_failing_teardown_does_not_hide_why_the_run_failed(tmp_path, capsys):
     rd, node_dir, container, text = _job(tmp_path, "echo hi\n")
-    cluster = PaidCluster(acquire_error=InfraError("SSH on 203.0.113.9:22 (i-0abc) never answered"),
-                          release_error=InfraError("teardown did not finish; still allocated in us-east-1: "
-                                                   "security group sg-1. End them with `reproduce down RUN`"))
+    cluster = PaidCluster(
+        acquire_error=InfraError("SSH on 203.0.113.9:22 (i-0abc) never answered"),
+        release_error=InfraError(
+            "teardown did not finish; still allocated in us-east-1: "
+            "security group sg-1. End them with `reproduce down RUN`"
+        ),
+    )
     with pytest.raises(InfraError) as err:
-        execute(cluster, node_script=text, run_id=rd.run_id, node_run_dir=node_dir, container=container,
-                run_dir=rd, scripts_dir=None, poll_s=0.05, measure=False)
+        execute(
+            cluster,
+            node_script=text,
+            run_id=rd.run_id,
+            node_run_dir=node_dir,
+            container=container,
+            run_dir=rd,
+            scripts_dir=None,
+            poll_s=0.05,
+            measure=False,
+        )
     shown = str(err.value) + capsys.readouterr().err
-    assert "still allocated" in shown and "reproduce down" in shown  # what is left, and how to end it
+    assert (
+        "still allocated" in shown and "reproduce down" in shown
+    )  # what is left, and how to end it
     assert "SSH on 203.0.113.9:22 (i-0abc) never answered" in shown  # and why the run failed
 
 
 class UnreachableTransport(LocalTransport):
-    def run(self, command: str, *, timeout_s: float | None = None, check: bool = True) -> CommandResult:
+    def run(
+        self, command: str, *, timeout_s: float | None = None, check: bool = True
+    ) -> CommandResult:
         raise InfraError("cannot connect to 203.0.113.9:22: timed out")
 
 
@@ -148,8 +189,18 @@ def test_reproduce_cancel_of_an_unreachable_node_still_ends_it(tmp_path, monkeyp
     _detach_on_first_follow(monkeypatch)
     try:
         with pytest.raises(Exception):
-            execute(PaidCluster(), node_script=text, run_id=rd.run_id, node_run_dir=node_dir, container=container,
-                    run_dir=rd, scripts_dir=None, poll_s=0.05, measure=False, on_interrupt="detach")
+            execute(
+                PaidCluster(),
+                node_script=text,
+                run_id=rd.run_id,
+                node_run_dir=node_dir,
+                container=container,
+                run_dir=rd,
+                scripts_dir=None,
+                poll_s=0.05,
+                measure=False,
+                on_interrupt="detach",
+            )
     finally:
         _kill_node_run(node_dir)
     assert rd.status()["state"] == "detached"
@@ -177,14 +228,27 @@ def test_a_lost_node_says_it_keeps_billing_and_how_to_end_it(tmp_path, monkeypat
     cluster = BilledCluster()
     try:
         with pytest.raises(InfraError) as err:
-            execute(cluster, node_script=text, run_id=rd.run_id, node_run_dir=node_dir, container=container,
-                    run_dir=rd, scripts_dir=None, poll_s=0.05, measure=False,
-                    budget=Budget(None, 10, 63.296, 1))
+            execute(
+                cluster,
+                node_script=text,
+                run_id=rd.run_id,
+                node_run_dir=node_dir,
+                container=container,
+                run_dir=rd,
+                scripts_dir=None,
+                poll_s=0.05,
+                measure=False,
+                budget=Budget(None, 10, 63.296, 1),
+            )
     finally:
         _kill_node_run(node_dir)
     assert cluster.released == 0 and rd.status()["state"] == "detached"
     text = str(err.value)
-    assert "keeps billing (about $63.30/h)" in text and "`reproduce down RUN`" in text and "reproduce attach" in text
+    assert (
+        "keeps billing (about $63.30/h)" in text
+        and "`reproduce down RUN`" in text
+        and "reproduce attach" in text
+    )
 
 
 def test_the_budget_still_holds_after_a_reattach(tmp_path, monkeypatch):
@@ -196,9 +260,19 @@ def test_the_budget_still_holds_after_a_reattach(tmp_path, monkeypatch):
     _detach_on_first_follow(monkeypatch)
     try:
         with pytest.raises(Exception):
-            execute(PaidCluster(), node_script=text, run_id=rd.run_id, node_run_dir=node_dir, container=container,
-                    run_dir=rd, scripts_dir=None, poll_s=0.05, measure=False, on_interrupt="detach",
-                    budget=Budget(None, 0.0005, 63.296, 1))  # 1.8 s of wall-clock time
+            execute(
+                PaidCluster(),
+                node_script=text,
+                run_id=rd.run_id,
+                node_run_dir=node_dir,
+                container=container,
+                run_dir=rd,
+                scripts_dir=None,
+                poll_s=0.05,
+                measure=False,
+                on_interrupt="detach",
+                budget=Budget(None, 0.0005, 63.296, 1),
+            )  # 1.8 s of wall-clock time
         assert rd.status()["state"] == "detached"
         later = PaidCluster()
         monkeypatch.setattr(ex, "cluster_from_record", lambda record: later)
@@ -212,6 +286,7 @@ def test_the_budget_still_holds_after_a_reattach(tmp_path, monkeypatch):
 def test_a_teardown_that_fails_once_still_judges_the_run_and_retries(tmp_path):
     """The first release fails, the run is still measured and judged, the retry ends the node."""
     from cli_support import SEED
+
     from launcher.recipe import load_recipe
 
     class FlakyTeardown(PaidCluster):
@@ -221,10 +296,21 @@ def test_a_teardown_that_fails_once_still_judges_the_run_and_retries(tmp_path):
                 raise InfraError("TerminateInstances: RequestLimitExceeded")
 
     standin = Path(__file__).parent / "standin_miles" / "train.py"
-    rd, node_dir, container, text = _job(tmp_path, f"_mark train start\npython3 {standin} --num-rollout 20\n")
+    rd, node_dir, container, text = _job(
+        tmp_path, f"_mark train start\npython3 {standin} --num-rollout 20\n"
+    )
     cluster = FlakyTeardown()
-    outcome = execute(cluster, node_script=text, run_id=rd.run_id, node_run_dir=node_dir, container=container,
-                      run_dir=rd, scripts_dir=None, poll_s=0.05, recipe_raw=load_recipe(SEED).raw)
+    outcome = execute(
+        cluster,
+        node_script=text,
+        run_id=rd.run_id,
+        node_run_dir=node_dir,
+        container=container,
+        run_dir=rd,
+        scripts_dir=None,
+        poll_s=0.05,
+        recipe_raw=load_recipe(SEED).raw,
+    )
     assert outcome.state == "done" and outcome.measurement[1].status == "reproduced"
     assert cluster.released >= 2  # retried, and the retry went through: nothing is reported left
     assert (rd.path / "verdict.json").exists()

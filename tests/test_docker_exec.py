@@ -12,10 +12,10 @@ import signal
 from pathlib import Path
 
 import pytest
-
 from infra.docker import containers_named, docker
 from infra.helpers import cli, group_alive, processes_mentioning, start_cli, wait_for
 from infra.plan_env import plan_for, seed_raw, write_profile, write_recipe
+
 from launcher.clusters.local import LocalCluster
 from launcher.errors import InfraError
 from launcher.execute import execute
@@ -25,20 +25,31 @@ from launcher.rundir import RunDir, new_run_id
 pytestmark = pytest.mark.docker
 LOCAL = {"kind": "local"}
 # Runs before the recipe's own run block: a Ray client joining the head the Plan started (--num-gpus 8).
-RAY_PROBE = ("python3 -c \"import ray; ray.init(address='auto', logging_level='ERROR'); "
-             "print('RAY_OK', ray.cluster_resources().get('GPU'))\"")
+RAY_PROBE = (
+    "python3 -c \"import ray; ray.init(address='auto', logging_level='ERROR'); "
+    "print('RAY_OK', ray.cluster_resources().get('GPU'))\""
+)
 
 
 def _execute(plan, runs_root: Path):
     """The Plan's node script through the shared runner, as `reproduce RECIPE --cluster local` runs it."""
     rd = RunDir.create(runs_root, plan.recipe.slug, plan.run_id)
-    run = lambda: execute(LocalCluster(), node_script=plan.node_script, run_id=plan.run_id,  # noqa: E731
-                          node_run_dir=plan.node_run_dir, container=plan.container, run_dir=rd,
-                          recipe_raw=plan.recipe.raw, poll_s=0.2)
+    run = lambda: execute(
+        LocalCluster(),
+        node_script=plan.node_script,
+        run_id=plan.run_id,  # noqa: E731
+        node_run_dir=plan.node_run_dir,
+        container=plan.container,
+        run_dir=rd,
+        recipe_raw=plan.recipe.raw,
+        poll_s=0.2,
+    )
     return rd, run
 
 
-def test_pull_by_digest_then_ray_and_standin_miles_then_measure(test_image, container_run_args, tmp_path, runs_root):
+def test_pull_by_digest_then_ray_and_standin_miles_then_measure(
+    test_image, container_run_args, tmp_path, runs_root
+):
     docker("rmi", "-f", test_image.ref, check=False)  # make the pull real
     recipe = write_recipe(tmp_path, test_image, run_prefix=RAY_PROBE)
     plan = plan_for(recipe, write_profile(tmp_path, LOCAL, container_run_args))
@@ -46,13 +57,28 @@ def test_pull_by_digest_then_ray_and_standin_miles_then_measure(test_image, cont
     outcome = run()
     node_log = Path(plan.node_run_dir, "node.log")
     assert outcome.state == "done", node_log.read_text()[-3000:]
-    assert (rd.path / "node.sh").read_text() == plan.node_script == Path(plan.node_run_dir, "node.sh").read_text()
+    assert (
+        (rd.path / "node.sh").read_text()
+        == plan.node_script
+        == Path(plan.node_run_dir, "node.sh").read_text()
+    )
     assert (rd.logs / "node.log").read_bytes() == node_log.read_bytes()
     stages = rd.timeline().stages
-    assert [s["name"] for s in stages] == ["preflight", "image", "preflight-gpu", "stack", "assets", "ray", "train"]
+    assert [s["name"] for s in stages] == [
+        "preflight",
+        "image",
+        "preflight-gpu",
+        "stack",
+        "assets",
+        "ray",
+        "train",
+    ]
     assert all(s["status"] == "ok" for s in stages)
     # the pull was real, and the image that ran is the recipe's digest
-    assert test_image.ref in docker("image", "inspect", "--format", "{{json .RepoDigests}}", test_image.ref).stdout
+    assert (
+        test_image.ref
+        in docker("image", "inspect", "--format", "{{json .RepoDigests}}", test_image.ref).stdout
+    )
     image = json.loads((rd.path / "image.json").read_text())  # collected from the node
     assert image["image"] == test_image.ref and image["digest"] == test_image.digest
     # --network none: only loopback, so Ray binds 127.0.0.1; a client joins the Plan's head (8 GPUs declared)
@@ -67,7 +93,9 @@ def test_pull_by_digest_then_ray_and_standin_miles_then_measure(test_image, cont
 
 
 @pytest.mark.parametrize("case", ["digest-not-in-registry", "pull-off-and-digest-not-on-node"])
-def test_wrong_digest_is_refused_and_nothing_runs(test_image, container_run_args, tmp_path, runs_root, case):
+def test_wrong_digest_is_refused_and_nothing_runs(
+    test_image, container_run_args, tmp_path, runs_root, case
+):
     if case == "digest-not-in-registry":
         image = type(test_image)(test_image.repo, f"sha256:{'0' * 64}")
         profile = write_profile(tmp_path, LOCAL, container_run_args)
@@ -89,8 +117,9 @@ def test_wrong_digest_is_refused_and_nothing_runs(test_image, container_run_args
 
 
 @pytest.mark.parametrize("where", ["stack.image", "stack.source"])
-def test_an_image_named_by_tag_alone_is_refused_before_anything_starts(test_image, container_run_args, tmp_path,
-                                                                       runs_root, where):
+def test_an_image_named_by_tag_alone_is_refused_before_anything_starts(
+    test_image, container_run_args, tmp_path, runs_root, where
+):
     raw = seed_raw()
     if where == "stack.image":  # the structured form requires a digest
         raw["stack"]["image"] = {"repository": test_image.repo, "tag": "v1"}
@@ -100,7 +129,9 @@ def test_an_image_named_by_tag_alone_is_refused_before_anything_starts(test_imag
     recipe = write_recipe(tmp_path, raw=raw)
     profile = write_profile(tmp_path, LOCAL, container_run_args)
     run_id = new_run_id()
-    result = cli(str(recipe), "--cluster", str(profile), "--runs-dir", str(runs_root), "--run-id", run_id)
+    result = cli(
+        str(recipe), "--cluster", str(profile), "--runs-dir", str(runs_root), "--run-id", run_id
+    )
     assert result.returncode == 2, result.stderr
     assert where in result.stderr and "digest" in result.stderr and "Traceback" not in result.stderr
     assert list(runs_root.iterdir()) == []  # no run dir
@@ -109,14 +140,25 @@ def test_an_image_named_by_tag_alone_is_refused_before_anything_starts(test_imag
 
 
 @pytest.mark.parametrize("how", ["cancel-command", "ctrl-c"])
-def test_cancel_leaves_no_container_and_no_process(test_image, container_run_args, tmp_path, runs_root, how):
+def test_cancel_leaves_no_container_and_no_process(
+    test_image, container_run_args, tmp_path, runs_root, how
+):
     recipe = write_recipe(tmp_path, test_image)
     profile = write_profile(tmp_path, LOCAL, container_run_args, env={"STANDIN_SLEEP_S": "300"})
     run_id = new_run_id()
     rd = RunDir(runs_root / load_recipe(recipe).slug / run_id)
     container = f"reproduce-{run_id}"
-    proc = start_cli(str(recipe), "--cluster", str(profile), "--runs-dir", str(runs_root), "--run-id", run_id,
-                     "--on-interrupt", "cancel")
+    proc = start_cli(
+        str(recipe),
+        "--cluster",
+        str(profile),
+        "--runs-dir",
+        str(runs_root),
+        "--run-id",
+        run_id,
+        "--on-interrupt",
+        "cancel",
+    )
     try:
         _interrupt_training(proc, rd, container, run_id, runs_root, tmp_path, how)
     finally:  # a failed assertion must not leave a run going on this host
@@ -127,16 +169,23 @@ def test_cancel_leaves_no_container_and_no_process(test_image, container_run_arg
         if containers_named(container) or (pid and group_alive(pid)):
             cli("cancel", run_id, "--runs-dir", str(runs_root))
     assert containers_named(container) == []
-    assert processes_mentioning(str(tmp_path)) == []  # Ray and training in the container, the node script
+    assert (
+        processes_mentioning(str(tmp_path)) == []
+    )  # Ray and training in the container, the node script
     assert rd.status()["state"] == "cancelled"
     last = rd.timeline().stages[-1]
     assert last["name"] == "train" and last["end"] is not None and last["status"] == "cancelled"
 
 
-def _interrupt_training(proc, rd: RunDir, container: str, run_id: str, runs_root: Path, tmp_path: Path, how: str):
+def _interrupt_training(
+    proc, rd: RunDir, container: str, run_id: str, runs_root: Path, tmp_path: Path, how: str
+):
     train_log = rd.logs / "train.log"
-    wait_for(lambda: train_log.exists() and b"miles stand-in:" in train_log.read_bytes(), timeout_s=120,
-             what="the stand-in to start training in the container")
+    wait_for(
+        lambda: train_log.exists() and b"miles stand-in:" in train_log.read_bytes(),
+        timeout_s=120,
+        what="the stand-in to start training in the container",
+    )
     assert containers_named(container)
     # the training in the container names the run's cache dir: visible from here, and it must go
     assert processes_mentioning(str(tmp_path)), "the run's training should be running"

@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from infra.docker import containers_named
 from infra.helpers import cli
 from infra.plan_env import write_profile, write_recipe
@@ -23,21 +22,45 @@ def test_reproduce_recipe_over_ssh_end_to_end(sshd, test_image, container_run_ar
     recipe = write_recipe(tmp_path, test_image)
     profile = write_profile(tmp_path, sshd.profile(), container_run_args)
     runs = tmp_path / "runs"
-    result = cli(str(recipe), "--cluster", str(profile), "--runs-dir", str(runs), "--on-interrupt", "cancel",
-                 timeout=400)
+    result = cli(
+        str(recipe),
+        "--cluster",
+        str(profile),
+        "--runs-dir",
+        str(runs),
+        "--on-interrupt",
+        "cancel",
+        timeout=400,
+    )
     run_dirs = list(runs.glob("**/run.json"))
     assert len(run_dirs) == 1, result.stderr
     rd = run_dirs[0].parent
     assert result.returncode == 0, result.stderr + (rd / "logs" / "node.log").read_text()[-4000:]
     assert "verdict: reproduced" in result.stderr
-    for name in ("recipe.yaml", "profile.yaml", "plan.json", "node.sh", "timeline.json", "steps.jsonl",
-                 "result.yaml", "verdict.json"):
+    for name in (
+        "recipe.yaml",
+        "profile.yaml",
+        "plan.json",
+        "node.sh",
+        "timeline.json",
+        "steps.jsonl",
+        "result.yaml",
+        "verdict.json",
+    ):
         assert (rd / name).is_file(), name
     assert (rd / "recipe.yaml").read_bytes() == recipe.read_bytes()
     node_dir = json.loads((rd / "run.json").read_text())["node_run_dir"]
     assert (rd / "logs" / "node.log").read_bytes() == Path(node_dir, "node.log").read_bytes()
     stages = json.loads((rd / "timeline.json").read_text())["stages"]
-    assert [s["name"] for s in stages] == ["preflight", "image", "preflight-gpu", "stack", "assets", "ray", "train"]
+    assert [s["name"] for s in stages] == [
+        "preflight",
+        "image",
+        "preflight-gpu",
+        "stack",
+        "assets",
+        "ray",
+        "train",
+    ]
     assert all(s["status"] == "ok" for s in stages)
     assert " - step 19: " in (rd / "logs" / "train.log").read_text()
     # --network none: the container has only loopback, so Ray cannot bind anything else
@@ -46,17 +69,29 @@ def test_reproduce_recipe_over_ssh_end_to_end(sshd, test_image, container_run_ar
     assert json.loads((rd / "status.json").read_text())["state"] == "done"
     from launcher.history import runs as history_runs
 
-    (row,) = history_runs("qwen3-30b-a3b/h200/standin", db=runs / "history.sqlite")  # joined its history
+    (row,) = history_runs(
+        "qwen3-30b-a3b/h200/standin", db=runs / "history.sqlite"
+    )  # joined its history
     assert row.verdict == "reproduced" and row.run_id == rd.name
-    assert containers_named(f"reproduce-{json.loads((rd / 'run.json').read_text())['run_id']}") == []
+    assert (
+        containers_named(f"reproduce-{json.loads((rd / 'run.json').read_text())['run_id']}") == []
+    )
 
 
-def test_unreachable_host_is_exit_3_within_the_connect_timeout(sshd, test_image, container_run_args, tmp_path):
+def test_unreachable_host_is_exit_3_within_the_connect_timeout(
+    sshd, test_image, container_run_args, tmp_path
+):
     recipe = write_recipe(tmp_path, test_image)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         s.listen(1)  # accepts TCP, never speaks SSH: a black hole that must not hang the launcher
-        profile = write_profile(tmp_path, sshd.profile(), container_run_args, port=s.getsockname()[1], connect_timeout_s=2)
+        profile = write_profile(
+            tmp_path,
+            sshd.profile(),
+            container_run_args,
+            port=s.getsockname()[1],
+            connect_timeout_s=2,
+        )
         t0 = time.monotonic()
         result = cli(str(recipe), "--cluster", str(profile), "--runs-dir", str(tmp_path / "runs"))
         elapsed = time.monotonic() - t0
@@ -65,7 +100,9 @@ def test_unreachable_host_is_exit_3_within_the_connect_timeout(sshd, test_image,
     assert elapsed < 20  # interpreter start-up included
 
 
-def test_unknown_host_key_is_exit_3_and_names_the_cause(sshd, test_image, container_run_args, tmp_path):
+def test_unknown_host_key_is_exit_3_and_names_the_cause(
+    sshd, test_image, container_run_args, tmp_path
+):
     recipe = write_recipe(tmp_path, test_image)
     empty = tmp_path / "empty_known_hosts"
     empty.write_text("")

@@ -13,8 +13,17 @@ import pytest
 import yaml
 
 from launcher.errors import BadInput
-from launcher.history import (History, RunRow, assess, assess_history, import_runs, record, runs, spread,
-                              trend_of)
+from launcher.history import (
+    History,
+    RunRow,
+    assess,
+    assess_history,
+    import_runs,
+    record,
+    runs,
+    spread,
+    trend_of,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 SLUG = "qwen3-30b-a3b/h200/attune-tp1-pp1-ep8-mt16k"
@@ -22,13 +31,29 @@ T0 = 1_790_000_000.0
 DAY = 86_400.0
 
 
-def row(n: int, tps: float | None, verdict: str | None = "reproduced", *, claim: float = 1000.0,
-        cluster: str = "aws", state: str = "done") -> RunRow:
+def row(
+    n: int,
+    tps: float | None,
+    verdict: str | None = "reproduced",
+    *,
+    claim: float = 1000.0,
+    cluster: str = "aws",
+    state: str = "done",
+) -> RunRow:
     """Run n of a hand-built history: one a day, its difference vs `claim` as the verdict computes it."""
     diff = None if tps is None else 100.0 * (tps - claim) / claim
-    return RunRow(run_id=f"r{n:03d}", slug=SLUG, cluster_name=cluster, started_at=T0 + n * DAY, state=state,
-                  verdict=verdict, difference_percent=diff, claimed_tokens_per_s_per_gpu=claim,
-                  tolerance_percent=3.0, tokens_per_s_per_gpu=tps)
+    return RunRow(
+        run_id=f"r{n:03d}",
+        slug=SLUG,
+        cluster_name=cluster,
+        started_at=T0 + n * DAY,
+        state=state,
+        verdict=verdict,
+        difference_percent=diff,
+        claimed_tokens_per_s_per_gpu=claim,
+        tolerance_percent=3.0,
+        tokens_per_s_per_gpu=tps,
+    )
 
 
 def history_of(values: list[float], **kw) -> list[RunRow]:
@@ -73,7 +98,11 @@ def test_noisy_history_the_same_drop_is_within_3_mad_and_not_a_regression():
 
 def test_fewer_than_3_good_runs_skip_the_trend_test_with_a_reason():
     a = assess(row(2, 500.0, claim=960.0, verdict="slower"), history_of([1000.0, 1001.0]))
-    assert a.trend.skipped and "not enough history" in a.trend.skipped and "2 good run" in a.trend.skipped
+    assert (
+        a.trend.skipped
+        and "not enough history" in a.trend.skipped
+        and "2 good run" in a.trend.skipped
+    )
     assert not a.trend_regression
     # the claim test still runs: -47.9% against the claim is a regression without any history
     assert a.claim_regression and a.regression
@@ -85,9 +114,15 @@ def test_no_history_and_a_reproduced_run_is_not_a_regression():
 
 
 def test_failed_and_slower_runs_are_excluded_from_the_baseline():
-    earlier = [row(0, 1000.0), row(1, 400.0, "failed", state="failed"), row(2, 1001.0),
-               row(3, 100.0, "incomplete"), row(4, 900.0, "slower"), row(5, None, None, state="failed"),
-               row(6, 999.0)]
+    earlier = [
+        row(0, 1000.0),
+        row(1, 400.0, "failed", state="failed"),
+        row(2, 1001.0),
+        row(3, 100.0, "incomplete"),
+        row(4, 900.0, "slower"),
+        row(5, None, None, state="failed"),
+        row(6, 999.0),
+    ]
     t = trend_of(950.0, earlier)
     assert [r for r, _ in t.points] == ["r000", "r002", "r006"]
     assert t.median == 1000.0
@@ -121,32 +156,90 @@ def test_assess_history_compares_only_runs_on_the_same_cluster():
 # --- the database ---
 
 
-def make_run_dir(root: Path, run_id: str, *, tps: float | None = 1000.0, verdict: str | None = "reproduced",
-                 claim: float = 1000.0, state: str = "done", started: float = T0, slug: str = SLUG,
-                 cluster: str = "aws", image: str = "ghcr.io/x/miles@sha256:" + "a" * 64) -> Path:
+def make_run_dir(
+    root: Path,
+    run_id: str,
+    *,
+    tps: float | None = 1000.0,
+    verdict: str | None = "reproduced",
+    claim: float = 1000.0,
+    state: str = "done",
+    started: float = T0,
+    slug: str = SLUG,
+    cluster: str = "aws",
+    image: str = "ghcr.io/x/miles@sha256:" + "a" * 64,
+) -> Path:
     """A finished run directory with the files the run path and measure_run_dir write."""
     d = root / slug / run_id
     (d / "logs").mkdir(parents=True)
     (d / "recipe.yaml").write_text("model: x\n")
-    (d / "run.json").write_text(json.dumps({"run_id": run_id, "slug": slug, "created_at": started - 5,
-                                            "cluster": {"kind": cluster}}))
-    (d / "status.json").write_text(json.dumps({"state": state, "complete": state == "done",
-                                               "updated_at": started + 700, "detail": f"{state} detail"}))
-    (d / "plan.json").write_text(json.dumps({"run_id": run_id, "recipe": {"slug": slug, "sha256": "f" * 64},
-                                             "profile": {"name": cluster, "kind": cluster}, "image": image}))
-    (d / "timeline.json").write_text(json.dumps({"acquired_at": started, "released_at": started + 600,
-                                                 "stages": []}))
+    (d / "run.json").write_text(
+        json.dumps(
+            {
+                "run_id": run_id,
+                "slug": slug,
+                "created_at": started - 5,
+                "cluster": {"kind": cluster},
+            }
+        )
+    )
+    (d / "status.json").write_text(
+        json.dumps(
+            {
+                "state": state,
+                "complete": state == "done",
+                "updated_at": started + 700,
+                "detail": f"{state} detail",
+            }
+        )
+    )
+    (d / "plan.json").write_text(
+        json.dumps(
+            {
+                "run_id": run_id,
+                "recipe": {"slug": slug, "sha256": "f" * 64},
+                "profile": {"name": cluster, "kind": cluster},
+                "image": image,
+            }
+        )
+    )
+    (d / "timeline.json").write_text(
+        json.dumps({"acquired_at": started, "released_at": started + 600, "stages": []})
+    )
     if verdict is not None:
         diff = None if tps is None else 100.0 * (tps - claim) / claim
-        (d / "verdict.json").write_text(json.dumps({
-            "status": verdict, "difference_percent": diff, "reasons": [],
-            "claimed": {"tokens_per_s_per_gpu": claim}, "measured": {"tokens_per_s_per_gpu": tps},
-            "tolerance": {"slower_percent": 3.0, "faster_percent": 3.0}}))
-        (d / "result.yaml").write_text(yaml.safe_dump({
-            "tokens_per_s_per_gpu": None if tps is None else round(tps, 2), "usd_per_million_tokens": 0.32,
-            "step_time_cv_percent": 0.5, "mfu": 0.1276, "gpu_hours": 1.33,
-            "provenance": {"unrounded": {"tokens_per_s_per_gpu": tps, "usd_per_million_tokens": 0.318,
-                                         "step_time_cv_percent": 0.51, "mfu": 0.12757, "gpu_hours": 1.3333}}}))
+        (d / "verdict.json").write_text(
+            json.dumps(
+                {
+                    "status": verdict,
+                    "difference_percent": diff,
+                    "reasons": [],
+                    "claimed": {"tokens_per_s_per_gpu": claim},
+                    "measured": {"tokens_per_s_per_gpu": tps},
+                    "tolerance": {"slower_percent": 3.0, "faster_percent": 3.0},
+                }
+            )
+        )
+        (d / "result.yaml").write_text(
+            yaml.safe_dump(
+                {
+                    "tokens_per_s_per_gpu": None if tps is None else round(tps, 2),
+                    "usd_per_million_tokens": 0.32,
+                    "step_time_cv_percent": 0.5,
+                    "mfu": 0.1276,
+                    "gpu_hours": 1.33,
+                    "provenance": {
+                        "unrounded": {
+                            "tokens_per_s_per_gpu": tps,
+                            "usd_per_million_tokens": 0.318,
+                            "step_time_cv_percent": 0.51,
+                            "mfu": 0.12757,
+                            "gpu_hours": 1.3333,
+                        }
+                    },
+                }
+            )
+        )
     return d
 
 
@@ -155,7 +248,12 @@ def test_record_reads_every_field_and_rerecording_replaces(tmp_path):
     d = make_run_dir(tmp_path / "runs", "20260101T000000Z-abc123", tps=990.5)
     r = record(d, db)
     assert (r.run_id, r.slug, r.recipe_sha256) == ("20260101T000000Z-abc123", SLUG, "f" * 64)
-    assert (r.cluster_name, r.cluster_kind, r.state, r.verdict) == ("aws", "aws", "done", "reproduced")
+    assert (r.cluster_name, r.cluster_kind, r.state, r.verdict) == (
+        "aws",
+        "aws",
+        "done",
+        "reproduced",
+    )
     assert r.tokens_per_s_per_gpu == 990.5 and r.mfu == 0.12757 and r.gpu_hours == 1.3333
     assert r.usd_per_million_tokens == 0.318 and r.step_time_cv_percent == 0.51
     assert r.difference_percent == pytest.approx(-0.95) and r.tolerance_percent == 3.0
@@ -163,7 +261,9 @@ def test_record_reads_every_field_and_rerecording_replaces(tmp_path):
     assert r.image.endswith("a" * 64)
     # the image digest verified on the node wins over the plan's
     (d / "image.json").write_text(json.dumps({"image": "ghcr.io/x/miles@sha256:" + "b" * 64}))
-    (d / "verdict.json").write_text((d / "verdict.json").read_text().replace('"reproduced"', '"slower"'))
+    (d / "verdict.json").write_text(
+        (d / "verdict.json").read_text().replace('"reproduced"', '"slower"')
+    )
     record(d, db)
     got = runs(SLUG, db=db)
     assert len(got) == 1 and got[0].verdict == "slower" and got[0].image.endswith("b" * 64)
@@ -206,13 +306,18 @@ def test_import_records_finished_runs_skips_running_ones_and_is_idempotent(tmp_p
     make_run_dir(root, "b", started=T0 + DAY, verdict=None, state="failed")
     make_run_dir(root, "c", started=T0 + 2 * DAY, state="running", verdict=None)
     (root / "other").mkdir()
-    (root / "other" / "run.json").write_text("{not json")  # a broken directory is skipped, not fatal
+    (root / "other" / "run.json").write_text(
+        "{not json"
+    )  # a broken directory is skipped, not fatal
     recorded, skipped = import_runs(root, db)
     assert sorted(r.run_id for r in recorded) == ["a", "b"]
     assert any("not finished" in s for s in skipped) and any("other" in s for s in skipped)
     import_runs(root, db)
     got = runs(SLUG, db=db)
-    assert [(r.run_id, r.state, r.verdict) for r in got] == [("a", "done", "reproduced"), ("b", "failed", None)]
+    assert [(r.run_id, r.state, r.verdict) for r in got] == [
+        ("a", "done", "reproduced"),
+        ("b", "failed", None),
+    ]
 
 
 def test_record_reads_what_measure_run_dir_really_writes(tmp_path):
@@ -222,16 +327,25 @@ def test_record_reads_what_measure_run_dir_really_writes(tmp_path):
 
     run_dir = tmp_path / "runs" / SLUG / "20261021T100000Z-0a0b0c"
     assert run_standin(run_dir / "logs" / "train.log", step_time_s=step_times_for_tps(6500.0)) == 0
-    (run_dir / "run.json").write_text(json.dumps({"run_id": run_dir.name, "slug": SLUG, "created_at": T0}))
+    (run_dir / "run.json").write_text(
+        json.dumps({"run_id": run_dir.name, "slug": SLUG, "created_at": T0})
+    )
     (run_dir / "status.json").write_text(json.dumps({"state": "done", "updated_at": T0 + 1}))
     (run_dir / "recipe.yaml").write_text(SEED.read_text())
     result, verdict = measure_run_dir(run_dir, seed_raw(), write_plots=False)
     r = record(run_dir, tmp_path / "h.sqlite")
     assert result.tokens_per_s_per_gpu == pytest.approx(6500.0) and verdict.status == "slower"
     assert r.tokens_per_s_per_gpu == pytest.approx(result.tokens_per_s_per_gpu)
-    assert r.mfu == pytest.approx(result.mfu) and r.usd_per_million_tokens == pytest.approx(result.usd_per_million_tokens)
-    assert r.verdict == verdict.status and r.difference_percent == pytest.approx(verdict.difference_percent)
-    assert r.tolerance_percent == 3.0 and r.claimed_tokens_per_s_per_gpu == seed_raw()["result"]["tokens_per_s_per_gpu"]
+    assert r.mfu == pytest.approx(result.mfu) and r.usd_per_million_tokens == pytest.approx(
+        result.usd_per_million_tokens
+    )
+    assert r.verdict == verdict.status and r.difference_percent == pytest.approx(
+        verdict.difference_percent
+    )
+    assert (
+        r.tolerance_percent == 3.0
+        and r.claimed_tokens_per_s_per_gpu == seed_raw()["result"]["tokens_per_s_per_gpu"]
+    )
     import hashlib
 
     assert r.recipe_sha256 == hashlib.sha256(SEED.read_bytes()).hexdigest()
@@ -241,16 +355,32 @@ def test_record_reads_what_measure_run_dir_really_writes(tmp_path):
 
 
 def cli(*args) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("REPRODUCE_HISTORY", "REPRODUCE_RUNS_DIR")}
-    return subprocess.run([sys.executable, "-m", "launcher", *map(str, args)], cwd=REPO, capture_output=True,
-                          text=True, timeout=60, env=env)
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("REPRODUCE_HISTORY", "REPRODUCE_RUNS_DIR")
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "launcher", *map(str, args)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
 
 
 def build_history(tmp_path: Path, values: list[float], last: float, claim: float = 960.0) -> Path:
     root = tmp_path / "runs"
     for i, v in enumerate(values + [last]):
-        make_run_dir(root, f"2026010{i}T000000Z-00000{i}", tps=v, claim=claim, started=T0 + i * DAY,
-                     verdict="slower" if v < 0.97 * claim else ("faster" if v > 1.03 * claim else "reproduced"))
+        make_run_dir(
+            root,
+            f"2026010{i}T000000Z-00000{i}",
+            tps=v,
+            claim=claim,
+            started=T0 + i * DAY,
+            verdict="slower"
+            if v < 0.97 * claim
+            else ("faster" if v > 1.03 * claim else "reproduced"),
+        )
     return root
 
 
@@ -266,19 +396,36 @@ def test_cli_history_flags_a_regression_with_exit_1_and_shows_the_trend(tmp_path
     assert "20260104T000000Z-000004" in out and "REGRESSION" in out
     assert "median 1,000.50" in out and "[1,000.0, 1,002.0, 998.0, 1,001.0]" in out
     assert "below the recipe's claim: -5.00%" in out
-    proc = cli("history", SLUG, "--history", db, "--json", "--limit", "2", "--runs-dir", tmp_path / "empty")
+    proc = cli(
+        "history", SLUG, "--history", db, "--json", "--limit", "2", "--runs-dir", tmp_path / "empty"
+    )
     data = json.loads(proc.stdout)
     assert proc.returncode == 1
-    assert [r["run_id"] for r in data["runs"]] == ["20260103T000000Z-000003", "20260104T000000Z-000004"]
+    assert [r["run_id"] for r in data["runs"]] == [
+        "20260103T000000Z-000003",
+        "20260104T000000Z-000004",
+    ]
     assert data["latest"]["regression"] and data["latest"]["claim_regression"]
-    assert data["latest"]["trend"]["median"] == 1000.5 and len(data["latest"]["trend"]["points"]) == 4
+    assert (
+        data["latest"]["trend"]["median"] == 1000.5 and len(data["latest"]["trend"]["points"]) == 4
+    )
 
 
 def test_cli_history_exit_0_when_the_latest_holds_and_recipe_file_gives_the_slug(tmp_path):
     root = build_history(tmp_path, [1000.0, 1002.0, 998.0], 995.0, claim=1000.0)
     db = tmp_path / "h.sqlite"
     recipe = REPO / "recipes" / f"{SLUG}.yaml"
-    proc = cli("history", recipe, "--import", root, "--history", db, "--json", "--runs-dir", tmp_path / "empty")
+    proc = cli(
+        "history",
+        recipe,
+        "--import",
+        root,
+        "--history",
+        db,
+        "--json",
+        "--runs-dir",
+        tmp_path / "empty",
+    )
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)  # one JSON object, import included
     assert len(data["import"]["recorded"]) == 4 and data["latest"]["regression"] is False
@@ -286,7 +433,9 @@ def test_cli_history_exit_0_when_the_latest_holds_and_recipe_file_gives_the_slug
 
 
 def test_cli_history_unknown_slug_is_bad_input_without_traceback(tmp_path):
-    proc = cli("history", "no/such/recipe", "--history", tmp_path / "h.sqlite", "--runs-dir", tmp_path)
+    proc = cli(
+        "history", "no/such/recipe", "--history", tmp_path / "h.sqlite", "--runs-dir", tmp_path
+    )
     assert proc.returncode == 2
     assert "no runs of 'no/such/recipe'" in proc.stderr and "Traceback" not in proc.stderr
 
@@ -294,7 +443,9 @@ def test_cli_history_unknown_slug_is_bad_input_without_traceback(tmp_path):
 def test_cli_history_indexes_the_recipes_own_run_directories_first(tmp_path):
     """Runs made by plain `reproduce RECIPE` (never recorded) show up: <runs dir>/<slug>/ is indexed."""
     root = build_history(tmp_path, [1000.0, 1002.0, 998.0], 700.0, claim=1000.0)
-    proc = cli("history", SLUG, "--runs-dir", root, "--json")  # default history: <runs dir>/history.sqlite
+    proc = cli(
+        "history", SLUG, "--runs-dir", root, "--json"
+    )  # default history: <runs dir>/history.sqlite
     assert proc.returncode == 1, proc.stderr
     data = json.loads(proc.stdout)
     assert len(data["runs"]) == 4 and data["history"] == str(root / "history.sqlite")

@@ -10,9 +10,9 @@ import time
 from pathlib import Path
 
 import pytest
-
 from infra.helpers import cli, group_alive, slow_script_body, start_driver, wait_for
 from infra.nodescript import script
+
 from launcher.clusters.local import LocalCluster
 from launcher.errors import InfraError
 from launcher.execute import execute
@@ -32,8 +32,15 @@ def _run(tmp_path, runs_root, body, **kw):
     scripts.mkdir(exist_ok=True)
     (scripts / "preflight.py").write_text("print('preflight')\n")
     outcome = execute(
-        LocalCluster(), node_script=text, run_id=rd.run_id, node_run_dir=node_dir, container=container,
-        run_dir=rd, scripts_dir=scripts, poll_s=0.1, **kw,
+        LocalCluster(),
+        node_script=text,
+        run_id=rd.run_id,
+        node_run_dir=node_dir,
+        container=container,
+        run_dir=rd,
+        scripts_dir=scripts,
+        poll_s=0.1,
+        **kw,
     )
     return rd, node_dir, outcome
 
@@ -43,7 +50,9 @@ def test_run_streams_log_byte_for_byte_and_splits_stages(tmp_path, runs_root):
     assert outcome.state == "done" and outcome.exit_code == 0
     assert (rd.logs / "node.log").read_bytes() == Path(node_dir, "node.log").read_bytes()
     train = (rd.logs / "train.log").read_text().splitlines()
-    assert len(train) == 40 and train[0].startswith("train line 1 ") and train[-1] == "partial-20 done"
+    assert (
+        len(train) == 40 and train[0].startswith("train line 1 ") and train[-1] == "partial-20 done"
+    )
     assert sum(line.startswith("train line ") for line in train) == 20
     assert (rd.logs / "preflight.log").read_text() == "preflight says hello\n"
     assert not any("##reproduce" in line for line in train)
@@ -53,7 +62,9 @@ def test_run_streams_log_byte_for_byte_and_splits_stages(tmp_path, runs_root):
     assert timeline["acquired_at"] <= timeline["stages"][0]["start"] <= timeline["released_at"]
     status = rd.status()
     assert status["state"] == "done" and status["complete"] is True
-    assert json.loads((rd.path / "preflight.json").read_text()) == {"ok": True}  # collected from the node
+    assert json.loads((rd.path / "preflight.json").read_text()) == {
+        "ok": True
+    }  # collected from the node
     assert Path(node_dir, "scripts", "preflight.py").is_file()  # scripts/ staged next to node.sh
     assert Path(node_dir, "exit_code").read_text().strip() == "0"
     record = rd.record()
@@ -66,7 +77,11 @@ def test_failing_stage_is_exit_3_naming_the_stage_and_not_complete(tmp_path, run
     with pytest.raises(InfraError) as err:
         _run(tmp_path, runs_root, body)
     assert err.value.exit_code == 3
-    assert "stage image" in str(err.value) and "exit code 7" in str(err.value) and "manifest unknown" in str(err.value)
+    assert (
+        "stage image" in str(err.value)
+        and "exit code 7" in str(err.value)
+        and "manifest unknown" in str(err.value)
+    )
     rd = RunDir(next(runs_root.glob("test/local/*")))
     assert rd.status()["state"] == "failed" and rd.status()["complete"] is False
     stages = rd.timeline().stages
@@ -75,14 +90,25 @@ def test_failing_stage_is_exit_3_naming_the_stage_and_not_complete(tmp_path, run
 
 
 def test_run_survives_launcher_death_and_attach_continues_exactly(tmp_path, runs_root):
-    rd, node_dir, container, text = _job(tmp_path, runs_root, slow_script_body(lines=80, delay_s=0.03))
+    rd, node_dir, container, text = _job(
+        tmp_path, runs_root, slow_script_body(lines=80, delay_s=0.03)
+    )
     proc = start_driver(
-        {"cluster": {"kind": "local"}, "node_script": text, "run_id": rd.run_id, "node_run_dir": node_dir,
-         "container": container, "run_dir": str(rd.path), "poll_s": 0.05},
+        {
+            "cluster": {"kind": "local"},
+            "node_script": text,
+            "run_id": rd.run_id,
+            "node_run_dir": node_dir,
+            "container": container,
+            "run_dir": str(rd.path),
+            "poll_s": 0.05,
+        },
         tmp_path,
     )
-    wait_for(lambda: (rd.logs / "train.log").exists() and (rd.logs / "train.log").stat().st_size > 3000,
-             what="the launcher to stream some training output")
+    wait_for(
+        lambda: (rd.logs / "train.log").exists() and (rd.logs / "train.log").stat().st_size > 3000,
+        what="the launcher to stream some training output",
+    )
     os.killpg(proc.pid, signal.SIGKILL)  # the launcher dies without a word
     proc.wait()
     pid = rd.record()["pid"]
@@ -97,17 +123,27 @@ def test_run_survives_launcher_death_and_attach_continues_exactly(tmp_path, runs
     from launcher.history import runs as history_runs
 
     # the run ended while attached, so attach added it to its runs root's history
-    assert [r.run_id for r in history_runs("test/local", db=runs_root / "history.sqlite")] == [rd.run_id]
+    assert [r.run_id for r in history_runs("test/local", db=runs_root / "history.sqlite")] == [
+        rd.run_id
+    ]
 
 
 def test_cancel_stops_the_process_group_and_nothing_else(tmp_path, runs_root):
-    body = '_mark train start\nsleep 300 & wait\n'
+    body = "_mark train start\nsleep 300 & wait\n"
     rd, node_dir, container, text = _job(tmp_path, runs_root, body)
-    bystander = os.spawnlp(os.P_NOWAIT, "sleep", "sleep", "300")  # not ours: must survive the cancel
+    bystander = os.spawnlp(
+        os.P_NOWAIT, "sleep", "sleep", "300"
+    )  # not ours: must survive the cancel
     try:
         proc = start_driver(
-            {"cluster": {"kind": "local"}, "node_script": text, "run_id": rd.run_id, "node_run_dir": node_dir,
-             "container": container, "run_dir": str(rd.path)},
+            {
+                "cluster": {"kind": "local"},
+                "node_script": text,
+                "run_id": rd.run_id,
+                "node_run_dir": node_dir,
+                "container": container,
+                "run_dir": str(rd.path),
+            },
             tmp_path,
         )
         wait_for(lambda: rd.status().get("state") == "running", what="the run to start")
@@ -127,15 +163,27 @@ def test_cancel_stops_the_process_group_and_nothing_else(tmp_path, runs_root):
 
 @pytest.mark.parametrize("choice", ["cancel", "detach"])
 def test_ctrl_c_cancels_or_detaches_and_says_so(tmp_path, runs_root, choice):
-    body = '_mark train start\nfor i in $(seq 600); do echo tick $i; sleep 0.1; done\n'
+    body = "_mark train start\nfor i in $(seq 600); do echo tick $i; sleep 0.1; done\n"
     rd, node_dir, container, text = _job(tmp_path, runs_root, body)
     proc = start_driver(
-        {"cluster": {"kind": "local"}, "node_script": text, "run_id": rd.run_id, "node_run_dir": node_dir,
-         "container": container, "run_dir": str(rd.path), "on_interrupt": choice, "poll_s": 0.05},
+        {
+            "cluster": {"kind": "local"},
+            "node_script": text,
+            "run_id": rd.run_id,
+            "node_run_dir": node_dir,
+            "container": container,
+            "run_dir": str(rd.path),
+            "on_interrupt": choice,
+            "poll_s": 0.05,
+        },
         tmp_path,
     )
-    wait_for(lambda: (rd.logs / "train.log").exists() and b"tick 3" in (rd.logs / "train.log").read_bytes(),
-             what="training output")
+    wait_for(
+        lambda: (
+            (rd.logs / "train.log").exists() and b"tick 3" in (rd.logs / "train.log").read_bytes()
+        ),
+        what="training output",
+    )
     pid = rd.record()["pid"]
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=60)
@@ -153,11 +201,18 @@ def test_ctrl_c_cancels_or_detaches_and_says_so(tmp_path, runs_root, choice):
 
 
 def test_sigterm_cancels(tmp_path, runs_root):
-    body = '_mark train start\nsleep 300\n'
+    body = "_mark train start\nsleep 300\n"
     rd, node_dir, container, text = _job(tmp_path, runs_root, body)
     proc = start_driver(
-        {"cluster": {"kind": "local"}, "node_script": text, "run_id": rd.run_id, "node_run_dir": node_dir,
-         "container": container, "run_dir": str(rd.path), "on_interrupt": "detach"},
+        {
+            "cluster": {"kind": "local"},
+            "node_script": text,
+            "run_id": rd.run_id,
+            "node_run_dir": node_dir,
+            "container": container,
+            "run_dir": str(rd.path),
+            "on_interrupt": "detach",
+        },
         tmp_path,
     )
     wait_for(lambda: rd.status().get("state") == "running", what="the run to start")
@@ -179,14 +234,24 @@ def test_attach_to_a_finished_run_is_refused(tmp_path, runs_root):
 def test_secrets_reach_the_node_once_and_never_the_run_dir(tmp_path, runs_root):
     import hashlib
 
-    digest = hashlib.sha256("hf_s3cr3t 'x".encode()).hexdigest()  # the script must not hold the secret
+    digest = hashlib.sha256(
+        b"hf_s3cr3t 'x"
+    ).hexdigest()  # the script must not hold the secret
     body = (
-        'if [ -f .secrets.env ]; then set -a; . ./.secrets.env; set +a; rm -f .secrets.env; fi\n'
+        "if [ -f .secrets.env ]; then set -a; . ./.secrets.env; set +a; rm -f .secrets.env; fi\n"
         f'_mark train start\n[ "$(printf %s "$HF_TOKEN" | sha256sum | cut -d" " -f1)" = {digest} ] && echo token-arrived\n'
     )
     rd, node_dir, container, text = _job(tmp_path, runs_root, body)
-    execute(LocalCluster(), node_script=text, run_id=rd.run_id, node_run_dir=node_dir, container=container,
-            run_dir=rd, poll_s=0.1, secrets={"HF_TOKEN": "hf_s3cr3t 'x"})
+    execute(
+        LocalCluster(),
+        node_script=text,
+        run_id=rd.run_id,
+        node_run_dir=node_dir,
+        container=container,
+        run_dir=rd,
+        poll_s=0.1,
+        secrets={"HF_TOKEN": "hf_s3cr3t 'x"},
+    )
     assert (rd.logs / "train.log").read_text() == "token-arrived\n"
     assert not Path(node_dir, ".secrets.env").exists()
     for path in rd.path.rglob("*"):

@@ -7,16 +7,19 @@ import statistics
 
 import pytest
 import yaml
+from measure_support import run_standin, seed_raw, step_times_for_tps
 
 from launcher.errors import BadInput
 from launcher.measure import measure, measure_run_dir, pure_figures
 from launcher.parse.miles import StepRecord
 from launcher.prices import price_per_hour
-from measure_support import run_standin, seed_raw, step_times_for_tps
 
 
 def records_with_times(times: dict[int, float], loss: float = 1.0) -> list[StepRecord]:
-    return [StepRecord(step=s, loss=loss, step_time=t, timestamp=1000.0 + s) for s, t in sorted(times.items())]
+    return [
+        StepRecord(step=s, loss=loss, step_time=t, timestamp=1000.0 + s)
+        for s, t in sorted(times.items())
+    ]
 
 
 def test_seed_mfu_and_cost_from_its_own_tokens_per_second():
@@ -24,9 +27,13 @@ def test_seed_mfu_and_cost_from_its_own_tokens_per_second():
     claim = raw["result"]
     price = price_per_hour(raw["gpu"]["instance"], "us-east-1")
     assert price.value == 63.296 and "p5en.48xlarge" in price.source
-    mfu, usd = pure_figures(claim["tokens_per_s_per_gpu"], gpus=raw["gpu"]["count"],
-                            active_params=claim["active_params"]["count"], peak_flops=989e12,
-                            usd_per_hour=price.value)
+    mfu, usd = pure_figures(
+        claim["tokens_per_s_per_gpu"],
+        gpus=raw["gpu"]["count"],
+        active_params=claim["active_params"]["count"],
+        peak_flops=989e12,
+        usd_per_hour=price.value,
+    )
     assert round(mfu, 4) == claim["mfu"] == 0.1276
     assert round(usd, 2) == claim["usd_per_million_tokens"] == 0.32
     assert usd == pytest.approx(0.318, abs=5e-4)
@@ -40,7 +47,11 @@ def test_seed_figures_from_a_log_at_the_claimed_speed():
     assert result.tokens_per_s_per_gpu == pytest.approx(6913.23, rel=1e-9)
     assert result.window_tokens == raw["result"]["window_tokens"] == 15 * 128 * 8192
     out = result.to_result_yaml()
-    assert out["tokens_per_s_per_gpu"] == 6913.23 and out["mfu"] == 0.1276 and out["usd_per_million_tokens"] == 0.32
+    assert (
+        out["tokens_per_s_per_gpu"] == 6913.23
+        and out["mfu"] == 0.1276
+        and out["usd_per_million_tokens"] == 0.32
+    )
     assert out["provenance"]["std_kind"] == "population"
     assert out["provenance"]["mfu_peak_flops"] == 989e12
     assert out["provenance"]["price"]["usd_per_hour"] == 63.296
@@ -49,13 +60,17 @@ def test_seed_figures_from_a_log_at_the_claimed_speed():
 
 def test_tokens_per_second_and_population_cv_over_the_window_only():
     raw = seed_raw()
-    times = {s: 100.0 for s in range(5)}  # warm-up: must not count
+    times = dict.fromkeys(range(5), 100.0)  # warm-up: must not count
     times.update({s: (18.0 if s % 2 else 20.0) for s in range(5, 20)})
     result = measure(records_with_times(times), raw)
     window = [times[s] for s in range(5, 20)]
     assert result.tokens_per_s_per_gpu == pytest.approx(15 * 1048576 / sum(window) / 8)
-    assert result.step_time_cv_percent == pytest.approx(100 * statistics.pstdev(window) / statistics.mean(window))
-    assert result.step_time_cv_percent != pytest.approx(100 * statistics.stdev(window) / statistics.mean(window))
+    assert result.step_time_cv_percent == pytest.approx(
+        100 * statistics.pstdev(window) / statistics.mean(window)
+    )
+    assert result.step_time_cv_percent != pytest.approx(
+        100 * statistics.stdev(window) / statistics.mean(window)
+    )
 
 
 def test_missing_and_nan_steps_are_reported():
@@ -71,23 +86,33 @@ def test_missing_and_nan_steps_are_reported():
 
 def test_gpu_hours_from_the_timeline_with_a_per_stage_split():
     raw = seed_raw()
-    timeline = {"acquired_at": 0.0, "released_at": 5625.0, "stages": [
-        {"name": "provision", "start": 0.0, "end": 600.0, "status": "ok"},
-        {"name": "train", "start": 1800.0, "end": 3600.0, "status": "ok"},
-        {"name": "teardown", "start": 5600.0, "end": None, "status": "running"},
-    ]}
-    result = measure(records_with_times({s: 19.0 for s in range(20)}), raw, timeline=timeline)
+    timeline = {
+        "acquired_at": 0.0,
+        "released_at": 5625.0,
+        "stages": [
+            {"name": "provision", "start": 0.0, "end": 600.0, "status": "ok"},
+            {"name": "train", "start": 1800.0, "end": 3600.0, "status": "ok"},
+            {"name": "teardown", "start": 5600.0, "end": None, "status": "running"},
+        ],
+    }
+    result = measure(records_with_times(dict.fromkeys(range(20), 19.0)), raw, timeline=timeline)
     assert result.gpu_hours == pytest.approx(8 * 5625 / 3600) == 12.5
-    assert result.gpu_hours_by_stage == {"provision": pytest.approx(8 * 600 / 3600), "train": pytest.approx(4.0)}
+    assert result.gpu_hours_by_stage == {
+        "provision": pytest.approx(8 * 600 / 3600),
+        "train": pytest.approx(4.0),
+    }
     assert result.window_gpu_hours == pytest.approx(8 * 15 * 19.0 / 3600)
     unreleased = dict(timeline, released_at=None)
-    result = measure(records_with_times({s: 19.0 for s in range(20)}), raw, timeline=unreleased)
-    assert result.gpu_hours == pytest.approx(8 * 5600 / 3600) and "lower bound" in result.gpu_hours_source
+    result = measure(records_with_times(dict.fromkeys(range(20), 19.0)), raw, timeline=unreleased)
+    assert (
+        result.gpu_hours == pytest.approx(8 * 5600 / 3600)
+        and "lower bound" in result.gpu_hours_source
+    )
 
 
 def test_price_override_region_and_unknown_instance():
     raw = seed_raw()
-    recs = records_with_times({s: 19.0 for s in range(20)})
+    recs = records_with_times(dict.fromkeys(range(20), 19.0))
     eu = measure(recs, raw, region="eu-north-1")
     assert eu.price.value == 67.73 and "eu-north-1" in eu.price.source
     over = measure(recs, raw, price_per_hour=30.0)
@@ -104,7 +129,7 @@ def test_price_override_region_and_unknown_instance():
 def test_recipe_inconsistency_is_reported():
     raw = seed_raw()
     raw["result"]["window_tokens"] = 999
-    result = measure(records_with_times({s: 19.0 for s in range(20)}), raw)
+    result = measure(records_with_times(dict.fromkeys(range(20), 19.0)), raw)
     assert any("window_tokens 999" in n for n in result.notes)
 
 
@@ -117,7 +142,9 @@ def test_recipe_without_a_window_is_bad_input():
 
 def test_cross_check_flags_timestamps_that_disagree_with_perf_step_time():
     raw = seed_raw()
-    recs = [StepRecord(step=s, loss=1.0, step_time=19.0, timestamp=1000.0 + 25.0 * s) for s in range(20)]
+    recs = [
+        StepRecord(step=s, loss=1.0, step_time=19.0, timestamp=1000.0 + 25.0 * s) for s in range(20)
+    ]
     result = measure(recs, raw)
     assert result.cross_checks["timestamp_mean_step_time_s"] == pytest.approx(25.0)
     assert any("timestamps" in n for n in result.notes)
@@ -127,10 +154,19 @@ def test_measure_run_dir_writes_every_artifact(tmp_path):
     raw = seed_raw()
     t = step_times_for_tps(7000.0)
     assert run_standin(tmp_path / "logs" / "train.log", steps=20, step_time_s=t) == 0
-    (tmp_path / "timeline.json").write_text(json.dumps({"acquired_at": 0, "released_at": 3600, "stages": []}))
+    (tmp_path / "timeline.json").write_text(
+        json.dumps({"acquired_at": 0, "released_at": 3600, "stages": []})
+    )
     result, verdict = measure_run_dir(tmp_path, raw)
     assert verdict.status == "reproduced"
-    for name in ("steps.jsonl", "result.yaml", "verdict.json", "report.md", "plots/loss.png", "plots/step_time.png"):
+    for name in (
+        "steps.jsonl",
+        "result.yaml",
+        "verdict.json",
+        "report.md",
+        "plots/loss.png",
+        "plots/step_time.png",
+    ):
         assert (tmp_path / name).is_file(), name
     steps = [json.loads(line) for line in (tmp_path / "steps.jsonl").read_text().splitlines()]
     assert [s["step"] for s in steps] == list(range(20))
@@ -146,17 +182,27 @@ def test_the_seed_run_block_verbatim_on_the_standin_measures_as_reproduced(tmp_p
     import os
     import subprocess
 
-    from measure_support import START, STANDIN
+    from measure_support import STANDIN, START
 
     raw = seed_raw()
     env = {k: v for k, v in os.environ.items() if not k.startswith("STANDIN_")}
-    env.update(HF_CKPT="/nonexistent/hf", TORCH_DIST="/nonexistent/dist", SFT_DATA="/nonexistent/rows.parquet",
-               STANDIN_START_EPOCH=str(START))
+    env.update(
+        HF_CKPT="/nonexistent/hf",
+        TORCH_DIST="/nonexistent/dist",
+        SFT_DATA="/nonexistent/rows.parquet",
+        STANDIN_START_EPOCH=str(START),
+    )
     run_dir = tmp_path / "run"
     (run_dir / "logs").mkdir(parents=True)
     with open(run_dir / "logs" / "train.log", "wb") as log:
-        proc = subprocess.run(["bash", "-c", "set -euo pipefail\n" + raw["run"]], cwd=STANDIN, env=env,
-                              stdout=log, stderr=subprocess.STDOUT, timeout=60)
+        proc = subprocess.run(
+            ["bash", "-c", "set -euo pipefail\n" + raw["run"]],
+            cwd=STANDIN,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            timeout=60,
+        )
     assert proc.returncode == 0, (run_dir / "logs" / "train.log").read_text()[-2000:]
     (run_dir / "recipe.yaml").write_text(yaml.safe_dump(raw))
     reference = tmp_path / "ref.log"
@@ -175,7 +221,7 @@ def test_cost_per_million_tokens_pays_for_every_node_of_a_multi_node_recipe():
     raw["gpu"]["count"], raw["gpu"]["per_node"] = 16, 8
     raw["result"]["window_tokens"] = 15 * 128 * 8192
     t = 128 * 8192 / 6913.23 / 16
-    result = measure(records_with_times({s: t for s in range(20)}), raw, region="us-east-1")
+    result = measure(records_with_times(dict.fromkeys(range(20), t)), raw, region="us-east-1")
     assert result.tokens_per_s_per_gpu == pytest.approx(6913.23)
     expected = 2 * 63.296 / (6913.23 * 16 * 3600 / 1e6)
     assert result.usd_per_million_tokens == pytest.approx(expected)

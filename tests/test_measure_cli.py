@@ -7,13 +7,17 @@ import subprocess
 import sys
 
 import pytest
-
 from measure_support import REPO, SEED, run_standin, seed_raw, step_times_for_tps
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "launcher", *map(str, args)], cwd=REPO,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "launcher", *map(str, args)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -39,8 +43,15 @@ def test_json_is_one_object_with_the_contract_fields_and_exit_0_when_reproduced(
     proc = cli("measure", logs["good"], "--recipe", SEED, "--json")
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)  # exactly one JSON document: json.loads rejects trailing data
-    for key in ("tokens_per_s_per_gpu", "step_time_cv_percent", "mfu", "usd_per_million_tokens", "window",
-                "steps_parsed", "verdict"):
+    for key in (
+        "tokens_per_s_per_gpu",
+        "step_time_cv_percent",
+        "mfu",
+        "usd_per_million_tokens",
+        "window",
+        "steps_parsed",
+        "verdict",
+    ):
         assert key in data
     assert data["verdict"]["status"] == "reproduced"
     assert data["window"] == [5, 19] and data["steps_parsed"] == 20
@@ -52,7 +63,9 @@ def test_slower_run_exits_1_with_a_negative_difference(logs):
     proc = cli("measure", logs["slow"], "--recipe", SEED, "--json")
     assert proc.returncode == 1
     verdict = json.loads(proc.stdout)["verdict"]
-    assert verdict["status"] == "slower" and verdict["difference_percent"] == pytest.approx(-10.0, abs=0.01)
+    assert verdict["status"] == "slower" and verdict["difference_percent"] == pytest.approx(
+        -10.0, abs=0.01
+    )
     assert verdict["reasons"]
 
 
@@ -71,8 +84,16 @@ def test_nan_and_killed_runs_are_never_reproduced(logs):
 def test_human_output_prints_every_figure_and_the_price_used(logs):
     proc = cli("measure", logs["good"], "--recipe", SEED, "--price-per-hour", "50")
     assert proc.returncode == 0
-    for text in ("tokens/s per GPU", "MFU", "$ per 1M tokens", "step-time CV", "population", "$50.0/h", "override",
-                 "REPRODUCED"):
+    for text in (
+        "tokens/s per GPU",
+        "MFU",
+        "$ per 1M tokens",
+        "step-time CV",
+        "population",
+        "$50.0/h",
+        "override",
+        "REPRODUCED",
+    ):
         assert text in proc.stdout, text
 
 

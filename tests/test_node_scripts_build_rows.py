@@ -19,7 +19,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
 from node_scripts_support import SCRIPTS, load_script
 
 b = load_script("build_sft_rows")
@@ -35,15 +34,24 @@ def conversations(n: int = 120, seed: int = 7) -> list[list[dict]]:
         msgs = []
         if i % 5 == 0:
             msgs.append({"role": "system", "content": "be brief"})
-        msgs.append({"role": "user", "content": " ".join(r.choice(WORDS) for _ in range(r.randint(1, 25)))})
+        msgs.append(
+            {"role": "user", "content": " ".join(r.choice(WORDS) for _ in range(r.randint(1, 25)))}
+        )
         if i % 9:  # some conversations have no assistant turn at all
-            msgs.append({"role": "assistant", "content": " ".join(r.choice(WORDS) for _ in range(r.randint(1, 30)))})
+            msgs.append(
+                {
+                    "role": "assistant",
+                    "content": " ".join(r.choice(WORDS) for _ in range(r.randint(1, 30))),
+                }
+            )
         out.append(msgs)
     return out
 
 
 def write_jsonl(path: Path, convs: list[list[dict]]) -> Path:
-    path.write_text("".join(json.dumps({"messages": c, "id": i}) + "\n" for i, c in enumerate(convs)))
+    path.write_text(
+        "".join(json.dumps({"messages": c, "id": i}) + "\n" for i, c in enumerate(convs))
+    )
     return path
 
 
@@ -72,11 +80,20 @@ def le_int32_sha(rows) -> str:
 
 
 def test_rows_are_consecutive_cuts_of_the_eos_joined_stream():
-    convs = [([10, 11, 12], [0, 1, 1]), ([20, 21], [0, 1]), ([30, 31, 32, 33], [0, 0, 1, 1]), ([40], [1])]
+    convs = [
+        ([10, 11, 12], [0, 1, 1]),
+        ([20, 21], [0, 1]),
+        ([30, 31, 32, 33], [0, 0, 1, 1]),
+        ([40], [1]),
+    ]
     stats = b.PackStats()
     rows = list(b.pack_rows(iter(convs), 4, eos_id=0, stats=stats))
     # stream: 10 11 12 0 | 20 21 0 30 | 31 32 33 0 | (40) -> tail of 1 token dropped, no padding
-    assert rows == [([10, 11, 12, 0], [0, 1, 1, 0]), ([20, 21, 0, 30], [0, 1, 0, 0]), ([31, 32, 33, 0], [0, 1, 1, 0])]
+    assert rows == [
+        ([10, 11, 12, 0], [0, 1, 1, 0]),
+        ([20, 21, 0, 30], [0, 1, 0, 0]),
+        ([31, 32, 33, 0], [0, 1, 1, 0]),
+    ]
     assert stats.conversations == 4 and stats.rows == 3 and stats.supervised_tokens == 5
 
 
@@ -101,7 +118,9 @@ def test_token_and_mask_lengths_must_agree():
 
 
 def test_the_test_tokenizer_supervises_assistant_content_not_its_header():
-    ids, mask = TOK.encode([{"role": "user", "content": "a b"}, {"role": "assistant", "content": "c"}])
+    ids, mask = TOK.encode(
+        [{"role": "user", "content": "a b"}, {"role": "assistant", "content": "c"}]
+    )
     assert len(ids) == len(mask) == 7 + 6
     assert mask == [0] * 7 + [0, 0, 0, 1, 1, 1]
     assert ids[7] == TOK.IM_START and ids[-2:] == [TOK.IM_END, TOK.NL]
@@ -110,7 +129,9 @@ def test_the_test_tokenizer_supervises_assistant_content_not_its_header():
 def test_permutation_is_seeded_and_global():
     a, again, other = b.permutation(1000, 42), b.permutation(1000, 42), b.permutation(1000, 43)
     assert a == again and a != other and sorted(a) == list(range(1000))
-    assert a == np.random.default_rng(42).permutation(1000).tolist()  # datasets' shuffle(seed=42) draw
+    assert (
+        a == np.random.default_rng(42).permutation(1000).tolist()
+    )  # datasets' shuffle(seed=42) draw
 
 
 # ---------------------------------------------------------------------------------------------
@@ -118,16 +139,41 @@ def test_permutation_is_seeded_and_global():
 
 
 def run_build(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(SCRIPTS / "build_sft_rows.py"), *args], capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, str(SCRIPTS / "build_sft_rows.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
-def build_cli(tmp_path: Path, convs, *, rows: int = 12, row_tokens: int = 48, seed: int = 42, name="rows.parquet",
-              extra=()) -> tuple[subprocess.CompletedProcess[str], Path]:
+def build_cli(
+    tmp_path: Path,
+    convs,
+    *,
+    rows: int = 12,
+    row_tokens: int = 48,
+    seed: int = 42,
+    name="rows.parquet",
+    extra=(),
+) -> tuple[subprocess.CompletedProcess[str], Path]:
     src = write_jsonl(tmp_path / "convs.jsonl", convs)
     out = tmp_path / name
-    proc = run_build("--source", str(src), "--tokenizer", b.TEST_TOKENIZER, "--row-tokens", str(row_tokens),
-                     "--rows", str(rows), "--seed", str(seed), "--out", str(out), *extra)
+    proc = run_build(
+        "--source",
+        str(src),
+        "--tokenizer",
+        b.TEST_TOKENIZER,
+        "--row-tokens",
+        str(row_tokens),
+        "--rows",
+        str(rows),
+        "--seed",
+        str(seed),
+        "--out",
+        str(out),
+        *extra,
+    )
     return proc, out
 
 
@@ -138,24 +184,30 @@ def test_parquet_rows_match_the_permuted_stream_and_the_printed_hashes(tmp_path)
     summary = json.loads(proc.stdout)
     table = pq.read_table(out)
     assert table.schema.field("messages").type == pa.list_(pa.int64())
-    assert table.schema.field("metadata").type == pa.struct([("loss_mask", pa.list_(pa.int8())),
-                                                              ("supervised_tokens", pa.int64())])
+    assert table.schema.field("metadata").type == pa.struct(
+        [("loss_mask", pa.list_(pa.int8())), ("supervised_tokens", pa.int64())]
+    )
     got = table.to_pylist()
     assert summary["rows"] == len(got) == 12 and summary["padding_tokens"] == 0
 
     order, ids, mask = expected_stream(convs, 42)
-    expected_rows = [(ids[i:i + 48], mask[i:i + 48]) for i in range(0, len(ids) - 47, 48)]
+    expected_rows = [(ids[i : i + 48], mask[i : i + 48]) for i in range(0, len(ids) - 47, 48)]
     expected_rows = [r for r in expected_rows if 1 in r[1]][:12]
     assert [r["messages"] for r in got] == [r[0] for r in expected_rows]
     assert [r["metadata"]["loss_mask"] for r in got] == [r[1] for r in expected_rows]
     assert all(r["metadata"]["supervised_tokens"] == sum(r["metadata"]["loss_mask"]) for r in got)
     # the first row starts with the first conversation of the permutation, not of the file
     first = TOK.encode(convs[order[0]])[0]
-    assert got[0]["messages"][:len(first[:48])] == first[:48] and order[0] != 0
+    assert got[0]["messages"][: len(first[:48])] == first[:48] and order[0] != 0
 
     assert summary["rows_sha256"] == le_int32_sha(r["messages"] for r in got)
-    assert b.rows_sha256(r["messages"] for r in got) == summary["rows_sha256"]  # the helper docs name
-    assert summary["loss_mask_sha256"] == hashlib.sha256(b"".join(bytes(r["metadata"]["loss_mask"]) for r in got)).hexdigest()
+    assert (
+        b.rows_sha256(r["messages"] for r in got) == summary["rows_sha256"]
+    )  # the helper docs name
+    assert (
+        summary["loss_mask_sha256"]
+        == hashlib.sha256(b"".join(bytes(r["metadata"]["loss_mask"]) for r in got)).hexdigest()
+    )
     assert summary["parquet_sha256"] == hashlib.sha256(out.read_bytes()).hexdigest()
     assert summary["parquet_bytes"] == out.stat().st_size
     assert summary["supervised_tokens"] == sum(sum(r["metadata"]["loss_mask"]) for r in got)
@@ -169,7 +221,9 @@ def test_same_inputs_give_byte_identical_parquet_and_another_seed_other_rows(tmp
     one = json.loads(build_cli(tmp_path / "a", convs)[0].stdout)
     two = json.loads(build_cli(tmp_path / "b", convs)[0].stdout)
     other = json.loads(build_cli(tmp_path / "c", convs, seed=43)[0].stdout)
-    assert one["parquet_sha256"] == two["parquet_sha256"] and one["rows_sha256"] == two["rows_sha256"]
+    assert (
+        one["parquet_sha256"] == two["parquet_sha256"] and one["rows_sha256"] == two["rows_sha256"]
+    )
     assert other["rows_sha256"] != one["rows_sha256"]
 
 
@@ -192,8 +246,8 @@ def test_rows_feed_the_rollout_function_as_miles_would_read_them(tmp_path, monke
     for (s,), rec in zip(groups, records):
         mask = rec["metadata"]["loss_mask"]
         assert s.tokens == rec["messages"] and len(s.loss_mask) == s.response_length
-        assert s.loss_mask == mask[len(mask) - s.response_length:] and s.loss_mask[0] == 1
-        assert 1 not in mask[:len(mask) - s.response_length]
+        assert s.loss_mask == mask[len(mask) - s.response_length :] and s.loss_mask[0] == 1
+        assert 1 not in mask[: len(mask) - s.response_length]
 
 
 def test_a_parquet_directory_source_reads_files_in_sorted_order(tmp_path):
@@ -203,18 +257,38 @@ def test_a_parquet_directory_source_reads_files_in_sorted_order(tmp_path):
     d.mkdir(parents=True)
     msg_type = pa.list_(pa.struct([("content", pa.string()), ("role", pa.string())]))
     # written out of order on purpose: train-00001 must come after train-00000
-    pq.write_table(pa.table({"messages": pa.array(convs[30:], type=msg_type)}), d / "train-00001-of-00002.parquet")
-    pq.write_table(pa.table({"messages": pa.array(convs[:30], type=msg_type)}), d / "train-00000-of-00002.parquet")
+    pq.write_table(
+        pa.table({"messages": pa.array(convs[30:], type=msg_type)}),
+        d / "train-00001-of-00002.parquet",
+    )
+    pq.write_table(
+        pa.table({"messages": pa.array(convs[:30], type=msg_type)}),
+        d / "train-00000-of-00002.parquet",
+    )
     out = tmp_path / "dir.parquet"
-    proc = run_build("--source", str(tmp_path / "ds"), "--tokenizer", b.TEST_TOKENIZER, "--row-tokens", "32",
-                     "--rows", "5", "--out", str(out))
+    proc = run_build(
+        "--source",
+        str(tmp_path / "ds"),
+        "--tokenizer",
+        b.TEST_TOKENIZER,
+        "--row-tokens",
+        "32",
+        "--rows",
+        "5",
+        "--out",
+        str(out),
+    )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["rows_sha256"] == json.loads(ref_proc.stdout)["rows_sha256"]
 
 
 def test_too_few_rows_fails_and_leaves_no_file(tmp_path):
     proc, out = build_cli(tmp_path, conversations(10), rows=500)
-    assert proc.returncode == 2 and "--rows asks for 500" in proc.stderr and "Traceback" not in proc.stderr
+    assert (
+        proc.returncode == 2
+        and "--rows asks for 500" in proc.stderr
+        and "Traceback" not in proc.stderr
+    )
     assert not out.exists()
 
 
@@ -223,8 +297,12 @@ def test_expectation_mismatch_exits_1_and_sets_the_file_aside(tmp_path):
     assert proc.returncode == 1 and "MISMATCH rows_sha256" in proc.stderr
     assert not out.exists() and Path(str(out) + ".mismatch").exists()
     good = json.loads(proc.stdout)["rows_sha256"]
-    proc2, out2 = build_cli(tmp_path, conversations(), name="again.parquet", extra=("--expect-rows-sha256", good,
-                                                                                      "--expect-rows", "12"))
+    proc2, out2 = build_cli(
+        tmp_path,
+        conversations(),
+        name="again.parquet",
+        extra=("--expect-rows-sha256", good, "--expect-rows", "12"),
+    )
     assert proc2.returncode == 0 and out2.exists()
 
 
@@ -232,22 +310,102 @@ def test_tokenizer_file_hashes_are_checked_before_any_work(tmp_path):
     tok = tmp_path / "tok"
     tok.mkdir()
     (tok / "tokenizer.json").write_text("{}")
-    proc = run_build("--source", str(write_jsonl(tmp_path / "c.jsonl", conversations(5))), "--tokenizer", str(tok),
-                     "--tokenizer-sha256", "tokenizer.json=" + "a" * 64, "--row-tokens", "8", "--out", str(tmp_path / "o.parquet"))
+    proc = run_build(
+        "--source",
+        str(write_jsonl(tmp_path / "c.jsonl", conversations(5))),
+        "--tokenizer",
+        str(tok),
+        "--tokenizer-sha256",
+        "tokenizer.json=" + "a" * 64,
+        "--row-tokens",
+        "8",
+        "--out",
+        str(tmp_path / "o.parquet"),
+    )
     assert proc.returncode == 1 and "not the recipe's tokenizer" in proc.stderr
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--tokenizer", "builtin:whitespace-test", "--row-tokens", "8", "--out", "/tmp/x.parquet"], "exactly one of --source"),
-    (["--source", "/nonexistent.jsonl", "--tokenizer", "builtin:whitespace-test", "--row-tokens", "8", "--out", "/tmp/x.parquet"],
-     "no such file"),
-    (["--source", "x.jsonl", "--tokenizer", "builtin:nope", "--row-tokens", "8", "--out", "/tmp/x.parquet"], "the only built-in"),
-    (["--source", "x.jsonl", "--tokenizer", "builtin:whitespace-test", "--row-tokens", "0", "--out", "/tmp/x.parquet"], "must be positive"),
-    (["--source-repo", "a/b", "--tokenizer", "builtin:whitespace-test", "--row-tokens", "8", "--out", "/tmp/x.parquet"],
-     "needs --source-revision and --source-cache"),
-    (["--source", "x.jsonl", "--tokenizer", "/nonexistent-dir", "--row-tokens", "8", "--out", "/tmp/x.parquet"],
-     "inside the training image"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            [
+                "--tokenizer",
+                "builtin:whitespace-test",
+                "--row-tokens",
+                "8",
+                "--out",
+                "/tmp/x.parquet",
+            ],
+            "exactly one of --source",
+        ),
+        (
+            [
+                "--source",
+                "/nonexistent.jsonl",
+                "--tokenizer",
+                "builtin:whitespace-test",
+                "--row-tokens",
+                "8",
+                "--out",
+                "/tmp/x.parquet",
+            ],
+            "no such file",
+        ),
+        (
+            [
+                "--source",
+                "x.jsonl",
+                "--tokenizer",
+                "builtin:nope",
+                "--row-tokens",
+                "8",
+                "--out",
+                "/tmp/x.parquet",
+            ],
+            "the only built-in",
+        ),
+        (
+            [
+                "--source",
+                "x.jsonl",
+                "--tokenizer",
+                "builtin:whitespace-test",
+                "--row-tokens",
+                "0",
+                "--out",
+                "/tmp/x.parquet",
+            ],
+            "must be positive",
+        ),
+        (
+            [
+                "--source-repo",
+                "a/b",
+                "--tokenizer",
+                "builtin:whitespace-test",
+                "--row-tokens",
+                "8",
+                "--out",
+                "/tmp/x.parquet",
+            ],
+            "needs --source-revision and --source-cache",
+        ),
+        (
+            [
+                "--source",
+                "x.jsonl",
+                "--tokenizer",
+                "/nonexistent-dir",
+                "--row-tokens",
+                "8",
+                "--out",
+                "/tmp/x.parquet",
+            ],
+            "inside the training image",
+        ),
+    ],
+)
 def test_bad_arguments_are_clear_errors(args, message):
     proc = run_build(*args)
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr

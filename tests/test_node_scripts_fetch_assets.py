@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from node_scripts_support import SCRIPTS, load_script
 
 fa = load_script("fetch_assets")
@@ -23,18 +22,27 @@ OTHER = "b14afda60f1bbebe55d5d2fa1e4df5042f97f8be"
 class FakeHub:
     """Writes a small snapshot like snapshot_download would, and records every call."""
 
-    def __init__(self, fail_with: BaseException | None = None, files: dict[str, bytes] | None = None):
+    def __init__(
+        self, fail_with: BaseException | None = None, files: dict[str, bytes] | None = None
+    ):
         self.calls: list[tuple] = []
         self.fail_with = fail_with
-        self.files = files if files is not None else {"config.json": b"{}", "model-00001.safetensors": b"x" * 100,
-                                                      "sub/tokenizer.json": b"{\"v\": 1}"}
+        self.files = (
+            files
+            if files is not None
+            else {
+                "config.json": b"{}",
+                "model-00001.safetensors": b"x" * 100,
+                "sub/tokenizer.json": b'{"v": 1}',
+            }
+        )
 
     def __call__(self, repo, revision, dest, token, repo_type, allow_patterns):
         self.calls.append((repo, revision, str(dest), token, repo_type, allow_patterns))
         # hf's own bookkeeping under .cache must not be listed
         (dest / ".cache" / "huggingface").mkdir(parents=True, exist_ok=True)
         (dest / ".cache" / "huggingface" / "x.metadata").write_text("meta")
-        for name, data in list(self.files.items())[:1 if self.fail_with else None]:
+        for name, data in list(self.files.items())[: 1 if self.fail_with else None]:
             (dest / name).parent.mkdir(parents=True, exist_ok=True)
             (dest / name).write_bytes(data)
         if self.fail_with:
@@ -42,7 +50,9 @@ class FakeHub:
 
 
 def fetch(dest: Path, hub: FakeHub, revision: str = REV, **kw):
-    return fa.fetch_snapshot("Qwen/Qwen3-30B-A3B", revision, dest, downloader=hub, log=lambda m: None, **kw)
+    return fa.fetch_snapshot(
+        "Qwen/Qwen3-30B-A3B", revision, dest, downloader=hub, log=lambda m: None, **kw
+    )
 
 
 def test_first_fetch_downloads_and_writes_marker_with_files_and_sizes(tmp_path):
@@ -52,9 +62,11 @@ def test_first_fetch_downloads_and_writes_marker_with_files_and_sizes(tmp_path):
     assert hub.calls[0][:2] == ("Qwen/Qwen3-30B-A3B", REV) and hub.calls[0][4] == "model"
     marker = json.loads((tmp_path / "ckpt" / fa.MARKER).read_text())
     assert marker["repo"] == "Qwen/Qwen3-30B-A3B" and marker["revision"] == REV
-    assert marker["files"] == [{"path": "config.json", "bytes": 2},
-                               {"path": "model-00001.safetensors", "bytes": 100},
-                               {"path": "sub/tokenizer.json", "bytes": 8}]
+    assert marker["files"] == [
+        {"path": "config.json", "bytes": 2},
+        {"path": "model-00001.safetensors", "bytes": 100},
+        {"path": "sub/tokenizer.json", "bytes": 8},
+    ]
     assert marker["total_bytes"] == 110
     assert not (tmp_path / "ckpt" / fa.PENDING).exists()
 
@@ -77,11 +89,16 @@ def test_a_file_that_went_missing_or_shrank_forces_a_new_download(tmp_path):
 
 def test_failed_download_leaves_no_marker_and_a_retry_resumes(tmp_path):
     dest = tmp_path / "ckpt"
-    with pytest.raises(fa.FetchError, match="download of model Qwen/Qwen3-30B-A3B@.* failed: ConnectionError: reset"):
+    with pytest.raises(
+        fa.FetchError,
+        match="download of model Qwen/Qwen3-30B-A3B@.* failed: ConnectionError: reset",
+    ):
         fetch(dest, FakeHub(fail_with=ConnectionError("reset\nby peer")))
     assert not (dest / fa.MARKER).exists() and (dest / fa.PENDING).exists()
     hub = FakeHub()
-    assert fetch(dest, hub)["status"] == "downloaded"  # same repo@revision: the pending download resumes
+    assert (
+        fetch(dest, hub)["status"] == "downloaded"
+    )  # same repo@revision: the pending download resumes
     assert (dest / fa.MARKER).exists() and not (dest / fa.PENDING).exists()
 
 
@@ -129,8 +146,13 @@ def test_an_empty_download_is_an_error_not_a_complete_snapshot(tmp_path):
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(SCRIPTS / "fetch_assets.py"), *args], capture_output=True, text=True,
-                          timeout=60, env=env)
+    return subprocess.run(
+        [sys.executable, str(SCRIPTS / "fetch_assets.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
 
 
 def without_hub(tmp_path: Path) -> dict[str, str]:
@@ -146,8 +168,16 @@ def without_hub(tmp_path: Path) -> dict[str, str]:
 def test_cli_skips_a_complete_directory_without_huggingface_hub(tmp_path):
     dest = tmp_path / "ckpt"
     fetch(dest, FakeHub())
-    proc = run_cli("hf-checkpoint", "--repo", "Qwen/Qwen3-30B-A3B", "--revision", REV, "--dest", str(dest),
-                   env=without_hub(tmp_path))
+    proc = run_cli(
+        "hf-checkpoint",
+        "--repo",
+        "Qwen/Qwen3-30B-A3B",
+        "--revision",
+        REV,
+        "--dest",
+        str(dest),
+        env=without_hub(tmp_path),
+    )
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["status"] == "skipped" and out["files"] == 3 and out["total_bytes"] == 110
@@ -155,17 +185,31 @@ def test_cli_skips_a_complete_directory_without_huggingface_hub(tmp_path):
 
 
 def test_cli_without_huggingface_hub_fails_clearly(tmp_path):
-    proc = run_cli("hf-checkpoint", "--repo", "a/b", "--revision", REV, "--dest", str(tmp_path / "d"),
-                   env=without_hub(tmp_path))
+    proc = run_cli(
+        "hf-checkpoint",
+        "--repo",
+        "a/b",
+        "--revision",
+        REV,
+        "--dest",
+        str(tmp_path / "d"),
+        env=without_hub(tmp_path),
+    )
     assert proc.returncode == 3
     assert "huggingface_hub is not installed" in proc.stderr and "Traceback" not in proc.stderr
 
 
-@pytest.mark.parametrize("args, message", [
-    (["hf-checkpoint", "--repo", "noslash", "--revision", REV, "--dest", "/tmp/x"], "expected OWNER/NAME"),
-    (["hf-checkpoint", "--repo", "a/b", "--dest", "/tmp/x"], "--revision"),
-    (["nonsense"], "invalid choice"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["hf-checkpoint", "--repo", "noslash", "--revision", REV, "--dest", "/tmp/x"],
+            "expected OWNER/NAME",
+        ),
+        (["hf-checkpoint", "--repo", "a/b", "--dest", "/tmp/x"], "--revision"),
+        (["nonsense"], "invalid choice"),
+    ],
+)
 def test_cli_bad_arguments_exit_2_without_traceback(args, message):
     proc = run_cli(*args)
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
@@ -174,6 +218,14 @@ def test_cli_bad_arguments_exit_2_without_traceback(args, message):
 def test_cli_refuses_a_directory_of_another_revision(tmp_path):
     dest = tmp_path / "ckpt"
     fetch(dest, FakeHub())
-    proc = run_cli("hf-checkpoint", "--repo", "Qwen/Qwen3-30B-A3B", "--revision", OTHER, "--dest", str(dest),
-                   env=without_hub(tmp_path))
+    proc = run_cli(
+        "hf-checkpoint",
+        "--repo",
+        "Qwen/Qwen3-30B-A3B",
+        "--revision",
+        OTHER,
+        "--dest",
+        str(dest),
+        env=without_hub(tmp_path),
+    )
     assert proc.returncode == 2 and "choose another --dest" in proc.stderr

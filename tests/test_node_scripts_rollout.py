@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-
 from node_scripts_support import load_script
 
 ro = load_script("pretokenized_sft_rollout")
@@ -35,7 +34,10 @@ class DataSource:
 
     def get_samples(self, n: int) -> list[list[Sample]]:
         self.asked.append(n)
-        out = [[Sample(p, m, index=self.pos + i)] for i, (p, m) in enumerate(self.rows[self.pos:self.pos + n])]
+        out = [
+            [Sample(p, m, index=self.pos + i)]
+            for i, (p, m) in enumerate(self.rows[self.pos : self.pos + n])
+        ]
         self.pos += n
         return out
 
@@ -54,9 +56,13 @@ def no_row_env(monkeypatch):
 
 
 def test_rows_become_trainable_samples_from_the_first_supervised_token():
-    src = DataSource([row([10, 11, 12, 13, 14, 15], [0, 0, 1, 0, 1, 1]),
-                      row([20, 21, 22, 23, 24, 25], [1, 1, 1, 1, 1, 1]),
-                      row([30, 31, 32, 33, 34, 35], [0, 0, 0, 0, 0, 1])])
+    src = DataSource(
+        [
+            row([10, 11, 12, 13, 14, 15], [0, 0, 1, 0, 1, 1]),
+            row([20, 21, 22, 23, 24, 25], [1, 1, 1, 1, 1, 1]),
+            row([30, 31, 32, 33, 34, 35], [0, 0, 0, 0, 0, 1]),
+        ]
+    )
     groups = ro.generate_rollout(Args(), 0, src)
     assert src.asked == [2] and len(groups) == 2 and all(len(g) == 1 for g in groups)
     a, b = groups[0][0], groups[1][0]
@@ -65,7 +71,7 @@ def test_rows_become_trainable_samples_from_the_first_supervised_token():
     assert b.response_length == 6 and b.loss_mask == [1] * 6
     assert len(a.loss_mask) == a.response_length
     # the next rollout continues where the data source left off
-    (c,), = ro.generate_rollout(type("A", (), {"rollout_batch_size": 1}), 1, src)
+    ((c,),) = ro.generate_rollout(type("A", (), {"rollout_batch_size": 1}), 1, src)
     assert c.response_length == 1 and c.loss_mask == [1] and c.tokens[-1] == 35
 
 
@@ -75,8 +81,13 @@ def test_array_like_columns_are_accepted_as_lists():
             return list(self)
 
     import array
-    src = DataSource([(array.array("q", [1, 2, 3]), {"loss_mask": Arr([0, 1, 1])}),
-                      ([4.0, 5.0], {"loss_mask": [1, 1]})])
+
+    src = DataSource(
+        [
+            (array.array("q", [1, 2, 3]), {"loss_mask": Arr([0, 1, 1])}),
+            ([4.0, 5.0], {"loss_mask": [1, 1]}),
+        ]
+    )
     a, b = (g[0] for g in ro.generate_rollout(Args(), 0, src))
     assert a.tokens == [1, 2, 3] and a.loss_mask == [1, 1]
     assert b.tokens == [4, 5] and type(b.tokens[0]) is int
@@ -85,22 +96,40 @@ def test_array_like_columns_are_accepted_as_lists():
 def test_row_length_is_checked_against_the_recipe_row_tokens(monkeypatch):
     monkeypatch.setenv(ro.ROW_TOKENS_ENV, "4")
     src = DataSource([row([1, 2, 3, 4], [0, 1, 1, 1]), row([1, 2, 3], [0, 1, 1])])
-    with pytest.raises(ValueError, match=r"rollout 7 sample 1 \(dataset index 1\): the row has 3 tokens, expected 4"):
+    with pytest.raises(
+        ValueError,
+        match=r"rollout 7 sample 1 \(dataset index 1\): the row has 3 tokens, expected 4",
+    ):
         ro.generate_rollout(Args(), 7, src)
 
 
-@pytest.mark.parametrize("prompt, metadata, message", [
-    ([1, 2, 3], {"loss_mask": [0, 1]}, "has 2 entries for a row of 3 tokens"),
-    ([1, 2, 3], {"loss_mask": [0, 0, 0]}, "no supervised token"),
-    ([1, 2, 3], {"loss_mask": [0, 2, 1]}, r"holds \[2\], expected only 0 and 1"),
-    ([1, 2, 3], {"loss_mask": [0, 1, 1], "supervised_tokens": 3}, "supervised_tokens is 3 but the mask supervises 2"),
-    ([1, 2, 3], {"first_supervised": 1}, "has no 'loss_mask'"),
-    ([1, 2, 3], '{"loss_mask": [0, 1, 1]}', "sample.metadata is str, expected a dict"),
-    ([{"role": "user", "content": "hi"}], {"loss_mask": [1]}, "is a message dict, not a token id"),
-    ("raw text", {"loss_mask": [1]}, "must be a list of token ids, got str"),
-    ([1, "x", 3], {"loss_mask": [1, 1, 1]}, r"sample.prompt \(the `messages` column\)\[1\] is 'x'"),
-    ([], {"loss_mask": []}, "the row is empty"),
-])
+@pytest.mark.parametrize(
+    "prompt, metadata, message",
+    [
+        ([1, 2, 3], {"loss_mask": [0, 1]}, "has 2 entries for a row of 3 tokens"),
+        ([1, 2, 3], {"loss_mask": [0, 0, 0]}, "no supervised token"),
+        ([1, 2, 3], {"loss_mask": [0, 2, 1]}, r"holds \[2\], expected only 0 and 1"),
+        (
+            [1, 2, 3],
+            {"loss_mask": [0, 1, 1], "supervised_tokens": 3},
+            "supervised_tokens is 3 but the mask supervises 2",
+        ),
+        ([1, 2, 3], {"first_supervised": 1}, "has no 'loss_mask'"),
+        ([1, 2, 3], '{"loss_mask": [0, 1, 1]}', "sample.metadata is str, expected a dict"),
+        (
+            [{"role": "user", "content": "hi"}],
+            {"loss_mask": [1]},
+            "is a message dict, not a token id",
+        ),
+        ("raw text", {"loss_mask": [1]}, "must be a list of token ids, got str"),
+        (
+            [1, "x", 3],
+            {"loss_mask": [1, 1, 1]},
+            r"sample.prompt \(the `messages` column\)\[1\] is 'x'",
+        ),
+        ([], {"loss_mask": []}, "the row is empty"),
+    ],
+)
 def test_bad_rows_raise_a_clear_error_naming_the_sample(prompt, metadata, message):
     src = DataSource([row([5, 6], [0, 1]), (prompt, metadata)])
     with pytest.raises(ValueError, match=message) as err:
@@ -136,5 +165,12 @@ def test_a_bad_row_tokens_environment_value_is_reported(monkeypatch, value):
 
 
 def test_summary_counts_supervised_tokens():
-    groups = ro.generate_rollout(Args(), 0, DataSource([row([1, 2, 3, 4], [0, 1, 0, 1]), row([5, 6], [1, 1])]))
-    assert ro.summarize(groups) == {"samples": 2, "tokens": 6, "supervised": 4, "supervised_ratio": 4 / 6}
+    groups = ro.generate_rollout(
+        Args(), 0, DataSource([row([1, 2, 3, 4], [0, 1, 0, 1]), row([5, 6], [1, 1])])
+    )
+    assert ro.summarize(groups) == {
+        "samples": 2,
+        "tokens": 6,
+        "supervised": 4,
+        "supervised_ratio": 4 / 6,
+    }

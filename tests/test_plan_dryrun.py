@@ -10,15 +10,20 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from cli_support import FIXTURES, SEED, reproduce
+
 from launcher.plan import build_plan
 from launcher.profile import load_profile
 from launcher.recipe import load_recipe
 
 DIGEST = "sha256:45ae7833f97a01369dbd8f336784830a87d94587bc010c7b8065291cc15cd7ca"
-NO_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": "", "AWS_PROFILE": "",
-                  "AWS_CONFIG_FILE": "/nonexistent", "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent"}
+NO_CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "",
+    "AWS_SECRET_ACCESS_KEY": "",
+    "AWS_PROFILE": "",
+    "AWS_CONFIG_FILE": "/nonexistent",
+    "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent",
+}
 
 
 def node_script_of(out: str) -> str:
@@ -60,13 +65,18 @@ def test_dry_run_header_has_nodes_image_and_cost() -> None:
 
 
 def test_price_override_changes_the_expected_cost() -> None:
-    res = reproduce(SEED, "--cluster", "aws", "--dry-run", "--price-per-hour", "40", env=NO_CREDENTIALS)
+    res = reproduce(
+        SEED, "--cluster", "aws", "--dry-run", "--price-per-hour", "40", env=NO_CREDENTIALS
+    )
     assert "$40/h = $6.25" in res.out and "override" in res.out
 
 
 def test_aws_dry_run_prints_the_run_instances_request_without_secrets() -> None:
-    canary = {"AWS_ACCESS_KEY_ID": "AKIACANARYCANARY0000", "AWS_SECRET_ACCESS_KEY": "secret-canary-value",
-              "HF_TOKEN": "hf_canary_token_value"}
+    canary = {
+        "AWS_ACCESS_KEY_ID": "AKIACANARYCANARY0000",
+        "AWS_SECRET_ACCESS_KEY": "secret-canary-value",
+        "HF_TOKEN": "hf_canary_token_value",
+    }
     res = reproduce(SEED, "--cluster", "aws", "--dry-run", env=canary)
     assert res.code == 0, res.err
     for value in canary.values():
@@ -118,10 +128,22 @@ def test_multi_node_recipe_is_refused_on_a_single_host_profile() -> None:
 
 def test_plan_stages_in_order_and_the_same_object_renders_the_script() -> None:
     plan = build_plan(load_recipe(SEED), load_profile("aws"), run_id="r1")
-    assert [s.name for s in plan.stages] == ["acquire", "preflight", "image", "preflight-gpu", "stack", "assets",
-                                             "ray", "train", "collect", "release"]
-    order = [plan.node_script.index(f"_stage_begin {s}") for s in
-             ("preflight", "image", "preflight-gpu", "stack", "assets", "ray", "train")]
+    assert [s.name for s in plan.stages] == [
+        "acquire",
+        "preflight",
+        "image",
+        "preflight-gpu",
+        "stack",
+        "assets",
+        "ray",
+        "train",
+        "collect",
+        "release",
+    ]
+    order = [
+        plan.node_script.index(f"_stage_begin {s}")
+        for s in ("preflight", "image", "preflight-gpu", "stack", "assets", "ray", "train")
+    ]
     assert order == sorted(order)
     assert plan.to_dict()["stages"][7]["commands"][0] == load_recipe(SEED).run_script.rstrip("\n")
 
@@ -135,7 +157,9 @@ def test_nvlink_multicast_forced_off_on_shared_hosts_and_never_turned_on() -> No
     shared = build_plan(load_recipe(SEED), load_profile("ssh"), run_id="r1").node_script
     dedicated = build_plan(load_recipe(SEED), load_profile("aws"), run_id="r1").node_script
     container = shared.split("<<'REPRODUCE_CONTAINER_SCRIPT'", 1)[1]
-    assert container.index("export CUDA_DEVICE_MAX_CONNECTIONS") < container.index("export NCCL_NVLS_ENABLE=0")
+    assert container.index("export CUDA_DEVICE_MAX_CONNECTIONS") < container.index(
+        "export NCCL_NVLS_ENABLE=0"
+    )
     for script in (shared, dedicated):
         assert not re.search(r"NCCL_NVLS_ENABLE=1|DISABLE_MULTICAST=0|DISABLE_NVLS=0", script)
 
@@ -143,8 +167,14 @@ def test_nvlink_multicast_forced_off_on_shared_hosts_and_never_turned_on() -> No
 def test_efa_devices_and_docker_flags() -> None:
     script = build_plan(load_recipe(SEED), load_profile("aws"), run_id="r1").node_script
     assert "for dev in /dev/infiniband/*" in script
-    for flag in ("--gpus all", "--ipc host", "--network host", "--ulimit memlock=-1", "--ulimit stack=67108864",
-                 "--shm-size 32g"):
+    for flag in (
+        "--gpus all",
+        "--ipc host",
+        "--network host",
+        "--ulimit memlock=-1",
+        "--ulimit stack=67108864",
+        "--shm-size 32g",
+    ):
         assert flag in script
 
 
@@ -182,9 +212,19 @@ def test_ray_profile_submits_to_the_existing_cluster() -> None:
 def test_real_runs_refuse_what_this_version_cannot_execute(tmp_path: Path) -> None:
     """Multi-node recipes and ray profiles are planned (dry run) but refused for real, before anything starts."""
     runs = tmp_path / "runs"
-    multi = reproduce(FIXTURES / "llama3.1-70b-h100-2node.yaml", "--cluster", "aws", "--runs-dir", runs,
-                      env=NO_CREDENTIALS)
-    assert multi.code == 2 and "single-node recipes only" in multi.err and "Nothing was launched" in multi.err
+    multi = reproduce(
+        FIXTURES / "llama3.1-70b-h100-2node.yaml",
+        "--cluster",
+        "aws",
+        "--runs-dir",
+        runs,
+        env=NO_CREDENTIALS,
+    )
+    assert (
+        multi.code == 2
+        and "single-node recipes only" in multi.err
+        and "Nothing was launched" in multi.err
+    )
     ray = reproduce(SEED, "--cluster", "ray", "--runs-dir", runs)
     assert ray.code == 2 and "dry-run only" in ray.err
     assert not runs.exists()
@@ -213,5 +253,7 @@ def test_ray_log_dedup_is_off_before_ray_starts_and_the_recipe_can_still_set_it(
     """Ray folds lines that differ only in digits ('step 7: {...}'); the measurement needs every step line."""
     script = build_plan(load_recipe(SEED), load_profile("aws"), run_id="r1").node_script
     container = script.split("<<'REPRODUCE_CONTAINER_SCRIPT'", 1)[1]
-    assert container.index("export RAY_DEDUP_LOGS=0") < container.index("export CUDA_DEVICE_MAX_CONNECTIONS")
+    assert container.index("export RAY_DEDUP_LOGS=0") < container.index(
+        "export CUDA_DEVICE_MAX_CONNECTIONS"
+    )
     assert container.index("export RAY_DEDUP_LOGS=0") < container.index("ray start --head")

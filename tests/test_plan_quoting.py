@@ -14,8 +14,8 @@ import subprocess
 from pathlib import Path
 
 import yaml
-
 from cli_support import SEED
+
 from launcher.plan import build_plan
 from launcher.profile import load_profile
 from launcher.recipe import load_recipe
@@ -61,10 +61,14 @@ def hostile_inputs(tmp_path: Path) -> tuple[Path, Path, Path]:
     data["gpu"]["type"] = EVIL[0]
     data["stack"]["cuda"] = "13.0 " + EVIL[1]
     data["result"]["active_params"]["revision"] = EVIL[4]
-    data["result"]["active_params"]["source"] = "https://huggingface.co/evil/`touch${IFS}pwned`$(touch${IFS}pwned)"
+    data["result"]["active_params"]["source"] = (
+        "https://huggingface.co/evil/`touch${IFS}pwned`$(touch${IFS}pwned)"
+    )
     data["workload"]["dataset"]["build"]["name"] = EVIL[2]
     data["workload"]["dataset"]["build"]["builder"] = EVIL[3]
-    data["run"] = 'printenv > "$NODE_RUN_DIR/container-env.txt"\nprintf "%s" "$SFT_DATA" > "$NODE_RUN_DIR/sft.txt"\n'
+    data["run"] = (
+        'printenv > "$NODE_RUN_DIR/container-env.txt"\nprintf "%s" "$SFT_DATA" > "$NODE_RUN_DIR/sft.txt"\n'
+    )
     weird = tmp_path / ("dir " + EVIL[3].replace("\n", " "))
     rows = weird / "rows.parquet"
     rows.parent.mkdir(parents=True)
@@ -94,7 +98,9 @@ def read_calls(log: Path) -> list[list[str]]:
 
 def test_hostile_values_are_never_executed(tmp_path: Path) -> None:
     recipe_path, profile_path, rows = hostile_inputs(tmp_path)
-    plan = build_plan(load_recipe(recipe_path), load_profile(str(profile_path)), run_id="quoting-test")
+    plan = build_plan(
+        load_recipe(recipe_path), load_profile(str(profile_path)), run_id="quoting-test"
+    )
     script = tmp_path / "node.sh"
     script.write_text(plan.node_script)
     subprocess.run(["bash", "-n", str(script)], check=True)
@@ -112,9 +118,15 @@ def test_hostile_values_are_never_executed(tmp_path: Path) -> None:
     torch_dist.mkdir(parents=True)
     (torch_dist / "latest_checkpointed_iteration.txt").write_text("release\n")
     log = tmp_path / "calls.log"
-    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "STUB_LOG": str(log), "FAKE_MILES": str(fake_miles),
-           "HOME": str(tmp_path)}
-    proc = subprocess.run(["bash", str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    env = {
+        "PATH": f"{bin_dir}:/usr/bin:/bin",
+        "STUB_LOG": str(log),
+        "FAKE_MILES": str(fake_miles),
+        "HOME": str(tmp_path),
+    }
+    proc = subprocess.run(
+        ["bash", str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
     assert not [p for p in tmp_path.rglob(CANARY)], "a recipe or profile value was executed"
@@ -142,7 +154,11 @@ def test_hostile_values_are_never_executed(tmp_path: Path) -> None:
 
 def test_comments_cannot_be_ended_by_a_newline_in_a_value(tmp_path: Path) -> None:
     recipe_path, profile_path, _ = hostile_inputs(tmp_path)
-    plan = build_plan(load_recipe(recipe_path), load_profile(str(profile_path)), run_id="quoting-test")
-    comment = [ln for ln in plan.node_script.splitlines() if ln.startswith("# Hugging Face checkpoint")]
+    plan = build_plan(
+        load_recipe(recipe_path), load_profile(str(profile_path)), run_id="quoting-test"
+    )
+    comment = [
+        ln for ln in plan.node_script.splitlines() if ln.startswith("# Hugging Face checkpoint")
+    ]
     assert len(comment) == 1 and f"line one line two $(touch {CANARY})" in comment[0]
     # the executed test above shows the value also arrives intact where it is data

@@ -131,13 +131,18 @@ def test_preflight_xid_critical_fails_other_codes_warn_unreadable_warns() -> Non
         "[ 905.0] NVRM: Xid (PCI:0000:00:07): 79, pid=0, GPU has fallen off the bus.\n"
     )
     xids = pf.parse_xids(log)
-    assert [(x["code"], x["device"]) for x in xids] == [(13, "PCI:0000:00:06"), (79, "PCI:0000:00:07")]
+    assert [(x["code"], x["device"]) for x in xids] == [
+        (13, "PCI:0000:00:06"),
+        (79, "PCI:0000:00:07"),
+    ]
     critical = set(TABLE["xid_critical"]["codes"])
     assert not pf.check_xid(xids, "dmesg", critical).ok
     benign = pf.check_xid(xids[:1], "dmesg", critical)
     assert benign.ok and "13" in benign.warning
     unreadable = pf.check_xid(None, "dmesg: Operation not permitted", critical)
-    assert unreadable.ok and unreadable.value == "not readable" and "not checked" in unreadable.warning
+    assert (
+        unreadable.ok and unreadable.value == "not readable" and "not checked" in unreadable.warning
+    )
     assert pf.parse_xids(fixture("h200x1_device_log.txt")) == []
 
 
@@ -199,7 +204,9 @@ def test_preflight_thresholds_per_gpu_type_and_count_with_overrides() -> None:
 def test_preflight_threshold_overrides_reject_unknown_names_and_non_numbers() -> None:
     known = pf.threshold_names(TABLE)
     assert pf.parse_threshold_overrides(["copy_tbps=4", "matmul_bf16_tflops=700"], known) == {
-        "copy_tbps": 4.0, "matmul_bf16_tflops": 700.0}
+        "copy_tbps": 4.0,
+        "matmul_bf16_tflops": 700.0,
+    }
     with pytest.raises(ValueError, match="NAME=VALUE"):
         pf.parse_threshold_overrides(["matmul=700"], known)
     with pytest.raises(ValueError, match="not a number"):
@@ -219,9 +226,17 @@ def test_preflight_thresholds_table_is_consistent() -> None:
 # ---- benchmark verdicts --------------------------------------------------------------------------
 
 
-def _results(world: int, busbw: float = 340.0, tflops: float = 780.0, correct: bool = True) -> list[dict]:
-    ar = {"world": world, "correct": correct, "sizes": [
-        {"bytes": 64 << 20, "busbw_gbps": 250.0}, {"bytes": 4 << 30, "busbw_gbps": busbw}]}
+def _results(
+    world: int, busbw: float = 340.0, tflops: float = 780.0, correct: bool = True
+) -> list[dict]:
+    ar = {
+        "world": world,
+        "correct": correct,
+        "sizes": [
+            {"bytes": 64 << 20, "busbw_gbps": 250.0},
+            {"bytes": 4 << 30, "busbw_gbps": busbw},
+        ],
+    }
     out = []
     for i in range(world):
         r = {"local_rank": i, "matmul_bf16_tflops": tflops - i, "copy_tbps": 4.2}
@@ -237,22 +252,34 @@ def test_preflight_bench_verdicts_use_the_slowest_gpu_and_largest_size() -> None
     assert checks["matmul_bf16"].detail["per_gpu"] == [780.0, 779.0]
     assert checks["allreduce_busbw"].value == 340.0 and checks["allreduce_busbw"].ok
     assert "4 GiB, 2 GPUs" in checks["allreduce_busbw"].expected
-    slow = {c.name: c for c in pf.bench_checks(_results(2, busbw=120.0, tflops=500.0), TABLE, "H200", {}, 1)}
+    slow = {
+        c.name: c
+        for c in pf.bench_checks(_results(2, busbw=120.0, tflops=500.0), TABLE, "H200", {}, 1)
+    }
     assert not slow["matmul_bf16"].ok and not slow["allreduce_busbw"].ok
     assert slow["copy_bandwidth"].ok
 
 
 def test_preflight_bench_single_gpu_has_no_allreduce_and_multinode_adds_one() -> None:
-    assert "allreduce_busbw" not in {c.name for c in pf.bench_checks(_results(1), TABLE, "H200", {}, 1)}
+    assert "allreduce_busbw" not in {
+        c.name for c in pf.bench_checks(_results(1), TABLE, "H200", {}, 1)
+    }
     res = _results(1)
-    res[0]["allreduce_multinode"] = {"world": 2, "correct": True, "sizes": [{"bytes": 4 << 30, "busbw_gbps": 341.6}]}
+    res[0]["allreduce_multinode"] = {
+        "world": 2,
+        "correct": True,
+        "sizes": [{"bytes": 4 << 30, "busbw_gbps": 341.6}],
+    }
     names = [c.name for c in pf.bench_checks(res, TABLE, "H200", {}, 2)]
     assert names == ["matmul_bf16", "copy_bandwidth", "allreduce_multinode_busbw"]
 
 
 def test_preflight_bench_worker_error_or_wrong_sum_fails() -> None:
     res = _results(2)
-    res[1] = {"local_rank": 1, "error": "RuntimeError: CUDA error: uncorrectable ECC error encountered"}
+    res[1] = {
+        "local_rank": 1,
+        "error": "RuntimeError: CUDA error: uncorrectable ECC error encountered",
+    }
     checks = {c.name: c for c in pf.bench_checks(res, TABLE, "H200", {}, 1)}
     assert not checks["matmul_bf16"].ok and "uncorrectable ECC" in checks["matmul_bf16"].warning
     wrong = {c.name: c for c in pf.bench_checks(_results(2, correct=False), TABLE, "H200", {}, 1)}
@@ -284,16 +311,21 @@ def test_preflight_terminal_table_from_a_real_report() -> None:
 def test_preflight_force_multicast_off_overrides_values_that_turn_it_on() -> None:
     env = {"NCCL_NVLS_ENABLE": "1", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "0", "OTHER": "x"}
     pf.force_multicast_off(env)
-    assert env == {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
-                   "NVSHMEM_DISABLE_NVLS": "1", "OTHER": "x"}
+    assert env == {
+        "NCCL_NVLS_ENABLE": "0",
+        "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+        "NVSHMEM_DISABLE_NVLS": "1",
+        "OTHER": "x",
+    }
 
 
 # ---- end to end on this machine (no GPU, no torch) -----------------------------------------------
 
 
 def _run_script(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=60,
-                          env=env)
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=60, env=env
+    )
 
 
 def _bare_node_env(tmp_path: Path) -> dict[str, str]:
@@ -301,8 +333,13 @@ def _bare_node_env(tmp_path: Path) -> dict[str, str]:
     (tmp_path / "empty_bin").mkdir()
     (tmp_path / "no_torch" / "torch").mkdir(parents=True)
     (tmp_path / "no_torch" / "torch" / "__init__.py").write_text(
-        "raise ModuleNotFoundError(\"No module named 'torch'\")\n")
-    return {**os.environ, "PATH": str(tmp_path / "empty_bin"), "PYTHONPATH": str(tmp_path / "no_torch")}
+        "raise ModuleNotFoundError(\"No module named 'torch'\")\n"
+    )
+    return {
+        **os.environ,
+        "PATH": str(tmp_path / "empty_bin"),
+        "PYTHONPATH": str(tmp_path / "no_torch"),
+    }
 
 
 def test_preflight_without_gpu_or_torch_fails_cleanly_as_json(tmp_path: Path) -> None:
@@ -349,17 +386,49 @@ def _fake_smi(tmp_path: Path, n: int) -> Path:
 
 def test_preflight_end_to_end_with_captured_nvidia_smi_judges_the_node(tmp_path: Path) -> None:
     bin_dir = _fake_smi(tmp_path, 2)
-    env = {**_bare_node_env(tmp_path), "PATH": str(bin_dir),
-           "NCCL_NVLS_ENABLE": "1", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "0", "NVSHMEM_DISABLE_NVLS": "0"}
+    env = {
+        **_bare_node_env(tmp_path),
+        "PATH": str(bin_dir),
+        "NCCL_NVLS_ENABLE": "1",
+        "TORCH_SYMM_MEM_DISABLE_MULTICAST": "0",
+        "NVSHMEM_DISABLE_NVLS": "0",
+    }
     env.pop("CUDA_VISIBLE_DEVICES", None)
-    p = _run_script("--json", "--gpu-type", "H200", "--gpus", "8", "--gpu-memory-gb", "141",
-                    "--driver-min", "580.65.06", "--cuda", "13.0", "--disk-path", str(tmp_path),
-                    "--efa-expected", "16", "--efa-retries", "2", "--efa-retry-wait", "0", env=env)
+    p = _run_script(
+        "--json",
+        "--gpu-type",
+        "H200",
+        "--gpus",
+        "8",
+        "--gpu-memory-gb",
+        "141",
+        "--driver-min",
+        "580.65.06",
+        "--cuda",
+        "13.0",
+        "--disk-path",
+        str(tmp_path),
+        "--efa-expected",
+        "16",
+        "--efa-retries",
+        "2",
+        "--efa-retry-wait",
+        "0",
+        env=env,
+    )
     report = parse_report(p.stdout)
     by_name = {c.name: c for c in report.checks}
     assert p.returncode == 1
     assert by_name["gpu_count"].value == 2 and not by_name["gpu_count"].ok  # recipe wants 8
-    for name in ("gpu_model", "gpu_memory", "driver_version", "cuda_version", "ecc", "nvlink", "disk"):
+    for name in (
+        "gpu_model",
+        "gpu_memory",
+        "driver_version",
+        "cuda_version",
+        "ecc",
+        "nvlink",
+        "disk",
+    ):
         assert by_name[name].ok, by_name[name]
     assert not by_name["efa"].ok and by_name["efa"].detail == {"attempts": 2}
     for key, off in pf.MULTICAST_OFF.items():
@@ -372,8 +441,23 @@ def test_preflight_host_pass_needs_no_torch(tmp_path: Path) -> None:
     bin_dir = _fake_smi(tmp_path, 2)
     env = {**_bare_node_env(tmp_path), "PATH": str(bin_dir)}
     env.pop("CUDA_VISIBLE_DEVICES", None)
-    p = _run_script("--json", "--no-bench", "--gpu-type", "H200", "--gpus", "2", "--gpu-memory-gb", "141",
-                    "--driver-min", "580.65.06", "--cuda", "13.0", "--disk-path", str(tmp_path), env=env)
+    p = _run_script(
+        "--json",
+        "--no-bench",
+        "--gpu-type",
+        "H200",
+        "--gpus",
+        "2",
+        "--gpu-memory-gb",
+        "141",
+        "--driver-min",
+        "580.65.06",
+        "--cuda",
+        "13.0",
+        "--disk-path",
+        str(tmp_path),
+        env=env,
+    )
     report = parse_report(p.stdout)
     assert p.returncode == 0, [c for c in report.checks if not c.ok]
     assert report.ok and "torch" not in {c.name for c in report.checks}

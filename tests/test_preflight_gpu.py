@@ -30,8 +30,12 @@ def _gpus() -> list[str]:
         return []
     if not torch.cuda.is_available():
         return []
-    out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
-                         capture_output=True, text=True, check=False).stdout
+    out = subprocess.run(
+        ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout
     names = [line.strip() for line in out.splitlines() if line.strip()]
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     return names[: torch.cuda.device_count()] if visible else names
@@ -40,7 +44,9 @@ def _gpus() -> list[str]:
 GPUS = _gpus()
 pytestmark = [
     pytest.mark.gpu,
-    pytest.mark.skipif(not GPUS, reason="needs NVIDIA GPUs with PyTorch (nvidia-smi and torch.cuda)"),
+    pytest.mark.skipif(
+        not GPUS, reason="needs NVIDIA GPUs with PyTorch (nvidia-smi and torch.cuda)"
+    ),
 ]
 
 
@@ -50,8 +56,20 @@ def _gpu_type() -> str:
 
 
 def _run(*extra: str) -> tuple[int, str]:
-    argv = [sys.executable, str(SCRIPT), "--json", "--gpu-type", _gpu_type(), "--gpus", str(len(GPUS)),
-            "--disk-path", "/tmp", "--disk-min-gb", "1", *extra]
+    argv = [
+        sys.executable,
+        str(SCRIPT),
+        "--json",
+        "--gpu-type",
+        _gpu_type(),
+        "--gpus",
+        str(len(GPUS)),
+        "--disk-path",
+        "/tmp",
+        "--disk-min-gb",
+        "1",
+        *extra,
+    ]
     p = subprocess.run(argv, capture_output=True, text=True, timeout=300)
     return p.returncode, p.stdout
 

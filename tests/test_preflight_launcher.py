@@ -32,7 +32,9 @@ SEED = ROOT / "recipes" / "qwen3-30b-a3b" / "h200" / "attune-tp1-pp1-ep8-mt16k.y
 
 
 def _node_parser():
-    spec = importlib.util.spec_from_file_location("preflight_node_script_l", ROOT / "scripts" / "preflight.py")
+    spec = importlib.util.spec_from_file_location(
+        "preflight_node_script_l", ROOT / "scripts" / "preflight.py"
+    )
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     saved = dict(os.environ)
@@ -50,10 +52,15 @@ NODE = _node_parser()
 def _seed_argv(**over) -> list[str]:
     recipe = load_recipe(SEED)
     kw = dict(
-        gpu_type=recipe.gpu_type, gpus_per_node=recipe.gpus_per_node, gpu_memory_gb=recipe.gpu_memory_gb,
-        driver_min=driver_min_for_cuda(recipe.cuda), cuda=recipe.cuda,
-        efa_expected=expected_efa_devices(recipe.instance_type), disk_path="/opt/dlami/nvme/reproduce cache",
-        disk_min_gb=400, thresholds={"matmul_bf16_tflops": 700, "allreduce_busbw_gbps": 310.5},
+        gpu_type=recipe.gpu_type,
+        gpus_per_node=recipe.gpus_per_node,
+        gpu_memory_gb=recipe.gpu_memory_gb,
+        driver_min=driver_min_for_cuda(recipe.cuda),
+        cuda=recipe.cuda,
+        efa_expected=expected_efa_devices(recipe.instance_type),
+        disk_path="/opt/dlami/nvme/reproduce cache",
+        disk_min_gb=400,
+        thresholds={"matmul_bf16_tflops": 700, "allreduce_busbw_gbps": 310.5},
     )
     kw.update(over)
     return preflight_argv(**kw)
@@ -66,8 +73,9 @@ def test_preflight_argv_for_the_seed_recipe_is_what_the_node_script_parses() -> 
     assert (args.gpu_type, args.gpus, args.gpu_memory_gb) == ("H200", 8, 141)
     assert (args.cuda, args.driver_min, args.efa_expected) == ("13.0", "580.65.06", 16)
     assert args.disk_path == "/opt/dlami/nvme/reproduce cache" and args.disk_min_gb == 400
-    assert NODE.parse_threshold_overrides(args.threshold, NODE.threshold_names(NODE.load_thresholds())) == {
-        "allreduce_busbw_gbps": 310.5, "matmul_bf16_tflops": 700.0}
+    assert NODE.parse_threshold_overrides(
+        args.threshold, NODE.threshold_names(NODE.load_thresholds())
+    ) == {"allreduce_busbw_gbps": 310.5, "matmul_bf16_tflops": 700.0}
     assert args.nnodes == 1 and args.master_addr is None
 
 
@@ -82,13 +90,20 @@ def test_preflight_command_quotes_every_part() -> None:
 def test_preflight_argv_multinode_carries_the_rendezvous() -> None:
     argv = _seed_argv(nnodes=2, node_rank=1, master_addr="10.0.0.5", master_port=29510)
     args = NODE.build_parser().parse_args(argv)
-    assert (args.nnodes, args.node_rank, args.master_addr, args.master_port) == (2, 1, "10.0.0.5", 29510)
+    assert (args.nnodes, args.node_rank, args.master_addr, args.master_port) == (
+        2,
+        1,
+        "10.0.0.5",
+        29510,
+    )
     with pytest.raises(BadInput):
         _seed_argv(nnodes=2)
 
 
 def test_preflight_argv_omits_what_is_unknown() -> None:
-    argv = _seed_argv(gpu_memory_gb=None, driver_min=None, cuda=None, efa_expected=None, thresholds={})
+    argv = _seed_argv(
+        gpu_memory_gb=None, driver_min=None, cuda=None, efa_expected=None, thresholds={}
+    )
     for flag in ("--gpu-memory-gb", "--driver-min", "--cuda", "--efa-expected", "--threshold"):
         assert flag not in argv
 
@@ -124,7 +139,11 @@ def test_preflight_driver_min_for_cuda() -> None:
 
 def test_preflight_report_parsed_from_output_with_other_lines() -> None:
     text = (DATA / "h200x2_report.json").read_text()
-    noisy = "vm:1234:1234 [0] NCCL INFO Bootstrap: Using eth0\n{not json\n" + text + "\nNCCL WARN something\n"
+    noisy = (
+        "vm:1234:1234 [0] NCCL INFO Bootstrap: Using eth0\n{not json\n"
+        + text
+        + "\nNCCL WARN something\n"
+    )
     report = parse_report(noisy)
     assert report.ok and report.failures() == []
     names = [c.name for c in report.checks]
@@ -153,10 +172,16 @@ def test_preflight_failure_stops_before_training_naming_value_and_expectation() 
     report = parse_report(_failing_report())
     assert not report.ok
     assert [c.name for c in report.failures()] == ["allreduce_busbw"]
-    msg = report.summary()  # what the run's error names when the node fails (tests/test_run_failures.py)
+    msg = (
+        report.summary()
+    )  # what the run's error names when the node fails (tests/test_run_failures.py)
     assert "allreduce_busbw: 120.5 GB/s (expected >= 300 GB/s at 4 GiB, 2 GPUs)" in msg
     assert "--skip-preflight" in msg
-    assert parse_report((DATA / "h200x2_report.json").read_text()).summary().startswith("preflight passed")
+    assert (
+        parse_report((DATA / "h200x2_report.json").read_text())
+        .summary()
+        .startswith("preflight passed")
+    )
 
 
 def test_preflight_report_not_ok_when_the_top_level_says_so() -> None:

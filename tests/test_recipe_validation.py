@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from cli_support import FIXTURES, SEED, reproduce
+
 from launcher.recipe import load_recipe, recipe_schema
 
 
@@ -31,6 +31,7 @@ def mutate(path_keys: list, value=None, delete: bool = False):
         else:
             node[path_keys[-1]] = value
         return data
+
     return apply
 
 
@@ -38,22 +39,57 @@ SHORT_DIGEST_SOURCE = "The image is radixark/miles v0.1.0 (amd64 digest sha256:4
 
 BAD = {
     "wrong type": (mutate(["gpu", "count"], "eight"), "gpu.count", "expected an integer"),
-    "missing required": (mutate(["workload", "global_batch"], delete=True), "workload.global_batch", "missing required field"),
-    "short digest": (mutate(["stack", "source"], SHORT_DIGEST_SOURCE), "stack.source", "not a full digest"),
-    "no digest at all": (mutate(["stack", "source"], "versions read by hand"), "stack.image", "sha256"),
+    "missing required": (
+        mutate(["workload", "global_batch"], delete=True),
+        "workload.global_batch",
+        "missing required field",
+    ),
+    "short digest": (
+        mutate(["stack", "source"], SHORT_DIGEST_SOURCE),
+        "stack.source",
+        "not a full digest",
+    ),
+    "no digest at all": (
+        mutate(["stack", "source"], "versions read by hand"),
+        "stack.image",
+        "sha256",
+    ),
     "schema_version 2": (mutate(["schema_version"], 2), "schema_version", "supports 1"),
     "unknown top-level field": (mutate(["resutl"], {"x": 1}), "resutl", "unknown field"),
     "unknown nested field": (mutate(["gpu", "cuont"], 8), "gpu.cuont", "unknown field"),
-    "window outside steps": (mutate(["result", "window"], [5, 20]), "result.window", "expected last <= 19"),
+    "window outside steps": (
+        mutate(["result", "window"], [5, 20]),
+        "result.window",
+        "expected last <= 19",
+    ),
     "window reversed": (mutate(["result", "window"], [10, 5]), "result.window", "first <= last"),
-    "negative figure": (mutate(["result", "tokens_per_s_per_gpu"], -6913.23), "result.tokens_per_s_per_gpu", "> 0"),
-    "window tokens inconsistent": (mutate(["result", "window_tokens"], 15728641), "result.window_tokens", "15728640"),
+    "negative figure": (
+        mutate(["result", "tokens_per_s_per_gpu"], -6913.23),
+        "result.tokens_per_s_per_gpu",
+        "> 0",
+    ),
+    "window tokens inconsistent": (
+        mutate(["result", "window_tokens"], 15728641),
+        "result.window_tokens",
+        "15728640",
+    ),
     "layout does not fit": (mutate(["layout", "dp"], 4), "layout", "gpu.count is 8"),
-    "count not a multiple of per_node": (mutate(["gpu", "count"], 12), "gpu.count", "multiple of per_node"),
+    "count not a multiple of per_node": (
+        mutate(["gpu", "count"], 12),
+        "gpu.count",
+        "multiple of per_node",
+    ),
     "bad env name": (mutate(["env", "BAD-NAME"], "1"), "env.BAD-NAME", "not a shell variable name"),
-    "env value not text": (mutate(["env", "NCCL_DEBUG"], ["WARN"]), "env.NCCL_DEBUG", "expected text"),
+    "env value not text": (
+        mutate(["env", "NCCL_DEBUG"], ["WARN"]),
+        "env.NCCL_DEBUG",
+        "expected text",
+    ),
     "run uses an unbound variable": (
-        mutate(["run"], 'python3 train.py --load "$CKPT_DIR"\n'), "run", "$CKPT_DIR"),
+        mutate(["run"], 'python3 train.py --load "$CKPT_DIR"\n'),
+        "run",
+        "$CKPT_DIR",
+    ),
 }
 
 
@@ -120,14 +156,20 @@ def test_validate_accepts_the_seed_and_the_fixtures() -> None:
 def test_image_from_the_seed_prose() -> None:
     recipe = load_recipe(SEED)
     assert recipe.image.repository == "radixark/miles"
-    assert recipe.image.digest == "sha256:45ae7833f97a01369dbd8f336784830a87d94587bc010c7b8065291cc15cd7ca"
+    assert (
+        recipe.image.digest
+        == "sha256:45ae7833f97a01369dbd8f336784830a87d94587bc010c7b8065291cc15cd7ca"
+    )
     assert recipe.image.source_field == "stack.source"
 
 
 def test_structured_image_wins_over_prose(tmp_path: Path) -> None:
     data = seed_data()
-    data["stack"]["image"] = {"repository": "127.0.0.1:5000/miles", "tag": "test",
-                              "digest": "sha256:" + "ab" * 32}
+    data["stack"]["image"] = {
+        "repository": "127.0.0.1:5000/miles",
+        "tag": "test",
+        "digest": "sha256:" + "ab" * 32,
+    }
     recipe = load_recipe(write(tmp_path, data))
     assert recipe.image.ref == "127.0.0.1:5000/miles@sha256:" + "ab" * 32
 
@@ -168,7 +210,9 @@ def _schema_node(schema: dict, path: str) -> dict | None:
 
 def test_schema_describes_every_field_of_the_seed() -> None:
     schema = recipe_schema()
-    missing = [p for p in _paths(seed_data()) if not (_schema_node(schema, p) or {}).get("description")]
+    missing = [
+        p for p in _paths(seed_data()) if not (_schema_node(schema, p) or {}).get("description")
+    ]
     assert missing == []
 
 

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from measure_support import seed_raw, step_times_for_tps
 
 from launcher.convergence import check
 from launcher.measure import measure
 from launcher.parse.miles import StepRecord
 from launcher.report import write_report
 from launcher.verdict import judge
-from measure_support import seed_raw, step_times_for_tps
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -17,8 +17,17 @@ PNG = b"\x89PNG\r\n\x1a\n"
 def _run(tps: float, nan_at=None):
     raw = seed_raw()
     t = step_times_for_tps(tps)
-    recs = [StepRecord(step=s, loss=(float("nan") if nan_at is not None and s >= nan_at else 1.5 - 0.03 * s),
-                       grad_norm=2.0, lr=1e-5, step_time=t, tokens=1048576) for s in range(20)]
+    recs = [
+        StepRecord(
+            step=s,
+            loss=(float("nan") if nan_at is not None and s >= nan_at else 1.5 - 0.03 * s),
+            grad_norm=2.0,
+            lr=1e-5,
+            step_time=t,
+            tokens=1048576,
+        )
+        for s in range(20)
+    ]
     result = measure(recs, raw)
     return raw, recs, result, judge(result, raw)
 

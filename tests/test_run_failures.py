@@ -8,9 +8,9 @@ import json
 from pathlib import Path
 
 import pytest
-
 from cli_support import SEED
 from infra.nodescript import script
+
 from launcher.clusters.local import LocalCluster
 from launcher.errors import CheckFailed, InfraError
 from launcher.execute import execute
@@ -21,7 +21,13 @@ FAILED_PREFLIGHT = {
     "ok": False,
     "checks": [
         {"name": "gpu_count", "value": 7, "expected": "8", "ok": False},
-        {"name": "matmul_bf16_tflops", "value": 512.3, "unit": "TFLOP/s", "expected": ">= 680", "ok": False},
+        {
+            "name": "matmul_bf16_tflops",
+            "value": 512.3,
+            "unit": "TFLOP/s",
+            "expected": ">= 680",
+            "ok": False,
+        },
         {"name": "driver", "value": "580.159.04", "expected": ">= 580.65.06", "ok": True},
     ],
 }
@@ -35,8 +41,17 @@ def _execute(tmp_path: Path, body: str, **kw):
     scripts = tmp_path / "scripts"
     scripts.mkdir(exist_ok=True)
     kw.setdefault("recipe_raw", load_recipe(SEED).raw)
-    return rd, lambda: execute(LocalCluster(), node_script=text, run_id=rd.run_id, node_run_dir=node_dir,
-                               container=container, run_dir=rd, scripts_dir=scripts, poll_s=0.05, **kw)
+    return rd, lambda: execute(
+        LocalCluster(),
+        node_script=text,
+        run_id=rd.run_id,
+        node_run_dir=node_dir,
+        container=container,
+        run_dir=rd,
+        scripts_dir=scripts,
+        poll_s=0.05,
+        **kw,
+    )
 
 
 def test_failed_preflight_is_exit_3_naming_each_failed_check(tmp_path: Path) -> None:
@@ -55,18 +70,24 @@ def test_failed_preflight_is_exit_3_naming_each_failed_check(tmp_path: Path) -> 
 
 def test_failed_training_is_measured_and_judged_failed(tmp_path: Path) -> None:
     standin = Path(__file__).parent / "standin_miles" / "train.py"
-    body = (f"_mark train start; STANDIN_FAIL_AT=8 python3 {standin} --num-rollout 20 --global-batch-size 128\n")
+    body = f"_mark train start; STANDIN_FAIL_AT=8 python3 {standin} --num-rollout 20 --global-batch-size 128\n"
     rd, run = _execute(tmp_path, body)
     with pytest.raises(CheckFailed) as err:
         run()
     assert err.value.exit_code == 1 and "stage train" in str(err.value)
     verdict = json.loads((rd.path / "verdict.json").read_text())
     assert verdict["status"] == "failed"
-    assert (rd.path / "steps.jsonl").read_text().count("\n") >= 5  # the steps before the crash are kept
+    assert (rd.path / "steps.jsonl").read_text().count(
+        "\n"
+    ) >= 5  # the steps before the crash are kept
 
 
 def test_failed_download_is_an_infrastructure_error(tmp_path: Path) -> None:
     rd, run = _execute(tmp_path, '_mark assets start; echo "HTTP 503 from the hub" >&2; exit 3\n')
     with pytest.raises(InfraError) as err:
         run()
-    assert err.value.exit_code == 3 and "stage assets" in str(err.value) and "HTTP 503" in str(err.value)
+    assert (
+        err.value.exit_code == 3
+        and "stage assets" in str(err.value)
+        and "HTTP 503" in str(err.value)
+    )

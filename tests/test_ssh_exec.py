@@ -9,10 +9,10 @@ import time
 from pathlib import Path
 
 import pytest
-
 from infra.helpers import cli, group_alive, slow_script_body, start_driver, wait_for
 from infra.nodescript import script
 from infra.sshd import SshServer
+
 from launcher.clusters.ssh import SSHCluster
 from launcher.errors import InfraError
 from launcher.execute import execute
@@ -34,7 +34,9 @@ def _train_bytes(rd: RunDir) -> int:
 
 
 def test_dropped_connection_mid_run_loses_and_doubles_nothing(sshd, tmp_path, runs_root):
-    rd, node_dir, container, text = _job(tmp_path, runs_root, slow_script_body(lines=60, delay_s=0.04))
+    rd, node_dir, container, text = _job(
+        tmp_path, runs_root, slow_script_body(lines=60, delay_s=0.04)
+    )
     cluster = SSHCluster.from_profile(sshd.profile())
     import threading
 
@@ -48,21 +50,40 @@ def test_dropped_connection_mid_run_loses_and_doubles_nothing(sshd, tmp_path, ru
 
     thread = threading.Thread(target=dropper)
     thread.start()
-    outcome = execute(cluster, node_script=text, run_id=rd.run_id, node_run_dir=node_dir, container=container,
-                      run_dir=rd, poll_s=0.05, reconnect_s=20)
+    outcome = execute(
+        cluster,
+        node_script=text,
+        run_id=rd.run_id,
+        node_run_dir=node_dir,
+        container=container,
+        run_dir=rd,
+        poll_s=0.05,
+        reconnect_s=20,
+    )
     thread.join()
     assert dropped and dropped[0] >= 1
     assert outcome.state == "done"
     assert (rd.logs / "node.log").read_bytes() == Path(node_dir, "node.log").read_bytes()
     train = (rd.logs / "train.log").read_text().splitlines()
-    assert [int(line.split()[2]) for line in train if line.startswith("train line")] == list(range(1, 61))
+    assert [int(line.split()[2]) for line in train if line.startswith("train line")] == list(
+        range(1, 61)
+    )
 
 
 def test_launcher_killed_and_connection_dropped_then_attach(sshd, tmp_path, runs_root):
-    rd, node_dir, container, text = _job(tmp_path, runs_root, slow_script_body(lines=100, delay_s=0.03))
+    rd, node_dir, container, text = _job(
+        tmp_path, runs_root, slow_script_body(lines=100, delay_s=0.03)
+    )
     proc = start_driver(
-        {"cluster": SSHCluster.from_profile(sshd.profile()).to_record(), "node_script": text, "run_id": rd.run_id,
-         "node_run_dir": node_dir, "container": container, "run_dir": str(rd.path), "poll_s": 0.05},
+        {
+            "cluster": SSHCluster.from_profile(sshd.profile()).to_record(),
+            "node_script": text,
+            "run_id": rd.run_id,
+            "node_run_dir": node_dir,
+            "container": container,
+            "run_dir": str(rd.path),
+            "poll_s": 0.05,
+        },
         tmp_path,
     )
     wait_for(lambda: _train_bytes(rd) > 5000, what="some streamed output")
@@ -77,14 +98,18 @@ def test_launcher_killed_and_connection_dropped_then_attach(sshd, tmp_path, runs
     assert f"at byte {stopped_at}" in result.stderr
     assert (rd.logs / "node.log").read_bytes() == Path(node_dir, "node.log").read_bytes()
     train = (rd.logs / "train.log").read_text().splitlines()
-    assert [int(line.split()[2]) for line in train if line.startswith("train line")] == list(range(1, 101))
+    assert [int(line.split()[2]) for line in train if line.startswith("train line")] == list(
+        range(1, 101)
+    )
     assert rd.status()["state"] == "done" and rd.timeline().released_at is not None
 
 
 def test_node_unreachable_mid_run_detaches_with_a_hint_then_attach_finishes(tmp_path, runs_root):
     server = SshServer(tmp_path / "own_sshd").start()
     try:
-        rd, node_dir, container, text = _job(tmp_path, runs_root, slow_script_body(lines=120, delay_s=0.03))
+        rd, node_dir, container, text = _job(
+            tmp_path, runs_root, slow_script_body(lines=120, delay_s=0.03)
+        )
         cluster = SSHCluster.from_profile(server.profile(connect_timeout_s=1))
         import threading
 
@@ -96,8 +121,16 @@ def test_node_unreachable_mid_run_detaches_with_a_hint_then_attach_finishes(tmp_
         thread.start()
         t0 = time.monotonic()
         with pytest.raises(InfraError) as err:
-            execute(cluster, node_script=text, run_id=rd.run_id, node_run_dir=node_dir, container=container,
-                    run_dir=rd, poll_s=0.05, reconnect_s=2)
+            execute(
+                cluster,
+                node_script=text,
+                run_id=rd.run_id,
+                node_run_dir=node_dir,
+                container=container,
+                run_dir=rd,
+                poll_s=0.05,
+                reconnect_s=2,
+            )
         thread.join()
         assert time.monotonic() - t0 < 30
         assert err.value.exit_code == 3
@@ -114,11 +147,17 @@ def test_node_unreachable_mid_run_detaches_with_a_hint_then_attach_finishes(tmp_
 
 
 def test_cancel_over_ssh_leaves_nothing_of_the_run(sshd, tmp_path, runs_root):
-    body = '_mark train start\n( sleep 300; echo never ) &\nsleep 300\n'
+    body = "_mark train start\n( sleep 300; echo never ) &\nsleep 300\n"
     rd, node_dir, container, text = _job(tmp_path, runs_root, body)
     proc = start_driver(
-        {"cluster": SSHCluster.from_profile(sshd.profile()).to_record(), "node_script": text, "run_id": rd.run_id,
-         "node_run_dir": node_dir, "container": container, "run_dir": str(rd.path)},
+        {
+            "cluster": SSHCluster.from_profile(sshd.profile()).to_record(),
+            "node_script": text,
+            "run_id": rd.run_id,
+            "node_run_dir": node_dir,
+            "container": container,
+            "run_dir": str(rd.path),
+        },
         tmp_path,
     )
     wait_for(lambda: rd.status().get("state") == "running", what="the run to start")

@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from infra.sshd import keygen
+
 from launcher.clusters.ssh import SSHCluster, SSHSettings
 from launcher.errors import BadInput, InfraError
 
@@ -43,7 +43,7 @@ def test_commands_files_and_reads_by_offset(sshd, tmp_path):
         assert t.read_from(str(tmp_path / "remote" / "big.bin"), 1000, 5000) == big[1000:6000]
         t.get(str(tmp_path / "remote" / "big.bin"), tmp_path / "back.bin")
         assert (tmp_path / "back.bin").read_bytes() == big
-        quoted = "it's a \"test\" $HOME `x`"
+        quoted = 'it\'s a "test" $HOME `x`'
         assert t.run(f"printf %s {__import__('shlex').quote(quoted)}").stdout == quoted
     finally:
         cluster.release()
@@ -58,7 +58,9 @@ def test_reconnects_after_the_connection_drops(sshd):
         assert sshd.drop_connections() >= 1
         time.sleep(0.2)
         outputs = []
-        for _ in range(3):  # a call may see the broken connection (ConnectionLost); the next reconnects
+        for _ in range(
+            3
+        ):  # a call may see the broken connection (ConnectionLost); the next reconnects
             try:
                 outputs.append(t.run("echo two").stdout)
                 break
@@ -117,7 +119,9 @@ def test_closed_port_fails_fast(tmp_path):
         port = s.getsockname()[1]  # closed once the block ends
     t0 = time.monotonic()
     with pytest.raises(InfraError, match="cannot reach") as err:
-        SSHCluster.from_profile({"host": "127.0.0.1", "port": port, "connect_timeout_s": 3}).acquire()
+        SSHCluster.from_profile(
+            {"host": "127.0.0.1", "port": port, "connect_timeout_s": 3}
+        ).acquire()
     assert err.value.exit_code == 3 and time.monotonic() - t0 < 3
 
 

@@ -3,23 +3,34 @@
 from __future__ import annotations
 
 import pytest
+from measure_support import seed_raw, step_times_for_tps
 
 from launcher.errors import BadInput
 from launcher.measure import measure
 from launcher.parse.miles import StepRecord
 from launcher.verdict import Tolerance, judge
-from measure_support import seed_raw, step_times_for_tps
 
 CLAIM = 6913.23
 
 
-def run(tps: float = CLAIM, steps: int = 20, times: dict[int, float] | None = None, nan_at=None,
-        truncated: bool = False, timeline=None, **kw):
+def run(
+    tps: float = CLAIM,
+    steps: int = 20,
+    times: dict[int, float] | None = None,
+    nan_at=None,
+    truncated: bool = False,
+    timeline=None,
+    **kw,
+):
     raw = seed_raw()
     t = step_times_for_tps(tps)
-    times = times if times is not None else {s: t for s in range(steps)}
-    recs = [StepRecord(step=s, loss=(float("nan") if nan_at is not None and s >= nan_at else 1.0), step_time=v)
-            for s, v in sorted(times.items())]
+    times = times if times is not None else dict.fromkeys(range(steps), t)
+    recs = [
+        StepRecord(
+            step=s, loss=(float("nan") if nan_at is not None and s >= nan_at else 1.0), step_time=v
+        )
+        for s, v in sorted(times.items())
+    ]
     from launcher.parse.miles import ParseStats
 
     stats = ParseStats(truncated=1 if truncated else 0)
@@ -82,7 +93,7 @@ def test_early_end_is_incomplete():
 
 def test_window_done_but_run_cut_short_is_still_incomplete():
     t = step_times_for_tps(CLAIM)
-    raw_steps = {s: t for s in range(20)}
+    raw_steps = dict.fromkeys(range(20), t)
     v = run(times=raw_steps, truncated=True)
     assert v.status == "incomplete"
 
@@ -93,7 +104,11 @@ def test_no_steps_at_all_is_failed():
 
 
 def test_failed_stage_in_the_timeline_is_failed():
-    timeline = {"acquired_at": 0, "released_at": 100, "stages": [{"name": "train", "start": 1, "end": 90, "status": "failed"}]}
+    timeline = {
+        "acquired_at": 0,
+        "released_at": 100,
+        "stages": [{"name": "train", "start": 1, "end": 90, "status": "failed"}],
+    }
     assert run(timeline=timeline).status == "failed"
 
 

@@ -10,7 +10,9 @@ from launcher.convergence import check
 
 
 def curve(n: int = 20, scale: float = 1.0, wiggle: float = 0.0) -> dict[int, float]:
-    return {s: scale * (0.55 + 0.9 * math.exp(-s / 6.0)) + wiggle * math.sin(3.1 * s) for s in range(n)}
+    return {
+        s: scale * (0.55 + 0.9 * math.exp(-s / 6.0)) + wiggle * math.sin(3.1 * s) for s in range(n)
+    }
 
 
 def test_near_identical_curves_pass_with_every_figure():
@@ -61,7 +63,9 @@ def test_uncorrelated_noise_fails_correlation():
 def test_thresholds_are_parameters():
     ref = curve()
     cand = curve(scale=1.08)
-    assert check(cand, ref, max_pointwise_failure_fraction=1.0, max_final_loss_difference=0.1).passed
+    assert check(
+        cand, ref, max_pointwise_failure_fraction=1.0, max_final_loss_difference=0.1
+    ).passed
 
 
 def test_pointwise_tolerance_depends_on_loss_magnitude():

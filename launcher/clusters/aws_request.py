@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from launcher.errors import BadInput
@@ -110,7 +110,7 @@ class AwsSettings:
 
     @property
     def ssm_parameter(self) -> str:
-        return self.ami[len("ssm:"):]
+        return self.ami[len("ssm:") :]
 
 
 def settings_from(recipe: Any, profile: Any) -> AwsSettings:
@@ -128,21 +128,30 @@ def settings_from(recipe: Any, profile: Any) -> AwsSettings:
             f"{recipe.path}: gpu.instance is {recipe.raw['gpu'].get('instance')!r}, not an AWS instance; "
             "set instance_type in the aws profile to the EC2 type to use."
         )
-    ami = get("ami") or "ssm:/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"
+    ami = (
+        get("ami")
+        or "ssm:/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"
+    )
     if not (re.fullmatch(r"ami-[0-9a-f]{8,17}", ami) or re.fullmatch(r"ssm:/\S+", ami)):
-        raise BadInput(f"profile {profile.path}: ami {ami!r}; expected ami-<hex> or ssm:/<public parameter name>.")
+        raise BadInput(
+            f"profile {profile.path}: ami {ami!r}; expected ami-<hex> or ssm:/<public parameter name>."
+        )
     capacity = dict(get("capacity", {}) or {})
     ctype = capacity.get("type") or "on-demand"
     reservation_id = capacity.get("reservation_id")
     if ctype not in CAPACITY_TYPES:
-        raise BadInput(f"profile {profile.path}: capacity.type {ctype!r}; expected one of {', '.join(CAPACITY_TYPES)}.")
+        raise BadInput(
+            f"profile {profile.path}: capacity.type {ctype!r}; expected one of {', '.join(CAPACITY_TYPES)}."
+        )
     if ctype in ("reservation", "capacity-block") and not reservation_id:
         raise BadInput(
             f"profile {profile.path}: capacity.type {ctype} needs capacity.reservation_id (cr-...).",
             hint="`reproduce capacity RECIPE --cluster aws` lists Capacity Block offerings.",
         )
     if reservation_id and not re.fullmatch(r"cr-[0-9a-f]{8,17}", str(reservation_id)):
-        raise BadInput(f"profile {profile.path}: capacity.reservation_id {reservation_id!r}; expected cr-<hex>.")
+        raise BadInput(
+            f"profile {profile.path}: capacity.reservation_id {reservation_id!r}; expected cr-<hex>."
+        )
     if reservation_id and ctype not in ("reservation", "capacity-block"):
         raise BadInput(
             f"profile {profile.path}: capacity.reservation_id is set but capacity.type is {ctype}; "
@@ -150,7 +159,9 @@ def settings_from(recipe: Any, profile: Any) -> AwsSettings:
         )
     layout = get("efa_layout")
     if layout not in EFA_LAYOUTS:
-        raise BadInput(f"profile {profile.path}: efa_layout {layout!r}; expected one of {', '.join(EFA_LAYOUTS)}.")
+        raise BadInput(
+            f"profile {profile.path}: efa_layout {layout!r}; expected one of {', '.join(EFA_LAYOUTS)}."
+        )
     cidr = get("ssh_cidr")
     if cidr is not None:
         _check_cidr(str(cidr), f"profile {profile.path}: ssh_cidr")
@@ -191,9 +202,13 @@ def _check_cidr(cidr: str, where: str) -> None:
     try:
         net = ipaddress.ip_network(cidr, strict=False)
     except ValueError:
-        raise BadInput(f"{where} {cidr!r} is not a CIDR; expected your address as a /32, e.g. 203.0.113.7/32.") from None
+        raise BadInput(
+            f"{where} {cidr!r} is not a CIDR; expected your address as a /32, e.g. 203.0.113.7/32."
+        ) from None
     if net.prefixlen == 0:
-        raise BadInput(f"{where} {cidr} opens SSH to the whole internet; expected the operator's address as a /32.")
+        raise BadInput(
+            f"{where} {cidr} opens SSH to the whole internet; expected the operator's address as a /32."
+        )
 
 
 def gpu_mismatch(recipe: Any, instance_type: str, facts: InstanceFacts) -> str | None:
@@ -202,9 +217,13 @@ def gpu_mismatch(recipe: Any, instance_type: str, facts: InstanceFacts) -> str |
     have = facts.gpu_name.upper().replace("NVIDIA", "").strip()
     problems = []
     if facts.gpus != recipe.gpus_per_node:
-        problems.append(f"{facts.gpus} GPUs per instance, the recipe needs gpu.per_node={recipe.gpus_per_node}")
+        problems.append(
+            f"{facts.gpus} GPUs per instance, the recipe needs gpu.per_node={recipe.gpus_per_node}"
+        )
     if wanted and have and wanted not in have and have not in wanted:
-        problems.append(f"its GPUs are {facts.gpu_name}, the recipe's gpu.type is {recipe.gpu_type}")
+        problems.append(
+            f"its GPUs are {facts.gpu_name}, the recipe's gpu.type is {recipe.gpu_type}"
+        )
     if not problems:
         return None
     return f"instance type {instance_type} does not match the recipe: " + "; ".join(problems) + "."
@@ -215,7 +234,9 @@ def check_instance_type(recipe: Any, instance_type: str, facts: InstanceFacts | 
         return
     problem = gpu_mismatch(recipe, instance_type, facts)
     if problem:
-        raise BadInput(problem, hint="Set instance_type in the aws profile to a type with the recipe's GPUs.")
+        raise BadInput(
+            problem, hint="Set instance_type in the aws profile to a type with the recipe's GPUs."
+        )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -224,20 +245,24 @@ def check_instance_type(recipe: Any, instance_type: str, facts: InstanceFacts | 
 
 def expires_at(now: datetime, ttl_hours: float) -> str:
     """ISO UTC time after which `reproduce reap` ends the run's resources."""
-    when = now.astimezone(timezone.utc) + timedelta(hours=ttl_hours)
+    when = now.astimezone(UTC) + timedelta(hours=ttl_hours)
     return when.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def run_tags(recipe: Any, run_id: str, owner: str, expires: str, extra: dict[str, str] | None = None) -> list[dict[str, str]]:
+def run_tags(
+    recipe: Any, run_id: str, owner: str, expires: str, extra: dict[str, str] | None = None
+) -> list[dict[str, str]]:
     """The tags on every resource the launcher creates (the reaper and `down` find them by these)."""
     tags = {k: v for k, v in (extra or {}).items() if not k.startswith(TAG_PREFIX) and k != "Name"}
-    tags.update({
-        "Name": f"reproduce-{run_id}",
-        TAG_RECIPE: str(recipe.slug)[:255],
-        TAG_RUN_ID: run_id,
-        TAG_OWNER: owner[:255],
-        TAG_EXPIRES: expires,
-    })
+    tags.update(
+        {
+            "Name": f"reproduce-{run_id}",
+            TAG_RECIPE: str(recipe.slug)[:255],
+            TAG_RUN_ID: run_id,
+            TAG_OWNER: owner[:255],
+            TAG_EXPIRES: expires,
+        }
+    )
     return [{"Key": k, "Value": v} for k, v in tags.items()]
 
 
@@ -267,27 +292,46 @@ def ingress_request(group_id: str, port: int, cidr: str) -> dict[str, Any]:
     """All traffic from the group itself (EFA needs it) and SSH from one address only."""
     ranges = "Ipv6Ranges" if ":" in cidr else "IpRanges"
     key = "CidrIpv6" if ":" in cidr else "CidrIp"
-    ssh = {"IpProtocol": "tcp", "FromPort": port, "ToPort": port,
-           ranges: [{key: cidr, "Description": "SSH from the operator"}]}
+    ssh = {
+        "IpProtocol": "tcp",
+        "FromPort": port,
+        "ToPort": port,
+        ranges: [{key: cidr, "Description": "SSH from the operator"}],
+    }
     return {
         "GroupId": group_id,
         "IpPermissions": [
-            {"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": group_id, "Description": "the run's own nodes (EFA, NCCL, Ray)"}]},
+            {
+                "IpProtocol": "-1",
+                "UserIdGroupPairs": [
+                    {"GroupId": group_id, "Description": "the run's own nodes (EFA, NCCL, Ray)"}
+                ],
+            },
             ssh,
         ],
     }
 
 
 def key_pair_request(run_id: str, tags: list[dict[str, str]]) -> dict[str, Any]:
-    return {"KeyName": resource_name(run_id), "KeyType": "ed25519", "KeyFormat": "pem",
-            "TagSpecifications": tag_spec("key-pair", tags)}
+    return {
+        "KeyName": resource_name(run_id),
+        "KeyType": "ed25519",
+        "KeyFormat": "pem",
+        "TagSpecifications": tag_spec("key-pair", tags),
+    }
 
 
 def placement_group_request(run_id: str, tags: list[dict[str, str]]) -> dict[str, Any]:
-    return {"GroupName": resource_name(run_id), "Strategy": "cluster", "TagSpecifications": tag_spec("placement-group", tags)}
+    return {
+        "GroupName": resource_name(run_id),
+        "Strategy": "cluster",
+        "TagSpecifications": tag_spec("placement-group", tags),
+    }
 
 
-def network_interfaces(network_cards: int | None, max_efa: int | None, layout: str, subnet_id: str, group_id: str) -> Any:
+def network_interfaces(
+    network_cards: int | None, max_efa: int | None, layout: str, subnet_id: str, group_id: str
+) -> Any:
     """One interface per network card, EFA on every card the type allows.
 
     efa-primary: card 0 device 0 is an `efa` interface (EFA plus IP), every further card an
@@ -296,11 +340,19 @@ def network_interfaces(network_cards: int | None, max_efa: int | None, layout: s
     card. Either way a p5en gets 16 EFA devices, one per card.
     """
     if network_cards is None:
-        return placeholder("one interface per network card: counts from describe_instance_types at launch")
+        return placeholder(
+            "one interface per network card: counts from describe_instance_types at launch"
+        )
 
     def nic(card: int, device: int, kind: str) -> dict[str, Any]:
-        return {"NetworkCardIndex": card, "DeviceIndex": device, "InterfaceType": kind,
-                "SubnetId": subnet_id, "Groups": [group_id], "DeleteOnTermination": True}
+        return {
+            "NetworkCardIndex": card,
+            "DeviceIndex": device,
+            "InterfaceType": kind,
+            "SubnetId": subnet_id,
+            "Groups": [group_id],
+            "DeleteOnTermination": True,
+        }
 
     efa = max(0, min(network_cards, max_efa or 0))
     if efa == 0:
@@ -317,8 +369,10 @@ def user_data(s: AwsSettings) -> str | None:
     if not s.self_terminate:
         return None
     minutes = max(1, int(round(s.ttl_hours * 60)))
-    return ("#!/bin/bash\n# reproduce: end this instance at its expires-at even if no launcher or reaper is left\n"
-            f"shutdown -h +{minutes} 'reproduce: ttl_hours reached'\n")
+    return (
+        "#!/bin/bash\n# reproduce: end this instance at its expires-at even if no launcher or reaper is left\n"
+        f"shutdown -h +{minutes} 'reproduce: ttl_hours reached'\n"
+    )
 
 
 def run_instances_request(
@@ -342,24 +396,40 @@ def run_instances_request(
         "MinCount": s.nodes,
         "MaxCount": s.nodes,
         "KeyName": key_name,
-        "NetworkInterfaces": network_interfaces(network_cards, max_efa, s.efa_layout, subnet_id, group_id),
-        "BlockDeviceMappings": [{
-            "DeviceName": root_device,
-            "Ebs": {"VolumeSize": s.root_volume_gb, "VolumeType": "gp3", "Encrypted": True, "DeleteOnTermination": True},
-        }],
+        "NetworkInterfaces": network_interfaces(
+            network_cards, max_efa, s.efa_layout, subnet_id, group_id
+        ),
+        "BlockDeviceMappings": [
+            {
+                "DeviceName": root_device,
+                "Ebs": {
+                    "VolumeSize": s.root_volume_gb,
+                    "VolumeType": "gp3",
+                    "Encrypted": True,
+                    "DeleteOnTermination": True,
+                },
+            }
+        ],
         "MetadataOptions": {"HttpTokens": "required", "HttpEndpoint": "enabled"},
         "InstanceInitiatedShutdownBehavior": "terminate",
-        "TagSpecifications": tag_spec("instance", tags) + tag_spec("volume", tags) + tag_spec("network-interface", tags),
+        "TagSpecifications": tag_spec("instance", tags)
+        + tag_spec("volume", tags)
+        + tag_spec("network-interface", tags),
         "ClientToken": client_token,
     }
     if placement_group:
         req["Placement"] = {"GroupName": placement_group}
     if s.capacity_type in ("reservation", "capacity-block"):
-        req["CapacityReservationSpecification"] = {"CapacityReservationTarget": {"CapacityReservationId": s.reservation_id}}
+        req["CapacityReservationSpecification"] = {
+            "CapacityReservationTarget": {"CapacityReservationId": s.reservation_id}
+        }
     if s.capacity_type == "capacity-block":
         req["InstanceMarketOptions"] = {"MarketType": "capacity-block"}
     if s.capacity_type == "spot":
-        spot: dict[str, Any] = {"SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"}
+        spot: dict[str, Any] = {
+            "SpotInstanceType": "one-time",
+            "InstanceInterruptionBehavior": "terminate",
+        }
         if s.max_spot_price is not None:
             spot["MaxPrice"] = f"{float(s.max_spot_price):.4f}"
         req["InstanceMarketOptions"] = {"MarketType": "spot", "SpotOptions": spot}
@@ -374,7 +444,11 @@ def allocate_address_request(tags: list[dict[str, str]]) -> dict[str, Any]:
 
 
 def associate_address_request(allocation_id: str, network_interface_id: str) -> dict[str, Any]:
-    return {"AllocationId": allocation_id, "NetworkInterfaceId": network_interface_id, "AllowReassociation": False}
+    return {
+        "AllocationId": allocation_id,
+        "NetworkInterfaceId": network_interface_id,
+        "AllowReassociation": False,
+    }
 
 
 def client_token(run_id: str, attempt: int = 0) -> str:
@@ -403,70 +477,176 @@ def provisioning_calls(
     tags = run_tags(recipe, run_id, owner, expires_at(now, s.ttl_hours), s.extra_tags)
     calls: list[ApiCall] = []
     if s.instance_id:
-        calls.append(ApiCall("ec2", "DescribeInstances", {"InstanceIds": [s.instance_id]},
-                             "target the existing instance: nothing is created, and it is never terminated"))
+        calls.append(
+            ApiCall(
+                "ec2",
+                "DescribeInstances",
+                {"InstanceIds": [s.instance_id]},
+                "target the existing instance: nothing is created, and it is never terminated",
+            )
+        )
         return calls
 
-    calls.append(ApiCall("ec2", "DescribeInstanceTypes", {"InstanceTypes": [s.instance_type]},
-                         "GPU count and model (checked against the recipe), network cards and EFA interfaces"))
+    calls.append(
+        ApiCall(
+            "ec2",
+            "DescribeInstanceTypes",
+            {"InstanceTypes": [s.instance_type]},
+            "GPU count and model (checked against the recipe), network cards and EFA interfaces",
+        )
+    )
     if ami_id is None and s.ami_is_ssm:
-        calls.append(ApiCall("ssm", "GetParameter", {"Name": s.ssm_parameter}, "resolve the AMI id (recorded in the run)"))
+        calls.append(
+            ApiCall(
+                "ssm",
+                "GetParameter",
+                {"Name": s.ssm_parameter},
+                "resolve the AMI id (recorded in the run)",
+            )
+        )
         ami = placeholder(f"resolved at launch: {s.ami}")
     else:
         ami = ami_id or s.ami
-    calls.append(ApiCall("ec2", "DescribeImages", {"ImageIds": [ami]}, "the AMI's root device name"))
+    calls.append(
+        ApiCall("ec2", "DescribeImages", {"ImageIds": [ami]}, "the AMI's root device name")
+    )
 
     if s.reservation_id:
-        calls.append(ApiCall("ec2", "DescribeCapacityReservations", {"CapacityReservationIds": [s.reservation_id]},
-                             f"{s.capacity_type}: its availability zone, state and instance type"))
+        calls.append(
+            ApiCall(
+                "ec2",
+                "DescribeCapacityReservations",
+                {"CapacityReservationIds": [s.reservation_id]},
+                f"{s.capacity_type}: its availability zone, state and instance type",
+            )
+        )
     if s.subnet_id:
         subnet = s.subnet_id
-        calls.append(ApiCall("ec2", "DescribeSubnets", {"SubnetIds": [s.subnet_id]}, "the subnet's VPC and zone"))
+        calls.append(
+            ApiCall(
+                "ec2", "DescribeSubnets", {"SubnetIds": [s.subnet_id]}, "the subnet's VPC and zone"
+            )
+        )
     else:
-        subnet = placeholder("default subnet of the default VPC in a zone offering " + s.instance_type)
+        subnet = placeholder(
+            "default subnet of the default VPC in a zone offering " + s.instance_type
+        )
         if not s.reservation_id:
-            calls.append(ApiCall("ec2", "DescribeInstanceTypeOfferings",
-                                 {"LocationType": "availability-zone",
-                                  "Filters": [{"Name": "instance-type", "Values": [s.instance_type]}]},
-                                 "zones that offer the type (the next is tried on InsufficientInstanceCapacity)"))
-        calls.append(ApiCall("ec2", "DescribeSubnets", {"Filters": [{"Name": "default-for-az", "Values": ["true"]}]},
-                             "the default VPC's subnets"))
+            calls.append(
+                ApiCall(
+                    "ec2",
+                    "DescribeInstanceTypeOfferings",
+                    {
+                        "LocationType": "availability-zone",
+                        "Filters": [{"Name": "instance-type", "Values": [s.instance_type]}],
+                    },
+                    "zones that offer the type (the next is tried on InsufficientInstanceCapacity)",
+                )
+            )
+        calls.append(
+            ApiCall(
+                "ec2",
+                "DescribeSubnets",
+                {"Filters": [{"Name": "default-for-az", "Values": ["true"]}]},
+                "the default VPC's subnets",
+            )
+        )
 
     group = placeholder("security group created for this run")
-    calls.append(ApiCall("ec2", "CreateSecurityGroup",
-                         security_group_request(run_id, placeholder("VPC of the subnet"), tags)))
-    cidr = s.ssh_cidr or operator_cidr or placeholder("your public address as a /32, looked up at launch")
-    calls.append(ApiCall("ec2", "AuthorizeSecurityGroupIngress", ingress_request(group, s.port, cidr),
-                         "SSH from one address only; all traffic within the group for EFA"))
+    calls.append(
+        ApiCall(
+            "ec2",
+            "CreateSecurityGroup",
+            security_group_request(run_id, placeholder("VPC of the subnet"), tags),
+        )
+    )
+    cidr = (
+        s.ssh_cidr
+        or operator_cidr
+        or placeholder("your public address as a /32, looked up at launch")
+    )
+    calls.append(
+        ApiCall(
+            "ec2",
+            "AuthorizeSecurityGroupIngress",
+            ingress_request(group, s.port, cidr),
+            "SSH from one address only; all traffic within the group for EFA",
+        )
+    )
     if s.key_name:
         key_name = s.key_name
     else:
         key_name = resource_name(run_id)
-        calls.append(ApiCall("ec2", "CreateKeyPair", key_pair_request(run_id, tags),
-                             "private key saved with mode 0600 outside the run directory; deleted at teardown"))
+        calls.append(
+            ApiCall(
+                "ec2",
+                "CreateKeyPair",
+                key_pair_request(run_id, tags),
+                "private key saved with mode 0600 outside the run directory; deleted at teardown",
+            )
+        )
     pg = None
     if s.nodes > 1:
         pg = resource_name(run_id)
-        calls.append(ApiCall("ec2", "CreatePlacementGroup", placement_group_request(run_id, tags),
-                             f"{s.nodes} nodes: one cluster placement group"))
+        calls.append(
+            ApiCall(
+                "ec2",
+                "CreatePlacementGroup",
+                placement_group_request(run_id, tags),
+                f"{s.nodes} nodes: one cluster placement group",
+            )
+        )
     cards = facts.network_cards if facts else None
     efa = facts.max_efa if facts else None
-    calls.append(ApiCall(
-        "ec2", "RunInstances",
-        run_instances_request(s, ami_id=ami, subnet_id=subnet, group_id=group, key_name=key_name, placement_group=pg,
-                              root_device=placeholder("root device name of the AMI"), network_cards=cards, max_efa=efa,
-                              tags=tags, client_token=client_token(run_id)),
-        _capacity_note(s),
-    ))
+    calls.append(
+        ApiCall(
+            "ec2",
+            "RunInstances",
+            run_instances_request(
+                s,
+                ami_id=ami,
+                subnet_id=subnet,
+                group_id=group,
+                key_name=key_name,
+                placement_group=pg,
+                root_device=placeholder("root device name of the AMI"),
+                network_cards=cards,
+                max_efa=efa,
+                tags=tags,
+                client_token=client_token(run_id),
+            ),
+            _capacity_note(s),
+        )
+    )
     if s.elastic_ip:
         for i in range(s.nodes):
-            calls.append(ApiCall("ec2", "AllocateAddress", allocate_address_request(tags),
-                                 f"node {i}: an Elastic IP for SSH (several interfaces get no public address)"))
-            calls.append(ApiCall("ec2", "AssociateAddress",
-                                 associate_address_request(placeholder(f"allocation of node {i}"),
-                                                           placeholder(f"primary interface of node {i}")), ""))
-    calls.append(ApiCall("ec2", "DescribeInstanceStatus", {"InstanceIds": [placeholder("launched instances")]},
-                         "wait for running and status ok, then for SSH, within ready_timeout_s"))
+            calls.append(
+                ApiCall(
+                    "ec2",
+                    "AllocateAddress",
+                    allocate_address_request(tags),
+                    f"node {i}: an Elastic IP for SSH (several interfaces get no public address)",
+                )
+            )
+            calls.append(
+                ApiCall(
+                    "ec2",
+                    "AssociateAddress",
+                    associate_address_request(
+                        placeholder(f"allocation of node {i}"),
+                        placeholder(f"primary interface of node {i}"),
+                    ),
+                    "",
+                )
+            )
+    calls.append(
+        ApiCall(
+            "ec2",
+            "DescribeInstanceStatus",
+            {"InstanceIds": [placeholder("launched instances")]},
+            "wait for running and status ok, then for SSH, within ready_timeout_s",
+        )
+    )
     return calls
 
 
@@ -477,7 +657,11 @@ def _capacity_note(s: AwsSettings) -> str:
         return f"into the capacity reservation {s.reservation_id}"
     if s.capacity_type == "capacity-block":
         return f"into the Capacity Block {s.reservation_id} (market type capacity-block)"
-    return "spot" + (f", at most ${s.max_spot_price}/h" if s.max_spot_price is not None else ", at most the on-demand price")
+    return "spot" + (
+        f", at most ${s.max_spot_price}/h"
+        if s.max_spot_price is not None
+        else ", at most the on-demand price"
+    )
 
 
 def to_jsonable(calls: list[ApiCall]) -> list[dict[str, Any]]:

@@ -16,7 +16,8 @@ from typing import Any
 def state_root() -> Path:
     """Where keys and state live when no run directory is given (never inside a run directory)."""
     base = os.environ.get("REPRODUCE_STATE_DIR") or os.path.join(
-        os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state"), "reproduce")
+        os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state"), "reproduce"
+    )
     return Path(base)
 
 
@@ -33,7 +34,7 @@ class AwsState:
             self.data.setdefault(key, None)
 
     @classmethod
-    def load(cls, path: Path) -> "AwsState":
+    def load(cls, path: Path) -> AwsState:
         return cls(path, json.loads(Path(path).read_text()))
 
     def save(self) -> None:

@@ -37,7 +37,9 @@ class CommandResult:
 class Transport(Protocol):
     """Run commands and move files on one node."""
 
-    def run(self, command: str, *, timeout_s: float | None = None, check: bool = True) -> CommandResult:
+    def run(
+        self, command: str, *, timeout_s: float | None = None, check: bool = True
+    ) -> CommandResult:
         """Run a shell command on the node (bash -c), wait for it."""
 
     def put(self, local: Path, remote: str, *, mode: int | None = None) -> None:

@@ -11,8 +11,9 @@ import os
 import shutil
 import socket
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from launcher.clusters.base import CommandResult, Node
 from launcher.errors import InfraError
@@ -23,7 +24,9 @@ def command_failed(node: str, command: str, result: CommandResult) -> InfraError
     tail = (result.stderr or result.stdout).strip().splitlines()[-5:]
     detail = "; ".join(tail) if tail else "no output"
     first = command.strip().splitlines()[0] if command.strip() else command
-    return InfraError(f"a command on node {node} failed with exit {result.exit_code}: {first[:120]!r}: {detail}")
+    return InfraError(
+        f"a command on node {node} failed with exit {result.exit_code}: {first[:120]!r}: {detail}"
+    )
 
 
 class LocalTransport:
@@ -32,7 +35,9 @@ class LocalTransport:
     def __init__(self, node_name: str = "local") -> None:
         self.node_name = node_name
 
-    def run(self, command: str, *, timeout_s: float | None = None, check: bool = True) -> CommandResult:
+    def run(
+        self, command: str, *, timeout_s: float | None = None, check: bool = True
+    ) -> CommandResult:
         try:
             proc = subprocess.run(
                 ["bash", "-c", command],
@@ -43,7 +48,9 @@ class LocalTransport:
                 timeout=timeout_s,
             )
         except subprocess.TimeoutExpired as err:
-            raise InfraError(f"a command on node {self.node_name} did not finish within {timeout_s:.0f} s") from err
+            raise InfraError(
+                f"a command on node {self.node_name} did not finish within {timeout_s:.0f} s"
+            ) from err
         result = CommandResult(proc.returncode, proc.stdout, proc.stderr)
         if check and result.exit_code != 0:
             raise command_failed(self.node_name, command, result)
@@ -60,7 +67,9 @@ class LocalTransport:
         dest = Path(remote)
         dest.parent.mkdir(parents=True, exist_ok=True)
         # the mode is set before any byte is written (a secrets file is never readable by others)
-        fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if mode is None else mode & 0o700)
+        fd = os.open(
+            dest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if mode is None else mode & 0o700
+        )
         with os.fdopen(fd, "w") as fh:
             if mode is not None:
                 os.fchmod(fh.fileno(), mode)

@@ -17,9 +17,10 @@ import shlex
 import socket
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from launcher.clusters.base import CommandResult, Node
 from launcher.clusters.local import command_failed
@@ -53,11 +54,13 @@ class SSHSettings:
     connect_host: str | None = None
     connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S
     known_hosts: str | None = None  # default ~/.ssh/known_hosts
-    host_key_fingerprint: str | None = None  # "SHA256:..." pins the key; known_hosts is then not used
+    host_key_fingerprint: str | None = (
+        None  # "SHA256:..." pins the key; known_hosts is then not used
+    )
     accept_unknown_host: bool = False
 
     @classmethod
-    def from_mapping(cls, data: Mapping[str, Any]) -> "SSHSettings":
+    def from_mapping(cls, data: Mapping[str, Any]) -> SSHSettings:
         """Read the profile fields; unknown keys are left to the profile's own validation."""
         section = data.get("ssh", data) if isinstance(data.get("ssh"), Mapping) else data
         if not section.get("host"):
@@ -65,9 +68,13 @@ class SSHSettings:
         fields = {k: section[k] for k in cls.__dataclass_fields__ if section.get(k) is not None}
         try:
             fields["port"] = int(fields.get("port", 22))
-            fields["connect_timeout_s"] = float(fields.get("connect_timeout_s", DEFAULT_CONNECT_TIMEOUT_S))
+            fields["connect_timeout_s"] = float(
+                fields.get("connect_timeout_s", DEFAULT_CONNECT_TIMEOUT_S)
+            )
         except (TypeError, ValueError) as err:
-            raise BadInput(f"the ssh cluster profile has a bad port or connect_timeout_s: {err}") from err
+            raise BadInput(
+                f"the ssh cluster profile has a bad port or connect_timeout_s: {err}"
+            ) from err
         for key in ("identity_file", "known_hosts"):
             if key in fields:
                 fields[key] = os.path.expanduser(str(fields[key]))
@@ -141,7 +148,11 @@ class SSHTransport:
         import paramiko
 
         with self._lock:
-            if self._client is not None and self._client.get_transport() is not None and self._client.get_transport().is_active():
+            if (
+                self._client is not None
+                and self._client.get_transport() is not None
+                and self._client.get_transport().is_active()
+            ):
                 return
             self.close()
             timeout = self.settings.connect_timeout_s
@@ -153,8 +164,10 @@ class SSHTransport:
             client.set_missing_host_key_policy(_HostKeyPolicy(self.settings, known))
             try:
                 sock = socket.create_connection((self.dial, self.node.port), timeout=timeout)
-            except socket.timeout as err:
-                raise InfraError(f"cannot reach {self._where()}: no answer within connect_timeout_s={timeout:g} s") from err
+            except TimeoutError as err:
+                raise InfraError(
+                    f"cannot reach {self._where()}: no answer within connect_timeout_s={timeout:g} s"
+                ) from err
             except OSError as err:
                 raise InfraError(f"cannot reach {self._where()}: {err.strerror or err}") from err
             left = max(0.5, deadline - time.monotonic())
@@ -209,7 +222,9 @@ class SSHTransport:
 
     def _lost(self, err: BaseException) -> ConnectionLost:
         self.close()
-        return ConnectionLost(f"lost the SSH connection to {self._where()}: {err or type(err).__name__}")
+        return ConnectionLost(
+            f"lost the SSH connection to {self._where()}: {err or type(err).__name__}"
+        )
 
     def _sftp_client(self) -> Any:
         self.connect()
@@ -219,18 +234,24 @@ class SSHTransport:
 
     # --- Transport ---
 
-    def run(self, command: str, *, timeout_s: float | None = None, check: bool = True) -> CommandResult:
+    def run(
+        self, command: str, *, timeout_s: float | None = None, check: bool = True
+    ) -> CommandResult:
         import paramiko
 
         with self._lock:
             self.connect()
             try:
-                chan = self._client.get_transport().open_session(timeout=self.settings.connect_timeout_s)
+                chan = self._client.get_transport().open_session(
+                    timeout=self.settings.connect_timeout_s
+                )
                 chan.settimeout(timeout_s)
                 chan.exec_command("bash -c " + shlex.quote(command))
                 out_file, err_file = chan.makefile("rb"), chan.makefile_stderr("rb")
                 err_box: list[bytes] = []
-                reader = threading.Thread(target=lambda: err_box.append(err_file.read()), daemon=True)
+                reader = threading.Thread(
+                    target=lambda: err_box.append(err_file.read()), daemon=True
+                )
                 reader.start()
                 out = out_file.read()
                 reader.join(timeout_s)
@@ -238,11 +259,15 @@ class SSHTransport:
                 chan.close()
                 if code == -1:  # the channel closed without an exit status: the connection broke
                     raise EOFError("the command's channel closed without an exit status")
-            except socket.timeout as err:
-                raise InfraError(f"a command on {self._where()} did not finish within {timeout_s:.0f} s") from err
+            except TimeoutError as err:
+                raise InfraError(
+                    f"a command on {self._where()} did not finish within {timeout_s:.0f} s"
+                ) from err
             except (paramiko.SSHException, OSError, EOFError) as err:
                 raise self._lost(err) from err
-        result = CommandResult(code, out.decode(errors="replace"), b"".join(err_box).decode(errors="replace"))
+        result = CommandResult(
+            code, out.decode(errors="replace"), b"".join(err_box).decode(errors="replace")
+        )
         if check and code != 0:
             raise command_failed(self.node.name, command, result)
         return result
@@ -319,7 +344,7 @@ class SSHCluster:
         self._transports: list[SSHTransport] = []
 
     @classmethod
-    def from_profile(cls, profile: Mapping[str, Any]) -> "SSHCluster":
+    def from_profile(cls, profile: Mapping[str, Any]) -> SSHCluster:
         return cls(SSHSettings.from_mapping(profile))
 
     def acquire(self) -> list[Node]:

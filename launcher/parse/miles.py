@@ -30,10 +30,10 @@ from __future__ import annotations
 import ast
 import math
 import re
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Iterable, Iterator
 
 __all__ = [
     "StepRecord",
@@ -99,7 +99,7 @@ class StepRecord:
         return out
 
     @classmethod
-    def from_dict(cls, data: dict) -> "StepRecord":
+    def from_dict(cls, data: dict) -> StepRecord:
         """Inverse of to_dict (reads steps.jsonl back)."""
         kwargs = {}
         for name in cls.__dataclass_fields__:
@@ -194,7 +194,9 @@ def _marker(line: str) -> tuple[str, int, str] | None:
         if j > 0 and num.isdigit() and num.isascii():
             for kind in _KINDS:
                 k = j - len(kind)
-                if line.startswith(kind, k, j) and (k == 0 or not (line[k - 1].isalnum() or line[k - 1] in "_/")):
+                if line.startswith(kind, k, j) and (
+                    k == 0 or not (line[k - 1].isalnum() or line[k - 1] in "_/")
+                ):
                     return kind, int(num), line[i + 2 :]
         i = line.find(": {", i + 3)
     return None
@@ -207,7 +209,7 @@ def _timestamp(line: str) -> float | None:
     y, mo, d, h, mi, s, frac = m.group(1, 2, 3, 4, 5, 6, 7)
     micro = int(frac.ljust(6, "0")) if frac else 0
     try:
-        dt = datetime(int(y), int(mo), int(d), int(h), int(mi), int(s), micro, tzinfo=timezone.utc)
+        dt = datetime(int(y), int(mo), int(d), int(h), int(mi), int(s), micro, tzinfo=UTC)
     except ValueError:
         return None
     return dt.timestamp()
@@ -261,13 +263,18 @@ class MilesLogParser:
         if step <= self._released_upto:
             stats.late += 1
             return []
-        if step in (self._have_step if kind == "step" else self._have_perf if kind == "perf" else ()):
+        if step in (
+            self._have_step if kind == "step" else self._have_perf if kind == "perf" else ()
+        ):
             if kind == "step" or "perf/actor_train_time" in payload or "perf/step_time" in payload:
                 stats.duplicates += 1  # the doubled step line: same content, skip the parse
                 return []
         # Lines whose content the record does not use are only checked to be whole.
-        if kind == "rollout" or (kind == "perf" and "perf/actor_train_time" not in payload
-                                 and "perf/step_time" not in payload):
+        if kind == "rollout" or (
+            kind == "perf"
+            and "perf/actor_train_time" not in payload
+            and "perf/step_time" not in payload
+        ):
             if not payload.rstrip().endswith("}"):
                 self._bad(line, last)
             elif kind == "rollout":
@@ -405,7 +412,7 @@ _MAX_LINE = 64 << 20  # a "line" longer than this (binary garbage, no newline) i
 
 def iter_file_lines(path: Path) -> Iterator[str]:
     """Lines of a log file as text; undecodable bytes become U+FFFD instead of an error."""
-    with open(path, "r", encoding="utf-8", errors="replace", newline="") as fh:
+    with open(path, encoding="utf-8", errors="replace", newline="") as fh:
         yield from fh
 
 

@@ -28,12 +28,17 @@ REGISTRY_BIN = "/usr/bin/docker-registry"
 
 
 def docker(*args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(["docker", *args], capture_output=True, text=True, check=check, timeout=timeout)
+    return subprocess.run(
+        ["docker", *args], capture_output=True, text=True, check=check, timeout=timeout
+    )
 
 
 def dockerd_running() -> bool:
     try:
-        return docker("info", "--format", "{{.ServerVersion}}", check=False, timeout=20).returncode == 0
+        return (
+            docker("info", "--format", "{{.ServerVersion}}", check=False, timeout=20).returncode
+            == 0
+        )
     except (FileNotFoundError, subprocess.TimeoutExpired):
         return False
 
@@ -48,7 +53,7 @@ class Registry:
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def start(self) -> "Registry":
+    def start(self) -> Registry:
         self.port = self.port or free_port()
         storage = self.root / "storage"
         storage.mkdir(parents=True, exist_ok=True)
@@ -60,7 +65,9 @@ class Registry:
             f"http:\n  addr: 127.0.0.1:{self.port}\n"
         )
         log = open(self.root / "registry.log", "ab")
-        self.proc = subprocess.Popen([REGISTRY_BIN, "serve", str(config)], stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            [REGISTRY_BIN, "serve", str(config)], stdout=log, stderr=log, stdin=subprocess.DEVNULL
+        )
         wait_for_port(self.port)
         deadline = time.monotonic() + 20
         while True:
@@ -104,12 +111,32 @@ def _add_file(tar: tarfile.TarFile, name: str, data: bytes, mode: int = 0o644) -
 def build_rootfs(target: Path, miles_tree: Path = STANDIN_MILES, marker: str = "") -> Path:
     """A root filesystem tarball holding the stand-in miles tree at /root/miles."""
     with tarfile.open(target, "w") as tar:
-        for d in ("root", "etc", "usr", "dev", "proc", "sys", "run", "var", "var/tmp", "root/miles"):
+        for d in (
+            "root",
+            "etc",
+            "usr",
+            "dev",
+            "proc",
+            "sys",
+            "run",
+            "var",
+            "var/tmp",
+            "root/miles",
+        ):
             _add_dir(tar, d)
         _add_dir(tar, "tmp", 0o1777)
-        for link, dest in (("bin", "usr/bin"), ("lib", "usr/lib"), ("lib64", "usr/lib64"), ("sbin", "usr/sbin")):
+        for link, dest in (
+            ("bin", "usr/bin"),
+            ("lib", "usr/lib"),
+            ("lib64", "usr/lib64"),
+            ("sbin", "usr/sbin"),
+        ):
             _add_link(tar, link, dest)
-        _add_file(tar, "etc/passwd", b"root:x:0:0:root:/root:/bin/bash\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n")
+        _add_file(
+            tar,
+            "etc/passwd",
+            b"root:x:0:0:root:/root:/bin/bash\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+        )
         _add_file(tar, "etc/group", b"root:x:0:\nnogroup:x:65534:\n")
         _add_file(tar, "etc/hosts", b"127.0.0.1 localhost\n")
         _add_file(tar, "etc/reproduce-test-image", (marker or "standin").encode() + b"\n")
@@ -148,13 +175,17 @@ class TestImage:
         return f"{self.repo}@{self.digest}"
 
 
-def push_test_image(registry: Registry, workdir: Path, tag: str = "v1", marker: str = "") -> TestImage:
+def push_test_image(
+    registry: Registry, workdir: Path, tag: str = "v1", marker: str = ""
+) -> TestImage:
     """Import the rootfs, push it, and drop the local copy so that tests really pull by digest."""
     tarball = build_rootfs(workdir / f"rootfs-{tag}.tar", marker=marker or tag)
     repo = f"{registry.address}/reproduce-test/standin"
     docker("import", str(tarball), f"{repo}:{tag}")
     docker("push", f"{repo}:{tag}")
-    digests = json.loads(docker("image", "inspect", "--format", "{{json .RepoDigests}}", f"{repo}:{tag}").stdout)
+    digests = json.loads(
+        docker("image", "inspect", "--format", "{{json .RepoDigests}}", f"{repo}:{tag}").stdout
+    )
     digest = next(d.split("@", 1)[1] for d in digests if d.startswith(repo + "@"))
     docker("rmi", "-f", f"{repo}:{tag}", check=False)
     return TestImage(repo, digest)

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def wait_for(predicate: Callable[[], bool], timeout_s: float = 60.0, what: str = "condition") -> None:
+def wait_for(
+    predicate: Callable[[], bool], timeout_s: float = 60.0, what: str = "condition"
+) -> None:
     deadline = time.monotonic() + timeout_s
     while not predicate():
         if time.monotonic() > deadline:
@@ -34,7 +37,14 @@ def start_driver(spec: dict, workdir: Path) -> subprocess.Popen:
         env=env,
         start_new_session=True,
         text=True,
+        # A test run started in the background (`cmd &`) inherits SIGINT ignored, and Python then
+        # installs no KeyboardInterrupt handler: give the CLI the default a terminal would.
+        preexec_fn=_default_sigint,
     )
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _cli_env() -> dict[str, str]:
@@ -68,13 +78,17 @@ def start_cli(*args: str) -> subprocess.Popen:
 
 def group_alive(sid: int) -> bool:
     """Is a process of the run's session (sid = pgid = wrapper pid) still running (zombies aside)?"""
-    out = subprocess.run(["ps", "-s", str(sid), "-o", "stat="], capture_output=True, text=True).stdout.split()
+    out = subprocess.run(
+        ["ps", "-s", str(sid), "-o", "stat="], capture_output=True, text=True
+    ).stdout.split()
     return any(not stat.startswith("Z") for stat in out)
 
 
 def processes_mentioning(text: str) -> list[str]:
     """Command lines of live processes on this host (containers' included) that contain `text`."""
-    out = subprocess.run(["ps", "-ww", "-eo", "pid=,stat=,args="], capture_output=True, text=True).stdout
+    out = subprocess.run(
+        ["ps", "-ww", "-eo", "pid=,stat=,args="], capture_output=True, text=True
+    ).stdout
     found = []
     for line in out.splitlines():
         pid, stat, args = (line.split(None, 2) + ["", ""])[:3]

@@ -19,4 +19,6 @@ cd "$NODE_RUN_DIR"
 
 def script(run_id: str, node_run_dir: str, container: str, body: str) -> str:
     q = shlex.quote
-    return HEADER.format(run_id=q(run_id), node_run_dir=q(node_run_dir), container=q(container)) + body
+    return (
+        HEADER.format(run_id=q(run_id), node_run_dir=q(node_run_dir), container=q(container)) + body
+    )

@@ -28,12 +28,19 @@ ROW_TOKENS = 8192  # the seed's; the rollout's --check in the image compares the
 
 def write_rows(path: Path, *, row_tokens: int = ROW_TOKENS, count: int = 4) -> None:
     """A small parquet of rows in build_sft_rows.py's format (token ids + a struct loss mask)."""
-    spec = importlib.util.spec_from_file_location("build_sft_rows", REPO / "scripts" / "build_sft_rows.py")
+    spec = importlib.util.spec_from_file_location(
+        "build_sft_rows", REPO / "scripts" / "build_sft_rows.py"
+    )
     module = importlib.util.module_from_spec(spec)
     sys.modules.setdefault("build_sft_rows", module)  # dataclasses look their module up there
     spec.loader.exec_module(module)
-    rows = [(list(range(i, i + row_tokens)), [0] * (row_tokens // 2) + [1] * (row_tokens - row_tokens // 2))
-            for i in range(count)]
+    rows = [
+        (
+            list(range(i, i + row_tokens)),
+            [0] * (row_tokens // 2) + [1] * (row_tokens - row_tokens // 2),
+        )
+        for i in range(count)
+    ]
     module.write_rows(rows, path)
 
 
@@ -41,8 +48,14 @@ def seed_raw() -> dict[str, Any]:
     return yaml.safe_load(SEED.read_text())
 
 
-def write_recipe(tmp_path: Path, test_image=None, *, raw: dict[str, Any] | None = None, run_prefix: str = "",
-                 name: str = "standin") -> Path:
+def write_recipe(
+    tmp_path: Path,
+    test_image=None,
+    *,
+    raw: dict[str, Any] | None = None,
+    run_prefix: str = "",
+    name: str = "standin",
+) -> Path:
     """The seed (or `raw`), its image pointed at `test_image` (repo + digest), no Hugging Face download.
 
     `run_prefix` goes before the recipe's run block (it runs in the container, after Ray started).
@@ -59,8 +72,15 @@ def write_recipe(tmp_path: Path, test_image=None, *, raw: dict[str, Any] | None 
     return path
 
 
-def write_profile(tmp_path: Path, base: dict[str, Any], container_run_args: list[str], *,
-                  env: dict[str, str] | None = None, docker: dict[str, Any] | None = None, **overrides: Any) -> Path:
+def write_profile(
+    tmp_path: Path,
+    base: dict[str, Any],
+    container_run_args: list[str],
+    *,
+    env: dict[str, str] | None = None,
+    docker: dict[str, Any] | None = None,
+    **overrides: Any,
+) -> Path:
     """`base` ({"kind": "local"} or sshd.profile()) plus what makes the Plan run here.
 
     gpus null (no GPUs here), --network none (Ray binds loopback only), memlock not raised (an
@@ -69,25 +89,39 @@ def write_profile(tmp_path: Path, base: dict[str, Any], container_run_args: list
     cache = tmp_path / "cache"
     torch_dist = cache / "torch_dist"
     torch_dist.mkdir(parents=True, exist_ok=True)
-    (torch_dist / "latest_checkpointed_iteration.txt").write_text("release\n")  # conversion already done
+    (torch_dist / "latest_checkpointed_iteration.txt").write_text(
+        "release\n"
+    )  # conversion already done
     (cache / "hf").mkdir(exist_ok=True)
     rows = cache / "rows.parquet"
     if not rows.exists():
         write_rows(rows)  # checked in the image by the rollout's own --check
     data = dict(base)
-    data.update({
-        "work_dir": str(tmp_path / "work"),
-        "cache_dir": str(cache),
-        "price_per_hour": 63.296,
-        "docker": {"gpus": None, "shm_size": "256m", "extra_args": list(container_run_args), "network_host": False,
-                   "memlock_unlimited": False, **(docker or {})},
-        "preflight": {"enabled": False},
-        "stack_check": "skip",
-        "assets": {"hf_ckpt": str(cache / "hf"), "torch_dist": str(torch_dist), "sft_data": str(rows),
-                   "verify_sha256": False},
-        "ray": {"node_ip_address": "127.0.0.1", "port": free_port()},
-        "env": {"STANDIN_NOISE_LINES": "1", **(env or {})},
-    })
+    data.update(
+        {
+            "work_dir": str(tmp_path / "work"),
+            "cache_dir": str(cache),
+            "price_per_hour": 63.296,
+            "docker": {
+                "gpus": None,
+                "shm_size": "256m",
+                "extra_args": list(container_run_args),
+                "network_host": False,
+                "memlock_unlimited": False,
+                **(docker or {}),
+            },
+            "preflight": {"enabled": False},
+            "stack_check": "skip",
+            "assets": {
+                "hf_ckpt": str(cache / "hf"),
+                "torch_dist": str(torch_dist),
+                "sft_data": str(rows),
+                "verify_sha256": False,
+            },
+            "ray": {"node_ip_address": "127.0.0.1", "port": free_port()},
+            "env": {"STANDIN_NOISE_LINES": "1", **(env or {})},
+        }
+    )
     data.update(overrides)
     path = tmp_path / "profile.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))

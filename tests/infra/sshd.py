@@ -20,11 +20,19 @@ SSHD = "/usr/sbin/sshd"
 
 
 def keygen(path: Path) -> None:
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "reproduce-test", "-f", str(path)], check=True)
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "reproduce-test", "-f", str(path)],
+        check=True,
+    )
 
 
 def key_fingerprint(pub: Path) -> str:
-    out = subprocess.run(["ssh-keygen", "-l", "-E", "sha256", "-f", str(pub)], check=True, capture_output=True, text=True)
+    out = subprocess.run(
+        ["ssh-keygen", "-l", "-E", "sha256", "-f", str(pub)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return out.stdout.split()[1]
 
 
@@ -68,11 +76,14 @@ class SshServer:
             f"Subsystem sftp internal-sftp\n"
         )
 
-    def start(self) -> "SshServer":
+    def start(self) -> SshServer:
         Path("/run/sshd").mkdir(exist_ok=True)  # privilege separation directory sshd insists on
         log = open(self.log, "ab")
         self.proc = subprocess.Popen(
-            [SSHD, "-D", "-e", "-f", str(self.root / "sshd_config")], stdout=log, stderr=log, stdin=subprocess.DEVNULL
+            [SSHD, "-D", "-e", "-f", str(self.root / "sshd_config")],
+            stdout=log,
+            stderr=log,
+            stdin=subprocess.DEVNULL,
         )
         try:
             wait_for_port(self.port)
@@ -89,7 +100,9 @@ class SshServer:
         """
         if self.proc is None:
             return []
-        out = subprocess.run(["ps", "-e", "-o", "pid=,ppid=,comm="], capture_output=True, text=True).stdout
+        out = subprocess.run(
+            ["ps", "-e", "-o", "pid=,ppid=,comm="], capture_output=True, text=True
+        ).stdout
         table = [line.split(None, 2) for line in out.splitlines() if len(line.split(None, 2)) == 3]
         children: dict[int, list[tuple[int, str]]] = {}
         for pid, ppid, comm in table:

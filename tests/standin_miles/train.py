@@ -11,7 +11,7 @@ import math
 import os
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 
 TRAIN_PID, ROLLOUT_PID = 5123, 5101
 
@@ -36,7 +36,7 @@ class Clock:
         self.t += seconds
 
     def stamp(self):
-        dt = datetime.fromtimestamp(self.t, tz=timezone.utc)
+        dt = datetime.fromtimestamp(self.t, tz=UTC)
         return dt.strftime("%Y-%m-%d %H:%M:%S.") + f"{dt.microsecond // 1000:03d}"
 
 
@@ -55,7 +55,9 @@ class Log:
         sys.stderr.flush()
 
     def actor(self, where, message, end="\n"):
-        self.line(self.ray("MegatronTrainRayActor", TRAIN_PID), "actor_cell0_rank0", where, message, end)
+        self.line(
+            self.ray("MegatronTrainRayActor", TRAIN_PID), "actor_cell0_rank0", where, message, end
+        )
 
     def rollout(self, where, message):
         self.line(self.ray("RolloutManager", ROLLOUT_PID), "rollout_manager", where, message)
@@ -92,23 +94,37 @@ def main(argv):
     startup = _env_float("STANDIN_STARTUP_S", 40.0)
     sleep_s = _env_float("STANDIN_SLEEP_S", 0.0)
     scale = _env_float("STANDIN_LOSS_SCALE", 1.0)
-    nan_at, fail_at, cut_at = _env_int("STANDIN_NAN_AT"), _env_int("STANDIN_FAIL_AT"), _env_int("STANDIN_CUT_AT")
+    nan_at, fail_at, cut_at = (
+        _env_int("STANDIN_NAN_AT"),
+        _env_int("STANDIN_FAIL_AT"),
+        _env_int("STANDIN_CUT_AT"),
+    )
     noise = int(_env_float("STANDIN_NOISE_LINES", 3))
     times = step_times(args.num_rollout)
 
     clock = Clock(_env_float("STANDIN_START_EPOCH", time.time()))
     log = Log(clock)
-    log.main("train.py:48", f"miles stand-in: {args.num_rollout} rollouts, global batch {args.global_batch_size}")
+    log.main(
+        "train.py:48",
+        f"miles stand-in: {args.num_rollout} rollouts, global batch {args.global_batch_size}",
+    )
     sys.stderr.write("2026-10-21 10:00:00,001\tINFO worker.py:1888 -- Connected to Ray cluster.\n")
-    log.actor("initialize.py:71", f"[Rank 0] Memory-Usage after init: {{'gpu': 0, 'total_GB': 139.8, 'free_GB': 120.3, 'used_GB': 19.5}}")
-    sys.stderr.write(f"{log.ray('MegatronTrainRayActor', TRAIN_PID)}[{clock.stamp()} actor_cell0_rank1] "
-                     f"initialize.py:71 - [Rank 1] Memory-Usage after init: {{'gpu': 1, 'used_GB': 19.5}} "
-                     f"[repeated 7x across cluster]\n")
+    log.actor(
+        "initialize.py:71",
+        "[Rank 0] Memory-Usage after init: {'gpu': 0, 'total_GB': 139.8, 'free_GB': 120.3, 'used_GB': 19.5}",
+    )
+    sys.stderr.write(
+        f"{log.ray('MegatronTrainRayActor', TRAIN_PID)}[{clock.stamp()} actor_cell0_rank1] "
+        f"initialize.py:71 - [Rank 1] Memory-Usage after init: {{'gpu': 1, 'used_GB': 19.5}} "
+        f"[repeated 7x across cluster]\n"
+    )
 
     for step in range(args.num_rollout):
         if fail_at is not None and step == fail_at:
-            sys.stderr.write("Traceback (most recent call last):\n  File \"/root/miles/train.py\", line 92, in <module>\n"
-                             "RuntimeError: CUDA error: an illegal memory access was encountered (stand-in)\n")
+            sys.stderr.write(
+                'Traceback (most recent call last):\n  File "/root/miles/train.py", line 92, in <module>\n'
+                "RuntimeError: CUDA error: an illegal memory access was encountered (stand-in)\n"
+            )
             sys.stderr.flush()
             return 1
         wait = 0.4 + (startup if step == 0 else 0.0)
@@ -119,9 +135,15 @@ def main(argv):
             time.sleep(sleep_s)
 
         # The RolloutManager: this rollout's data.
-        log.rollout("metrics.py:89", f"perf {step}: {{'rollout/response_len/mean': 5546.2, 'rollout/response_len/median': 5601.0, "
-                    f"'rollout/response_len/max': 8191, 'rollout/response_len/min': 3, 'perf/rollout_time': np.float64(0.31)}}")
-        log.rollout("rollout.py:301", f"rollout {step}: {{'rollout/total_lengths': {float(row_tokens)}, 'rollout/response_lengths': 5546.2}}")
+        log.rollout(
+            "metrics.py:89",
+            f"perf {step}: {{'rollout/response_len/mean': 5546.2, 'rollout/response_len/median': 5601.0, "
+            f"'rollout/response_len/max': 8191, 'rollout/response_len/min': 3, 'perf/rollout_time': np.float64(0.31)}}",
+        )
+        log.rollout(
+            "rollout.py:301",
+            f"rollout {step}: {{'rollout/total_lengths': {float(row_tokens)}, 'rollout/response_lengths': 5546.2}}",
+        )
         log.actor("timer.py:24", "Timer train start")
         for i in range(noise):
             log.actor("fused_adam.py:11", f"UserWarning: deprecated kernel path taken ({i})")
@@ -130,8 +152,10 @@ def main(argv):
         loss = "nan" if nan else repr(round(loss_at(step, scale), 6))
         grad = "nan" if nan else repr(round(2.5 * math.exp(-step / 10.0) + 0.3, 6))
         lr = 1e-5 * min(1.0, (step + 1) / max(1, int(0.1 * args.num_rollout)))
-        payload = (f"{{'train/loss': {loss}, 'train/grad_norm': {grad}, 'train/lr-pg_0': {lr!r}, "
-                   f"'train/lr-pg_1': {lr!r}, 'train/step': {step}}}")
+        payload = (
+            f"{{'train/loss': {loss}, 'train/grad_norm': {grad}, 'train/lr-pg_0': {lr!r}, "
+            f"'train/lr-pg_1': {lr!r}, 'train/step': {step}}}"
+        )
         if cut_at is not None and step == cut_at:
             log.actor("log_utils.py:542", f"step {step}: " + payload[: len(payload) // 2], end="")
             return 137
@@ -139,15 +163,22 @@ def main(argv):
         log.actor("log_utils.py:542", f"step {step}: {payload}")  # miles prints it twice
         log.actor("timer.py:31", f"Timer train end (elapsed: {train_time:.1f}s)")
         tflops = 6 * 3.041656832e9 * tokens / actor_train_time / gpus / 1e12
-        log.actor("train_metric_utils.py:56",
-                  f"perf {step}: {{'perf/train_wait_time': {wait!r}, 'perf/data_preprocess_time': 0.02, "
-                  f"'perf/train_time': {train_time!r}, 'perf/actor_train_time': {actor_train_time!r}, "
-                  f"'perf/actor_train_tflops': np.float64({tflops!r}), "
-                  f"'perf/actor_train_tok_per_s': np.float64({tokens / actor_train_time!r}), "
-                  f"'perf/mfu_peak_tflops': {peak!r}, 'perf/actor_train_mfu': {tflops / peak!r}, "
-                  f"'perf/step_time': {step_time!r}, 'perf/wait_time_ratio': {wait / step_time!r}}}")
-        log.actor("train.py:120", f"[Rank 0] Memory-Usage after clear_memory: {{'gpu': 0, 'used_GB': 21.0}}")
-        sys.stderr.write(f"ft op=train_step rollout={step} step=0 rank=0 elapsed={train_time:.3f}\n")
+        log.actor(
+            "train_metric_utils.py:56",
+            f"perf {step}: {{'perf/train_wait_time': {wait!r}, 'perf/data_preprocess_time': 0.02, "
+            f"'perf/train_time': {train_time!r}, 'perf/actor_train_time': {actor_train_time!r}, "
+            f"'perf/actor_train_tflops': np.float64({tflops!r}), "
+            f"'perf/actor_train_tok_per_s': np.float64({tokens / actor_train_time!r}), "
+            f"'perf/mfu_peak_tflops': {peak!r}, 'perf/actor_train_mfu': {tflops / peak!r}, "
+            f"'perf/step_time': {step_time!r}, 'perf/wait_time_ratio': {wait / step_time!r}}}",
+        )
+        log.actor(
+            "train.py:120",
+            "[Rank 0] Memory-Usage after clear_memory: {'gpu': 0, 'used_GB': 21.0}",
+        )
+        sys.stderr.write(
+            f"ft op=train_step rollout={step} step=0 rank=0 elapsed={train_time:.3f}\n"
+        )
     log.main("train.py:140", "training finished")
     return 0
 
