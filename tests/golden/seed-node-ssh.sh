@@ -1,0 +1,184 @@
+#!/usr/bin/env bash
+# reproduce node script for qwen3-30b-a3b/h200/attune-tp1-pp1-ep8-mt16k
+#   recipe file sha256 2ebf9d797b88d718cfa5d4042d03dd1e9fda24084a0e86116ef67e1ac81ff011
+#   run 20261201T120000Z-golden on cluster profile ssh (kind ssh), 1 x 8 H200
+# Plain bash, runnable by hand on the node: bash node.sh
+# Stages print '##reproduce stage=NAME event=start|end' markers; the launcher builds the timeline from them.
+set -euo pipefail
+
+RUN_ID=20261201T120000Z-golden
+NODE_RUN_DIR=/var/tmp/reproduce/runs/20261201T120000Z-golden
+CACHE_DIR=/var/tmp/reproduce-cache
+IMAGE=radixark/miles@sha256:45ae7833f97a01369dbd8f336784830a87d94587bc010c7b8065291cc15cd7ca
+IMAGE_DIGEST=sha256:45ae7833f97a01369dbd8f336784830a87d94587bc010c7b8065291cc15cd7ca
+CONTAINER=reproduce-20261201T120000Z-golden
+HF_CKPT=/var/tmp/reproduce-cache/hf/Qwen--Qwen3-30B-A3B@ad44e777bcd1
+TORCH_DIST=/var/tmp/reproduce-cache/torch_dist/Qwen--Qwen3-30B-A3B@ad44e777bcd1
+SFT_DATA=/var/tmp/reproduce-cache/rows/qwen3-tulu3-fixed8192-v1-7ea7f5dca51f.parquet
+export RUN_ID NODE_RUN_DIR HF_CKPT TORCH_DIST SFT_DATA
+# the cache may sit on a disk only root can write to (the DLAMI's /opt/dlami/nvme): then sudo -n makes it ours
+for dir in "$NODE_RUN_DIR" "$CACHE_DIR" "$(dirname "$HF_CKPT")" "$(dirname "$TORCH_DIST")" "$(dirname "$SFT_DATA")"; do
+  mkdir -p "$dir" 2>/dev/null || sudo -n install -d -o "$(id -u)" -g "$(id -g)" "$dir"
+done
+cd "$NODE_RUN_DIR"
+
+# Secrets (HF_TOKEN) arrive in a 0600 file that is read once and deleted; never echoed.
+if [ -f "$NODE_RUN_DIR/.secrets.env" ]; then set -a; . "$NODE_RUN_DIR/.secrets.env"; set +a; rm -f "$NODE_RUN_DIR/.secrets.env"; fi
+
+_stage_begin() { _STAGE=$1; printf '##reproduce stage=%s event=start t=%s\n' "$1" "$(date +%s.%N)"; }
+_stage_end() { printf '##reproduce stage=%s event=end status=ok t=%s\n' "$_STAGE" "$(date +%s.%N)"; _STAGE=''; }
+_on_exit() {
+  local rc=$? status=failed
+  if [ -n "${_STAGE:-}" ]; then
+    [ -e "$NODE_RUN_DIR/cancelled" ] && status=cancelled  # `reproduce cancel` marks the run first
+    printf '##reproduce stage=%s event=end status=%s rc=%s t=%s\n' "$_STAGE" "$status" "$rc" "$(date +%s.%N)"
+  fi
+  _cleanup
+  exit "$rc"
+}
+_cleanup() { docker rm -f "$CONTAINER" >/dev/null 2>&1 || true; }
+trap _on_exit EXIT
+
+# flags of every docker run below (miles' documented ones; mounts of the run dir, caches, scripts)
+GPU_ARGS=(--gpus all)
+DOCKER_ARGS=(--ipc host --network host --ulimit memlock=-1 --ulimit stack=67108864 --shm-size 32g -v /var/tmp/reproduce/runs/20261201T120000Z-golden:/var/tmp/reproduce/runs/20261201T120000Z-golden -v /var/tmp/reproduce-cache:/var/tmp/reproduce-cache -v /var/tmp/reproduce/runs/20261201T120000Z-golden/scripts:/opt/reproduce/scripts:ro -e RUN_ID -e NODE_RUN_DIR -e HF_CKPT -e TORCH_DIST -e SFT_DATA -e HF_TOKEN)
+# EFA devices go into the container when the node has them (p5en: 16)
+EFA_ARGS=()
+for dev in /dev/infiniband/*; do
+  [ -e "$dev" ] && EFA_ARGS+=(--device "$dev")
+done
+
+# ---- stage preflight: node health before any download: GPUs, driver, ECC, Xid, NVLink, EFA, disk
+_stage_begin preflight
+python3 "$NODE_RUN_DIR/scripts/preflight.py" --json --gpu-type H200 --gpus 8 --gpu-memory-gb 141 --driver-min 580.65.06 --cuda 13.0 --disk-path /var/tmp/reproduce-cache --disk-min-gb 300 --no-bench > "$NODE_RUN_DIR/preflight.json"
+_stage_end
+
+# ---- stage image: pull the training image by digest and verify the digest
+_stage_begin image
+command -v docker >/dev/null || { echo 'docker is not installed on this node (profile runtime: docker)' >&2; exit 1; }
+docker pull "$IMAGE"
+# the pulled image must carry the recipe's digest (from stack.source); a tag alone is never trusted
+docker image inspect --format '{{range .RepoDigests}}{{println .}}{{end}}' "$IMAGE" > "$NODE_RUN_DIR/image.digests"
+if ! grep -qxF "$IMAGE" "$NODE_RUN_DIR/image.digests"; then
+  echo "image $IMAGE: the local image does not carry digest $IMAGE_DIGEST (RepoDigests: $(tr '\n' ' ' < "$NODE_RUN_DIR/image.digests"))" >&2
+  exit 1
+fi
+printf '{"image": "%s", "digest": "%s", "id": "%s"}\n' "$IMAGE" "$IMAGE_DIGEST" "$(docker image inspect --format '{{.Id}}' "$IMAGE")" > "$NODE_RUN_DIR/image.json"
+_stage_end
+
+# ---- stage preflight-gpu: GPU benchmarks in the image: bf16 matmul, memory bandwidth, NCCL all-reduce
+_stage_begin preflight-gpu
+docker run --rm "${GPU_ARGS[@]}" "${DOCKER_ARGS[@]}" "${EFA_ARGS[@]}" "$IMAGE" bash -c 'export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1; python3 "/opt/reproduce/scripts/preflight.py" --json --gpu-type H200 --gpus 8 --gpu-memory-gb 141 --driver-min 580.65.06 --cuda 13.0 --disk-path /var/tmp/reproduce-cache --disk-min-gb 300' > "$NODE_RUN_DIR/preflight-gpu.json"
+_stage_end
+
+# ---- stage stack: check the image's software versions against the recipe's stack
+_stage_begin stack
+docker run --rm "${GPU_ARGS[@]}" "${DOCKER_ARGS[@]}" "${EFA_ARGS[@]}" "$IMAGE" bash -c 'python3 "/opt/reproduce/scripts/stack_probe.py" --json --policy fail --expect '"'"'{"cuda": "13.0", "deepep": "1.2.1", "megatron_commit": "37f91617", "miles_commit": "78527b91", "nccl": "2.28.9", "python": "3.12.3", "torch": "2.11.0", "transformer_engine": "2.17.0"}'"'"'' > "$NODE_RUN_DIR/stack.json"
+_stage_end
+
+# ---- stage assets: checkpoint, converted checkpoint and rows, verified
+_stage_begin assets
+# Hugging Face checkpoint Qwen/Qwen3-30B-A3B at ad44e777bcd18fa416d9da3bd8f70d33ebb85d39 (skipped when complete)
+docker run --rm "${DOCKER_ARGS[@]}" "${EFA_ARGS[@]}" "$IMAGE" bash -c 'python3 "/opt/reproduce/scripts/fetch_assets.py" hf-checkpoint --repo Qwen/Qwen3-30B-A3B --revision ad44e777bcd18fa416d9da3bd8f70d33ebb85d39 --dest "$HF_CKPT"'
+# the converted checkpoint: done when latest_checkpointed_iteration.txt says release
+if ! grep -qx release "$TORCH_DIST/latest_checkpointed_iteration.txt" 2>/dev/null; then
+  docker run --rm "${GPU_ARGS[@]}" "${DOCKER_ARGS[@]}" "${EFA_ARGS[@]}" "$IMAGE" bash -c 'export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1; cd /root/miles && MODEL_ARGS_LINE="$(python3 miles/utils/external_utils/model_args_utils.py qwen3-30B-A3B)" && read -ra MODEL_ARGS <<< "$MODEL_ARGS_LINE" && PYTHONPATH=/root/miles:/root/Megatron-LM torchrun --nproc-per-node 8 tools/convert_hf_to_torch_dist.py "${MODEL_ARGS[@]}" --hf-checkpoint "$HF_CKPT" --save "$TORCH_DIST"'
+fi
+# the training rows ($SFT_DATA): present and byte-identical to the recipe's
+if [ ! -f "$SFT_DATA" ]; then
+  echo 'rows missing; build them with the recipe'"'"'s builder (data/generate_fixed_sft.py with --loss-mask-type qwen3 (data/README.md)) or set assets.sft_data in the profile: '"$SFT_DATA" >&2
+  exit 1
+fi
+echo '7ea7f5dca51f6be280e2f7cd7ee786ac05f546570e5ac1b07236c920338241fe  '"$SFT_DATA" | sha256sum --check --strict -
+# every row through the rollout function's own checks (length, loss mask) before a GPU minute
+docker run --rm "${DOCKER_ARGS[@]}" "${EFA_ARGS[@]}" "$IMAGE" bash -c 'python3 "/opt/reproduce/scripts/pretokenized_sft_rollout.py" --check "$SFT_DATA" --row-tokens 8192'
+_stage_end
+
+# ---- stages ray + train, inside the training container (this text runs verbatim there)
+IFS= read -r -d '' CONTAINER_SCRIPT <<'REPRODUCE_CONTAINER_SCRIPT' || true
+set -euo pipefail
+_stage_begin() { _STAGE=$1; printf '##reproduce stage=%s event=start t=%s\n' "$1" "$(date +%s.%N)"; }
+_stage_end() { printf '##reproduce stage=%s event=end status=ok t=%s\n' "$_STAGE" "$(date +%s.%N)"; _STAGE=''; }
+_on_exit() {
+  local rc=$? status=failed
+  if [ -n "${_STAGE:-}" ]; then
+    [ -e "$NODE_RUN_DIR/cancelled" ] && status=cancelled  # `reproduce cancel` marks the run first
+    printf '##reproduce stage=%s event=end status=%s rc=%s t=%s\n' "$_STAGE" "$status" "$rc" "$(date +%s.%N)"
+  fi
+  _cleanup
+  exit "$rc"
+}
+_cleanup() { :; }
+trap _on_exit EXIT
+export PYTHONPATH=/root/miles:/root/Megatron-LM:"/opt/reproduce/scripts"
+# every step line reaches the log: Ray's dedup would fold lines that differ only in numbers
+export RAY_DEDUP_LOGS=0
+export CUDA_DEVICE_MAX_CONNECTIONS=1
+export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:False
+export NCCL_NVLS_ENABLE=0
+export TORCH_SYMM_MEM_DISABLE_MULTICAST=1
+export NVSHMEM_DISABLE_NVLS=1
+export HF_CKPT=/var/tmp/reproduce-cache/hf/Qwen--Qwen3-30B-A3B@ad44e777bcd1
+export TORCH_DIST=/var/tmp/reproduce-cache/torch_dist/Qwen--Qwen3-30B-A3B@ad44e777bcd1
+export SFT_DATA=/var/tmp/reproduce-cache/rows/qwen3-tulu3-fixed8192-v1-7ea7f5dca51f.parquet
+export REPRODUCE_ROW_TOKENS=8192  # checked by pretokenized_sft_rollout
+
+# ---- stage ray: start Ray in the training container
+_stage_begin ray
+NODE_IP=127.0.0.1
+_cleanup() { ray stop --force >/dev/null 2>&1 || true; }
+ray start --head --node-ip-address "$NODE_IP" --port 6379 --num-gpus 8 --disable-usage-stats --include-dashboard=false
+export RAY_ADDRESS="$NODE_IP:6379"
+_stage_end
+
+# ---- stage train: the recipe's run block, verbatim, from the miles checkout
+_stage_begin train
+cd /root/miles
+# ----- recipe run block (verbatim) -----
+export CUDA_DEVICE_MAX_CONNECTIONS=1
+export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:False
+
+MODEL_ARGS_LINE="$(python3 miles/utils/external_utils/model_args_utils.py qwen3-30B-A3B)"
+read -ra MODEL_ARGS <<< "$MODEL_ARGS_LINE"
+python3 train.py \
+  --actor-num-nodes 1 \
+  --actor-num-gpus-per-node 8 \
+  --num-gpus-per-node 8 \
+  "${MODEL_ARGS[@]}" \
+  --hf-checkpoint "$HF_CKPT" \
+  --ref-load "$TORCH_DIST" \
+  --loss-type sft_loss \
+  --calculate-per-token-loss \
+  --disable-compute-advantages-and-returns \
+  --debug-train-only \
+  --rollout-function-path pretokenized_sft_rollout.generate_rollout \
+  --prompt-data "$SFT_DATA" \
+  --input-key messages \
+  --metadata-key metadata \
+  --num-rollout 20 \
+  --rollout-batch-size 128 \
+  --global-batch-size 128 \
+  --tensor-model-parallel-size 1 \
+  --pipeline-model-parallel-size 1 \
+  --context-parallel-size 1 \
+  --expert-model-parallel-size 8 \
+  --expert-tensor-parallel-size 1 \
+  --recompute-granularity full \
+  --recompute-method uniform \
+  --recompute-num-layers 1 \
+  --use-dynamic-batch-size \
+  --max-tokens-per-gpu 16384 \
+  --optimizer adam --lr 1e-5 --lr-decay-style cosine --min-lr 1e-6 \
+  --lr-warmup-fraction 0.1 --weight-decay 0.1 --adam-beta1 0.9 --adam-beta2 0.98 \
+  --use-precision-aware-optimizer \
+  --attention-dropout 0.0 --hidden-dropout 0.0 \
+  --accumulate-allreduce-grads-in-fp32 --attention-softmax-in-fp32 \
+  --attention-backend flash \
+  --distributed-timeout-minutes 30
+# ----- end of recipe run block -----
+_stage_end
+REPRODUCE_CONTAINER_SCRIPT
+# the container is named after the run so `reproduce cancel` can find it; --rm removes it at the end
+docker run --rm --name "$CONTAINER" "${GPU_ARGS[@]}" "${DOCKER_ARGS[@]}" "${EFA_ARGS[@]}" "$IMAGE" bash -c "$CONTAINER_SCRIPT"
+
+echo '##reproduce done'
