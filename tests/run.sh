@@ -1,11 +1,22 @@
 #!/usr/bin/env bash
 # The single test command. On a fresh Debian 12 machine, as root (CI=true, no stdin):
 #   tests/run.sh [pytest args...]
-# installs what the tests need (docker.io, docker-registry, openssh-server, ...) only when missing,
-# creates .venv and installs the package with its test extras, starts dockerd when it is not
-# running, then runs pytest and exits with pytest's status. Idempotent: a second run reuses all of it.
+# installs what the tests need (docker.io, docker-registry, openssh-server, git, ...) only when
+# missing, creates .venv and installs the package with its test extras, starts dockerd when it is
+# not running, runs the lint/type gate when REPRODUCE_LINT=1, then runs pytest and exits with
+# pytest's status. Idempotent: a second run reuses all of it (a few seconds before pytest starts).
 # sshd and the registry are NOT started system-wide: the pytest fixtures start their own on free
 # loopback ports (tests/conftest.py).
+#
+# Environment:
+#   REPRODUCE_LINT=1            run `ruff check .`, `ruff format --check .` and `mypy` first; any
+#                               failure fails the run before pytest starts (default 0: off)
+#   REPRODUCE_TEST_NO_DOCKER=1  neither start nor require dockerd (the docker tests are skipped)
+#   REPRODUCE_DOCKERD_ARGS      extra dockerd flags when this script starts it, e.g.
+#                               "--bridge=none --iptables=false" in a chroot (tests/fresh-debian/)
+#   REPRODUCE_TEST_LOG_DIR      where apt, pip and dockerd logs go (default /var/log/reproduce-tests)
+#
+# Check this script on a bare Debian 12 root: tests/fresh-debian/run.sh (docs/testing.md).
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -22,8 +33,17 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 # --- system packages, only the missing ones ---
-PACKAGES=(docker.io docker-registry openssh-server openssh-client iproute2 procps python3 python3-venv python3-pip
-          ca-certificates tar)
+# Every program the tests, their fixtures (tests/infra/) and the code under test call:
+#   docker.io          docker, dockerd (+ containerd, runc)  tests/infra/docker.py, the local backend
+#   docker-registry    /usr/bin/docker-registry              tests/infra/docker.py
+#   openssh-server     /usr/sbin/sshd                        tests/infra/sshd.py
+#   openssh-client     ssh-keygen                            tests/infra/sshd.py
+#   procps             ps, pkill                             tests/infra/, the node wrapper (runner)
+#   git                git                                   tests/test_node_scripts_stack_probe.py
+#   python3, python3-venv, python3-pip, ca-certificates      .venv and pip over HTTPS
+#   iproute2, tar, coreutils, util-linux (setsid), bash      present on Debian; listed to be sure
+PACKAGES=(docker.io docker-registry openssh-server openssh-client iproute2 procps git
+          python3 python3-venv python3-pip ca-certificates tar coreutils util-linux bash)
 missing=()
 for pkg in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
@@ -58,7 +78,8 @@ if [ "${REPRODUCE_TEST_NO_DOCKER:-0}" != "1" ] && ! docker info >/dev/null 2>&1;
   fi
   if ! docker info >/dev/null 2>&1; then
     say "starting dockerd (log: $LOG_DIR/dockerd.log)"
-    nohup dockerd >>"$LOG_DIR/dockerd.log" 2>&1 </dev/null &
+    # shellcheck disable=SC2086  # REPRODUCE_DOCKERD_ARGS is a list of flags, split on purpose
+    nohup dockerd ${REPRODUCE_DOCKERD_ARGS:-} >>"$LOG_DIR/dockerd.log" 2>&1 </dev/null &
   fi
   for _ in $(seq 120); do
     docker info >/dev/null 2>&1 && break
@@ -73,6 +94,21 @@ fi
 
 # sshd's privilege separation directory (the fixture's sshd needs it; systemd usually makes it)
 mkdir -p /run/sshd
+
+# --- the lint/type gate (pyproject.toml configures ruff and mypy) ---
+if [ "${REPRODUCE_LINT:-0}" = "1" ]; then
+  failed=()
+  say "ruff check ."
+  .venv/bin/ruff check . || failed+=("ruff check")
+  say "ruff format --check ."
+  .venv/bin/ruff format --check . || failed+=("ruff format --check")
+  say "mypy"
+  .venv/bin/mypy || failed+=("mypy")
+  if [ "${#failed[@]}" -gt 0 ]; then
+    say "lint/type gate failed: $(IFS=';'; echo "${failed[*]}") (pytest not started)"
+    exit 1
+  fi
+fi
 
 set +e
 .venv/bin/pytest "$@"
