@@ -44,6 +44,7 @@ __all__ = [
     "parse_file",
     "parse_path",
     "parse_payload",
+    "last_step",
 ]
 
 # A metric line: `step 7: {`, `perf 7: {`, `rollout 7: {`, anywhere in the line, so any prefix
@@ -200,6 +201,19 @@ def _marker(line: str) -> tuple[str, int, str] | None:
                     return kind, int(num), line[i + 2 :]
         i = line.find(": {", i + 3)
     return None
+
+
+def last_step(data: bytes) -> int | None:
+    """N of the last `step N: {` line in a chunk of the log (None when it has none).
+
+    The runner's progress reads the log through this, so a step line is recognised in one place.
+    """
+    last = None
+    for line in data.decode(errors="replace").splitlines():
+        found = _marker(line)
+        if found is not None and found[0] == "step":
+            last = found[1]
+    return last
 
 
 def _timestamp(line: str) -> float | None:
