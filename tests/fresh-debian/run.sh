@@ -12,13 +12,19 @@
 #   --root DIR      where the chroot goes (default /var/tmp/reproduce-fresh-debian/<UTC time>)
 #   --keep          keep the chroot afterwards (default: delete it when everything passed)
 #   --reuse         with --root DIR that already holds a debootstrapped system: skip debootstrap
+#   --no-host-ca    do not carry this host's local CA certificates into the chroot (see below)
 #
 # Isolation (docs/testing.md): the chroot runs in its own mount and PID namespaces (`unshare`), so
 # its mounts (proc, sys with the cgroup hierarchy, dev, a tmpfs /run) disappear with it and it
 # neither sees nor signals the host's processes. It shares the host's network (apt and pip need
 # it; the tests bind 127.0.0.1 only). Its own dockerd runs with --bridge=none --iptables=false
 # (the tests' containers use --network none), so it leaves the host's docker0 and iptables alone,
-# and puts its containers under a cgroup parent of its own.
+# and puts its containers under a cgroup parent of its own. The chroot starts with an empty
+# environment (nothing of this host's shell leaks in), with one exception: where this host reaches
+# the internet through a TLS-intercepting proxy, its local CA certificates
+# (/usr/local/share/ca-certificates/*.crt and the bundle built from them) are copied in and named
+# by SSL_CERT_FILE and PIP_CERT, or pip could not verify PyPI. That is the site's network, not a
+# package: dpkg still sees ca-certificates as missing, and tests/run.sh installs it.
 # Exit status: 0 both passed; 1 the dry run failed; otherwise tests/run.sh's status.
 set -euo pipefail
 
@@ -28,6 +34,7 @@ ROOT=""
 KEEP=0
 REUSE=0
 MIRROR="${REPRODUCE_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+HOST_CA=1
 OVERLAYS=()
 PYTEST_ARGS=()
 say() { printf 'fresh-debian: %s\n' "$*" >&2; }
@@ -40,8 +47,9 @@ while [ $# -gt 0 ]; do
     --keep) KEEP=1; shift ;;
     --reuse) REUSE=1; shift ;;
     --mirror) MIRROR="$2"; shift 2 ;;
+    --no-host-ca) HOST_CA=0; shift ;;
     --) shift; PYTEST_ARGS=("$@"); break ;;
-    -h|--help) sed -n '2,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "${BASH_SOURCE[0]}"; exit 0 ;;
     *) say "unknown argument $1 (see --help)"; exit 2 ;;
   esac
 done
@@ -75,6 +83,16 @@ deb $MIRROR bookworm-updates main
 deb ${MIRROR%/debian}/debian-security bookworm-security main
 EOF
 cp -L /etc/resolv.conf "$ROOT/etc/resolv.conf"
+CA_EXPORTS=""
+if [ "$HOST_CA" = 1 ] && compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null \
+   && [ -f /etc/ssl/certs/ca-certificates.crt ]; then
+  say "carrying this host's local CA certificates in: $(cd /usr/local/share/ca-certificates && echo *.crt)"
+  mkdir -p "$ROOT/usr/local/share/ca-certificates" "$ROOT/etc/ssl/certs"
+  cp /usr/local/share/ca-certificates/*.crt "$ROOT/usr/local/share/ca-certificates/"
+  cp -L /etc/ssl/certs/ca-certificates.crt "$ROOT/etc/ssl/certs/ca-certificates.crt"
+  bundle=/etc/ssl/certs/ca-certificates.crt
+  CA_EXPORTS="export SSL_CERT_FILE=$bundle PIP_CERT=$bundle REQUESTS_CA_BUNDLE=$bundle"
+fi
 
 SRC=/src/reproduce
 rm -rf "${ROOT:?}$SRC"
@@ -95,6 +113,7 @@ cat >"$ROOT/fresh-debian-inside.sh" <<EOF
 set -uo pipefail
 export HOME=/root PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8
 export DEBIAN_FRONTEND=noninteractive CI=true
+$CA_EXPORTS
 cd $SRC
 t0=\$(date +%s)
 # README command 1 needs python3 with venv: the README names that prerequisite
@@ -131,7 +150,7 @@ unshare --mount --pid --fork --propagation private -- bash -c '
   mount --rbind /dev "$root/dev"
   mount -t tmpfs -o mode=0755 tmpfs "$root/run"
   # not exec: this shell stays PID 1 of the namespace and reaps the orphans the tests leave
-  chroot "$root" /fresh-debian-inside.sh
+  chroot "$root" /usr/bin/env -i TERM=dumb /fresh-debian-inside.sh
 ' fresh-debian "$ROOT"
 status=$?
 set -e
