@@ -41,7 +41,7 @@ class Budget:
         max_usd: float | None,
         max_hours: float | None,
     ) -> Budget:
-        """The budget of one run of `recipe` (its nodes) at a node price (launcher.prices)."""
+        """The budget of one run of `recipe` (its nodes) at a node price (launcher.catalog)."""
         return cls(max_usd, max_hours, price_per_hour, int(recipe.nodes))
 
     @staticmethod

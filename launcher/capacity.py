@@ -197,7 +197,7 @@ def capacity_command(
     log: Callable[[str], Any] = print,
 ) -> str | None:
     """`reproduce capacity RECIPE`: list offerings; with --buy ID, buy that one (price printed first)."""
-    from launcher.prices import price_per_hour
+    from launcher.catalog import price_per_hour
     from launcher.profile import load_profile
     from launcher.recipe import load_recipe
 

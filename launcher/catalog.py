@@ -2,13 +2,25 @@
 
 Why one place: the AWS request builder (network cards, EFA count), the preflight (GPUs and EFA
 devices to expect), the price of a run ($/h) and MFU (the GPU's peak) all read the same facts, and
-a fact written twice drifts. Every entry names where its figures come from; a figure nobody could
-source is None (the tool then says it does not know, rather than guessing).
+a fact written twice drifts. Every entry names where its figures come from and when they were
+read; a figure nobody could source is None, and the tool then says it does not know (no price,
+no MFU) rather than guessing. Why a table and not an API call: a saved run directory must be
+judged the same way offline, so the price used is printed with its source, and a profile or
+--price-per-hour overrides it.
+
+To add an instance type: copy its row of DescribeInstanceTypes (GPU count and model, memory,
+vCPUs, network cards, maximum EFA interfaces), its on-demand price per region from AWS's pricing
+page, and say where and when each was read. docs/measurement.md explains how the peak and the
+price enter MFU and $ per 1M tokens.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+from launcher.errors import BadInput
+
+DEFAULT_REGION = "us-east-1"  # the region a price is quoted for when none is given
 
 
 @dataclass(frozen=True)
@@ -16,9 +28,10 @@ class Gpu:
     """One GPU model: its dense bf16 peak (no sparsity), the denominator of MFU."""
 
     name: str
-    memory_gb: float
-    peak_bf16_flops: float
+    memory_gb: float | None
+    peak_bf16_flops: float | None
     source: str
+    read_on: str  # when the figures were read from their source (YYYY-MM-DD)
 
 
 @dataclass(frozen=True)
@@ -29,26 +42,130 @@ class InstanceType:
     provider: str
     gpu: str  # a key of GPUS
     gpus: int
-    memory_gib: int
+    memory_gib: int  # host memory
     vcpus: int
     network_cards: int
-    max_efa: int
+    max_efa: int  # EFA interfaces the instance type takes (= EFA devices the node shows)
     source: str
     on_demand_usd_per_hour: dict[str, float] = field(default_factory=dict)  # region -> $/h
     price_source: str | None = None
+    gpu_memory_gib: float | None = None  # per GPU, as DescribeInstanceTypes reports it
+    read_on: str | None = None  # when the facts were read (YYYY-MM-DD)
+    price_read_on: str | None = None  # when the prices were read (YYYY-MM-DD)
 
+
+@dataclass(frozen=True)
+class Price:
+    """An hourly price and where it came from (printed beside every $ figure)."""
+
+    value: float
+    source: str
+    instance_type: str | None = None
+    region: str | None = None
+
+    def to_dict(self) -> dict:
+        return {
+            "usd_per_hour": self.value,
+            "source": self.source,
+            "instance_type": self.instance_type,
+            "region": self.region,
+        }
+
+
+# --- GPUs -----------------------------------------------------------------------------------------
+# NVIDIA's datasheets give tensor-core figures "with sparsity" (2:4 structured); the dense figure,
+# the one a training step can reach, is half of it. MFU divides by the dense figure.
+
+_READ = "2026-12-01"
 
 GPUS: dict[str, Gpu] = {
+    "H100": Gpu(
+        "H100",
+        80,
+        989e12,
+        "NVIDIA H100 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/h100): H100 SXM "
+        "BF16 Tensor Core 1,979 TFLOPS with sparsity, so 989 dense; the Hopper whitepaper's "
+        "dense table gives 989.4",
+        _READ,
+    ),
     "H200": Gpu(
         "H200",
         141,
         989e12,
-        "NVIDIA H200 datasheet: 1,979 TFLOPS bf16 with sparsity, 989 dense (SXM); also the "
-        "perf/mfu_peak_tflops miles logs",
+        "NVIDIA H200 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/h200): H200 SXM "
+        "BF16 Tensor Core 1,979 TFLOPS with sparsity, so 989 dense (the H100's GH100 compute with "
+        "more memory); also the perf/mfu_peak_tflops miles logs",
+        _READ,
+    ),
+    "B200": Gpu(
+        "B200",
+        180,
+        2250e12,
+        "NVIDIA HGX B200 specifications (nvidia.com/en-us/data-center/hgx): per GPU FP16/BF16 "
+        "Tensor Core 4.5 PFLOPS with sparsity, so 2.25 dense, 180 GB HBM3e; a dense table "
+        "(glennklockwood.com/garden/processors/B200, HGX B200 at 1,000 W) gives BF16 2,250",
+        _READ,
+    ),
+    "A100": Gpu(
+        "A100",
+        40,
+        312e12,
+        "NVIDIA A100 Tensor Core GPU datasheet "
+        "(nvidia.com, nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf): BF16 Tensor Core "
+        "312 TFLOPS dense, 624 with sparsity; A100 40GB SXM4",
+        _READ,
+    ),
+    "A100-80GB": Gpu(
+        "A100-80GB",
+        80,
+        312e12,
+        "NVIDIA A100 Tensor Core GPU datasheet: A100 80GB SXM4, the same BF16 Tensor Core "
+        "312 TFLOPS dense (624 with sparsity) as the 40 GB part",
+        _READ,
     ),
 }
 
+# --- Instance types -------------------------------------------------------------------------------
+# GPU count and model, memory, vCPUs, network cards and EFA interfaces: AWS's DescribeInstanceTypes
+# as bundled by moto 5.2.5 (moto/ec2/resources/instance_types.json.gz, copied from AWS).
+
+_DESCRIBE = "AWS DescribeInstanceTypes, as bundled by moto 5.2.5 (copied from AWS)"
+_NO_PRICE = (
+    "no on-demand price was found on a page of AWS's (third-party figures disagree, and AWS "
+    "changed GPU prices in June 2025): give one with --price-per-hour or the profile's "
+    "price_per_hour"
+)
+
 INSTANCE_TYPES: dict[str, InstanceType] = {
+    "p5.48xlarge": InstanceType(
+        "p5.48xlarge",
+        "aws",
+        "H100",
+        8,
+        2048,
+        192,
+        32,
+        32,
+        f"{_DESCRIBE}; AWS's Capacity Blocks pricing page lists the same 8 x H100, 192 vCPU, "
+        "2048 GiB, 640 GB HBM3",
+        price_source=_NO_PRICE,
+        gpu_memory_gib=80,
+        read_on=_READ,
+    ),
+    "p5e.48xlarge": InstanceType(
+        "p5e.48xlarge",
+        "aws",
+        "H200",
+        8,
+        2048,
+        192,
+        32,
+        32,
+        f"{_DESCRIBE}; torchx's named resources also give 32 EFA devices",
+        price_source=_NO_PRICE,
+        gpu_memory_gib=141,
+        read_on=_READ,
+    ),
     "p5en.48xlarge": InstanceType(
         "p5en.48xlarge",
         "aws",
@@ -58,7 +175,7 @@ INSTANCE_TYPES: dict[str, InstanceType] = {
         192,
         16,
         16,
-        "AWS EC2 accelerated-computing instance specs and describe_instance_types (as bundled by moto)",
+        f"{_DESCRIBE}; torchx's named resources also give 16 EFA devices",
         {
             "us-east-1": 63.296,
             "us-east-2": 63.296,
@@ -66,7 +183,55 @@ INSTANCE_TYPES: dict[str, InstanceType] = {
             "eu-north-1": 67.73,
             "us-west-1": 79.12,
         },
-        "AWS EC2 on-demand pricing page, Linux, 2026",
+        # As AWS's price list gave them to `dstack offer` (github.com/dstackai/dstack pull
+        # 4110, 2026-08-06); eu-north-1 is $67.7267 there, kept here to the cent.
+        "AWS on-demand list price, Linux, 2026-08-06",
+        gpu_memory_gib=141,
+        read_on=_READ,
+        price_read_on=_READ,
+    ),
+    "p4d.24xlarge": InstanceType(
+        "p4d.24xlarge",
+        "aws",
+        "A100",
+        8,
+        1152,
+        96,
+        4,
+        4,
+        f"{_DESCRIBE}; AWS's Capacity Blocks pricing page lists the same 8 x A100, 96 vCPU, "
+        "1152 GiB, 320 GB HBM2",
+        price_source=_NO_PRICE,
+        gpu_memory_gib=40,
+        read_on=_READ,
+    ),
+    "p4de.24xlarge": InstanceType(
+        "p4de.24xlarge",
+        "aws",
+        "A100-80GB",
+        8,
+        1152,
+        96,
+        4,
+        4,
+        _DESCRIBE,
+        price_source=_NO_PRICE,
+        gpu_memory_gib=80,
+        read_on=_READ,
+    ),
+    "p6-b200.48xlarge": InstanceType(
+        "p6-b200.48xlarge",
+        "aws",
+        "B200",
+        8,
+        2048,
+        192,
+        8,
+        8,
+        f"{_DESCRIBE} (GPU memory 183,359 MiB each)",
+        price_source=_NO_PRICE,
+        gpu_memory_gib=179,
+        read_on=_READ,
     ),
 }
 
@@ -83,12 +248,49 @@ def split_instance(text: str | None) -> tuple[str | None, str | None]:
     return provider, words[-1]
 
 
+def instance_type_of(text: str | None) -> str | None:
+    """'AWS p5en.48xlarge' -> 'p5en.48xlarge'; None when nothing is named."""
+    return split_instance(text)[1]
+
+
 def instance(name: str | None) -> InstanceType | None:
     """The catalog entry of an instance type (bare or with its cloud's name), or None."""
-    return INSTANCE_TYPES.get(split_instance(name)[1] or "")
+    return INSTANCE_TYPES.get((instance_type_of(name) or "").lower())
 
 
 def gpu(name: str | None) -> Gpu | None:
-    """The catalog entry of a GPU model ('H200', 'h200', 'NVIDIA H200'), or None."""
-    key = str(name or "").upper().replace("NVIDIA", "").strip()
+    """The catalog entry of a GPU model ('H200', 'h200', 'NVIDIA H200', 'A100 80GB'), or None."""
+    key = str(name or "").upper().replace("NVIDIA", "").replace("SXM", "").strip()
+    key = "-".join(key.replace("-", " ").split())
     return GPUS.get(key)
+
+
+def price_per_hour(
+    instance_type: str | None, region: str | None = None, override: float | None = None
+) -> Price | None:
+    """The hourly price of one instance, or None when it is unknown (never a guess).
+
+    `override` (a profile's price_per_hour or --price-per-hour) wins over the catalog. A region
+    missing from a priced type raises BadInput: silently taking another region's price would
+    misstate the cost.
+    """
+    itype = instance_type_of(instance_type)
+    if override is not None:
+        if override <= 0:
+            raise BadInput(f"price override must be positive, got {override}")
+        return Price(float(override), "override (profile or --price-per-hour)", itype, region)
+    entry = instance(itype)
+    if entry is None or not entry.on_demand_usd_per_hour:
+        return None
+    by_region = entry.on_demand_usd_per_hour
+    chosen = region or DEFAULT_REGION
+    if chosen not in by_region:
+        known = ", ".join(sorted(by_region))
+        raise BadInput(
+            f"no price for {entry.name} in region {chosen!r} (known: {known}).",
+            hint="Pass --price-per-hour to give one.",
+        )
+    note = "" if region else " (no region given: the default)"
+    return Price(
+        by_region[chosen], f"{entry.price_source}, {entry.name} {chosen}{note}", entry.name, chosen
+    )

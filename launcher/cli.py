@@ -11,7 +11,9 @@ from pathlib import Path
 
 import typer
 
+from launcher.catalog import DEFAULT_REGION
 from launcher.errors import ReproduceError
+from launcher.verdict import DEFAULT_TOLERANCE_PERCENT
 
 app = typer.Typer(
     add_completion=False,
@@ -196,7 +198,7 @@ def cancel(
         raise _fail(err) from None
 
 
-# --- measurement, verdict and report (issue 3): `measure`, `compare` ---
+# --- measurement, verdict and report: `measure`, `compare` (launcher/commands/measure.py) ---
 
 
 @app.command("measure")
@@ -213,20 +215,26 @@ def measure_cmd(
     price_per_hour: float | None = typer.Option(
         None, "--price-per-hour", help="override the $/h price"
     ),
-    region: str | None = typer.Option(None, "--region", help="price region (default us-east-1)"),
+    region: str | None = typer.Option(
+        None, "--region", help=f"price region (default {DEFAULT_REGION})"
+    ),
     timeline: Path | None = typer.Option(
         None, "--timeline", help="timeline.json for GPU-hours (log file only)"
     ),
     slower: float = typer.Option(
-        3.0, "--tolerance-slower", help="percent below the claim still 'reproduced'"
+        DEFAULT_TOLERANCE_PERCENT,
+        "--tolerance-slower",
+        help="percent below the claim still 'reproduced'",
     ),
     faster: float = typer.Option(
-        3.0, "--tolerance-faster", help="percent above the claim still 'reproduced'"
+        DEFAULT_TOLERANCE_PERCENT,
+        "--tolerance-faster",
+        help="percent above the claim still 'reproduced'",
     ),
 ) -> None:
     """Measure a miles log against the recipe's claim. Exit 0 reproduced, 1 otherwise, 2 bad input."""
     try:
-        from launcher.measure_cli import run_measure
+        from launcher.commands.measure import run_measure
 
         code = run_measure(
             log,
@@ -251,7 +259,7 @@ def compare_cmd(
 ) -> None:
     """Loss-curve convergence check of CANDIDATE against REFERENCE. Exit 0 pass, 1 fail, 2 bad input."""
     try:
-        from launcher.measure_cli import run_compare
+        from launcher.commands.measure import run_compare
 
         code = run_compare(candidate, reference, json_out=json_out)
     except ReproduceError as err:
@@ -342,7 +350,7 @@ def capacity(
         raise _fail(err) from None
 
 
-# --- history and nightly (launcher/history.py, launcher/nightly.py) ---
+# --- history and nightly (launcher/commands/history.py) ---
 
 _HISTORY_HELP = "History database (default: $REPRODUCE_HISTORY or <runs dir>/history.sqlite)."
 
@@ -368,10 +376,10 @@ def history_cmd(
     ),
 ) -> None:
     """Past runs of a recipe, the trend and whether the latest run is a regression (exit 1 when it is)."""
-    from launcher.history import history_command
+    from launcher.commands.history import run_history
 
     try:
-        code = history_command(
+        code = run_history(
             recipe,
             import_dir=import_dir,
             json_out=json_out,
@@ -407,10 +415,10 @@ def nightly_cmd(
     ),
 ) -> None:
     """Reproduce each recipe in turn, record it in the history, flag regressions; exit 0 all good, 1 any regression or failed check, 3 infra."""
-    from launcher.nightly import nightly
+    from launcher.commands.history import run_nightly
 
     try:
-        result = nightly(
+        code = run_nightly(
             recipes,
             cluster,
             runs_dir=runs_dir,
@@ -420,7 +428,7 @@ def nightly_cmd(
         )
     except ReproduceError as err:
         raise _fail(err) from None
-    raise typer.Exit(result.exit_code)
+    raise typer.Exit(code)
 
 
 def _default_to_run(argv: list[str]) -> list[str]:

@@ -1,16 +1,22 @@
 """Loss-curve convergence check between a candidate run and a reference run.
 
 Follows Megatron-Bridge's `validate_convergence` (the thresholds the seed recipe's correctness
-block cites), as measurement.md specifies, with one deliberate difference: a step present in the
-reference but missing or NaN in the candidate FAILS the check (Megatron-Bridge passes silently
-on NaN; a diverged run must never look converged). Every figure is returned so it can be printed.
+block cites), as docs/measurement.md describes, with one deliberate difference: a step present
+in the reference but missing or NaN in the candidate FAILS the check (Megatron-Bridge passes
+silently on NaN; a diverged run must never look converged). Every figure is returned so it can
+be printed.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from launcher.parse.miles import StepRecord
 
 
 @dataclass
@@ -54,14 +60,14 @@ def check(
     max_outlier_fraction: float = 0.10,
 ) -> ConvergenceResult:
     """Compare two loss curves (step -> loss). All criteria must pass."""
-    thresholds = dict(
-        skip_fraction=skip_fraction,
-        min_correlation=min_correlation,
-        max_pointwise_failure_fraction=max_pointwise_failure_fraction,
-        max_final_loss_difference=max_final_loss_difference,
-        outlier_sigmas=outlier_sigmas,
-        max_outlier_fraction=max_outlier_fraction,
-    )
+    thresholds = {
+        "skip_fraction": skip_fraction,
+        "min_correlation": min_correlation,
+        "max_pointwise_failure_fraction": max_pointwise_failure_fraction,
+        "max_final_loss_difference": max_final_loss_difference,
+        "outlier_sigmas": outlier_sigmas,
+        "max_outlier_fraction": max_outlier_fraction,
+    }
     reasons: list[str] = []
     ref_steps = sorted(reference)
     missing = [s for s in ref_steps if s not in candidate or candidate[s] is None]
@@ -97,7 +103,7 @@ def check(
             reasons.append(
                 f"correlation {corr if corr is None else f'{corr:.7f}'} < {min_correlation}"
             )
-        for c, r in zip(cand, ref):
+        for c, r in zip(cand, ref, strict=True):
             if r == 0:
                 if c != 0:
                     pw_fail += 1
@@ -116,7 +122,7 @@ def check(
         )
         if final > max_final_loss_difference:
             reasons.append(f"final loss differs by {final:.6f} > {max_final_loss_difference}")
-        resid = [c - r for c, r in zip(cand, ref)]
+        resid = [c - r for c, r in zip(cand, ref, strict=True)]
         mu, sd = statistics.fmean(resid), statistics.pstdev(resid)
         outliers = sum(1 for x in resid if sd > 0 and abs(x - mu) > outlier_sigmas * sd)
         out_frac = outliers / len(resid)
@@ -142,8 +148,9 @@ def check(
     )
 
 
-def loss_curve(records) -> dict[int, float]:
-    """step -> loss from StepRecords (steps without a loss line are left out, so they count missing)."""
+def loss_curve(records: Iterable[StepRecord]) -> dict[int, float]:
+    """step -> loss from StepRecords; steps without a loss line are left out (so they count as
+    missing)."""
     return {
         r.step: (r.loss if r.loss is not None else math.nan) for r in records if r.loss is not None
     }

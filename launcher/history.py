@@ -1,13 +1,13 @@
-"""The history of runs (a SQLite file) and the regression test of measurement.md.
+"""The history of runs (a SQLite file) and the regression test of docs/measurement.md.
 
 Why SQLite: one file, stdlib, safe against two writers (a nightly and a person importing runs),
 and queryable by hand (`sqlite3 runs/history.sqlite 'select * from runs'`). The run directory
-stays the record (ARCHITECTURE.md, principle 5); a row here is an index of it: `record` reads the
-files the run path and `measure_run_dir` wrote, and re-recording the same run id replaces its row,
+stays the record (docs/architecture.md); a row here is an index of it: `record` reads the files
+the run path and launcher/evaluate.py wrote, and re-recording the same run id replaces its row,
 so importing a runs tree twice changes nothing.
 
-The regression rules (measurement.md, "Regressions over time") are pure functions of rows, so
-they are tested on hand-built histories:
+The regression rules (docs/measurement.md, regressions over time) are pure functions of rows,
+so they are tested on hand-built histories:
 
 - claim test: the run's tokens/s per GPU is below the recipe's claim by more than the verdict's
   slower tolerance (3% by default): the verdict already says "slower" (or "unstable" and slow).
@@ -30,12 +30,13 @@ import os
 import sqlite3
 import statistics
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from launcher.errors import BadInput
+from launcher.verdict import DEFAULT_TOLERANCE_PERCENT
 
 SCHEMA_VERSION = 1
 HISTORY_ENV = "REPRODUCE_HISTORY"
@@ -43,7 +44,6 @@ DEFAULT_K = 7  # baseline: the last K good runs
 MIN_GOOD = 3  # the trend test needs at least this many good runs
 MAD_SCALE = 1.4826  # MAD x 1.4826 estimates the standard deviation of normal noise
 SPREAD_FACTOR = 3.0  # a drop must exceed 3 x spread% (and the tolerance) to be a regression
-DEFAULT_TOLERANCE_PERCENT = 3.0  # measurement.md's default slower tolerance
 GOOD_VERDICTS = ("reproduced", "faster")
 # Verdicts whose tokens/s covers the whole window (comparable); failed/incomplete ones are not.
 JUDGED_VERDICTS = ("reproduced", "faster", "slower", "unstable")
@@ -108,10 +108,16 @@ class RunRow:
 
 
 _COLUMNS = [f.name for f in fields(RunRow)]
+# The column names are RunRow's own fields, never input: only the values are parameters.
+_INSERT = (
+    f"INSERT OR REPLACE INTO runs ({', '.join(_COLUMNS)}) "  # noqa: S608 - fixed column names
+    f"VALUES ({', '.join('?' * len(_COLUMNS))})"
+)
 
 
 def default_history_path(runs_root: Path | None = None) -> Path:
-    """$REPRODUCE_HISTORY, else <runs root>/history.sqlite (runs root: --runs-dir, $REPRODUCE_RUNS_DIR, ./runs)."""
+    """$REPRODUCE_HISTORY, else <runs root>/history.sqlite (the runs root: --runs-dir,
+    $REPRODUCE_RUNS_DIR, else ./runs)."""
     env = os.environ.get(HISTORY_ENV)
     if env:
         return Path(env)
@@ -175,10 +181,7 @@ class History:
             row.recorded_at = time.time()
         values = [_db_value(getattr(row, c)) for c in _COLUMNS]
         with self.conn:
-            self.conn.execute(
-                f"INSERT OR REPLACE INTO runs ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})",
-                values,
-            )
+            self.conn.execute(_INSERT, values)
         return row
 
     def record(self, run_dir: Path) -> RunRow:
@@ -186,7 +189,7 @@ class History:
         return self.insert(row_from_run_dir(run_dir))
 
     def import_runs(self, root: Path) -> tuple[list[RunRow], list[str]]:
-        """Record every finished run under `root`; returns (rows recorded, one line per run skipped)."""
+        """Record every finished run under `root`: (rows recorded, one line per run skipped)."""
         from launcher.rundir import FINAL_STATES
 
         root = Path(root)
@@ -233,7 +236,7 @@ class History:
 
 
 def record(run_dir: Path, db: Path | None = None) -> RunRow:
-    """Index one finished run directory into the history at `db` (default: default_history_path())."""
+    """Index one finished run directory into the history at `db` (default_history_path())."""
     with History(db) as hist:
         return hist.record(run_dir)
 
@@ -294,7 +297,7 @@ def file_sha256(path: Path) -> str | None:
 
 
 def row_from_run_dir(run_dir: Path) -> RunRow:
-    """The history row of a run directory, from the files the run path and measure_run_dir write:
+    """The history row of a run directory, from the files the run path and evaluate write:
     run.json (id, slug), status.json (state), plan.json (recipe sha256, profile, image),
     timeline.json (acquired/released), result.yaml (figures, unrounded), verdict.json (status,
     difference, tolerance), image.json (the digest verified on the node), recipe.yaml.
@@ -434,7 +437,7 @@ def trend_of(
 ) -> Trend:
     """The baseline (last k good runs of `earlier`, oldest first) and `value` against it."""
     good = [r for r in earlier if is_good(r)][-k:]
-    points = [(r.run_id, float(r.tokens_per_s_per_gpu)) for r in good]
+    points = [(r.run_id, float(r.tokens_per_s_per_gpu or 0.0)) for r in good]  # good: not None
     if len(points) < min_good:
         return Trend(
             points,
@@ -457,7 +460,8 @@ def assess(
     tolerance_percent: float | None = None,
     min_good: int = MIN_GOOD,
 ) -> Assessment:
-    """Is `latest` a regression? `earlier`: the runs before it (oldest first), same recipe and cluster.
+    """Is `latest` a regression? `earlier`: the runs before it (oldest first), same recipe and
+    cluster.
 
     The tolerance is the verdict's own slower tolerance when recorded, else 3%.
     """
@@ -489,13 +493,14 @@ def assess(
     trend_reg = False
     if trend.skipped:
         reasons.append(f"trend test skipped: {trend.skipped}")
-    elif trend.difference_percent is not None:
+    elif trend.difference_percent is not None and trend.threshold_percent is not None:
         trend_reg = trend.difference_percent < -trend.threshold_percent
         words = "below" if trend_reg else "within"
         reasons.append(
-            f"{words} the trend: {value:.2f} vs median {trend.median:.2f} of the last {len(trend.points)} good runs "
-            f"= {trend.difference_percent:+.2f}% (threshold -{trend.threshold_percent:.2f}% = max(tolerance "
-            f"{tol:g}%, 3 x spread {trend.spread_percent:.2f}%))"
+            f"{words} the trend: {value:.2f} vs median {trend.median:.2f} of the last "
+            f"{len(trend.points)} good runs = {trend.difference_percent:+.2f}% (threshold "
+            f"-{trend.threshold_percent:.2f}% = max(tolerance {tol:g}%, 3 x spread "
+            f"{trend.spread_percent:.2f}%))"
         )
     return Assessment(
         latest.run_id, claim_reg or trend_reg, True, claim_reg, trend_reg, trend, reasons
@@ -503,7 +508,7 @@ def assess(
 
 
 def assess_history(rows: Sequence[RunRow], **kwargs: Any) -> Assessment | None:
-    """Assess the last of `rows` (oldest first) against those before it on the same cluster profile."""
+    """Assess the last of `rows` (oldest first) against the earlier ones of its cluster profile."""
     if not rows:
         return None
     latest = rows[-1]
@@ -512,99 +517,7 @@ def assess_history(rows: Sequence[RunRow], **kwargs: Any) -> Assessment | None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Rendering
-
-
-def _fmt(value: Any, spec: str = ",.2f", suffix: str = "") -> str:
-    v = _num(value)
-    return "-" if v is None else f"{v:{spec}}{suffix}"
-
-
-def utc(ts: float | None) -> str:
-    if ts is None:
-        return "-"
-    return time.strftime("%Y-%m-%d %H:%M", time.gmtime(ts))
-
-
-def text_table(header: Sequence[str], body: Iterable[Sequence[str]]) -> str:
-    """A plain aligned table (no colour: it goes into cron mail and logs)."""
-    body = [list(r) for r in body]
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *body)]
-    lines = ["  ".join(str(c).ljust(w) for c, w in zip(header, widths)).rstrip()]
-    lines.append("  ".join("-" * w for w in widths))
-    lines += ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in body]
-    return "\n".join(lines)
-
-
-def markdown_table(header: Sequence[str], body: Iterable[Sequence[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(str(c).replace("|", "\\|") for c in r) + " |" for r in body]
-    return "\n".join(lines)
-
-
-def trend_lines(assessment: Assessment) -> list[str]:
-    t = assessment.trend
-    if t.skipped:
-        trend = f"trend: {t.skipped}"
-    else:
-        pts = ", ".join(f"{v:,.1f}" for _, v in t.points)
-        trend = (
-            f"trend: median {t.median:,.2f} tokens/s/GPU of the last {len(t.points)} good runs [{pts}]; "
-            f"spread {t.spread_percent:.2f}% (1.4826 x MAD / median); threshold -{t.threshold_percent:.2f}%"
-        )
-    verdict = (
-        "REGRESSION"
-        if assessment.regression
-        else ("not judged" if not assessment.judged else "no regression")
-    )
-    return [
-        trend,
-        f"latest run {assessment.run_id}: {verdict}",
-        *(f"  {r}" for r in assessment.reasons),
-    ]
-
-
-def history_report(slug: str, rows: Sequence[RunRow], assessment: Assessment | None) -> str:
-    header = [
-        "run id",
-        "started (UTC)",
-        "cluster",
-        "state",
-        "verdict",
-        "tokens/s/GPU",
-        "vs claim",
-        "$/1M",
-        "image",
-    ]
-    body = [
-        [
-            r.run_id,
-            utc(r.started_at),
-            r.cluster_name or "-",
-            r.state or "-",
-            r.verdict or "-",
-            _fmt(r.tokens_per_s_per_gpu),
-            _fmt(r.difference_percent, "+.2f", "%"),
-            _fmt(r.usd_per_million_tokens, ".3f"),
-            _short_image(r.image),
-        ]
-        for r in rows
-    ]
-    out = [f"history of {slug}: {len(rows)} run(s) shown", text_table(header, body)]
-    if assessment is not None:
-        out += trend_lines(assessment)
-    return "\n".join(out) + "\n"
-
-
-def _short_image(image: str | None) -> str:
-    if not image:
-        return "-"
-    repo, _, digest = image.partition("@")
-    return f"{repo.rsplit('/', 1)[-1]}@{digest[:19]}" if digest else repo
-
-
-# ---------------------------------------------------------------------------------------------
-# `reproduce history`
+# Recipes by slug
 
 
 def slug_of(recipe_or_slug: str) -> str:
@@ -618,63 +531,22 @@ def slug_of(recipe_or_slug: str) -> str:
     return recipe_or_slug.strip("/").removesuffix(".yaml")
 
 
-def history_command(
-    recipe_or_slug: str | None,
-    *,
-    import_dir: Path | None = None,
-    json_out: bool = False,
-    limit: int = 20,
-    db: Path | None = None,
-    runs_dir: Path | None = None,
-    cluster: str | None = None,
-) -> int:
-    """`reproduce history`: exit 0, or 1 when the latest run is a regression."""
-    if limit < 1:
-        raise BadInput(f"--limit must be at least 1, got {limit}.")
-    path = db if db is not None else default_history_path(runs_dir)
-    imported: dict[str, Any] | None = None
-    with History(path) as hist:
-        if import_dir is not None:
-            recorded, skipped = hist.import_runs(import_dir)
-            imported = {
-                "from": str(import_dir),
-                "recorded": [r.run_id for r in recorded],
-                "skipped": skipped,
-            }
-            if not json_out:
-                print(f"recorded {len(recorded)} run(s) from {import_dir} into {hist.path}")
-                for line in skipped:
-                    print(f"skipped {line}")
-            if recipe_or_slug is None:
-                if json_out:
-                    print(json.dumps({"history": str(hist.path), "import": imported}, indent=2))
-                return 0
-        if recipe_or_slug is None:
-            raise BadInput("give a recipe (file or slug), or --import RUNS_DIR.")
-        slug = slug_of(recipe_or_slug)
-        # Runs made by `reproduce RECIPE` join the history here: their directories are indexed first.
-        own = (Path(runs_dir) if runs_dir is not None else _runs_root()) / slug
-        if own.is_dir():
-            hist.import_runs(own)
-        all_rows = hist.runs(slug, cluster=cluster)
-        if not all_rows:
-            known = ", ".join(hist.slugs()) or "none"
-            raise BadInput(
-                f"no runs of {slug!r} in {hist.path} (recipes recorded: {known}). "
-                f"Index run directories with `reproduce history --import RUNS_DIR`."
-            )
-    assessment = assess_history(all_rows)
-    shown = all_rows[-limit:]
-    if json_out:
-        out = {
-            "slug": slug,
-            "history": str(path),
-            "runs": [r.to_dict() for r in shown],
-            "latest": assessment.to_dict() if assessment else None,
-        }
-        if imported is not None:
-            out["import"] = imported
-        print(json.dumps(out, indent=2))
-    else:
-        print(history_report(slug, shown, assessment), end="")
-    return 1 if assessment is not None and assessment.regression else 0
+def runs_of_recipe(
+    hist: History, slug: str, *, runs_dir: Path | None = None, cluster: str | None = None
+) -> list[RunRow]:
+    """The runs of `slug`, oldest first; BadInput naming the recorded recipes when there is none.
+
+    Runs made by `reproduce RECIPE` join the history here: the recipe's own directory under the
+    runs root (<runs root>/<slug>) is indexed first.
+    """
+    own = (Path(runs_dir) if runs_dir is not None else _runs_root()) / slug
+    if own.is_dir():
+        hist.import_runs(own)
+    rows = hist.runs(slug, cluster=cluster)
+    if not rows:
+        known = ", ".join(hist.slugs()) or "none"
+        raise BadInput(
+            f"no runs of {slug!r} in {hist.path} (recipes recorded: {known}). "
+            f"Index run directories with `reproduce history --import RUNS_DIR`."
+        )
+    return rows

@@ -30,11 +30,9 @@ from launcher.history import (
     RunRow,
     default_history_path,
     file_sha256,
-    markdown_table,
     slug_of,
-    text_table,
-    trend_lines,
 )
+from launcher.report import fmt, markdown_table, text_table, trend_lines
 from launcher.reproduction import Options
 
 
@@ -115,7 +113,7 @@ def expand_targets(targets: Sequence[Path]) -> list[Path]:
 
 
 def failure_row(recipe: Path, cluster_name: str, cluster_kind: str | None, message: str) -> RunRow:
-    """The history row of a recipe that produced no run directory (invalid, refused before launch)."""
+    """The history row of a recipe that made no run directory (invalid, refused before launch)."""
     from launcher.rundir import new_run_id
 
     now = time.time()
@@ -167,10 +165,13 @@ def nightly(
     runner: Runner = run_recipe,
     max_usd: float | None = None,
     max_hours: float | None = None,
-    echo: Callable[[str], Any] = print,
+    echo: Callable[[str], Any] = lambda _line: None,
     now: float | None = None,
 ) -> NightlyResult:
-    """Run every recipe, record each into the history, judge regressions, write the summary."""
+    """Run every recipe, record each into the history, judge regressions, write the summary.
+
+    `echo` receives the progress and summary lines (the command layer passes print).
+    """
     from launcher.history import assess
     from launcher.profile import load_profile
     from launcher.rundir import default_runs_root, new_run_id
@@ -247,10 +248,10 @@ _HEADER = ["recipe", "outcome", "verdict", "tokens/s/GPU", "vs claim", "vs trend
 
 def _cells(e: NightlyEntry) -> list[str]:
     r, a = e.row, e.assessment
-    tps = f"{r.tokens_per_s_per_gpu:,.2f}" if r.tokens_per_s_per_gpu is not None else "-"
-    claim = f"{r.difference_percent:+.2f}%" if r.difference_percent is not None else "-"
+    tps = fmt(r.tokens_per_s_per_gpu, missing="-")
+    claim = fmt(r.difference_percent, "+.2f", missing="-", suffix="%")
     if a.trend.difference_percent is not None and a.judged:
-        trend = f"{a.trend.difference_percent:+.2f}%"
+        trend = fmt(a.trend.difference_percent, "+.2f", suffix="%")
     else:
         trend = "n/a" if a.judged else "-"
     reg = "yes" if a.regression else ("no" if a.judged else "n/a")

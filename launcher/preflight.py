@@ -18,13 +18,11 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
+from launcher import catalog
 from launcher.errors import BadInput, InfraError
 from launcher.resources import data_dir
 
 THRESHOLDS_FILE = "preflight_thresholds.json"
-
-# EFA devices per instance type (AWS: p5en has 16 network cards with EFA, p5 and p5e 32).
-EFA_DEVICES = {"p5en.48xlarge": 16, "p5.48xlarge": 32, "p5e.48xlarge": 32}
 
 # Lowest Linux driver for each CUDA toolkit release (NVIDIA's CUDA release notes, table 3).
 DRIVER_FOR_CUDA = {
@@ -42,14 +40,14 @@ DRIVER_FOR_CUDA = {
 
 
 def expected_efa_devices(instance_type: str | None) -> int | None:
-    """EFA devices the instance type brings; None where unknown (then the preflight expects none)."""
-    if not instance_type:
-        return None
-    return EFA_DEVICES.get(instance_type.strip().lower())
+    """EFA devices a node of this type shows (the catalog's maximum EFA interfaces); None where
+    the type is not in the catalog (then the preflight expects none)."""
+    entry = catalog.instance(instance_type)
+    return entry.max_efa if entry else None
 
 
 def driver_min_for_cuda(cuda: str | None) -> str | None:
-    """The lowest driver that runs the stack's CUDA (major.minor), or None where not in the table."""
+    """The lowest driver that runs the stack's CUDA (major.minor); None where not in the table."""
     if not cuda:
         return None
     m = re.match(r"(\d+)\.(\d+)", cuda.strip())
@@ -201,7 +199,7 @@ class PreflightReport:
 
 
 def parse_report(text: str) -> PreflightReport:
-    """The preflight's JSON object from its stdout, even with other lines (NCCL, warnings) around it.
+    """The preflight's JSON object from its stdout, even among other lines (NCCL, warnings).
 
     Takes the last JSON object that starts a line and has `checks`. No such object is an
     InfraError: the script did not get to report (killed, wrong Python, not uploaded).

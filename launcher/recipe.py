@@ -20,12 +20,13 @@ from typing import Any
 
 import yaml
 
+from launcher import catalog
 from launcher.errors import BadInput
 from launcher.resources import data_dir
 
 SUPPORTED_SCHEMA_VERSIONS = (1,)
 
-# Variables the launcher binds for the `run` block (miles.md: "The launcher binds all three").
+# Variables the launcher binds for the `run` block (docs/miles-log.md).
 BOUND_VARIABLES = ("HF_CKPT", "TORCH_DIST", "SFT_DATA")
 # Variables the `run` block may read without defining them: the container's own environment and
 # what the launcher exports around the recipe.
@@ -136,16 +137,17 @@ class Recipe:
     @property
     def provider(self) -> str | None:
         """ "aws" for "AWS p5en.48xlarge"; None when gpu.instance names no provider."""
-        inst = self.raw["gpu"].get("instance")
-        if not inst or " " not in inst.strip():
-            return None
-        return inst.split()[0].lower()
+        return catalog.split_instance(self.raw["gpu"].get("instance"))[0]
 
     @property
     def instance_type(self) -> str | None:
         """ "p5en.48xlarge" for "AWS p5en.48xlarge"."""
-        inst = self.raw["gpu"].get("instance")
-        return inst.split()[-1] if inst else None
+        return catalog.split_instance(self.raw["gpu"].get("instance"))[1]
+
+    @property
+    def gpu_spec(self) -> catalog.Gpu | None:
+        """The catalog's entry for gpu.type (its peak is MFU's denominator); None when unknown."""
+        return catalog.gpu(self.raw["gpu"].get("type"))
 
     # --- workload and claim -------------------------------------------------------------------------
     @property
@@ -176,6 +178,12 @@ class Recipe:
     @property
     def claimed_gpu_hours(self) -> float | None:
         return self.raw["result"].get("gpu_hours")
+
+    @property
+    def active_params(self) -> int | None:
+        """result.active_params.count: N in MFU = 6 x N x tokens/s per GPU / peak."""
+        params = (self.raw.get("result") or {}).get("active_params")
+        return params.get("count") if isinstance(params, dict) else None
 
     @property
     def env(self) -> dict[str, str]:
@@ -440,7 +448,7 @@ def _type_words(value: Any) -> str:
         "null": "null",
     }
     if isinstance(value, list):
-        return " or ".join(names.get(v, v) for v in value)
+        return " or ".join(names.get(v) or str(v) for v in value)
     return names.get(value, str(value))
 
 

@@ -1,20 +1,32 @@
-"""report.md and plots for one measured run: the recipe's claim and the reproduction side by side.
+"""Rendering, and only rendering: figures, verdicts and histories as text, markdown and PNG bytes.
 
 Why this shape: the recipe's card shows one figure per line; the report puts the claimed and
 the measured figure on the same line with the signed difference, then the verdict and every
 reason, then where the GPU-hours went, then the plots (loss and step time per step, window
-shaded) that let a reader see *why* a figure moved. matplotlib is imported here only, lazily,
-with the Agg backend, so neither the CLI's start-up nor a headless node pays for it.
+shaded) that let a reader see *why* a figure moved. Nothing here computes a figure or touches a
+file: launcher/evaluate.py writes what this renders, the command layer prints it. matplotlib is
+imported here only, lazily, with the Agg backend, so neither the CLI's start-up nor a headless
+node pays for it.
 """
 
 from __future__ import annotations
 
+import io
 import math
-from collections.abc import Sequence
+import time
+from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from launcher.measure import STD_KIND
 from launcher.parse.miles import StepRecord
+
+if TYPE_CHECKING:
+    from launcher.convergence import ConvergenceResult
+    from launcher.history import Assessment, RunRow
+    from launcher.measure import Result
+    from launcher.recipe import Recipe
+    from launcher.verdict import Verdict
 
 _FIGURES = (
     # key, label, digits
@@ -24,23 +36,30 @@ _FIGURES = (
     ("step_time_cv_percent", "step-time CV %", 2),
     ("gpu_hours", "GPU-hours", 2),
 )
+PLOTS = ("loss.png", "step_time.png")
 
 
-def _fmt(value, digits: int) -> str:
+def fmt(value: Any, spec: str = ",.2f", *, missing: str = "n/a", suffix: str = "") -> str:
+    """One figure for people: a float by `spec` (NaN/inf as nan/inf), None as `missing`, any
+    other value (an int as logged, a list) as written."""
     if value is None:
-        return "n/a"
+        return missing
     if isinstance(value, float):
         if not math.isfinite(value):
             return repr(value)
-        return f"{value:,.{digits}f}"
-    return str(value)
+        return f"{value:{spec}}{suffix}"
+    return f"{value}{suffix}"
 
 
-def _peak(flops) -> str:
+def _fmt(value: Any, digits: int) -> str:
+    return fmt(value, f",.{digits}f")
+
+
+def _peak(flops: float | None) -> str:
     return f"{flops / 1e12:g} TFLOP/s" if flops else "unknown"
 
 
-def _diff(measured, claimed) -> str:
+def _diff(measured: Any, claimed: Any) -> str:
     if (
         not isinstance(measured, (int, float))
         or not isinstance(claimed, (int, float))
@@ -52,20 +71,31 @@ def _diff(measured, claimed) -> str:
     return f"{100.0 * (measured - claimed) / claimed:+.2f}%"
 
 
-def plot_run(
-    plots_dir: Path,
+# --------------------------------------------------------------------------------------------
+# Plots
+
+
+def claimed_step_time(result: Result, recipe: Recipe) -> float | None:
+    """The mean step time the claim implies (drawn beside the measured ones), or None."""
+    tps = (recipe.raw.get("result") or {}).get("tokens_per_s_per_gpu")
+    if isinstance(tps, (int, float)) and tps > 0:
+        return result.tokens_per_step / tps / result.gpus
+    return None
+
+
+def render_plots(
     records: Sequence[StepRecord],
     window: tuple[int, int],
     claimed_step_time: float | None = None,
-) -> list[Path]:
-    """loss.png and step_time.png, window shaded. Returns the files written."""
+) -> dict[str, bytes]:
+    """loss.png and step_time.png (window shaded), as PNG bytes by file name."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
-    plots_dir.mkdir(parents=True, exist_ok=True)
-    out: list[Path] = []
+    out: dict[str, bytes] = {}
     series = (
         ("loss.png", "train/loss", [(r.step, r.loss) for r in records if r.loss is not None], None),
         (
@@ -78,13 +108,11 @@ def plot_run(
     for name, ylabel, points, reference in series:
         fig, ax = plt.subplots(figsize=(7, 3.5), dpi=100)
         if points:
-            xs, ys = zip(*points)
+            xs, ys = zip(*points, strict=True)
             ax.plot(xs, ys, marker="o", markersize=3, linewidth=1.2, label="reproduction")
-            bad = [(x, 0.0) for x, y in points if not math.isfinite(y)]
+            bad = [x for x, y in points if not math.isfinite(y)]
             if bad:
-                ax.scatter(
-                    [b[0] for b in bad], [0.0] * len(bad), color="red", marker="x", label="NaN/inf"
-                )
+                ax.scatter(bad, [0.0] * len(bad), color="red", marker="x", label="NaN/inf")
         ax.axvspan(
             window[0] - 0.5,
             window[1] + 0.5,
@@ -102,20 +130,22 @@ def plot_run(
             )
         if name == "step_time.png":  # do not let start-up flatten the window
             _clip_warmup(ax, points, window)
-        ax.xaxis.get_major_locator().set_params(integer=True)
+        locator = ax.xaxis.get_major_locator()
+        if isinstance(locator, MaxNLocator):  # the default AutoLocator is one: whole steps only
+            locator.set_params(integer=True)
         ax.set_xlabel("step")
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
         ax.legend(loc="best", fontsize=8)
         fig.tight_layout()
-        path = plots_dir / name
-        fig.savefig(path)
+        png = io.BytesIO()
+        fig.savefig(png, format="png")
         plt.close(fig)
-        out.append(path)
+        out[name] = png.getvalue()
     return out
 
 
-def _clip_warmup(ax, points, window: tuple[int, int]) -> None:
+def _clip_warmup(ax: Any, points: list[tuple[int, float]], window: tuple[int, int]) -> None:
     """Keep the window readable: a start-up step many times slower would flatten it. Values off
     the scale are written at the top edge instead."""
     inside = [y for x, y in points if window[0] <= x <= window[1] and math.isfinite(y)]
@@ -140,27 +170,33 @@ def _clip_warmup(ax, points, window: tuple[int, int]) -> None:
         )
 
 
+# --------------------------------------------------------------------------------------------
+# report.md
+
+
 def render_markdown(
-    result,
-    verdict,
-    recipe_raw: dict,
+    result: Result,
+    verdict: Verdict,
+    recipe: Recipe,
     records: Sequence[StepRecord],
-    convergence=None,
+    convergence: ConvergenceResult | None = None,
     plots: Sequence[str] = (),
 ) -> str:
-    """The report's text (pure: no I/O)."""
-    claim = recipe_raw.get("result") or {}
+    """The report's text; `plots` are the image paths relative to the report."""
+    raw = recipe.raw
+    claim = raw.get("result") or {}
+    gpu = raw.get("gpu") or {}
     measured = result.to_dict()
+    difference = (
+        f" ({verdict.difference_percent:+.2f}% tokens/s per GPU against the claim)"
+        if verdict.difference_percent is not None
+        else ""
+    )
     lines = [
-        f"# Reproduction of {recipe_raw.get('model', '?')} on {(recipe_raw.get('gpu') or {}).get('count', '?')} x "
-        f"{(recipe_raw.get('gpu') or {}).get('type', '?')} ({(recipe_raw.get('gpu') or {}).get('instance', '?')})",
+        f"# Reproduction of {raw.get('model', '?')} on {gpu.get('count', '?')} x "
+        f"{gpu.get('type', '?')} ({gpu.get('instance', '?')})",
         "",
-        f"**Verdict: {verdict.status}**"
-        + (
-            f" ({verdict.difference_percent:+.2f}% tokens/s per GPU against the claim)"
-            if verdict.difference_percent is not None
-            else ""
-        ),
+        f"**Verdict: {verdict.status}**{difference}",
         "",
     ]
     lines += [f"- {r}" for r in verdict.reasons] + [""]
@@ -175,26 +211,26 @@ def render_markdown(
             f"| {label} | {_fmt(claim.get(key), digits)} | {_fmt(measured.get(key), digits)} | "
             f"{_diff(measured.get(key), claim.get(key))} |"
         )
-    win = claim.get("window")
-    lines.append(
-        f"| window | {win} | {list(result.window)} ({len(result.window_steps_present)} steps with a time) | |"
-    )
-    lines.append(f"| window tokens | {claim.get('window_tokens')} | {result.window_tokens} | |")
-    lines.append(
-        f"| steps per run | {claim.get('steps_per_run')} | {(result.last_step + 1) if result.last_step is not None else 0} | |"
-    )
-    lines.append("")
+    steps_run = (result.last_step + 1) if result.last_step is not None else 0
+    lines += [
+        f"| window | {claim.get('window')} | {list(result.window)} "
+        f"({len(result.window_steps_present)} steps with a time) | |",
+        f"| window tokens | {claim.get('window_tokens')} | {result.window_tokens} | |",
+        f"| steps per run | {claim.get('steps_per_run')} | {steps_run} | |",
+        "",
+    ]
+    price = f"${result.price.value}/h, {result.price.source}." if result.price else "unknown."
     lines += [
         "## How the figures were computed",
         "",
-        f"- tokens/s per GPU = window tokens / sum of `perf/step_time` over the window / {result.gpus} GPUs; "
-        f"{result.tokens_per_step:,} tokens per step (global_batch x row_tokens).",
+        "- tokens/s per GPU = window tokens / sum of `perf/step_time` over the window / "
+        f"{result.gpus} GPUs; {result.tokens_per_step:,} tokens per step "
+        "(global_batch x row_tokens).",
         f"- step-time CV = {STD_KIND} standard deviation / mean; mean step time "
         f"{_fmt(result.mean_step_time_s, 3)} s.",
         f"- MFU = {measured['mfu_formula']}; N = {result.active_params}, peak = "
         f"{_peak(result.peak_flops)} ({result.peak_source}).",
-        "- $ per 1M tokens = hourly price / (tokens/s per GPU x GPUs x 3600 / 1e6); price "
-        + (f"${result.price.value}/h, {result.price.source}." if result.price else "unknown."),
+        "- $ per 1M tokens = hourly price / (tokens/s per GPU x GPUs x 3600 / 1e6); price " + price,
         f"- GPU-hours: {result.gpu_hours_source}.",
         "",
     ]
@@ -208,26 +244,25 @@ def render_markdown(
     if result.notes:
         lines += ["## Notes", ""] + [f"- {n}" for n in result.notes] + [""]
     if convergence is not None:
-        lines += (
-            [
-                "## Convergence (loss curves)",
-                "",
-                f"**{'pass' if convergence.passed else 'fail'}**: correlation {_fmt(convergence.correlation, 7)}, "
-                f"final loss difference {_fmt(convergence.final_loss_difference, 6)}, "
-                f"{convergence.pointwise_failures} pointwise failure(s) over {convergence.steps_compared} steps, "
-                f"outlier fraction {_fmt(convergence.outlier_fraction, 3)}.",
-                "",
-            ]
-            + [f"- {r}" for r in convergence.reasons]
-            + [""]
-        )
+        c = convergence
+        lines += [
+            "## Convergence (loss curves)",
+            "",
+            f"**{'pass' if c.passed else 'fail'}**: correlation {_fmt(c.correlation, 7)}, "
+            f"final loss difference {_fmt(c.final_loss_difference, 6)}, "
+            f"{c.pointwise_failures} pointwise failure(s) over {c.steps_compared} steps, "
+            f"outlier fraction {_fmt(c.outlier_fraction, 3)}.",
+            "",
+        ]
+        lines += [f"- {r}" for r in c.reasons] + [""]
     stats = result.parse_stats or {}
     if stats:
         lines += [
             "## Log parsing",
             "",
-            f"{stats.get('lines', 0):,} lines; {len(records)} steps; {stats.get('unparseable', 0)} unparseable metric "
-            f"line(s); {stats.get('truncated', 0)} truncated; {stats.get('duplicates', 0)} duplicate(s); "
+            f"{stats.get('lines', 0):,} lines; {len(records)} steps; "
+            f"{stats.get('unparseable', 0)} unparseable metric line(s); "
+            f"{stats.get('truncated', 0)} truncated; {stats.get('duplicates', 0)} duplicate(s); "
             f"{stats.get('repeated', 0)} `[repeated Nx across cluster]` line(s).",
             "",
         ]
@@ -249,34 +284,12 @@ def render_markdown(
     return "\n".join(lines)
 
 
-def write_report(
-    run_dir: Path,
-    result,
-    verdict,
-    recipe_raw: dict,
-    records: Sequence[StepRecord],
-    convergence=None,
-    *,
-    plots: bool = True,
-) -> Path:
-    """Write run_dir/report.md and run_dir/plots/*.png; return the report's path."""
-    run_dir = Path(run_dir)
-    names: list[str] = []
-    if plots:
-        claim = recipe_raw.get("result") or {}
-        claimed_step_time = None
-        tps = claim.get("tokens_per_s_per_gpu")
-        if isinstance(tps, (int, float)) and tps > 0:
-            claimed_step_time = result.tokens_per_step / tps / result.gpus
-        written = plot_run(run_dir / "plots", records, result.window, claimed_step_time)
-        names = [str(p.relative_to(run_dir)) for p in written]
-    path = run_dir / "report.md"
-    path.write_text(render_markdown(result, verdict, recipe_raw, records, convergence, names))
-    return path
+# --------------------------------------------------------------------------------------------
+# Terminal text of `reproduce measure` and `reproduce compare`
 
 
-def render_summary(result, verdict) -> str:
-    """The terminal text of `reproduce measure`: every figure, how it was made, the verdict."""
+def render_summary(result: Result, verdict: Verdict) -> str:
+    """Every figure, how it was made, the verdict."""
     m, c = result.to_dict(), verdict.claimed
     rows = [f"{'figure':<24}{'claimed':>14}{'reproduced':>14}{'difference':>12}"]
     for key, label, digits in _FIGURES:
@@ -297,8 +310,9 @@ def render_summary(result, verdict) -> str:
     stats = result.parse_stats or {}
     if stats:
         rows.append(
-            f"log                     {stats.get('lines', 0):,} lines, {stats.get('unparseable', 0)} unparseable, "
-            f"{stats.get('truncated', 0)} truncated, {stats.get('duplicates', 0)} duplicates"
+            f"log                     {stats.get('lines', 0):,} lines, "
+            f"{stats.get('unparseable', 0)} unparseable, {stats.get('truncated', 0)} truncated, "
+            f"{stats.get('duplicates', 0)} duplicates"
         )
     rows += [f"note                    {n}" for n in result.notes]
     head = f"verdict: {verdict.status.upper()}"
@@ -308,18 +322,113 @@ def render_summary(result, verdict) -> str:
     return "\n".join(rows)
 
 
-def render_convergence(conv) -> str:
-    """The terminal text of `reproduce compare`: every figure of the check."""
+def render_convergence(conv: ConvergenceResult) -> str:
+    """Every figure of the convergence check, with its threshold."""
     t = conv.thresholds
     rows = [
         f"convergence: {'PASS' if conv.passed else 'FAIL'}",
-        f"  steps compared         {conv.steps_compared} (first {conv.steps_skipped} skipped as warm-up)",
+        f"  steps compared         {conv.steps_compared} "
+        f"(first {conv.steps_skipped} skipped as warm-up)",
         f"  correlation            {_fmt(conv.correlation, 7)} (min {t.get('min_correlation')})",
-        f"  final loss difference  {_fmt(conv.final_loss_difference, 6)} (max {t.get('max_final_loss_difference')})",
-        f"  pointwise failures     {conv.pointwise_failures} ({_fmt(conv.pointwise_failure_fraction, 3)}; "
+        f"  final loss difference  {_fmt(conv.final_loss_difference, 6)} "
+        f"(max {t.get('max_final_loss_difference')})",
+        f"  pointwise failures     {conv.pointwise_failures} "
+        f"({_fmt(conv.pointwise_failure_fraction, 3)}; "
         f"max {t.get('max_pointwise_failure_fraction')})",
-        f"  outliers               {conv.outliers} ({_fmt(conv.outlier_fraction, 3)}; max {t.get('max_outlier_fraction')})",
+        f"  outliers               {conv.outliers} ({_fmt(conv.outlier_fraction, 3)}; "
+        f"max {t.get('max_outlier_fraction')})",
         f"  missing / NaN steps    {len(conv.missing_steps)} / {len(conv.nan_steps)}",
     ]
     rows += [f"  - {r}" for r in conv.reasons]
     return "\n".join(rows)
+
+
+# --------------------------------------------------------------------------------------------
+# Tables and the history of a recipe (`reproduce history`, `reproduce nightly`)
+
+
+def text_table(header: Sequence[str], body: Iterable[Sequence[str]]) -> str:
+    """A plain aligned table (no colour: it goes into cron mail and logs)."""
+    rows = [list(r) for r in body]
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=False)]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(header, widths, strict=False)).rstrip()]
+    lines.append("  ".join("-" * w for w in widths))
+    lines += [
+        "  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=False)).rstrip() for r in rows
+    ]
+    return "\n".join(lines)
+
+
+def markdown_table(header: Sequence[str], body: Iterable[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c).replace("|", "\\|") for c in r) + " |" for r in body]
+    return "\n".join(lines)
+
+
+def utc(ts: float | None) -> str:
+    if ts is None:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M", time.gmtime(ts))
+
+
+def trend_lines(assessment: Assessment) -> list[str]:
+    """The trend a run was judged against, and whether it is a regression, with every reason."""
+    t = assessment.trend
+    if t.skipped:
+        trend = f"trend: {t.skipped}"
+    else:
+        pts = ", ".join(f"{v:,.1f}" for _, v in t.points)
+        trend = (
+            f"trend: median {t.median:,.2f} tokens/s/GPU of the last {len(t.points)} good runs "
+            f"[{pts}]; spread {t.spread_percent:.2f}% (1.4826 x MAD / median); "
+            f"threshold -{t.threshold_percent:.2f}%"
+        )
+    if assessment.regression:
+        verdict = "REGRESSION"
+    else:
+        verdict = "no regression" if assessment.judged else "not judged"
+    return [
+        trend,
+        f"latest run {assessment.run_id}: {verdict}",
+        *(f"  {r}" for r in assessment.reasons),
+    ]
+
+
+def history_report(slug: str, rows: Sequence[RunRow], assessment: Assessment | None) -> str:
+    """The runs of a recipe, one a line, then the trend and the latest run's assessment."""
+    header = [
+        "run id",
+        "started (UTC)",
+        "cluster",
+        "state",
+        "verdict",
+        "tokens/s/GPU",
+        "vs claim",
+        "$/1M",
+        "image",
+    ]
+    body = [
+        [
+            r.run_id,
+            utc(r.started_at),
+            r.cluster_name or "-",
+            r.state or "-",
+            r.verdict or "-",
+            fmt(r.tokens_per_s_per_gpu, missing="-"),
+            fmt(r.difference_percent, "+.2f", missing="-", suffix="%"),
+            fmt(r.usd_per_million_tokens, ".3f", missing="-"),
+            _short_image(r.image),
+        ]
+        for r in rows
+    ]
+    out = [f"history of {slug}: {len(rows)} run(s) shown", text_table(header, body)]
+    if assessment is not None:
+        out += trend_lines(assessment)
+    return "\n".join(out) + "\n"
+
+
+def _short_image(image: str | None) -> str:
+    if not image:
+        return "-"
+    repo, _, digest = image.partition("@")
+    return f"{repo.rsplit('/', 1)[-1]}@{digest[:19]}" if digest else repo

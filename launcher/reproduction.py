@@ -43,7 +43,7 @@ class Prepared:
     recipe: Recipe
     profile: Profile
     plan: Plan
-    price: Any  # launcher.prices.Price | None
+    price: Any  # launcher.catalog.Price | None
     owner: str
 
 
@@ -86,7 +86,7 @@ def prepare(recipe_path: str | Path, options: Options) -> Prepared:
 
 
 def node_price(recipe: Recipe, profile: Profile) -> Any:
-    from launcher.prices import price_per_hour
+    from launcher.catalog import price_per_hour
 
     return price_per_hour(
         profile.get("instance_type") or recipe.instance_type,

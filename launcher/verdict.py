@@ -4,26 +4,34 @@ Why the order of the checks: a figure is only worth comparing when the run that 
 whole. So a run that failed (NaN loss, no step times, a failed stage) or is incomplete (window
 steps missing, ended early) is never "reproduced", whatever its throughput; then an unstable
 run (step-time CV well above the recipe's); only then is the throughput compared, with the
-tolerance of measurement.md (-3% / +3% by default). Every finding is listed in `reasons`, not
-only the one that decided the status.
+tolerance of docs/measurement.md (-3% / +3% by default). Every finding is listed in `reasons`,
+not only the one that decided the status.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from launcher.errors import BadInput
 
+if TYPE_CHECKING:
+    from launcher.measure import Result
+    from launcher.recipe import Recipe
+
 STATUSES = ("reproduced", "slower", "faster", "unstable", "incomplete", "failed")
+# The throughput tolerance, percent either side of the claim: the one definition that the verdict,
+# the CLI's --tolerance-* defaults and the history's regression test all read.
+DEFAULT_TOLERANCE_PERCENT = 3.0
 
 
 @dataclass(frozen=True)
 class Tolerance:
-    """Verdict thresholds (percent). Defaults from measurement.md."""
+    """Verdict thresholds (percent). Defaults: docs/measurement.md."""
 
-    slower_percent: float = 3.0  # below the claim by more than this: "slower"
-    faster_percent: float = 3.0  # above the claim by more than this: "faster"
+    slower_percent: float = DEFAULT_TOLERANCE_PERCENT  # below the claim by more: "slower"
+    faster_percent: float = DEFAULT_TOLERANCE_PERCENT  # above the claim by more: "faster"
     cv_factor: float = 2.0  # CV above cv_factor x the recipe's CV ...
     cv_floor_percent: float = 2.0  # ... and above this: "unstable"
 
@@ -66,9 +74,10 @@ def _rel(measured: float | None, claimed: float | None) -> float | None:
     return 100.0 * (measured - claimed) / claimed
 
 
-def judge(result, recipe_raw: dict, *, tolerance: Tolerance = Tolerance()) -> Verdict:
+def judge(result: Result, recipe: Recipe, *, tolerance: Tolerance | None = None) -> Verdict:
     """The verdict: one status of STATUSES, the signed difference, and every reason."""
-    claim = recipe_raw.get("result") or {}
+    tolerance = tolerance if tolerance is not None else Tolerance()
+    claim = recipe.raw.get("result") or {}
     claimed_tps = claim.get("tokens_per_s_per_gpu")
     if not isinstance(claimed_tps, (int, float)) or claimed_tps <= 0:
         raise BadInput("recipe has no positive result.tokens_per_s_per_gpu to judge against.")
@@ -115,12 +124,14 @@ def judge(result, recipe_raw: dict, *, tolerance: Tolerance = Tolerance()) -> Ve
         )
     if result.no_loss_window_steps:
         incomplete.append(
-            f"no loss logged (no `step N:` line) for window step(s) {_steps(result.no_loss_window_steps)}"
+            "no loss logged (no `step N:` line) for window step(s) "
+            f"{_steps(result.no_loss_window_steps)}"
         )
     if result.ended_early:
         last = "no step" if result.last_step is None else f"step {result.last_step}"
         incomplete.append(
-            f"run ended early: last step logged is {last}, the recipe runs {result.steps_expected} steps"
+            f"run ended early: last step logged is {last}, "
+            f"the recipe runs {result.steps_expected} steps"
         )
     stats = result.parse_stats or {}
     if stats.get("truncated"):
@@ -136,29 +147,26 @@ def judge(result, recipe_raw: dict, *, tolerance: Tolerance = Tolerance()) -> Ve
         if cv > limit:
             unstable = (
                 f"step-time CV {cv:.2f}% exceeds {limit:.2f}% "
-                f"(max of {tolerance.cv_factor:g} x the recipe's {claimed_cv}% and {tolerance.cv_floor_percent:g}%)"
+                f"(max of {tolerance.cv_factor:g} x the recipe's {claimed_cv}% "
+                f"and {tolerance.cv_floor_percent:g}%)"
             )
             reasons.append(unstable)
 
     speed = None
     if diff is not None:
-        if diff < -tolerance.slower_percent:
+        against = (
+            f"tokens/s per GPU {result.tokens_per_s_per_gpu:.2f} is {diff:+.2f}% "
+            f"against the claimed {claimed_tps}"
+        )
+        slower, faster = tolerance.slower_percent, tolerance.faster_percent
+        if diff < -slower:
             speed = "slower"
-            reasons.append(
-                f"tokens/s per GPU {result.tokens_per_s_per_gpu:.2f} is {diff:+.2f}% against the claimed "
-                f"{claimed_tps} (tolerance -{tolerance.slower_percent:g}%)"
-            )
-        elif diff > tolerance.faster_percent:
+            reasons.append(f"{against} (tolerance -{slower:g}%)")
+        elif diff > faster:
             speed = "faster"
-            reasons.append(
-                f"tokens/s per GPU {result.tokens_per_s_per_gpu:.2f} is {diff:+.2f}% against the claimed "
-                f"{claimed_tps} (tolerance +{tolerance.faster_percent:g}%): faster than claimed"
-            )
+            reasons.append(f"{against} (tolerance +{faster:g}%): faster than claimed")
         else:
-            reasons.append(
-                f"tokens/s per GPU {result.tokens_per_s_per_gpu:.2f} is {diff:+.2f}% against the claimed "
-                f"{claimed_tps}, within -{tolerance.slower_percent:g}% / +{tolerance.faster_percent:g}%"
-            )
+            reasons.append(f"{against}, within -{slower:g}% / +{faster:g}%")
 
     if failed:
         status = "failed"

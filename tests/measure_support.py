@@ -10,6 +10,8 @@ from pathlib import Path
 
 import yaml
 
+from launcher.recipe import Recipe
+
 REPO = Path(__file__).resolve().parents[1]
 SEED = REPO / "recipes/qwen3-30b-a3b/h200/attune-tp1-pp1-ep8-mt16k.yaml"
 STANDIN = REPO / "tests/standin_miles"
@@ -19,6 +21,15 @@ START = 1792576800.0  # 2026-10-21 10:00:00 UTC
 def seed_raw() -> dict:
     """The seed recipe as a plain mapping (a fresh copy each call, so tests may edit it)."""
     return copy.deepcopy(yaml.safe_load(SEED.read_text()))
+
+
+def as_recipe(raw: dict) -> Recipe:
+    """A Recipe of the seed's path holding `raw` as is (not validated: tests edit fields away)."""
+    return Recipe(path=SEED, raw=raw, text="")
+
+
+def seed_recipe() -> Recipe:
+    return as_recipe(seed_raw())
 
 
 def run_standin(log: Path, steps: int = 20, **env: object) -> int:

@@ -321,9 +321,9 @@ def test_import_records_finished_runs_skips_running_ones_and_is_idempotent(tmp_p
 
 
 def test_record_reads_what_measure_run_dir_really_writes(tmp_path):
-    from measure_support import SEED, run_standin, seed_raw, step_times_for_tps
+    from measure_support import SEED, run_standin, seed_raw, seed_recipe, step_times_for_tps
 
-    from launcher.measure import measure_run_dir
+    from launcher.evaluate import measure_run_dir
 
     run_dir = tmp_path / "runs" / SLUG / "20261021T100000Z-0a0b0c"
     assert run_standin(run_dir / "logs" / "train.log", step_time_s=step_times_for_tps(6500.0)) == 0
@@ -332,7 +332,7 @@ def test_record_reads_what_measure_run_dir_really_writes(tmp_path):
     )
     (run_dir / "status.json").write_text(json.dumps({"state": "done", "updated_at": T0 + 1}))
     (run_dir / "recipe.yaml").write_text(SEED.read_text())
-    result, verdict = measure_run_dir(run_dir, seed_raw(), write_plots=False)
+    result, verdict = measure_run_dir(run_dir, seed_recipe(), write_plots=False)
     r = record(run_dir, tmp_path / "h.sqlite")
     assert result.tokens_per_s_per_gpu == pytest.approx(6500.0) and verdict.status == "slower"
     assert r.tokens_per_s_per_gpu == pytest.approx(result.tokens_per_s_per_gpu)

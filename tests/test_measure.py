@@ -7,12 +7,13 @@ import statistics
 
 import pytest
 import yaml
-from measure_support import run_standin, seed_raw, step_times_for_tps
+from measure_support import as_recipe, run_standin, seed_raw, step_times_for_tps
 
+from launcher.catalog import price_per_hour
 from launcher.errors import BadInput
-from launcher.measure import measure, measure_run_dir, pure_figures
+from launcher.evaluate import measure_run_dir
+from launcher.measure import measure, pure_figures
 from launcher.parse.miles import StepRecord
-from launcher.prices import price_per_hour
 
 
 def records_with_times(times: dict[int, float], loss: float = 1.0) -> list[StepRecord]:
@@ -43,7 +44,7 @@ def test_seed_figures_from_a_log_at_the_claimed_speed():
     raw = seed_raw()
     t = step_times_for_tps(raw["result"]["tokens_per_s_per_gpu"])
     times = {s: (t + 40.0 if s == 0 else t) for s in range(20)}  # step 0 carries start-up
-    result = measure(records_with_times(times), raw)
+    result = measure(records_with_times(times), as_recipe(raw))
     assert result.tokens_per_s_per_gpu == pytest.approx(6913.23, rel=1e-9)
     assert result.window_tokens == raw["result"]["window_tokens"] == 15 * 128 * 8192
     out = result.to_result_yaml()
@@ -62,7 +63,7 @@ def test_tokens_per_second_and_population_cv_over_the_window_only():
     raw = seed_raw()
     times = dict.fromkeys(range(5), 100.0)  # warm-up: must not count
     times.update({s: (18.0 if s % 2 else 20.0) for s in range(5, 20)})
-    result = measure(records_with_times(times), raw)
+    result = measure(records_with_times(times), as_recipe(raw))
     window = [times[s] for s in range(5, 20)]
     assert result.tokens_per_s_per_gpu == pytest.approx(15 * 1048576 / sum(window) / 8)
     assert result.step_time_cv_percent == pytest.approx(
@@ -78,7 +79,7 @@ def test_missing_and_nan_steps_are_reported():
     times = {s: 19.0 for s in range(20) if s not in (7, 8)}
     recs = records_with_times(times)
     recs[3].loss = float("nan")
-    result = measure(recs, raw)
+    result = measure(recs, as_recipe(raw))
     assert result.missing_window_steps == [7, 8]
     assert result.nan_loss_steps == [3]
     assert result.window_tokens == 13 * 1048576
@@ -95,7 +96,9 @@ def test_gpu_hours_from_the_timeline_with_a_per_stage_split():
             {"name": "teardown", "start": 5600.0, "end": None, "status": "running"},
         ],
     }
-    result = measure(records_with_times(dict.fromkeys(range(20), 19.0)), raw, timeline=timeline)
+    result = measure(
+        records_with_times(dict.fromkeys(range(20), 19.0)), as_recipe(raw), timeline=timeline
+    )
     assert result.gpu_hours == pytest.approx(8 * 5625 / 3600) == 12.5
     assert result.gpu_hours_by_stage == {
         "provision": pytest.approx(8 * 600 / 3600),
@@ -103,7 +106,9 @@ def test_gpu_hours_from_the_timeline_with_a_per_stage_split():
     }
     assert result.window_gpu_hours == pytest.approx(8 * 15 * 19.0 / 3600)
     unreleased = dict(timeline, released_at=None)
-    result = measure(records_with_times(dict.fromkeys(range(20), 19.0)), raw, timeline=unreleased)
+    result = measure(
+        records_with_times(dict.fromkeys(range(20), 19.0)), as_recipe(raw), timeline=unreleased
+    )
     assert (
         result.gpu_hours == pytest.approx(8 * 5600 / 3600)
         and "lower bound" in result.gpu_hours_source
@@ -113,13 +118,13 @@ def test_gpu_hours_from_the_timeline_with_a_per_stage_split():
 def test_price_override_region_and_unknown_instance():
     raw = seed_raw()
     recs = records_with_times(dict.fromkeys(range(20), 19.0))
-    eu = measure(recs, raw, region="eu-north-1")
+    eu = measure(recs, as_recipe(raw), region="eu-north-1")
     assert eu.price.value == 67.73 and "eu-north-1" in eu.price.source
-    over = measure(recs, raw, price_per_hour=30.0)
+    over = measure(recs, as_recipe(raw), price_per_hour=30.0)
     assert over.price.value == 30.0 and "override" in over.price.source
     assert over.usd_per_million_tokens == pytest.approx(eu.usd_per_million_tokens * 30.0 / 67.73)
     raw["gpu"]["instance"] = "Azure ND96isr_H200_v5"
-    unknown = measure(recs, raw)
+    unknown = measure(recs, as_recipe(raw))
     assert unknown.price is None and unknown.usd_per_million_tokens is None
     assert any("price" in n for n in unknown.notes)
     with pytest.raises(BadInput):
@@ -129,7 +134,7 @@ def test_price_override_region_and_unknown_instance():
 def test_recipe_inconsistency_is_reported():
     raw = seed_raw()
     raw["result"]["window_tokens"] = 999
-    result = measure(records_with_times(dict.fromkeys(range(20), 19.0)), raw)
+    result = measure(records_with_times(dict.fromkeys(range(20), 19.0)), as_recipe(raw))
     assert any("window_tokens 999" in n for n in result.notes)
 
 
@@ -137,7 +142,7 @@ def test_recipe_without_a_window_is_bad_input():
     raw = seed_raw()
     del raw["result"]["window"]
     with pytest.raises(BadInput, match="result.window"):
-        measure([], raw)
+        measure([], as_recipe(raw))
 
 
 def test_cross_check_flags_timestamps_that_disagree_with_perf_step_time():
@@ -145,7 +150,7 @@ def test_cross_check_flags_timestamps_that_disagree_with_perf_step_time():
     recs = [
         StepRecord(step=s, loss=1.0, step_time=19.0, timestamp=1000.0 + 25.0 * s) for s in range(20)
     ]
-    result = measure(recs, raw)
+    result = measure(recs, as_recipe(raw))
     assert result.cross_checks["timestamp_mean_step_time_s"] == pytest.approx(25.0)
     assert any("timestamps" in n for n in result.notes)
 
@@ -157,7 +162,7 @@ def test_measure_run_dir_writes_every_artifact(tmp_path):
     (tmp_path / "timeline.json").write_text(
         json.dumps({"acquired_at": 0, "released_at": 3600, "stages": []})
     )
-    result, verdict = measure_run_dir(tmp_path, raw)
+    result, verdict = measure_run_dir(tmp_path, as_recipe(raw))
     assert verdict.status == "reproduced"
     for name in (
         "steps.jsonl",
@@ -207,7 +212,7 @@ def test_the_seed_run_block_verbatim_on_the_standin_measures_as_reproduced(tmp_p
     (run_dir / "recipe.yaml").write_text(yaml.safe_dump(raw))
     reference = tmp_path / "ref.log"
     run_standin(reference, steps=20)
-    result, verdict = measure_run_dir(run_dir, raw, reference=reference)
+    result, verdict = measure_run_dir(run_dir, as_recipe(raw), reference=reference)
     assert result.steps_parsed == 20  # --num-rollout 20 from the recipe reached the stand-in
     assert verdict.status == "reproduced", verdict.reasons
     assert json.loads((run_dir / "convergence.json").read_text())["passed"] is True
@@ -221,7 +226,9 @@ def test_cost_per_million_tokens_pays_for_every_node_of_a_multi_node_recipe():
     raw["gpu"]["count"], raw["gpu"]["per_node"] = 16, 8
     raw["result"]["window_tokens"] = 15 * 128 * 8192
     t = 128 * 8192 / 6913.23 / 16
-    result = measure(records_with_times(dict.fromkeys(range(20), t)), raw, region="us-east-1")
+    result = measure(
+        records_with_times(dict.fromkeys(range(20), t)), as_recipe(raw), region="us-east-1"
+    )
     assert result.tokens_per_s_per_gpu == pytest.approx(6913.23)
     expected = 2 * 63.296 / (6913.23 * 16 * 3600 / 1e6)
     assert result.usd_per_million_tokens == pytest.approx(expected)

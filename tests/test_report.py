@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from measure_support import seed_raw, step_times_for_tps
+from measure_support import as_recipe, seed_raw, step_times_for_tps
 
 from launcher.convergence import check
+from launcher.evaluate import write_report
 from launcher.measure import measure
 from launcher.parse.miles import StepRecord
-from launcher.report import write_report
 from launcher.verdict import judge
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -28,14 +28,14 @@ def _run(tps: float, nan_at=None):
         )
         for s in range(20)
     ]
-    result = measure(recs, raw)
-    return raw, recs, result, judge(result, raw)
+    result = measure(recs, as_recipe(raw))
+    return raw, recs, result, judge(result, as_recipe(raw))
 
 
 def test_report_puts_claim_and_reproduction_side_by_side(tmp_path):
     raw, recs, result, verdict = _run(6913.23 * 0.9)
     conv = check({r.step: r.loss for r in recs}, {r.step: r.loss for r in recs})
-    path = write_report(tmp_path, result, verdict, raw, recs, convergence=conv)
+    path = write_report(tmp_path, result, verdict, as_recipe(raw), recs, convergence=conv)
     text = path.read_text()
     assert "**Verdict: slower** (-10.00% tokens/s per GPU against the claim)" in text
     row = next(line for line in text.splitlines() if line.startswith("| tokens/s per GPU |"))
@@ -53,7 +53,7 @@ def test_report_puts_claim_and_reproduction_side_by_side(tmp_path):
 
 def test_report_of_a_nan_run_shows_failure_and_still_plots(tmp_path):
     raw, recs, result, verdict = _run(6913.23, nan_at=8)
-    text = write_report(tmp_path, result, verdict, raw, recs).read_text()
+    text = write_report(tmp_path, result, verdict, as_recipe(raw), recs).read_text()
     assert "**Verdict: failed**" in text and "NaN" in text
     assert "| 8 * | nan |" in text
     assert (tmp_path / "plots" / "loss.png").read_bytes().startswith(PNG)

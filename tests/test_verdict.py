@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from measure_support import seed_raw, step_times_for_tps
+from measure_support import as_recipe, seed_raw, step_times_for_tps
 
 from launcher.errors import BadInput
 from launcher.measure import measure
@@ -34,8 +34,8 @@ def run(
     from launcher.parse.miles import ParseStats
 
     stats = ParseStats(truncated=1 if truncated else 0)
-    result = measure(recs, raw, parse_stats=stats, timeline=timeline)
-    return judge(result, raw, **kw)
+    result = measure(recs, as_recipe(raw), parse_stats=stats, timeline=timeline)
+    return judge(result, as_recipe(raw), **kw)
 
 
 def test_reproduced_within_tolerance_with_signed_difference():
@@ -115,9 +115,11 @@ def test_failed_stage_in_the_timeline_is_failed():
 def test_recipe_without_a_claim_is_bad_input():
     raw = seed_raw()
     del raw["result"]["tokens_per_s_per_gpu"]
-    result = measure([StepRecord(step=s, loss=1.0, step_time=19.0) for s in range(20)], raw)
+    result = measure(
+        [StepRecord(step=s, loss=1.0, step_time=19.0) for s in range(20)], as_recipe(raw)
+    )
     with pytest.raises(BadInput):
-        judge(result, raw)
+        judge(result, as_recipe(raw))
 
 
 def test_to_dict_is_the_cli_contract():
@@ -133,6 +135,6 @@ def test_a_window_step_without_its_loss_line_is_never_reproduced():
     raw = seed_raw()
     t = step_times_for_tps(CLAIM)
     recs = [StepRecord(step=s, loss=(None if s == 7 else 1.0), step_time=t) for s in range(20)]
-    v = judge(measure(recs, raw), raw)
+    v = judge(measure(recs, as_recipe(raw)), as_recipe(raw))
     assert v.status == "incomplete"
     assert any("7" in r and "loss" in r for r in v.reasons)

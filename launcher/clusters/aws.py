@@ -198,7 +198,7 @@ def ssm_ami_resolver(session: Any) -> Callable[[str], str]:
 
 
 def price_of(s: rq.AwsSettings, region: str | None) -> float | None:
-    from launcher.prices import price_per_hour
+    from launcher.catalog import price_per_hour
 
     try:
         price = price_per_hour(s.instance_type, region, s.price_per_hour)

@@ -2,7 +2,7 @@
 
 Why a text parser: the recipe is run as published, and the published `run` block does not ask
 miles for its JSONL debug events, so the text log (every process's stderr, gathered by Ray) is
-the only record of the step times the verdict rests on (miles.md, "The log: what to parse").
+the only record of the step times the verdict rests on (docs/miles-log.md, what is parsed).
 
 What a real log contains, and how each is handled:
 
@@ -34,6 +34,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 __all__ = [
     "StepRecord",
@@ -63,7 +64,10 @@ _ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 # Flat dict of string keys to numbers: the shape of every metric payload miles prints.
 _NUM = r"[-+]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf)"
-_VAL = rf"(?:np\.float(?:64|32|16)\(({_NUM})\)|np\.int(?:64|32)\(({_NUM})\)|({_NUM})|(True|False|None))"
+_VAL = (
+    rf"(?:np\.float(?:64|32|16)\(({_NUM})\)|np\.int(?:64|32)\(({_NUM})\)|({_NUM})"
+    r"|(True|False|None))"
+)
 # A pair must end at `,` or `}`: a value such as `2.3.4` then matches nothing, the pair count
 # falls short of the `': ` count, and the payload goes to the strict reader (which rejects it).
 _PAIR_RE = re.compile(rf"'([^'\\]*)': {_VAL}(?=[,}}])")
@@ -102,7 +106,7 @@ class StepRecord:
     @classmethod
     def from_dict(cls, data: dict) -> StepRecord:
         """Inverse of to_dict (reads steps.jsonl back)."""
-        kwargs = {}
+        kwargs: dict[str, Any] = {}
         for name in cls.__dataclass_fields__:
             value = data.get(name)
             if isinstance(value, str):
@@ -139,12 +143,12 @@ class ParseResult:
     stats: ParseStats
 
 
-def _literal(node: ast.AST):
+def _literal(node: ast.AST | None) -> Any:
     """ast.literal_eval, extended with nan / inf and numpy scalar wrappers such as np.float64(x)."""
     if isinstance(node, ast.Constant):
         return node.value
     if isinstance(node, ast.Dict):
-        return {_literal(k): _literal(v) for k, v in zip(node.keys, node.values)}
+        return {_literal(k): _literal(v) for k, v in zip(node.keys, node.values, strict=True)}
     if isinstance(node, (ast.List, ast.Tuple)):
         return [_literal(e) for e in node.elts]
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
@@ -162,7 +166,7 @@ def _literal(node: ast.AST):
         and node.func.value.id in ("np", "numpy")
     ):
         return _literal(node.args[0])
-    raise ValueError(f"not a literal: {ast.dump(node)[:80]}")
+    raise ValueError(f"not a literal: {ast.dump(node)[:80] if node is not None else node}")
 
 
 def parse_payload(text: str) -> dict:
@@ -399,7 +403,11 @@ def parse_lines(lines: Iterable[str], stats: ParseStats | None = None) -> Iterat
     candidate = parser.candidate
     count = 0
     it = iter(lines)
-    prev = next(it, None)
+    first = next(it, None)
+    if first is None:  # an empty log
+        yield from parser.finish()
+        return
+    prev: str = first
     stats = parser.stats
     for line in it:  # the hot loop: two substring tests per line, the rest only on candidates
         count += 1
@@ -410,12 +418,11 @@ def parse_lines(lines: Iterable[str], stats: ParseStats | None = None) -> Iterat
             if released:
                 yield from released
         prev = line
-    if prev is not None:
-        count += 1
-        if "cluster]" in prev:
-            _count_repeated(stats, prev)
-        if ": {" in prev:
-            yield from candidate(prev, last=True)
+    count += 1
+    if "cluster]" in prev:
+        _count_repeated(stats, prev)
+    if ": {" in prev:
+        yield from candidate(prev, last=True)
     parser.stats.lines += count
     yield from parser.finish()
 

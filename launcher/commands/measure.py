@@ -1,7 +1,6 @@
 """The bodies of `reproduce measure` and `reproduce compare`: load, compute, print, exit code.
 
-Kept out of cli.py so the CLI stays a thin layer and its start-up light (this module and what
-it imports load only when one of these commands runs).
+Loaded only when one of these commands runs, so the CLI's start-up stays light.
 """
 
 from __future__ import annotations
@@ -11,9 +10,10 @@ from pathlib import Path
 
 from launcher.convergence import check, loss_curve
 from launcher.errors import BadInput
-from launcher.measure import json_safe, load_recipe_raw, load_records, measure_path
+from launcher.evaluate import RECIPE_FILE, json_safe, load_records, measure_path
+from launcher.recipe import load_recipe
 from launcher.report import render_convergence, render_summary
-from launcher.verdict import Tolerance
+from launcher.verdict import DEFAULT_TOLERANCE_PERCENT, Tolerance
 
 
 def run_measure(
@@ -24,24 +24,22 @@ def run_measure(
     price_per_hour: float | None = None,
     region: str | None = None,
     timeline: Path | None = None,
-    slower: float = 3.0,
-    faster: float = 3.0,
+    slower: float = DEFAULT_TOLERANCE_PERCENT,
+    faster: float = DEFAULT_TOLERANCE_PERCENT,
 ) -> int:
     """Print the figures and the verdict; return 0 when reproduced, else 1. BadInput propagates."""
     if recipe is None:
-        if not (Path(log).is_dir() and (Path(log) / "recipe.yaml").is_file()):
+        if not (Path(log).is_dir() and (Path(log) / RECIPE_FILE).is_file()):
             raise BadInput(
-                "--recipe is required unless LOG is a run directory holding recipe.yaml."
+                f"--recipe is required unless LOG is a run directory holding {RECIPE_FILE}."
             )
-        recipe = Path(log) / "recipe.yaml"
-    recipe_raw = load_recipe_raw(recipe)
-    tolerance = Tolerance(slower_percent=slower, faster_percent=faster)
+        recipe = Path(log) / RECIPE_FILE
     result, verdict = measure_path(
         log,
-        recipe_raw,
+        load_recipe(recipe),
         price_per_hour=price_per_hour,
         region=region,
-        tolerance=tolerance,
+        tolerance=Tolerance(slower_percent=slower, faster_percent=faster),
         timeline_path=timeline,
     )
     if json_out:
@@ -53,7 +51,9 @@ def run_measure(
     return 0 if verdict.reproduced else 1
 
 
-def run_compare(candidate: Path, reference: Path, *, json_out: bool = False, **thresholds) -> int:
+def run_compare(
+    candidate: Path, reference: Path, *, json_out: bool = False, **thresholds: float
+) -> int:
     """Print every figure of the convergence check; return 0 on pass, 1 on fail."""
     cand_records, _ = load_records(candidate)
     ref_records, _ = load_records(reference)

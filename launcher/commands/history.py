@@ -1,0 +1,96 @@
+"""The bodies of `reproduce history` and `reproduce nightly`: printing and exit codes.
+
+launcher/history.py and launcher/nightly.py return values; this is where they meet the console.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from launcher.errors import BadInput
+from launcher.history import (
+    History,
+    assess_history,
+    default_history_path,
+    runs_of_recipe,
+    slug_of,
+)
+from launcher.report import history_report
+
+
+def run_history(
+    recipe_or_slug: str | None,
+    *,
+    import_dir: Path | None = None,
+    json_out: bool = False,
+    limit: int = 20,
+    db: Path | None = None,
+    runs_dir: Path | None = None,
+    cluster: str | None = None,
+) -> int:
+    """`reproduce history`: exit 0, or 1 when the latest run is a regression."""
+    if limit < 1:
+        raise BadInput(f"--limit must be at least 1, got {limit}.")
+    path = db if db is not None else default_history_path(runs_dir)
+    imported: dict[str, Any] | None = None
+    with History(path) as hist:
+        if import_dir is not None:
+            recorded, skipped = hist.import_runs(import_dir)
+            imported = {
+                "from": str(import_dir),
+                "recorded": [r.run_id for r in recorded],
+                "skipped": skipped,
+            }
+            if not json_out:
+                print(f"recorded {len(recorded)} run(s) from {import_dir} into {hist.path}")
+                for line in skipped:
+                    print(f"skipped {line}")
+            if recipe_or_slug is None:
+                if json_out:
+                    print(json.dumps({"history": str(hist.path), "import": imported}, indent=2))
+                return 0
+        if recipe_or_slug is None:
+            raise BadInput("give a recipe (file or slug), or --import RUNS_DIR.")
+        slug = slug_of(recipe_or_slug)
+        all_rows = runs_of_recipe(hist, slug, runs_dir=runs_dir, cluster=cluster)
+    assessment = assess_history(all_rows)
+    shown = all_rows[-limit:]
+    if json_out:
+        out = {
+            "slug": slug,
+            "history": str(path),
+            "runs": [r.to_dict() for r in shown],
+            "latest": assessment.to_dict() if assessment else None,
+        }
+        if imported is not None:
+            out["import"] = imported
+        print(json.dumps(out, indent=2))
+    else:
+        print(history_report(slug, shown, assessment), end="")
+    return 1 if assessment is not None and assessment.regression else 0
+
+
+def run_nightly(
+    recipes: list[Path],
+    cluster: str,
+    *,
+    runs_dir: Path | None = None,
+    history: Path | None = None,
+    max_usd: float | None = None,
+    max_hours: float | None = None,
+) -> int:
+    """`reproduce nightly`: each recipe's progress and the summary table, line by line."""
+    from launcher.nightly import nightly
+
+    result = nightly(
+        recipes,
+        cluster,
+        runs_dir=runs_dir,
+        history=history,
+        max_usd=max_usd,
+        max_hours=max_hours,
+        echo=print,
+    )
+    return result.exit_code
