@@ -145,6 +145,8 @@ set +e
 unshare --mount --pid --fork --propagation private -- bash -c '
   set -e
   root=$1
+  # "/" must be a mount point inside: dockerd remounts it (rslave) to unpack image layers
+  mount --bind "$root" "$root"
   mount -t proc proc "$root/proc"
   mount --rbind /sys "$root/sys"
   mount --rbind /dev "$root/dev"
