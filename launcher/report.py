@@ -39,20 +39,17 @@ _FIGURES = (
 PLOTS = ("loss.png", "step_time.png")
 
 
-def fmt(value: Any, spec: str = ",.2f", *, missing: str = "n/a", suffix: str = "") -> str:
-    """One figure for people: a float by `spec` (NaN/inf as nan/inf), None as `missing`, any
-    other value (an int as logged, a list) as written."""
+def fmt(value: Any, spec: str | int = ",.2f", *, missing: str = "n/a", suffix: str = "") -> str:
+    """One figure for people: a float by `spec` (a format spec, or a number of decimals with
+    thousands separators), NaN/inf as nan/inf, None as `missing`, any other value (an int as
+    logged, a list) as written."""
     if value is None:
         return missing
     if isinstance(value, float):
         if not math.isfinite(value):
             return repr(value)
-        return f"{value:{spec}}{suffix}"
+        return f"{value:{f',.{spec}f' if isinstance(spec, int) else spec}}{suffix}"
     return f"{value}{suffix}"
-
-
-def _fmt(value: Any, digits: int) -> str:
-    return fmt(value, f",.{digits}f")
 
 
 def _peak(flops: float | None) -> str:
@@ -208,7 +205,7 @@ def render_markdown(
     ]
     for key, label, digits in _FIGURES:
         lines.append(
-            f"| {label} | {_fmt(claim.get(key), digits)} | {_fmt(measured.get(key), digits)} | "
+            f"| {label} | {fmt(claim.get(key), digits)} | {fmt(measured.get(key), digits)} | "
             f"{_diff(measured.get(key), claim.get(key))} |"
         )
     steps_run = (result.last_step + 1) if result.last_step is not None else 0
@@ -227,7 +224,7 @@ def render_markdown(
         f"{result.gpus} GPUs; {result.tokens_per_step:,} tokens per step "
         "(global_batch x row_tokens).",
         f"- step-time CV = {STD_KIND} standard deviation / mean; mean step time "
-        f"{_fmt(result.mean_step_time_s, 3)} s.",
+        f"{fmt(result.mean_step_time_s, 3)} s.",
         f"- MFU = {measured['mfu_formula']}; N = {result.active_params}, peak = "
         f"{_peak(result.peak_flops)} ({result.peak_source}).",
         "- $ per 1M tokens = hourly price / (tokens/s per GPU x GPUs x 3600 / 1e6); price " + price,
@@ -248,10 +245,10 @@ def render_markdown(
         lines += [
             "## Convergence (loss curves)",
             "",
-            f"**{'pass' if c.passed else 'fail'}**: correlation {_fmt(c.correlation, 7)}, "
-            f"final loss difference {_fmt(c.final_loss_difference, 6)}, "
+            f"**{'pass' if c.passed else 'fail'}**: correlation {fmt(c.correlation, 7)}, "
+            f"final loss difference {fmt(c.final_loss_difference, 6)}, "
             f"{c.pointwise_failures} pointwise failure(s) over {c.steps_compared} steps, "
-            f"outlier fraction {_fmt(c.outlier_fraction, 3)}.",
+            f"outlier fraction {fmt(c.outlier_fraction, 3)}.",
             "",
         ]
         lines += [f"- {r}" for r in c.reasons] + [""]
@@ -277,8 +274,8 @@ def render_markdown(
     for r in records:
         mark = " *" if result.window[0] <= r.step <= result.window[1] else ""
         lines.append(
-            f"| {r.step}{mark} | {_fmt(r.loss, 4)} | {_fmt(r.grad_norm, 3)} | {_fmt(r.lr, 8)} | "
-            f"{_fmt(r.step_time, 3)} | {_fmt(r.tokens, 0)} |"
+            f"| {r.step}{mark} | {fmt(r.loss, 4)} | {fmt(r.grad_norm, 3)} | {fmt(r.lr, 8)} | "
+            f"{fmt(r.step_time, 3)} | {fmt(r.tokens, 0)} |"
         )
     lines += ["", "(* = in the measured window)", ""]
     return "\n".join(lines)
@@ -294,7 +291,7 @@ def render_summary(result: Result, verdict: Verdict) -> str:
     rows = [f"{'figure':<24}{'claimed':>14}{'reproduced':>14}{'difference':>12}"]
     for key, label, digits in _FIGURES:
         rows.append(
-            f"{label:<24}{_fmt(c.get(key), digits):>14}{_fmt(m.get(key), digits):>14}"
+            f"{label:<24}{fmt(c.get(key), digits):>14}{fmt(m.get(key), digits):>14}"
             f"{_diff(m.get(key), c.get(key)):>12}"
         )
     price = f"${result.price.value}/h ({result.price.source})" if result.price else "none known"
@@ -329,13 +326,13 @@ def render_convergence(conv: ConvergenceResult) -> str:
         f"convergence: {'PASS' if conv.passed else 'FAIL'}",
         f"  steps compared         {conv.steps_compared} "
         f"(first {conv.steps_skipped} skipped as warm-up)",
-        f"  correlation            {_fmt(conv.correlation, 7)} (min {t.get('min_correlation')})",
-        f"  final loss difference  {_fmt(conv.final_loss_difference, 6)} "
+        f"  correlation            {fmt(conv.correlation, 7)} (min {t.get('min_correlation')})",
+        f"  final loss difference  {fmt(conv.final_loss_difference, 6)} "
         f"(max {t.get('max_final_loss_difference')})",
         f"  pointwise failures     {conv.pointwise_failures} "
-        f"({_fmt(conv.pointwise_failure_fraction, 3)}; "
+        f"({fmt(conv.pointwise_failure_fraction, 3)}; "
         f"max {t.get('max_pointwise_failure_fraction')})",
-        f"  outliers               {conv.outliers} ({_fmt(conv.outlier_fraction, 3)}; "
+        f"  outliers               {conv.outliers} ({fmt(conv.outlier_fraction, 3)}; "
         f"max {t.get('max_outlier_fraction')})",
         f"  missing / NaN steps    {len(conv.missing_steps)} / {len(conv.nan_steps)}",
     ]
