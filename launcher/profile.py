@@ -15,8 +15,8 @@ from typing import Any
 import yaml
 
 from launcher.errors import BadInput
-from launcher.recipe import _BaseLoader, format_problems, read_yaml_mapping, schema_problems
 from launcher.resources import data_dir
+from launcher.yamlschema import FastSafeLoader, format_problems, read_yaml_mapping, schema_problems
 
 _MISSING = object()
 
@@ -59,7 +59,7 @@ class Profile:
 @cache
 def profile_schema() -> dict[str, Any]:
     path = data_dir("schema") / "profile.schema.yaml"
-    return yaml.load(path.read_text(encoding="utf-8"), Loader=_BaseLoader)  # noqa: S506
+    return yaml.load(path.read_text(encoding="utf-8"), Loader=FastSafeLoader)  # noqa: S506
 
 
 def schema_default(dotted: str) -> Any:

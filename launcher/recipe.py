@@ -9,9 +9,6 @@ fixes a file in one pass.
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
 import re
 from dataclasses import dataclass
 from functools import cache, cached_property
@@ -23,6 +20,12 @@ import yaml
 from launcher import catalog
 from launcher.errors import BadInput
 from launcher.resources import data_dir
+from launcher.yamlschema import (
+    FastSafeLoader,
+    format_problems,
+    read_yaml_mapping,
+    schema_problems,
+)
 
 SUPPORTED_SCHEMA_VERSIONS = (1,)
 
@@ -149,7 +152,7 @@ class Recipe:
         """The catalog's entry for gpu.type (its peak is MFU's denominator); None when unknown."""
         return catalog.gpu(self.raw["gpu"].get("type"))
 
-    # --- workload and claim -------------------------------------------------------------------------
+    # --- workload and claim ---------------------------------------------------------------------
     @property
     def global_batch(self) -> int:
         return self.raw["workload"]["global_batch"]
@@ -223,51 +226,6 @@ class Recipe:
 # Loading
 
 
-_BaseLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: faster
-
-
-class _TextDateLoader(_BaseLoader):  # type: ignore[misc,valid-type]
-    """SafeLoader that keeps dates as text: a recipe's `measured: 2026-10-21` is a string field."""
-
-
-_TextDateLoader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-
-
-def read_yaml_mapping(path: Path, what: str) -> tuple[dict[str, Any], str]:
-    """Read a YAML file that must hold a mapping; every failure is a BadInput naming the file."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise BadInput(f"{path}: no such {what} file.") from None
-    except IsADirectoryError:
-        raise BadInput(f"{path}: is a directory; expected a {what} file (YAML).") from None
-    except UnicodeDecodeError as err:
-        raise BadInput(
-            f"{path}: not UTF-8 text ({err.reason} at byte {err.start}); expected a {what} in YAML."
-        ) from None
-    except OSError as err:
-        raise BadInput(f"{path}: cannot read the {what} file: {err.strerror}.") from None
-    try:
-        data = yaml.load(text, Loader=_TextDateLoader)  # noqa: S506 - a SafeLoader subclass
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" line {mark.line + 1}, column {mark.column + 1}:" if mark else ""
-        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        raise BadInput(
-            f"{path}:{where} not valid YAML ({problem}); expected a {what} mapping."
-        ) from None
-    if data is None:
-        raise BadInput(f"{path}: the file is empty; expected a {what}: a YAML mapping of fields.")
-    if not isinstance(data, dict):
-        raise BadInput(
-            f"{path}: the document is a {_yaml_type(data)}; expected a {what}: a YAML mapping of fields."
-        )
-    return data, text
-
-
 def load_recipe(path: str | Path) -> Recipe:
     """Read and fully validate a recipe; raise BadInput listing every problem found."""
     path = Path(path)
@@ -278,12 +236,6 @@ def load_recipe(path: str | Path) -> Recipe:
     return Recipe(path=path, raw=raw, text=text)
 
 
-def format_problems(path: Path, what: str, problems: list[tuple[str, str]]) -> str:
-    lines = [f"{path}: invalid {what}, {len(problems)} problem{'s' if len(problems) != 1 else ''}:"]
-    lines += [f"  - {field or '(top level)'}: {message}" for field, message in problems]
-    return "\n".join(lines)
-
-
 # ------------------------------------------------------------------------------------------------
 # Validation
 
@@ -291,7 +243,7 @@ def format_problems(path: Path, what: str, problems: list[tuple[str, str]]) -> s
 @cache
 def recipe_schema() -> dict[str, Any]:
     path = data_dir("schema") / "recipe.schema.yaml"
-    return yaml.load(path.read_text(encoding="utf-8"), Loader=_BaseLoader)  # noqa: S506
+    return yaml.load(path.read_text(encoding="utf-8"), Loader=FastSafeLoader)  # noqa: S506
 
 
 def validate_raw(raw: dict[str, Any]) -> list[tuple[str, str]]:
@@ -316,168 +268,6 @@ def validate_raw(raw: dict[str, Any]) -> list[tuple[str, str]]:
 
 def _versions() -> str:
     return ", ".join(str(v) for v in SUPPORTED_SCHEMA_VERSIONS)
-
-
-def _cache_dir() -> Path | None:
-    if os.environ.get("REPRODUCE_NO_CACHE"):
-        return None
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "reproduce" / "schema-valid"
-
-
-def _validity_key(raw: dict[str, Any], schema: dict[str, Any]) -> str:
-    from launcher import __version__
-
-    blob = json.dumps([__version__, schema, raw], sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()
-
-
-def schema_problems(raw: dict[str, Any], schema: dict[str, Any]) -> list[tuple[str, str]]:
-    """jsonschema errors turned into (field path, what was expected) pairs.
-
-    A document that once passed (same content, same schema, same launcher version) is remembered
-    in the user's cache, so a repeated command skips importing jsonschema (~70 ms of a dry run's
-    start). Only passes are cached: every failure is computed and reported afresh.
-    """
-    cache = _cache_dir()
-    key = _validity_key(raw, schema) if cache else ""
-    if cache and (cache / key).exists():
-        return []
-    problems = _jsonschema_problems(raw, schema)
-    if cache and not problems:
-        try:
-            cache.mkdir(parents=True, exist_ok=True)
-            (cache / key).touch()
-        except OSError:
-            pass  # a read-only home only costs the speed-up
-    return problems
-
-
-def _jsonschema_problems(raw: dict[str, Any], schema: dict[str, Any]) -> list[tuple[str, str]]:
-    from jsonschema import Draft202012Validator
-
-    validator = Draft202012Validator(schema)
-    out: list[tuple[str, str]] = []
-    for err in sorted(
-        validator.iter_errors(raw), key=lambda e: (list(map(str, e.absolute_path)), e.message)
-    ):
-        out.extend(_explain(err))
-    return out
-
-
-def field_path(parts: Any) -> str:
-    text = ""
-    for part in parts:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
-    return text
-
-
-def _explain(err: Any) -> list[tuple[str, str]]:
-    path = field_path(err.absolute_path)
-    kind = err.validator
-    if "propertyNames" in err.absolute_schema_path:
-        return [
-            (
-                field_path([*err.absolute_path, str(err.instance)]),
-                "not a shell variable name; expected letters, "
-                "digits and _, not starting with a digit",
-            )
-        ]
-    if kind == "additionalProperties" and isinstance(err.instance, dict):
-        allowed = sorted((err.schema.get("properties") or {}).keys())
-        extra = [k for k in err.instance if k not in allowed]
-        hint = f"; expected one of: {', '.join(allowed)}" if allowed else ""
-        return [(field_path([*err.absolute_path, k]), f"unknown field{hint}") for k in extra]
-    if kind == "required":
-        missing = re.findall(r"'([^']+)' is a required property", err.message)
-        name = missing[0] if missing else "?"
-        desc = ((err.schema.get("properties") or {}).get(name) or {}).get("description", "")
-        return [
-            (
-                field_path([*err.absolute_path, name]),
-                "missing required field" + (f" ({_short(desc)})" if desc else ""),
-            )
-        ]
-    if kind == "type":
-        return [
-            (
-                path,
-                f"expected {_type_words(err.validator_value)}, got {_yaml_type(err.instance)} {_show(err.instance)}",
-            )
-        ]
-    if kind in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"):
-        op = {"minimum": ">=", "exclusiveMinimum": ">", "maximum": "<=", "exclusiveMaximum": "<"}[
-            kind
-        ]
-        return [(path, f"expected a number {op} {err.validator_value}, got {_show(err.instance)}")]
-    if kind == "pattern":
-        desc = err.schema.get("description") or f"text matching {err.validator_value}"
-        return [(path, f"got {_show(err.instance)}; expected {_short(desc)}")]
-    if kind == "enum":
-        return [
-            (
-                path,
-                f"got {_show(err.instance)}; expected one of {', '.join(map(str, err.validator_value))}",
-            )
-        ]
-    if kind == "const":
-        return [(path, f"got {_show(err.instance)}; expected {err.validator_value!r}")]
-    if kind in ("minLength",):
-        return [(path, "expected non-empty text")]
-    if kind in ("minItems", "maxItems", "items", "prefixItems"):
-        return [
-            (
-                path,
-                f"got {_show(err.instance)}; expected {_short(err.schema.get('description', err.message))}",
-            )
-        ]
-    if kind == "oneOf" and err.context:
-        best = min(err.context, key=lambda e: len(list(e.absolute_path)))
-        return [(path, best.message)]
-    return [(path, err.message)]
-
-
-def _type_words(value: Any) -> str:
-    names = {
-        "object": "a mapping",
-        "array": "a list",
-        "string": "text",
-        "integer": "an integer",
-        "number": "a number",
-        "boolean": "true or false",
-        "null": "null",
-    }
-    if isinstance(value, list):
-        return " or ".join(names.get(v) or str(v) for v in value)
-    return names.get(value, str(value))
-
-
-def _yaml_type(value: Any) -> str:
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "text"
-    if isinstance(value, list):
-        return "list"
-    if isinstance(value, dict):
-        return "mapping"
-    if value is None:
-        return "null"
-    return type(value).__name__
-
-
-def _show(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _short(text: str) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= 160 else text[:157] + "..."
 
 
 def extract_image(stack: dict[str, Any]) -> Image | None:
@@ -523,7 +313,8 @@ def _image_problem(stack: dict[str, Any]) -> tuple[str, str] | None:
     return (
         "stack.image",
         "missing, and stack.source names no image digest; expected stack.image "
-        "{repository, digest: sha256:<64 hex>} or '<repository> ... sha256:<64 hex>' in stack.source",
+        "{repository, digest: sha256:<64 hex>} or '<repository> ... sha256:<64 hex>' "
+        "in stack.source",
     )
 
 
@@ -556,7 +347,8 @@ def consistency_problems(raw: dict[str, Any]) -> list[tuple[str, str]]:
         problems.append(
             (
                 "result.window",
-                f"[{first}, {last}] starts after it ends; expected [first, last] with first <= last",
+                f"[{first}, {last}] starts after it ends; "
+                "expected [first, last] with first <= last",
             )
         )
     elif last >= steps:
@@ -574,8 +366,8 @@ def consistency_problems(raw: dict[str, Any]) -> list[tuple[str, str]]:
                 (
                     "result.window_tokens",
                     f"{result['window_tokens']} does not match the window: "
-                    f"{last - first + 1} steps x global_batch {workload['global_batch']} x row_tokens "
-                    f"{workload['row_tokens']} = {expected}",
+                    f"{last - first + 1} steps x global_batch {workload['global_batch']} "
+                    f"x row_tokens {workload['row_tokens']} = {expected}",
                 )
             )
 
@@ -620,8 +412,8 @@ def consistency_problems(raw: dict[str, Any]) -> list[tuple[str, str]]:
             (
                 "run",
                 f"uses ${name}, which neither the run block, the env block nor the launcher "
-                f"defines; expected one of the launcher's {', '.join('$' + v for v in BOUND_VARIABLES)} "
-                "or a variable set in env",
+                "defines; expected one of the launcher's "
+                f"{', '.join('$' + v for v in BOUND_VARIABLES)} or a variable set in env",
             )
         )
     return problems
