@@ -31,7 +31,7 @@ def _fail(err: ReproduceError) -> typer.Exit:
 # --- commands are added below; keep each body a call into a module, imports lazy ---
 
 
-# --- run (the default command) and validate: launcher/reproduction.py, launcher/recipe.py ---
+# --- run (the default command): launcher/commands/run.py; validate: launcher/recipe.py ---
 
 
 @app.command("run")
@@ -91,7 +91,8 @@ def run_cmd(
     ),
 ) -> None:
     """Reproduce RECIPE on a cluster (also: `reproduce RECIPE ...`): provision, check, train, measure, judge, release."""
-    from launcher.reproduction import Options, dry_run_text, prepare, write_script
+    from launcher.commands.run import run_command
+    from launcher.reproduction import Options
 
     options = Options(
         cluster=cluster,
@@ -106,16 +107,9 @@ def run_cmd(
         runs_dir=runs_dir,
     )
     try:
-        prepared = prepare(recipe, options)
-        if script_out is not None:
-            write_script(prepared.plan, script_out)
-        if dry_run:
-            sys.stdout.write(dry_run_text(prepared))
-            sys.stdout.flush()
-            return
-        from launcher.run import check_plan, run_plan
-
-        code = check_plan(prepared) if check else run_plan(prepared, options)
+        code = run_command(
+            recipe, options, dry_run=dry_run, check=check, script_out=script_out
+        )
     except ReproduceError as err:
         raise _fail(err) from None
     raise typer.Exit(code)
@@ -144,7 +138,7 @@ def validate(
         raise typer.Exit(2)
 
 
-# --- attach / cancel (execution on a node: launcher/execute.py) ---
+# --- attach / cancel (launcher/commands/run.py) ---
 
 _ON_INTERRUPT_HELP = (
     "On Ctrl-C: ask (default when interactive; cancel otherwise), cancel, or detach."
@@ -160,26 +154,13 @@ def attach(
     on_interrupt: str = typer.Option("ask", "--on-interrupt", help=_ON_INTERRUPT_HELP),
 ) -> None:
     """Reattach to a run in progress: continue collecting its log where it stopped, then measure."""
-    from launcher.execute import attach as attach_run
-    from launcher.execute import outcome_exit_code
-    from launcher.run import record_history
-    from launcher.rundir import RunDir
+    from launcher.commands.run import attach_command
 
     try:
-        try:
-            outcome = attach_run(run, runs_root=runs_dir, on_interrupt=on_interrupt)
-        finally:
-            try:
-                run_dir = RunDir.find(run, runs_dir).path
-            except ReproduceError:
-                run_dir = None
-            if (
-                run_dir is not None
-            ):  # a run that ends while attached joins its history, as `reproduce RECIPE` does
-                record_history(run_dir)
+        code = attach_command(run, runs_dir, on_interrupt)
     except ReproduceError as err:
         raise _fail(err) from None
-    raise typer.Exit(outcome_exit_code(outcome))
+    raise typer.Exit(code)
 
 
 @app.command()
@@ -190,12 +171,13 @@ def cancel(
     ),
 ) -> None:
     """Stop a run on its node: its processes and its container (with Ray inside); nothing else."""
-    from launcher.execute import cancel as cancel_run
+    from launcher.commands.run import cancel_command
 
     try:
-        cancel_run(run, runs_root=runs_dir)
+        code = cancel_command(run, runs_dir)
     except ReproduceError as err:
         raise _fail(err) from None
+    raise typer.Exit(code)
 
 
 # --- measurement, verdict and report: `measure`, `compare` (launcher/commands/measure.py) ---

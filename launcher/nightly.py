@@ -1,7 +1,7 @@
 """`reproduce nightly`: re-measure a set of recipes, keep the history, flag regressions.
 
 Each recipe runs exactly as `reproduce RECIPE --cluster NAME` runs it (launcher.reproduction.prepare
-then launcher.run.run_plan: no second run path), one after the other. Whatever happens to one
+then launcher.runner.runner.Runner.run: no second run path), one after the other. Whatever happens to one
 recipe (invalid file, budget refusal, a node that never came up, a failed check) is recorded in the
 history as that recipe's run and the nightly goes on with the next: one bad recipe must not hide
 the others' numbers. Ctrl-C stops the nightly (the run in progress is cancelled by the run path).
@@ -70,8 +70,11 @@ class NightlyResult:
 Runner = Callable[[Path, Options], RecipeRun]
 
 
-def run_recipe(recipe: Path, options: Options) -> RecipeRun:
-    """One reproduction through the real run path (prepare -> run_plan), errors caught and kept."""
+def run_recipe(recipe: Path, options: Options, reporter: Any = None) -> RecipeRun:
+    """One reproduction through the real run path (prepare -> Runner.run), errors caught and kept.
+
+    `reporter` (launcher.runner.reporter.Reporter) shows the run's progress; None shows nothing.
+    """
     from launcher.reproduction import prepare
     from launcher.rundir import RunDir, default_runs_root
 
@@ -79,10 +82,12 @@ def run_recipe(recipe: Path, options: Options) -> RecipeRun:
         prepared = prepare(recipe, options)
     except ReproduceError as err:
         return RecipeRun(recipe, err.exit_code, None, str(err))
-    from launcher.run import run_plan
+    from launcher.runner.outcome import exit_code_of
+    from launcher.runner.runner import Runner as RunPath
 
     try:
-        code, error = run_plan(prepared, options), None
+        outcome = RunPath(reporter, on_interrupt=options.on_interrupt).run(prepared, options)
+        code, error = exit_code_of(outcome), None
     except ReproduceError as err:
         code, error = err.exit_code, str(err)
     run_dir = None

@@ -18,6 +18,7 @@ from launcher.errors import BadInput
 from launcher.profile import Profile
 from launcher.recipe import Recipe
 from launcher.rundir import new_run_id
+from launcher.runner.protocol import DONE_LINE, MARKER_HELP, STAGE_FUNCTIONS
 from launcher.stack import expected_versions
 
 CONTAINER_SCRIPTS = "/opt/reproduce/scripts"
@@ -28,7 +29,6 @@ NVLS_OFF = (
     ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"),
     ("NVSHMEM_DISABLE_NVLS", "1"),
 )
-MARKER = "##reproduce"
 
 q = shlex.quote
 
@@ -91,7 +91,7 @@ class Plan(Placement):
 
     def to_dict(self) -> dict[str, Any]:
         """plan.json: what ran, in a form a person or a script can audit later."""
-        from launcher.clusters.aws_request import to_jsonable
+        from launcher.clusters.aws import to_jsonable
 
         return {
             "run_id": self.run_id,
@@ -555,20 +555,6 @@ def _heredoc_tag(body: str, base: str) -> str:
     return tag
 
 
-_STAGE_FUNCS = f"""\
-_stage_begin() {{ _STAGE=$1; printf '{MARKER} stage=%s event=start t=%s\\n' "$1" "$(date +%s.%N)"; }}
-_stage_end() {{ printf '{MARKER} stage=%s event=end status=ok t=%s\\n' "$_STAGE" "$(date +%s.%N)"; _STAGE=''; }}
-_on_exit() {{
-  local rc=$? status=failed
-  if [ -n "${{_STAGE:-}}" ]; then
-    [ -e "$NODE_RUN_DIR/cancelled" ] && status=cancelled  # `reproduce cancel` marks the run first
-    printf '{MARKER} stage=%s event=end status=%s rc=%s t=%s\\n' "$_STAGE" "$status" "$rc" "$(date +%s.%N)"
-  fi
-  _cleanup
-  exit "$rc"
-}}"""
-
-
 def render_node_script(ctx: _Ctx, stages: list[Stage]) -> str:
     r, p = ctx.recipe, ctx.profile
     by = {s.name: s for s in stages}
@@ -581,7 +567,7 @@ def render_node_script(ctx: _Ctx, stages: list[Stage]) -> str:
             f"#   run {ctx.run_id} on cluster profile {p.name} (kind {p.kind}), {r.nodes} x {r.gpus_per_node} {r.gpu_type}"
         ),
         "# Plain bash, runnable by hand on the node: bash node.sh",
-        "# Stages print '##reproduce stage=NAME event=start|end' markers; the launcher builds the timeline from them.",
+        MARKER_HELP,
         "set -euo pipefail",
         "",
         f"RUN_ID={q(ctx.run_id)}",
@@ -615,7 +601,7 @@ def render_node_script(ctx: _Ctx, stages: list[Stage]) -> str:
         'if [ -f "$NODE_RUN_DIR/.secrets.env" ]; then set -a; . "$NODE_RUN_DIR/.secrets.env"; set +a; '
         'rm -f "$NODE_RUN_DIR/.secrets.env"; fi',
         "",
-        _STAGE_FUNCS,
+        STAGE_FUNCTIONS,
     ]
     if ctx.docker:
         head += [
@@ -653,7 +639,7 @@ def render_node_script(ctx: _Ctx, stages: list[Stage]) -> str:
     container_body = "\n".join(
         [
             "set -euo pipefail",
-            _STAGE_FUNCS,
+            STAGE_FUNCTIONS,
             "_cleanup() { :; }",
             "trap _on_exit EXIT",
             *ctx.exports(),
@@ -694,5 +680,5 @@ def render_node_script(ctx: _Ctx, stages: list[Stage]) -> str:
         ]
     else:
         body += ['bash -c "$CONTAINER_SCRIPT"']
-    body += ["", "echo '##reproduce done'", ""]
+    body += ["", DONE_LINE, ""]
     return "\n".join(head + body)

@@ -1,4 +1,4 @@
-"""The run directory: the record of one run (ARCHITECTURE.md, "Run directory").
+"""The run directory: the record of one run (docs/architecture.md, "Run directory").
 
     runs/<recipe-slug>/<UTC-timestamp>-<run id>/
       recipe.yaml profile.yaml plan.json node.sh   what was asked, byte for byte
@@ -8,9 +8,8 @@
       logs/node.log everything the node script printed, appended by byte offset
       logs/<stage>.log  the same bytes split by stage marker; logs/train.log always exists
 
-The offset that log streaming continues from is the size of logs/node.log itself, so the local log
-and the offset can never disagree, whatever moment the launcher died at. Stage logs and the
-timeline are pure functions of node.log (plus acquire/release times) and are rebuilt from it on
+Stage logs and the timeline are pure functions of node.log (plus acquire/release times); the
+runner streams and splits them (launcher/runner/stream.py) and rebuilds them from node.log on
 attach.
 """
 
@@ -20,7 +19,6 @@ import json
 import os
 import re
 import secrets
-import shlex
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -44,8 +42,6 @@ STATES = (
     "detached",
 )
 FINAL_STATES = ("done", "failed", "cancelled")
-MARKER = re.compile(rb"^##reproduce (.*?)\r?$")
-_SAFE_STAGE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _STAMPED = re.compile(r"^\d{8}T\d{6}Z-")
 
 
@@ -63,21 +59,6 @@ def _write_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text)
     os.replace(tmp, path)
-
-
-def parse_marker(line: bytes) -> dict[str, str] | None:
-    """`##reproduce stage=train event=start t=1.5` -> {"stage": "train", ...}; other lines -> None."""
-    match = MARKER.match(line)
-    if not match:
-        return None
-    try:
-        words = shlex.split(match.group(1).decode(errors="replace"))
-    except ValueError:
-        return None
-    fields = dict(w.split("=", 1) for w in words if "=" in w)
-    if "stage" not in fields or fields.get("event") not in ("start", "end"):
-        return None
-    return fields
 
 
 @dataclass
@@ -119,98 +100,6 @@ class Timeline:
             "released_at": self.released_at,
             "stages": self.stages,
         }
-
-
-class LogSplitter:
-    """Appends node output to logs/node.log and splits complete lines into logs/<stage>.log.
-
-    A line belongs to the innermost stage open when it was printed; marker lines are kept in
-    node.log only. Lines outside any stage are only in node.log.
-    """
-
-    def __init__(self, logs: Path, timeline: Timeline, on_marker: Any = None) -> None:
-        self.logs = logs
-        self.timeline = timeline
-        self.on_marker = on_marker
-        self.open_stages: list[str] = []
-        self._partial = b""
-        self._handles: dict[str, Any] = {}
-
-    @property
-    def node_log(self) -> Path:
-        return self.logs / "node.log"
-
-    def offset(self) -> int:
-        return self.node_log.stat().st_size if self.node_log.exists() else 0
-
-    def rebuild(self) -> None:
-        """Re-derive the stage logs and the timeline's stages from node.log (used on attach)."""
-        self.close()
-        for old in self.logs.glob("*.log"):
-            if old.name != "node.log":
-                old.unlink()
-        (self.logs / f"{TRAIN_STAGE}.log").touch()
-        self.timeline.stages = []
-        self.open_stages = []
-        self._partial = b""
-        if self.node_log.exists():
-            with open(self.node_log, "rb") as fh:
-                for chunk in iter(lambda: fh.read(1 << 20), b""):
-                    self._split(chunk, replay=True)
-
-    def append(self, data: bytes) -> None:
-        """New bytes from the node: first to node.log (the offset), then to the stage logs."""
-        if not data:
-            return
-        with open(self.node_log, "ab") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        self._split(data, replay=False)
-
-    def _split(self, data: bytes, *, replay: bool) -> None:
-        lines = (self._partial + data).split(b"\n")
-        self._partial = lines.pop()
-        for line in lines:
-            self._line(line + b"\n", replay)
-
-    def _line(self, line: bytes, replay: bool) -> None:
-        marker = parse_marker(line.rstrip(b"\n"))
-        if marker is None:
-            if self.open_stages:
-                self._stage_handle(self.open_stages[-1]).write(line)
-            return
-        name = marker["stage"]
-        if not _SAFE_STAGE.match(name):
-            return
-        self.timeline.on_marker(marker)
-        if marker["event"] == "start":
-            self.open_stages.append(name)
-        elif name in self.open_stages:
-            del self.open_stages[len(self.open_stages) - 1 - self.open_stages[::-1].index(name)]
-        if self.on_marker is not None and not replay:
-            self.on_marker(marker)
-
-    def _stage_handle(self, name: str) -> Any:
-        if name not in self._handles:
-            self._handles[name] = open(self.logs / f"{name}.log", "ab")
-        return self._handles[name]
-
-    def flush_partial(self) -> None:
-        """At the very end a last line without a newline still belongs to its stage."""
-        if self._partial and self.open_stages:
-            self._stage_handle(self.open_stages[-1]).write(self._partial)
-        self._partial = b""
-        self.flush()
-
-    def flush(self) -> None:
-        for handle in self._handles.values():
-            handle.flush()
-
-    def close(self) -> None:
-        for handle in self._handles.values():
-            handle.close()
-        self._handles = {}
 
 
 class RunDir:

@@ -1,12 +1,12 @@
-"""The budget guard (--max-usd, --max-hours) and always_release with any backend."""
+"""The budget guard (--max-usd, --max-hours). Its enforcement during a run, and the release on
+every way out, are tested on the real run path: tests/test_aws_runner_release.py."""
 
 from __future__ import annotations
 
 import pytest
 
 from launcher.budget import Budget
-from launcher.errors import BadInput, InfraError, Interrupted
-from launcher.teardown import always_release
+from launcher.errors import BadInput
 
 pytestmark = pytest.mark.aws
 
@@ -54,60 +54,3 @@ def test_a_dollar_limit_without_a_price_is_bad_input():
         Budget(max_usd=10.0, max_hours=None, price_per_hour=None, nodes=1)
     with pytest.raises(BadInput, match="positive"):
         Budget(max_usd=-1.0, max_hours=None, price_per_hour=1.0, nodes=1)
-
-
-class FakeCluster:
-    """Counts releases; optionally fails them."""
-
-    def __init__(self, failures: list[BaseException] | None = None) -> None:
-        self.releases = 0
-        self.failures = list(failures or [])
-
-    def release(self) -> None:
-        self.releases += 1
-        if self.failures:
-            raise self.failures.pop(0)
-
-    def leftovers(self) -> list[str]:
-        return ["instance i-123"] if self.failures else []
-
-    def down_command(self) -> str:
-        return "reproduce down runs/x"
-
-
-def test_release_runs_on_success_and_on_error():
-    ok = FakeCluster()
-    with always_release(ok, log=lambda m: None):
-        pass
-    assert ok.releases == 1
-    failing = FakeCluster()
-    with pytest.raises(ValueError):
-        with always_release(failing, log=lambda m: None):
-            raise ValueError("training failed")
-    assert failing.releases == 1
-
-
-def test_interrupted_teardown_is_finished():
-    cluster = FakeCluster([KeyboardInterrupt()])
-    with always_release(cluster, log=lambda m: None):
-        pass
-    assert cluster.releases == 2
-
-
-def test_teardown_that_keeps_failing_names_what_is_left_and_the_command():
-    cluster = FakeCluster(
-        [KeyboardInterrupt(), KeyboardInterrupt(), KeyboardInterrupt(), KeyboardInterrupt()]
-    )
-    with pytest.raises(InfraError) as err:
-        with always_release(cluster, log=lambda m: None):
-            pass
-    assert "instance i-123" in str(err.value) and "reproduce down runs/x" in str(err.value)
-
-
-def test_the_blocks_own_error_wins_and_the_teardown_error_is_printed():
-    printed: list[str] = []
-    cluster = FakeCluster([InfraError("could not delete sg-1")])
-    with pytest.raises(Interrupted):
-        with always_release(cluster, log=printed.append):
-            raise KeyboardInterrupt
-    assert any("sg-1" in line for line in printed)

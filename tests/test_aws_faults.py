@@ -31,9 +31,9 @@ from aws_support import (  # noqa: F401 - fixtures
     write_profile,
 )
 
-from launcher.clusters.aws import AwsCluster, down, reap
+from launcher.clusters.aws.cluster import AwsCluster
+from launcher.clusters.aws.teardown import down, reap
 from launcher.errors import BadInput, CheckFailed, InfraError, Interrupted
-from launcher.teardown import always_release
 
 pytestmark = pytest.mark.aws
 
@@ -60,6 +60,17 @@ def ec2_of(aws):
     return aws._real.client("ec2")
 
 
+def run(c, tmp_path):
+    """`c` driven by the real run path (Runner.execute), as `reproduce RECIPE --cluster aws` is."""
+    from infra.nodescript import plan_running
+
+    from launcher.rundir import RunDir
+    from launcher.runner.runner import Runner
+
+    plan = plan_running("f1", str(tmp_path / "node"), "echo never reached\n")
+    return Runner(measure=False, poll_s=0.05).execute(plan, RunDir(tmp_path / "run"), c)
+
+
 def test_launch_refused_everywhere_names_the_alternatives_and_leaves_nothing(
     aws, ami, tmp_path, banner
 ):
@@ -68,8 +79,7 @@ def test_launch_refused_everywhere_names_the_alternatives_and_leaves_nothing(
     )
     c = cluster(aws, ami, tmp_path, port=banner.port)
     with pytest.raises(InfraError) as err:
-        with always_release(c, log=c.logs.append):
-            c.acquire()
+        run(c, tmp_path)
     text = str(err.value)
     assert err.value.exit_code == 3 and "InsufficientInstanceCapacity" in text
     assert (
@@ -112,8 +122,7 @@ def test_instance_that_never_passes_status_checks_is_torn_down(aws, ami, tmp_pat
     }
     c = cluster(aws, ami, tmp_path, port=banner.port, ready_timeout_s=0.3)
     with pytest.raises(InfraError, match="status checks"):
-        with always_release(c, log=c.logs.append):
-            c.acquire()
+        run(c, tmp_path)
     assert live_resources(ec2_of(aws)) == NOTHING
 
 
@@ -133,8 +142,7 @@ def test_instance_that_dies_while_starting_is_reported_and_torn_down(aws, ami, t
     aws.faults["describe_instances"] = reclaimed
     c = cluster(aws, ami, tmp_path, port=banner.port)
     with pytest.raises(InfraError, match="shutting-down.*InsufficientInstanceCapacity"):
-        with always_release(c, log=c.logs.append):
-            c.acquire()
+        run(c, tmp_path)
     assert live_resources(real) == NOTHING
 
 
@@ -142,8 +150,7 @@ def test_ssh_that_never_answers_fails_within_the_timeout_and_tears_down(aws, ami
     c = cluster(aws, ami, tmp_path, port=closed_port(), ready_timeout_s=0.5)
     t0 = time.monotonic()
     with pytest.raises(InfraError, match="SSH on 127.0.0.1:.* never answered"):
-        with always_release(c, log=c.logs.append):
-            c.acquire()
+        run(c, tmp_path)
     assert time.monotonic() - t0 < 30
     assert live_resources(ec2_of(aws)) == NOTHING
 
@@ -152,10 +159,10 @@ def test_ssh_that_never_answers_fails_within_the_timeout_and_tears_down(aws, ami
 def test_training_that_fails_on_the_node_still_ends_the_instance(
     aws, ami, tmp_path, sshd, runs_root
 ):
-    from infra.nodescript import script
+    from infra.nodescript import plan_with_script
 
-    from launcher.execute import execute
     from launcher.rundir import RunDir
+    from launcher.runner.runner import Runner
 
     ec2 = ec2_of(aws)
     pub = open(f"{sshd.identity_file}.pub").read()
@@ -187,16 +194,8 @@ def test_training_that_fails_on_the_node_still_ends_the_instance(
     with pytest.raises(
         CheckFailed
     ) as err:  # a failed training is judged (exit 1), not an infra error
-        execute(
-            c,
-            node_script=script(rd.run_id, node_dir, f"reproduce-{rd.run_id}", body),
-            run_id=rd.run_id,
-            node_run_dir=node_dir,
-            container=f"reproduce-{rd.run_id}",
-            run_dir=rd,
-            poll_s=0.05,
-            measure=False,
-        )
+        plan = plan_with_script(rd.run_id, node_dir, body)
+        Runner(poll_s=0.05, measure=False).execute(plan, rd, c)
     assert "exit code 9" in str(err.value) and err.value.exit_code == 1
     assert "step 0 loss nan" in (rd.logs / "node.log").read_text()  # the run really ran over SSH
     assert live_resources(ec2) == {
@@ -207,22 +206,21 @@ def test_training_that_fails_on_the_node_still_ends_the_instance(
 
 def test_ctrl_c_after_launch_releases_everything(aws, ami, tmp_path, banner):
     c = cluster(aws, ami, tmp_path, port=banner.port)
+    aws.faults["describe_instance_status"] = KeyboardInterrupt()  # the instance is launched
     with pytest.raises(Interrupted) as err:
-        with always_release(c, log=c.logs.append):
-            c.acquire()
-            raise KeyboardInterrupt
+        run(c, tmp_path)
     assert err.value.exit_code == 130
     assert live_resources(ec2_of(aws)) == NOTHING
 
 
 def test_sigterm_releases_everything(aws, ami, tmp_path, banner):
     c = cluster(aws, ami, tmp_path, port=banner.port)
+    before = signal.getsignal(signal.SIGTERM)
+    # SIGTERM arrives once the instance is launched; the handler the run path installs takes it
+    aws.faults["describe_instance_status"] = lambda params: os.kill(os.getpid(), signal.SIGTERM)
     with pytest.raises(Interrupted, match="SIGTERM"):
-        with always_release(c, log=c.logs.append):
-            c.acquire()
-            os.kill(os.getpid(), signal.SIGTERM)
-            time.sleep(5)
-    assert signal.getsignal(signal.SIGTERM) is not None  # handler restored, whatever it was
+        run(c, tmp_path)
+    assert signal.getsignal(signal.SIGTERM) == before  # the previous handler is back
     assert live_resources(ec2_of(aws)) == NOTHING
 
 
@@ -236,11 +234,10 @@ def test_a_second_ctrl_c_during_teardown_does_not_stop_it(aws, ami, tmp_path, ba
             raise KeyboardInterrupt
         return None
 
+    aws.faults["describe_instance_status"] = KeyboardInterrupt()  # the first Ctrl-C
     aws.faults["terminate_instances"] = ctrl_c_once
     with pytest.raises(Interrupted):
-        with always_release(c, log=c.logs.append):
-            c.acquire()
-            raise KeyboardInterrupt
+        run(c, tmp_path)
     assert pressed and live_resources(ec2_of(aws)) == NOTHING
 
 
@@ -251,9 +248,8 @@ def test_teardown_that_cannot_finish_says_what_is_left_and_how_to_end_it(
     aws.faults["delete_security_group"] = client_error(
         "UnauthorizedOperation", "no", "DeleteSecurityGroup"
     )
-    with pytest.raises(InfraError) as err:
-        with always_release(c, log=c.logs.append):
-            c.acquire()
+    with pytest.raises(InfraError) as err:  # staging fails (no real sshd), then the teardown
+        run(c, tmp_path)
     text = str(err.value)
     group = json.loads((tmp_path / "run" / "aws.json").read_text())["security_group"]
     assert f"security group {group}" in text and f"reproduce down {tmp_path / 'run'}" in text
@@ -338,7 +334,7 @@ sys.path.insert(0, {tests!r})
 from pathlib import Path
 from aws_support import seed_recipe
 from launcher.profile import load_profile
-from launcher.clusters.aws import AwsCluster
+from launcher.clusters.aws.cluster import AwsCluster
 c = AwsCluster(seed_recipe(), load_profile({profile!r}), "killed", state_path=Path({state!r}),
                key_dir=Path({keys!r}), poll_s=0.05, owner="test", log=lambda m: None)
 c.acquire()

@@ -18,9 +18,9 @@ from infra.plan_env import plan_for, seed_raw, write_profile, write_recipe
 
 from launcher.clusters.local import LocalCluster
 from launcher.errors import InfraError
-from launcher.execute import execute
 from launcher.recipe import load_recipe
 from launcher.rundir import RunDir, new_run_id
+from launcher.runner.runner import Runner
 
 pytestmark = pytest.mark.docker
 LOCAL = {"kind": "local"}
@@ -34,17 +34,7 @@ RAY_PROBE = (
 def _execute(plan, runs_root: Path):
     """The Plan's node script through the shared runner, as `reproduce RECIPE --cluster local` runs it."""
     rd = RunDir.create(runs_root, plan.recipe.slug, plan.run_id)
-    run = lambda: execute(
-        LocalCluster(),
-        node_script=plan.node_script,
-        run_id=plan.run_id,  # noqa: E731
-        node_run_dir=plan.node_run_dir,
-        container=plan.container,
-        run_dir=rd,
-        recipe_raw=plan.recipe.raw,
-        poll_s=0.2,
-    )
-    return rd, run
+    return rd, lambda: Runner(poll_s=0.2).execute(plan, rd, LocalCluster())
 
 
 def test_pull_by_digest_then_ray_and_standin_miles_then_measure(

@@ -11,38 +11,27 @@ from pathlib import Path
 
 import pytest
 from infra.helpers import cli, group_alive, slow_script_body, start_driver, wait_for
-from infra.nodescript import script
+from infra.nodescript import job
 
 from launcher.clusters.local import LocalCluster
 from launcher.errors import InfraError
-from launcher.execute import execute
 from launcher.rundir import RunDir
+from launcher.runner.runner import Runner
 
 
 def _job(tmp_path: Path, runs_root: Path, body: str):
-    rd = RunDir.create(runs_root, "test/local")
-    node_dir = str(tmp_path / "node" / rd.run_id)
-    container = f"reproduce-{rd.run_id}"
-    return rd, node_dir, container, script(rd.run_id, node_dir, container, body)
+    rd, plan = job(runs_root, tmp_path / "node", body)
+    return rd, plan.node_run_dir, plan.container, plan.node_script
 
 
 def _run(tmp_path, runs_root, body, **kw):
-    rd, node_dir, container, text = _job(tmp_path, runs_root, body)
+    rd, plan = job(runs_root, tmp_path / "node", body)
     scripts = tmp_path / "scripts"
     scripts.mkdir(exist_ok=True)
     (scripts / "preflight.py").write_text("print('preflight')\n")
-    outcome = execute(
-        LocalCluster(),
-        node_script=text,
-        run_id=rd.run_id,
-        node_run_dir=node_dir,
-        container=container,
-        run_dir=rd,
-        scripts_dir=scripts,
-        poll_s=0.1,
-        **kw,
-    )
-    return rd, node_dir, outcome
+    runner = Runner(scripts_dir=scripts, poll_s=0.1, measure=False)
+    outcome = runner.execute(plan, rd, LocalCluster(), **kw)
+    return rd, plan.node_run_dir, outcome
 
 
 def test_run_streams_log_byte_for_byte_and_splits_stages(tmp_path, runs_root):
@@ -241,16 +230,10 @@ def test_secrets_reach_the_node_once_and_never_the_run_dir(tmp_path, runs_root):
         "if [ -f .secrets.env ]; then set -a; . ./.secrets.env; set +a; rm -f .secrets.env; fi\n"
         f'_mark train start\n[ "$(printf %s "$HF_TOKEN" | sha256sum | cut -d" " -f1)" = {digest} ] && echo token-arrived\n'
     )
-    rd, node_dir, container, text = _job(tmp_path, runs_root, body)
-    execute(
-        LocalCluster(),
-        node_script=text,
-        run_id=rd.run_id,
-        node_run_dir=node_dir,
-        container=container,
-        run_dir=rd,
-        poll_s=0.1,
-        secrets={"HF_TOKEN": "hf_s3cr3t 'x"},
+    rd, plan = job(runs_root, tmp_path / "node", body)
+    node_dir = plan.node_run_dir
+    Runner(poll_s=0.1, measure=False).execute(
+        plan, rd, LocalCluster(), secrets={"HF_TOKEN": "hf_s3cr3t 'x"}
     )
     assert (rd.logs / "train.log").read_text() == "token-arrived\n"
     assert not Path(node_dir, ".secrets.env").exists()

@@ -9,13 +9,12 @@ from pathlib import Path
 
 import pytest
 from cli_support import SEED
-from infra.nodescript import script
+from infra.nodescript import job
 
 from launcher.clusters.local import LocalCluster
 from launcher.errors import CheckFailed, InfraError
-from launcher.execute import execute
-from launcher.recipe import load_recipe
 from launcher.rundir import RunDir
+from launcher.runner.runner import Runner
 
 FAILED_PREFLIGHT = {
     "ok": False,
@@ -33,25 +32,13 @@ FAILED_PREFLIGHT = {
 }
 
 
-def _execute(tmp_path: Path, body: str, **kw):
-    rd = RunDir.create(tmp_path / "runs", "test/failures")
-    node_dir = str(tmp_path / "node" / rd.run_id)
-    container = f"reproduce-{rd.run_id}"
-    text = script(rd.run_id, node_dir, container, body)
+def _execute(tmp_path: Path, body: str):
+    """The seed's Plan running `body`, judged as a real run is (against the seed's claim)."""
+    rd, plan = job(tmp_path / "runs", tmp_path / "node", body, slug="test/failures")
     scripts = tmp_path / "scripts"
     scripts.mkdir(exist_ok=True)
-    kw.setdefault("recipe_raw", load_recipe(SEED).raw)
-    return rd, lambda: execute(
-        LocalCluster(),
-        node_script=text,
-        run_id=rd.run_id,
-        node_run_dir=node_dir,
-        container=container,
-        run_dir=rd,
-        scripts_dir=scripts,
-        poll_s=0.05,
-        **kw,
-    )
+    runner = Runner(scripts_dir=scripts, poll_s=0.05)
+    return rd, lambda: runner.execute(plan, rd, LocalCluster())
 
 
 def test_failed_preflight_is_exit_3_naming_each_failed_check(tmp_path: Path) -> None:

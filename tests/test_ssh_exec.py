@@ -10,22 +10,27 @@ from pathlib import Path
 
 import pytest
 from infra.helpers import cli, group_alive, slow_script_body, start_driver, wait_for
-from infra.nodescript import script
+from infra.nodescript import job, plan_running
 from infra.sshd import SshServer
 
 from launcher.clusters.ssh import SSHCluster
 from launcher.errors import InfraError
-from launcher.execute import execute
 from launcher.rundir import RunDir
+from launcher.runner.runner import Runner
 
 pytestmark = pytest.mark.ssh
 
 
 def _job(tmp_path: Path, runs_root: Path, body: str):
-    rd = RunDir.create(runs_root, "test/ssh")
-    node_dir = str(tmp_path / "node" / rd.run_id)  # the "node" is this host, reached over SSH
-    container = f"reproduce-{rd.run_id}"
-    return rd, node_dir, container, script(rd.run_id, node_dir, container, body)
+    # the "node" is this host, reached over SSH
+    rd, plan = job(runs_root, tmp_path / "node", body, slug="test/ssh")
+    return rd, plan.node_run_dir, plan.container, plan.node_script
+
+
+def _execute(cluster, rd: RunDir, node_dir: str, text: str, **settings):
+    """The runner on `cluster`, following the node script `text` in `node_dir`."""
+    plan = plan_running(rd.run_id, node_dir, text)
+    return Runner(measure=False, **settings).execute(plan, rd, cluster)
 
 
 def _train_bytes(rd: RunDir) -> int:
@@ -50,16 +55,7 @@ def test_dropped_connection_mid_run_loses_and_doubles_nothing(sshd, tmp_path, ru
 
     thread = threading.Thread(target=dropper)
     thread.start()
-    outcome = execute(
-        cluster,
-        node_script=text,
-        run_id=rd.run_id,
-        node_run_dir=node_dir,
-        container=container,
-        run_dir=rd,
-        poll_s=0.05,
-        reconnect_s=20,
-    )
+    outcome = _execute(cluster, rd, node_dir, text, poll_s=0.05, reconnect_s=20)
     thread.join()
     assert dropped and dropped[0] >= 1
     assert outcome.state == "done"
@@ -121,16 +117,7 @@ def test_node_unreachable_mid_run_detaches_with_a_hint_then_attach_finishes(tmp_
         thread.start()
         t0 = time.monotonic()
         with pytest.raises(InfraError) as err:
-            execute(
-                cluster,
-                node_script=text,
-                run_id=rd.run_id,
-                node_run_dir=node_dir,
-                container=container,
-                run_dir=rd,
-                poll_s=0.05,
-                reconnect_s=2,
-            )
+            _execute(cluster, rd, node_dir, text, poll_s=0.05, reconnect_s=2)
         thread.join()
         assert time.monotonic() - t0 < 30
         assert err.value.exit_code == 3

@@ -1,0 +1,91 @@
+"""The cluster backends, by kind: the one place that maps a profile's `kind` to its code.
+
+A new run gets its cluster from the Plan (`from_plan`); `reproduce attach`/`cancel` get the
+cluster of a recorded run from run.json (`from_record`). Both go through `BACKENDS`, so a kind
+is added in one line here plus its module, which exposes
+
+    from_plan(plan: Plan, options: LaunchOptions, run_dir: Path) -> Cluster
+    from_record(record: Mapping[str, Any]) -> Cluster
+
+Modules are imported only when a run needs them: the dry run never loads boto3 or paramiko.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from importlib import import_module
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+from launcher.errors import BadInput
+
+if TYPE_CHECKING:
+    from launcher.clusters.base import Cluster, LaunchOptions
+    from launcher.plan import Plan
+
+BACKENDS: dict[str, str] = {
+    "local": "launcher.clusters.local",
+    "ssh": "launcher.clusters.ssh",
+    "aws": "launcher.clusters.aws",
+}
+DRY_RUN_ONLY = {"ray": "the job submission path is not tested yet"}
+
+
+def backend(kind: str) -> ModuleType:
+    """The module of a cluster kind; BadInput for a kind this launcher cannot run."""
+    if kind in DRY_RUN_ONLY:
+        raise BadInput(
+            f"profiles of kind {kind} are dry-run only in this version ({DRY_RUN_ONLY[kind]}); "
+            "use --dry-run to see what it would do."
+        )
+    path = BACKENDS.get(kind)
+    if path is None:
+        raise BadInput(f"cluster kind {kind!r} is not one this launcher has ({', '.join(BACKENDS)})")
+    return import_module(path)
+
+
+def from_plan(plan: Plan, options: LaunchOptions, run_dir: Path) -> Cluster:
+    """The cluster a new run acquires its nodes from (the profile's kind decides)."""
+    module = backend(plan.profile.kind)
+    make = getattr(module, "from_plan", None)
+    if make is None and plan.profile.kind == "aws":
+        return _aws_from_plan_fallback(plan, options, run_dir)
+    if make is None:
+        raise BadInput(f"cluster kind {plan.profile.kind!r} cannot start runs (no from_plan)")
+    cluster: Cluster = make(plan, options, run_dir)
+    return cluster
+
+
+def from_record(record: Mapping[str, Any]) -> Cluster:
+    """The cluster of a recorded run (run.json's `cluster`): it reaches and releases its nodes."""
+    kind = record.get("kind")
+    if not isinstance(kind, str) or kind not in BACKENDS:
+        raise BadInput(f"run.json names no cluster kind this launcher has ({kind!r})")
+    module = backend(kind)
+    if not hasattr(module, "from_record"):
+        raise BadInput(f"cluster kind {kind!r} cannot be reattached (no from_record)")
+    cluster: Cluster = module.from_record(record)
+    return cluster
+
+
+def to_record(cluster: Cluster) -> dict[str, Any]:
+    """What run.json keeps so that `from_record` finds the cluster again (no secrets)."""
+    make = getattr(cluster, "to_record", None)
+    record: dict[str, Any] = make() if callable(make) else {"kind": cluster.name}
+    return record
+
+
+def _aws_from_plan_fallback(plan: Plan, options: LaunchOptions, run_dir: Path) -> Cluster:
+    """Until the aws package exposes from_plan: what the run path built before."""
+    from launcher.clusters.aws import AwsCluster
+
+    return AwsCluster(
+        plan.recipe,
+        plan.profile,
+        plan.run_id,
+        keep=options.keep,
+        instance_id=plan.profile.get("instance_id"),
+        owner=options.owner,
+        state_path=run_dir / "aws.json",
+    )

@@ -1,6 +1,6 @@
 """What a cluster backend must do, and nothing more.
 
-Backends are thin (ARCHITECTURE.md, principle 7): a Cluster acquires and releases nodes; a
+Backends are thin (docs/architecture.md, "Principles"): a Cluster acquires and releases nodes; a
 Transport moves bytes and commands to one node. Staging, detaching, streaming logs, measuring and
 judging are shared code that only ever talks to these two protocols, so AWS, SSH and this host
 cannot drift apart.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True)
@@ -23,7 +23,15 @@ class Node:
     port: int = 22
     user: str | None = None
     identity_file: str | None = None
-    meta: dict = field(default_factory=dict)  # backend facts: instance id, AMI, az, ...
+    meta: dict[str, Any] = field(default_factory=dict)  # backend facts: instance id, AMI, az, ...
+
+
+@dataclass(frozen=True)
+class LaunchOptions:
+    """What a new run asks of its backend beyond the Plan (`from_plan(plan, options, run_dir)`)."""
+
+    keep: bool = False  # leave launched nodes running after the run (aws --keep)
+    owner: str = "unknown"  # who launches: tags and names carry it, as the dry run printed
 
 
 @dataclass(frozen=True)

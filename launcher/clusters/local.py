@@ -13,10 +13,13 @@ import socket
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from launcher.clusters.base import CommandResult, Node
+from launcher.clusters.base import CommandResult, LaunchOptions, Node
 from launcher.errors import InfraError
+
+if TYPE_CHECKING:
+    from launcher.plan import Plan
 
 
 def command_failed(node: str, command: str, result: CommandResult) -> InfraError:
@@ -110,11 +113,16 @@ class LocalCluster:
     def release(self) -> None:
         return None
 
-    def to_record(self) -> dict:
+    def to_record(self) -> dict[str, Any]:
         """What `attach` and `cancel` need to find this cluster again (kept in run.json)."""
         return {"kind": "local"}
 
 
+def from_plan(plan: Plan, options: LaunchOptions, run_dir: Path) -> LocalCluster:
+    """The cluster of a new run (launcher.clusters.from_plan)."""
+    return LocalCluster(plan.profile.raw)
+
+
 def from_record(record: Mapping[str, Any]) -> LocalCluster:
-    """Rebuild the cluster of a recorded run (see launcher.execute.cluster_from_record)."""
+    """The cluster of a recorded run (launcher.clusters.from_record)."""
     return LocalCluster()

@@ -20,11 +20,14 @@ import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from launcher.clusters.base import CommandResult, Node
+from launcher.clusters.base import CommandResult, LaunchOptions, Node
 from launcher.clusters.local import command_failed
 from launcher.errors import BadInput, InfraError
+
+if TYPE_CHECKING:
+    from launcher.plan import Plan
 
 DEFAULT_CONNECT_TIMEOUT_S = 20.0
 
@@ -364,11 +367,16 @@ class SSHCluster:
         for transport in self._transports:
             transport.close()
 
-    def to_record(self) -> dict:
+    def to_record(self) -> dict[str, Any]:
         """What `attach` and `cancel` need to reach the host again (kept in run.json; no secrets)."""
         return {"kind": "ssh", "ssh": asdict(self.settings)}
 
 
+def from_plan(plan: Plan, options: LaunchOptions, run_dir: Path) -> SSHCluster:
+    """The cluster of a new run (launcher.clusters.from_plan)."""
+    return SSHCluster.from_profile(plan.profile.raw)
+
+
 def from_record(record: Mapping[str, Any]) -> SSHCluster:
-    """Rebuild the cluster of a recorded run (see launcher.execute.cluster_from_record)."""
+    """The cluster of a recorded run (launcher.clusters.from_record)."""
     return SSHCluster(SSHSettings.from_mapping(record["ssh"]))

@@ -1,0 +1,49 @@
+"""How the runner tells whoever started it what is happening, without printing anything itself.
+
+The command layer (launcher/commands/run.py) passes a Reporter that renders these events on the
+console; tests and unattended callers pass nothing and get `QuietReporter`.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+INTERRUPT_CHOICES = ("ask", "cancel", "detach")
+
+
+class Reporter(Protocol):
+    """Events of one run, in the order they happen."""
+
+    def say(self, text: str) -> None:
+        """A progress line: acquiring, started, reconnecting, cancelling, the verdict, ..."""
+
+    def stage(self, name: str, event: str, status: str) -> None:
+        """A stage of the node script started (`event` "start") or ended with `status`."""
+
+    def step(self, done: int, total: int | None) -> None:
+        """Training reached `done` optimizer steps (of `total`, when the recipe says)."""
+
+    def warn(self, text: str) -> None:
+        """Something the user must see even when nothing else is shown (teardown in progress)."""
+
+    def choose(self) -> str:
+        """After Ctrl-C with --on-interrupt ask: "cancel" or "detach" (ask the user if one can)."""
+
+
+class QuietReporter:
+    """Shows nothing; an interrupt cancels (there is nobody to ask)."""
+
+    def say(self, text: str) -> None:
+        return None
+
+    def stage(self, name: str, event: str, status: str) -> None:
+        return None
+
+    def step(self, done: int, total: int | None) -> None:
+        return None
+
+    def warn(self, text: str) -> None:
+        return None
+
+    def choose(self) -> str:
+        return "cancel"

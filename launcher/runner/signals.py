@@ -1,0 +1,124 @@
+"""Signals and the release of a cluster: a paid node must not outlive the run by accident.
+
+Leaking a GPU instance costs about $63 an hour, so the runner releases the cluster on every way
+out (success, error, Ctrl-C, SIGTERM, SIGHUP) except a deliberate detach or a lost connection.
+While a run is followed, SIGTERM and SIGHUP raise `Terminated` (a KeyboardInterrupt), so they take
+the Ctrl-C path and cancel the run on its node (nobody is there to ask). While the release itself
+runs, a Ctrl-C does not stop it: the first presses only say that teardown is in progress; the
+third abandons it, and then what is left and the command that ends it are reported.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from types import FrameType
+from typing import Any
+
+from launcher.clusters.base import Cluster
+from launcher.errors import InfraError, Interrupted, ReproduceError
+
+PRESSES_TO_ABANDON = 3
+CANCELLING = ("SIGTERM", "SIGHUP")
+
+_Handler = Callable[[int, FrameType | None], Any]
+
+
+class Terminated(KeyboardInterrupt):  # noqa: N818 - a kind of KeyboardInterrupt, named as such
+    """SIGTERM or SIGHUP while a run is followed: the run is cancelled (nobody to ask)."""
+
+    def __init__(self, signame: str) -> None:
+        super().__init__(signame)
+        self.signame = signame
+
+
+def _install(names: tuple[str, ...], handler: _Handler) -> dict[int, Any]:
+    """Set handlers (main thread only: Python delivers signals there); return the previous ones."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    previous = {}
+    for name in names:
+        sig = getattr(signal, name, None)
+        if sig is not None:
+            previous[sig] = signal.signal(sig, handler)
+    return previous
+
+
+def _restore(previous: dict[int, Any]) -> None:
+    for sig, handler in previous.items():
+        signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+
+
+def _raise_terminated(signum: int, frame: FrameType | None) -> None:
+    raise Terminated(signal.Signals(signum).name)
+
+
+@contextmanager
+def signals_cancel() -> Iterator[None]:
+    """Within the block SIGTERM and SIGHUP raise Terminated; the previous handlers come back after."""
+    previous = _install(CANCELLING, _raise_terminated)
+    try:
+        yield
+    finally:
+        _restore(previous)
+
+
+def release_hard(
+    cluster: Cluster, warn: Callable[[str], Any] = lambda text: None
+) -> ReproduceError | None:
+    """Run cluster.release() to the end despite Ctrl-C; return the error saying what is left."""
+    presses = 0
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        nonlocal presses
+        presses += 1
+        if presses >= PRESSES_TO_ABANDON:
+            raise Interrupted("teardown abandoned")
+        more = PRESSES_TO_ABANDON - presses
+        warn(
+            "teardown in progress: ending what this run launched (press Ctrl-C "
+            f"{more} more time{'s' if more != 1 else ''} to abandon it)"
+        )
+
+    previous = _install(("SIGINT",) + CANCELLING, on_signal)
+    error: ReproduceError | None = None
+    try:
+        for _ in range(PRESSES_TO_ABANDON):
+            try:
+                cluster.release()
+                return None
+            except (KeyboardInterrupt, Interrupted) as err:
+                error = Interrupted(str(err) or "teardown interrupted")
+                if presses >= PRESSES_TO_ABANDON:
+                    break
+                continue  # release is resumable: go on from where it stopped
+            except ReproduceError as err:
+                error = err
+                break
+            except Exception as err:  # noqa: BLE001 - an unexpected failure is still reported plainly
+                error = InfraError(f"teardown failed: {type(err).__name__}: {err}")
+                break
+    finally:
+        _restore(previous)
+    return leftover_error(cluster, error)
+
+
+def leftover_error(cluster: Cluster, error: ReproduceError | None) -> ReproduceError:
+    """The teardown's failure as the user needs it: what is still allocated, how to end it."""
+    left_fn = getattr(cluster, "leftovers", None)
+    try:
+        left = list(left_fn()) if callable(left_fn) else []
+    except Exception:  # noqa: BLE001 - listing what is left must not hide the teardown's own error
+        left = []
+    command_fn = getattr(cluster, "down_command", None)
+    command = command_fn() if callable(command_fn) else None
+    if isinstance(error, InfraError) and "still allocated" in str(error):
+        return error  # the backend already named what is left and how to end it
+    parts = [f"teardown did not finish ({error})." if error else "teardown did not finish."]
+    if left:
+        parts.append(f"Still allocated: {', '.join(left)}.")
+    if command:
+        parts.append(f"End it with `{command}`.")
+    return InfraError(" ".join(parts))

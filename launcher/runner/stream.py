@@ -1,0 +1,254 @@
+"""Following a launched node: its log streamed by byte offset into the run dir, its state polled.
+
+The offset that streaming continues from is the size of the local logs/node.log itself, so the
+local log and the offset can never disagree, whatever moment the launcher died at. Stage logs and
+the timeline's stages are pure functions of node.log and are rebuilt from it on attach.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, TypeVar
+
+from launcher.clusters.base import Transport
+from launcher.errors import BadInput, InfraError
+from launcher.parse.miles import last_step
+from launcher.rundir import TRAIN_STAGE, RunDir, Timeline
+from launcher.runner.protocol import parse_marker, parse_poll, poll_command
+from launcher.runner.reporter import Reporter
+
+READ_CHUNK = 1 << 20
+_SAFE_STAGE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+T = TypeVar("T")
+
+
+class LogSplitter:
+    """Appends node output to logs/node.log and splits complete lines into logs/<stage>.log.
+
+    A line belongs to the innermost stage open when it was printed; marker lines are kept in
+    node.log only. Lines outside any stage are only in node.log.
+    """
+
+    def __init__(
+        self,
+        logs: Path,
+        timeline: Timeline,
+        on_marker: Callable[[dict[str, str]], Any] | None = None,
+    ) -> None:
+        self.logs = logs
+        self.timeline = timeline
+        self.on_marker = on_marker
+        self.open_stages: list[str] = []
+        self._partial = b""
+        self._handles: dict[str, IO[bytes]] = {}
+
+    @property
+    def node_log(self) -> Path:
+        return self.logs / "node.log"
+
+    def offset(self) -> int:
+        return self.node_log.stat().st_size if self.node_log.exists() else 0
+
+    def rebuild(self) -> None:
+        """Re-derive the stage logs and the timeline's stages from node.log (used on attach)."""
+        self.close()
+        for old in self.logs.glob("*.log"):
+            if old.name != "node.log":
+                old.unlink()
+        (self.logs / f"{TRAIN_STAGE}.log").touch()
+        self.timeline.stages = []
+        self.open_stages = []
+        self._partial = b""
+        if self.node_log.exists():
+            with open(self.node_log, "rb") as fh:
+                for chunk in iter(lambda: fh.read(READ_CHUNK), b""):
+                    self._split(chunk, replay=True)
+
+    def append(self, data: bytes) -> None:
+        """New bytes from the node: first to node.log (the offset), then to the stage logs."""
+        if not data:
+            return
+        with open(self.node_log, "ab") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        self._split(data, replay=False)
+
+    def _split(self, data: bytes, *, replay: bool) -> None:
+        lines = (self._partial + data).split(b"\n")
+        self._partial = lines.pop()
+        for line in lines:
+            self._line(line + b"\n", replay)
+
+    def _line(self, line: bytes, replay: bool) -> None:
+        marker = parse_marker(line.rstrip(b"\n"))
+        if marker is None:
+            if self.open_stages:
+                self._stage_handle(self.open_stages[-1]).write(line)
+            return
+        name = marker["stage"]
+        if not _SAFE_STAGE.match(name):
+            return
+        self.timeline.on_marker(marker)
+        if marker["event"] == "start":
+            self.open_stages.append(name)
+        elif name in self.open_stages:
+            del self.open_stages[len(self.open_stages) - 1 - self.open_stages[::-1].index(name)]
+        if self.on_marker is not None and not replay:
+            self.on_marker(marker)
+
+    def _stage_handle(self, name: str) -> IO[bytes]:
+        if name not in self._handles:
+            self._handles[name] = open(self.logs / f"{name}.log", "ab")
+        return self._handles[name]
+
+    def flush_partial(self) -> None:
+        """At the very end a last line without a newline still belongs to its stage."""
+        if self._partial and self.open_stages:
+            self._stage_handle(self.open_stages[-1]).write(self._partial)
+        self._partial = b""
+        self.flush()
+
+    def flush(self) -> None:
+        for handle in self._handles.values():
+            handle.flush()
+
+    def close(self) -> None:
+        for handle in self._handles.values():
+            handle.close()
+        self._handles = {}
+
+
+@contextmanager
+def follow_lock(rd: RunDir) -> Iterator[None]:
+    """One follower per run dir: two would both append to node.log and double it."""
+    with open(rd.path / ".follow.lock", "w") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise BadInput(
+                f"run {rd.path} is being followed by another reproduce process right now"
+            ) from None
+        yield
+
+
+@dataclass(frozen=True)
+class Ended:
+    """The node script ended; `code` is None when it vanished without writing one."""
+
+    code: int | None
+
+
+class Follower:
+    """One node's log streamed into a logs directory, and that node's script polled until it ends."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        logs: Path,
+        *,
+        node_run_dir: str,
+        timeline: Timeline,
+        reporter: Reporter,
+        on_marker: Callable[[dict[str, str]], Any] | None = None,
+        steps_total: int | None = None,
+        poll_s: float = 1.0,
+        reconnect_s: float = 60.0,
+    ) -> None:
+        self.transport = transport
+        self.node_run_dir = node_run_dir.rstrip("/")
+        self.timeline = timeline
+        self.reporter = reporter
+        self.steps_total = steps_total
+        self.poll_s = poll_s
+        self.reconnect_s = reconnect_s
+        self.last_step: int | None = None
+        logs.mkdir(parents=True, exist_ok=True)
+        self.splitter = LogSplitter(logs, timeline, on_marker=on_marker)
+
+    def _on_data(self, chunk: bytes) -> None:
+        step = last_step(chunk)
+        if step is not None and step != self.last_step:
+            self.last_step = step
+            self.reporter.step(step + 1, self.steps_total)
+
+    def drain(self) -> int:
+        """Copy every byte the node has that we do not; returns how many."""
+        total = 0
+        while True:
+            data = self.transport.read_from(
+                f"{self.node_run_dir}/node.log", self.splitter.offset(), READ_CHUNK
+            )
+            if not data:
+                break
+            self.splitter.append(data)
+            self._on_data(data)
+            total += len(data)
+            if len(data) < READ_CHUNK:
+                break
+        self.splitter.flush()
+        return total
+
+    def drain_quietly(self) -> None:
+        """Drain what can still be drained; at the end of a cancel a lost node changes nothing."""
+        try:
+            self.drain()
+        except (InfraError, OSError, EOFError):
+            pass
+
+    def poll(self) -> tuple[str, int | None]:
+        res = self.transport.run(poll_command(self.node_run_dir), timeout_s=60, check=False)
+        answer = parse_poll(res.stdout, res.exit_code)
+        if answer is None:  # a broken exchange, not news about the run: the caller retries
+            raise InfraError(
+                f"unexpected answer from the node while polling (exit {res.exit_code}): "
+                f"{res.stdout.strip()[:200]!r}"
+            )
+        return answer
+
+    def with_reconnect(self, action: Callable[[], T]) -> T:
+        """Retry a node operation while the connection comes back, up to reconnect_s."""
+        deadline = time.monotonic() + self.reconnect_s
+        warned = False
+        while True:
+            try:
+                return action()
+            except (InfraError, OSError, EOFError) as err:
+                if time.monotonic() >= deadline:
+                    raise InfraError(
+                        f"lost the connection to the node and could not reconnect: {err}"
+                    ) from err
+                if not warned:
+                    self.reporter.say(
+                        f"connection problem ({err}); reconnecting "
+                        f"(up to {self.reconnect_s:.0f} s)"
+                    )
+                    warned = True
+                self.transport.close()
+                time.sleep(min(2.0, max(0.2, self.poll_s)))
+
+    def check(self) -> Ended | None:
+        """Bring the log up to date and ask the node: Ended when its script ended, else None."""
+        self.with_reconnect(self.drain)
+        state, code = self.with_reconnect(self.poll)
+        if state == "alive":
+            return None
+        self.with_reconnect(self.drain)
+        if state == "gone":
+            state, code = self.with_reconnect(self.poll)  # it may have just finished
+            if state == "exit":
+                self.with_reconnect(self.drain)
+        return Ended(code if state == "exit" else None)
+
+    def finish_logs(self, stage_status: str) -> None:
+        """The end of following: the last partial line kept, open stages closed as `stage_status`."""
+        self.splitter.flush_partial()
+        self.splitter.close()
+        self.timeline.close_open(stage_status)
