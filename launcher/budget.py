@@ -46,7 +46,7 @@ class Budget:
 
     @staticmethod
     def expected_hours(recipe: Any) -> float | None:
-        """Wall-clock hours the recipe's claim implies: result.gpu_hours / gpu.count (None if not given)."""
+        """Wall-clock hours the recipe's claim implies: result.gpu_hours / gpu.count (or None)."""
         gpu_hours = recipe.claimed_gpu_hours
         return None if gpu_hours is None else float(gpu_hours) / int(recipe.gpu_count)
 
@@ -63,13 +63,15 @@ class Budget:
         hours = max(0.0, elapsed_s) / 3600.0
         if self.max_hours is not None and hours >= self.max_hours:
             return (
-                f"the run has used {hours:.2f} h of wall-clock time, reaching --max-hours {self.max_hours:g} "
-                f"(${self.cost(elapsed_s):.2f} so far at ${self.usd_per_hour:.2f}/h)"
+                f"the run has used {hours:.2f} h of wall-clock time, reaching --max-hours "
+                f"{self.max_hours:g} (${self.cost(elapsed_s):.2f} so far at "
+                f"${self.usd_per_hour:.2f}/h)"
             )
         if self.max_usd is not None and self.cost(elapsed_s) >= self.max_usd:
             return (
-                f"the run has cost ${self.cost(elapsed_s):.2f} ({hours:.2f} h x ${self.usd_per_hour:.2f}/h for "
-                f"{self.nodes} node{'s' if self.nodes != 1 else ''}), reaching --max-usd {self.max_usd:g}"
+                f"the run has cost ${self.cost(elapsed_s):.2f} ({hours:.2f} h x "
+                f"${self.usd_per_hour:.2f}/h for {self.nodes} node{'s' if self.nodes != 1 else ''}"
+                f"), reaching --max-usd {self.max_usd:g}"
             )
         return None
 
@@ -84,13 +86,13 @@ class Budget:
         if self.max_usd is not None and expected_usd > self.max_usd:
             raise BadInput(
                 f"the recipe is expected to take {expected_hours:.2f} h on {self.nodes} node"
-                f"{'s' if self.nodes != 1 else ''} at ${self.usd_per_hour:.2f}/h = ${expected_usd:.2f}, more than "
-                f"--max-usd {self.max_usd:g}; nothing was launched.",
+                f"{'s' if self.nodes != 1 else ''} at ${self.usd_per_hour:.2f}/h = "
+                f"${expected_usd:.2f}, more than --max-usd {self.max_usd:g}; nothing was launched.",
                 hint="Raise --max-usd, or drop it to run without a dollar limit.",
             )
         if self.max_hours is not None and expected_hours > self.max_hours:
             raise BadInput(
-                f"the recipe is expected to take {expected_hours:.2f} h, more than --max-hours {self.max_hours:g}; "
-                "nothing was launched.",
+                f"the recipe is expected to take {expected_hours:.2f} h, more than --max-hours "
+                f"{self.max_hours:g}; nothing was launched.",
                 hint="Raise --max-hours.",
             )

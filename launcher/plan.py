@@ -1,77 +1,22 @@
 """Recipe + Profile -> Plan: every stage of a reproduction with its exact commands.
 
 The Plan is built once. `--dry-run` prints it; the real run executes the very same object
-(`Plan.node_script` is what lands on the node as node.sh, byte for byte). Every value that came
-from a recipe or a profile reaches the shell through `shlex.quote`, except the recipe's `run`
-block, which is code by definition and runs verbatim inside a quoted heredoc.
+(`Plan.node_script` is what lands on the node as node.sh, byte for byte; launcher/node_script.py
+renders it).
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
 from launcher.errors import BadInput
+from launcher.node_script import Assets, Placement, ScriptContext, Stage, render_node_script
 from launcher.profile import Profile
 from launcher.recipe import Recipe
 from launcher.rundir import new_run_id
-from launcher.runner.protocol import DONE_LINE, MARKER_HELP, STAGE_FUNCTIONS
-from launcher.stack import expected_versions
-
-CONTAINER_SCRIPTS = "/opt/reproduce/scripts"
-MILES_DIR = "/root/miles"
-MILES_PYTHONPATH = "/root/miles:/root/Megatron-LM"
-NVLS_OFF = (
-    ("NCCL_NVLS_ENABLE", "0"),
-    ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"),
-    ("NVSHMEM_DISABLE_NVLS", "1"),
-)
-
-q = shlex.quote
-
-
-@dataclass(frozen=True)
-class Stage:
-    """One step of a reproduction. `where`: launcher (this machine), node (host shell) or container."""
-
-    name: str
-    title: str
-    where: str
-    commands: tuple[str, ...]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "title": self.title,
-            "where": self.where,
-            "commands": list(self.commands),
-        }
-
-
-@dataclass(frozen=True)
-class Assets:
-    hf_ckpt: str
-    torch_dist: str
-    sft_data: str
-    hf_repo: str | None
-    hf_revision: str | None
-    parquet_sha256: str | None
-
-
-@dataclass(frozen=True)
-class Placement:
-    """Where one run lives: the facts both the Plan and its renderer work from."""
-
-    recipe: Recipe
-    profile: Profile
-    run_id: str
-    node_run_dir: str
-    cache_dir: str
-    container: str
-    assets: Assets
 
 
 @dataclass(frozen=True)
@@ -143,7 +88,7 @@ def build_plan(
     assets = _assets(recipe, profile, cache_dir)
     preflight_on = profile.get("preflight.enabled") and not skip_preflight
 
-    ctx = _Ctx(recipe, profile, run_id, node_run_dir, cache_dir, container, assets)
+    ctx = ScriptContext(recipe, profile, run_id, node_run_dir, cache_dir, container, assets)
     stages = [
         Stage("acquire", "acquire the node(s)", "launcher", tuple(_acquire_lines(profile, recipe))),
         Stage(
@@ -219,8 +164,10 @@ def build_plan(
 def _check_profile_fits(recipe: Recipe, profile: Profile) -> None:
     if profile.kind in ("local", "ssh") and recipe.nodes > 1:
         raise BadInput(
-            f"{recipe.path}: gpu.count {recipe.gpu_count} / per_node {recipe.gpus_per_node} = {recipe.nodes} nodes, "
-            f"but a profile of kind {profile.kind} ({profile.path}) gives one node; use --cluster aws or a ray cluster."
+            f"{recipe.path}: gpu.count {recipe.gpu_count} / per_node {recipe.gpus_per_node} = "
+            f"{recipe.nodes} nodes, "
+            f"but a profile of kind {profile.kind} ({profile.path}) gives one node; use --cluster "
+            "aws or a ray cluster."
         )
 
 
@@ -250,17 +197,25 @@ def _acquire_lines(profile: Profile, recipe: Recipe) -> list[str]:
         return ["# this host: nothing to provision"]
     if kind == "ssh":
         dial = profile.get("connect_host") or profile.get("host")
+        key = (
+            profile.get("host_key_fingerprint")
+            or profile.get("known_hosts")
+            or "~/.ssh/known_hosts"
+        )
         return [
-            f"# ssh {profile.get('user') or '$USER'}@{profile.get('host')} (dialled at {dial}:{profile.get('port')}), "
-            f"host key checked against {profile.get('host_key_fingerprint') or profile.get('known_hosts') or '~/.ssh/known_hosts'}"
+            f"# ssh {profile.get('user') or '$USER'}@{profile.get('host')} (dialled at "
+            f"{dial}:{profile.get('port')}), "
+            f"host key checked against {key}"
         ]
     if kind == "aws":
         if profile.get("instance_id"):
             return [
-                f"# target existing instance {profile.get('instance_id')} (never terminated by reproduce)"
+                f"# target existing instance {profile.get('instance_id')} (never terminated by "
+                "reproduce)"
             ]
         return [
-            f"# provision {recipe.nodes} x {profile.get('instance_type') or recipe.instance_type} in "
+            f"# provision {recipe.nodes} x {profile.get('instance_type') or recipe.instance_type} "
+            "in "
             f"{profile.get('region')}: the API calls are printed above"
         ]
     return [f"# submit to the existing Ray cluster at {profile.get('address')}"]
@@ -269,416 +224,8 @@ def _acquire_lines(profile: Profile, recipe: Recipe) -> list[str]:
 def _release_lines(profile: Profile) -> list[str]:
     if profile.kind == "aws" and not profile.get("instance_id"):
         return [
-            "# terminate the instance(s) launched for this run, then delete their Elastic IPs, security group, "
+            "# terminate the instance(s) launched for this run, then delete their Elastic IPs, "
+            "security group, "
             "placement group and key pair (also on error, Ctrl-C and SIGTERM; --keep keeps them)"
         ]
     return ["# stop this run's container and Ray; nothing else on the node is touched"]
-
-
-# ------------------------------------------------------------------------------------------------
-# Rendering the node script
-
-
-@dataclass(frozen=True)
-class _Ctx(Placement):
-    """The renderer: a Placement plus the shell text each stage needs."""
-
-    @property
-    def docker(self) -> bool:
-        return self.profile.get("runtime") == "docker"
-
-    def in_image(self, command: str, *, gpus: bool = True) -> str:
-        """A one-off command in the training image: docker run, a Ray job, or the host itself."""
-        if self.profile.kind == "ray":
-            return (
-                f"ray job submit --address {q(str(self.profile.get('address')))} "
-                f'--working-dir "$NODE_RUN_DIR/scripts" -- bash -c {q("REPRODUCE_SCRIPTS=$PWD; " + command)}'
-            )
-        if not self.docker:
-            return command
-        gpu = '"${GPU_ARGS[@]}" ' if gpus else ""
-        return f'docker run --rm {gpu}"${{DOCKER_ARGS[@]}}" "${{EFA_ARGS[@]}}" "$IMAGE" bash -c {q(command)}'
-
-    def gpu_args(self) -> list[str]:
-        gpus = self.profile.get("docker.gpus")
-        return ["--gpus", str(gpus)] if gpus else []
-
-    def docker_args(self) -> list[str]:
-        """Every `docker run` of the run shares these (GPU and EFA flags are added where needed)."""
-        p = self.profile
-        args: list[str] = []
-        if p.get("docker.ipc_host"):
-            args += ["--ipc", "host"]
-        args += ["--network", "host" if p.get("docker.network_host") else "none"]
-        if p.get("docker.memlock_unlimited"):
-            args += ["--ulimit", "memlock=-1"]
-        args += [
-            "--ulimit",
-            f"stack={int(p.get('docker.stack_bytes'))}",
-            "--shm-size",
-            str(p.get("docker.shm_size")),
-        ]
-        args += [
-            "-v",
-            f"{self.node_run_dir}:{self.node_run_dir}",
-            "-v",
-            f"{self.cache_dir}:{self.cache_dir}",
-            "-v",
-            f"{self.node_run_dir}/scripts:{CONTAINER_SCRIPTS}:ro",
-        ]
-        # names only: docker copies the values from the node script's environment (secrets never on a command line)
-        names = ["RUN_ID", "NODE_RUN_DIR", "HF_CKPT", "TORCH_DIST", "SFT_DATA", "HF_TOKEN"]
-        if self.recipe.nodes > 1:
-            names += ["NODE_RANK", "HEAD_ADDR"]
-        for name in names:
-            args += ["-e", name]
-        args += [str(a) for a in p.get("docker.extra_args")]
-        return args
-
-    @property
-    def scripts(self) -> str:
-        """Where scripts/ is, as text safe inside double quotes on the side that runs the command."""
-        if self.profile.kind == "ray":
-            return "$REPRODUCE_SCRIPTS"
-        return CONTAINER_SCRIPTS if self.docker else "$NODE_RUN_DIR/scripts"
-
-    def _preflight_args(self, *, bench: bool) -> str:
-        from launcher.preflight import driver_min_for_cuda, expected_efa_devices, preflight_argv
-
-        r, p = self.recipe, self.profile
-        argv = preflight_argv(
-            gpu_type=r.gpu_type,
-            gpus_per_node=r.gpus_per_node,
-            gpu_memory_gb=r.gpu_memory_gb,
-            driver_min=driver_min_for_cuda(r.cuda),
-            cuda=r.cuda,
-            efa_expected=expected_efa_devices(p.get("instance_type") or r.instance_type)
-            if p.kind == "aws"
-            else None,
-            disk_path=self.cache_dir,
-            disk_min_gb=float(p.get("preflight.disk_min_gb")),
-            thresholds=dict(p.get("preflight.thresholds")),
-        )
-        if not bench:
-            argv.append("--no-bench")
-        return shlex.join(argv)
-
-    def host_preflight(self) -> str:
-        cmd = f'python3 "$NODE_RUN_DIR/scripts/preflight.py" {self._preflight_args(bench=False)}'
-        if self.profile.kind == "ray":
-            cmd = self.in_image(
-                f'python3 "{self.scripts}/preflight.py" {self._preflight_args(bench=False)}'
-            )
-        return f'{cmd} > "$NODE_RUN_DIR/preflight.json"'
-
-    def gpu_preflight(self) -> str:
-        inner = f'python3 "{self.scripts}/preflight.py" {self._preflight_args(bench=True)}'
-        return f'{self.in_image(_with_nvls_off(inner))} > "$NODE_RUN_DIR/preflight-gpu.json"'
-
-    def image_lines(self) -> list[str]:
-        image = self.recipe.image
-        if not self.docker:
-            return [
-                "# runtime: host - the node is the image; the stack check below verifies its versions"
-            ]
-        lines = [
-            "command -v docker >/dev/null || { echo 'docker is not installed on this node (profile runtime: docker)' >&2; "
-            "exit 1; }"
-        ]
-        if self.profile.get("docker.pull"):
-            lines.append('docker pull "$IMAGE"')
-        lines += [
-            f"# the pulled image must carry the recipe's digest (from {image.source_field}); a tag alone is never trusted",
-            "docker image inspect --format '{{range .RepoDigests}}{{println .}}{{end}}' \"$IMAGE\" "
-            '> "$NODE_RUN_DIR/image.digests"',
-            'if ! grep -qxF "$IMAGE" "$NODE_RUN_DIR/image.digests"; then',
-            '  echo "image $IMAGE: the local image does not carry digest $IMAGE_DIGEST (RepoDigests: '
-            "$(tr '\\n' ' ' < \"$NODE_RUN_DIR/image.digests\"))\" >&2",
-            "  exit 1",
-            "fi",
-            'printf \'{"image": "%s", "digest": "%s", "id": "%s"}\\n\' "$IMAGE" "$IMAGE_DIGEST" '
-            '"$(docker image inspect --format \'{{.Id}}\' "$IMAGE")" > "$NODE_RUN_DIR/image.json"',
-        ]
-        return lines
-
-    def stack_check(self) -> str:
-        expect = expected_versions(self.recipe.raw["stack"])
-        import json
-
-        policy = self.profile.get("stack_check")
-        probe = (
-            f'python3 "{self.scripts}/stack_probe.py" --json --policy {q(policy)} '
-            f"--expect {q(json.dumps(expect, sort_keys=True))}"
-        )
-        return f'{self.in_image(probe, gpus=True)} > "$NODE_RUN_DIR/stack.json"'
-
-    def asset_lines(self) -> list[str]:
-        a = self.assets
-        lines = []
-        if a.hf_repo:
-            dl = (
-                f'python3 "{self.scripts}/fetch_assets.py" hf-checkpoint --repo {q(a.hf_repo)} '
-                f'--revision {q(a.hf_revision or "main")} --dest "$HF_CKPT"'
-            )
-            lines.append(
-                _comment(
-                    f"# Hugging Face checkpoint {a.hf_repo} at {a.hf_revision or 'main'} (skipped when complete)"
-                )
-            )
-            lines.append(f"{self.in_image(dl, gpus=False)}")
-        lines.append(
-            "# the converted checkpoint: done when latest_checkpointed_iteration.txt says release"
-        )
-        convert = (
-            f'cd {MILES_DIR} && MODEL_ARGS_LINE="$(python3 miles/utils/external_utils/model_args_utils.py '
-            f'{q(self._model_args_name())})" && read -ra MODEL_ARGS <<< "$MODEL_ARGS_LINE" && '
-            f"PYTHONPATH={MILES_PYTHONPATH} torchrun --nproc-per-node {self.recipe.gpus_per_node} "
-            f'tools/convert_hf_to_torch_dist.py "${{MODEL_ARGS[@]}}" --hf-checkpoint "$HF_CKPT" '
-            f'--save "$TORCH_DIST"'
-        )
-        lines.append(
-            'if ! grep -qx release "$TORCH_DIST/latest_checkpointed_iteration.txt" 2>/dev/null; then'
-        )
-        lines.append(f"  {self.in_image(_with_nvls_off(convert))}")
-        lines.append("fi")
-        lines.append("# the training rows ($SFT_DATA): present and byte-identical to the recipe's")
-        lines.append('if [ ! -f "$SFT_DATA" ]; then')
-        builder = str(
-            (self.recipe.dataset.get("build") or {}).get("builder", "see workload.dataset.build")
-        )
-        message = f"rows missing; build them with the recipe's builder ({builder}) or set assets.sft_data in the profile: "
-        lines.append(f'  echo {q(message)}"$SFT_DATA" >&2')
-        lines.append("  exit 1")
-        lines.append("fi")
-        if a.parquet_sha256:
-            lines.append(
-                f'echo {q(a.parquet_sha256 + "  ")}"$SFT_DATA" | sha256sum --check --strict -'
-            )
-        lines.append(
-            "# every row through the rollout function's own checks (length, loss mask) before a GPU minute"
-        )
-        check = (
-            f'python3 "{self.scripts}/pretokenized_sft_rollout.py" --check "$SFT_DATA" '
-            f"--row-tokens {self.recipe.row_tokens}"
-        )
-        lines.append(self.in_image(check, gpus=False))
-        return lines
-
-    def _model_args_name(self) -> str:
-        m = re.search(r"model_args_utils\.py\s+([A-Za-z0-9_.-]+)", self.recipe.run_script)
-        return m.group(1) if m else self.recipe.model
-
-    def ray_lines(self) -> list[str]:
-        """Start the head Ray controlled by this run; its stop joins the container part's cleanup."""
-        if self.profile.kind == "ray":
-            return [
-                _comment(
-                    f"# the existing cluster at {self.profile.get('address')}: the job joins it, no ray start"
-                )
-            ]
-        port = int(self.profile.get("ray.port"))
-        gpus = self.recipe.gpus_per_node
-        dash = (
-            "--include-dashboard=true"
-            if self.profile.get("ray.dashboard")
-            else "--include-dashboard=false"
-        )
-        ip = self.profile.get("ray.node_ip_address") or (
-            "127.0.0.1" if self.recipe.nodes == 1 else None
-        )
-        lines = [
-            f"NODE_IP={q(ip)}"
-            if ip
-            else "NODE_IP=\"${NODE_IP:-$(hostname -I | awk '{print $1}')}\""
-        ]
-        lines.append("_cleanup() { ray stop --force >/dev/null 2>&1 || true; }")
-        if self.recipe.nodes > 1:
-            lines += [
-                "# nodes 1..N-1 join node 0's Ray and serve it until it ends; only node 0 runs the recipe",
-                'if [ "$NODE_RANK" != 0 ]; then',
-                f'  ray start --address "$HEAD_ADDR:{port}" --node-ip-address "$NODE_IP" --num-gpus {gpus} '
-                "--disable-usage-stats --block",
-                "  _stage_end",
-                "  exit 0",
-                "fi",
-            ]
-        lines += [
-            f'ray start --head --node-ip-address "$NODE_IP" --port {port} --num-gpus {gpus} --disable-usage-stats {dash}',
-            f'export RAY_ADDRESS="$NODE_IP:{port}"',
-        ]
-        if self.recipe.nodes > 1:
-            lines += [
-                f"# wait until all {self.recipe.nodes} nodes' GPUs have joined ({self.recipe.gpu_count} GPUs)",
-                f"for _ in $(seq 600); do [ \"$(ray status 2>/dev/null | grep -oE '/{self.recipe.gpu_count}(\\.0)? GPU' "
-                '| head -1)" ] && break; sleep 1; done',
-            ]
-        return lines
-
-    def exports(self) -> list[str]:
-        """Container environment: miles' PYTHONPATH, the profile's env, the recipe's env in order, the assets."""
-        lines = [
-            f'export PYTHONPATH={MILES_PYTHONPATH}:"{self.scripts}"',
-            "# every step line reaches the log: Ray's dedup would fold lines that differ only in numbers",
-            "export RAY_DEDUP_LOGS=0",
-        ]
-        for key, value in (self.profile.get("env") or {}).items():
-            lines.append(f"export {key}={q(str(value))}")
-        for key, value in self.recipe.env.items():
-            lines.append(f"export {key}={q(str(value))}")
-        if self.profile.get("disable_nvlink_multicast"):
-            lines += [f"export {k}={v}" for k, v in NVLS_OFF]
-        lines += [
-            f"export HF_CKPT={q(self.assets.hf_ckpt)}",
-            f"export TORCH_DIST={q(self.assets.torch_dist)}",
-            f"export SFT_DATA={q(self.assets.sft_data)}",
-            f"export REPRODUCE_ROW_TOKENS={self.recipe.row_tokens}  # checked by pretokenized_sft_rollout",
-        ]
-        return lines
-
-
-def _comment(text: Any) -> str:
-    """Text safe inside a `# ...` line: recipe values can hold newlines, which would end the comment."""
-    return re.sub(r"[\x00-\x1f\x7f]+", " ", str(text))
-
-
-def _with_nvls_off(command: str) -> str:
-    """Launcher-side helpers (preflight, conversion) never use NVLink multicast, whatever the profile."""
-    return "export " + " ".join(f"{k}={v}" for k, v in NVLS_OFF) + "; " + command
-
-
-def _heredoc_tag(body: str, base: str) -> str:
-    tag, n = base, 0
-    lines = set(body.splitlines())
-    while tag in lines:
-        n += 1
-        tag = f"{base}_{n}"
-    return tag
-
-
-def render_node_script(ctx: _Ctx, stages: list[Stage]) -> str:
-    r, p = ctx.recipe, ctx.profile
-    by = {s.name: s for s in stages}
-    digest = hashlib.sha256(r.text.encode()).hexdigest()
-    head = [
-        "#!/usr/bin/env bash",
-        _comment(f"# reproduce node script for {r.slug}"),
-        f"#   recipe file sha256 {digest}",
-        _comment(
-            f"#   run {ctx.run_id} on cluster profile {p.name} (kind {p.kind}), {r.nodes} x {r.gpus_per_node} {r.gpu_type}"
-        ),
-        "# Plain bash, runnable by hand on the node: bash node.sh",
-        MARKER_HELP,
-        "set -euo pipefail",
-        "",
-        f"RUN_ID={q(ctx.run_id)}",
-        f"NODE_RUN_DIR={q(ctx.node_run_dir)}",
-        f"CACHE_DIR={q(ctx.cache_dir)}",
-        f"IMAGE={q(r.image.ref)}",
-        f"IMAGE_DIGEST={q(r.image.digest)}",
-        f"CONTAINER={q(ctx.container)}",
-        f"HF_CKPT={q(ctx.assets.hf_ckpt)}",
-        f"TORCH_DIST={q(ctx.assets.torch_dist)}",
-        f"SFT_DATA={q(ctx.assets.sft_data)}",
-        "export RUN_ID NODE_RUN_DIR HF_CKPT TORCH_DIST SFT_DATA",
-        *(
-            [
-                f"# {r.nodes} nodes: the launcher runs this script on each with NODE_RANK (0 = Ray head) and HEAD_ADDR",
-                'NODE_RANK="${NODE_RANK:-0}"',
-                'HEAD_ADDR="${HEAD_ADDR:-}"',
-                "export NODE_RANK HEAD_ADDR",
-            ]
-            if r.nodes > 1
-            else []
-        ),
-        "# the cache may sit on a disk only root can write to (the DLAMI's /opt/dlami/nvme): then sudo -n makes it ours",
-        'for dir in "$NODE_RUN_DIR" "$CACHE_DIR" "$(dirname "$HF_CKPT")" "$(dirname "$TORCH_DIST")" '
-        '"$(dirname "$SFT_DATA")"; do',
-        '  mkdir -p "$dir" 2>/dev/null || sudo -n install -d -o "$(id -u)" -g "$(id -g)" "$dir"',
-        "done",
-        'cd "$NODE_RUN_DIR"',
-        "",
-        "# Secrets (HF_TOKEN) arrive in a 0600 file that is read once and deleted; never echoed.",
-        'if [ -f "$NODE_RUN_DIR/.secrets.env" ]; then set -a; . "$NODE_RUN_DIR/.secrets.env"; set +a; '
-        'rm -f "$NODE_RUN_DIR/.secrets.env"; fi',
-        "",
-        STAGE_FUNCTIONS,
-    ]
-    if ctx.docker:
-        head += [
-            '_cleanup() { docker rm -f "$CONTAINER" >/dev/null 2>&1 || true; }',
-            "trap _on_exit EXIT",
-            "",
-            "# flags of every docker run below (miles' documented ones; mounts of the run dir, caches, scripts)",
-            f"GPU_ARGS=({shlex.join(ctx.gpu_args())})",
-            f"DOCKER_ARGS=({shlex.join(ctx.docker_args())})",
-            "# EFA devices go into the container when the node has them (p5en: 16)",
-            "EFA_ARGS=()",
-        ]
-        mode = p.get("docker.efa_devices")
-        if mode != "never":
-            head += [
-                "for dev in /dev/infiniband/*; do",
-                '  [ -e "$dev" ] && EFA_ARGS+=(--device "$dev")',
-                "done",
-            ]
-            if mode == "always":
-                head += [
-                    "[ ${#EFA_ARGS[@]} -gt 0 ] || { echo 'profile says efa_devices: always, but the node has "
-                    "no /dev/infiniband devices' >&2; exit 1; }"
-                ]
-    else:
-        head += ["_cleanup() { :; }", "trap _on_exit EXIT", "EFA_ARGS=()"]
-
-    body: list[str] = []
-    for name in ("preflight", "image", "preflight-gpu", "stack", "assets"):
-        stage = by[name]
-        body += ["", _comment(f"# ---- stage {name}: {stage.title}"), f"_stage_begin {name}"]
-        body += list(stage.commands)
-        body += ["_stage_end"]
-
-    container_body = "\n".join(
-        [
-            "set -euo pipefail",
-            STAGE_FUNCTIONS,
-            "_cleanup() { :; }",
-            "trap _on_exit EXIT",
-            *ctx.exports(),
-            "",
-            f"# ---- stage ray: {by['ray'].title}",
-            "_stage_begin ray",
-            *by["ray"].commands,
-            "_stage_end",
-            "",
-            f"# ---- stage train: {by['train'].title}",
-            "_stage_begin train",
-            f"cd {MILES_DIR}",
-            "# ----- recipe run block (verbatim) -----",
-            by["train"].commands[0],
-            "# ----- end of recipe run block -----",
-            "_stage_end",
-        ]
-    )
-    tag = _heredoc_tag(container_body, "REPRODUCE_CONTAINER_SCRIPT")
-    body += [
-        "",
-        "# ---- stages ray + train, inside the training container (this text runs verbatim there)",
-        f"IFS= read -r -d '' CONTAINER_SCRIPT <<'{tag}' || true",
-        container_body,
-        tag,
-    ]
-    if ctx.docker:
-        body += [
-            "# the container is named after the run so `reproduce cancel` can find it; --rm removes it at the end",
-            'docker run --rm --name "$CONTAINER" "${GPU_ARGS[@]}" "${DOCKER_ARGS[@]}" "${EFA_ARGS[@]}" '
-            '"$IMAGE" bash -c "$CONTAINER_SCRIPT"',
-        ]
-    elif p.kind == "ray":
-        body += [
-            "# submitted to the existing cluster as one job; its output streams into this log",
-            f'ray job submit --address {q(str(p.get("address")))} --submission-id "$RUN_ID" '
-            '--working-dir "$NODE_RUN_DIR/scripts" -- bash -c "REPRODUCE_SCRIPTS=\\$PWD; $CONTAINER_SCRIPT"',
-        ]
-    else:
-        body += ['bash -c "$CONTAINER_SCRIPT"']
-    body += ["", DONE_LINE, ""]
-    return "\n".join(head + body)

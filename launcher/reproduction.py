@@ -1,4 +1,4 @@
-"""One reproduction, from the command line's words to a Plan, and from the Plan to a dry run or a run.
+"""One reproduction: from the command line's words to a Plan, and from the Plan to a dry run.
 
 `prepare` is shared by `--dry-run` and the real run, so what the dry run prints is what runs
 (torchx's submit_dryrun -> schedule pattern). Nothing here imports boto3, paramiko or ray: the
@@ -61,7 +61,8 @@ def prepare(recipe_path: str | Path, options: Options) -> Prepared:
     if options.instance_id:
         if profile.kind != "aws":
             raise BadInput(
-                f"--instance-id targets an AWS instance, but --cluster {options.cluster} is of kind {profile.kind}."
+                f"--instance-id targets an AWS instance, but --cluster {options.cluster} is of "
+                f"kind {profile.kind}."
             )
         profile = profile.with_overrides(instance_id=options.instance_id)
     if options.price_per_hour is not None:
@@ -101,10 +102,13 @@ def cost_line(recipe: Recipe, price: Any) -> str:
         return "no GPU-hours in the recipe's result; cost unknown"
     node_hours = hours / recipe.gpus_per_node
     if price is None:
-        return f"{hours:g} GPU-hours (recipe result.gpu_hours); no price known for this instance type (set price_per_hour)"
+        return (
+            f"{hours:g} GPU-hours (recipe result.gpu_hours); no price known for this instance "
+            "type (set price_per_hour)"
+        )
     return (
-        f"{hours:g} GPU-hours (recipe result.gpu_hours) = {node_hours:.3f} node-hours x ${price.value:g}/h "
-        f"= ${node_hours * price.value:.2f}  [price: {price.source}]"
+        f"{hours:g} GPU-hours (recipe result.gpu_hours) = {node_hours:.3f} node-hours x "
+        f"${price.value:g}/h = ${node_hours * price.value:.2f}  [price: {price.source}]"
     )
 
 
@@ -112,14 +116,16 @@ def dry_run_text(prepared: Prepared) -> str:
     """The header, the provisioning request (clouds) and the node script, byte for byte."""
     r, p, plan = prepared.recipe, prepared.profile, prepared.plan
     where = p.get("region") or "-"
+    instance = p.get("instance_type") or r.instance_type or "unknown instance type"
     lines = [
         "# reproduce --dry-run: nothing is provisioned, started or paid for.",
         f"# recipe    {r.slug}  ({r.path})",
         f"# cluster   {p.name}  ({p.path}; kind {p.kind}; region {where})",
-        f"# nodes     {r.nodes} x {r.gpus_per_node} {r.gpu_type}  ({p.get('instance_type') or r.instance_type or 'unknown instance type'})",
+        f"# nodes     {r.nodes} x {r.gpus_per_node} {r.gpu_type}  ({instance})",
         f"# image     {plan.image_ref}  (from {r.image.source_field})",
         f"# expected  {cost_line(r, prepared.price)}",
-        f"# claim     {r.claim['tokens_per_s_per_gpu']:g} tokens/s/GPU over steps {r.window[0]}-{r.window[1]} of {r.steps_per_run}",
+        f"# claim     {r.claim['tokens_per_s_per_gpu']:g} tokens/s/GPU over steps "
+        f"{r.window[0]}-{r.window[1]} of {r.steps_per_run}",
         f"# run id    {plan.run_id}; node run dir {plan.node_run_dir}",
         f"# stages    {' -> '.join(s.name for s in plan.stages)}",
     ]

@@ -3,7 +3,8 @@
     runs/<recipe-slug>/<UTC-timestamp>-<run id>/
       recipe.yaml profile.yaml plan.json node.sh   what was asked, byte for byte
       run.json      what attach/cancel need: cluster record, node facts, node run dir, container
-      status.json   state: created|acquiring|staging|running|collecting|done|failed|cancelled|detached
+      status.json   state: created|acquiring|staging|running|collecting|
+                    done|failed|cancelled|detached
       timeline.json acquired_at, released_at and stage start/end times from the node's markers
       logs/node.log everything the node script printed, appended by byte offset
       logs/<stage>.log  the same bytes split by stage marker; logs/train.log always exists
@@ -46,7 +47,7 @@ _STAMPED = re.compile(r"^\d{8}T\d{6}Z-")
 
 
 def new_run_id(now: datetime | None = None) -> str:
-    """Sortable and unique, safe in a container name and a path: UTC timestamp + 6 random hex digits."""
+    """Sortable and unique, safe in a container name and a path: UTC time + 6 random hex digits."""
     now = now or datetime.now(UTC)
     return f"{now.strftime('%Y%m%dT%H%M%SZ')}-{secrets.token_hex(3)}"
 
@@ -148,7 +149,8 @@ class RunDir:
             raise BadInput(f"no run {ref!r}: give a run directory or a run id found under {root}/")
         if len(hits) > 1:
             raise BadInput(
-                f"run id {ref!r} matches several runs: {', '.join(map(str, hits))}; give the directory"
+                f"run id {ref!r} matches several runs: {', '.join(map(str, hits))}; "
+                "give the directory"
             )
         return cls(hits[0])
 

@@ -255,9 +255,7 @@ def test_a_lost_node_says_it_keeps_billing_and_how_to_end_it(tmp_path):
     cluster = BilledCluster(LostTransport)
     try:
         with pytest.raises(InfraError) as err:
-            _runner(reconnect_s=0.3).execute(
-                plan, rd, cluster, budget=Budget(None, 10, 63.296, 1)
-            )
+            _runner(reconnect_s=0.3).execute(plan, rd, cluster, budget=Budget(None, 10, 63.296, 1))
     finally:
         _kill_node_run(plan.node_run_dir)
     assert cluster.released == 0 and rd.status()["state"] == "detached"

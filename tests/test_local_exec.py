@@ -223,9 +223,7 @@ def test_attach_to_a_finished_run_is_refused(tmp_path, runs_root):
 def test_secrets_reach_the_node_once_and_never_the_run_dir(tmp_path, runs_root):
     import hashlib
 
-    digest = hashlib.sha256(
-        b"hf_s3cr3t 'x"
-    ).hexdigest()  # the script must not hold the secret
+    digest = hashlib.sha256(b"hf_s3cr3t 'x").hexdigest()  # the script must not hold the secret
     body = (
         "if [ -f .secrets.env ]; then set -a; . ./.secrets.env; set +a; rm -f .secrets.env; fi\n"
         f'_mark train start\n[ "$(printf %s "$HF_TOKEN" | sha256sum | cut -d" " -f1)" = {digest} ] && echo token-arrived\n'

@@ -129,7 +129,7 @@ def test_hostile_values_are_never_executed(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
-    assert not [p for p in tmp_path.rglob(CANARY)], "a recipe or profile value was executed"
+    assert not list(tmp_path.rglob(CANARY)), "a recipe or profile value was executed"
     assert not Path(CANARY).exists()
 
     node_run_dir = Path(plan.node_run_dir)

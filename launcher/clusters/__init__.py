@@ -41,7 +41,9 @@ def backend(kind: str) -> ModuleType:
         )
     path = BACKENDS.get(kind)
     if path is None:
-        raise BadInput(f"cluster kind {kind!r} is not one this launcher has ({', '.join(BACKENDS)})")
+        raise BadInput(
+            f"cluster kind {kind!r} is not one this launcher has ({', '.join(BACKENDS)})"
+        )
     return import_module(path)
 
 
@@ -49,8 +51,6 @@ def from_plan(plan: Plan, options: LaunchOptions, run_dir: Path) -> Cluster:
     """The cluster a new run acquires its nodes from (the profile's kind decides)."""
     module = backend(plan.profile.kind)
     make = getattr(module, "from_plan", None)
-    if make is None and plan.profile.kind == "aws":
-        return _aws_from_plan_fallback(plan, options, run_dir)
     if make is None:
         raise BadInput(f"cluster kind {plan.profile.kind!r} cannot start runs (no from_plan)")
     cluster: Cluster = make(plan, options, run_dir)
@@ -74,18 +74,3 @@ def to_record(cluster: Cluster) -> dict[str, Any]:
     make = getattr(cluster, "to_record", None)
     record: dict[str, Any] = make() if callable(make) else {"kind": cluster.name}
     return record
-
-
-def _aws_from_plan_fallback(plan: Plan, options: LaunchOptions, run_dir: Path) -> Cluster:
-    """Until the aws package exposes from_plan: what the run path built before."""
-    from launcher.clusters.aws import AwsCluster
-
-    return AwsCluster(
-        plan.recipe,
-        plan.profile,
-        plan.run_id,
-        keep=options.keep,
-        instance_id=plan.profile.get("instance_id"),
-        owner=options.owner,
-        state_path=run_dir / "aws.json",
-    )

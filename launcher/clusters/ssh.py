@@ -10,6 +10,7 @@ otherwise against known_hosts. An unknown host is refused unless the profile say
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import logging
 import os
@@ -20,7 +21,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from launcher.clusters.base import CommandResult, LaunchOptions, Node
 from launcher.clusters.local import command_failed
@@ -36,7 +37,7 @@ DEFAULT_CONNECT_TIMEOUT_S = 20.0
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 
-class ConnectionLost(InfraError):
+class ConnectionLost(InfraError):  # noqa: N818 - named for what happened, as InfraError is
     """The SSH connection broke during an operation; the node itself may be fine."""
 
 
@@ -108,16 +109,17 @@ class _HostKeyPolicy:
         if pinned:
             if seen != pinned.strip():
                 raise InfraError(
-                    f"the host key of {hostname} is {seen}, but the profile pins {pinned}: refusing to connect "
-                    "(a changed key can mean a different machine or a man in the middle)."
+                    f"the host key of {hostname} is {seen}, but the profile pins {pinned}: "
+                    "refusing to connect (a changed key can mean a different machine or a man in "
+                    "the middle)."
                 )
             return
         if not self.settings.accept_unknown_host:
             raise InfraError(
-                f"the host key of {hostname} ({key.get_name()} {seen}) is not in {self.known_hosts_path}: refusing "
-                "an unknown host.",
-                hint="Check the fingerprint, then add it to known_hosts, pin it as `host_key_fingerprint`, or set "
-                "`accept_unknown_host: true` in the profile.",
+                f"the host key of {hostname} ({key.get_name()} {seen}) is not in "
+                f"{self.known_hosts_path}: refusing an unknown host.",
+                hint="Check the fingerprint, then add it to known_hosts, pin it as "
+                "`host_key_fingerprint`, or set `accept_unknown_host: true` in the profile.",
             )
         client.get_host_keys().add(hostname, key.get_name(), key)
         self.known_hosts_path.parent.mkdir(parents=True, exist_ok=True)
@@ -164,12 +166,16 @@ class SSHTransport:
             client = paramiko.SSHClient()
             if not self.settings.host_key_fingerprint and known.is_file():
                 client.load_host_keys(str(known))
-            client.set_missing_host_key_policy(_HostKeyPolicy(self.settings, known))
+            # paramiko only calls missing_host_key on it; its stubs ask for the base class, which
+            # this module does not import until a connection is made
+            policy = cast("paramiko.MissingHostKeyPolicy", _HostKeyPolicy(self.settings, known))
+            client.set_missing_host_key_policy(policy)
             try:
                 sock = socket.create_connection((self.dial, self.node.port), timeout=timeout)
             except TimeoutError as err:
                 raise InfraError(
-                    f"cannot reach {self._where()}: no answer within connect_timeout_s={timeout:g} s"
+                    f"cannot reach {self._where()}: "
+                    f"no answer within connect_timeout_s={timeout:g} s"
                 ) from err
             except OSError as err:
                 raise InfraError(f"cannot reach {self._where()}: {err.strerror or err}") from err
@@ -207,19 +213,21 @@ class SSHTransport:
             except (paramiko.SSHException, OSError, EOFError) as err:
                 sock.close()
                 raise InfraError(
-                    f"SSH to {self._where()} failed within connect_timeout_s={timeout:g} s: {err or type(err).__name__}"
+                    f"SSH to {self._where()} failed within connect_timeout_s={timeout:g} s: "
+                    f"{err or type(err).__name__}"
                 ) from err
-            client.get_transport().set_keepalive(15)
+            transport = client.get_transport()
+            if transport is not None:
+                transport.set_keepalive(15)
             self._client = client
 
     def close(self) -> None:
         with self._lock:
             for thing in (self._sftp, self._client):
-                try:
+                # closing a broken connection must not fail
+                with contextlib.suppress(Exception):
                     if thing is not None:
                         thing.close()
-                except Exception:  # noqa: BLE001 - closing a broken connection must not fail
-                    pass
             self._sftp = None
             self._client = None
 
@@ -338,7 +346,7 @@ class SSHTransport:
 
 
 class SSHCluster:
-    """One existing host. Release closes connections and ends nothing: the launcher only targeted it."""
+    """One existing host. Release closes connections and ends nothing: it was only targeted."""
 
     name = "ssh"
 
@@ -368,7 +376,7 @@ class SSHCluster:
             transport.close()
 
     def to_record(self) -> dict[str, Any]:
-        """What `attach` and `cancel` need to reach the host again (kept in run.json; no secrets)."""
+        """What `attach` and `cancel` need to reach the host again (in run.json; no secrets)."""
         return {"kind": "ssh", "ssh": asdict(self.settings)}
 
 

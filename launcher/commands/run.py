@@ -88,7 +88,7 @@ def run_prepared(prepared: Prepared, options: Options, reporter: Any = None) -> 
 
 
 def _check(prepared: Prepared) -> int:
-    """`--check`: ask the cloud whether the launch would be accepted (DryRun=True); nothing is made."""
+    """`--check`: would the cloud accept the launch (DryRun=True)? Nothing is created."""
     if prepared.profile.kind != "aws":
         raise BadInput(
             f"--check asks AWS about a launch; --cluster {prepared.profile.name} is of kind "

@@ -25,7 +25,7 @@ _TAIL_LINES = 8
 
 @dataclass
 class Outcome:
-    """How a run ended, as far as the runner knows; `measurement` is (Result, Verdict) when judged."""
+    """How a run ended, as the runner knows it; `measurement` is (Result, Verdict) when judged."""
 
     state: str  # done | failed | cancelled | detached
     exit_code: int | None  # the node script's
@@ -53,7 +53,7 @@ def failed_stage(timeline: Timeline) -> str | None:
 
 
 def check_detail(rd: RunDir, stage: str | None) -> str | None:
-    """What a failed check measured, from the report the node wrote (preflight*.json, stack.json)."""
+    """What a failed check measured, from the node's report (preflight*.json, stack.json)."""
     if stage in ("preflight", "preflight-gpu"):
         path = rd.path / f"{stage}.json"
         if not path.exists():

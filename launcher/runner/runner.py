@@ -191,7 +191,7 @@ class Runner:
         try:
             run.cancel_on_nodes()
         except InfraError:
-            run.release()  # unreachable or not cleaned: still end what was acquired (AWS: terminate)
+            run.release()  # unreachable or not cleaned: still end what was acquired
             raise
         self.reporter.say(
             f"stopped the run's processes and container {run.container} on "
@@ -270,7 +270,7 @@ class _Run:
         self.rd.write_timeline(self.timeline)
         self.reporter.stage(marker["stage"], marker["event"], marker.get("status", "ok"))
 
-    # --- starting ----------------------------------------------------------------------------------
+    # --- starting -----------------------------------------------------------------------------
 
     def start(self, node_script: str, secrets: Mapping[str, str] | None) -> None:
         """Acquire, stage and launch; an interrupt before the launch leaves nothing running."""
@@ -308,7 +308,7 @@ class _Run:
                 f"{why} before the node script started; nothing was left running."
             ) from None
 
-    # --- following ---------------------------------------------------------------------------------
+    # --- following ----------------------------------------------------------------------------
 
     def follow(self) -> Outcome:
         """Stream to the end, handling Ctrl-C/SIGTERM, the budget and a lost node; then finish."""
@@ -445,7 +445,7 @@ class _Run:
             n.follower.finish_logs(stage_status)
         self.rd.write_timeline(self.timeline)
 
-    # --- the end -----------------------------------------------------------------------------------
+    # --- the end ------------------------------------------------------------------------------
 
     def finish(self, code: int | None) -> Outcome:
         """The script ended: collect, release, then judge (the node no longer bills meanwhile)."""

@@ -57,7 +57,7 @@ def _raise_terminated(signum: int, frame: FrameType | None) -> None:
 
 @contextmanager
 def signals_cancel() -> Iterator[None]:
-    """Within the block SIGTERM and SIGHUP raise Terminated; the previous handlers come back after."""
+    """Within the block SIGTERM and SIGHUP raise Terminated; the previous handlers come back."""
     previous = _install(CANCELLING, _raise_terminated)
     try:
         yield

@@ -147,7 +147,7 @@ class Ended:
 
 
 class Follower:
-    """One node's log streamed into a logs directory, and that node's script polled until it ends."""
+    """One node's log streamed into a logs dir; its script polled until it ends."""
 
     def __init__(
         self,
@@ -227,8 +227,7 @@ class Follower:
                     ) from err
                 if not warned:
                     self.reporter.say(
-                        f"connection problem ({err}); reconnecting "
-                        f"(up to {self.reconnect_s:.0f} s)"
+                        f"connection problem ({err}); reconnecting (up to {self.reconnect_s:.0f} s)"
                     )
                     warned = True
                 self.transport.close()
@@ -248,7 +247,7 @@ class Follower:
         return Ended(code if state == "exit" else None)
 
     def finish_logs(self, stage_status: str) -> None:
-        """The end of following: the last partial line kept, open stages closed as `stage_status`."""
+        """The end of following: the last partial line kept, open stages closed as given."""
         self.splitter.flush_partial()
         self.splitter.close()
         self.timeline.close_open(stage_status)

@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 from infra.nodescript import plan_running
-
 from launcher.clusters import from_record
 from launcher.commands.run import ConsoleReporter
 from launcher.errors import ReproduceError

@@ -18,7 +18,9 @@ from launcher.profile import load_profile
 from launcher.recipe import load_recipe
 from launcher.rundir import RunDir
 
-SEED = Path(__file__).resolve().parents[2] / "recipes/qwen3-30b-a3b/h200/attune-tp1-pp1-ep8-mt16k.yaml"
+SEED = (
+    Path(__file__).resolve().parents[2] / "recipes/qwen3-30b-a3b/h200/attune-tp1-pp1-ep8-mt16k.yaml"
+)
 
 HEADER = """#!/bin/bash
 set -euo pipefail
@@ -60,7 +62,9 @@ def plan_with_script(run_id: str, node_run_dir: str, body: str) -> Plan:
     )
 
 
-def job(runs_root: Path, node_root: Path, body: str, slug: str = "test/local") -> tuple[RunDir, Plan]:
+def job(
+    runs_root: Path, node_root: Path, body: str, slug: str = "test/local"
+) -> tuple[RunDir, Plan]:
     """A fresh run dir and the Plan that runs `body` in <node_root>/<run id> on the node."""
     rd = RunDir.create(runs_root, slug)
     return rd, plan_with_script(rd.run_id, str(node_root / rd.run_id), body)

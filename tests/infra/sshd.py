@@ -87,9 +87,11 @@ class SshServer:
         )
         try:
             wait_for_port(self.port)
-        except RuntimeError:
+        except RuntimeError as err:
             self.stop()
-            raise RuntimeError(f"sshd did not start; its log: {self.log.read_text()[-2000:]}")
+            raise RuntimeError(
+                f"sshd did not start; its log: {self.log.read_text()[-2000:]}"
+            ) from err
         return self
 
     def session_pids(self) -> list[int]:

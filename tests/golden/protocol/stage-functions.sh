@@ -1,0 +1,11 @@
+_stage_begin() { _STAGE=$1; printf '##reproduce stage=%s event=start t=%s\n' "$1" "$(date +%s.%N)"; }
+_stage_end() { printf '##reproduce stage=%s event=end status=ok t=%s\n' "$_STAGE" "$(date +%s.%N)"; _STAGE=''; }
+_on_exit() {
+  local rc=$? status=failed
+  if [ -n "${_STAGE:-}" ]; then
+    [ -e "$NODE_RUN_DIR/cancelled" ] && status=cancelled  # `reproduce cancel` marks the run first
+    printf '##reproduce stage=%s event=end status=%s rc=%s t=%s\n' "$_STAGE" "$status" "$rc" "$(date +%s.%N)"
+  fi
+  _cleanup
+  exit "$rc"
+}
