@@ -1,10 +1,11 @@
 """`reproduce nightly`: re-measure a set of recipes, keep the history, flag regressions.
 
-Each recipe runs exactly as `reproduce RECIPE --cluster NAME` runs it (launcher.reproduction.prepare
-then launcher.runner.runner.Runner.run: no second run path), one after the other. Whatever happens to one
-recipe (invalid file, budget refusal, a node that never came up, a failed check) is recorded in the
-history as that recipe's run and the nightly goes on with the next: one bad recipe must not hide
-the others' numbers. Ctrl-C stops the nightly (the run in progress is cancelled by the run path).
+Each recipe runs exactly as `reproduce RECIPE --cluster NAME` runs it
+(launcher.reproduction.prepare, then launcher.runner.runner.Runner.run: no second run path), one
+after the other. Whatever happens to one recipe (invalid file, budget refusal, a node that never
+came up, a failed check) is recorded in the history as that recipe's run and the nightly goes on
+with the next: one bad recipe must not hide the others' numbers. Ctrl-C stops the nightly (the
+run in progress is cancelled by the run path).
 
 Exit code, by precedence (the most actionable news wins):
   130  interrupted;
