@@ -249,7 +249,7 @@ def compare_cmd(
     raise typer.Exit(code)
 
 
-# --- aws (issue 5): `down`, `reap`, `capacity` (launcher/clusters/aws.py, launcher/capacity.py) ---
+# --- aws: `down`, `reap`, `capacity` (launcher/commands/aws.py) ---
 
 
 @app.command()
@@ -262,7 +262,7 @@ def down(
     ),
 ) -> None:
     """End what an aws run launched (a --keep node, or what a crash left): instances, Elastic IPs, groups, key pair."""
-    from launcher.clusters.aws import down_run
+    from launcher.commands.aws import down_run
 
     try:
         down_run(run, runs_root=runs_dir)
@@ -281,7 +281,7 @@ def reap(
     dry_run: bool = typer.Option(False, "--dry-run", help="List what would be ended; end nothing."),
 ) -> None:
     """End every instance (and its Elastic IPs, groups, key pair) the launcher tagged whose expires-at has passed."""
-    from launcher.clusters.aws import reap_command
+    from launcher.commands.aws import reap_command
 
     try:
         reap_command(cluster, region, dry_run=dry_run)
@@ -315,7 +315,7 @@ def capacity(
     ),
 ) -> None:
     """List Capacity Block offerings for RECIPE (price, start time); buy one only with --buy OFFERING_ID."""
-    from launcher.capacity import capacity_command
+    from launcher.commands.aws import capacity_command
 
     try:
         capacity_command(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from launcher.errors import BadInput
@@ -36,8 +36,6 @@ class Plan(Placement):
 
     def to_dict(self) -> dict[str, Any]:
         """plan.json: what ran, in a form a person or a script can audit later."""
-        from launcher.clusters.aws import to_jsonable
-
         return {
             "run_id": self.run_id,
             "recipe": {
@@ -58,7 +56,7 @@ class Plan(Placement):
             "container": self.container,
             "assets": self.assets.__dict__,
             "stages": [s.to_dict() for s in self.stages],
-            "provisioning": to_jsonable(list(self.provisioning)) if self.provisioning else [],
+            "provisioning": [asdict(call) for call in self.provisioning],  # aws ApiCalls
         }
 
 

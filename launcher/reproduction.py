@@ -71,7 +71,7 @@ def prepare(recipe_path: str | Path, options: Options) -> Prepared:
     who = owner()
     provisioning: tuple[Any, ...] = ()
     if profile.kind == "aws":
-        from launcher.clusters.aws_request import provisioning_calls
+        from launcher.clusters.aws import provisioning_calls
 
         provisioning = tuple(
             provisioning_calls(recipe, profile, run_id, owner=who, now=datetime.now(UTC))
@@ -130,7 +130,7 @@ def dry_run_text(prepared: Prepared) -> str:
         f"# stages    {' -> '.join(s.name for s in plan.stages)}",
     ]
     if plan.provisioning:
-        from launcher.clusters.aws_request import to_jsonable
+        from launcher.clusters.aws import to_jsonable
 
         lines += [
             "",

@@ -9,7 +9,7 @@ import pytest
 from aws_support import ami, aws, load, seed_recipe, set_fake_env  # noqa: F401 - fixtures
 from botocore.stub import Stubber
 
-from launcher.capacity import buy, list_offerings
+from launcher.clusters.aws.capacity import buy, list_offerings
 from launcher.errors import BadInput
 
 pytestmark = pytest.mark.aws
@@ -149,7 +149,7 @@ def test_blocks_last_whole_days(tmp_path):
 def test_check_sends_the_launch_with_dry_run_and_creates_nothing(aws, ami, tmp_path):
     from aws_support import live_resources
 
-    from launcher.clusters.aws import check
+    from launcher.clusters.aws.cluster import check
 
     lines = check(
         seed_recipe(),

@@ -20,7 +20,7 @@ from aws_support import (
     write_profile,
 )  # noqa: F401
 
-from launcher.clusters.aws import AwsCluster
+from launcher.clusters.aws.cluster import AwsCluster
 
 pytestmark = pytest.mark.aws
 

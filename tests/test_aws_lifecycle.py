@@ -21,8 +21,10 @@ from aws_support import (
     two_node_recipe,
 )  # noqa: F401
 
-from launcher.clusters.aws import AwsCluster, down, from_record, reap
-from launcher.clusters.aws_request import TAG_EXPIRES, TAG_RUN_ID
+from launcher.clusters.aws import from_record
+from launcher.clusters.aws.cluster import AwsCluster
+from launcher.clusters.aws.requests import TAG_EXPIRES, TAG_RUN_ID
+from launcher.clusters.aws.teardown import down, reap
 
 pytestmark = pytest.mark.aws
 

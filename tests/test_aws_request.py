@@ -10,14 +10,13 @@ from datetime import UTC, datetime, timezone
 import pytest
 from aws_support import REPO, load, seed_recipe, two_node_recipe
 
-from launcher.clusters.aws_request import (
+from launcher.clusters.aws import provisioning_calls, to_jsonable
+from launcher.clusters.aws.requests import (
     TAG_EXPIRES,
     TAG_OWNER,
     TAG_RECIPE,
     TAG_RUN_ID,
     is_placeholder,
-    provisioning_calls,
-    to_jsonable,
 )
 from launcher.errors import BadInput
 
@@ -189,7 +188,9 @@ def test_capacity_options_reach_the_request(tmp_path, capacity, market, target):
 
 def test_targeting_an_instance_creates_nothing(tmp_path):
     calls = calls_for(tmp_path, instance_id="i-0123456789abcdef0")
-    assert [c.operation for c in calls] == ["DescribeInstances"]
+    # read-only: the instance, then its type's GPUs (checked against the recipe), as a launch does
+    assert [c.operation for c in calls] == ["DescribeInstances", "DescribeInstanceTypes"]
+    assert is_placeholder(calls[1].params["InstanceTypes"][0])
 
 
 @pytest.mark.parametrize(
@@ -222,7 +223,7 @@ def test_the_dry_run_builder_imports_no_boto3():
     code = (
         "import sys, datetime; sys.path.insert(0, 'tests');"
         "from aws_support import seed_recipe; from launcher.profile import load_profile;"
-        "from launcher.clusters.aws_request import provisioning_calls;"
+        "from launcher.clusters.aws import provisioning_calls;"
         "provisioning_calls(seed_recipe(), load_profile('aws'), 'r', owner='o', now=datetime.datetime.now());"
         "bad = [m for m in sys.modules if m.split('.')[0] in ('boto3', 'botocore', 'moto')];"
         "print(bad); sys.exit(1 if bad else 0)"

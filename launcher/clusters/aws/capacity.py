@@ -1,4 +1,4 @@
-"""Capacity Blocks for ML: `reproduce capacity RECIPE` lists offerings; `--buy ID` buys one.
+"""Capacity Blocks for ML: list the offerings for a recipe, and buy one only when told to.
 
 Why so careful: a Capacity Block cannot be cancelled once bought, and costs thousands of dollars.
 So listing is the default, a purchase needs the offering's id as an explicit flag, its price and
@@ -13,6 +13,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from launcher.clusters.aws.requests import TAG_RECIPE
+from launcher.clusters.aws.session import make_session, translate
+from launcher.clusters.aws.settings import settings_from
 from launcher.errors import BadInput, InfraError
 
 
@@ -36,7 +39,8 @@ class Offering:
         return (
             f"{self.id}  {self.instance_count} x {self.instance_type}  {self.zone}  "
             f"{self.start:%Y-%m-%d %H:%M} -> {self.end:%Y-%m-%d %H:%M} UTC ({self.hours} h)  "
-            f"{self.upfront_usd:,.2f} {self.currency} upfront (${self.usd_per_instance_hour:.2f}/instance-hour)"
+            f"{self.upfront_usd:,.2f} {self.currency} upfront "
+            f"(${self.usd_per_instance_hour:.2f}/instance-hour)"
         )
 
 
@@ -60,8 +64,6 @@ def _parse(item: dict[str, Any]) -> Offering:
 
 
 def _target(recipe: Any, profile: Any, nodes: int | None) -> tuple[str, int, str | None]:
-    from launcher.clusters.aws_request import settings_from
-
     s = settings_from(recipe, profile)
     return s.instance_type, nodes or s.nodes, s.region
 
@@ -77,8 +79,6 @@ def list_offerings(
     session: Any = None,
 ) -> list[Offering]:
     """Capacity Block offerings for the recipe's instance type and node count, cheapest first."""
-    from launcher.clusters.aws import make_session, translate
-
     if hours < 24 or hours % 24:
         raise BadInput(
             f"--hours {hours}: Capacity Blocks last whole days; expected 24, 48, ... hours."
@@ -113,7 +113,8 @@ def format_offerings(offerings: list[Offering], on_demand_per_hour: float | None
     if on_demand_per_hour:
         lines.append(f"(on-demand list price: ${on_demand_per_hour:.2f}/instance-hour)")
     lines.append(
-        "A Capacity Block cannot be cancelled. To buy one: reproduce capacity RECIPE --buy <offering id>"
+        "A Capacity Block cannot be cancelled. "
+        "To buy one: reproduce capacity RECIPE --buy <offering id>"
     )
     return "\n".join(lines)
 
@@ -129,11 +130,9 @@ def buy(
     start_after: datetime | None = None,
     end_before: datetime | None = None,
     session: Any = None,
-    log: Callable[[str], Any] = print,
+    log: Callable[[str], Any] = lambda _line: None,
 ) -> str:
-    """Buy the listed offering `offering_id`, after printing its price; return the cr-... id."""
-    from launcher.clusters.aws import make_session, translate
-
+    """Buy the listed offering `offering_id`, after logging its price; return the cr-... id."""
     offerings = list_offerings(
         recipe,
         profile,
@@ -153,8 +152,8 @@ def buy(
     log(f"buying (cannot be cancelled): {offer.line()}")
     if max_usd is not None and offer.upfront_usd > max_usd:
         raise BadInput(
-            f"offering {offer.id} costs {offer.upfront_usd:,.2f} {offer.currency}, more than --max-usd "
-            f"{max_usd:g}; nothing was bought."
+            f"offering {offer.id} costs {offer.upfront_usd:,.2f} {offer.currency}, "
+            f"more than --max-usd {max_usd:g}; nothing was bought."
         )
     _, _, region = _target(recipe, profile, nodes)
     session = make_session(region, session)
@@ -166,7 +165,7 @@ def buy(
             TagSpecifications=[
                 {
                     "ResourceType": "capacity-reservation",
-                    "Tags": [{"Key": "reproduce:recipe", "Value": str(recipe.slug)[:255]}],
+                    "Tags": [{"Key": TAG_RECIPE, "Value": str(recipe.slug)[:255]}],
                 }
             ],
         )
@@ -175,71 +174,12 @@ def buy(
     reservation = (resp.get("CapacityReservation") or {}).get("CapacityReservationId")
     if not reservation:
         raise InfraError(
-            f"the purchase of {offer.id} returned no capacity reservation id; check the EC2 console."
+            f"the purchase of {offer.id} returned no capacity reservation id; "
+            "check the EC2 console."
         )
     log(
-        f"bought {reservation}: it starts {offer.start:%Y-%m-%d %H:%M} UTC in {offer.zone}. Put this in the aws "
-        f"profile:\n  capacity:\n    type: capacity-block\n    reservation_id: {reservation}"
+        f"bought {reservation}: it starts {offer.start:%Y-%m-%d %H:%M} UTC in {offer.zone}. "
+        "Put this in the aws profile:"
+        f"\n  capacity:\n    type: capacity-block\n    reservation_id: {reservation}"
     )
     return reservation
-
-
-def capacity_command(
-    recipe_path: str,
-    cluster: str = "aws",
-    *,
-    hours: int = 24,
-    nodes: int | None = None,
-    start_after: str | None = None,
-    end_before: str | None = None,
-    buy_id: str | None = None,
-    max_usd: float | None = None,
-    log: Callable[[str], Any] = print,
-) -> str | None:
-    """`reproduce capacity RECIPE`: list offerings; with --buy ID, buy that one (price printed first)."""
-    from launcher.catalog import price_per_hour
-    from launcher.profile import load_profile
-    from launcher.recipe import load_recipe
-
-    recipe = load_recipe(recipe_path)
-    profile = load_profile(cluster)
-    if profile.kind != "aws":
-        raise BadInput(
-            f"--cluster {cluster} is of kind {profile.kind}; Capacity Blocks are AWS's: give an aws profile."
-        )
-    after, before = _when(start_after, "--start-after"), _when(end_before, "--end-before")
-    if buy_id:
-        return buy(
-            recipe,
-            profile,
-            buy_id,
-            hours=hours,
-            nodes=nodes,
-            max_usd=max_usd,
-            start_after=after,
-            end_before=before,
-            log=log,
-        )
-    offerings = list_offerings(
-        recipe, profile, hours=hours, nodes=nodes, start_after=after, end_before=before
-    )
-    try:
-        od = price_per_hour(
-            profile.get("instance_type") or recipe.instance_type, profile.get("region")
-        )
-    except BadInput:
-        od = None
-    log(format_offerings(offerings, od.value if od else None))
-    return None
-
-
-def _when(text: str | None, flag: str) -> datetime | None:
-    if not text:
-        return None
-    try:
-        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise BadInput(
-            f"{flag} {text!r}: expected an ISO date or time, e.g. 2026-12-01 or 2026-12-01T11:30Z."
-        ) from None
-    return value if value.tzinfo else value.replace(tzinfo=UTC)

@@ -1,0 +1,61 @@
+"""`--cluster aws`: EC2 GPU instances launched (or targeted) for one run, and ended again.
+
+The package is split by phase (docs/aws.md has the full picture):
+
+    settings.py   the profile's aws fields, checked once (AwsSettings)
+    requests.py   the request bodies and tags, pure data (ApiCall)
+    program.py    the launch program: ONE ordered list of steps (lookups.py, provision.py)
+    executor.py   its three modes: print (dry run), DryRun=True (--check), send (launch)
+    session.py    credentials, region, AWS errors in the launcher's words, the call record
+    cluster.py    AwsCluster: acquire / transport / release; check (--check)
+    teardown.py   teardown, down, reap
+    state.py      run_dir/aws.json, written the moment each resource exists
+    capacity.py   Capacity Block offerings and purchase
+
+Importing the package (and the dry run's provisioning_calls) imports no boto3 and no paramiko:
+the backend's clients are made only when a real run or `--check` needs them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from launcher.clusters.aws.program import provisioning_calls
+from launcher.clusters.aws.requests import ApiCall, to_jsonable
+
+if TYPE_CHECKING:
+    from launcher.clusters.aws.cluster import AwsCluster
+
+__all__ = ["ApiCall", "from_plan", "from_record", "provisioning_calls", "to_jsonable"]
+
+
+def from_plan(
+    plan: Any, options: Any, run_dir: Path, *, log: Callable[[str], Any] = print
+) -> AwsCluster:
+    """The cluster for a new run (the backend registry's entry point).
+
+    plan is a launcher.plan.Plan (typed Any: the plan module imports this package); options
+    carries keep and owner (the owner the dry run printed). The state goes to run_dir/aws.json
+    and the calls sent to run_dir/aws-calls.jsonl; `log` receives the launch's progress lines.
+    """
+    from launcher.clusters.aws.cluster import AwsCluster
+
+    return AwsCluster(
+        plan.recipe,
+        plan.profile,
+        plan.run_id,
+        keep=bool(getattr(options, "keep", False)),
+        instance_id=plan.profile.get("instance_id"),
+        owner=str(getattr(options, "owner", "unknown")),
+        state_path=Path(run_dir) / "aws.json",
+        log=log,
+    )
+
+
+def from_record(record: Mapping[str, Any], *, log: Callable[[str], Any] = print) -> AwsCluster:
+    """The cluster of a recorded run (run.json): transports to its nodes, a release to end them."""
+    from launcher.clusters.aws.cluster import AwsCluster
+
+    return AwsCluster.from_record(record, log=log)

@@ -1,0 +1,388 @@
+"""`--cluster aws`: acquire EC2 nodes for a run (launch or target), reach them, end what it made.
+
+acquire runs the launch program (program.py) in SEND mode, the same steps the dry run printed;
+every call it sends is written to run_dir/aws-calls.jsonl and every id to run_dir/aws.json the
+moment it exists, so `reproduce down RUN` and `reproduce reap` can end it whatever happens to this
+process. Nodes are reached with the SSH transport of launcher/clusters/ssh.py, unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from launcher.clusters.aws import program
+from launcher.clusters.aws.executor import Executor, Launch, Mode, wait_until
+from launcher.clusters.aws.session import CallLog, make_session, recorded_client
+from launcher.clusters.aws.settings import AwsSettings, settings_from
+from launcher.clusters.aws.state import AwsState, state_root
+from launcher.clusters.aws.teardown import kept_message, leftover_message, teardown
+from launcher.clusters.base import Node
+from launcher.errors import BadInput, InfraError
+
+CALLS_FILE = "aws-calls.jsonl"
+
+
+class AwsCluster:
+    """Acquire EC2 nodes for a run (launch or target) and release exactly what was launched."""
+
+    name = "aws"
+
+    def __init__(
+        self,
+        recipe: Any,
+        profile: Any,
+        run_id: str,
+        *,
+        keep: bool = False,
+        instance_id: str | None = None,
+        owner: str = "unknown",
+        session: Any = None,
+        ami_resolver: Callable[[str], str] | None = None,
+        log: Callable[[str], Any] = lambda _line: None,
+        state_path: Path | None = None,
+        operator_cidr: str | None = None,
+        key_dir: Path | None = None,
+        poll_s: float = 5.0,
+        now: Callable[[], datetime] | None = None,
+    ) -> None:
+        self.recipe = recipe
+        self.profile = profile
+        self.run_id = run_id
+        self.keep = keep
+        self.settings: AwsSettings | None = (
+            settings_from(recipe, profile) if recipe is not None else None
+        )
+        self.target_id = instance_id or (self.settings.instance_id if self.settings else None)
+        self.owner = owner
+        self._session = session
+        self.ami_resolver = ami_resolver
+        self.log = log
+        self.state_path = Path(state_path) if state_path else None
+        self.calls = CallLog(self.state_path.with_name(CALLS_FILE) if self.state_path else None)
+        self.operator_cidr = operator_cidr
+        self.key_dir = Path(key_dir) if key_dir else state_root() / "keys"
+        self.poll_s = poll_s
+        self.now = now or (lambda: datetime.now(UTC))
+        restoring = recipe is None and self.state_path is not None and self.state_path.is_file()
+        self.state = (
+            AwsState.load(self.state_path)
+            if restoring and self.state_path
+            else AwsState(self.state_path)
+        )
+        if restoring and not self.target_id and self.state.data["targeted"]:
+            self.target_id = self.state.data["targeted"][0]
+        s = self.settings
+        self.ssh_opts: dict[str, Any] = {
+            "connect_timeout_s": s.connect_timeout_s if s else 20.0,
+            "known_hosts": s.known_hosts if s else None,
+            "host_key_fingerprint": s.host_key_fingerprint if s else None,
+            "accept_unknown_host": bool(s and s.accept_unknown_host),
+        }
+        self._clients: dict[str, Any] = {}
+        self._checked = False
+        self._released = False
+        self._transports: list[Any] = []
+        self.nodes: list[Node] = []
+
+    # --- clients -------------------------------------------------------------------------------
+    @property
+    def session(self) -> Any:
+        """The boto3 session, after checking credentials and region (nothing is created before)."""
+        if not self._checked:
+            self._session = make_session(self.region_hint, self._session)
+            self._checked = True
+        return self._session
+
+    @property
+    def region_hint(self) -> str | None:
+        return self.state.data.get("region") or (self.settings.region if self.settings else None)
+
+    @property
+    def region(self) -> str:
+        return self.region_hint or self.session.region_name
+
+    def client(self, service: str) -> Any:
+        """A client whose every call is written to aws-calls.jsonl."""
+        if service not in self._clients:
+            self._clients[service] = recorded_client(self.session, service, self.region, self.calls)
+        return self._clients[service]
+
+    @property
+    def ec2(self) -> Any:
+        return self.client("ec2")
+
+    # --- Cluster protocol ----------------------------------------------------------------------
+    def acquire(self) -> list[Node]:
+        """Launch (or target) the nodes and return them once each answers SSH."""
+        s = self.settings
+        if s is None:  # restored from a record: the nodes it already has
+            return [Node(**n) for n in self.state.data["nodes"]]
+        self.session  # noqa: B018 - credentials and region first: nothing is created without them
+        self.state.set(
+            region=self.region,
+            run_id=self.run_id,
+            recipe=str(self.recipe.slug),
+            owner=self.owner,
+            keep=self.keep,
+            price_per_hour=price_of(s, self.region),
+            nodes_wanted=s.nodes,
+            state_path=str(self.state_path) if self.state_path else None,
+        )
+        launch = self.launch_context(state=self.state)
+        program.run(launch, Executor(Mode.SEND, s, self.client, self.poll_s))
+        self.nodes = list(launch.nodes)
+        self.state.set(nodes=[_node_record(n) for n in self.nodes])
+        return list(self.nodes)
+
+    def launch_context(self, state: AwsState | None = None) -> Launch:
+        """What the launch program starts from (also used by `--check`, without state)."""
+        assert self.settings is not None
+        return Launch(
+            self.recipe,
+            self.settings,
+            self.run_id,
+            self.owner,
+            self.now,
+            target=self.target_id,
+            region=self.region,
+            operator_cidr=self.operator_cidr,
+            state=state,
+            key_dir=self.key_dir,
+            log=self.log,
+            ami_resolver=self.ami_resolver,
+            make_node=self._node_from,
+            wait_ssh=self._wait_ssh,
+        )
+
+    def transport(self, node: Node) -> Any:
+        """The SSH transport of launcher/clusters/ssh.py, set up as the ssh cluster sets it up."""
+        from launcher.clusters.ssh import SSHSettings, SSHTransport
+
+        for existing in self._transports:
+            if existing.node == node:
+                return existing
+        opts = self.ssh_opts
+        launched = bool(node.meta.get("launched"))
+        known_hosts = opts.get("known_hosts")
+        if launched and not known_hosts and self.state_path:
+            known_hosts = str(self.state_path.with_name("aws_known_hosts"))
+        # Built from profile-shaped fields, exactly as the ssh cluster builds its settings.
+        settings = SSHSettings.from_mapping(
+            {
+                "host": node.host,
+                "port": node.port,
+                "user": node.user,
+                "identity_file": node.identity_file,
+                "connect_host": node.connect_host,
+                "connect_timeout_s": float(opts.get("connect_timeout_s") or 20.0),
+                "known_hosts": os.path.expanduser(known_hosts) if known_hosts else None,
+                "host_key_fingerprint": opts.get("host_key_fingerprint"),
+                # a host the launcher just created has a key nobody can have seen;
+                # a targeted one must be known
+                "accept_unknown_host": launched or bool(opts.get("accept_unknown_host")),
+            }
+        )
+        transport = SSHTransport(node, settings)
+        self._transports.append(transport)
+        return transport
+
+    def release(self) -> None:
+        """End what this run launched (never a targeted instance); idempotent and resumable."""
+        for transport in self._transports:
+            try:
+                transport.close()
+            except Exception:  # noqa: BLE001, S110 - a dead connection must not stop the teardown
+                pass
+        if self._released:
+            return
+        if self.keep and self.state.launched_instances:
+            self._released = True
+            self.log(kept_message(self.state, self.down_command(), self.settings))
+            return
+        if self.target_id or self.state.data.get("region") is None:
+            self._released = True  # targeted only, or stopped before anything could be created
+            return
+        left = teardown(
+            self.ec2, self.state, log=self.log, poll_s=self.poll_s, key_dir=self.key_dir
+        )
+        if left:
+            raise InfraError(leftover_message(left, self.state_path, self.state.data.get("region")))
+        self._released = True
+
+    def leftovers(self) -> list[str]:
+        """What is still allocated (for the last message after a failed release)."""
+        return self.state.allocated() if not self.keep else []
+
+    def down_command(self) -> str:
+        where = self.state_path.parent if self.state_path else self.run_id
+        return f"reproduce down {where}"
+
+    def to_record(self) -> dict:
+        """What attach/cancel need to reach and release this run's nodes (run.json; no secrets)."""
+        return {
+            "kind": "aws",
+            "state_path": str(self.state_path) if self.state_path else None,
+            "region": self.region_hint,
+            "run_id": self.run_id,
+            "keep": self.keep,
+            "target": self.target_id,
+            "ssh": dict(self.ssh_opts),
+        }
+
+    @classmethod
+    def from_record(
+        cls,
+        record: Mapping[str, Any],
+        *,
+        session: Any = None,
+        log: Callable[[str], Any] = lambda _line: None,
+    ) -> AwsCluster:
+        """A cluster for a recorded run: transports to its nodes, a release that ends them."""
+        cluster = cls(
+            None,
+            None,
+            str(record.get("run_id") or ""),
+            keep=bool(record.get("keep")),
+            instance_id=record.get("target"),
+            session=session,
+            log=log,
+            state_path=Path(record["state_path"]) if record.get("state_path") else None,
+        )
+        cluster.ssh_opts.update(record.get("ssh") or {})
+        return cluster
+
+    # --- the launch program's hands ------------------------------------------------------------
+    def _node_from(
+        self,
+        inst: dict,
+        index: int,
+        launched: bool,
+        ami_id: str | None,
+        identity_file: str | None,
+    ) -> Node:
+        s = self.settings
+        assert s is not None
+        private = inst.get("PrivateIpAddress") or _primary_private_ip(inst)
+        public = inst.get("PublicIpAddress")
+        dial = s.connect_host or public or private
+        return Node(
+            name=f"node{index}",
+            host=str(private or dial),
+            connect_host=dial,
+            port=s.port,
+            user=s.user,
+            identity_file=os.path.expanduser(identity_file) if identity_file else None,
+            meta={
+                "instance_id": inst["InstanceId"],
+                "ami_id": ami_id,
+                "instance_type": inst.get("InstanceType"),
+                "az": (inst.get("Placement") or {}).get("AvailabilityZone"),
+                "launched": launched,
+                "private_ip": private,
+                "public_ip": public,
+                "region": self.region,
+            },
+        )
+
+    def _wait_ssh(self, nodes: list[Node], deadline: float) -> None:
+        s = self.settings
+        assert s is not None
+        timeout_s = min(s.connect_timeout_s, 10.0)
+        for node in nodes:
+            where = f"{node.connect_host}:{node.port}"
+            host, port = node.connect_host or node.host, node.port
+
+            def answers(host: str = host, port: int = port) -> bool:
+                return ssh_banner(host, port, timeout_s)
+
+            wait_until(
+                answers,
+                deadline,
+                f"SSH on {where} ({node.meta['instance_id']}) never answered",
+                s.ready_timeout_s,
+                self.poll_s,
+            )
+            self.log(f"aws: {node.name} {node.meta['instance_id']} answers SSH at {where}")
+
+
+def check(
+    recipe: Any,
+    profile: Any,
+    run_id: str,
+    *,
+    owner: str = "unknown",
+    session: Any = None,
+    ami_resolver: Callable[[str], str] | None = None,
+    operator_cidr: str | None = None,
+    log: Callable[[str], Any] = lambda _line: None,
+) -> list[str]:
+    """`--check`: the launch program with DryRun=True, where credentials exist; nothing is created.
+
+    The read-only lookups (instance type, AMI, subnets, reservation) run for real; every call that
+    would create something is sent with DryRun=True, so AWS checks permissions and parameters.
+    Returns one line per call; raises InfraError (or BadInput) naming the first refusal, after
+    logging the lines that passed.
+    """
+    cluster = AwsCluster(
+        recipe,
+        profile,
+        run_id,
+        owner=owner,
+        session=session,
+        ami_resolver=ami_resolver,
+        operator_cidr=operator_cidr,
+        log=log,
+    )
+    assert cluster.settings is not None
+    cluster.session  # noqa: B018 - credentials and region first
+    api = Executor(Mode.CHECK, cluster.settings, cluster.client, cluster.poll_s)
+    try:
+        program.run(cluster.launch_context(), api)
+    finally:
+        for line in api.lines:
+            log(line)
+    return api.lines
+
+
+def price_of(s: AwsSettings, region: str | None) -> float | None:
+    from launcher.catalog import price_per_hour
+
+    try:
+        price = price_per_hour(s.instance_type, region, s.price_per_hour)
+    except BadInput:
+        return None
+    return price.value if price else None
+
+
+def ssh_banner(host: str, port: int, timeout_s: float) -> bool:
+    """True once something on host:port speaks SSH (an open port alone is not enough)."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s) as sock:
+            sock.settimeout(timeout_s)
+            return sock.recv(64).startswith(b"SSH-")
+    except OSError:
+        return False
+
+
+def _primary_private_ip(inst: dict) -> str | None:
+    for eni in inst.get("NetworkInterfaces", []):
+        if eni.get("PrivateIpAddress"):
+            return eni["PrivateIpAddress"]
+    return None
+
+
+def _node_record(node: Node) -> dict:
+    return {
+        "name": node.name,
+        "host": node.host,
+        "connect_host": node.connect_host,
+        "port": node.port,
+        "user": node.user,
+        "identity_file": node.identity_file,
+        "meta": node.meta,
+    }

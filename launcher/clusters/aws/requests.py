@@ -1,0 +1,292 @@
+"""The bodies of the AWS calls that provision a run, as plain data (no boto3).
+
+Why pure: the dry run prints these bodies without credentials or network, `--check` sends them
+with DryRun=True and the launch sends them for real; all three take them from here, through the
+one launch program (launcher/clusters/aws/program.py). What only the launch can know (the AMI
+behind an SSM parameter, the security group made for the run) is an explicit `<...>` placeholder
+in the dry run. See docs/aws.md for why each field is set as it is (EFA, IMDSv2, tags, TTL).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from launcher.clusters.aws.settings import AwsSettings
+
+TAG_PREFIX = "reproduce:"
+TAG_RECIPE = "reproduce:recipe"
+TAG_RUN_ID = "reproduce:run-id"
+TAG_OWNER = "reproduce:owner"
+TAG_EXPIRES = "reproduce:expires-at"
+EXPIRES_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+
+
+@dataclass
+class ApiCall:
+    """One AWS API call: what the dry run prints and what the launch sends."""
+
+    service: str
+    operation: str
+    params: dict[str, Any]
+    note: str = ""
+
+
+def placeholder(what: str) -> str:
+    """A value the dry run cannot know; the launch replaces it."""
+    return f"<{what}>"
+
+
+def is_placeholder(value: Any) -> bool:
+    return isinstance(value, str) and value.startswith("<") and value.endswith(">")
+
+
+def to_jsonable(calls: list[ApiCall]) -> list[dict[str, Any]]:
+    """The calls as plain data for printing (JSON or YAML)."""
+    return [asdict(call) for call in calls]
+
+
+# ------------------------------------------------------------------------------------------------
+# Tags
+
+
+def expires_at(now: datetime, ttl_hours: float) -> str:
+    """ISO UTC time after which `reproduce reap` ends the run's resources."""
+    when = now.astimezone(UTC) + timedelta(hours=ttl_hours)
+    return when.strftime(EXPIRES_FORMAT)
+
+
+def run_tags(
+    recipe: Any, run_id: str, owner: str, expires: str, extra: dict[str, str] | None = None
+) -> list[dict[str, str]]:
+    """The tags on every resource the launcher creates (reap and `down` find them by these)."""
+    tags = {k: v for k, v in (extra or {}).items() if not k.startswith(TAG_PREFIX) and k != "Name"}
+    tags.update(
+        {
+            "Name": f"reproduce-{run_id}",
+            TAG_RECIPE: str(recipe.slug)[:255],
+            TAG_RUN_ID: run_id,
+            TAG_OWNER: owner[:255],
+            TAG_EXPIRES: expires,
+        }
+    )
+    return [{"Key": k, "Value": v} for k, v in tags.items()]
+
+
+def tag_spec(resource_type: str, tags: list[dict[str, str]]) -> list[dict[str, Any]]:
+    return [{"ResourceType": resource_type, "Tags": list(tags)}]
+
+
+def run_id_filter(run_id: str) -> list[dict[str, Any]]:
+    """The Filters that find what was made for one run (down's safety net)."""
+    return [{"Name": f"tag:{TAG_RUN_ID}", "Values": [run_id]}]
+
+
+# ------------------------------------------------------------------------------------------------
+# Request bodies
+
+
+def resource_name(run_id: str) -> str:
+    """Name of the security group, key pair and placement group made for a run."""
+    return f"reproduce-{run_id}"
+
+
+def security_group_request(run_id: str, vpc_id: str, tags: list[dict[str, str]]) -> dict[str, Any]:
+    return {
+        "GroupName": resource_name(run_id),
+        "Description": f"reproduce run {run_id}: all traffic within the group (EFA), "
+        "SSH from the operator",
+        "VpcId": vpc_id,
+        "TagSpecifications": tag_spec("security-group", tags),
+    }
+
+
+def ingress_request(group_id: str, port: int, cidr: str) -> dict[str, Any]:
+    """All traffic from the group itself (EFA needs it) and SSH from one address only."""
+    ranges = "Ipv6Ranges" if ":" in cidr else "IpRanges"
+    key = "CidrIpv6" if ":" in cidr else "CidrIp"
+    ssh = {
+        "IpProtocol": "tcp",
+        "FromPort": port,
+        "ToPort": port,
+        ranges: [{key: cidr, "Description": "SSH from the operator"}],
+    }
+    return {
+        "GroupId": group_id,
+        "IpPermissions": [
+            {
+                "IpProtocol": "-1",
+                "UserIdGroupPairs": [
+                    {"GroupId": group_id, "Description": "the run's own nodes (EFA, NCCL, Ray)"}
+                ],
+            },
+            ssh,
+        ],
+    }
+
+
+def key_pair_request(run_id: str, tags: list[dict[str, str]]) -> dict[str, Any]:
+    return {
+        "KeyName": resource_name(run_id),
+        "KeyType": "ed25519",
+        "KeyFormat": "pem",
+        "TagSpecifications": tag_spec("key-pair", tags),
+    }
+
+
+def placement_group_request(run_id: str, tags: list[dict[str, str]]) -> dict[str, Any]:
+    return {
+        "GroupName": resource_name(run_id),
+        "Strategy": "cluster",
+        "TagSpecifications": tag_spec("placement-group", tags),
+    }
+
+
+def network_interfaces(
+    network_cards: int | None, max_efa: int | None, layout: str, subnet_id: str, group_id: str
+) -> Any:
+    """One interface per network card, EFA on every card the type allows.
+
+    efa-primary: card 0 device 0 is an `efa` interface (EFA plus IP), every further card an
+    `efa-only` at device index 0. ena-primary (AWS's current advice): card 0 device 0 a plain ENA
+    `interface`, an `efa-only` at card 0 device 1, and an `efa-only` at device 0 of each further
+    card. Either way a p5en gets 16 EFA devices, one per card.
+    """
+    if network_cards is None:
+        return placeholder(
+            "one interface per network card: counts from describe_instance_types at launch"
+        )
+
+    def nic(card: int, device: int, kind: str) -> dict[str, Any]:
+        return {
+            "NetworkCardIndex": card,
+            "DeviceIndex": device,
+            "InterfaceType": kind,
+            "SubnetId": subnet_id,
+            "Groups": [group_id],
+            "DeleteOnTermination": True,
+        }
+
+    efa = max(0, min(network_cards, max_efa or 0))
+    if efa == 0:
+        return [nic(0, 0, "interface")]
+    if layout == "ena-primary":
+        out = [nic(0, 0, "interface"), nic(0, 1, "efa-only")]
+        out += [nic(card, 0, "efa-only") for card in range(1, efa)]
+        return out
+    return [nic(0, 0, "efa")] + [nic(card, 0, "efa-only") for card in range(1, efa)]
+
+
+def user_data(s: AwsSettings) -> str | None:
+    """A dead man's switch: the instance powers itself off (and so terminates) at its TTL."""
+    if not s.self_terminate:
+        return None
+    minutes = max(1, int(round(s.ttl_hours * 60)))
+    return (
+        "#!/bin/bash\n"
+        "# reproduce: end this instance at its expires-at even if no launcher or reaper is left\n"
+        f"shutdown -h +{minutes} 'reproduce: ttl_hours reached'\n"
+    )
+
+
+def run_instances_request(
+    s: AwsSettings,
+    *,
+    ami_id: str,
+    subnet_id: str,
+    group_id: str,
+    key_name: str | None,
+    placement_group: str | None,
+    root_device: str,
+    network_cards: int | None,
+    max_efa: int | None,
+    tags: list[dict[str, str]],
+    client_token: str,
+) -> dict[str, Any]:
+    """The RunInstances body: all nodes at once, in one placement group, IMDSv2, encrypted gp3.
+
+    key_name None leaves KeyName out (`--check`: the run's own key pair does not exist yet).
+    """
+    req: dict[str, Any] = {
+        "ImageId": ami_id,
+        "InstanceType": s.instance_type,
+        "MinCount": s.nodes,
+        "MaxCount": s.nodes,
+        "KeyName": key_name,
+        "NetworkInterfaces": network_interfaces(
+            network_cards, max_efa, s.efa_layout, subnet_id, group_id
+        ),
+        "BlockDeviceMappings": [
+            {
+                "DeviceName": root_device,
+                "Ebs": {
+                    "VolumeSize": s.root_volume_gb,
+                    "VolumeType": "gp3",
+                    "Encrypted": True,
+                    "DeleteOnTermination": True,
+                },
+            }
+        ],
+        "MetadataOptions": {"HttpTokens": "required", "HttpEndpoint": "enabled"},
+        "InstanceInitiatedShutdownBehavior": "terminate",
+        "TagSpecifications": tag_spec("instance", tags)
+        + tag_spec("volume", tags)
+        + tag_spec("network-interface", tags),
+        "ClientToken": client_token,
+    }
+    if key_name is None:
+        del req["KeyName"]
+    if placement_group:
+        req["Placement"] = {"GroupName": placement_group}
+    if s.capacity_type in ("reservation", "capacity-block"):
+        req["CapacityReservationSpecification"] = {
+            "CapacityReservationTarget": {"CapacityReservationId": s.reservation_id}
+        }
+    if s.capacity_type == "capacity-block":
+        req["InstanceMarketOptions"] = {"MarketType": "capacity-block"}
+    if s.capacity_type == "spot":
+        spot: dict[str, Any] = {
+            "SpotInstanceType": "one-time",
+            "InstanceInterruptionBehavior": "terminate",
+        }
+        if s.max_spot_price is not None:
+            spot["MaxPrice"] = f"{float(s.max_spot_price):.4f}"
+        req["InstanceMarketOptions"] = {"MarketType": "spot", "SpotOptions": spot}
+    data = user_data(s)
+    if data:
+        req["UserData"] = data  # boto3 base64-encodes it
+    return req
+
+
+def allocate_address_request(tags: list[dict[str, str]]) -> dict[str, Any]:
+    return {"Domain": "vpc", "TagSpecifications": tag_spec("elastic-ip", tags)}
+
+
+def associate_address_request(allocation_id: str, network_interface_id: str) -> dict[str, Any]:
+    return {
+        "AllocationId": allocation_id,
+        "NetworkInterfaceId": network_interface_id,
+        "AllowReassociation": False,
+    }
+
+
+def client_token(run_id: str, attempt: int = 0) -> str:
+    """Idempotency token: a retried RunInstances never launches twice (one per subnet tried)."""
+    return f"reproduce-{run_id}-{attempt}"
+
+
+def capacity_words(s: AwsSettings) -> str:
+    """The capacity a launch asks for, in words (the dry run's note and the launch's log)."""
+    if s.capacity_type == "on-demand":
+        return "on-demand capacity"
+    if s.capacity_type == "reservation":
+        return f"into the capacity reservation {s.reservation_id}"
+    if s.capacity_type == "capacity-block":
+        return f"into the Capacity Block {s.reservation_id} (market type capacity-block)"
+    return "spot" + (
+        f", at most ${s.max_spot_price}/h"
+        if s.max_spot_price is not None
+        else ", at most the on-demand price"
+    )

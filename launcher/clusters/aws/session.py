@@ -1,0 +1,230 @@
+"""Sessions, credentials, regions and AWS errors in the launcher's words; the record of calls sent.
+
+Why one place: every AWS entry point (a launch, `--check`, down, reap, capacity) must refuse the
+same way before anything is created: no credentials, no region, an unknown region. And every
+boto error must become a BadInput (the user can fix the profile; exit 2) or an InfraError (AWS
+or the account said no; exit 3) with the same wording. boto3 and botocore are imported only
+inside the functions, so the dry run can import this module without them.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from launcher.errors import BadInput, InfraError
+
+if TYPE_CHECKING:
+    from launcher.clusters.aws.settings import AwsSettings
+
+CAPACITY_CODES = ("InsufficientInstanceCapacity", "InsufficientCapacity")
+
+
+def make_session(region: str | None, session: Any = None) -> Any:
+    """A boto3 session with credentials and a known region, or BadInput saying what is missing.
+
+    boto3 honours AWS_ENDPOINT_URL, so the same code can be pointed at a moto server.
+    """
+    if session is None:
+        import boto3
+
+        try:
+            session = boto3.Session(region_name=region) if region else boto3.Session()
+        except Exception as err:  # noqa: BLE001 - a broken AWS config file or profile name
+            raise BadInput(f"cannot read the AWS configuration: {err}") from err
+    try:
+        creds = session.get_credentials()
+    except Exception as err:  # noqa: BLE001 - e.g. a profile whose SSO session expired
+        raise BadInput(f"cannot load AWS credentials: {err}") from err
+    if creds is None:
+        raise BadInput(
+            "no AWS credentials found, so nothing was launched.",
+            hint="Set AWS_PROFILE (after `aws sso login` or `aws configure`), or "
+            "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, and try again.",
+        )
+    chosen = region or session.region_name
+    if not chosen:
+        raise BadInput(
+            "no AWS region: set `region` in the aws profile (or AWS_REGION); nothing was launched."
+        )
+    check_region(session, chosen)
+    return session
+
+
+def check_region(session: Any, region: str) -> None:
+    """Refuse a region botocore does not know (a typo would otherwise fail later and obscurely)."""
+    known: set[str] = set()
+    for partition in session.get_available_partitions():
+        known.update(session.get_available_regions("ec2", partition_name=partition))
+    if known and region not in known:
+        close = sorted(r for r in known if r.split("-")[0] == region.split("-")[0])[:8]
+        raise BadInput(
+            f"unknown AWS region {region!r}; nothing was launched.",
+            hint=f"Expected a region such as {', '.join(close or sorted(known)[:8])}.",
+        )
+
+
+def error_code(err: BaseException) -> str:
+    """The AWS error code of a botocore ClientError ('' for anything else)."""
+    response = getattr(err, "response", None)
+    return (response or {}).get("Error", {}).get("Code", "") if response is not None else ""
+
+
+def error_message(err: BaseException) -> str:
+    response = getattr(err, "response", None)
+    if response is None:
+        return str(err)
+    return response.get("Error", {}).get("Message", str(err))
+
+
+def capacity_alternatives(s: AwsSettings, tried_zones: list[str] | None = None) -> str:
+    zones = f" (tried {', '.join(tried_zones)})" if tried_zones else ""
+    return (
+        f"AWS has no {s.instance_type} capacity for this request{zones}. Alternatives: "
+        "buy a Capacity Block (`reproduce capacity RECIPE --cluster aws` lists offerings with "
+        "prices and start times, then set capacity: {type: capacity-block, reservation_id: "
+        "cr-...}); use an existing capacity reservation (capacity: {type: reservation, "
+        "reservation_id: cr-...}); try spot (capacity: {type: spot}); or another region or "
+        "subnet (region, subnet_id)."
+    )
+
+
+_CREDENTIAL_CODES = (
+    "AuthFailure",
+    "InvalidClientTokenId",
+    "ExpiredToken",
+    "SignatureDoesNotMatch",
+    "RequestExpired",
+)
+_USER_FIXABLE_PREFIXES = (
+    "InvalidAMIID",
+    "InvalidSubnetID",
+    "InvalidKeyPair",
+    "InvalidCapacityReservationId",
+    "InvalidParameterValue",
+    "ParameterNotFound",
+    "InvalidInstanceID",
+)
+
+
+def translate(err: Exception, doing: str, s: AwsSettings | None = None) -> Exception:
+    """A boto error as the launcher's own.
+
+    BadInput for what the user can fix in the profile, InfraError for the rest.
+    """
+    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+
+    if isinstance(err, NoCredentialsError):
+        return BadInput(
+            "no AWS credentials found, so nothing was launched.",
+            hint="Set AWS_PROFILE or run `aws configure`.",
+        )
+    if isinstance(err, ClientError):
+        code, msg = error_code(err), error_message(err)
+        if code in (*CAPACITY_CODES, "InsufficientReservedInstanceCapacity"):
+            return InfraError(
+                f"{doing}: {code}: {msg}", hint=capacity_alternatives(s) if s else None
+            )
+        if code in ("InstanceLimitExceeded", "VcpuLimitExceeded", "MaxSpotInstanceCountExceeded"):
+            return InfraError(
+                f"{doing}: {code}: {msg}",
+                hint="Ask AWS for a higher quota "
+                "(Service Quotas: 'Running On-Demand P instances').",
+            )
+        if code in _CREDENTIAL_CODES:
+            return BadInput(f"{doing}: AWS rejected the credentials ({code}): {msg}")
+        if code in ("UnauthorizedOperation", "AccessDenied", "AccessDeniedException"):
+            return InfraError(
+                f"{doing}: the credentials may not do this ({code}). "
+                "Grant the permission and retry."
+            )
+        if code.startswith(_USER_FIXABLE_PREFIXES):
+            return BadInput(f"{doing}: {code}: {msg}")
+        return InfraError(f"{doing}: {code or 'error'}: {msg}")
+    if isinstance(err, BotoCoreError):
+        return InfraError(f"{doing}: {err}")
+    return err
+
+
+# ------------------------------------------------------------------------------------------------
+# The record of the calls really sent
+
+
+def snake(operation: str) -> str:
+    """'RunInstances' -> 'run_instances' (boto3's method name for an operation)."""
+    out = [operation[0].lower()]
+    for ch in operation[1:]:
+        out.append(f"_{ch.lower()}" if ch.isupper() else ch)
+    return "".join(out)
+
+
+def camel(method: str) -> str:
+    """'run_instances' -> 'RunInstances' (the operation name the dry run prints)."""
+    return "".join(part.title() for part in method.split("_"))
+
+
+class CallLog:
+    """run_dir/aws-calls.jsonl: one line per AWS call sent (service, operation, params, outcome).
+
+    Why: the dry run shows what a launch would send; this shows what it did send, for audit and
+    for the test that compares the two. Only request parameters are written, never a response
+    (CreateKeyPair's answer holds the private key). Writing it never stops a call: a full disk
+    loses a line, not a teardown.
+    """
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = Path(path) if path else None
+
+    def write(self, service: str, operation: str, params: dict[str, Any], error: str) -> None:
+        if self.path is None:
+            return
+        line = {"at": round(time.time(), 3), "service": service, "operation": operation}
+        line.update({"params": params, "error": error or None})
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self.path.open("a", encoding="utf-8") as fh:
+                fh.write(json.dumps(line, default=str, sort_keys=False) + "\n")
+        except OSError:
+            pass
+
+    def read(self) -> list[dict[str, Any]]:
+        if self.path is None or not self.path.is_file():
+            return []
+        return [json.loads(x) for x in self.path.read_text(encoding="utf-8").splitlines() if x]
+
+
+class RecordedClient:
+    """A boto3 client whose every call is written to a CallLog (then answered as usual)."""
+
+    def __init__(self, client: Any, service: str, log: CallLog) -> None:
+        self._client = client
+        self._service = service
+        self._log = log
+        self.meta = getattr(client, "meta", None)
+
+    def get_paginator(self, name: str) -> Any:
+        return self._client.get_paginator(name)
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        method = getattr(self._client, name)
+        if not callable(method) or name.startswith("_"):
+            return method
+
+        def call(**params: Any) -> Any:
+            error = ""
+            try:
+                return method(**params)
+            except BaseException as err:
+                error = error_code(err) or type(err).__name__
+                raise
+            finally:
+                self._log.write(self._service, camel(name), params, error)
+
+        return call
+
+
+def recorded_client(session: Any, service: str, region: str, log: CallLog) -> Any:
+    return RecordedClient(session.client(service, region_name=region), service, log)

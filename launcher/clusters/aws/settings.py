@@ -1,0 +1,184 @@
+"""The aws fields of a profile, read and checked once, and whether an instance type fits a recipe.
+
+Why here and checked early: every mistake a user can fix in the profile (a wrong AMI form, a
+reservation without its id, SSH opened to the world) is refused with the field named before any
+call is printed or sent. See docs/aws.md for the fields themselves.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from launcher.catalog import InstanceType
+from launcher.errors import BadInput
+
+DEFAULT_USER = "ubuntu"  # the DLAMI's login user
+DEFAULT_AMI = (
+    "ssm:/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"
+)
+CAPACITY_TYPES = ("on-demand", "reservation", "capacity-block", "spot")
+EFA_LAYOUTS = ("efa-primary", "ena-primary")
+
+
+@dataclass(frozen=True)
+class AwsSettings:
+    """The aws fields of a profile, with the recipe's defaults filled in and checked."""
+
+    region: str | None
+    instance_type: str
+    nodes: int
+    ami: str
+    subnet_id: str | None
+    key_name: str | None
+    identity_file: str | None
+    ssh_cidr: str | None
+    capacity_type: str
+    reservation_id: str | None
+    max_spot_price: float | None
+    ttl_hours: float
+    root_volume_gb: int
+    efa_layout: str
+    extra_tags: dict[str, str]
+    port: int
+    user: str
+    connect_host: str | None
+    connect_timeout_s: float
+    elastic_ip: bool
+    self_terminate: bool
+    ready_timeout_s: float
+    price_per_hour: float | None
+    instance_id: str | None = None
+    known_hosts: str | None = None
+    host_key_fingerprint: str | None = None
+    accept_unknown_host: bool = False
+
+    @property
+    def ami_is_ssm(self) -> bool:
+        return self.ami.startswith("ssm:")
+
+    @property
+    def ssm_parameter(self) -> str:
+        return self.ami[len("ssm:") :]
+
+
+def settings_from(recipe: Any, profile: Any) -> AwsSettings:
+    """Read and check the aws fields; BadInput names the field for anything that cannot work."""
+    get = profile.get
+    where = f"profile {profile.path}"
+    instance_type = get("instance_type") or recipe.instance_type
+    if not instance_type:
+        raise BadInput(
+            f"{recipe.path}: gpu.instance names no instance type and the profile sets no "
+            "instance_type; expected e.g. `instance_type: p5en.48xlarge` in the aws profile."
+        )
+    provider = getattr(recipe, "provider", None)
+    if not get("instance_type") and provider not in (None, "aws"):
+        raise BadInput(
+            f"{recipe.path}: gpu.instance is {recipe.raw['gpu'].get('instance')!r}, not an AWS "
+            "instance; set instance_type in the aws profile to the EC2 type to use."
+        )
+    ami = get("ami") or DEFAULT_AMI
+    if not (re.fullmatch(r"ami-[0-9a-f]{8,17}", ami) or re.fullmatch(r"ssm:/\S+", ami)):
+        raise BadInput(f"{where}: ami {ami!r}; expected ami-<hex> or ssm:/<public parameter name>.")
+    capacity = dict(get("capacity", {}) or {})
+    ctype = capacity.get("type") or "on-demand"
+    reservation_id = capacity.get("reservation_id")
+    _check_capacity(where, ctype, reservation_id)
+    layout = get("efa_layout")
+    if layout not in EFA_LAYOUTS:
+        raise BadInput(f"{where}: efa_layout {layout!r}; expected one of {', '.join(EFA_LAYOUTS)}.")
+    cidr = get("ssh_cidr")
+    if cidr is not None:
+        _check_cidr(str(cidr), f"{where}: ssh_cidr")
+    return AwsSettings(
+        region=get("region"),
+        instance_type=str(instance_type),
+        nodes=int(recipe.nodes),
+        ami=str(ami),
+        subnet_id=get("subnet_id"),
+        key_name=get("key_name"),
+        identity_file=get("identity_file"),
+        ssh_cidr=cidr,
+        capacity_type=ctype,
+        reservation_id=reservation_id,
+        max_spot_price=capacity.get("max_spot_price"),
+        ttl_hours=float(get("ttl_hours")),
+        root_volume_gb=int(get("root_volume_gb")),
+        efa_layout=layout,
+        extra_tags={str(k): str(v) for k, v in (get("tags") or {}).items()},
+        port=int(get("port")),
+        user=get("user") or DEFAULT_USER,
+        connect_host=get("connect_host"),
+        connect_timeout_s=float(get("connect_timeout_s")),
+        elastic_ip=bool(get("elastic_ip", True)),
+        self_terminate=bool(get("self_terminate", True)),
+        ready_timeout_s=float(get("ready_timeout_s", 1800)),
+        price_per_hour=get("price_per_hour"),
+        instance_id=get("instance_id"),
+        known_hosts=get("known_hosts"),
+        host_key_fingerprint=get("host_key_fingerprint"),
+        accept_unknown_host=bool(get("accept_unknown_host", False)),
+    )
+
+
+def _check_capacity(where: str, ctype: str, reservation_id: Any) -> None:
+    if ctype not in CAPACITY_TYPES:
+        raise BadInput(
+            f"{where}: capacity.type {ctype!r}; expected one of {', '.join(CAPACITY_TYPES)}."
+        )
+    if ctype in ("reservation", "capacity-block") and not reservation_id:
+        raise BadInput(
+            f"{where}: capacity.type {ctype} needs capacity.reservation_id (cr-...).",
+            hint="`reproduce capacity RECIPE --cluster aws` lists Capacity Block offerings.",
+        )
+    if reservation_id and not re.fullmatch(r"cr-[0-9a-f]{8,17}", str(reservation_id)):
+        raise BadInput(f"{where}: capacity.reservation_id {reservation_id!r}; expected cr-<hex>.")
+    if reservation_id and ctype not in ("reservation", "capacity-block"):
+        raise BadInput(
+            f"{where}: capacity.reservation_id is set but capacity.type is {ctype}; "
+            "expected type reservation or capacity-block."
+        )
+
+
+def _check_cidr(cidr: str, where: str) -> None:
+    try:
+        net = ipaddress.ip_network(cidr, strict=False)
+    except ValueError:
+        raise BadInput(
+            f"{where} {cidr!r} is not a CIDR; expected your address as a /32, e.g. 203.0.113.7/32."
+        ) from None
+    if net.prefixlen == 0:
+        raise BadInput(
+            f"{where} {cidr} opens SSH to the whole internet; "
+            "expected the operator's address as a /32."
+        )
+
+
+def gpu_mismatch(recipe: Any, facts: InstanceType) -> str | None:
+    """Why this instance type cannot run the recipe's nodes (GPU count or model), or None."""
+    wanted = str(recipe.gpu_type).upper().replace("NVIDIA", "").strip()
+    have = str(facts.gpu).upper().replace("NVIDIA", "").strip()
+    problems = []
+    if facts.gpus != recipe.gpus_per_node:
+        problems.append(
+            f"{facts.gpus} GPUs per instance, the recipe needs gpu.per_node={recipe.gpus_per_node}"
+        )
+    if wanted and have and wanted not in have and have not in wanted:
+        problems.append(f"its GPUs are {facts.gpu}, the recipe's gpu.type is {recipe.gpu_type}")
+    if not problems:
+        return None
+    return f"instance type {facts.name} does not match the recipe: " + "; ".join(problems) + "."
+
+
+def check_instance_type(recipe: Any, facts: InstanceType | None) -> None:
+    """BadInput when the instance type's GPUs cannot run the recipe (unknown facts pass)."""
+    if facts is None:
+        return
+    problem = gpu_mismatch(recipe, facts)
+    if problem:
+        raise BadInput(
+            problem, hint="Set instance_type in the aws profile to a type with the recipe's GPUs."
+        )

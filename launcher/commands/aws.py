@@ -1,0 +1,119 @@
+"""The bodies of `reproduce down`, `reproduce reap` and `reproduce capacity`: args in, lines out.
+
+The AWS work itself (launcher/clusters/aws/) returns values and reports through a log callback;
+this is where those lines reach the terminal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from launcher.errors import BadInput
+
+Say = Callable[[str], Any]
+
+
+def down_run(ref: str, *, runs_root: Path | None = None, say: Say = print) -> list[str]:
+    """`reproduce down RUN`: RUN is a run directory, its aws.json, or a run id in the runs root."""
+    from launcher.clusters.aws.teardown import down
+
+    path = Path(ref)
+    if not (path.is_file() or (path / "aws.json").is_file()):
+        from launcher.rundir import RunDir
+
+        path = RunDir.find(ref, runs_root).path
+    before = down(path, log=say)
+    say(
+        f"aws: ended {', '.join(before)}"
+        if before
+        else "aws: nothing of this run was still allocated"
+    )
+    return before
+
+
+def reap_command(
+    cluster: str = "aws", region: str | None = None, *, dry_run: bool = False, say: Say = print
+) -> list[str]:
+    """`reproduce reap`: the region from --region, else the aws profile's, else AWS's config."""
+    from launcher.clusters.aws.session import make_session
+    from launcher.clusters.aws.teardown import reap
+
+    if region is None:
+        from launcher.profile import load_profile
+
+        profile = load_profile(cluster)
+        if profile.kind != "aws":
+            raise BadInput(
+                f"--cluster {cluster} is of kind {profile.kind}; reap ends AWS instances, "
+                "give an aws profile."
+            )
+        region = profile.get("region")
+    if region is None:
+        region = make_session(None).region_name
+    return reap(str(region), dry_run=dry_run, log=say)
+
+
+def capacity_command(
+    recipe_path: str,
+    cluster: str = "aws",
+    *,
+    hours: int = 24,
+    nodes: int | None = None,
+    start_after: str | None = None,
+    end_before: str | None = None,
+    buy_id: str | None = None,
+    max_usd: float | None = None,
+    say: Say = print,
+) -> str | None:
+    """`reproduce capacity RECIPE`: list offerings; with --buy ID, buy that one (price first)."""
+    from launcher.catalog import price_per_hour
+    from launcher.clusters.aws.capacity import buy, format_offerings, list_offerings
+    from launcher.profile import load_profile
+    from launcher.recipe import load_recipe
+
+    recipe = load_recipe(recipe_path)
+    profile = load_profile(cluster)
+    if profile.kind != "aws":
+        raise BadInput(
+            f"--cluster {cluster} is of kind {profile.kind}; Capacity Blocks are AWS's: "
+            "give an aws profile."
+        )
+    after, before = _when(start_after, "--start-after"), _when(end_before, "--end-before")
+    if buy_id:
+        return buy(
+            recipe,
+            profile,
+            buy_id,
+            hours=hours,
+            nodes=nodes,
+            max_usd=max_usd,
+            start_after=after,
+            end_before=before,
+            log=say,
+        )
+    offerings = list_offerings(
+        recipe, profile, hours=hours, nodes=nodes, start_after=after, end_before=before
+    )
+    try:
+        od = price_per_hour(
+            profile.get("instance_type") or recipe.instance_type, profile.get("region")
+        )
+    except BadInput:
+        od = None
+    say(format_offerings(offerings, od.value if od else None))
+    return None
+
+
+def _when(text: str | None, flag: str) -> datetime | None:
+    if not text:
+        return None
+    try:
+        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise BadInput(
+            f"{flag} {text!r}: expected an ISO date or time, e.g. 2026-12-01 or 2026-12-01T11:30Z."
+        ) from None
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
