@@ -27,6 +27,7 @@ from aws_support import (  # noqa: F401 - fixtures
 from launcher.clusters.aws import provisioning_calls
 from launcher.clusters.aws.cluster import AwsCluster, check
 from launcher.clusters.aws.requests import is_placeholder
+from launcher.clusters.aws.session import CallLog
 
 pytestmark = pytest.mark.aws
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -147,3 +148,21 @@ def test_check_sends_the_same_program_with_dry_run(aws, ami, tmp_path):
     }  # they need what only a real launch creates
     assert any(line.startswith("ok   RunInstances (DryRun") for line in lines)
     assert live_resources(aws._real.client("ec2")) == NOTHING
+
+
+def test_the_call_record_never_holds_key_material_or_secrets(tmp_path):
+    log = CallLog(tmp_path / "aws-calls.jsonl")
+    log.write(
+        "ec2",
+        "ImportKeyPair",
+        {"KeyName": "k", "PublicKeyMaterial": b"ssh-ed25519 AAAA", "Nested": [{"Password": "pw"}]},
+        "",
+    )
+    [line] = log.read()
+    assert line["params"] == {
+        "KeyName": "k",
+        "PublicKeyMaterial": "<not recorded>",
+        "Nested": [{"Password": "<not recorded>"}],
+    }
+    (tmp_path / "a-file").write_text("")
+    CallLog(tmp_path / "a-file" / "aws-calls.jsonl").write("ec2", "X", {}, "")  # never raises

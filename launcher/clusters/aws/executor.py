@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from launcher.catalog import InstanceType
 from launcher.clusters.aws import requests as rq
-from launcher.clusters.aws.session import error_code, translate
+from launcher.clusters.aws.session import error_code, snake, translate
 from launcher.clusters.aws.settings import AwsSettings
 from launcher.clusters.aws.state import AwsState
 from launcher.errors import InfraError
@@ -71,7 +71,7 @@ class Executor:
 
     def _send(self, service: str, operation: str, params: dict, doing: str, raw: bool) -> Any:
         assert self._client is not None, "PRINT mode sends nothing"
-        method = getattr(self._client(service), _snake(operation))
+        method = getattr(self._client(service), snake(operation))
         try:
             return method(**params)
         except Exception as err:  # noqa: BLE001 - every AWS error gets the launcher's wording
@@ -149,11 +149,6 @@ class Executor:
         """A line of `--check`'s answer (ignored in the other modes)."""
         if self.mode is Mode.CHECK:
             self.lines.append(line)
-
-
-def _snake(operation: str) -> str:
-    """'RunInstances' -> 'run_instances' (boto3's method for an operation)."""
-    return "".join(f"_{c.lower()}" if c.isupper() else c for c in operation).lstrip("_")
 
 
 @dataclass

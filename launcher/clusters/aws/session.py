@@ -155,15 +155,32 @@ def translate(err: Exception, doing: str, s: AwsSettings | None = None) -> Excep
 
 def snake(operation: str) -> str:
     """'RunInstances' -> 'run_instances' (boto3's method name for an operation)."""
-    out = [operation[0].lower()]
-    for ch in operation[1:]:
-        out.append(f"_{ch.lower()}" if ch.isupper() else ch)
-    return "".join(out)
+    return "".join(f"_{c.lower()}" if c.isupper() else c for c in operation).lstrip("_")
 
 
 def camel(method: str) -> str:
     """'run_instances' -> 'RunInstances' (the operation name the dry run prints)."""
     return "".join(part.title() for part in method.split("_"))
+
+
+_NEVER_RECORDED = ("KeyMaterial", "PrivateKey", "Password", "Secret")
+
+
+def _recordable(value: Any) -> Any:
+    """Request parameters minus any that could hold key material or a secret.
+
+    No call sends one today; this keeps a future call from writing one into the run directory.
+    """
+    if isinstance(value, dict):
+        return {
+            k: "<not recorded>"
+            if any(word in str(k) for word in _NEVER_RECORDED)
+            else _recordable(v)
+            for k, v in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [_recordable(v) for v in value]
+    return value
 
 
 class CallLog:
@@ -182,7 +199,7 @@ class CallLog:
         if self.path is None:
             return
         line = {"at": round(time.time(), 3), "service": service, "operation": operation}
-        line.update({"params": params, "error": error or None})
+        line.update({"params": _recordable(params), "error": error or None})
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with self.path.open("a", encoding="utf-8") as fh:
@@ -204,6 +221,7 @@ class RecordedClient:
         self._service = service
         self._log = log
         self.meta = getattr(client, "meta", None)
+        self._operations = getattr(self.meta, "method_to_api_mapping", None) or {}
 
     def get_paginator(self, name: str) -> Any:
         return self._client.get_paginator(name)
@@ -221,7 +239,8 @@ class RecordedClient:
                 error = error_code(err) or type(err).__name__
                 raise
             finally:
-                self._log.write(self._service, camel(name), params, error)
+                operation = self._operations.get(name) or camel(name)
+                self._log.write(self._service, operation, params, error)
 
         return call
 

@@ -17,7 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from launcher.clusters.aws import requests as rq
-from launcher.clusters.aws.session import error_code, error_message, make_session, translate
+from launcher.clusters.aws.session import (
+    CallLog,
+    RecordedClient,
+    error_code,
+    error_message,
+    make_session,
+    translate,
+)
 from launcher.clusters.aws.state import AwsState, state_root
 from launcher.errors import BadInput, InfraError
 
@@ -273,8 +280,6 @@ def down(
 
     Returns what was allocated before; raises InfraError naming what could not be ended.
     """
-    from launcher.clusters.aws.session import CallLog, RecordedClient
-
     path = state_file(run_dir)
     state = AwsState.load(path)
     before = state.allocated()
