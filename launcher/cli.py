@@ -46,12 +46,14 @@ def run_cmd(
     dry_run: bool = typer.Option(
         False,
         "--dry-run",
-        help="Print the plan (header, provisioning request, node script) and exit; needs no credentials or network.",
+        help="Print the plan (header, provisioning request, node script) and exit; "
+        "needs no credentials or network.",
     ),
     check: bool = typer.Option(
         False,
         "--check",
-        help="aws: send the launch's calls with DryRun=True (needs credentials); nothing is created.",
+        help="aws: send the launch's calls with DryRun=True (needs credentials); "
+        "nothing is created.",
     ),
     script_out: Path | None = typer.Option(
         None, "--script-out", help="Also write the node script alone to this file."
@@ -90,7 +92,8 @@ def run_cmd(
         help="Where run directories go (default: $REPRODUCE_RUNS_DIR or ./runs).",
     ),
 ) -> None:
-    """Reproduce RECIPE on a cluster (also: `reproduce RECIPE ...`): provision, check, train, measure, judge, release."""
+    """Reproduce RECIPE on a cluster (also: `reproduce RECIPE ...`): provision, check, train,
+    measure, judge, release."""
     from launcher.commands.run import run_command
     from launcher.reproduction import Options
 
@@ -107,9 +110,7 @@ def run_cmd(
         runs_dir=runs_dir,
     )
     try:
-        code = run_command(
-            recipe, options, dry_run=dry_run, check=check, script_out=script_out
-        )
+        code = run_command(recipe, options, dry_run=dry_run, check=check, script_out=script_out)
     except ReproduceError as err:
         raise _fail(err) from None
     raise typer.Exit(code)
@@ -132,7 +133,8 @@ def validate(
             print(f"error: {err}", file=sys.stderr)
             continue
         print(
-            f"ok: {path} ({recipe.model}, {recipe.nodes} x {recipe.gpus_per_node} {recipe.gpu_type}, image {recipe.image.ref})"
+            f"ok: {path} ({recipe.model}, {recipe.nodes} x {recipe.gpus_per_node} "
+            f"{recipe.gpu_type}, image {recipe.image.ref})"
         )
     if bad:
         raise typer.Exit(2)
@@ -414,7 +416,7 @@ def nightly_cmd(
 
 
 def _default_to_run(argv: list[str]) -> list[str]:
-    """`reproduce RECIPE ...` means `reproduce run RECIPE ...`: the first word is a file, not a command."""
+    """`reproduce RECIPE ...` means `reproduce run RECIPE ...`: the first word is a file."""
     if not argv:
         return argv
     first = argv[0]
@@ -426,7 +428,7 @@ def _default_to_run(argv: list[str]) -> list[str]:
 
 
 def main() -> None:
-    """Console entry point: one clear paragraph and the documented exit code on any known failure."""
+    """Console entry point: one clear paragraph and the documented exit code on any failure."""
     try:
         app(args=_default_to_run(sys.argv[1:]), prog_name="reproduce")
     except ReproduceError as err:  # raised outside a command body (rare)

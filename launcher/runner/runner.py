@@ -4,39 +4,35 @@
     by byte offset into the run dir -> fetch the exit code, collect *.json -> release -> judge
 
 `Runner` holds how runs are followed (reporter, interrupt policy, poll and reconnect intervals);
-`execute`, `attach` and `cancel` each drive one `_Run`, the state of one run. A run's nodes are a
-list (`_Run.nodes`): staging, launching, following, cancelling and cleaning up are loops over it.
+`execute`, `attach` and `cancel` each drive one RunSession (launcher/runner/session.py), the state
+of one run, whose nodes are a list: following N nodes is a loop over it.
 See docs/architecture.md ("Data flow", "Run directory", "Exit codes").
 """
 
 from __future__ import annotations
 
 import sys
-import time
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 from launcher import clusters
 from launcher.budget import Budget
-from launcher.clusters.base import Cluster, LaunchOptions, Node, Transport
-from launcher.errors import BadInput, CheckFailed, InfraError, Interrupted, ReproduceError
-from launcher.recipe import Recipe, load_recipe
-from launcher.rundir import FINAL_STATES, TRAIN_STAGE, RunDir, Timeline, default_runs_root
-from launcher.runner import protocol, staging
-from launcher.runner.outcome import Outcome, failure, reattach_hint
+from launcher.clusters.base import Cluster, LaunchOptions, Node
+from launcher.errors import BadInput, InfraError, ReproduceError
+from launcher.recipe import Recipe
+from launcher.rundir import FINAL_STATES, RunDir, default_runs_root
+from launcher.runner import staging
+from launcher.runner.outcome import Outcome
 from launcher.runner.reporter import INTERRUPT_CHOICES, QuietReporter, Reporter
-from launcher.runner.signals import Terminated, release_hard, signals_cancel
-from launcher.runner.stream import Follower, follow_lock
+from launcher.runner.session import RunSession, Settings
+from launcher.runner.signals import signals_cancel
+from launcher.runner.stream import follow_lock
 
 if TYPE_CHECKING:
     from launcher.plan import Plan
     from launcher.reproduction import Options, Prepared
-
-
-class BudgetExceeded(Exception):  # noqa: N818 - an event of the run, not a program error
-    """The run reached --max-usd or --max-hours: it is cancelled on the node, then released."""
 
 
 class Runner:
@@ -58,11 +54,14 @@ class Runner:
                 f"not {on_interrupt!r}"
             )
         self.reporter: Reporter = reporter or QuietReporter()
-        self.on_interrupt = on_interrupt
-        self.poll_s = poll_s
-        self.reconnect_s = reconnect_s
-        self.measure = measure
-        self.scripts_dir = scripts_dir if scripts_dir is not None else staging.default_scripts_dir()
+        self.settings = Settings(
+            reporter=self.reporter,
+            on_interrupt=on_interrupt,
+            poll_s=poll_s,
+            reconnect_s=reconnect_s,
+            measure=measure,
+            scripts_dir=scripts_dir if scripts_dir is not None else staging.default_scripts_dir(),
+        )
 
     # --- entry points ----------------------------------------------------------------------------
 
@@ -137,7 +136,7 @@ class Runner:
         )
         if not (rd.path / "node.sh").exists():
             rd.write_text("node.sh", plan.node_script)
-        run = _Run(self, rd, cluster, recipe=plan.recipe, budget=budget)
+        run = self._session(rd, cluster, plan.recipe, budget)
         try:
             with signals_cancel():
                 run.start(plan.node_script, secrets)
@@ -165,7 +164,7 @@ class Runner:
             budget = None
             if record.get("budget"):  # the limits the run started with still hold after attach
                 budget = Budget(**record["budget"])
-            run = _Run(self, rd, cluster, recipe=_recorded_recipe(rd), budget=budget)
+            run = self._session(rd, cluster, _recorded_recipe(rd), budget)
             run.connect(_recorded_nodes(record))
             node_log = rd.logs / "node.log"
             self.reporter.say(
@@ -186,7 +185,7 @@ class Runner:
         if "node" not in record or "cluster" not in record:
             rd.set_status("cancelled", "cancelled before it reached a node")
             return rd
-        run = _Run(self, rd, clusters.from_record(record["cluster"]), recipe=None, budget=None)
+        run = self._session(rd, clusters.from_record(record["cluster"]), None, None)
         run.connect(_recorded_nodes(record))
         try:
             run.cancel_on_nodes()
@@ -213,317 +212,10 @@ class Runner:
             )
         return rd
 
-
-@dataclass
-class _NodeRun:
-    """One node of a run: how to reach it, and the follower of its log."""
-
-    node: Node
-    transport: Transport
-    follower: Follower
-
-
-class _Run:
-    """One run's state while the Runner drives it (a new run, an attach or a cancel)."""
-
-    def __init__(
-        self,
-        runner: Runner,
-        rd: RunDir,
-        cluster: Cluster,
-        *,
-        recipe: Recipe | None,
-        budget: Budget | None,
-    ) -> None:
-        self.runner = runner
-        self.reporter = runner.reporter
-        self.rd = rd
-        self.cluster = cluster
-        self.recipe = recipe  # judged against when the run ends; None: not judged
-        self.budget = budget
-        record = rd.record()
-        self.node_run_dir: str = record["node_run_dir"]
-        self.container: str = record["container"]
-        self.timeline = rd.timeline()
-        self.keep_cluster = False
-        self.nodes: list[_NodeRun] = []
-
-    def connect(self, nodes: list[Node]) -> None:
-        """Transports and log followers for the nodes; node 0's log and markers are the run's."""
-        steps = self.recipe.steps_per_run if self.recipe is not None else None
-        for index, node in enumerate(nodes):
-            transport = self.cluster.transport(node)
-            follower = Follower(
-                transport,
-                self.rd.logs if index == 0 else self.rd.logs / f"node-{index}",
-                node_run_dir=self.node_run_dir,
-                timeline=self.timeline if index == 0 else Timeline(),
-                reporter=self.reporter,
-                on_marker=self._on_marker if index == 0 else None,
-                steps_total=steps if index == 0 else None,
-                poll_s=self.runner.poll_s,
-                reconnect_s=self.runner.reconnect_s,
-            )
-            self.nodes.append(_NodeRun(node, transport, follower))
-
-    def _on_marker(self, marker: Mapping[str, str]) -> None:
-        self.rd.write_timeline(self.timeline)
-        self.reporter.stage(marker["stage"], marker["event"], marker.get("status", "ok"))
-
-    # --- starting -----------------------------------------------------------------------------
-
-    def start(self, node_script: str, secrets: Mapping[str, str] | None) -> None:
-        """Acquire, stage and launch; an interrupt before the launch leaves nothing running."""
-        launched = False
-        try:
-            self.rd.set_status("acquiring")
-            self.reporter.say(f"acquiring a node ({getattr(self.cluster, 'name', 'cluster')})")
-            # The clock starts when acquiring starts: a cloud bills from the launch, not from the
-            # moment the node answers SSH, so GPU-hours and the budget count the boot too.
-            acquire_started = time.time()
-            nodes = self.cluster.acquire()
-            self.timeline.acquired_at = acquire_started
-            self.rd.write_timeline(self.timeline)
-            self.rd.update_record(node=asdict(nodes[0]), nodes=[asdict(n) for n in nodes])
-            self.connect(nodes)
-            self.rd.set_status("staging")
-            for n in self.nodes:
-                staging.stage(
-                    n.transport, self.node_run_dir, node_script, self.runner.scripts_dir, secrets
-                )
-            launched = True  # from here an interrupt cancels on the node (harmless if not started)
-            pids = [staging.launch(n.transport, self.node_run_dir) for n in self.nodes]
-            self.rd.update_record(pid=pids[0], launched_at=time.time())
-            self.reporter.say(
-                f"node script started on {self.nodes[0].node.name} (pid {pids[0]}); "
-                f"run dir {self.rd.path}"
-            )
-        except KeyboardInterrupt as err:
-            if launched:
-                self.reporter.say("cancelling the run on the node")
-                self.cancel_or_keep_billing()
-            self.rd.set_status("cancelled", "interrupted before the run started")
-            why = f"stopped by {err.signame}" if isinstance(err, Terminated) else "interrupted"
-            raise Interrupted(
-                f"{why} before the node script started; nothing was left running."
-            ) from None
-
-    # --- following ----------------------------------------------------------------------------
-
-    def follow(self) -> Outcome:
-        """Stream to the end, handling Ctrl-C/SIGTERM, the budget and a lost node; then finish."""
-        with follow_lock(self.rd), signals_cancel():
-            try:
-                for n in self.nodes:
-                    n.follower.splitter.rebuild()
-                self.rd.set_status("running", pid_file=f"{self.node_run_dir}/pid")
-                code = self._follow_nodes()
-            except KeyboardInterrupt as err:
-                self._interrupted(err)
-            except BudgetExceeded as err:
-                self.reporter.say(f"budget reached: {err}; cancelling the run on the node")
-                self.cancel_or_keep_billing(following=True)
-                self._stop_following("cancelled", f"budget reached: {err}")
-                raise CheckFailed(
-                    f"stopped: {err}. The run was cancelled on the node and the node released."
-                ) from None
-            except InfraError as err:
-                raise self.left_running(
-                    f"lost the node: {err}",
-                    f"{err}. The run may still be going on on the node "
-                    "(its GPUs keep costing money).",
-                ) from err
-            return self.finish(code)
-
-    def _follow_nodes(self) -> int | None:
-        """Until a node's script ends: its exit code (None when it vanished without one)."""
-        while True:
-            for n in self.nodes:
-                ended = n.follower.check()
-                if ended is not None:
-                    return ended.code
-            reason = self._over_budget()
-            if reason:
-                raise BudgetExceeded(reason)
-            time.sleep(self.runner.poll_s)
-
-    def _over_budget(self) -> str | None:
-        start = self.timeline.acquired_at
-        if self.budget is None or start is None:
-            return None
-        return self.budget.check(time.time() - start)
-
-    def _interrupted(self, err: KeyboardInterrupt) -> NoReturn:
-        """Ctrl-C (or SIGTERM/SIGHUP) while following: detach, or cancel on the node."""
-        if isinstance(err, Terminated):
-            choice = "cancel"
-        elif self.runner.on_interrupt != "ask":
-            choice = self.runner.on_interrupt
-        else:
-            choice = self.reporter.choose()
-        if choice == "detach":
-            self.close_logs("running")
-            self.keep_cluster = True
-            self.rd.set_status("detached", "detached by the user; the run goes on on the node")
-            raise Interrupted(
-                "detached: the run goes on on the node and its GPUs keep costing money.",
-                hint=reattach_hint(self.rd),
-            ) from None
-        self.reporter.say("cancelling the run on the node")
-        self.cancel_or_keep_billing(following=True)
-        self._stop_following("cancelled", "cancelled by the user (Ctrl-C or SIGTERM)")
-        raise Interrupted(
-            "cancelled: the run's processes and container on the node were stopped."
-        ) from None
-
-    def _stop_following(self, state: str, detail: str) -> None:
-        self.drain_quietly()
-        self.close_logs("cancelled")
-        self.rd.set_status(state, detail)
-
-    # --- the node's side -------------------------------------------------------------------------
-
-    def cancel_on_nodes(self) -> None:
-        """Stop the run on every node; InfraError naming what could not be stopped."""
-        left = []
-        for n in self.nodes:
-            out = n.transport.run(
-                protocol.cancel_command(self.node_run_dir, self.container),
-                timeout_s=120,
-                check=False,
-            ).stdout
-            still = protocol.parse_cancel(out)
-            if still:
-                left.append(still if len(self.nodes) == 1 else f"{n.node.name}: {still}")
-        if left:
-            raise InfraError(
-                f"cancel could not stop everything on the node: still there: {'; '.join(left)}"
-            )
-
-    def cancel_or_keep_billing(self, *, following: bool = False) -> None:
-        """Cancel on the nodes; when that fails the run may go on, and the user is told how to
-        end it. The cluster is still released: a cancel was asked for, not a detach."""
-        try:
-            self.cancel_on_nodes()
-        except InfraError as err:
-            error = self.left_running(
-                f"cancel failed: {err}",
-                f"could not cancel the run on the node: {err}. It may still be running "
-                "(and costing money).",
-                close_logs=following,
-            )
-            self.keep_cluster = False
-            raise error from err
-
-    def left_running(self, why: str, message: str, *, close_logs: bool = True) -> InfraError:
-        """The run may go on without us: keep the nodes, say so, and how to reattach or cancel."""
-        if close_logs:
-            self.close_logs("running")
-        self.keep_cluster = True
-        self.rd.set_status("detached", why)
-        hint = reattach_hint(self.rd)
-        down = getattr(self.cluster, "down_command", None)
-        if callable(down):  # a node this run launched is billed until it is ended
-            cost = (
-                f" (about ${self.budget.usd_per_hour:.2f}/h)"
-                if self.budget and self.budget.usd_per_hour
-                else ""
-            )
-            hint += f" The node keeps billing{cost} until you end it: `{down()}`."
-        return InfraError(message, hint=hint)
-
-    def rebuild_logs(self) -> None:
-        for n in self.nodes:
-            n.follower.splitter.rebuild()
-
-    def drain_quietly(self) -> None:
-        for n in self.nodes:
-            n.follower.drain_quietly()
-
-    def close_logs(self, stage_status: str) -> None:
-        for n in self.nodes:
-            n.follower.finish_logs(stage_status)
-        self.rd.write_timeline(self.timeline)
-
-    # --- the end ------------------------------------------------------------------------------
-
-    def finish(self, code: int | None) -> Outcome:
-        """The script ended: collect, release, then judge (the node no longer bills meanwhile)."""
-        head = self.nodes[0]
-        check = head.transport.run(protocol.cancelled_command(self.node_run_dir), check=False)
-        cancelled = check.exit_code == 0
-        ok = code == 0 and not cancelled
-        self.close_logs("ok" if ok else ("cancelled" if cancelled else "failed"))
-        self.rd.set_status("collecting")
-        collected: list[str] = []
-        for n in self.nodes:
-            n.transport.run(protocol.cleanup_command(self.container), timeout_s=120, check=False)
-            collected += staging.collect(self.rd, n.transport, self.node_run_dir)
-        self.rd.update_record(exit_code=code, collected=collected)
-        try:
-            self.release()  # before judging: released_at dates the GPU-hours
-        except ReproduceError as err:
-            # Judge the run all the same; the caller releases again and, if something is still
-            # left then, raises what is left and how to end it.
-            self.reporter.say(
-                f"teardown did not finish yet ({str(err).splitlines()[0]}); retrying after judging"
-            )
-        if cancelled:
-            self.rd.set_status(
-                "cancelled", "cancelled on the node (reproduce cancel)", exit_code=code
-            )
-            raise Interrupted(f"the run was cancelled on the node (exit code {code}).")
-        if not ok:
-            stage, error = failure(self.rd, self.timeline, code)
-            self.rd.set_status("failed", str(error).splitlines()[0], exit_code=code)
-            if stage == TRAIN_STAGE and self.runner.measure:
-                self.judge()  # the figures so far and a "failed" verdict, kept in the run dir
-            raise error
-        self.rd.set_status("done", "the node script finished; logs collected", exit_code=0)
-        self.reporter.say(f"node script finished; run dir {self.rd.path}")
-        measurement = self.judge() if self.runner.measure else None
-        return Outcome("done", 0, self.rd.path, measurement)
-
-    def judge(self) -> Any:
-        """Measure the run and judge its claim (writes the verdict and report into the run dir)."""
-        if self.recipe is None:
-            return None
-        from launcher.evaluate import measure_run_dir
-
-        measurement = measure_run_dir(self.rd.path, self.recipe)
-        verdict = (
-            measurement[1] if isinstance(measurement, tuple) and len(measurement) > 1 else None
-        )
-        if verdict is not None and hasattr(verdict, "status"):
-            diff = getattr(verdict, "difference_percent", None)
-            diff_text = f" ({diff:+.2f}% vs the claim)" if isinstance(diff, (int, float)) else ""
-            self.reporter.say(f"verdict: {verdict.status}{diff_text}")
-            for reason in getattr(verdict, "reasons", []) or []:
-                self.reporter.say(f"  {reason}")
-        return measurement
-
-    def release(self) -> None:
-        """End what the cluster acquired, to the end even through Ctrl-C (unless kept)."""
-        if self.keep_cluster:
-            return
-        try:
-            error = release_hard(self.cluster, self.reporter.warn)
-            if error is not None:
-                raise error
-        finally:
-            if self.timeline.acquired_at is not None and self.timeline.released_at is None:
-                self.timeline.released_at = time.time()
-            self.rd.write_timeline(self.timeline)
-
-    def release_after(self, original: BaseException | None) -> None:
-        """The release on the way out of a run; a teardown failure keeps why the run failed."""
-        try:
-            self.release()
-        except ReproduceError as failed:
-            if original is None or str(original) == str(failed):
-                raise
-            # What is left (and how to end it) decides the exit code; why the run failed stays.
-            raise type(failed)(f"{original}\n{failed.message}", hint=failed.hint) from original
+    def _session(
+        self, rd: RunDir, cluster: Cluster, recipe: Recipe | None, budget: Budget | None
+    ) -> RunSession:
+        return RunSession(rd, cluster, recipe=recipe, budget=budget, settings=self.settings)
 
 
 def _recorded_nodes(record: Mapping[str, Any]) -> list[Node]:
@@ -531,12 +223,18 @@ def _recorded_nodes(record: Mapping[str, Any]) -> list[Node]:
 
 
 def _recorded_recipe(rd: RunDir) -> Recipe | None:
-    """The recipe the run was started with (its recipe.yaml), to judge it by; None without one."""
-    path = rd.path / "recipe.yaml"
-    return load_recipe(path) if path.exists() else None
+    """The recipe the run was started with (kept in its run dir), to judge it by; or None."""
+    from launcher.evaluate import RECIPE_FILE, recipe_of
+
+    return recipe_of(rd.path) if (rd.path / RECIPE_FILE).is_file() else None
 
 
-def record_history(run_dir: Path, runs_root: Path | None = None, *, warn: Any = None) -> None:
+def record_history(
+    run_dir: Path,
+    runs_root: Path | None = None,
+    *,
+    warn: Callable[[str], Any] | None = None,
+) -> None:
     """Every finished run joins its recipe's history; a detached one later, when attach ends it.
 
     The history lives in the runs root the run directory belongs to (<root>/<slug>/<run id>).

@@ -1,0 +1,353 @@
+"""One run's state while the Runner drives it: its nodes, its timeline, whether the cluster is kept.
+
+A new run, an attach and a cancel each make a RunSession from the run directory's record. The
+nodes are a list: staging, launching, following, cancelling, cleaning up and collecting are loops
+over it, and node 0's log and markers are the run's (logs/, timeline.json).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, NoReturn
+
+from launcher.budget import Budget
+from launcher.clusters.base import Cluster, Node, Transport
+from launcher.errors import CheckFailed, InfraError, Interrupted, ReproduceError
+from launcher.recipe import Recipe
+from launcher.rundir import TRAIN_STAGE, RunDir, Timeline
+from launcher.runner import protocol, staging
+from launcher.runner.outcome import Outcome, failure, reattach_hint
+from launcher.runner.reporter import Reporter
+from launcher.runner.signals import Terminated, release_hard, signals_cancel
+from launcher.runner.stream import Follower, follow_lock
+
+
+class BudgetExceeded(Exception):  # noqa: N818 - an event of the run, not a program error
+    """The run reached --max-usd or --max-hours: it is cancelled on the node, then released."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How runs are followed: the Runner's choices, the same for every run it drives."""
+
+    reporter: Reporter
+    on_interrupt: str
+    poll_s: float
+    reconnect_s: float
+    measure: bool
+    scripts_dir: Path | None
+
+
+@dataclass
+class NodeRun:
+    """One node of a run: how to reach it, and the follower of its log."""
+
+    node: Node
+    transport: Transport
+    follower: Follower
+
+
+class RunSession:
+    """One run's state while the Runner drives it (a new run, an attach or a cancel)."""
+
+    def __init__(
+        self,
+        rd: RunDir,
+        cluster: Cluster,
+        *,
+        recipe: Recipe | None,
+        budget: Budget | None,
+        settings: Settings,
+    ) -> None:
+        self.settings = settings
+        self.reporter = settings.reporter
+        self.rd = rd
+        self.cluster = cluster
+        self.recipe = recipe  # judged against when the run ends; None: not judged
+        self.budget = budget
+        record = rd.record()
+        self.node_run_dir: str = record["node_run_dir"]
+        self.container: str = record["container"]
+        self.timeline = rd.timeline()
+        self.keep_cluster = False
+        self.nodes: list[NodeRun] = []
+
+    def connect(self, nodes: list[Node]) -> None:
+        """Transports and log followers for the nodes; node 0's log and markers are the run's."""
+        steps = self.recipe.steps_per_run if self.recipe is not None else None
+        for index, node in enumerate(nodes):
+            transport = self.cluster.transport(node)
+            follower = Follower(
+                transport,
+                self.rd.logs if index == 0 else self.rd.logs / f"node-{index}",
+                node_run_dir=self.node_run_dir,
+                timeline=self.timeline if index == 0 else Timeline(),
+                reporter=self.reporter,
+                on_marker=self._on_marker if index == 0 else None,
+                steps_total=steps if index == 0 else None,
+                poll_s=self.settings.poll_s,
+                reconnect_s=self.settings.reconnect_s,
+            )
+            self.nodes.append(NodeRun(node, transport, follower))
+
+    def _on_marker(self, marker: Mapping[str, str]) -> None:
+        self.rd.write_timeline(self.timeline)
+        self.reporter.stage(marker["stage"], marker["event"], marker.get("status", "ok"))
+
+    # --- starting -----------------------------------------------------------------------------
+
+    def start(self, node_script: str, secrets: Mapping[str, str] | None) -> None:
+        """Acquire, stage and launch; an interrupt before the launch leaves nothing running."""
+        launched = False
+        try:
+            self.rd.set_status("acquiring")
+            self.reporter.say(f"acquiring a node ({getattr(self.cluster, 'name', 'cluster')})")
+            # The clock starts when acquiring starts: a cloud bills from the launch, not from the
+            # moment the node answers SSH, so GPU-hours and the budget count the boot too.
+            acquire_started = time.time()
+            nodes = self.cluster.acquire()
+            self.timeline.acquired_at = acquire_started
+            self.rd.write_timeline(self.timeline)
+            self.rd.update_record(node=asdict(nodes[0]), nodes=[asdict(n) for n in nodes])
+            self.connect(nodes)
+            self.rd.set_status("staging")
+            for n in self.nodes:
+                staging.stage(
+                    n.transport, self.node_run_dir, node_script, self.settings.scripts_dir, secrets
+                )
+            launched = True  # from here an interrupt cancels on the node (harmless if not started)
+            pids = [staging.launch(n.transport, self.node_run_dir) for n in self.nodes]
+            self.rd.update_record(pid=pids[0], launched_at=time.time())
+            self.reporter.say(
+                f"node script started on {self.nodes[0].node.name} (pid {pids[0]}); "
+                f"run dir {self.rd.path}"
+            )
+        except KeyboardInterrupt as err:
+            if launched:
+                self.reporter.say("cancelling the run on the node")
+                self.cancel_or_keep_billing()
+            self.rd.set_status("cancelled", "interrupted before the run started")
+            why = f"stopped by {err.signame}" if isinstance(err, Terminated) else "interrupted"
+            raise Interrupted(
+                f"{why} before the node script started; nothing was left running."
+            ) from None
+
+    # --- following ----------------------------------------------------------------------------
+
+    def follow(self) -> Outcome:
+        """Stream to the end, handling Ctrl-C/SIGTERM, the budget and a lost node; then finish."""
+        with follow_lock(self.rd), signals_cancel():
+            try:
+                for n in self.nodes:
+                    n.follower.splitter.rebuild()
+                self.rd.set_status("running", pid_file=f"{self.node_run_dir}/pid")
+                code = self._follow_nodes()
+            except KeyboardInterrupt as err:
+                self._interrupted(err)
+            except BudgetExceeded as err:
+                self.reporter.say(f"budget reached: {err}; cancelling the run on the node")
+                self.cancel_or_keep_billing(following=True)
+                self._stop_following("cancelled", f"budget reached: {err}")
+                raise CheckFailed(
+                    f"stopped: {err}. The run was cancelled on the node and the node released."
+                ) from None
+            except InfraError as err:
+                raise self.left_running(
+                    f"lost the node: {err}",
+                    f"{err}. The run may still be going on on the node "
+                    "(its GPUs keep costing money).",
+                ) from err
+            return self.finish(code)
+
+    def _follow_nodes(self) -> int | None:
+        """Until a node's script ends: its exit code (None when it vanished without one)."""
+        while True:
+            for n in self.nodes:
+                ended = n.follower.check()
+                if ended is not None:
+                    return ended.code
+            reason = self._over_budget()
+            if reason:
+                raise BudgetExceeded(reason)
+            time.sleep(self.settings.poll_s)
+
+    def _over_budget(self) -> str | None:
+        start = self.timeline.acquired_at
+        if self.budget is None or start is None:
+            return None
+        return self.budget.check(time.time() - start)
+
+    def _interrupted(self, err: KeyboardInterrupt) -> NoReturn:
+        """Ctrl-C (or SIGTERM/SIGHUP) while following: detach, or cancel on the node."""
+        if isinstance(err, Terminated):
+            choice = "cancel"
+        elif self.settings.on_interrupt != "ask":
+            choice = self.settings.on_interrupt
+        else:
+            choice = self.reporter.choose()
+        if choice == "detach":
+            self.close_logs("running")
+            self.keep_cluster = True
+            self.rd.set_status("detached", "detached by the user; the run goes on on the node")
+            raise Interrupted(
+                "detached: the run goes on on the node and its GPUs keep costing money.",
+                hint=reattach_hint(self.rd),
+            ) from None
+        self.reporter.say("cancelling the run on the node")
+        self.cancel_or_keep_billing(following=True)
+        self._stop_following("cancelled", "cancelled by the user (Ctrl-C or SIGTERM)")
+        raise Interrupted(
+            "cancelled: the run's processes and container on the node were stopped."
+        ) from None
+
+    def _stop_following(self, state: str, detail: str) -> None:
+        self.drain_quietly()
+        self.close_logs("cancelled")
+        self.rd.set_status(state, detail)
+
+    # --- the node's side -------------------------------------------------------------------------
+
+    def cancel_on_nodes(self) -> None:
+        """Stop the run on every node; InfraError naming what could not be stopped."""
+        left = []
+        for n in self.nodes:
+            out = n.transport.run(
+                protocol.cancel_command(self.node_run_dir, self.container),
+                timeout_s=120,
+                check=False,
+            ).stdout
+            still = protocol.parse_cancel(out)
+            if still:
+                left.append(still if len(self.nodes) == 1 else f"{n.node.name}: {still}")
+        if left:
+            raise InfraError(
+                f"cancel could not stop everything on the node: still there: {'; '.join(left)}"
+            )
+
+    def cancel_or_keep_billing(self, *, following: bool = False) -> None:
+        """Cancel on the nodes; when that fails the run may go on, and the user is told how to
+        end it. The cluster is still released: a cancel was asked for, not a detach."""
+        try:
+            self.cancel_on_nodes()
+        except InfraError as err:
+            error = self.left_running(
+                f"cancel failed: {err}",
+                f"could not cancel the run on the node: {err}. It may still be running "
+                "(and costing money).",
+                close_logs=following,
+            )
+            self.keep_cluster = False
+            raise error from err
+
+    def left_running(self, why: str, message: str, *, close_logs: bool = True) -> InfraError:
+        """The run may go on without us: keep the nodes, say so, and how to reattach or cancel."""
+        if close_logs:
+            self.close_logs("running")
+        self.keep_cluster = True
+        self.rd.set_status("detached", why)
+        hint = reattach_hint(self.rd)
+        down = getattr(self.cluster, "down_command", None)
+        if callable(down):  # a node this run launched is billed until it is ended
+            cost = (
+                f" (about ${self.budget.usd_per_hour:.2f}/h)"
+                if self.budget and self.budget.usd_per_hour
+                else ""
+            )
+            hint += f" The node keeps billing{cost} until you end it: `{down()}`."
+        return InfraError(message, hint=hint)
+
+    def rebuild_logs(self) -> None:
+        for n in self.nodes:
+            n.follower.splitter.rebuild()
+
+    def drain_quietly(self) -> None:
+        for n in self.nodes:
+            n.follower.drain_quietly()
+
+    def close_logs(self, stage_status: str) -> None:
+        for n in self.nodes:
+            n.follower.finish_logs(stage_status)
+        self.rd.write_timeline(self.timeline)
+
+    # --- the end ------------------------------------------------------------------------------
+
+    def finish(self, code: int | None) -> Outcome:
+        """The script ended: collect, release, then judge (the node no longer bills meanwhile)."""
+        head = self.nodes[0]
+        check = head.transport.run(protocol.cancelled_command(self.node_run_dir), check=False)
+        cancelled = check.exit_code == 0
+        ok = code == 0 and not cancelled
+        self.close_logs("ok" if ok else ("cancelled" if cancelled else "failed"))
+        self.rd.set_status("collecting")
+        collected: list[str] = []
+        for n in self.nodes:
+            n.transport.run(protocol.cleanup_command(self.container), timeout_s=120, check=False)
+            collected += staging.collect(self.rd, n.transport, self.node_run_dir)
+        self.rd.update_record(exit_code=code, collected=collected)
+        try:
+            self.release()  # before judging: released_at dates the GPU-hours
+        except ReproduceError as err:
+            # Judge the run all the same; the caller releases again and, if something is still
+            # left then, raises what is left and how to end it.
+            self.reporter.say(
+                f"teardown did not finish yet ({str(err).splitlines()[0]}); retrying after judging"
+            )
+        if cancelled:
+            self.rd.set_status(
+                "cancelled", "cancelled on the node (reproduce cancel)", exit_code=code
+            )
+            raise Interrupted(f"the run was cancelled on the node (exit code {code}).")
+        if not ok:
+            stage, error = failure(self.rd, self.timeline, code)
+            self.rd.set_status("failed", str(error).splitlines()[0], exit_code=code)
+            if stage == TRAIN_STAGE and self.settings.measure:
+                self.judge()  # the figures so far and a "failed" verdict, kept in the run dir
+            raise error
+        self.rd.set_status("done", "the node script finished; logs collected", exit_code=0)
+        self.reporter.say(f"node script finished; run dir {self.rd.path}")
+        measurement = self.judge() if self.settings.measure else None
+        return Outcome("done", 0, self.rd.path, measurement)
+
+    def judge(self) -> Any:
+        """Measure the run and judge its claim (writes the verdict and report into the run dir)."""
+        if self.recipe is None:
+            return None
+        from launcher.evaluate import measure_run_dir
+
+        measurement = measure_run_dir(self.rd.path, self.recipe)
+        verdict = (
+            measurement[1] if isinstance(measurement, tuple) and len(measurement) > 1 else None
+        )
+        if verdict is not None and hasattr(verdict, "status"):
+            diff = getattr(verdict, "difference_percent", None)
+            diff_text = f" ({diff:+.2f}% vs the claim)" if isinstance(diff, (int, float)) else ""
+            self.reporter.say(f"verdict: {verdict.status}{diff_text}")
+            for reason in getattr(verdict, "reasons", []) or []:
+                self.reporter.say(f"  {reason}")
+        return measurement
+
+    def release(self) -> None:
+        """End what the cluster acquired, to the end even through Ctrl-C (unless kept)."""
+        if self.keep_cluster:
+            return
+        try:
+            error = release_hard(self.cluster, self.reporter.warn)
+            if error is not None:
+                raise error
+        finally:
+            if self.timeline.acquired_at is not None and self.timeline.released_at is None:
+                self.timeline.released_at = time.time()
+            self.rd.write_timeline(self.timeline)
+
+    def release_after(self, original: BaseException | None) -> None:
+        """The release on the way out of a run; a teardown failure keeps why the run failed."""
+        try:
+            self.release()
+        except ReproduceError as failed:
+            if original is None or str(original) == str(failed):
+                raise
+            # What is left (and how to end it) decides the exit code; why the run failed stays.
+            raise type(failed)(f"{original}\n{failed.message}", hint=failed.hint) from original
