@@ -189,7 +189,9 @@ def test_ctrl_c_cancels_or_detaches_and_says_so(tmp_path, runs_root, choice):
         assert not group_alive(pid)
 
 
-def test_sigterm_cancels(tmp_path, runs_root):
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGHUP"])
+def test_sigterm_or_sighup_cancels_even_when_detach_was_chosen(tmp_path, runs_root, signame):
+    """Nobody is there to ask (the terminal closed, a scheduler stopped the job): cancel."""
     body = "_mark train start\nsleep 300\n"
     rd, node_dir, container, text = _job(tmp_path, runs_root, body)
     proc = start_driver(
@@ -207,9 +209,9 @@ def test_sigterm_cancels(tmp_path, runs_root):
     wait_for(lambda: rd.status().get("state") == "running", what="the run to start")
     pid = rd.record()["pid"]
     time.sleep(0.3)
-    proc.send_signal(signal.SIGTERM)
-    proc.communicate(timeout=60)
-    assert proc.returncode == 130
+    proc.send_signal(getattr(signal, signame))
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
     assert not group_alive(pid) and rd.status()["state"] == "cancelled"
 
 

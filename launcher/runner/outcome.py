@@ -10,10 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from launcher.errors import CheckFailed, InfraError, Interrupted, ReproduceError
 from launcher.rundir import TRAIN_STAGE, RunDir, Timeline
+
+if TYPE_CHECKING:
+    from launcher.measure import Result
+    from launcher.verdict import Verdict
 
 # A failed stage of these is a check of the recipe that said no (exit 1: the image's stack differs
 # from the recipe's, or training failed and was judged). Any other failed stage is the
@@ -30,21 +34,16 @@ class Outcome:
     state: str  # done | failed | cancelled | detached
     exit_code: int | None  # the node script's
     run_dir: Path
-    measurement: Any = None
+    measurement: tuple[Result, Verdict] | None = None
 
 
 def exit_code_of(outcome: Outcome) -> int:
     """The command's exit code: 0 done and, where judged, reproduced; 1 judged not reproduced."""
     if outcome.state != "done":
         return Interrupted.exit_code if outcome.state == "cancelled" else InfraError.exit_code
-    verdict = (
-        outcome.measurement[1]
-        if isinstance(outcome.measurement, tuple) and len(outcome.measurement) > 1
-        else None
-    )
-    if verdict is None:
+    if outcome.measurement is None:
         return 0
-    return 0 if getattr(verdict, "status", None) == "reproduced" else CheckFailed.exit_code
+    return 0 if outcome.measurement[1].reproduced else CheckFailed.exit_code
 
 
 def failed_stage(timeline: Timeline) -> str | None:

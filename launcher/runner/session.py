@@ -11,7 +11,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from launcher.budget import Budget
 from launcher.clusters.base import Cluster, Node, Transport
@@ -23,6 +23,10 @@ from launcher.runner.outcome import Outcome, failure, reattach_hint
 from launcher.runner.reporter import Reporter
 from launcher.runner.signals import Terminated, release_hard, signals_cancel
 from launcher.runner.stream import Follower, follow_lock
+
+if TYPE_CHECKING:
+    from launcher.measure import Result
+    from launcher.verdict import Verdict
 
 
 class BudgetExceeded(Exception):  # noqa: N818 - an event of the run, not a program error
@@ -311,23 +315,19 @@ class RunSession:
         measurement = self.judge() if self.settings.measure else None
         return Outcome("done", 0, self.rd.path, measurement)
 
-    def judge(self) -> Any:
+    def judge(self) -> tuple[Result, Verdict] | None:
         """Measure the run and judge its claim (writes the verdict and report into the run dir)."""
         if self.recipe is None:
             return None
         from launcher.evaluate import measure_run_dir
 
-        measurement = measure_run_dir(self.rd.path, self.recipe)
-        verdict = (
-            measurement[1] if isinstance(measurement, tuple) and len(measurement) > 1 else None
-        )
-        if verdict is not None and hasattr(verdict, "status"):
-            diff = getattr(verdict, "difference_percent", None)
-            diff_text = f" ({diff:+.2f}% vs the claim)" if isinstance(diff, (int, float)) else ""
-            self.reporter.say(f"verdict: {verdict.status}{diff_text}")
-            for reason in getattr(verdict, "reasons", []) or []:
-                self.reporter.say(f"  {reason}")
-        return measurement
+        result, verdict = measure_run_dir(self.rd.path, self.recipe)
+        diff = verdict.difference_percent
+        diff_text = f" ({diff:+.2f}% vs the claim)" if diff is not None else ""
+        self.reporter.say(f"verdict: {verdict.status}{diff_text}")
+        for reason in verdict.reasons:
+            self.reporter.say(f"  {reason}")
+        return result, verdict
 
     def release(self) -> None:
         """End what the cluster acquired, to the end even through Ctrl-C (unless kept)."""
