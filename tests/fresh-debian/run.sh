@@ -152,7 +152,9 @@ unshare --mount --pid --fork --propagation private -- bash -c '
   mount --rbind /dev "$root/dev"
   mount -t tmpfs -o mode=0755 tmpfs "$root/run"
   # not exec: this shell stays PID 1 of the namespace and reaps the orphans the tests leave
-  chroot "$root" /usr/bin/env -i TERM=dumb /fresh-debian-inside.sh
+  # SIGINT back to its default: started from a background job (`cmd &`), this script inherits it
+  # ignored, which a terminal or a CI runner would not pass on to the tests (they send Ctrl-C)
+  chroot "$root" /usr/bin/env -i --default-signal=INT TERM=dumb /fresh-debian-inside.sh
 ' fresh-debian "$ROOT"
 status=$?
 set -e
