@@ -78,10 +78,11 @@ def moto_aws(monkeypatch, tmp_path):
     server.start()
     host, port = server.get_host_and_port()
     endpoint = f"http://{host}:{port}"
+
     # the server's backends live in this process and outlive a server: each test starts from an empty account
-    reset = lambda: urllib.request.urlopen(
-        urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST")
-    )  # noqa: E731
+    def reset() -> None:
+        urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST"))
+
     reset()
     try:
         yield MotoAws(endpoint, tmp_path / "state")
