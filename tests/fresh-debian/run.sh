@@ -158,6 +158,10 @@ unshare --mount --pid --fork --propagation private -- bash -c '
 ' fresh-debian "$ROOT"
 status=$?
 set -e
+# the (empty) cgroups the chroot's dockerd made under its own parent
+for dir in /sys/fs/cgroup/reproduce-fresh-debian /sys/fs/cgroup/*/reproduce-fresh-debian; do
+  if [ -d "$dir" ]; then find "$dir" -depth -type d -exec rmdir {} \; 2>/dev/null || true; fi
+done
 say "finished with exit $status after $(elapsed) (chroot: $ROOT)"
 if [ "$status" -eq 0 ] && [ "$KEEP" = 0 ]; then
   rm -rf --one-file-system "${ROOT:?}" "$ROOT.debootstrap.log"
