@@ -1,7 +1,7 @@
 """Benchmark: parse speed (MB/s) and peak memory of the miles log parser on a large log.
 
-Target (issue 3): at least 100 MB/s, with memory that does not grow with the log's length,
-shown on a 1 GB log. The log is synthetic but shaped like a real miles run (miles.md): per step
+Target: at least 100 MB/s, with memory that does not grow with the log's length,
+shown on a 1 GB log. The log is synthetic but shaped like a real miles run (docs/miles-log.md): per step
 the doubled `step N:` line, both `perf N:` lines, a `rollout N:` line, Timer and Memory-Usage
 lines from 8 ranks (some collapsed by Ray), NCCL and warning chatter, ANSI-coloured Ray prefixes,
 and one garbage line. `--dense` makes every line a metric line (the worst case).

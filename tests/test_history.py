@@ -1,4 +1,4 @@
-"""History (SQLite) and the regression rules of measurement.md, on hand-built histories and real files."""
+"""History (SQLite) and the regression rules of docs/measurement.md, on hand-built histories and real files."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The recipe's figures, computed the recipe's way (measurement.md), from step records."""
+"""The recipe's figures, computed the recipe's way (docs/measurement.md), from step records."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """scripts/pretokenized_sft_rollout.py with stand-in Samples and a stand-in data source.
 
 The stand-ins carry exactly the attributes miles' Sample and data source give the rollout
-function (miles.md "The custom rollout function").
+function (docs/miles-log.md, "The pre-tokenized rollout function").
 """
 
 from __future__ import annotations

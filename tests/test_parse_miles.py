@@ -1,4 +1,4 @@
-"""The miles log parser against what real logs contain (miles.md, "The log: what to parse")."""
+"""The miles log parser against what real logs contain (docs/miles-log.md, "The log format")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Loss-curve convergence check (measurement.md; Megatron-Bridge thresholds, NaN fails)."""
+"""Loss-curve convergence check (docs/measurement.md; Megatron-Bridge thresholds, NaN fails)."""
 
 from __future__ import annotations
 
