@@ -216,7 +216,7 @@ def measure_cmd(
         help="percent above the claim still 'reproduced'",
     ),
 ) -> None:
-    """Measure a miles log against the recipe's claim. Exit 0 reproduced, 1 otherwise, 2 bad input."""
+    """Measure a miles log against the recipe's claim. Exit 0 reproduced, 1 otherwise, 2 bad input."""  # noqa: E501 - typer shows its line breaks
     try:
         from launcher.commands.measure import run_measure
 
@@ -231,7 +231,7 @@ def measure_cmd(
             faster=faster,
         )
     except ReproduceError as err:
-        raise _fail(err)
+        raise _fail(err) from None
     raise typer.Exit(code)
 
 
@@ -241,13 +241,13 @@ def compare_cmd(
     reference: Path = typer.Argument(..., help="reference run directory or log"),
     json_out: bool = typer.Option(False, "--json", help="print exactly one JSON object on stdout"),
 ) -> None:
-    """Loss-curve convergence check of CANDIDATE against REFERENCE. Exit 0 pass, 1 fail, 2 bad input."""
+    """Loss-curve convergence check of CANDIDATE against REFERENCE. Exit 0 pass, 1 fail, 2 bad input."""  # noqa: E501 - typer shows its line breaks
     try:
         from launcher.commands.measure import run_compare
 
         code = run_compare(candidate, reference, json_out=json_out)
     except ReproduceError as err:
-        raise _fail(err)
+        raise _fail(err) from None
     raise typer.Exit(code)
 
 
@@ -263,7 +263,7 @@ def down(
         None, "--runs-dir", help="Runs root (default: $REPRODUCE_RUNS_DIR or ./runs)."
     ),
 ) -> None:
-    """End what an aws run launched (a --keep node, or what a crash left): instances, Elastic IPs, groups, key pair."""
+    """End what an aws run launched (a --keep node, or what a crash left): instances, Elastic IPs, groups, key pair."""  # noqa: E501 - typer shows its line breaks
     from launcher.commands.aws import down_run
 
     try:
@@ -282,7 +282,7 @@ def reap(
     ),
     dry_run: bool = typer.Option(False, "--dry-run", help="List what would be ended; end nothing."),
 ) -> None:
-    """End every instance (and its Elastic IPs, groups, key pair) the launcher tagged whose expires-at has passed."""
+    """End every instance (and its Elastic IPs, groups, key pair) the launcher tagged whose expires-at has passed."""  # noqa: E501 - typer shows its line breaks
     from launcher.commands.aws import reap_command
 
     try:
@@ -316,7 +316,7 @@ def capacity(
         None, "--max-usd", help="With --buy: refuse an offering costing more than this."
     ),
 ) -> None:
-    """List Capacity Block offerings for RECIPE (price, start time); buy one only with --buy OFFERING_ID."""
+    """List Capacity Block offerings for RECIPE (price, start time); buy one only with --buy OFFERING_ID."""  # noqa: E501 - typer shows its line breaks
     from launcher.commands.aws import capacity_command
 
     try:
@@ -359,7 +359,7 @@ def history_cmd(
         None, "--runs-dir", help="Runs root (default: $REPRODUCE_RUNS_DIR or ./runs)."
     ),
 ) -> None:
-    """Past runs of a recipe, the trend and whether the latest run is a regression (exit 1 when it is)."""
+    """Past runs of a recipe, the trend and whether the latest run is a regression (exit 1 when it is)."""  # noqa: E501 - typer shows its line breaks
     from launcher.commands.history import run_history
 
     try:
@@ -388,7 +388,8 @@ def nightly_cmd(
     runs_dir: Path | None = typer.Option(
         None,
         "--runs-dir",
-        help="Where run directories and nightly-<date>.md go (default: $REPRODUCE_RUNS_DIR or ./runs).",
+        help="Where run directories and nightly-<date>.md go "
+        "(default: $REPRODUCE_RUNS_DIR or ./runs).",
     ),
     history: Path | None = typer.Option(None, "--history", help=_HISTORY_HELP),
     max_usd: float | None = typer.Option(
@@ -398,7 +399,7 @@ def nightly_cmd(
         None, "--max-hours", help="Per recipe: stop a run after this many wall-clock hours."
     ),
 ) -> None:
-    """Reproduce each recipe in turn, record it in the history, flag regressions; exit 0 all good, 1 any regression or failed check, 3 infra."""
+    """Reproduce each recipe in turn, record it in the history, flag regressions; exit 0 all good, 1 any regression or failed check, 3 infra."""  # noqa: E501 - typer shows its line breaks
     from launcher.commands.history import run_nightly
 
     try:

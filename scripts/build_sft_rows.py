@@ -53,7 +53,8 @@ MAX_INT32 = 2**31 - 1
 
 
 class BuildError(Exception):
-    """A clear, user-facing failure (exit 2 for bad input, or 1 for a hash mismatch via Mismatch)."""
+    """A clear, user-facing failure (exit 2 for bad input, or 1 for a hash mismatch via
+    Mismatch)."""
 
 
 class Mismatch(BuildError):
@@ -100,7 +101,8 @@ class WhitespaceTestTokenizer:
 
 
 class MilesMaskEncoder:
-    """A real tokenizer directory with miles' own loss-mask generator (what --loss-mask-type means)."""
+    """A real tokenizer directory with miles' own loss-mask generator (what --loss-mask-type
+    means)."""
 
     def __init__(self, path: str, loss_mask_type: str):
         try:
@@ -118,14 +120,18 @@ class MilesMaskEncoder:
             ) from None
         if not Path(path, "tokenizer_config.json").is_file():
             raise BuildError(
-                f"--tokenizer {path}: no tokenizer_config.json there (give a Hugging Face model directory)"
+                f"--tokenizer {path}: no tokenizer_config.json there "
+                "(give a Hugging Face model directory)"
             )
         self.tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
         self.generator = MultiTurnLossMaskGenerator(self.tokenizer, tokenizer_type=loss_mask_type)
         if self.tokenizer.eos_token_id is None:
             raise BuildError(f"--tokenizer {path}: the tokenizer defines no EOS token")
         self.eos_id = int(self.tokenizer.eos_token_id)
-        self.name = f"{path} ({type(self.tokenizer).__name__}, loss mask {loss_mask_type}, eos {self.eos_id})"
+        self.name = (
+            f"{path} ({type(self.tokenizer).__name__}, loss mask {loss_mask_type}, "
+            f"eos {self.eos_id})"
+        )
 
     def encode(self, messages: list[dict[str, Any]]) -> tuple[list[int], list[int]]:
         ids, mask = self.generator.get_loss_mask(messages)
@@ -185,7 +191,8 @@ def _jsonl_source(path: Path, column: str) -> ListSource:
 
 
 class ParquetSource:
-    """One column of one or more parquet files, concatenated in sorted path order, read lazily by index."""
+    """One column of one or more parquet files, concatenated in sorted path order, read lazily
+    by index."""
 
     def __init__(self, files: list[Path], column: str):
         pq = _pyarrow_parquet()
@@ -278,7 +285,8 @@ def pack_rows(
     for conv_ids, conv_mask in encoded:
         if len(conv_ids) != len(conv_mask):
             raise BuildError(
-                f"conversation {stats.conversations}: {len(conv_ids)} tokens but {len(conv_mask)} mask entries"
+                f"conversation {stats.conversations}: {len(conv_ids)} tokens but "
+                f"{len(conv_mask)} mask entries"
             )
         stats.conversations += 1
         if not first:
@@ -309,7 +317,8 @@ def _encode_in_order(
         messages = source.get(i)
         if not isinstance(messages, list):
             raise BuildError(
-                f"source conversation {i}: expected a list of messages, got {type(messages).__name__}"
+                f"source conversation {i}: expected a list of messages, "
+                f"got {type(messages).__name__}"
             )
         try:
             yield encoder.encode(messages)
@@ -341,7 +350,8 @@ class Digests:
 
 
 def rows_sha256(rows: Iterable[Sequence[int]]) -> str:
-    """The documented definition, for checking a parquet after the fact (see docs/node-scripts.md)."""
+    """The documented definition, for checking a parquet after the fact (see
+    docs/node-scripts.md)."""
     d = Digests()
     for ids in rows:
         d.add(list(ids), [0] * len(ids))
@@ -363,7 +373,8 @@ def parquet_schema():
 
 
 def write_rows(rows: Iterable[tuple[list[int], list[int]]], out: Path) -> tuple[int, Digests]:
-    """Stream rows into OUT (via a temporary file renamed at the end); return the count and digests."""
+    """Stream rows into OUT (via a temporary file renamed at the end); return the count and
+    digests."""
     pq = _pyarrow_parquet()
     import pyarrow as pa
 

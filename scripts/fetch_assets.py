@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
-"""Fetch a recipe's assets onto the node: a Hugging Face snapshot at exactly the pinned revision.
+r"""Fetch a recipe's assets onto the node: a Hugging Face snapshot at exactly the pinned revision.
 
 Runs ON the node, inside the training image (standard library plus huggingface_hub, imported only
 when a download is needed; never the `launcher` package).
 
-    python3 fetch_assets.py hf-checkpoint --repo Qwen/Qwen3-30B-A3B --revision ad44e777... --dest DIR
-    python3 fetch_assets.py hf-dataset --repo allenai/tulu-3-sft-mixture --revision b14afda6... --dest DIR
+    python3 fetch_assets.py hf-checkpoint --repo Qwen/Qwen3-30B-A3B --revision ad44e777... \
+        --dest DIR
+    python3 fetch_assets.py hf-dataset --repo allenai/tulu-3-sft-mixture --revision b14afda6... \
+        --dest DIR
 
 A finished download leaves DIR/.reproduce-complete (JSON: repo, repo type, revision, every file
 with its size). A later call with the same repo@revision finds the marker, checks that every listed
@@ -80,7 +82,8 @@ def hf_snapshot_download(
 
 
 def list_files(dest: Path) -> list[dict[str, Any]]:
-    """Every file of the snapshot under DEST, sorted, with its size (our and hf's bookkeeping excluded)."""
+    """Every file of the snapshot under DEST, sorted, with its size (our and hf's bookkeeping
+    excluded)."""
     out = []
     for path in sorted(dest.rglob("*")):
         rel = path.relative_to(dest)
@@ -179,7 +182,8 @@ def fetch_snapshot(
         bad = missing_or_changed(dest, marker)
         if not bad:
             log(
-                f"{want}: complete in {dest} ({len(marker['files'])} files, {marker.get('total_bytes', 0)} bytes); "
+                f"{want}: complete in {dest} ({len(marker['files'])} files, "
+                f"{marker.get('total_bytes', 0)} bytes); "
                 "download skipped"
             )
             return {**marker, "status": "skipped"}
@@ -193,7 +197,8 @@ def fetch_snapshot(
         )
     if not COMMIT_RE.fullmatch(revision):
         log(
-            f"warning: --revision {revision!r} is not a 40-hex commit; what it names can change over time"
+            f"warning: --revision {revision!r} is not a 40-hex commit; "
+            "what it names can change over time"
         )
 
     dest.mkdir(parents=True, exist_ok=True)
@@ -236,7 +241,8 @@ def fetch_snapshot(
     write_json_atomic(dest / MARKER, record)
     (dest / PENDING).unlink(missing_ok=True)
     log(
-        f"{want}: complete ({len(files)} files, {record['total_bytes']} bytes, {time.monotonic() - started:.0f} s)"
+        f"{want}: complete ({len(files)} files, {record['total_bytes']} bytes, "
+        f"{time.monotonic() - started:.0f} s)"
     )
     return {**record, "status": "downloaded"}
 

@@ -49,7 +49,7 @@ import time  # noqa: E402
 from collections.abc import Callable, Sequence  # noqa: E402
 from dataclasses import asdict, dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
-from typing import Any
+from typing import Any  # noqa: E402
 
 THRESHOLDS_FILE = Path(__file__).with_name("preflight_thresholds.json")
 SCHEMA_VERSION = 1
@@ -205,7 +205,8 @@ def parse_threshold_overrides(items: Sequence[str], known: set[str]) -> dict[str
         name = name.strip()
         if not sep or name not in known:
             raise ValueError(
-                f"--threshold {item!r}: expected NAME=VALUE with NAME one of {', '.join(sorted(known))}"
+                f"--threshold {item!r}: expected NAME=VALUE with NAME one of "
+                f"{', '.join(sorted(known))}"
             )
         try:
             out[name] = float(value)
@@ -304,7 +305,8 @@ def parse_xids(text: str) -> list[dict[str, Any]]:
 
 
 def visible_filter(rows: list[dict[str, str]], cuda_visible: str | None) -> list[dict[str, str]]:
-    """Only the GPUs CUDA_VISIBLE_DEVICES names (indices or UUID prefixes), as torch will see them."""
+    """Only the GPUs CUDA_VISIBLE_DEVICES names (indices or UUID prefixes), as torch will see
+    them."""
     if cuda_visible is None or not cuda_visible.strip():
         return rows
     wanted = [w.strip() for w in cuda_visible.split(",") if w.strip()]
@@ -610,7 +612,8 @@ def read_kernel_log() -> tuple[str | None, str]:
 
 
 def count_efa(sysfs: Path = Path("/sys/class/infiniband")) -> int:
-    """EFA devices: /sys/class/infiniband entries driven by `efa` (all entries if the driver is unknown)."""
+    """EFA devices: /sys/class/infiniband entries driven by `efa` (all entries if the driver is
+    unknown)."""
     if not sysfs.is_dir():
         return 0
     n = 0
@@ -681,13 +684,24 @@ def bench_worker(local_rank: int, cfg: dict[str, Any], queue: Any) -> None:
         a = torch.randn(n, n, device=dev, dtype=torch.bfloat16)
         b = torch.randn(n, n, device=dev, dtype=torch.bfloat16)
         c = torch.empty(n, n, device=dev, dtype=torch.bfloat16)
-        t = _time_cuda(torch, lambda: torch.matmul(a, b, out=c), MATMUL_WARMUP, MATMUL_ITERS)
+        # F821: ruff checks the lambda at the end of the scope, after `del`; it runs before.
+        t = _time_cuda(
+            torch,
+            lambda: torch.matmul(a, b, out=c),  # noqa: F821 - called before `del a, b, c`
+            MATMUL_WARMUP,
+            MATMUL_ITERS,
+        )
         out["matmul_bf16_tflops"] = 2 * n**3 / t / 1e12
         del a, b, c
         nbytes = cfg["copy_bytes"]
         src = torch.empty(nbytes, device=dev, dtype=torch.uint8).fill_(1)
         dst = torch.empty_like(src)
-        t = _time_cuda(torch, lambda: dst.copy_(src), COPY_WARMUP, COPY_ITERS)
+        t = _time_cuda(
+            torch,
+            lambda: dst.copy_(src),  # noqa: F821 - called before `del src, dst`
+            COPY_WARMUP,
+            COPY_ITERS,
+        )
         out["copy_tbps"] = 2 * nbytes / t / 1e12
         del src, dst
         torch.cuda.empty_cache()
@@ -715,7 +729,7 @@ def bench_worker(local_rank: int, cfg: dict[str, Any], queue: Any) -> None:
                     torch, dist, dev, group, cfg["allreduce_sizes"]
                 )
             dist.destroy_process_group()
-    except BaseException as err:  # reported as a failed check, not a traceback
+    except BaseException as err:  # noqa: BLE001 - reported as a failed check, not a traceback
         out["error"] = f"{type(err).__name__}: {err}".strip()[:500]
     queue.put(out)
 
@@ -731,8 +745,12 @@ def _allreduce(torch: Any, dist: Any, dev: Any, group: Any, sizes: Sequence[int]
     for nbytes in sizes:
         x = torch.ones(nbytes // 4, device=dev, dtype=torch.float32)
         dist.barrier(group=group, device_ids=[dev.index])
+        # B023/F821: the lambda only runs inside _time_cuda, in this iteration, before `del x`.
         t = _time_cuda(
-            torch, lambda: dist.all_reduce(x, group=group), ALLREDUCE_WARMUP, ALLREDUCE_ITERS
+            torch,
+            lambda: dist.all_reduce(x, group=group),  # noqa: B023, F821
+            ALLREDUCE_WARMUP,
+            ALLREDUCE_ITERS,
         )
         tt = torch.tensor([t], device=dev, dtype=torch.float64)
         dist.all_reduce(tt, op=dist.ReduceOp.MAX, group=group)
@@ -781,7 +799,8 @@ def run_benchmarks(args: argparse.Namespace, nlocal: int, timeout_s: float) -> l
                 break
             try:
                 item = queue.get(timeout=min(left, 1.0))
-            except Exception:  # queue.Empty: see whether a worker died without a word
+            # queue.Empty, or a pipe broken by a dying worker: see whether a worker died
+            except Exception:  # noqa: BLE001 - a timeout must never crash the preflight
                 dead = [i for i, p in enumerate(procs) if p.exitcode not in (None, 0)]
                 if dead and len(results) + len(dead) >= nlocal:
                     break
@@ -940,7 +959,7 @@ def torch_probe() -> tuple[Check, dict[str, Any], int]:
     """Import PyTorch (in this process: no CUDA context) and count the GPUs it sees."""
     try:
         import torch
-    except Exception as err:  # ImportError, or a broken install
+    except Exception as err:  # noqa: BLE001 - ImportError, or a broken install: a failed check
         return (
             Check(
                 "torch",
@@ -956,11 +975,11 @@ def torch_probe() -> tuple[Check, dict[str, Any], int]:
     info = {"torch": torch.__version__, "torch_cuda": torch.version.cuda}
     try:
         info["nccl"] = ".".join(str(x) for x in torch.cuda.nccl.version())
-    except Exception:  # a CPU-only build has no NCCL
+    except Exception:  # noqa: BLE001 - a CPU-only build has no NCCL
         info["nccl"] = None
     try:
         n = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    except Exception as err:
+    except Exception as err:  # noqa: BLE001 - a broken CUDA setup is a failed check
         return Check("torch", torch.__version__, "CUDA available", False, warning=str(err)), info, 0
     value = f"{torch.__version__} (CUDA {torch.version.cuda}), {n} GPU(s)"
     ok = n > 0 and torch.version.cuda is not None
@@ -1008,7 +1027,8 @@ def run_preflight(
                 why,
                 "nvidia-smi lists the GPUs",
                 False,
-                warning=f"nvidia-smi {why}: no NVIDIA GPU or driver here (a container needs --gpus all)",
+                warning=f"nvidia-smi {why}: no NVIDIA GPU or driver here "
+                "(a container needs --gpus all)",
             )
         )
     else:

@@ -48,7 +48,8 @@ def _as_int_list(value: Any, what: str, where: str) -> list[int]:
             f"{where}: {what} must be a list of token ids, got {type(value).__name__}; "
             "the rows must be pre-tokenized (build_sft_rows.py), not conversations"
         )
-    try:  # fast path (C loop): 128 rows x 8,192 tokens per step must cost milliseconds, not a second
+    # fast path (C loop): 128 rows x 8,192 tokens per step must cost milliseconds, not a second
+    try:
         return array("q", value).tolist()
     except (TypeError, OverflowError):
         pass
@@ -86,28 +87,32 @@ def expected_row_tokens() -> int | None:
 
 
 def prepare_sample(sample: Any, where: str, row_tokens: int | None = None) -> None:
-    """Fill tokens, response_length, loss_mask and reward of one Sample from its pre-tokenized row."""
+    """Fill tokens, response_length, loss_mask and reward of one Sample from its pre-tokenized
+    row."""
     tokens = _as_int_list(sample.prompt, "sample.prompt (the `messages` column)", where)
     if not tokens:
         raise ValueError(f"{where}: the row is empty")
     if row_tokens is not None and len(tokens) != row_tokens:
         raise ValueError(
-            f"{where}: the row has {len(tokens)} tokens, expected {row_tokens} (the recipe's row_tokens)"
+            f"{where}: the row has {len(tokens)} tokens, expected {row_tokens} "
+            "(the recipe's row_tokens)"
         )
     metadata = sample.metadata
     if not isinstance(metadata, dict):
         raise ValueError(
-            f"{where}: sample.metadata is {type(metadata).__name__}, expected a dict from the struct "
-            "column `metadata` (pass --metadata-key metadata)"
+            f"{where}: sample.metadata is {type(metadata).__name__}, expected a dict "
+            "from the struct column `metadata` (pass --metadata-key metadata)"
         )
     if MASK_FIELD not in metadata:
         raise ValueError(
-            f"{where}: sample.metadata has no {MASK_FIELD!r} (keys: {', '.join(map(str, metadata)) or 'none'})"
+            f"{where}: sample.metadata has no {MASK_FIELD!r} "
+            f"(keys: {', '.join(map(str, metadata)) or 'none'})"
         )
     mask = _as_int_list(metadata[MASK_FIELD], f"metadata.{MASK_FIELD}", where)
     if len(mask) != len(tokens):
         raise ValueError(
-            f"{where}: metadata.{MASK_FIELD} has {len(mask)} entries for a row of {len(tokens)} tokens"
+            f"{where}: metadata.{MASK_FIELD} has {len(mask)} entries "
+            f"for a row of {len(tokens)} tokens"
         )
     if not set(mask) <= {0, 1}:
         bad = sorted(set(mask) - {0, 1})[:3]
@@ -115,12 +120,14 @@ def prepare_sample(sample: Any, where: str, row_tokens: int | None = None) -> No
     supervised = sum(mask)
     if supervised == 0:
         raise ValueError(
-            f"{where}: the row has no supervised token (rows without targets must not be in the data)"
+            f"{where}: the row has no supervised token "
+            "(rows without targets must not be in the data)"
         )
     declared = metadata.get(COUNT_FIELD)
     if declared is not None and int(declared) != supervised:
         raise ValueError(
-            f"{where}: metadata.{COUNT_FIELD} is {declared} but the mask supervises {supervised} tokens"
+            f"{where}: metadata.{COUNT_FIELD} is {declared} "
+            f"but the mask supervises {supervised} tokens"
         )
     first = mask.index(1)
     sample.tokens = tokens
@@ -176,7 +183,8 @@ def summarize(groups: Sequence[Sequence[Any]]) -> dict[str, float]:
 
 
 def check_parquet(path: str, row_tokens: int | None) -> dict[str, Any]:
-    """Every row of a rows parquet through prepare_sample: the training's checks, before any GPU time."""
+    """Every row of a rows parquet through prepare_sample: the training's checks, before any GPU
+    time."""
     try:
         import pyarrow.parquet as pq
     except ImportError:
@@ -193,7 +201,8 @@ def check_parquet(path: str, row_tokens: int | None) -> dict[str, Any]:
     missing = {"messages", "metadata"} - set(pf.schema_arrow.names)
     if missing:
         raise ValueError(
-            f"{path}: no column(s) {', '.join(sorted(missing))} (columns: {', '.join(pf.schema_arrow.names)})"
+            f"{path}: no column(s) {', '.join(sorted(missing))} "
+            f"(columns: {', '.join(pf.schema_arrow.names)})"
         )
     rows = tokens = supervised = 0
     for batch in pf.iter_batches(columns=["messages", "metadata"], batch_size=256):
@@ -232,7 +241,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument(
         "--row-tokens",
         type=int,
-        help="the recipe's row_tokens (default: $%s when set)" % ROW_TOKENS_ENV,
+        help=f"the recipe's row_tokens (default: ${ROW_TOKENS_ENV} when set)",
     )
     args = p.parse_args(argv)
     try:

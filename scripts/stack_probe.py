@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Stack probe: does the training image hold the software the recipe says it measured with?
+r"""Stack probe: does the training image hold the software the recipe says it measured with?
 
 Runs ON the node, inside the training image (standard library only; PyTorch, Transformer Engine
 and DeepEP are imported, each in its own try, only to read their versions; never the `launcher`
@@ -8,7 +8,8 @@ the versions of Transformer Engine, PyTorch, CUDA (PyTorch's build), NCCL, DeepE
 compares each with the expectation that the launcher derived from the recipe's `stack` block
 (launcher/stack.py, `expected_versions`).
 
-    python3 stack_probe.py --json --policy fail --expect '{"torch": "2.11.0", "miles_commit": "78527b91"}'
+    python3 stack_probe.py --json --policy fail \
+        --expect '{"torch": "2.11.0", "miles_commit": "78527b91"}'
 
 Matching: a commit matches when the tree's HEAD starts with the expected prefix; a version matches
 when it equals the expected text or continues it with "+" (local build tag) or "." (more
@@ -78,7 +79,8 @@ class Check:
 
 
 def version_matches(value: str | None, expected: str) -> bool:
-    """Expected "2.11.0" matches "2.11.0", "2.11.0+cu130", "2.11.0.post1"; not "2.11.0rc1", "2.11.1"."""
+    """Expected "2.11.0" matches "2.11.0", "2.11.0+cu130", "2.11.0.post1"; not "2.11.0rc1",
+    "2.11.1"."""
     if not value:
         return False
     value, expected = value.strip(), expected.strip()
@@ -174,7 +176,7 @@ def _metadata_version(dists: Sequence[str]) -> str | None:
             return metadata.version(dist)
         except metadata.PackageNotFoundError:
             continue
-        except Exception:  # a broken install: keep looking
+        except Exception:  # noqa: BLE001, S112 - a broken install: keep looking, never crash
             continue
     return None
 

@@ -25,10 +25,10 @@ def logs(tmp_path_factory):
     root = tmp_path_factory.mktemp("logs")
     claim = seed_raw()["result"]["tokens_per_s_per_gpu"]
     made = {
-        "good": dict(step_time_s=step_times_for_tps(claim)),
-        "slow": dict(step_time_s=step_times_for_tps(claim * 0.9)),
-        "nan": dict(step_time_s=step_times_for_tps(claim), nan_at=15),
-        "scaled": dict(step_time_s=step_times_for_tps(claim), loss_scale=1.2),
+        "good": {"step_time_s": step_times_for_tps(claim)},
+        "slow": {"step_time_s": step_times_for_tps(claim * 0.9)},
+        "nan": {"step_time_s": step_times_for_tps(claim), "nan_at": 15},
+        "scaled": {"step_time_s": step_times_for_tps(claim), "loss_scale": 1.2},
     }
     out = {}
     for name, env in made.items():

@@ -243,7 +243,7 @@ def test_rows_feed_the_rollout_function_as_miles_would_read_them(tmp_path, monke
     monkeypatch.setenv(ro.ROW_TOKENS_ENV, "40")
     groups = ro.generate_rollout(type("Args", (), {"rollout_batch_size": 6}), 0, Source())
     assert ro.summarize(groups)["supervised"] == summary["supervised_tokens"]
-    for (s,), rec in zip(groups, records):
+    for (s,), rec in zip(groups, records, strict=True):
         mask = rec["metadata"]["loss_mask"]
         assert s.tokens == rec["messages"] and len(s.loss_mask) == s.response_length
         assert s.loss_mask == mask[len(mask) - s.response_length :] and s.loss_mask[0] == 1

@@ -51,17 +51,17 @@ NODE = _node_parser()
 
 def _seed_argv(**over) -> list[str]:
     recipe = load_recipe(SEED)
-    kw = dict(
-        gpu_type=recipe.gpu_type,
-        gpus_per_node=recipe.gpus_per_node,
-        gpu_memory_gb=recipe.gpu_memory_gb,
-        driver_min=driver_min_for_cuda(recipe.cuda),
-        cuda=recipe.cuda,
-        efa_expected=expected_efa_devices(recipe.instance_type),
-        disk_path="/opt/dlami/nvme/reproduce cache",
-        disk_min_gb=400,
-        thresholds={"matmul_bf16_tflops": 700, "allreduce_busbw_gbps": 310.5},
-    )
+    kw = {
+        "gpu_type": recipe.gpu_type,
+        "gpus_per_node": recipe.gpus_per_node,
+        "gpu_memory_gb": recipe.gpu_memory_gb,
+        "driver_min": driver_min_for_cuda(recipe.cuda),
+        "cuda": recipe.cuda,
+        "efa_expected": expected_efa_devices(recipe.instance_type),
+        "disk_path": "/opt/dlami/nvme/reproduce cache",
+        "disk_min_gb": 400,
+        "thresholds": {"matmul_bf16_tflops": 700, "allreduce_busbw_gbps": 310.5},
+    }
     kw.update(over)
     return preflight_argv(**kw)
 
