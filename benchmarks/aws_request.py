@@ -25,7 +25,7 @@ sys.path.insert(0, str(REPO))
 
 
 def builder(runs: int) -> tuple[float, list[str]]:
-    from launcher.clusters.aws_request import provisioning_calls
+    from launcher.clusters.aws import provisioning_calls
     from launcher.profile import load_profile
     from launcher.recipe import load_recipe
 
@@ -57,7 +57,7 @@ def cycles(n: int) -> float:
     import yaml
     from moto import mock_aws
 
-    from launcher.clusters.aws import AwsCluster
+    from launcher.clusters.aws.cluster import AwsCluster
     from launcher.profile import load_profile
     from launcher.recipe import load_recipe
 

@@ -3,14 +3,14 @@
 #   tests/run.sh [pytest args...]
 # installs what the tests need (docker.io, docker-registry, openssh-server, git, ...) only when
 # missing, creates .venv and installs the package with its test extras, starts dockerd when it is
-# not running, runs the lint/type gate when REPRODUCE_LINT=1, then runs pytest and exits with
+# not running, runs the lint/type gate (ruff, mypy), then runs pytest and exits with
 # pytest's status. Idempotent: a second run reuses all of it (a few seconds before pytest starts).
 # sshd and the registry are NOT started system-wide: the pytest fixtures start their own on free
 # loopback ports (tests/conftest.py).
 #
 # Environment:
-#   REPRODUCE_LINT=1            run `ruff check .`, `ruff format --check .` and `mypy` first; any
-#                               failure fails the run before pytest starts (default 0: off)
+#   REPRODUCE_LINT=0            skip the gate that runs `ruff check .`, `ruff format --check .` and
+#                               `mypy` first (default 1: any finding fails the run before pytest)
 #   REPRODUCE_TEST_NO_DOCKER=1  neither start nor require dockerd (the docker tests are skipped)
 #   REPRODUCE_DOCKERD_ARGS      extra dockerd flags when this script starts it, e.g.
 #                               "--bridge=none --iptables=false" in a chroot (tests/fresh-debian/)
@@ -96,7 +96,7 @@ fi
 mkdir -p /run/sshd
 
 # --- the lint/type gate (pyproject.toml configures ruff and mypy) ---
-if [ "${REPRODUCE_LINT:-0}" = "1" ]; then
+if [ "${REPRODUCE_LINT:-1}" = "1" ]; then
   failed=()
   say "ruff check ."
   .venv/bin/ruff check . || failed+=("ruff check")
