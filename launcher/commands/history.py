@@ -82,7 +82,10 @@ def run_nightly(
     max_hours: float | None = None,
 ) -> int:
     """`reproduce nightly`: each recipe's progress and the summary table, line by line."""
-    from launcher.nightly import nightly
+    from functools import partial
+
+    from launcher.commands.run import ConsoleReporter
+    from launcher.nightly import nightly, run_recipe
 
     result = nightly(
         recipes,
@@ -91,6 +94,7 @@ def run_nightly(
         history=history,
         max_usd=max_usd,
         max_hours=max_hours,
+        runner=partial(run_recipe, reporter=ConsoleReporter()),
         echo=print,
     )
     return result.exit_code
