@@ -1,0 +1,255 @@
+"""The page of one night: every recipe's outcome, verdict, figures against its claim and trend,
+its regressions, and a small trend line per recipe.
+
+Why the entries are typed by shape (a Protocol) and not by launcher/nightly.py's classes: the
+nightly writes this page, so this module must not import it (no import cycle, docs/architecture.md);
+anything with the same attributes renders.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Protocol
+
+from launcher.history import Assessment, History, RunRow
+from launcher.pages import svg
+from launcher.pages.history_page import NO_REGRESSION, day
+from launcher.pages.html import badge, esc, num, page, section, signed, status_of, table
+from launcher.pages.run_page import PAGE_NAME
+
+
+class RecipeRunLike(Protocol):
+    @property
+    def code(self) -> int: ...
+
+    @property
+    def error(self) -> str | None: ...
+
+
+class NightlyEntryLike(Protocol):
+    """What the page reads of one recipe's night (launcher/nightly.py's NightlyEntry has it)."""
+
+    @property
+    def recipe(self) -> Path: ...
+
+    @property
+    def run(self) -> RecipeRunLike: ...
+
+    @property
+    def row(self) -> RunRow: ...
+
+    @property
+    def assessment(self) -> Assessment: ...
+
+    @property
+    def outcome(self) -> str: ...
+
+
+def page_path(root: Path, stamp: float) -> Path:
+    return Path(root) / f"nightly-{time.strftime('%Y-%m-%d', time.gmtime(stamp))}.html"
+
+
+def write_nightly_page(
+    root: Path,
+    entries: Sequence[NightlyEntryLike],
+    *,
+    cluster: str,
+    stamp: float,
+    exit_code: int,
+    history_path: Path | None = None,
+) -> Path:
+    """runs/nightly-<UTC date>.html (a second nightly on the same date replaces it), with each
+    recipe's recent history read from `history_path` for its trend line."""
+    path = page_path(root, stamp)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    histories: dict[str, list[RunRow]] = {}
+    if history_path is not None and Path(history_path).is_file():
+        with History(history_path) as hist:
+            for e in entries:
+                if e.row.slug not in histories:
+                    histories[e.row.slug] = hist.runs(
+                        e.row.slug, limit=30, cluster=e.row.cluster_name
+                    )
+    links = {}
+    for e in entries:
+        if e.row.run_dir and (Path(e.row.run_dir) / PAGE_NAME).is_file():
+            target = Path(e.row.run_dir) / PAGE_NAME
+            links[e.row.run_id] = Path(os.path.relpath(target, path.parent.resolve())).as_posix()
+    text = render_nightly_page(
+        entries,
+        cluster=cluster,
+        stamp=stamp,
+        exit_code=exit_code,
+        history_path=history_path,
+        histories=histories,
+        links=links,
+    )
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+def render_nightly_page(
+    entries: Sequence[NightlyEntryLike],
+    *,
+    cluster: str,
+    stamp: float,
+    exit_code: int,
+    history_path: Path | None = None,
+    histories: Mapping[str, Sequence[RunRow]] | None = None,
+    links: Mapping[str, str] | None = None,
+) -> str:
+    """The night as one HTML string."""
+    histories = histories or {}
+    links = links or {}
+    date = day(stamp, "%Y-%m-%d")
+    counts: dict[str, int] = {}
+    for e in entries:
+        counts[e.outcome] = counts.get(e.outcome, 0) + 1
+    regressions = sum(1 for e in entries if e.assessment.regression)
+    meta = [
+        f"<span>cluster {esc(cluster)}</span>",
+        f"<span>started {esc(day(stamp, '%Y-%m-%d %H:%M:%S'))} UTC</span>",
+        f"<span>{len(entries)} recipe(s)</span>",
+        f'<span data-exit-code="{exit_code}">exit code {exit_code}</span>',
+    ]
+    header = (
+        '<p class="kicker">reproduce · nightly</p>'
+        f'<h1>Nightly {esc(date)}</h1><p class="meta">{"".join(meta)}</p>'
+    )
+    chips = "".join(
+        f'<span data-outcome-count="{esc(k)}">{badge(k)} <b>{v}</b></span>'
+        for k, v in sorted(counts.items(), key=lambda kv: (kv[0] != "reproduced", kv[0]))
+    )
+    summary = (
+        f'<div class="counts">{chips}</div>'
+        + (
+            f'<p class="sub"><b style="color:#a40e26">{regressions} regression(s)</b> tonight.</p>'
+            if regressions
+            else '<p class="sub">No regression tonight.</p>'
+        )
+        + _table(entries, histories, links)
+    )
+    details = "".join(_detail(e, links) for e in entries)
+    foot = (
+        "<p>Outcome: what `reproduce RECIPE` would have exited with (reproduced, check failed, "
+        "invalid, infra, error, interrupted), or regression when the run is below its claim or "
+        "its trend (docs/measurement.md). Trend line: the recipe's last runs on this cluster, "
+        "coloured by verdict, tonight's the larger dot.</p>"
+        + (f"<p>History database: <code>{esc(history_path)}</code>.</p>" if history_path else "")
+    )
+    return page(
+        f"Nightly {date} ({cluster})",
+        header,
+        section("summary", "Tonight", summary) + section("recipes", "Each recipe", details),
+        foot,
+    )
+
+
+def _table(
+    entries: Sequence[NightlyEntryLike],
+    histories: Mapping[str, Sequence[RunRow]],
+    links: Mapping[str, str],
+) -> str:
+    body, attrs = [], []
+    for e in entries:
+        r, a = e.row, e.assessment
+        trend = (
+            signed(a.trend.difference_percent)
+            if a.judged and a.trend.difference_percent is not None
+            else "—"
+        )
+        past = list(histories.get(r.slug) or [])
+        spark = (
+            svg.sparkline(
+                [x.tokens_per_s_per_gpu for x in past],
+                [status_of(x.verdict).fg if x.verdict else svg.GREY for x in past],
+                title=f"tokens/s per GPU of the last {len(past)} runs of {r.slug}",
+            )
+            if past
+            else '<span class="dim">—</span>'
+        )
+        href = links.get(r.run_id)
+        report = f'<a href="{esc(href)}">report</a>' if href else '<span class="dim">none</span>'
+        reg = (
+            badge("regression")
+            if a.regression
+            else (
+                f'<span class="badge" style="color:{NO_REGRESSION.fg};'
+                f'background:{NO_REGRESSION.bg};border-color:{NO_REGRESSION.fg}33">no</span>'
+                if a.judged
+                else '<span class="dim">n/a</span>'
+            )
+        )
+        body.append(
+            [
+                f'<a href="#r-{esc(r.run_id)}">{esc(r.slug)}</a>',
+                badge(e.outcome, attr=f' data-outcome="{esc(e.outcome)}"'),
+                badge(r.verdict) if r.verdict else '<span class="dim">—</span>',
+                f'<span data-figure="tokens_per_s_per_gpu">'
+                f"{esc(num(r.tokens_per_s_per_gpu))}</span>",
+                esc(signed(r.difference_percent)),
+                esc(trend),
+                reg,
+                spark,
+                report,
+            ]
+        )
+        attrs.append(' class="regression"' if a.regression else "")
+    return table(
+        [
+            "recipe",
+            "outcome",
+            "verdict",
+            "tokens/s/GPU",
+            "vs claim",
+            "vs trend",
+            "regression",
+            "trend",
+            "page",
+        ],
+        body,
+        numeric=(3, 4, 5),
+        row_attrs=attrs,
+    )
+
+
+def _detail(e: NightlyEntryLike, links: Mapping[str, str]) -> str:
+    r, a = e.row, e.assessment
+    href = links.get(r.run_id)
+    where = (
+        f'<a href="{esc(href)}">{esc(r.run_dir)}</a>'
+        if href
+        else (f"<code>{esc(r.run_dir)}</code>" if r.run_dir else "no run directory")
+    )
+    facts = [
+        ("recipe file", f"<code>{esc(e.recipe)}</code>"),
+        ("run", f"<span class='mono'>{esc(r.run_id)}</span> in {where}"),
+        ("outcome", f"{badge(e.outcome)} <span class='dim'>exit {esc(e.run.code)}</span>"),
+    ]
+    if r.detail:
+        facts.append(("state", esc(f"{r.state or '—'}: {r.detail}")))
+    if e.run.error:
+        facts.append(
+            ("error", f"<span class='no'>{esc(e.run.error.strip().splitlines()[0])}</span>")
+        )
+    figures = (
+        f"{num(r.tokens_per_s_per_gpu)} tokens/s per GPU ({signed(r.difference_percent)} vs the "
+        f"claim {num(r.claimed_tokens_per_s_per_gpu)}), MFU {num(r.mfu, 4)}, "
+        f"${num(r.usd_per_million_tokens, 3)} / 1M tokens, {num(r.gpu_hours, 2)} GPU-hours"
+    )
+    if r.tokens_per_s_per_gpu is not None:
+        facts.append(("figures", esc(figures)))
+    facts.append(
+        (
+            "assessment",
+            "<ul class='notes'>" + "".join(f"<li>{esc(x)}</li>" for x in a.reasons) + "</ul>",
+        )
+    )
+    items = "".join(f"<dt>{esc(k)}</dt><dd>{v}</dd>" for k, v in facts)
+    mark = badge("regression") if a.regression else ""
+    return f'<h3 id="r-{esc(r.run_id)}">{esc(r.slug)} {mark}</h3><dl class="facts">{items}</dl>'

@@ -1,0 +1,331 @@
+"""The run page's provenance: what exactly ran, set against what the card pins.
+
+Why it matters to a reader: a reproduction is only evidence about the card when it ran the card's
+image (by digest), the card's software stack, the card's data and checkpoint (by hash and
+revision), and when its dollar and MFU figures used a known price and peak. Each of those is shown
+with its source file, and with "not recorded" where the run has no such record.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from launcher.pages.html import code, esc, not_recorded, num, number, table
+from launcher.pages.run_sections import Context
+
+_CHECK_FILES = (("preflight.json", "host preflight"), ("preflight-gpu.json", "GPU preflight"))
+
+
+def _map(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _digest(ref: Any) -> str | None:
+    if not isinstance(ref, str) or "sha256:" not in ref:
+        return None
+    return "sha256:" + ref.split("sha256:", 1)[1][:64]
+
+
+def provenance(ctx: Context) -> str:
+    return (
+        _facts(ctx)
+        + "<h3>Software stack: the card against the image</h3>"
+        + _stack(ctx)
+        + "<h3>Node checks</h3>"
+        + _checks(ctx)
+        + "<h3>Assets: data, tokenizer, checkpoint</h3>"
+        + _assets(ctx)
+    )
+
+
+def _facts(ctx: Context) -> str:
+    plan, recipe = ctx.plan, ctx.recipe
+    image_facts = ctx.files.mapping("image.json")
+    facts: list[tuple[str, str]] = []
+    plan_recipe = _map(plan.get("recipe"))
+    facts.append(
+        (
+            "recipe",
+            esc(ctx.slug)
+            + (
+                f"<br>file sha256 {code(plan_recipe['sha256'])}"
+                if plan_recipe.get("sha256")
+                else ""
+            )
+            + (f"<br>card status: {esc(recipe['status'])}" if recipe.get("status") else ""),
+        )
+    )
+    gpus_per_node = plan.get("gpus_per_node")
+    facts.append(
+        (
+            "cluster",
+            esc(ctx.cluster or "not recorded")
+            + (
+                f" · {esc(ctx.nodes)} node(s) × {esc(gpus_per_node)} GPUs"
+                if ctx.nodes and gpus_per_node
+                else ""
+            ),
+        )
+    )
+    pinned = plan.get("image")
+    verified = image_facts.get("image") or image_facts.get("digest")
+    if pinned or verified:
+        same = _digest(pinned) is not None and _digest(pinned) == _digest(verified)
+        mark = ""
+        if verified and pinned:
+            mark = (
+                '<span class="ok" data-image-match="yes">✓ the node ran the pinned digest</span>'
+                if same
+                else '<span class="no" data-image-match="no">✗ the digests differ</span>'
+            )
+        facts.append(
+            (
+                "training image",
+                f"pinned by the recipe: {code(pinned or 'not recorded')}<br>"
+                f"verified on the node: "
+                + (code(verified) if verified else esc(ctx.files.why_not("image.json")))
+                + (f"<br>{mark}" if mark else ""),
+            )
+        )
+    else:
+        facts.append(("training image", esc(ctx.files.why_not("plan.json"))))
+    price = _map(ctx.prov.get("price"))
+    if price:
+        facts.append(
+            (
+                "price used",
+                f'<span data-price="{esc(price.get("usd_per_hour"))}">'
+                f"${esc(num(price.get('usd_per_hour'), 3))} per node-hour</span>"
+                + (f" × {esc(ctx.nodes)} node(s)" if ctx.nodes else "")
+                + (
+                    f"<br><span class='dim'>{esc(price.get('source'))}</span>"
+                    if price.get("source")
+                    else ""
+                ),
+            )
+        )
+    else:
+        facts.append(
+            (
+                "price used",
+                esc(
+                    "none recorded: no $ / 1M tokens"
+                    if ctx.result
+                    else ctx.files.why_not("result.yaml")
+                ),
+            )
+        )
+    peak = number(ctx.prov.get("mfu_peak_flops"))
+    if peak:
+        facts.append(
+            (
+                "peak used (MFU)",
+                f'<span data-peak="{peak}">{peak / 1e12:g} TFLOP/s</span>'
+                + (
+                    f" · {esc(ctx.prov.get('mfu_peak_source'))}"
+                    if ctx.prov.get("mfu_peak_source")
+                    else ""
+                )
+                + (
+                    f"<br><span class='dim'>MFU = {esc(ctx.prov.get('mfu_formula'))}</span>"
+                    if ctx.prov.get("mfu_formula")
+                    else ""
+                ),
+            )
+        )
+    else:
+        facts.append(("peak used (MFU)", esc(ctx.result.get("mfu_note") or "not recorded")))
+    if ctx.prov.get("std_kind"):
+        facts.append(
+            (
+                "step-time CV",
+                esc(
+                    f"{ctx.prov.get('std_kind')} standard deviation / mean over the window; mean "
+                    f"{num(ctx.prov.get('mean_step_time_s'), 3)} s"
+                ),
+            )
+        )
+    items = "".join(f"<dt>{esc(k)}</dt><dd>{v}</dd>" for k, v in facts)
+    return f'<dl class="facts">{items}</dl>'
+
+
+def _stack(ctx: Context) -> str:
+    stack = ctx.files.mapping("stack.json")
+    card = _map(ctx.recipe.get("stack"))
+    out = []
+    if not stack:
+        out.append(not_recorded(ctx.files.why_not("stack.json")))
+    elif stack.get("skipped") or not stack.get("checks"):
+        out.append(
+            not_recorded(
+                "The image's stack was not probed"
+                + (f": {stack.get('note')}" if stack.get("note") else "")
+                + (f" (policy {stack.get('policy')})" if stack.get("policy") else "")
+                + "."
+            )
+        )
+    else:
+        rows, attrs = [], []
+        for c in stack["checks"]:
+            if not isinstance(c, dict):
+                continue
+            ok = c.get("ok")
+            rows.append(
+                [
+                    esc(c.get("name")),
+                    code(c.get("expected") or "—"),
+                    code(c.get("value") or "—"),
+                    '<span class="ok">match</span>' if ok else '<span class="no">differs</span>',
+                    f'<span class="dim">{esc(c.get("note") or "")}</span>',
+                ]
+            )
+            attrs.append("" if ok else ' class="fail"')
+        failed = sum(1 for a in attrs if a)
+        out.append(
+            f'<p class="sub">{len(rows) - failed} of {len(rows)} versions match the card'
+            + (f" (policy {esc(stack.get('policy'))})" if stack.get("policy") else "")
+            + ".</p>"
+            + table(
+                ["component", "the card", "found in the image", "", "note"], rows, row_attrs=attrs
+            )
+        )
+    if card:
+        rows = [
+            [esc(k), esc(v)]
+            for k, v in card.items()
+            if k not in ("source",) and not isinstance(v, (dict, list))
+        ]
+        out.append(
+            "<details><summary>The card's stack, as published</summary>"
+            + table(["field", "as the card states it"], rows)
+            + (f'<p class="sub">{esc(card.get("source"))}</p>' if card.get("source") else "")
+            + "</details>"
+        )
+    return "".join(out)
+
+
+def _checks(ctx: Context) -> str:
+    out = []
+    for name, label in _CHECK_FILES:
+        data = ctx.files.mapping(name)
+        if not data:
+            if name == "preflight.json" or ctx.files.problems.get(name, "missing") != "missing":
+                out.append(
+                    f"<p><b>{esc(label)}</b>: "
+                    f"<span class='dim'>{esc(ctx.files.why_not(name))}</span></p>"
+                )
+            continue
+        checks = [c for c in (data.get("checks") or []) if isinstance(c, dict)]
+        failed = [c for c in checks if not c.get("ok")]
+        warned = [c for c in checks if c.get("ok") and c.get("warning")]
+        ok = data.get("ok")
+        verdict = '<span class="ok">passed</span>' if ok else '<span class="no">failed</span>'
+        summary = (
+            f"<b>{esc(label)}</b>: {verdict}, {len(checks) - len(failed)} of {len(checks)} checks"
+            + (f", {len(warned)} warning(s)" if warned else "")
+        )
+        rows, attrs = [], []
+        for c in checks:
+            unit = c.get("unit")
+            value = c.get("value")
+            shown = f"{num(value, 3) if isinstance(value, float) else value}"
+            shown += f" {unit}" if unit else ""
+            result = (
+                '<span class="ok">pass</span>' if c.get("ok") else '<span class="no">FAIL</span>'
+            )
+            if c.get("ok") and c.get("warning"):
+                result = '<span class="warn">warning</span>'
+            rows.append(
+                [
+                    esc(c.get("name")),
+                    esc(shown if value is not None else "—"),
+                    esc(c.get("expected") or "—"),
+                    result
+                    + (
+                        f'<span class="why">{esc(c.get("warning"))}</span>'
+                        if c.get("warning")
+                        else ""
+                    ),
+                ]
+            )
+            attrs.append(' class="fail"' if not c.get("ok") else "")
+        opened = " open" if failed else ""
+        out.append(
+            f"<details{opened}><summary>{summary}</summary>"
+            + table(["check", "value", "expected", "result"], rows, row_attrs=attrs)
+            + "</details>"
+        )
+    return "".join(out)
+
+
+def _assets(ctx: Context) -> str:
+    work = _map(ctx.recipe.get("workload"))
+    data = _map(work.get("dataset"))
+    build = _map(data.get("build"))
+    active = _map(_map(ctx.recipe.get("result")).get("active_params"))
+    rows: list[list[str]] = []
+    if data:
+        rows.append(
+            [
+                "dataset",
+                esc(f"{data.get('source', '—')} @ {data.get('revision', '—')}"),
+                esc(data.get("license") or ""),
+            ]
+        )
+        if data.get("rows_sha256"):
+            rows.append(["rows sha256", code(data["rows_sha256"]), esc(build.get("name") or "")])
+        if build.get("parquet_sha256"):
+            rows.append(
+                [
+                    "rows parquet sha256",
+                    code(build["parquet_sha256"]),
+                    esc(f"{num(build.get('parquet_bytes'), 0)} bytes"),
+                ]
+            )
+        if build.get("tokenizer"):
+            rows.append(["tokenizer", esc(build["tokenizer"]), ""])
+    if active:
+        rows.append(
+            [
+                "checkpoint",
+                esc(f"{active.get('source', '—')} @ {active.get('revision', '—')}"),
+                esc(f"{num(active.get('count'), 0)} active parameters"),
+            ]
+        )
+    assets = _map(ctx.plan.get("assets"))
+    used = [[esc(k), code(v)] for k, v in assets.items() if v is not None]
+    out = []
+    if rows:
+        out.append(table(["pinned by the card", "value", ""], rows, cls="kv"))
+    else:
+        out.append(
+            not_recorded(
+                ctx.files.why_not("recipe.yaml")
+                if not ctx.recipe
+                else "The recipe pins no asset hash."
+            )
+        )
+    status = {
+        str(s.get("name")): s.get("status")
+        for s in (ctx.timeline.get("stages") or [])
+        if isinstance(s, dict)
+    }
+    if "assets" in status:
+        word = status["assets"]
+        out.append(
+            '<p class="sub" style="margin-top:8px">The node\'s assets stage, which fetches '
+            "these and checks their hashes: "
+            + (
+                '<span class="ok">ok</span>'
+                if word == "ok"
+                else f'<span class="no">{esc(word)}</span>'
+            )
+            + ".</p>"
+        )
+    if used:
+        out.append(
+            "<details><summary>Where the run kept them (plan.json)</summary>"
+            + table(["asset", "value"], used)
+            + "</details>"
+        )
+    return "".join(out)

@@ -1,0 +1,378 @@
+"""report.html: one run beside the published card it reproduces, in one self-contained file.
+
+Why this order: a recipe's reader first wants the answer (the verdict and why), then the card's
+figures next to the reproduced ones, then the pictures that show why a figure moved (step time and
+loss per step), then where the money went and what exactly ran (image, stack, assets, price,
+peak). Everything comes from the run directory's own files (launcher/pages/rundata.py), so a page
+can be made again offline from a copied run directory, and a file the run never wrote makes its
+section say "not recorded" instead of failing the page. docs/report.md describes the page.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from launcher.pages import run_sections as rs
+from launcher.pages import svg
+from launcher.pages.html import (
+    badge,
+    esc,
+    not_recorded,
+    num,
+    number,
+    page,
+    signed,
+    status_of,
+    table,
+)
+from launcher.pages.provenance import provenance
+from launcher.pages.rundata import RUN_FILES, RunFiles, read_run_dir
+
+PAGE_NAME = "report.html"
+
+# The card's figures: result key, label, how the page writes a value of result.yaml.
+FIGURES: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
+    ("tokens_per_s_per_gpu", "Tokens/s per GPU", lambda v: num(v, 2)),
+    ("usd_per_million_tokens", "$ / 1M tokens", lambda v: _dollars(v)),
+    ("mfu", "MFU", lambda v: num(_times(v, 100), 2, suffix="%")),
+    ("step_time_cv_percent", "Step-time CV", lambda v: num(v, 2, suffix="%")),
+    ("gpu_hours", "GPU-hours", lambda v: num(v, 2)),
+)
+
+
+def _times(v: Any, k: float) -> float | None:
+    n = number(v)
+    return None if n is None else n * k
+
+
+def _dollars(v: Any) -> str:
+    n = number(v)
+    return "—" if n is None else f"${n:,.2f}"
+
+
+def write_run_page(run_dir: Path, out: Path | None = None) -> Path:
+    """Render the run directory's page and write it (run_dir/report.html unless `out`)."""
+    run_dir = Path(run_dir)
+    target = Path(out) if out is not None else run_dir / PAGE_NAME
+    text = render_run_page(read_run_dir(run_dir))
+    tmp = target.with_name(f".{target.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(target)
+    return target
+
+
+def render_run_page(files: RunFiles) -> str:
+    """The whole page as one HTML string. Pure: the files were read before."""
+    ctx = rs.Context.of(files)
+    parts = [
+        rs.guard("verdict", "Verdict", _verdict, ctx),
+        rs.guard("figures", "Published card vs this reproduction", _figures, ctx),
+        rs.guard("plots", "Step time and loss", _plots, ctx),
+        rs.guard("stages", "Where the GPU-hours went", rs.stages, ctx),
+        rs.guard("convergence", "Convergence check", rs.convergence, ctx),
+        rs.guard("provenance", "Provenance: what exactly ran", provenance, ctx),
+        rs.guard("notes", "Notes and cross-checks", rs.notes, ctx),
+        rs.guard("steps", "Every step", rs.steps_table, ctx),
+    ]
+    return page(
+        f"{ctx.title} · reproduction {ctx.run_id}", _header(ctx), "".join(parts), _footer(ctx)
+    )
+
+
+def _header(ctx: rs.Context) -> str:
+    meta = [
+        f"<span>recipe {esc(ctx.slug)}</span>",
+        f"<span>run {esc(ctx.run_id)}</span>",
+    ]
+    if ctx.cluster:
+        meta.append(f"<span>cluster {esc(ctx.cluster)}</span>")
+    measured = ctx.result.get("measured")
+    if measured:
+        meta.append(f"<span>measured {esc(measured)}</span>")
+    author = ctx.recipe.get("author") if isinstance(ctx.recipe.get("author"), dict) else {}
+    if author and author.get("name"):
+        meta.append(f"<span>card by {esc(author.get('name'))}</span>")
+    return (
+        '<p class="kicker">reproduce · run report</p>'
+        f"<h1>{esc(ctx.title)}</h1>"
+        f'<p class="meta">{"".join(meta)}</p>'
+    )
+
+
+def _verdict(ctx: rs.Context) -> str:
+    v = ctx.verdict
+    word = v.get("status") if v else None
+    state = ctx.files.mapping("status.json")
+    if not word:
+        # Not judged: say what the run itself reports (failed at a stage, cancelled, ...).
+        st = state.get("state")
+        word = st if st in ("failed", "cancelled", "detached", "running") else None
+    s = status_of(word)
+    diff = number(v.get("difference_percent")) if v else None
+    lines = []
+    if diff is not None:
+        slower, faster = ctx.tolerance
+        band = f" (tolerance \u2212{slower:g}% / +{faster:g}%)"
+        lines.append(
+            f'<p class="what" data-difference="{diff}">Tokens/s per GPU '
+            f"{esc(signed(diff))} against the published card{esc(band)}</p>"
+        )
+    elif not v:
+        lines.append(f'<p class="what">{esc(ctx.files.why_not("verdict.json").capitalize())}</p>')
+    lines.append(f'<p class="dim" style="margin:0">{esc(s.meaning)}.</p>')
+    reasons = [r for r in (v.get("reasons") or []) if isinstance(r, str)] if v else []
+    if reasons:
+        lines.append("<ul>" + "".join(f"<li>{esc(r)}</li>" for r in reasons) + "</ul>")
+    lines.append(rs.extra_verdict_fields(v))
+    if state:
+        detail = state.get("detail")
+        code = state.get("exit_code")
+        lines.append(
+            '<p class="dim" style="margin:8px 0 0;font-size:13.5px">Run state: '
+            f"<b>{esc(state.get('state') or 'unknown')}</b>"
+            + (f" — {esc(detail)}" if detail else "")
+            + (f" (exit code {esc(code)})" if code is not None else "")
+            + "</p>"
+        )
+    return (
+        f'<div class="verdict" style="background:{s.bg}33;border-color:{s.fg}55" '
+        f'data-status="{esc(word or "")}">'
+        f"<div>{badge(word, big=True)}</div><div>{''.join(lines)}</div></div>"
+    )
+
+
+def _figures(ctx: rs.Context) -> str:
+    claim, result = ctx.claim, ctx.result
+    if not ctx.files.has("result.yaml"):
+        head = not_recorded(
+            ctx.files.why_not("result.yaml")
+            + ": the run was not measured, so there is nothing to set beside the card."
+        )
+    else:
+        head = ""
+    unrounded = ctx.unrounded
+    tol = ctx.tolerance
+    tiles, rows = [], []
+    for key, label, show in FIGURES:
+        got, card = result.get(key), claim.get(key)
+        diff = rs.rel(unrounded.get(key, got), card)
+        if (
+            key == "tokens_per_s_per_gpu"
+            and number(ctx.verdict.get("difference_percent")) is not None
+        ):
+            diff = number(ctx.verdict.get("difference_percent"))
+        chip = _chip(key, diff, tol)
+        gauge = _gauge(diff, tol) if key == "tokens_per_s_per_gpu" and diff is not None else ""
+        value = show(got) if ctx.files.has("result.yaml") else "—"
+        tiles.append(
+            f'<div class="tile" data-tile="{key}"><div class="label">{esc(label)}</div>'
+            f'<div class="value" title="unrounded: {esc(unrounded.get(key))}">{esc(value)}</div>'
+            f'<div class="claim">card <b>{esc(show(card))}</b>{chip}</div>'
+            f'<div class="gauge">{gauge}</div></div>'
+        )
+        rows.append(
+            [
+                esc(label),
+                f'<span data-claim="{key}">{esc(show(card))}</span>',
+                f'<span data-figure="{key}" data-value="{esc(got)}">{esc(value)}</span>',
+                esc(signed(diff)) if diff is not None else "",
+            ]
+        )
+    window = result.get("window")
+    rows += [
+        [
+            "Measured window (steps)",
+            esc(rs.window_text(claim.get("window"))),
+            f'<span data-figure="window">{esc(rs.window_text(window))}</span>',
+            "",
+        ],
+        [
+            "Window tokens",
+            esc(num(claim.get("window_tokens"), 0)),
+            f'<span data-figure="window_tokens">{esc(num(result.get("window_tokens"), 0))}</span>',
+            "",
+        ],
+        [
+            "Steps per run",
+            esc(num(claim.get("steps_per_run"), 0)),
+            f'<span data-figure="steps_per_run">{esc(num(result.get("steps_per_run"), 0))}</span>',
+            "",
+        ],
+        ["Measured on", esc(claim.get("measured") or "—"), esc(result.get("measured") or "—"), ""],
+    ]
+    explain = (
+        "Each tile: the reproduction in large type, the card's figure under it, the difference "
+        "beside it. The verdict compares tokens/s per GPU with the card (the bar: the tolerance "
+        "band, the card at its centre) and the step-time CV with a limit; MFU and $ / 1M tokens "
+        "follow from the throughput, the peak and the price, and GPU-hours count the whole time "
+        "the node was held, start-up included."
+    )
+    return (
+        head
+        + f'<div class="tiles">{"".join(tiles)}</div>'
+        + table(
+            ["figure", "published card", "this reproduction", "difference"],
+            rows,
+            numeric=(1, 2, 3),
+            cls="figures",
+        )
+        + f'<p class="sub" style="margin-top:8px">{esc(explain)}</p>'
+    )
+
+
+def _chip(key: str, diff: float | None, tol: tuple[float, float]) -> str:
+    if diff is None:
+        return ""
+    cls = ""
+    if key == "tokens_per_s_per_gpu":
+        slower, faster = tol
+        cls = "good" if -slower <= diff <= faster else ("bad" if diff < -slower else "warn")
+    return f'<span class="chip {cls}">{esc(signed(diff))}</span>'
+
+
+def _gauge(diff: float, tol: tuple[float, float]) -> str:
+    """Where the throughput fell against the tolerance band (card at the centre)."""
+    slower, faster = tol
+    span = max(2 * max(slower, faster), abs(diff) * 1.15)
+    w, h, pad = 180, 24, 6
+
+    def x(p: float) -> float:
+        return pad + (p + span) / (2 * span) * (w - 2 * pad)
+
+    color = svg.GREEN if -slower <= diff <= faster else (svg.RED if diff < -slower else svg.ORANGE)
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" '
+        f'role="img" aria-label="difference against the tolerance band">'
+        f"<title>{esc(signed(diff))} against the card; "
+        f"tolerance -{slower:g}% / +{faster:g}%</title>"
+        f'<line x1="{pad}" x2="{w - pad}" y1="12" y2="12" stroke="#d1d9e0" stroke-width="4" '
+        f'stroke-linecap="round"/><rect x="{x(-slower):.1f}" y="8" '
+        f'width="{x(faster) - x(-slower):.1f}" height="8" rx="3" fill="{svg.GREEN}" '
+        f'fill-opacity="0.25"/><line x1="{x(0):.1f}" x2="{x(0):.1f}" y1="4" y2="20" '
+        f'stroke="#59636e" stroke-width="1"/><circle cx="{x(diff):.1f}" cy="12" r="5" '
+        f'fill="{color}" stroke="#fff" stroke-width="1.5"/>'
+        "</svg>"
+    )
+
+
+def _plots(ctx: rs.Context) -> str:
+    steps = ctx.files.steps
+    if not steps:
+        return not_recorded(
+            ctx.files.why_not("steps.jsonl")
+            if not ctx.files.has("steps.jsonl")
+            else "steps.jsonl holds no step"
+        )
+    first, last = ctx.window
+    band = (
+        [svg.Band(first - 0.5, last + 0.5, f"measured window: steps {first}-{last}", opacity=0.07)]
+        if ctx.window_known
+        else []
+    )
+    times = rs.series_of(steps, "step_time")
+    inside = [first <= s <= last for s, _ in times]
+    colors = [svg.BLUE if w else svg.GREY for w in inside]
+    titles = [
+        f"step {s}: {num(t, 3, missing='NaN/inf')} s" + (" (in the window)" if w else "")
+        for (s, t), w in zip(times, inside, strict=True)
+    ]
+    hlines: list[svg.HLine] = []
+    tbands: list[svg.Band] = []
+    implied = ctx.claimed_step_time
+    if implied is not None:
+        hlines.append(svg.HLine(implied, f"step time the card implies: {implied:.3f} s"))
+        slower, faster = ctx.tolerance
+        tbands.append(
+            svg.Band(
+                implied / (1 + faster / 100),
+                implied / (1 - slower / 100),
+                "the verdict's tolerance",
+                svg.ORANGE,
+                "y",
+                0.08,
+            )
+        )
+    mean = number(ctx.prov.get("mean_step_time_s"))
+    if mean is not None:
+        hlines.append(
+            svg.HLine(mean, f"measured window mean: {mean:.3f} s", svg.BLUE, dashed=False)
+        )
+    clip = rs.clip_range(
+        [t for (_, t), w in zip(times, inside, strict=True) if w], implied, [t for _, t in times]
+    )
+    step_chart = svg.line_chart(
+        svg.Chart(
+            "Step time per step",
+            "step",
+            "step time (s)",
+            [
+                svg.Series(
+                    "step time", times, svg.BLUE, titles=titles, colors=colors, data_key="step_time"
+                )
+            ],
+            hlines,
+            band + tbands,
+            y_clip=clip,
+        )
+    )
+    losses = rs.series_of(steps, "loss")
+    loss_chart = svg.line_chart(
+        svg.Chart(
+            "Training loss per step",
+            "step",
+            "train/loss",
+            [
+                svg.Series(
+                    "loss",
+                    losses,
+                    svg.PURPLE,
+                    titles=[f"step {s}: loss {num(v, 4, missing='NaN/inf')}" for s, v in losses],
+                    data_key="loss",
+                )
+            ],
+            [],
+            band,
+        )
+    )
+    card_tps = ctx.claim.get("tokens_per_s_per_gpu")
+    cap_time = (
+        "<b>Step time</b> (miles' perf/step_time) for every step. Blue: the measured window"
+        + (f" (steps {first}–{last}, shaded)" if ctx.window_known else "")
+        + "; grey: warm-up. "
+        + (
+            f"Dashed orange: the {implied:.2f} s per step that the card's {num(card_tps)} "
+            "tokens/s per GPU implies, with the verdict's tolerance band; solid blue: the "
+            "window's mean."
+            if implied is not None
+            else ""
+        )
+        + " A step far off the scale (start-up) is drawn as a triangle at the edge with its value."
+    )
+    cap_loss = "<b>Loss</b> (train/loss) for every step; a red cross marks a NaN or infinite loss."
+    legend = (
+        '<div class="legend"><span><i style="background:#0969da"></i>window step</span>'
+        '<span><i style="background:#8c959f"></i>warm-up step</span>'
+        '<span><i style="background:#bc4c00"></i>card\'s implied step time</span>'
+        '<span><i style="background:#1a7f37;opacity:.4"></i>measured window</span></div>'
+    )
+    return (
+        '<div class="grid2">'
+        f"<figure>{step_chart}<figcaption>{cap_time}</figcaption></figure>"
+        f"<figure>{loss_chart}<figcaption>{cap_loss}</figcaption></figure>"
+        f"</div>{legend}"
+    )
+
+
+def _footer(ctx: rs.Context) -> str:
+    present = [n for n in RUN_FILES if ctx.files.has(n)]
+    absent = [n for n in RUN_FILES if not ctx.files.has(n)]
+    text = "Made from the run directory's files: " + (", ".join(present) or "none")
+    if absent:
+        text += f". Not recorded: {', '.join(absent)}"
+    return (
+        f"<p>{esc(text)}.</p><p>Regenerate offline: <code>python -m launcher.pages "
+        f"{esc(ctx.files.path)}</code> (or <code>reproduce measure RUN_DIR</code>, which "
+        "measures again). No part of this page is fetched from a network.</p>"
+    )

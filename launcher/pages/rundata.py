@@ -1,0 +1,126 @@
+"""Reading a run directory's files for a page, tolerantly: nothing missing or broken stops a page.
+
+Why not launcher/evaluate.py's readers: those refuse bad input (a measurement must not go on from
+a broken file), while a page must show whatever is there and say, per file, what is not: "not
+recorded" for a file the run never wrote (a run that failed before training has no result.yaml),
+"unreadable" with the reason for one that is damaged. Only regular files under a size cap are
+read (a FIFO or a runaway log cannot hang or swamp the page). docs/architecture.md lists the files.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# The files a run page is made from, in the order the page's footer lists them.
+RUN_FILES = (
+    "result.yaml",
+    "verdict.json",
+    "steps.jsonl",
+    "timeline.json",
+    "stack.json",
+    "preflight.json",
+    "preflight-gpu.json",
+    "plan.json",
+    "convergence.json",
+    "recipe.yaml",
+    "run.json",
+    "status.json",
+    "image.json",
+)
+MAX_BYTES = 32 * 1024 * 1024
+MAX_STEPS = 200_000
+
+
+@dataclass
+class RunFiles:
+    """What a run directory holds: parsed data by file name, and why any other file is absent."""
+
+    path: Path
+    data: dict[str, Any] = field(default_factory=dict)
+    problems: dict[str, str] = field(default_factory=dict)  # name -> "missing" | "unreadable: .."
+
+    def get(self, name: str) -> Any:
+        return self.data.get(name)
+
+    def mapping(self, name: str) -> dict[str, Any]:
+        """The file's top-level mapping; {} when absent or not a mapping."""
+        value = self.data.get(name)
+        return value if isinstance(value, dict) else {}
+
+    def has(self, name: str) -> bool:
+        return name in self.data
+
+    def why_not(self, name: str) -> str:
+        """'not recorded' or 'unreadable (...)': the words a section shows for an absent file."""
+        problem = self.problems.get(name, "missing")
+        if problem == "missing":
+            return f"not recorded (no {name} in the run directory)"
+        return f"{name} is unreadable: {problem.removeprefix('unreadable: ')}"
+
+    @property
+    def steps(self) -> list[dict[str, Any]]:
+        value = self.data.get("steps.jsonl")
+        return value if isinstance(value, list) else []
+
+
+def _read_text(path: Path) -> str:
+    info = path.stat()
+    if not stat.S_ISREG(info.st_mode):
+        raise ValueError("not a regular file")
+    if info.st_size > MAX_BYTES:
+        raise ValueError(f"{info.st_size:,} bytes, more than the {MAX_BYTES:,} a page reads")
+    with open(path, "rb") as fh:
+        return fh.read(MAX_BYTES + 1).decode("utf-8", errors="replace")
+
+
+def _strict_json(text: str) -> Any:
+    """JSON as the launcher writes it; NaN and Infinity are accepted and kept as floats."""
+    return json.loads(text, parse_constant=lambda c: {"NaN": math.nan}.get(c, math.inf))
+
+
+def _parse(name: str, text: str) -> Any:
+    if name.endswith(".jsonl"):
+        out: list[dict[str, Any]] = []
+        for line in text.splitlines():
+            if not line.strip():
+                continue
+            try:
+                item = _strict_json(line)
+            except ValueError:
+                continue  # a cut last line (the run was killed) leaves the others readable
+            if isinstance(item, dict):
+                out.append(item)
+            if len(out) >= MAX_STEPS:
+                break
+        return out
+    if name.endswith(".yaml"):
+        import yaml
+
+        return yaml.safe_load(text)
+    return _strict_json(text)
+
+
+def read_run_dir(path: Path, names: tuple[str, ...] = RUN_FILES) -> RunFiles:
+    """Every file of `names` in the run directory at `path` that can be read; never raises for
+    a missing or damaged file (an unreadable directory reads as one with nothing recorded)."""
+    files = RunFiles(Path(path))
+    for name in names:
+        p = files.path / name
+        try:
+            if not p.exists():
+                files.problems[name] = "missing"
+                continue
+            files.data[name] = _parse(name, _read_text(p))
+        except Exception as err:  # noqa: BLE001 - any damage to one file only costs its section
+            files.problems[name] = f"unreadable: {type(err).__name__}: {_first_line(err)}"
+    return files
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0][:200] if text else "no detail"
