@@ -1,0 +1,323 @@
+#!/usr/bin/env python3
+"""A small Hugging Face Hub client in the standard library: file listings and verified downloads.
+
+Runs on the node's host python3 (the asset resolve, before the image pull) and inside the training
+image; never imports `launcher`, needs neither huggingface_hub nor requests. HF_ENDPOINT is
+honoured (mirrors, and the tests' loopback Hub); HF_TOKEN is sent only to that endpoint, never
+to the CDN a download is redirected to, and never appears in a message.
+
+Every file is checked after download: an LFS file against the sha256 the Hub's listing gives, a
+small git-stored file against its git blob id (sha1 of "blob <size>\\0" + content). A download
+resumes from DEST.partial with an HTTP Range request.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import socket
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from fnmatch import fnmatch
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+DEFAULT_ENDPOINT = "https://huggingface.co"
+USER_AGENT = "reproduce-assets/1"
+REPO_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*")
+COMMIT_RE = re.compile(r"[0-9a-f]{40}")
+CHUNK = 1 << 20
+TIMEOUT_S = 60.0
+# seconds before the first retry of a broken download (doubling); the tests set 0
+RETRY_BASE_S = float(os.environ.get("REPRODUCE_RETRY_BASE_S") or 1.0)
+
+Progress = Callable[[str, int, int], None]  # (file path, bytes done, bytes total)
+# Set by the launcher's Ctrl-C handler: every transfer loop (here, asset_store, s3_store) stops at
+# its next chunk, so worker threads end promptly and what was written so far is kept for a resume.
+CANCEL = threading.Event()
+
+
+class Cancelled(Exception):
+    """A transfer stopped because CANCEL was set."""
+
+
+class HubError(Exception):
+    """A Hub answer that means this asset cannot come from the Hub. `kind` says which:
+    repo-not-found, revision-not-found, entry-not-found, gated, forbidden, network, http,
+    mismatch."""
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind = kind
+
+
+class RemoteFile:
+    """One file of a repo at a commit, as the Hub lists it."""
+
+    def __init__(self, path: str, size: int, sha256: str | None, blob_id: str | None):
+        self.path = path
+        self.size = size
+        self.sha256 = sha256  # LFS files: the content's sha256
+        self.blob_id = blob_id  # every file: the git blob id (sha1), LFS files' is the pointer's
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "bytes": self.size,
+            "sha256": self.sha256,
+            "blob_id": self.blob_id,
+        }
+
+
+class RepoInfo:
+    def __init__(self, repo: str, repo_type: str, commit: str, gated: Any, files: list[RemoteFile]):
+        self.repo = repo
+        self.repo_type = repo_type
+        self.commit = commit
+        self.gated = gated  # False, "auto" or "manual"
+        self.files = files
+
+    def select(self, include: Sequence[str] | None) -> list[RemoteFile]:
+        if not include:
+            return list(self.files)
+        return [f for f in self.files if any(fnmatch(f.path, pat) for pat in include)]
+
+
+def endpoint() -> str:
+    return (os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
+
+
+def token_from_env() -> str | None:
+    return os.environ.get("HF_TOKEN") or None
+
+
+def redact(text: str, token: str | None) -> str:
+    return text.replace(token, "***") if token else text
+
+
+def _quote_path(path: str) -> str:
+    return "/".join(urllib.parse.quote(part, safe="") for part in path.split("/"))
+
+
+def api_url(repo: str, revision: str, repo_type: str) -> str:
+    return (
+        f"{endpoint()}/api/{repo_type}s/{repo}/revision/"
+        f"{urllib.parse.quote(revision, safe='')}?blobs=true"
+    )
+
+
+def file_url(repo: str, revision: str, path: str, repo_type: str) -> str:
+    prefix = "" if repo_type == "model" else f"{repo_type}s/"
+    return (
+        f"{endpoint()}/{prefix}{repo}/resolve/{urllib.parse.quote(revision, safe='')}/"
+        f"{_quote_path(path)}"
+    )
+
+
+class _NoAuthAcrossHosts(urllib.request.HTTPRedirectHandler):
+    """Follow redirects, dropping Authorization when the host changes (the token is the Hub's,
+    not the CDN's)."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is not None:
+            old_host = urllib.parse.urlsplit(req.full_url).netloc
+            if urllib.parse.urlsplit(newurl).netloc != old_host:
+                new.remove_header("Authorization")
+        return new
+
+
+_OPENER = urllib.request.build_opener(_NoAuthAcrossHosts())
+
+
+def _request(
+    url: str, token: str | None, *, method: str = "GET", headers: dict[str, str] | None = None
+) -> Any:
+    hdrs = {"User-Agent": USER_AGENT}
+    if token:
+        hdrs["Authorization"] = f"Bearer {token}"
+    hdrs.update(headers or {})
+    if not url.startswith(("https://", "http://")):
+        raise HubError("http", f"HF_ENDPOINT must be an http(s) URL, not {endpoint()!r}")
+    req = urllib.request.Request(url, headers=hdrs, method=method)  # noqa: S310 (scheme checked above)
+    return _OPENER.open(req, timeout=TIMEOUT_S)
+
+
+def _hub_error(err: urllib.error.HTTPError, what: str, token: str | None) -> HubError:
+    code = err.headers.get("X-Error-Code") or ""
+    server = err.headers.get("X-Error-Message") or ""
+    detail = f"HTTP {err.code}" + (f" {code}" if code else "") + (f": {server}" if server else "")
+    if code == "RevisionNotFound":
+        return HubError("revision-not-found", f"{what}: the revision does not exist ({detail})")
+    if code == "EntryNotFound":
+        return HubError("entry-not-found", f"{what}: no such file at this revision ({detail})")
+    if code == "GatedRepo":
+        hint = "set HF_TOKEN" if not token else "HF_TOKEN's account has not been granted access"
+        return HubError("gated", f"{what}: gated repository ({hint}; {detail})")
+    if code == "RepoNotFound" or err.code == 401:
+        hint = " or private/gated without HF_TOKEN" if not token else ""
+        return HubError("repo-not-found", f"{what}: repository not found{hint} ({detail})")
+    if err.code == 403:
+        return HubError("forbidden", f"{what}: access refused ({detail})")
+    return HubError("http", f"{what}: {detail}")
+
+
+def _network_error(err: BaseException, what: str, token: str | None) -> HubError:
+    reason = getattr(err, "reason", None) or err
+    return HubError("network", redact(f"{what}: {endpoint()} unreachable ({reason})", token))
+
+
+def repo_info(
+    repo: str, revision: str, repo_type: str = "model", token: str | None = None
+) -> RepoInfo:
+    """The repo's files at REVISION (a commit, branch or tag) with sizes and hashes."""
+    what = f"{repo_type} {repo}@{revision}"
+    if not REPO_RE.fullmatch(repo):
+        raise HubError("repo-not-found", f"{what}: expected OWNER/NAME")
+    try:
+        with _request(api_url(repo, revision, repo_type), token) as resp:
+            data = json.loads(resp.read().decode("utf-8"))
+    except urllib.error.HTTPError as err:
+        raise _hub_error(err, what, token) from None
+    except (urllib.error.URLError, socket.timeout, ConnectionError) as err:
+        raise _network_error(err, what, token) from None
+    except ValueError:
+        raise HubError("http", f"{what}: the Hub's answer is not JSON") from None
+    commit = str(data.get("sha") or "")
+    if not COMMIT_RE.fullmatch(commit):
+        raise HubError("http", f"{what}: the Hub's answer names no commit")
+    files = []
+    for s in data.get("siblings") or []:
+        lfs = s.get("lfs") or {}
+        files.append(
+            RemoteFile(
+                str(s["rfilename"]),
+                int(lfs.get("size", s.get("size", -1)) if lfs else s.get("size", -1)),
+                str(lfs["sha256"]).lower() if lfs.get("sha256") else None,
+                s.get("blobId"),
+            )
+        )
+    return RepoInfo(repo, repo_type, commit, data.get("gated", False), files)
+
+
+def check_access(info: RepoInfo, path: str, token: str | None = None) -> None:
+    """Raise HubError unless this token (or none) may download PATH (gated repos say no only
+    here)."""
+    what = f"{info.repo_type} {info.repo}@{info.commit[:12]}: {path}"
+    url = file_url(info.repo, info.commit, path, info.repo_type)
+    try:
+        with _request(url, token, headers={"Range": "bytes=0-0"}) as resp:
+            resp.read(1)
+    except urllib.error.HTTPError as err:
+        if err.code == 416:  # an empty file: the range is unsatisfiable, the access is fine
+            return
+        raise _hub_error(err, what, token) from None
+    except (urllib.error.URLError, socket.timeout, ConnectionError) as err:
+        raise _network_error(err, what, token) from None
+
+
+def git_blob_sha1(path: Path) -> str:
+    size = path.stat().st_size
+    # git names a blob by this sha1; it identifies the Hub's bytes, it is not a security check
+    h = hashlib.sha1(f"blob {size}\0".encode())  # noqa: S324
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(CHUNK), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(CHUNK), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def verify_remote(path: Path, remote: RemoteFile) -> str | None:
+    """None when PATH is the file the Hub listed, else what differs."""
+    size = path.stat().st_size
+    if remote.size >= 0 and size != remote.size:
+        return f"{size} bytes, the Hub lists {remote.size}"
+    if remote.sha256:
+        got = file_sha256(path)
+        return None if got == remote.sha256 else f"sha256 {got}, the Hub lists {remote.sha256}"
+    if remote.blob_id:
+        got = git_blob_sha1(path)
+        return None if got == remote.blob_id else f"git blob {got}, the Hub lists {remote.blob_id}"
+    return None
+
+
+def download(
+    info: RepoInfo,
+    remote: RemoteFile,
+    dest: Path,
+    token: str | None = None,
+    *,
+    progress: Progress | None = None,
+    retries: int = 4,
+) -> Path:
+    """REMOTE into DEST, resuming DEST.partial; verified against the listing, then renamed."""
+    what = f"{info.repo_type} {info.repo}@{info.commit[:12]}: {remote.path}"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    partial = dest.with_name(dest.name + ".partial")
+    url = file_url(info.repo, info.commit, remote.path, info.repo_type)
+    attempt = 0
+    while True:
+        have = partial.stat().st_size if partial.exists() else 0
+        if remote.size >= 0 and have > remote.size:
+            partial.unlink()
+            have = 0
+        try:
+            if remote.size < 0 or have < remote.size:
+                _fetch_into(url, partial, have, remote.size, token, progress, remote.path)
+            break
+        except urllib.error.HTTPError as err:
+            raise _hub_error(err, what, token) from None
+        except (urllib.error.URLError, socket.timeout, ConnectionError, OSError) as err:
+            if isinstance(err, OSError) and getattr(err, "errno", None) in (28, 122):
+                raise  # no space left: retrying cannot help
+            attempt += 1
+            if attempt > retries:
+                raise _network_error(err, what, token) from None
+            time.sleep(RETRY_BASE_S * 2**attempt)
+    bad = verify_remote(partial, remote)
+    if bad:
+        partial.unlink()
+        raise HubError("mismatch", f"{what}: the download has {bad}")
+    os.replace(partial, dest)
+    return dest
+
+
+def _fetch_into(
+    url: str,
+    partial: Path,
+    have: int,
+    size: int,
+    token: str | None,
+    progress: Progress | None,
+    name: str,
+) -> None:
+    headers = {"Range": f"bytes={have}-"} if have else {}
+    with _request(url, token, headers=headers) as resp:
+        if have and resp.status != 206:  # the server ignored the range: start over
+            have = 0
+        with partial.open("ab" if have else "wb") as out:
+            done = have
+            while True:
+                if CANCEL.is_set():
+                    raise Cancelled(name)
+                chunk = resp.read(CHUNK)
+                if not chunk:
+                    break
+                out.write(chunk)
+                done += len(chunk)
+                if progress:
+                    progress(name, done, size)
+    if size >= 0 and partial.stat().st_size < size:
+        raise ConnectionError(f"connection closed at {partial.stat().st_size} of {size} bytes")

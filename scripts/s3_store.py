@@ -1,0 +1,296 @@
+#!/usr/bin/env python3
+"""S3 as an asset store: boto3 (the launcher, images with it) or the `aws` CLI (the DLAMI host).
+
+Loaded by asset_store.open_store; never imports `launcher`. Objects carry their sha256 as user
+metadata (x-amz-meta-sha256), so a re-run skips what is already stored without reading it back.
+Big files go up in parts (boto3: our own multipart loop, which continues an unfinished upload of
+the same key, keeping every part whose MD5 matches the local bytes; the CLI: its own multipart).
+Both honour AWS_ENDPOINT_URL (the tests' moto server).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any, Callable  # typing's: subscripted at run time (python 3.8 hosts)
+
+import hf_hub
+from asset_store import MANIFEST, PART_BYTES, Progress, Store, StoreError, parse_manifest
+
+MAX_PARTS = 10_000
+
+
+def split_s3(url: str) -> tuple[str, str]:
+    m = re.fullmatch(r"s3://([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(?:/(.*))?", url.rstrip("/"))
+    if not m:
+        raise StoreError(f"store {url!r}: expected s3://BUCKET[/PREFIX]")
+    return m.group(1), (m.group(2) or "").strip("/")
+
+
+class S3Store(Store):
+    """An S3 prefix. Objects carry their sha256 as metadata (x-amz-meta-sha256), which lets a
+    re-run skip what is already there without downloading it."""
+
+    def __init__(self, url: str):
+        self.bucket, self.prefix = split_s3(url)
+        self.url = f"s3://{self.bucket}" + (f"/{self.prefix}" if self.prefix else "")
+
+    def object_key(self, key: str, path: str) -> str:
+        return "/".join(p for p in (self.prefix, key, path) if p)
+
+
+class Boto3S3(S3Store):
+    def __init__(self, url: str, part_bytes: int = PART_BYTES):
+        super().__init__(url)
+        import boto3  # the store needs it only here (the launcher and images with boto3)
+        from botocore.config import Config
+
+        self.client = boto3.client(
+            "s3", config=Config(retries={"max_attempts": 8, "mode": "adaptive"})
+        )
+        self.part_bytes = part_bytes
+
+    def _error(self, err: BaseException, what: str) -> StoreError:
+        code = getattr(err, "response", {}).get("Error", {}).get("Code", "") or type(err).__name__
+        return StoreError(f"{what}: {code}: {str(err)[:300]}")
+
+    def read_manifest(self, key: str) -> dict[str, Any] | None:
+        okey = self.object_key(key, MANIFEST)
+        try:
+            body = self.client.get_object(Bucket=self.bucket, Key=okey)["Body"].read()
+        except Exception as err:  # noqa: BLE001 (botocore's errors are many; each becomes one line)
+            if _missing(err):
+                return None
+            raise self._error(err, f"store {self.where(key, MANIFEST)}") from None
+        return parse_manifest(body.decode("utf-8"), self.where(key, MANIFEST))
+
+    def stat(self, key: str, path: str) -> tuple[int, str | None] | None:
+        try:
+            head = self.client.head_object(Bucket=self.bucket, Key=self.object_key(key, path))
+        except Exception as err:  # noqa: BLE001 (as above)
+            if _missing(err):
+                return None
+            raise self._error(err, f"store {self.where(key, path)}") from None
+        return int(head["ContentLength"]), (head.get("Metadata") or {}).get("sha256")
+
+    def get_file(self, key: str, path: str, dest: Path, size: int, progress: Progress) -> None:
+        from boto3.s3.transfer import TransferConfig
+
+        done = [0]
+
+        def step(n: int) -> None:
+            done[0] += n
+            progress(path, done[0], size)
+
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.client.download_file(
+                self.bucket,
+                self.object_key(key, path),
+                str(dest),
+                Callback=step,
+                Config=TransferConfig(max_concurrency=8),
+            )
+        except Exception as err:  # noqa: BLE001 (as above)
+            raise self._error(err, f"download of {self.where(key, path)}") from None
+
+    def put_file(self, key: str, path: str, src: Path, sha256: str, progress: Progress) -> str:
+        try:
+            return upload_resuming(
+                self.client,
+                self.bucket,
+                self.object_key(key, path),
+                src,
+                sha256,
+                part_bytes=self.part_bytes,
+                progress=lambda done, total: progress(path, done, total),
+            )
+        except StoreError:
+            raise
+        except Exception as err:  # noqa: BLE001 (as above)
+            raise self._error(err, f"upload to {self.where(key, path)}") from None
+
+    def put_manifest(self, key: str, manifest: dict[str, Any]) -> None:
+        body = (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode()
+        try:
+            self.client.put_object(
+                Bucket=self.bucket,
+                Key=self.object_key(key, MANIFEST),
+                Body=body,
+                ContentMD5=base64.b64encode(hashlib.md5(body).digest()).decode(),  # noqa: S324
+                ContentType="application/json",
+            )
+        except Exception as err:  # noqa: BLE001 (as above)
+            raise self._error(err, f"upload to {self.where(key, MANIFEST)}") from None
+
+
+def _missing(err: BaseException) -> bool:
+    code = str(getattr(err, "response", {}).get("Error", {}).get("Code", ""))
+    return code in ("404", "NoSuchKey", "NotFound")
+
+
+def _md5_b64(data: bytes) -> tuple[str, str]:
+    """(hex, base64) MD5 of a part: S3 checks Content-MD5 and returns the hex as the part's
+    ETag."""
+    digest = hashlib.md5(data).digest()  # noqa: S324 (S3's integrity check, not security)
+    return digest.hex(), base64.b64encode(digest).decode()
+
+
+def upload_resuming(
+    client: Any,
+    bucket: str,
+    key: str,
+    src: Path,
+    sha256: str,
+    *,
+    part_bytes: int = PART_BYTES,
+    progress: Callable[[int, int], None] = lambda done, total: None,
+) -> str:
+    """Upload SRC to s3://BUCKET/KEY (multipart when big), continuing an unfinished multipart
+    upload of the same key: parts already there whose MD5 matches the local bytes are kept."""
+    size = src.stat().st_size
+    meta = {"sha256": sha256}
+    if size <= part_bytes:
+        data = src.read_bytes()
+        client.put_object(
+            Bucket=bucket, Key=key, Body=data, ContentMD5=_md5_b64(data)[1], Metadata=meta
+        )
+        progress(size, size)
+        return "uploaded"
+    part_bytes = max(part_bytes, -(-size // MAX_PARTS))
+    count = -(-size // part_bytes)
+    upload_id, have = _unfinished_upload(client, bucket, key, part_bytes, count, size)
+    if upload_id is None:
+        upload_id = client.create_multipart_upload(Bucket=bucket, Key=key, Metadata=meta)[
+            "UploadId"
+        ]
+    etags: list[dict[str, Any]] = []
+    reused = 0
+    done = 0
+    with src.open("rb") as f:
+        for number in range(1, count + 1):
+            if hf_hub.CANCEL.is_set():
+                raise hf_hub.Cancelled(key)
+            data = f.read(part_bytes)
+            md5_hex, md5_b64 = _md5_b64(data)
+            if have.get(number) == md5_hex:
+                reused += 1
+            else:
+                client.upload_part(
+                    Bucket=bucket,
+                    Key=key,
+                    UploadId=upload_id,
+                    PartNumber=number,
+                    Body=data,
+                    ContentMD5=md5_b64,
+                )
+            etags.append({"PartNumber": number, "ETag": f'"{md5_hex}"'})
+            done += len(data)
+            progress(done, size)
+    client.complete_multipart_upload(
+        Bucket=bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": etags}
+    )
+    return f"resumed ({reused} of {count} parts were already there)" if reused else "uploaded"
+
+
+def _unfinished_upload(
+    client: Any, bucket: str, key: str, part_bytes: int, count: int, size: int
+) -> tuple[str | None, dict[int, str]]:
+    """The newest unfinished multipart upload of KEY with our part size, and its parts' MD5s."""
+    uploads = client.list_multipart_uploads(Bucket=bucket, Prefix=key).get("Uploads") or []
+    uploads = sorted((u for u in uploads if u["Key"] == key), key=lambda u: u["Initiated"])
+    if not uploads:
+        return None, {}
+    upload_id = uploads[-1]["UploadId"]
+    parts: dict[int, str] = {}
+    marker = 0
+    while True:
+        page = client.list_parts(
+            Bucket=bucket, Key=key, UploadId=upload_id, PartNumberMarker=marker
+        )
+        for p in page.get("Parts") or []:
+            n = int(p["PartNumber"])
+            want = part_bytes if n < count else size - part_bytes * (count - 1)
+            if n > count or int(p["Size"]) != want:
+                client.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id)
+                return None, {}
+            parts[n] = str(p["ETag"]).strip('"')
+        if not page.get("IsTruncated"):
+            return upload_id, parts
+        marker = int(page["NextPartNumberMarker"])
+
+
+class CliS3(S3Store):
+    """S3 through the `aws` CLI (the DLAMI host has it; its python may not have boto3)."""
+
+    def __init__(self, url: str):
+        super().__init__(url)
+        self.aws = shutil.which("aws")
+        if not self.aws:
+            raise StoreError(f"store {url}: neither boto3 nor the aws CLI is installed here")
+
+    def _run(self, args: list[str], what: str, *, stdin: bytes | None = None) -> bytes | None:
+        """stdout, or None when the object does not exist; StoreError for anything else."""
+        proc = subprocess.run(
+            [str(self.aws), *args], input=stdin, capture_output=True, timeout=24 * 3600
+        )
+        if proc.returncode == 0:
+            return proc.stdout
+        err = proc.stderr.decode("utf-8", "replace").strip()
+        if re.search(r"\((404|NoSuchKey|NotFound)\)|Not Found|does not exist", err):
+            return None
+        raise StoreError(f"{what}: aws {args[0]} {args[1]} failed: {err.splitlines()[-1:]}")
+
+    def read_manifest(self, key: str) -> dict[str, Any] | None:
+        okey = self.object_key(key, MANIFEST)
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp) / "m.json"
+            got = self._run(
+                ["s3api", "get-object", "--bucket", self.bucket, "--key", okey, str(out)],
+                f"store {self.where(key, MANIFEST)}",
+            )
+            if got is None:
+                return None
+            return parse_manifest(out.read_text(encoding="utf-8"), self.where(key, MANIFEST))
+
+    def stat(self, key: str, path: str) -> tuple[int, str | None] | None:
+        out = self._run(
+            ["s3api", "head-object", "--bucket", self.bucket, "--key", self.object_key(key, path)],
+            f"store {self.where(key, path)}",
+        )
+        if out is None:
+            return None
+        head = json.loads(out)
+        return int(head["ContentLength"]), (head.get("Metadata") or {}).get("sha256")
+
+    def get_file(self, key: str, path: str, dest: Path, size: int, progress: Progress) -> None:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        url = f"s3://{self.bucket}/{self.object_key(key, path)}"
+        got = self._run(["s3", "cp", "--only-show-errors", url, str(dest)], f"download of {url}")
+        if got is None:
+            raise StoreError(f"download of {url}: the object is not there")
+        progress(path, size, size)
+
+    def put_file(self, key: str, path: str, src: Path, sha256: str, progress: Progress) -> str:
+        url = f"s3://{self.bucket}/{self.object_key(key, path)}"
+        args = ["s3", "cp", "--only-show-errors", "--metadata", f"sha256={sha256}", str(src), url]
+        if self._run(args, f"upload to {url}") is None:
+            raise StoreError(f"upload to {url} failed")
+        size = src.stat().st_size
+        progress(path, size, size)
+        return "uploaded"
+
+    def put_manifest(self, key: str, manifest: dict[str, Any]) -> None:
+        url = f"s3://{self.bucket}/{self.object_key(key, MANIFEST)}"
+        body = (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode()
+        if (
+            self._run(["s3", "cp", "--only-show-errors", "-", url], f"upload to {url}", stdin=body)
+            is None
+        ):
+            raise StoreError(f"upload to {url} failed")
