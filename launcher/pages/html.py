@@ -65,6 +65,8 @@ STATUSES: dict[str, Status] = {
     "unreadable": Status(
         "unreadable", "#424a53", "#eaeef2", "no metric line of the log could be read: not judged"
     ),
+    "pass": Status("pass", "#116329", "#dafbe1", "every criterion passes"),
+    "fail": Status("fail", "#a40e26", "#ffebe9", "at least one criterion fails"),
     "regression": Status("regression", "#a40e26", "#ffebe9", "below the claim or the trend"),
     "check failed": Status(
         "check failed", "#953800", "#fff1e5", "a check failed or the verdict is not reproduced"
@@ -200,6 +202,7 @@ h1{font-size:28px;line-height:1.25;margin:4px 0 6px;font-weight:650}
 h2{font-size:19px;margin:0 0 4px;font-weight:650}
 h3{font-size:15px;margin:18px 0 6px;font-weight:650}
 .meta{color:var(--muted);margin:0;font-size:14px}
+.meta span{white-space:nowrap}
 .meta span+span:before{content:"\\00b7";margin:0 8px;color:#8c959f}
 section{margin:30px 0;padding-top:6px;border-top:1px solid var(--line)}
 section>h2{margin-top:14px}

@@ -31,6 +31,8 @@ from launcher.pages.provenance import provenance
 from launcher.pages.rundata import RUN_FILES, RunFiles, read_run_dir
 
 PAGE_NAME = "report.html"
+# Verdicts whose throughput was compared with the card (the others are not judged on it).
+JUDGED = ("reproduced", "faster", "slower", "unstable")
 
 # The card's figures: result key, label, how the page writes a value of result.yaml.
 FIGURES: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
@@ -111,17 +113,29 @@ def _verdict(ctx: rs.Context) -> str:
         word = st if st in ("failed", "cancelled", "detached", "running") else None
     s = status_of(word)
     diff = number(v.get("difference_percent")) if v else None
+    slower, faster = ctx.tolerance
+    band = f"tolerance \u2212{slower:g}% / +{faster:g}%"
     lines = []
-    if diff is not None:
-        slower, faster = ctx.tolerance
-        band = f" (tolerance \u2212{slower:g}% / +{faster:g}%)"
+    if not v:
         lines.append(
-            f'<p class="what" data-difference="{diff}">Tokens/s per GPU '
-            f"{esc(signed(diff))} against the published card{esc(band)}</p>"
+            '<p class="what">Not judged: the run was not measured.</p>'
+            f'<p class="dim" style="margin:0">{esc(ctx.files.why_not("verdict.json"))}.</p>'
         )
-    elif not v:
-        lines.append(f'<p class="what">{esc(ctx.files.why_not("verdict.json").capitalize())}</p>')
-    lines.append(f'<p class="dim" style="margin:0">{esc(s.meaning)}.</p>')
+    elif word in JUDGED:
+        what = (
+            f"Tokens/s per GPU {esc(signed(diff))} against the published card ({esc(band)})"
+            if diff is not None
+            else "No throughput to compare with the card"
+        )
+        lines.append(f'<p class="what" data-difference="{esc(diff)}">{what}</p>')
+        lines.append(f'<p class="dim" style="margin:0">{esc(s.meaning.capitalize())}.</p>')
+    else:
+        lines.append(f'<p class="what">{esc(s.meaning.capitalize())}.</p>')
+        if diff is not None:
+            lines.append(
+                f'<p class="dim" style="margin:0" data-difference="{esc(diff)}">Throughput seen: '
+                f"tokens/s per GPU {esc(signed(diff))} against the card, not counted.</p>"
+            )
     reasons = [r for r in (v.get("reasons") or []) if isinstance(r, str)] if v else []
     if reasons:
         lines.append("<ul>" + "".join(f"<li>{esc(r)}</li>" for r in reasons) + "</ul>")
@@ -163,8 +177,11 @@ def _figures(ctx: rs.Context) -> str:
             and number(ctx.verdict.get("difference_percent")) is not None
         ):
             diff = number(ctx.verdict.get("difference_percent"))
-        chip = _chip(key, diff, tol)
-        gauge = _gauge(diff, tol) if key == "tokens_per_s_per_gpu" and diff is not None else ""
+        judged = ctx.verdict.get("status") in JUDGED
+        chip = _chip(key, diff, tol, judged)
+        gauge = (
+            _gauge(diff, tol, judged) if key == "tokens_per_s_per_gpu" and diff is not None else ""
+        )
         value = show(got) if ctx.files.has("result.yaml") else "—"
         tiles.append(
             f'<div class="tile" data-tile="{key}"><div class="label">{esc(label)}</div>'
@@ -222,17 +239,17 @@ def _figures(ctx: rs.Context) -> str:
     )
 
 
-def _chip(key: str, diff: float | None, tol: tuple[float, float]) -> str:
+def _chip(key: str, diff: float | None, tol: tuple[float, float], judged: bool) -> str:
     if diff is None:
         return ""
     cls = ""
-    if key == "tokens_per_s_per_gpu":
+    if key == "tokens_per_s_per_gpu" and judged:
         slower, faster = tol
         cls = "good" if -slower <= diff <= faster else ("bad" if diff < -slower else "warn")
     return f'<span class="chip {cls}">{esc(signed(diff))}</span>'
 
 
-def _gauge(diff: float, tol: tuple[float, float]) -> str:
+def _gauge(diff: float, tol: tuple[float, float], judged: bool) -> str:
     """Where the throughput fell against the tolerance band (card at the centre)."""
     slower, faster = tol
     span = max(2 * max(slower, faster), abs(diff) * 1.15)
@@ -242,6 +259,8 @@ def _gauge(diff: float, tol: tuple[float, float]) -> str:
         return pad + (p + span) / (2 * span) * (w - 2 * pad)
 
     color = svg.GREEN if -slower <= diff <= faster else (svg.RED if diff < -slower else svg.ORANGE)
+    if not judged:
+        color = svg.GREY
     return (
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" '
         f'role="img" aria-label="difference against the tolerance band">'

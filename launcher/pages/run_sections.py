@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from launcher.measure import gpu_hours_from_timeline
 from launcher.pages import svg
 from launcher.pages.html import badge, duration, esc, not_recorded, num, number, section, table
 from launcher.pages.rundata import RunFiles
@@ -287,7 +288,9 @@ def stages(ctx: Context) -> str:
         segments.append(
             (name, secs, color, f"{name}: {duration(secs)}, {num(gh, 4)} GPU-h, {share:.1f}%")
         )
-    total_gh = number(ctx.unrounded.get("gpu_hours")) or number(ctx.result.get("gpu_hours"))
+    total_gh = number(ctx.unrounded.get("gpu_hours"))
+    if total_gh is None and gpus:  # not measured: the measurement's formula, on the timeline
+        total_gh = gpu_hours_from_timeline(ctx.timeline, gpus)[0]
     total_usd = price * nodes * total_s / 3600 if price is not None else None
     body.append(
         [
@@ -432,7 +435,7 @@ def convergence(ctx: Context) -> str:
     ]
     reasons = [r for r in (conv.get("reasons") or []) if isinstance(r, str)]
     return (
-        f"<p>{badge('reproduced' if passed else 'failed', attr=' data-convergence')} "
+        f"<p>{badge('pass' if passed else 'fail', attr=' data-convergence')} "
         f'<span class="dim">loss curve against the reference run: '
         f"{'all criteria pass' if passed else 'at least one criterion fails'}</span></p>"
         + table(["criterion", "published card", "this run", "threshold", ""], rows, numeric=(1, 2))
