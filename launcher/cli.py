@@ -334,6 +334,49 @@ def capacity(
         raise _fail(err) from None
 
 
+# --- prepare: a recipe's assets into a store (launcher/commands/assets.py) ---
+
+
+@app.command("prepare")
+def prepare_cmd(
+    recipe: Path = typer.Argument(..., help="Recipe whose assets go into the store."),
+    store: str | None = typer.Option(
+        None, "--store", help="s3://BUCKET/PREFIX or a directory (local or shared)."
+    ),
+    cluster: str | None = typer.Option(
+        None, "--cluster", "-c", help="Take the store from this profile's assets.store."
+    ),
+    work_dir: Path | None = typer.Option(
+        None, "--work-dir", help="Local copy of the assets (default ~/.cache/reproduce/assets)."
+    ),
+    rows: Path | None = typer.Option(
+        None, "--rows", help="Rows built elsewhere: uploaded if their sha256 is the recipe's."
+    ),
+    rows_builder: str = typer.Option(
+        "auto", "--rows-builder", help="auto, host (miles here), docker (the image), or skip."
+    ),
+    threads: int = typer.Option(8, "--threads", help="Files transferred in parallel."),
+    test_encoder: str | None = typer.Option(None, "--test-encoder", hidden=True),
+) -> None:
+    """Fetch RECIPE's checkpoint and dataset at their pinned revisions, build its rows, verify every hash, upload with a manifest; no GPU; resumable."""  # noqa: E501 - typer shows its line breaks
+    from launcher.commands.assets import prepare_command
+
+    try:
+        code = prepare_command(
+            recipe,
+            store=store,
+            cluster=cluster,
+            work_dir=work_dir,
+            rows_file=rows,
+            rows_builder=rows_builder,
+            threads=threads,
+            encoder=test_encoder,
+        )
+    except ReproduceError as err:
+        raise _fail(err) from None
+    raise typer.Exit(code)
+
+
 # --- history and nightly (launcher/commands/history.py) ---
 
 _HISTORY_HELP = "History database (default: $REPRODUCE_HISTORY or <runs dir>/history.sqlite)."

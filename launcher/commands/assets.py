@@ -1,0 +1,166 @@
+"""The body of `reproduce prepare`: a recipe's assets into a store, with progress on the terminal.
+
+On a terminal the transfers show as rich progress bars (one per file in flight); otherwise (a
+log file, CI) as plain lines, at most one per file every 15 s. Ctrl-C stops every transfer at its
+next chunk and exits 130; running the same command again resumes.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from launcher.errors import BadInput, Interrupted
+
+DEFAULT_WORK_DIR = Path("~/.cache/reproduce/assets")
+
+
+class PlainEvents:
+    """Lines on stderr: what a log file or CI shows."""
+
+    def __init__(self, every_s: float = 15.0, stream: Any = None) -> None:
+        self.every_s = every_s
+        self.stream = stream or sys.stderr
+        self.last: dict[tuple[str, str], float] = {}
+        self.lock = threading.Lock()
+
+    def say(self, text: str) -> None:
+        with self.lock:
+            print(text, file=self.stream, flush=True)
+
+    def progress(self, asset: str, path: str, done: int, total: int) -> None:
+        now = time.monotonic()
+        finished = total > 0 and done >= total
+        key = (asset, path)
+        with self.lock:
+            if not finished and now - self.last.get(key, 0.0) < self.every_s:
+                return
+            self.last[key] = now
+        pct = f" ({100 * done / total:.0f}%)" if total > 0 else ""
+        self.say(f"{asset}: {path}: {done / 1e6:.1f} of {max(total, 0) / 1e6:.1f} MB{pct}")
+
+
+class RichEvents:
+    """Progress bars on a terminal, one per file in flight; lines scroll above them."""
+
+    def __init__(self) -> None:
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            DownloadColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+            TransferSpeedColumn,
+        )
+
+        self.bars = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            DownloadColumn(),
+            TransferSpeedColumn(),
+            TimeRemainingColumn(),
+            console=Console(stderr=True),
+            transient=True,
+        )
+        self.tasks: dict[tuple[str, str], Any] = {}
+        self.lock = threading.Lock()
+
+    def __enter__(self) -> RichEvents:
+        self.bars.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.bars.stop()
+
+    def say(self, text: str) -> None:
+        self.bars.console.print(text, markup=False, highlight=False)
+
+    def progress(self, asset: str, path: str, done: int, total: int) -> None:
+        key = (asset, path)
+        with self.lock:
+            task = self.tasks.get(key)
+            if task is None:
+                task = self.bars.add_task(f"{asset}: {path}", total=total if total > 0 else None)
+                self.tasks[key] = task
+        self.bars.update(task, completed=done)
+        if total > 0 and done >= total:
+            with self.lock:
+                self.tasks.pop(key, None)
+            self.bars.remove_task(task)
+
+
+def store_of(store: str | None, cluster: str | None) -> str:
+    """--store, else the profile's assets.store."""
+    if store:
+        return store
+    if cluster:
+        from launcher.profile import load_profile
+
+        profile = load_profile(cluster)
+        value = profile.get("assets.store")
+        if value:
+            return str(value)
+        raise BadInput(f"--cluster {cluster}: its profile sets no assets.store; give --store")
+    raise BadInput(
+        "give --store s3://BUCKET/PREFIX or a directory (or --cluster with assets.store)"
+    )
+
+
+def prepare_command(
+    recipe_path: Path,
+    *,
+    store: str | None,
+    cluster: str | None = None,
+    work_dir: Path | None = None,
+    rows_file: Path | None = None,
+    rows_builder: str = "auto",
+    threads: int = 8,
+    encoder: str | None = None,
+) -> int:
+    """`reproduce prepare RECIPE --store URL`: exit 0 when every asset is in the store."""
+    from launcher.assets.nodelib import node_module
+    from launcher.assets.prepare import PrepareOptions, prepare
+    from launcher.recipe import load_recipe
+
+    if threads < 1:
+        raise BadInput("--threads must be at least 1")
+    recipe = load_recipe(recipe_path)
+    options = PrepareOptions(
+        store=store_of(store, cluster),
+        work_dir=(work_dir or DEFAULT_WORK_DIR).expanduser(),
+        rows_file=rows_file,
+        rows_builder=rows_builder,
+        encoder=encoder,
+        threads=threads,
+    )
+    hub = node_module("hf_hub")
+    hub.CANCEL.clear()
+
+    def on_interrupt(signum: int, frame: FrameType | None) -> None:
+        hub.CANCEL.set()  # transfers in worker threads stop at their next chunk
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, on_interrupt)
+    try:
+        if sys.stderr.isatty():
+            with RichEvents() as events:
+                done = prepare(recipe, options, events)
+        else:
+            done = prepare(recipe, options, PlainEvents())
+    except (KeyboardInterrupt, hub.Cancelled):
+        raise Interrupted(
+            "interrupted; run the same command again to resume (verified files are kept, "
+            "unfinished uploads continue)"
+        ) from None
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    print(f"prepare: {recipe.slug} -> {options.store}")
+    for name, what in done.items():
+        print(f"  {name}: {what}")
+    return 0
