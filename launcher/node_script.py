@@ -17,7 +17,15 @@ from typing import Any
 
 from launcher.profile import Profile
 from launcher.recipe import Recipe
-from launcher.runner.protocol import DONE_LINE, MARKER_HELP, STAGE_FUNCTIONS
+from launcher.runner.protocol import (
+    DONE_LINE,
+    MARKER_HELP,
+    OUT_DIR,
+    SECRETS_FILE,
+    STAGE_FUNCTIONS,
+    STATE_DIR,
+    TRUSTED_DIR_FN,
+)
 from launcher.stack import expected_versions
 
 CONTAINER_SCRIPTS = "/opt/reproduce/scripts"
@@ -85,19 +93,25 @@ class ScriptContext(Placement):
     def docker(self) -> bool:
         return self.profile.get("runtime") == "docker"
 
-    def in_image(self, command: str, *, gpus: bool = True) -> str:
-        """A one-off command in the training image: docker run, a Ray job, or the host itself."""
+    def in_image(self, command: str, *, gpus: bool = True, hf_token: bool = False) -> str:
+        """A one-off command in the training image: docker run, a Ray job, or the host itself.
+
+        `hf_token`: this command (the asset download, and nothing else) gets HF_TOKEN; node.sh
+        keeps it in an unexported variable, so no other process of the run sees it.
+        """
+        token = 'HF_TOKEN="$HF_TOKEN" ' if hf_token else ""
         if self.profile.kind == "ray":
             return (
-                f"ray job submit --address {q(str(self.profile.get('address')))} "
+                f"{token}ray job submit --address {q(str(self.profile.get('address')))} "
                 '--working-dir "$NODE_RUN_DIR/scripts" -- bash -c '
                 f"{q('REPRODUCE_SCRIPTS=$PWD; ' + command)}"
             )
         if not self.docker:
-            return command
+            return token + command
         gpu = '"${GPU_ARGS[@]}" ' if gpus else ""
+        env = "-e HF_TOKEN " if hf_token else ""
         return (
-            f'docker run --rm {gpu}"${{DOCKER_ARGS[@]}}" "${{EFA_ARGS[@]}}" "$IMAGE" '
+            f'{token}docker run --rm {gpu}{env}"${{DOCKER_ARGS[@]}}" "${{EFA_ARGS[@]}}" "$IMAGE" '
             f"bash -c {q(command)}"
         )
 
@@ -120,17 +134,23 @@ class ScriptContext(Placement):
             "--shm-size",
             str(p.get("docker.shm_size")),
         ]
+        # The node run dir holds what the host runs and trusts (node.sh, pid, exit_code, the
+        # results): never mounted. A container gets its own output dir, the cache, and scripts/
+        # and the cancel mark's dir read-only (docs/architecture.md, "The node protocol").
+        out, state = f"{self.node_run_dir}/{OUT_DIR}", f"{self.node_run_dir}/{STATE_DIR}"
         args += [
             "-v",
-            f"{self.node_run_dir}:{self.node_run_dir}",
+            f"{out}:{out}",
+            "-v",
+            f"{state}:{state}:ro",
             "-v",
             f"{self.cache_dir}:{self.cache_dir}",
             "-v",
             f"{self.node_run_dir}/scripts:{CONTAINER_SCRIPTS}:ro",
         ]
         # names only: docker copies the values from the node script's environment (secrets never
-        # on a command line)
-        names = ["RUN_ID", "NODE_RUN_DIR", "HF_CKPT", "TORCH_DIST", "SFT_DATA", "HF_TOKEN"]
+        # on a command line; HF_TOKEN only to the download: in_image(hf_token=True))
+        names = ["RUN_ID", "NODE_RUN_DIR", "REPRODUCE_OUT_DIR", "HF_CKPT", "TORCH_DIST", "SFT_DATA"]
         if self.recipe.nodes > 1:
             names += ["NODE_RANK", "HEAD_ADDR"]
         for name in names:
@@ -233,7 +253,7 @@ class ScriptContext(Placement):
                     "when complete)"
                 )
             )
-            lines.append(f"{self.in_image(dl, gpus=False)}")
+            lines.append(f"{self.in_image(dl, gpus=False, hf_token=True)}")
         lines.append(
             "# the converted checkpoint: done when latest_checkpointed_iteration.txt says release"
         )
@@ -393,6 +413,9 @@ def render_node_script(ctx: ScriptContext, stages: list[Stage]) -> str:
         ),
         "# Plain bash, runnable by hand on the node: bash node.sh",
         MARKER_HELP,
+        "# bash reads the whole { ... } group before running any of it: text added to this file"
+        " later never runs.",
+        "{",
         "set -euo pipefail",
         "",
         f"RUN_ID={q(ctx.run_id)}",
@@ -404,7 +427,16 @@ def render_node_script(ctx: ScriptContext, stages: list[Stage]) -> str:
         f"HF_CKPT={q(ctx.assets.hf_ckpt)}",
         f"TORCH_DIST={q(ctx.assets.torch_dist)}",
         f"SFT_DATA={q(ctx.assets.sft_data)}",
-        "export RUN_ID NODE_RUN_DIR HF_CKPT TORCH_DIST SFT_DATA",
+        f'REPRODUCE_OUT_DIR="$NODE_RUN_DIR/{OUT_DIR}"  # the only one a container may write',
+        "export RUN_ID NODE_RUN_DIR REPRODUCE_OUT_DIR HF_CKPT TORCH_DIST SFT_DATA",
+        "",
+        "# Secrets (HF_TOKEN) arrive in a 0600 file that is read first and deleted; never echoed,"
+        " never exported:",
+        "# only the asset download gets HF_TOKEN.",
+        'HF_TOKEN="${HF_TOKEN:-}"',
+        "export -n HF_TOKEN",
+        f'if [ -f "$NODE_RUN_DIR/{SECRETS_FILE}" ]; then . "$NODE_RUN_DIR/{SECRETS_FILE}"; '
+        f'rm -f "$NODE_RUN_DIR/{SECRETS_FILE}"; fi',
         *(
             [
                 f"# {r.nodes} nodes: the launcher runs this script on each with NODE_RANK (0 = Ray "
@@ -416,19 +448,19 @@ def render_node_script(ctx: ScriptContext, stages: list[Stage]) -> str:
             if r.nodes > 1
             else []
         ),
-        "# the cache may sit on a disk only root can write to (the DLAMI's /opt/dlami/nvme): then "
-        "sudo -n makes it ours",
+        "",
+        "# The directories the run writes to and trusts must be ours and writable by no one else"
+        " (shared hosts);",
+        "# a missing one is made 0700 (on a disk only root can write to, such as the DLAMI's"
+        " /opt/dlami/nvme, by sudo -n).",
+        TRUSTED_DIR_FN.rstrip("\n"),
         'for dir in "$NODE_RUN_DIR" "$CACHE_DIR" "$(dirname "$HF_CKPT")" "$(dirname '
         '"$TORCH_DIST")" '
         '"$(dirname "$SFT_DATA")"; do',
-        '  mkdir -p "$dir" 2>/dev/null || sudo -n install -d -o "$(id -u)" -g "$(id -g)" "$dir"',
+        '  _trusted_dir "$dir" || exit 1',
         "done",
+        f'mkdir -p -m 700 "$REPRODUCE_OUT_DIR" "$NODE_RUN_DIR/{STATE_DIR}"',
         'cd "$NODE_RUN_DIR"',
-        "",
-        "# Secrets (HF_TOKEN) arrive in a 0600 file that is read once and deleted; never echoed.",
-        'if [ -f "$NODE_RUN_DIR/.secrets.env" ]; then set -a; . "$NODE_RUN_DIR/.secrets.env"; set '
-        "+a; "
-        'rm -f "$NODE_RUN_DIR/.secrets.env"; fi',
         "",
         STAGE_FUNCTIONS,
     ]
@@ -437,8 +469,8 @@ def render_node_script(ctx: ScriptContext, stages: list[Stage]) -> str:
             '_cleanup() { docker rm -f "$CONTAINER" >/dev/null 2>&1 || true; }',
             "trap _on_exit EXIT",
             "",
-            "# flags of every docker run below (miles' documented ones; mounts of the run dir, "
-            "caches, scripts)",
+            "# flags of every docker run below (miles' documented ones; mounts of the run's out"
+            " and state dirs, the cache, scripts)",
             f"GPU_ARGS=({shlex.join(ctx.gpu_args())})",
             f"DOCKER_ARGS=({shlex.join(ctx.docker_args())})",
             "# EFA devices go into the container when the node has them (p5en: 16)",
@@ -514,5 +546,5 @@ def render_node_script(ctx: ScriptContext, stages: list[Stage]) -> str:
         ]
     else:
         body += ['bash -c "$CONTAINER_SCRIPT"']
-    body += ["", DONE_LINE, ""]
+    body += ["", DONE_LINE, "exit", "}", ""]
     return "\n".join(head + body)

@@ -16,6 +16,7 @@ attach.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -28,9 +29,28 @@ from typing import Any
 
 import yaml
 
-from launcher.errors import BadInput
+from launcher.errors import BadInput, InfraError
 
 TRAIN_STAGE = "train"
+# Files the launcher writes into a run directory itself: nothing that comes from the node may take
+# one of these names (launcher/runner/staging.py checks its result files against them).
+LAUNCHER_FILES = frozenset(
+    {
+        "recipe.yaml",
+        "profile.yaml",
+        "plan.json",
+        "node.sh",
+        "run.json",
+        "status.json",
+        "timeline.json",
+        "aws.json",
+        "aws-calls.jsonl",
+        "steps.jsonl",
+        "result.yaml",
+        "verdict.json",
+        "report.md",
+    }
+)
 STATES = (
     "created",
     "acquiring",
@@ -56,10 +76,31 @@ def default_runs_root() -> Path:
     return Path(os.environ.get("REPRODUCE_RUNS_DIR", "runs"))
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+class RunDirUnwritable(InfraError):  # noqa: N818 - named for what happened, as InfraError is
+    """The launcher's own disk refused a write (full, read-only): not a problem of the node."""
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    """Readers see the old file or the new one, never half of one; concurrent writers never share
+    a temporary file (each gets its own name); the bytes are on disk before the rename. The mode is
+    0666 less the umask, as for any file the user creates."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+    except OSError as err:
+        raise RunDirUnwritable(
+            f"cannot write {path}: {err.strerror or err}"
+            + (" (the launcher's disk is full)" if err.errno == errno.ENOSPC else "")
+        ) from err
 
 
 @dataclass
@@ -120,12 +161,42 @@ class RunDir:
         else:
             name = f"{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}-{run_id}"
         path = Path(root) / slug / name
-        (path / "logs").mkdir(parents=True, exist_ok=False)
+        cls.refuse_existing(root, run_id)
+        try:
+            path.mkdir(parents=True, exist_ok=False)
+        except FileExistsError:
+            raise BadInput(f"--run-id {run_id}: the run directory {path} exists already.") from None
+        (path / "logs").mkdir()
         (path / "logs" / f"{TRAIN_STAGE}.log").touch()
         rd = cls(path)
         rd.write_json("run.json", {"run_id": run_id, "slug": slug, "created_at": time.time()})
         rd.set_status("created")
         return rd
+
+    @staticmethod
+    def existing(root: Path, run_id: str) -> list[Path]:
+        """Run directories under `root` of `run_id` (named `<stamp>-<id>` or `<id>`)."""
+        root = Path(root)
+        if not root.is_dir() or "/" in run_id:
+            return []
+        return sorted(
+            {
+                p.parent
+                for pattern in (f"**/*-{run_id}/run.json", f"**/{run_id}/run.json")
+                for p in root.glob(pattern)
+            }
+        )
+
+    @classmethod
+    def refuse_existing(cls, root: Path, run_id: str) -> None:
+        """BadInput when `run_id` was used before under `root`: names on the node and in the cloud
+        derive from it, so a second run with it could take over (or end) the first one's."""
+        found = cls.existing(root, run_id)
+        if found:
+            raise BadInput(
+                f"--run-id {run_id} was used before: {found[0]}. Nothing was started.",
+                hint=f"Leave --run-id out (a new id is made) or choose one not used under {root}/.",
+            )
 
     @classmethod
     def find(cls, ref: str, root: Path | None = None) -> RunDir:
@@ -134,17 +205,7 @@ class RunDir:
         if (as_path / "run.json").is_file():
             return cls(as_path)
         root = Path(root) if root else default_runs_root()
-        hits = (
-            sorted(
-                {
-                    p.parent
-                    for pattern in (f"**/*-{ref}/run.json", f"**/{ref}/run.json")
-                    for p in root.glob(pattern)
-                }
-            )
-            if root.is_dir() and "/" not in ref
-            else []
-        )
+        hits = cls.existing(root, ref)
         if not hits:
             raise BadInput(f"no run {ref!r}: give a run directory or a run id found under {root}/")
         if len(hits) > 1:
@@ -165,9 +226,15 @@ class RunDir:
         return self.record()["run_id"]
 
     def write_text(self, name: str, text: str) -> Path:
+        return self.write_bytes(name, text.encode())
+
+    def write_bytes(self, name: str, data: bytes) -> Path:
         target = self.path / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        _write_atomic(target, text)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise RunDirUnwritable(f"cannot create {target.parent}: {err.strerror}") from err
+        _write_atomic(target, data)
         return target
 
     def write_json(self, name: str, data: Any) -> Path:
@@ -177,10 +244,17 @@ class RunDir:
         return self.write_text(name, yaml.safe_dump(data, sort_keys=False))
 
     def read_json(self, name: str, default: Any = None) -> Any:
+        """The file's JSON; `default` when it is missing; BadInput naming it when it is not JSON."""
         target = self.path / name
         if not target.exists():
             return default
-        return json.loads(target.read_text())
+        try:
+            return json.loads(target.read_text())
+        except (ValueError, UnicodeDecodeError) as err:
+            raise BadInput(
+                f"{target} is not valid JSON ({err}); the run's record is damaged.",
+                hint="Restore the file from a backup, or look at the run directory by hand.",
+            ) from None
 
     def write_inputs(self, *, recipe_text: str, profile: Any, plan: Any, node_script: str) -> None:
         """recipe.yaml (byte for byte), profile.yaml, plan.json and node.sh: what was asked."""

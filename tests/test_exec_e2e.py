@@ -68,9 +68,10 @@ def test_reproduce_recipe_over_ssh_end_to_end(sshd, test_image, container_run_ar
     assert json.loads((rd / "verdict.json").read_text())["status"] == "reproduced"
     assert json.loads((rd / "status.json").read_text())["state"] == "done"
     from launcher.history import runs as history_runs
+    from launcher.recipe import load_recipe
 
     (row,) = history_runs(
-        "qwen3-30b-a3b/h200/standin", db=runs / "history.sqlite"
+        load_recipe(recipe).slug, db=runs / "history.sqlite"
     )  # joined its history
     assert row.verdict == "reproduced" and row.run_id == rd.name
     assert (

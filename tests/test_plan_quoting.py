@@ -60,11 +60,9 @@ def hostile_inputs(tmp_path: Path) -> tuple[Path, Path, Path]:
     data["env"] = {f"EVIL_{i}": value for i, value in enumerate(EVIL)}
     data["gpu"]["type"] = EVIL[0]
     data["stack"]["cuda"] = "13.0 " + EVIL[1]
-    data["result"]["active_params"]["revision"] = EVIL[4]
-    data["result"]["active_params"]["source"] = (
-        "https://huggingface.co/evil/`touch${IFS}pwned`$(touch${IFS}pwned)"
-    )
-    data["workload"]["dataset"]["build"]["name"] = EVIL[2]
+    # the revision and the rows' name name cache paths: the recipe schema keeps them path-safe
+    data["result"]["active_params"]["revision"] = "v1.0-evil"
+    data["result"]["active_params"]["source"] = "https://huggingface.co/evil/repo.v1"
     data["workload"]["dataset"]["build"]["builder"] = EVIL[3]
     data["run"] = (
         'printenv > "$NODE_RUN_DIR/container-env.txt"\nprintf "%s" "$SFT_DATA" > "$NODE_RUN_DIR/sft.txt"\n'
@@ -86,7 +84,7 @@ def hostile_inputs(tmp_path: Path) -> tuple[Path, Path, Path]:
         "preflight": {"thresholds": {}},
         "disable_nvlink_multicast": True,
     }
-    profile_path = tmp_path / "evil-profile.yaml"
+    profile_path = tmp_path / f"evil {EVIL[4]}.yaml"  # its name is printed in a comment
     profile_path.write_text(yaml.safe_dump(profile))
     return recipe_path, profile_path, rows
 
@@ -147,7 +145,7 @@ def test_hostile_values_are_never_executed(tmp_path: Path) -> None:
     docker_runs = [c for c in calls if c[:2] == ["docker", "run"]]
     assert docker_runs and all(EVIL[6] in c for c in docker_runs)
     fetch = next(c for c in calls if c[0] == "python3" and c[1].endswith("fetch_assets.py"))
-    assert fetch[fetch.index("--revision") + 1] == EVIL[4]
+    assert fetch[fetch.index("--revision") + 1] == "v1.0-evil"
     for marker in ("preflight", "image", "stack", "assets", "ray", "train"):
         assert f"##reproduce stage={marker} event=end status=ok" in proc.stdout
 
@@ -157,8 +155,6 @@ def test_comments_cannot_be_ended_by_a_newline_in_a_value(tmp_path: Path) -> Non
     plan = build_plan(
         load_recipe(recipe_path), load_profile(str(profile_path)), run_id="quoting-test"
     )
-    comment = [
-        ln for ln in plan.node_script.splitlines() if ln.startswith("# Hugging Face checkpoint")
-    ]
+    comment = [ln for ln in plan.node_script.splitlines() if "on cluster profile" in ln]
     assert len(comment) == 1 and f"line one line two $(touch {CANARY})" in comment[0]
     # the executed test above shows the value also arrives intact where it is data

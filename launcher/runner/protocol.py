@@ -16,24 +16,72 @@ are built from those lines alone (docs/architecture.md, "Run directory").
 
 from __future__ import annotations
 
+import base64
+import binascii
+import posixpath
 import re
 import shlex
 
 MARKER = "##reproduce"
 
+# The node run directory (docs/architecture.md, "The node protocol") is the run's control room:
+# node.sh, the wrapper, pid, exit_code, node.log, the cancel mark and the result files live there,
+# and no container ever gets it mounted writable. Containers get scripts/ and STATE_DIR read-only,
+# the cache, and OUT_DIR (their only writable part of the run).
+OUT_DIR = "out"
+# What the launcher tells the run's processes, containers included (read-only there): cancel.
+STATE_DIR = "state"
+CANCEL_MARK = f"{STATE_DIR}/cancelled"
+SECRETS_FILE = ".secrets.env"
+# Every process of a run carries RUN_MARK=<its node run dir> in its environment (set at launch).
+RUN_MARK = "REPRODUCE_RUN_DIR"
+# The files collected back into the run directory: these names and no others.
+RESULT_FILES = ("preflight.json", "preflight-gpu.json", "image.json", "stack.json")
+RESULT_MAX_BYTES = 4 << 20
+
+# A directory the run writes to and trusts: created 0700 when missing; otherwise it must be a
+# directory owned by the user the launcher connects as and writable by no one else. Exit status 1
+# with one line on stderr that says why and what to do.
+TRUSTED_DIR_FN = """_trusted_dir() {
+  local me owner mode link_owner
+  me="$(id -u)"
+  if [ ! -e "$1" ] && [ ! -L "$1" ]; then
+    mkdir -p -m 700 "$1" 2>/dev/null \\
+      || sudo -n install -d -m 700 -o "$me" -g "$(id -g)" "$1" \\
+      || { echo "reproduce: cannot create $1" >&2; return 1; }
+  fi
+  owner="$(stat -L -c %u "$1" 2>/dev/null)" && mode="$(stat -L -c %a "$1" 2>/dev/null)" \\
+    && link_owner="$(stat -c %u "$1" 2>/dev/null)" \\
+    || { echo "reproduce: cannot inspect $1" >&2; return 1; }
+  if [ ! -d "$1" ] || [ "$owner" != "$me" ] || [ "$link_owner" != "$me" ] \\
+    || (( 8#$mode & 8#022 )); then
+    echo "reproduce: refusing $1: it must be a directory owned by uid $me and writable" \\
+      "by no one else, but its owner is uid $owner and its mode $mode;" \\
+      "remove it or fix its owner and mode" >&2
+    return 1
+  fi
+}
+"""
+
 # Runs node.sh detached. Trapping (not ignoring) TERM keeps the wrapper alive to write the exit
-# code after node.sh dies, while node.sh itself still gets the default TERM behaviour.
+# code after node.sh dies, while node.sh itself still gets the default TERM behaviour. The body is
+# one `{ ...; exit; }` group: bash parses all of it before running any of it, so nothing written to
+# the file afterwards ever runs. The wrapper removes a secrets file node.sh never got to read.
 WRAPPER = (
     "#!/bin/bash\n"
     "# Written by reproduce: runs node.sh in its own session; records pid (= process group)"
     " and exit code.\n"
-    """cd "$(dirname "$0")" || exit 1
+    """{
+cd "$(dirname "$0")" || exit 1
 echo $$ > pid
 trap 'echo "reproduce: wrapper got SIGTERM" >&2' TERM
 trap '' HUP
 bash node.sh > node.log 2>&1 < /dev/null
 rc=$?
+rm -f .secrets.env
 echo "$rc" > exit_code.tmp && mv -f exit_code.tmp exit_code
+exit "$rc"
+}
 """
 )
 WRAPPER_NAME = "run_node.sh"
@@ -58,7 +106,7 @@ STAGE_FUNCTIONS = "\n".join(
         "_on_exit() {",
         "  local rc=$? status=failed",
         '  if [ -n "${_STAGE:-}" ]; then',
-        '    [ -e "$NODE_RUN_DIR/cancelled" ] && status=cancelled'
+        f'    [ -e "$NODE_RUN_DIR/{CANCEL_MARK}" ] && status=cancelled'
         "  # `reproduce cancel` marks the run first",
         f"    printf '{MARKER} stage=%s event=end status=%s rc=%s t=%s\\n' "
         f'"$_STAGE" "$status" "$rc" {_NOW}',
@@ -93,17 +141,35 @@ def parse_marker(line: bytes) -> dict[str, str] | None:
 
 
 def prepare_dir_command(node_run_dir: str) -> str:
-    """The node run directory, private to the user the launcher connects as."""
+    """A fresh node run directory, private to the user the launcher connects as.
+
+    Its parents (<work_dir> and <work_dir>/runs) must be ours and writable by no one else (a shared
+    host's /var/tmp: someone else's directory there could swap ours); a run directory that already
+    exists belongs to an earlier run with this id and is never reused. Exit 3 names the refusal.
+    """
     d = shlex.quote(node_run_dir)
-    return f"mkdir -p {d} && chmod 700 {d}"
+    runs = shlex.quote(posixpath.dirname(node_run_dir.rstrip("/")))
+    work = shlex.quote(posixpath.dirname(posixpath.dirname(node_run_dir.rstrip("/"))))
+    return (
+        TRUSTED_DIR_FN + f"_trusted_dir {work} && _trusted_dir {runs} || exit 3\n"
+        f"if [ -e {d} ] || [ -L {d} ]; then\n"
+        f"  echo 'reproduce: '{d}' already exists on the node: a run with this id was started "
+        "there before; start this one with another --run-id' >&2; exit 3\n"
+        "fi\n"
+        f"mkdir -m 700 {d} {d}/scripts {d}/{STATE_DIR} {d}/{OUT_DIR}"
+    )
 
 
 def launch_command(node_run_dir: str) -> str:
-    """Start the wrapper detached (once per run directory); prints the wrapper's pid."""
+    """Start the wrapper detached (once per run directory); prints the wrapper's pid.
+
+    The wrapper and everything it starts carry RUN_MARK=<the run dir> in their environment, which
+    is how `cancel` tells the run's processes from anything else that holds the same numbers.
+    """
     d = shlex.quote(node_run_dir)
     return (
         f"cd {d} && if [ -e pid ]; then echo 'a run was already launched in '{d} >&2; exit 1; fi\n"
-        f"setsid nohup bash {WRAPPER_NAME} </dev/null >/dev/null 2>&1 &\n"
+        f'{RUN_MARK}="$(pwd -P)" setsid nohup bash {WRAPPER_NAME} </dev/null >/dev/null 2>&1 &\n'
         "for _ in $(seq 200); do [ -s pid ] && break; sleep 0.05; done\n"
         "cat pid"
     )
@@ -139,18 +205,45 @@ def parse_poll(stdout: str, exit_code: int) -> tuple[str, int | None] | None:
 def cancel_command(node_run_dir: str, container: str) -> str:
     """Stop the run's process group and its container (which ends Ray inside it); nothing else.
 
-    Prints `left:` followed by whatever it could not stop (nothing when all went).
+    The number in `pid` is trusted only as far as it checks out: the process group is signalled
+    when its leader is this run's wrapper (`bash run_node.sh` carrying this run's RUN_MARK); else
+    only the processes of that session that carry the mark are. Prints `left:` followed by whatever
+    it could not stop (nothing when all went).
     """
     d, c = shlex.quote(node_run_dir), shlex.quote(container)
+    name_filter = shlex.quote(f"name=^{container}$")
     rm = f"if command -v docker >/dev/null 2>&1; then docker rm -f {c} >/dev/null 2>&1 || true; fi"
     lines = [
         f"cd {d} || exit 0",
-        "touch cancelled",
+        f"touch {CANCEL_MARK}",
+        f"rm -f {SECRETS_FILE}",
+        'here="$(pwd -P)"',
         "pg=$(cat pid 2>/dev/null || true)",
-        'alive() { [ -n "$pg" ] && _alive "$pg"; }',
-        "stop() {  # the run's process group, and anything of its session that left the group",
-        '  kill -"$1" -- "-$pg" 2>/dev/null || true',
-        '  if command -v pkill >/dev/null 2>&1; then pkill -"$1" -s "$pg" 2>/dev/null || true; fi',
+        'case "$pg" in "" | *[!0-9]*) pg="" ;; esac',
+        "ours() {  # a process of this run: it carries the mark the launch gave the wrapper",
+        f'  tr "\\0" "\\n" < "/proc/$1/environ" 2>/dev/null | grep -qxF "{RUN_MARK}=$here"',
+        "}",
+        "leader() {  # pid names this run's wrapper, alive",
+        '  [ -n "$pg" ] && ours "$pg" &&',
+        f'    [ "$(tr "\\0" " " < "/proc/$pg/cmdline" 2>/dev/null)" = "bash {WRAPPER_NAME} " ]',
+        "}",
+        'members() { [ -n "$pg" ] && ps -s "$pg" -o pid= 2>/dev/null; }',
+        "alive() {",
+        "  if leader; then return 0; fi",
+        '  for p in $(members); do ours "$p" && return 0; done',
+        "  return 1",
+        "}",
+        "stop() {  # the run's process group and the rest of its session; else the marked ones",
+        "  if leader; then",
+        '    kill -"$1" -- "-$pg" 2>/dev/null || true',
+        "    if command -v pkill >/dev/null 2>&1; then",
+        '      pkill -"$1" -s "$pg" 2>/dev/null || true',
+        "    fi",
+        "  else",
+        "    for p in $(members); do",
+        '      if ours "$p"; then kill -"$1" "$p" 2>/dev/null || true; fi',
+        "    done",
+        "  fi",
         "}",
         "if alive; then stop TERM; fi",
         rm,
@@ -161,11 +254,11 @@ def cancel_command(node_run_dir: str, container: str) -> str:
         'left=""',
         'if alive; then left="processes of group $pg"; fi',
         "if command -v docker >/dev/null 2>&1 && "
-        f'[ -n "$(docker ps -aq --filter name=^{container}$ 2>/dev/null)" ]; '
-        f'then left="$left container {container}"; fi',
+        f'[ -n "$(docker ps -aq --filter {name_filter} 2>/dev/null)" ]; '
+        f'then left="$left container "{c}; fi',
         'echo "left:$left"',
     ]
-    return ALIVE_FN + "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n"
 
 
 def parse_cancel(stdout: str) -> str:
@@ -175,7 +268,7 @@ def parse_cancel(stdout: str) -> str:
 
 def cancelled_command(node_run_dir: str) -> str:
     """Exit 0 when `reproduce cancel` marked the run (its exit code then says little)."""
-    return f"test -e {shlex.quote(node_run_dir)}/cancelled"
+    return f"test -e {shlex.quote(f'{node_run_dir}/{CANCEL_MARK}')}"
 
 
 def cleanup_command(container: str) -> str:
@@ -186,9 +279,44 @@ def cleanup_command(container: str) -> str:
     )
 
 
-def list_results_command(node_run_dir: str) -> str:
-    """The names of the result files (*.json) the node script left in its run directory."""
+def collect_command(node_run_dir: str) -> str:
+    """The result files, each as one line `NAME<TAB>BASE64`: only the names in RESULT_FILES, only
+    regular files (never through a symlink: dd opens with O_NOFOLLOW, and O_NONBLOCK so a FIFO
+    cannot hang it), at most RESULT_MAX_BYTES + 1 bytes read of each (more is refused)."""
+    names = " ".join(RESULT_FILES)
     return (
-        f"cd {shlex.quote(node_run_dir)} && "
-        'for f in *.json; do [ -f "$f" ] && echo "$f"; done; true'
+        f"cd {shlex.quote(node_run_dir)} || exit 0\n"
+        f"for f in {names}; do\n"
+        '  if [ -f "$f" ] && [ ! -L "$f" ]; then\n'
+        "    printf '%s\\t' \"$f\"\n"
+        '    dd if="$f" iflag=nofollow,nonblock bs=65536 2>/dev/null'
+        f" | head -c {RESULT_MAX_BYTES + 1} | base64 -w0\n"
+        "    printf '\\n'\n"
+        "  fi\n"
+        "done\n"
+        "true"
     )
+
+
+def parse_collect(stdout: str) -> tuple[dict[str, bytes], list[str]]:
+    """collect_command's answer -> ({name: bytes}, [why a file was not taken]).
+
+    Only RESULT_FILES names are taken, whatever the node printed; an empty or oversized file, or
+    one that does not decode, is named in the second list instead.
+    """
+    got: dict[str, bytes] = {}
+    refused: list[str] = []
+    for line in stdout.splitlines():
+        name, _, payload = line.partition("\t")
+        if name not in RESULT_FILES or name in got:
+            continue
+        try:
+            data = base64.b64decode(payload.strip(), validate=True)
+        except (binascii.Error, ValueError):
+            refused.append(f"{name}: not readable as sent")
+            continue
+        if len(data) > RESULT_MAX_BYTES:
+            refused.append(f"{name}: larger than {RESULT_MAX_BYTES} bytes")
+        elif data:
+            got[name] = data
+    return got, refused

@@ -47,3 +47,45 @@ class QuietReporter:
 
     def choose(self) -> str:
         return "cancel"
+
+
+class FailSafeReporter:
+    """Another reporter whose failures are dropped: a report is never worth a failed cancel.
+
+    After SIGHUP (the terminal closed) every write to it raises EIO; the cancel and the release
+    that follow must still run to the end, and a question that cannot be asked is answered
+    "cancel".
+    """
+
+    def __init__(self, inner: Reporter) -> None:
+        self.inner = inner
+
+    def say(self, text: str) -> None:
+        try:
+            self.inner.say(text)
+        except (OSError, ValueError):  # EIO/EPIPE on a closed terminal, a closed file
+            return
+
+    def stage(self, name: str, event: str, status: str) -> None:
+        try:
+            self.inner.stage(name, event, status)
+        except (OSError, ValueError):
+            return
+
+    def step(self, done: int, total: int | None) -> None:
+        try:
+            self.inner.step(done, total)
+        except (OSError, ValueError):
+            return
+
+    def warn(self, text: str) -> None:
+        try:
+            self.inner.warn(text)
+        except (OSError, ValueError):
+            return
+
+    def choose(self) -> str:
+        try:
+            return self.inner.choose()
+        except (OSError, ValueError):
+            return "cancel"

@@ -25,7 +25,7 @@ from launcher.recipe import Recipe
 from launcher.rundir import FINAL_STATES, RunDir, default_runs_root
 from launcher.runner import staging
 from launcher.runner.outcome import Outcome
-from launcher.runner.reporter import INTERRUPT_CHOICES, QuietReporter, Reporter
+from launcher.runner.reporter import INTERRUPT_CHOICES, FailSafeReporter, QuietReporter, Reporter
 from launcher.runner.session import RunSession, Settings
 from launcher.runner.signals import signals_cancel
 from launcher.runner.stream import follow_lock
@@ -47,13 +47,18 @@ class Runner:
         reconnect_s: float = 60.0,
         measure: bool = True,
         scripts_dir: Path | None = None,
+        unattended: bool = False,
     ) -> None:
+        """`unattended`: nobody is there to reattach (nightly, no terminal), so a node lost for
+        longer than `reconnect_s` is cancelled and released rather than left running."""
         if on_interrupt not in INTERRUPT_CHOICES:
             raise BadInput(
                 f"--on-interrupt must be one of {', '.join(INTERRUPT_CHOICES)}, "
                 f"not {on_interrupt!r}"
             )
-        self.reporter: Reporter = reporter or QuietReporter()
+        # The console may be gone (a closed terminal raises EIO on every print): no report may stop
+        # a cancel or a release.
+        self.reporter: Reporter = FailSafeReporter(reporter or QuietReporter())
         self.settings = Settings(
             reporter=self.reporter,
             on_interrupt=on_interrupt,
@@ -61,6 +66,7 @@ class Runner:
             reconnect_s=reconnect_s,
             measure=measure,
             scripts_dir=scripts_dir if scripts_dir is not None else staging.default_scripts_dir(),
+            unattended=unattended,
         )
 
     # --- entry points ----------------------------------------------------------------------------
@@ -89,7 +95,7 @@ class Runner:
             budget = Budget.for_recipe(recipe, price, options.max_usd, options.max_hours)
             budget.refuse_if_over(Budget.expected_hours(recipe))  # BadInput: nothing launched
         root = options.runs_dir or default_runs_root()
-        run_dir = RunDir.create(root, recipe.slug, plan.run_id)
+        run_dir = RunDir.create(root, recipe.slug, plan.run_id)  # BadInput for a used --run-id
         run_dir.write_inputs(
             recipe_text=recipe.text,
             profile=profile.path.read_text(encoding="utf-8"),
@@ -137,16 +143,18 @@ class Runner:
         if not (rd.path / "node.sh").exists():
             rd.write_text("node.sh", plan.node_script)
         run = self._session(rd, cluster, plan.recipe, budget)
-        try:
-            with signals_cancel():
-                run.start(plan.node_script, secrets)
-                return run.follow()
-        except ReproduceError as err:
-            if rd.status().get("state") not in (*FINAL_STATES, "detached"):
-                rd.set_status("failed", str(err).splitlines()[0])
-            raise
-        finally:
-            run.release_after(sys.exc_info()[1])
+        with follow_lock(rd):
+            try:
+                with signals_cancel():
+                    run.start(plan.node_script, secrets)
+                    return run.follow()
+            except ReproduceError as err:
+                if rd.status().get("state") not in (*FINAL_STATES, "detached"):
+                    detail = str(err).splitlines()[0]
+                    run.write_quietly(lambda: rd.set_status("failed", detail))
+                raise
+            finally:
+                run.release_after(sys.exc_info()[1])
 
     def attach(self, ref: str, runs_root: Path | None = None) -> Outcome:
         """Follow a run in progress again, exactly where collection stopped, to its end."""
@@ -164,17 +172,20 @@ class Runner:
             budget = None
             if record.get("budget"):  # the limits the run started with still hold after attach
                 budget = Budget(**record["budget"])
-            run = self._session(rd, cluster, _recorded_recipe(rd), budget)
-            run.connect(_recorded_nodes(record))
-            node_log = rd.logs / "node.log"
-            self.reporter.say(
-                f"reattaching to {rd.path} at byte "
-                f"{node_log.stat().st_size if node_log.exists() else 0}"
-            )
-            try:
-                return run.follow()
-            finally:
-                run.release()
+            # Another process following the run owns it, its release included: a refused attach
+            # (BadInput from the lock) must end nothing.
+            with follow_lock(rd):
+                run = self._session(rd, cluster, _recorded_recipe(rd), budget)
+                run.connect(_recorded_nodes(record))
+                node_log = rd.logs / "node.log"
+                self.reporter.say(
+                    f"reattaching to {rd.path} at byte "
+                    f"{node_log.stat().st_size if node_log.exists() else 0}"
+                )
+                try:
+                    return run.follow()
+                finally:
+                    run.release()
         finally:
             record_history(rd.path, warn=self.reporter.warn)
 

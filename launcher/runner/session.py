@@ -3,26 +3,36 @@
 A new run, an attach and a cancel each make a RunSession from the run directory's record. The
 nodes are a list: staging, launching, following, cancelling, cleaning up and collecting are loops
 over it, and node 0's log and markers are the run's (logs/, timeline.json).
+
+A node lost for longer than the reconnect window is kept running only when someone is there to
+reattach (an interactive run, as before); an unattended run (nightly, no terminal) cancels it and
+releases the cluster instead of paying for it until its TTL.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, NoReturn, TypeVar
 
 from launcher.budget import Budget
 from launcher.clusters.base import Cluster, Node, Transport
 from launcher.errors import CheckFailed, InfraError, Interrupted, ReproduceError
 from launcher.recipe import Recipe
-from launcher.rundir import TRAIN_STAGE, RunDir, Timeline
+from launcher.rundir import TRAIN_STAGE, RunDir, RunDirUnwritable, Timeline
 from launcher.runner import protocol, staging
 from launcher.runner.outcome import Outcome, failure, reattach_hint
 from launcher.runner.reporter import Reporter
 from launcher.runner.signals import Terminated, release_hard, signals_cancel
-from launcher.runner.stream import Follower, follow_lock
+from launcher.runner.stream import Follower
+
+T = TypeVar("T")
+CANCEL_TIMEOUT_S = 120.0
+# A cancel sent after the connection was already lost for a whole reconnect window: short, so an
+# unreachable node does not hold up the release.
+LOST_CANCEL_TIMEOUT_S = 30.0
 
 if TYPE_CHECKING:
     from launcher.measure import Result
@@ -43,6 +53,7 @@ class Settings:
     reconnect_s: float
     measure: bool
     scripts_dir: Path | None
+    unattended: bool = False  # nobody to reattach: a lost node is cancelled and released
 
 
 @dataclass
@@ -94,6 +105,7 @@ class RunSession:
                 steps_total=steps if index == 0 else None,
                 poll_s=self.settings.poll_s,
                 reconnect_s=self.settings.reconnect_s,
+                while_reconnecting=self._stop_if_over_budget,
             )
             self.nodes.append(NodeRun(node, transport, follower))
 
@@ -118,12 +130,22 @@ class RunSession:
             self.rd.update_record(node=asdict(nodes[0]), nodes=[asdict(n) for n in nodes])
             self.connect(nodes)
             self.rd.set_status("staging")
-            for n in self.nodes:
-                staging.stage(
-                    n.transport, self.node_run_dir, node_script, self.settings.scripts_dir, secrets
-                )
-            launched = True  # from here an interrupt cancels on the node (harmless if not started)
-            pids = [staging.launch(n.transport, self.node_run_dir) for n in self.nodes]
+            try:
+                for n in self.nodes:
+                    staging.stage(
+                        n.transport,
+                        self.node_run_dir,
+                        node_script,
+                        self.settings.scripts_dir,
+                        secrets,
+                    )
+                launched = True  # from here an interrupt cancels on the node (harmless if not)
+                pids = [staging.launch(n.transport, self.node_run_dir) for n in self.nodes]
+            except BaseException:
+                if secrets:  # a node script that never started never deleted them
+                    for n in self.nodes:
+                        staging.discard_secrets(n.transport, self.node_run_dir)
+                raise
             self.rd.update_record(pid=pids[0], launched_at=time.time())
             self.reporter.say(
                 f"node script started on {self.nodes[0].node.name} (pid {pids[0]}); "
@@ -142,8 +164,11 @@ class RunSession:
     # --- following ----------------------------------------------------------------------------
 
     def follow(self) -> Outcome:
-        """Stream to the end, handling Ctrl-C/SIGTERM, the budget and a lost node; then finish."""
-        with follow_lock(self.rd), signals_cancel():
+        """Stream to the end, handling Ctrl-C/SIGTERM, the budget and a lost node; then finish.
+
+        The caller holds the run dir's follow lock (launcher/runner/stream.py, follow_lock).
+        """
+        with signals_cancel():
             try:
                 for n in self.nodes:
                     n.follower.splitter.rebuild()
@@ -158,11 +183,19 @@ class RunSession:
                 raise CheckFailed(
                     f"stopped: {err}. The run was cancelled on the node and the node released."
                 ) from None
+            except RunDirUnwritable as err:
+                raise self.lost(
+                    f"cannot write the run directory: {err}",
+                    f"{err}. The node is fine, but the launcher cannot record the run; "
+                    "free space, then reattach.",
+                    err,
+                ) from err
             except InfraError as err:
-                raise self.left_running(
+                raise self.lost(
                     f"lost the node: {err}",
                     f"{err}. The run may still be going on on the node "
                     "(its GPUs keep costing money).",
+                    err,
                 ) from err
             return self.finish(code)
 
@@ -173,10 +206,14 @@ class RunSession:
                 ended = n.follower.check()
                 if ended is not None:
                     return ended.code
-            reason = self._over_budget()
-            if reason:
-                raise BudgetExceeded(reason)
+            self._stop_if_over_budget()
             time.sleep(self.settings.poll_s)
+
+    def _stop_if_over_budget(self) -> None:
+        """Raise BudgetExceeded past --max-usd/--max-hours (also between reconnection tries)."""
+        reason = self._over_budget()
+        if reason:
+            raise BudgetExceeded(reason)
 
     def _over_budget(self) -> str | None:
         start = self.timeline.acquired_at
@@ -209,18 +246,26 @@ class RunSession:
 
     def _stop_following(self, state: str, detail: str) -> None:
         self.drain_quietly()
-        self.close_logs("cancelled")
-        self.rd.set_status(state, detail)
+        self.write_quietly(lambda: self.close_logs("cancelled"))
+        self.write_quietly(lambda: self.rd.set_status(state, detail))
+
+    def write_quietly(self, write: Callable[[], object]) -> None:
+        """A write to the run dir on a way out: when the launcher's disk refuses it, say so and go
+        on, so the cancel and the release still happen."""
+        try:
+            write()
+        except (RunDirUnwritable, OSError) as err:
+            self.reporter.warn(f"warning: {err}")
 
     # --- the node's side -------------------------------------------------------------------------
 
-    def cancel_on_nodes(self) -> None:
+    def cancel_on_nodes(self, timeout_s: float = CANCEL_TIMEOUT_S) -> None:
         """Stop the run on every node; InfraError naming what could not be stopped."""
         left = []
         for n in self.nodes:
             out = n.transport.run(
                 protocol.cancel_command(self.node_run_dir, self.container),
-                timeout_s=120,
+                timeout_s=timeout_s,
                 check=False,
             ).stdout
             still = protocol.parse_cancel(out)
@@ -246,12 +291,38 @@ class RunSession:
             self.keep_cluster = False
             raise error from err
 
+    def lost(self, why: str, message: str, cause: InfraError) -> InfraError:
+        """The node cannot be followed any more (unreachable, or the run dir cannot be written).
+
+        Interactive: the run goes on and the user is told how to reattach or cancel. Unattended:
+        nobody will reattach, so the run is cancelled on the node (when it answers) and the
+        cluster released (a node this run launched is ended), instead of billing until its TTL.
+        """
+        if not self.settings.unattended:
+            return self.left_running(why, message)
+        self.reporter.say(f"{why}; unattended run: cancelling it and releasing the node")
+        try:
+            self.cancel_on_nodes(timeout_s=LOST_CANCEL_TIMEOUT_S)
+            outcome = "it was cancelled on the node"
+        except ReproduceError as err:
+            outcome = f"it could not be cancelled on the node ({str(err).splitlines()[0]})"
+        self._stop_following("failed", f"{why}; unattended: cancelled and released")
+        self.keep_cluster = False
+        if callable(getattr(self.cluster, "down_command", None)):
+            after = "the node this run launched is being ended."
+        else:
+            after = (
+                "the cluster was released; if the run still goes on there, stop it with "
+                f"`reproduce cancel {self.rd.path}`."
+            )
+        return InfraError(f"{message} Unattended run: {outcome}, and {after}")
+
     def left_running(self, why: str, message: str, *, close_logs: bool = True) -> InfraError:
         """The run may go on without us: keep the nodes, say so, and how to reattach or cancel."""
         if close_logs:
-            self.close_logs("running")
+            self.write_quietly(lambda: self.close_logs("running"))
         self.keep_cluster = True
-        self.rd.set_status("detached", why)
+        self.write_quietly(lambda: self.rd.set_status("detached", why))
         hint = reattach_hint(self.rd)
         down = getattr(self.cluster, "down_command", None)
         if callable(down):  # a node this run launched is billed until it is ended
@@ -278,18 +349,50 @@ class RunSession:
 
     # --- the end ------------------------------------------------------------------------------
 
+    def _on_node(self, n: NodeRun, what: str, action: Callable[[], T]) -> T | None:
+        """A node operation after the script ended, retried over the reconnect window; None (and a
+        warning) when the node stays unreachable: the log is complete, so the run still counts."""
+        try:
+            return n.follower.with_reconnect(action)
+        except RunDirUnwritable:
+            raise
+        except (InfraError, OSError, EOFError) as err:
+            self.reporter.warn(f"warning: could not {what} on {n.node.name}: {err}")
+            return None
+
     def finish(self, code: int | None) -> Outcome:
-        """The script ended: collect, release, then judge (the node no longer bills meanwhile)."""
+        """The script ended: collect, release, then judge (the node no longer bills meanwhile).
+
+        A connection that drops now is reconnected (the run's outcome is known already); one that
+        never comes back costs the result files, not the run.
+        """
         head = self.nodes[0]
-        check = head.transport.run(protocol.cancelled_command(self.node_run_dir), check=False)
-        cancelled = check.exit_code == 0
+        marked = self._on_node(
+            head,
+            "check whether the run was cancelled",
+            lambda: head.transport.run(protocol.cancelled_command(self.node_run_dir), check=False),
+        )
+        # unreachable: a script that exited 0 was not cancelled; any other code reads as a failure
+        cancelled = marked is not None and marked.exit_code == 0
         ok = code == 0 and not cancelled
         self.close_logs("ok" if ok else ("cancelled" if cancelled else "failed"))
         self.rd.set_status("collecting")
         collected: list[str] = []
         for n in self.nodes:
-            n.transport.run(protocol.cleanup_command(self.container), timeout_s=120, check=False)
-            collected += staging.collect(self.rd, n.transport, self.node_run_dir)
+            transport = n.transport
+
+            def cleanup(t: Transport = transport) -> object:
+                return t.run(protocol.cleanup_command(self.container), timeout_s=120, check=False)
+
+            def collect(t: Transport = transport) -> tuple[list[str], list[str]]:
+                return staging.collect(self.rd, t, self.node_run_dir)
+
+            self._on_node(n, "remove the run's container", cleanup)
+            got = self._on_node(n, "collect the result files", collect)
+            if got is not None:
+                collected += got[0]
+                for why in got[1]:
+                    self.reporter.warn(f"warning: not collected from {n.node.name}: {why}")
         self.rd.update_record(exit_code=code, collected=collected)
         try:
             self.release()  # before judging: released_at dates the GPU-hours
@@ -340,7 +443,7 @@ class RunSession:
         finally:
             if self.timeline.acquired_at is not None and self.timeline.released_at is None:
                 self.timeline.released_at = time.time()
-            self.rd.write_timeline(self.timeline)
+            self.write_quietly(lambda: self.rd.write_timeline(self.timeline))
 
     def release_after(self, original: BaseException | None) -> None:
         """The release on the way out of a run; a teardown failure keeps why the run failed."""

@@ -7,6 +7,7 @@ the timeline's stages are pure functions of node.log and are rebuilt from it on 
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import re
@@ -20,11 +21,14 @@ from typing import IO, Any, TypeVar
 from launcher.clusters.base import Transport
 from launcher.errors import BadInput, InfraError
 from launcher.parse.miles import last_step
-from launcher.rundir import TRAIN_STAGE, RunDir, Timeline
+from launcher.rundir import TRAIN_STAGE, RunDir, RunDirUnwritable, Timeline
 from launcher.runner.protocol import parse_marker, parse_poll, poll_command
 from launcher.runner.reporter import Reporter
 
 READ_CHUNK = 1 << 20
+# A marker line is short; a longer line is never one, so it is written on as it arrives instead of
+# being held (a long unterminated line costs linear time and bounded memory).
+MAX_MARKER_LINE = 4096
 _SAFE_STAGE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 T = TypeVar("T")
 
@@ -33,7 +37,9 @@ class LogSplitter:
     """Appends node output to logs/node.log and splits complete lines into logs/<stage>.log.
 
     A line belongs to the innermost stage open when it was printed; marker lines are kept in
-    node.log only. Lines outside any stage are only in node.log.
+    node.log only. Lines outside any stage are only in node.log. Every byte is looked at once: a
+    line without its newline yet is held only while it could still be a marker (MAX_MARKER_LINE),
+    then written on to its stage as it grows.
     """
 
     def __init__(
@@ -46,7 +52,8 @@ class LogSplitter:
         self.timeline = timeline
         self.on_marker = on_marker
         self.open_stages: list[str] = []
-        self._partial = b""
+        self._partial = bytearray()  # the start of a line that may still be a marker
+        self._spilling = False  # the current line is too long to be a marker: written as it comes
         self._handles: dict[str, IO[bytes]] = {}
 
     @property
@@ -65,7 +72,8 @@ class LogSplitter:
         (self.logs / f"{TRAIN_STAGE}.log").touch()
         self.timeline.stages = []
         self.open_stages = []
-        self._partial = b""
+        self._partial = bytearray()
+        self._spilling = False
         if self.node_log.exists():
             with open(self.node_log, "rb") as fh:
                 for chunk in iter(lambda: fh.read(READ_CHUNK), b""):
@@ -82,13 +90,42 @@ class LogSplitter:
         self._split(data, replay=False)
 
     def _split(self, data: bytes, *, replay: bool) -> None:
-        lines = (self._partial + data).split(b"\n")
-        self._partial = lines.pop()
-        for line in lines:
-            self._line(line + b"\n", replay)
+        start = 0
+        while True:
+            end = data.find(b"\n", start)
+            if end < 0:
+                self._hold(data[start:])
+                return
+            if self._spilling:  # the end of a long line: its stage was decided when it began
+                self._write_open(data[start : end + 1])
+                self._spilling = False
+            elif self._partial:
+                self._partial += data[start : end + 1]
+                line, self._partial = bytes(self._partial), bytearray()
+                self._line(line, replay)
+            else:
+                self._line(data[start : end + 1], replay)
+            start = end + 1
+
+    def _hold(self, tail: bytes) -> None:
+        """The unterminated end of a chunk: held while it could be a marker, else written on."""
+        if not tail:
+            return
+        if self._spilling:
+            self._write_open(tail)
+            return
+        self._partial += tail
+        if len(self._partial) > MAX_MARKER_LINE:
+            self._write_open(bytes(self._partial))
+            self._partial = bytearray()
+            self._spilling = True
+
+    def _write_open(self, data: bytes) -> None:
+        if self.open_stages:
+            self._stage_handle(self.open_stages[-1]).write(data)
 
     def _line(self, line: bytes, replay: bool) -> None:
-        marker = parse_marker(line.rstrip(b"\n"))
+        marker = parse_marker(line.rstrip(b"\n")) if len(line) <= MAX_MARKER_LINE else None
         if marker is None:
             if self.open_stages:
                 self._stage_handle(self.open_stages[-1]).write(line)
@@ -111,9 +148,10 @@ class LogSplitter:
 
     def flush_partial(self) -> None:
         """At the very end a last line without a newline still belongs to its stage."""
-        if self._partial and self.open_stages:
-            self._stage_handle(self.open_stages[-1]).write(self._partial)
-        self._partial = b""
+        if self._partial:
+            self._write_open(bytes(self._partial))
+        self._partial = bytearray()
+        self._spilling = False
         self.flush()
 
     def flush(self) -> None:
@@ -161,8 +199,10 @@ class Follower:
         steps_total: int | None = None,
         poll_s: float = 1.0,
         reconnect_s: float = 60.0,
+        while_reconnecting: Callable[[], Any] | None = None,
     ) -> None:
         self.transport = transport
+        self.while_reconnecting = while_reconnecting  # e.g. the budget check: it may raise
         self.node_run_dir = node_run_dir.rstrip("/")
         self.timeline = timeline
         self.reporter = reporter
@@ -188,13 +228,25 @@ class Follower:
             )
             if not data:
                 break
-            self.splitter.append(data)
+            self._keep(data)
             self._on_data(data)
             total += len(data)
             if len(data) < READ_CHUNK:
                 break
-        self.splitter.flush()
+        self._keep(b"")
         return total
+
+    def _keep(self, data: bytes) -> None:
+        """Bytes from the node into the run dir; a local write that fails is the launcher's disk,
+        never the connection (RunDirUnwritable is not retried as a reconnect)."""
+        try:
+            self.splitter.append(data)
+            self.splitter.flush()
+        except OSError as err:
+            raise RunDirUnwritable(
+                f"cannot write {self.splitter.logs}: {err.strerror or err}"
+                + (" (the launcher's disk is full)" if err.errno == errno.ENOSPC else "")
+            ) from err
 
     def drain_quietly(self) -> None:
         """Drain what can still be drained; at the end of a cancel a lost node changes nothing."""
@@ -214,13 +266,21 @@ class Follower:
         return answer
 
     def with_reconnect(self, action: Callable[[], T]) -> T:
-        """Retry a node operation while the connection comes back, up to reconnect_s."""
+        """Retry a node operation while the connection comes back, up to reconnect_s.
+
+        Between tries `while_reconnecting` runs (the budget check), so a node that cannot be
+        reached still stops at the budget. A failure to write the run dir is not retried.
+        """
         deadline = time.monotonic() + self.reconnect_s
         warned = False
         while True:
             try:
                 return action()
+            except RunDirUnwritable:
+                raise
             except (InfraError, OSError, EOFError) as err:
+                if self.while_reconnecting is not None:
+                    self.while_reconnecting()
                 if time.monotonic() >= deadline:
                     raise InfraError(
                         f"lost the connection to the node and could not reconnect: {err}"

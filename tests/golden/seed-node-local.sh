@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# reproduce node script for qwen3-30b-a3b/h200/attune-tp1-pp1-ep8-mt16k
+# reproduce node script for qwen3-30b-a3b/h200/tp1-pp1-ep8-dp8-792ce676cc
 #   recipe file sha256 2ebf9d797b88d718cfa5d4042d03dd1e9fda24084a0e86116ef67e1ac81ff011
 #   run 20261201T120000Z-golden on cluster profile local (kind local), 1 x 8 H200
 # Plain bash, runnable by hand on the node: bash node.sh
 # Stages print '##reproduce stage=NAME event=start|end' markers; the launcher builds the timeline from them.
+# bash reads the whole { ... } group before running any of it: text added to this file later never runs.
+{
 set -euo pipefail
 
 RUN_ID=20261201T120000Z-golden
@@ -15,22 +17,48 @@ CONTAINER=reproduce-20261201T120000Z-golden
 HF_CKPT=/var/tmp/reproduce-cache/hf/Qwen--Qwen3-30B-A3B@ad44e777bcd1
 TORCH_DIST=/var/tmp/reproduce-cache/torch_dist/Qwen--Qwen3-30B-A3B@ad44e777bcd1
 SFT_DATA=/var/tmp/reproduce-cache/rows/qwen3-tulu3-fixed8192-v1-7ea7f5dca51f.parquet
-export RUN_ID NODE_RUN_DIR HF_CKPT TORCH_DIST SFT_DATA
-# the cache may sit on a disk only root can write to (the DLAMI's /opt/dlami/nvme): then sudo -n makes it ours
-for dir in "$NODE_RUN_DIR" "$CACHE_DIR" "$(dirname "$HF_CKPT")" "$(dirname "$TORCH_DIST")" "$(dirname "$SFT_DATA")"; do
-  mkdir -p "$dir" 2>/dev/null || sudo -n install -d -o "$(id -u)" -g "$(id -g)" "$dir"
-done
-cd "$NODE_RUN_DIR"
+REPRODUCE_OUT_DIR="$NODE_RUN_DIR/out"  # the only one a container may write
+export RUN_ID NODE_RUN_DIR REPRODUCE_OUT_DIR HF_CKPT TORCH_DIST SFT_DATA
 
-# Secrets (HF_TOKEN) arrive in a 0600 file that is read once and deleted; never echoed.
-if [ -f "$NODE_RUN_DIR/.secrets.env" ]; then set -a; . "$NODE_RUN_DIR/.secrets.env"; set +a; rm -f "$NODE_RUN_DIR/.secrets.env"; fi
+# Secrets (HF_TOKEN) arrive in a 0600 file that is read first and deleted; never echoed, never exported:
+# only the asset download gets HF_TOKEN.
+HF_TOKEN="${HF_TOKEN:-}"
+export -n HF_TOKEN
+if [ -f "$NODE_RUN_DIR/.secrets.env" ]; then . "$NODE_RUN_DIR/.secrets.env"; rm -f "$NODE_RUN_DIR/.secrets.env"; fi
+
+# The directories the run writes to and trusts must be ours and writable by no one else (shared hosts);
+# a missing one is made 0700 (on a disk only root can write to, such as the DLAMI's /opt/dlami/nvme, by sudo -n).
+_trusted_dir() {
+  local me owner mode link_owner
+  me="$(id -u)"
+  if [ ! -e "$1" ] && [ ! -L "$1" ]; then
+    mkdir -p -m 700 "$1" 2>/dev/null \
+      || sudo -n install -d -m 700 -o "$me" -g "$(id -g)" "$1" \
+      || { echo "reproduce: cannot create $1" >&2; return 1; }
+  fi
+  owner="$(stat -L -c %u "$1" 2>/dev/null)" && mode="$(stat -L -c %a "$1" 2>/dev/null)" \
+    && link_owner="$(stat -c %u "$1" 2>/dev/null)" \
+    || { echo "reproduce: cannot inspect $1" >&2; return 1; }
+  if [ ! -d "$1" ] || [ "$owner" != "$me" ] || [ "$link_owner" != "$me" ] \
+    || (( 8#$mode & 8#022 )); then
+    echo "reproduce: refusing $1: it must be a directory owned by uid $me and writable" \
+      "by no one else, but its owner is uid $owner and its mode $mode;" \
+      "remove it or fix its owner and mode" >&2
+    return 1
+  fi
+}
+for dir in "$NODE_RUN_DIR" "$CACHE_DIR" "$(dirname "$HF_CKPT")" "$(dirname "$TORCH_DIST")" "$(dirname "$SFT_DATA")"; do
+  _trusted_dir "$dir" || exit 1
+done
+mkdir -p -m 700 "$REPRODUCE_OUT_DIR" "$NODE_RUN_DIR/state"
+cd "$NODE_RUN_DIR"
 
 _stage_begin() { _STAGE=$1; printf '##reproduce stage=%s event=start t=%s\n' "$1" "$(date +%s.%N)"; }
 _stage_end() { printf '##reproduce stage=%s event=end status=ok t=%s\n' "$_STAGE" "$(date +%s.%N)"; _STAGE=''; }
 _on_exit() {
   local rc=$? status=failed
   if [ -n "${_STAGE:-}" ]; then
-    [ -e "$NODE_RUN_DIR/cancelled" ] && status=cancelled  # `reproduce cancel` marks the run first
+    [ -e "$NODE_RUN_DIR/state/cancelled" ] && status=cancelled  # `reproduce cancel` marks the run first
     printf '##reproduce stage=%s event=end status=%s rc=%s t=%s\n' "$_STAGE" "$status" "$rc" "$(date +%s.%N)"
   fi
   _cleanup
@@ -39,9 +67,9 @@ _on_exit() {
 _cleanup() { docker rm -f "$CONTAINER" >/dev/null 2>&1 || true; }
 trap _on_exit EXIT
 
-# flags of every docker run below (miles' documented ones; mounts of the run dir, caches, scripts)
+# flags of every docker run below (miles' documented ones; mounts of the run's out and state dirs, the cache, scripts)
 GPU_ARGS=(--gpus all)
-DOCKER_ARGS=(--ipc host --network host --ulimit memlock=-1 --ulimit stack=67108864 --shm-size 32g -v /var/tmp/reproduce/runs/20261201T120000Z-golden:/var/tmp/reproduce/runs/20261201T120000Z-golden -v /var/tmp/reproduce-cache:/var/tmp/reproduce-cache -v /var/tmp/reproduce/runs/20261201T120000Z-golden/scripts:/opt/reproduce/scripts:ro -e RUN_ID -e NODE_RUN_DIR -e HF_CKPT -e TORCH_DIST -e SFT_DATA -e HF_TOKEN)
+DOCKER_ARGS=(--ipc host --network host --ulimit memlock=-1 --ulimit stack=67108864 --shm-size 32g -v /var/tmp/reproduce/runs/20261201T120000Z-golden/out:/var/tmp/reproduce/runs/20261201T120000Z-golden/out -v /var/tmp/reproduce/runs/20261201T120000Z-golden/state:/var/tmp/reproduce/runs/20261201T120000Z-golden/state:ro -v /var/tmp/reproduce-cache:/var/tmp/reproduce-cache -v /var/tmp/reproduce/runs/20261201T120000Z-golden/scripts:/opt/reproduce/scripts:ro -e RUN_ID -e NODE_RUN_DIR -e REPRODUCE_OUT_DIR -e HF_CKPT -e TORCH_DIST -e SFT_DATA)
 # EFA devices go into the container when the node has them (p5en: 16)
 EFA_ARGS=()
 for dev in /dev/infiniband/*; do
@@ -79,7 +107,7 @@ _stage_end
 # ---- stage assets: checkpoint, converted checkpoint and rows, verified
 _stage_begin assets
 # Hugging Face checkpoint Qwen/Qwen3-30B-A3B at ad44e777bcd18fa416d9da3bd8f70d33ebb85d39 (skipped when complete)
-docker run --rm "${DOCKER_ARGS[@]}" "${EFA_ARGS[@]}" "$IMAGE" bash -c 'python3 "/opt/reproduce/scripts/fetch_assets.py" hf-checkpoint --repo Qwen/Qwen3-30B-A3B --revision ad44e777bcd18fa416d9da3bd8f70d33ebb85d39 --dest "$HF_CKPT"'
+HF_TOKEN="$HF_TOKEN" docker run --rm -e HF_TOKEN "${DOCKER_ARGS[@]}" "${EFA_ARGS[@]}" "$IMAGE" bash -c 'python3 "/opt/reproduce/scripts/fetch_assets.py" hf-checkpoint --repo Qwen/Qwen3-30B-A3B --revision ad44e777bcd18fa416d9da3bd8f70d33ebb85d39 --dest "$HF_CKPT"'
 # the converted checkpoint: done when latest_checkpointed_iteration.txt says release
 if ! grep -qx release "$TORCH_DIST/latest_checkpointed_iteration.txt" 2>/dev/null; then
   docker run --rm "${GPU_ARGS[@]}" "${DOCKER_ARGS[@]}" "${EFA_ARGS[@]}" "$IMAGE" bash -c 'export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1; cd /root/miles && MODEL_ARGS_LINE="$(python3 miles/utils/external_utils/model_args_utils.py qwen3-30B-A3B)" && read -ra MODEL_ARGS <<< "$MODEL_ARGS_LINE" && PYTHONPATH=/root/miles:/root/Megatron-LM torchrun --nproc-per-node 8 tools/convert_hf_to_torch_dist.py "${MODEL_ARGS[@]}" --hf-checkpoint "$HF_CKPT" --save "$TORCH_DIST"'
@@ -102,7 +130,7 @@ _stage_end() { printf '##reproduce stage=%s event=end status=ok t=%s\n' "$_STAGE
 _on_exit() {
   local rc=$? status=failed
   if [ -n "${_STAGE:-}" ]; then
-    [ -e "$NODE_RUN_DIR/cancelled" ] && status=cancelled  # `reproduce cancel` marks the run first
+    [ -e "$NODE_RUN_DIR/state/cancelled" ] && status=cancelled  # `reproduce cancel` marks the run first
     printf '##reproduce stage=%s event=end status=%s rc=%s t=%s\n' "$_STAGE" "$status" "$rc" "$(date +%s.%N)"
   fi
   _cleanup
@@ -182,3 +210,5 @@ REPRODUCE_CONTAINER_SCRIPT
 docker run --rm --name "$CONTAINER" "${GPU_ARGS[@]}" "${DOCKER_ARGS[@]}" "${EFA_ARGS[@]}" "$IMAGE" bash -c "$CONTAINER_SCRIPT"
 
 echo '##reproduce done'
+exit
+}

@@ -1,11 +1,33 @@
-_alive() { if command -v ps >/dev/null 2>&1; then ps -s "$1" -o stat= 2>/dev/null | grep -qv "^Z"; else kill -0 -- "-$1" 2>/dev/null; fi; }
 cd /var/tmp/reproduce/runs/20260101T000000Z-abcdef || exit 0
-touch cancelled
+touch state/cancelled
+rm -f .secrets.env
+here="$(pwd -P)"
 pg=$(cat pid 2>/dev/null || true)
-alive() { [ -n "$pg" ] && _alive "$pg"; }
-stop() {  # the run's process group, and anything of its session that left the group
-  kill -"$1" -- "-$pg" 2>/dev/null || true
-  if command -v pkill >/dev/null 2>&1; then pkill -"$1" -s "$pg" 2>/dev/null || true; fi
+case "$pg" in "" | *[!0-9]*) pg="" ;; esac
+ours() {  # a process of this run: it carries the mark the launch gave the wrapper
+  tr "\0" "\n" < "/proc/$1/environ" 2>/dev/null | grep -qxF "REPRODUCE_RUN_DIR=$here"
+}
+leader() {  # pid names this run's wrapper, alive
+  [ -n "$pg" ] && ours "$pg" &&
+    [ "$(tr "\0" " " < "/proc/$pg/cmdline" 2>/dev/null)" = "bash run_node.sh " ]
+}
+members() { [ -n "$pg" ] && ps -s "$pg" -o pid= 2>/dev/null; }
+alive() {
+  if leader; then return 0; fi
+  for p in $(members); do ours "$p" && return 0; done
+  return 1
+}
+stop() {  # the run's process group and the rest of its session; else the marked ones
+  if leader; then
+    kill -"$1" -- "-$pg" 2>/dev/null || true
+    if command -v pkill >/dev/null 2>&1; then
+      pkill -"$1" -s "$pg" 2>/dev/null || true
+    fi
+  else
+    for p in $(members); do
+      if ours "$p"; then kill -"$1" "$p" 2>/dev/null || true; fi
+    done
+  fi
 }
 if alive; then stop TERM; fi
 if command -v docker >/dev/null 2>&1; then docker rm -f reproduce-20260101T000000Z-abcdef >/dev/null 2>&1 || true; fi
@@ -15,5 +37,5 @@ if command -v docker >/dev/null 2>&1; then docker rm -f reproduce-20260101T00000
 [ -f exit_code ] || echo 137 > exit_code
 left=""
 if alive; then left="processes of group $pg"; fi
-if command -v docker >/dev/null 2>&1 && [ -n "$(docker ps -aq --filter name=^reproduce-20260101T000000Z-abcdef$ 2>/dev/null)" ]; then left="$left container reproduce-20260101T000000Z-abcdef"; fi
+if command -v docker >/dev/null 2>&1 && [ -n "$(docker ps -aq --filter 'name=^reproduce-20260101T000000Z-abcdef$' 2>/dev/null)" ]; then left="$left container "reproduce-20260101T000000Z-abcdef; fi
 echo "left:$left"

@@ -3,7 +3,7 @@ _stage_end() { printf '##reproduce stage=%s event=end status=ok t=%s\n' "$_STAGE
 _on_exit() {
   local rc=$? status=failed
   if [ -n "${_STAGE:-}" ]; then
-    [ -e "$NODE_RUN_DIR/cancelled" ] && status=cancelled  # `reproduce cancel` marks the run first
+    [ -e "$NODE_RUN_DIR/state/cancelled" ] && status=cancelled  # `reproduce cancel` marks the run first
     printf '##reproduce stage=%s event=end status=%s rc=%s t=%s\n' "$_STAGE" "$status" "$rc" "$(date +%s.%N)"
   fi
   _cleanup
