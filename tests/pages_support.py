@@ -116,20 +116,23 @@ def make_run(
     stack_differs: str | None = None,
     state: str = "done",
     failed_stage: str | None = None,
+    slug: str = SLUG,
+    runs_root: Path | None = None,
     **standin: Any,
 ) -> Path:
-    """A run directory under root/runs/<slug>/<name>, measured by launcher/evaluate.py.
+    """A run directory under root/runs/<slug>/<name> (or runs_root/<slug>/<name>), measured by
+    launcher/evaluate.py.
 
     `standin` goes to the stand-in miles (step_time_s, step_times, nan_at, cut_at, ...).
     """
-    rd = root / "runs" / SLUG / name
+    rd = (runs_root if runs_root is not None else root / "runs") / slug / name
     (rd / "logs").mkdir(parents=True)
     shutil.copyfile(SEED, rd / "recipe.yaml")
     run_standin(rd / "logs" / "train.log", steps=20, **standin)
     _write_json(rd / "timeline.json", timeline(failed_stage=failed_stage))
     _write_json(
         rd / "run.json",
-        {"run_id": name, "slug": SLUG, "created_at": START - 930.0, "cluster": {"kind": "aws"}},
+        {"run_id": name, "slug": slug, "created_at": START - 930.0, "cluster": {"kind": "aws"}},
     )
     _write_json(
         rd / "status.json",
@@ -149,7 +152,7 @@ def make_run(
             "run_id": name,
             "recipe": {
                 "path": str(SEED),
-                "slug": SLUG,
+                "slug": slug,
                 "sha256": hashlib.sha256(SEED.read_bytes()).hexdigest(),
             },
             "profile": {"name": "aws-p5en", "kind": "aws", "path": "env/aws-p5en.yaml"},

@@ -67,16 +67,21 @@ def shown_number(text: str) -> float:
 
 
 def assert_figures_match_result_yaml(html: str, run_dir: Path) -> None:
-    result = yaml.safe_load((run_dir / "result.yaml").read_text())
     c = parse(html)
-    for key in ("tokens_per_s_per_gpu", "usd_per_million_tokens", "step_time_cv_percent"):
-        assert shown_number(c.figures[key]) == pytest.approx(result[key], abs=0.005), key
-    assert shown_number(c.figures["mfu"]) / 100 == pytest.approx(result["mfu"], abs=5e-5)
-    assert shown_number(c.figures["gpu_hours"]) == pytest.approx(result["gpu_hours"], abs=0.005)
-    assert c.figures["window"] == "{}–{}".format(*result["window"])
-    assert shown_number(c.figures["window_tokens"]) == result["window_tokens"]
-    assert shown_number(c.figures["steps_per_run"]) == result["steps_per_run"]
+    assert_shown_figures_match(c.figures, run_dir)
     assert shown_number(c.claims["tokens_per_s_per_gpu"]) == CLAIMED_TPS
+
+
+def assert_shown_figures_match(figures: dict[str, str], run_dir: Path) -> None:
+    """The figures as the page shows them (data-figure key -> text) equal result.yaml's."""
+    result = yaml.safe_load((run_dir / "result.yaml").read_text())
+    for key in ("tokens_per_s_per_gpu", "usd_per_million_tokens", "step_time_cv_percent"):
+        assert shown_number(figures[key]) == pytest.approx(result[key], abs=0.005), key
+    assert shown_number(figures["mfu"]) / 100 == pytest.approx(result["mfu"], abs=5e-5)
+    assert shown_number(figures["gpu_hours"]) == pytest.approx(result["gpu_hours"], abs=0.005)
+    assert figures["window"] == "{}–{}".format(*result["window"])
+    assert shown_number(figures["window_tokens"]) == result["window_tokens"]
+    assert shown_number(figures["steps_per_run"]) == result["steps_per_run"]
 
 
 def assert_self_contained(html: str) -> None:

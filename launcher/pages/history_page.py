@@ -30,6 +30,9 @@ from launcher.pages.html import (
     table,
 )
 from launcher.pages.run_page import PAGE_NAME
+from launcher.pages.rundata import read_run_dir
+
+_TREND_KEYS = ("tokens_per_s_per_gpu", "mfu", "usd_per_million_tokens")
 
 NO_REGRESSION = Status("no regression", "#116329", "#dafbe1", "within the claim and the trend")
 
@@ -73,7 +76,7 @@ def write_history_page(
     text = render_history_page(
         slug,
         rows,
-        claims=claims,
+        claims=claims if claims is not None else claims_of(rows),
         links=report_links(rows, path.parent.resolve()),
         history_path=history_path,
     )
@@ -81,6 +84,18 @@ def write_history_page(
     tmp.write_text(text, encoding="utf-8")
     tmp.replace(path)
     return path
+
+
+def claims_of(rows: Sequence[RunRow]) -> dict[str, float | None]:
+    """The card's figures as the latest run that recorded them holds them (its verdict.json)."""
+    for r in reversed(rows):
+        if not r.run_dir:
+            continue
+        verdict = read_run_dir(Path(r.run_dir), ("verdict.json",)).mapping("verdict.json")
+        claimed = verdict.get("claimed")
+        if isinstance(claimed, dict):
+            return {k: number(claimed.get(k)) for k in _TREND_KEYS}
+    return {}
 
 
 def _claims(rows: Sequence[RunRow], given: Mapping[str, float | None] | None) -> dict[str, float]:
@@ -118,7 +133,7 @@ def render_history_page(
         )
     header = (
         '<p class="kicker">reproduce · history</p>'
-        f'<h1>{esc(slug)}</h1><p class="meta">{"".join(meta)}</p>'
+        f'<h1>{esc(slug)}</h1><p class="meta">{" ".join(meta)}</p>'
     )
     if not rows:
         body = section("latest", "Latest run", not_recorded("No run of this recipe is recorded."))
@@ -145,15 +160,16 @@ def render_history_page(
     return page(f"History of {slug}", header, body, foot)
 
 
-def _regression_badge(a: Assessment) -> str:
+def regression_badge(a: Assessment) -> str:
+    """A short mark for tables: REGRESSION, no, or n/a (not judged)."""
     if a.regression:
         return badge("regression")
     if not a.judged:
-        return badge(None)
+        return '<span class="dim">n/a</span>'
     s = NO_REGRESSION
     return (
         f'<span class="badge" style="color:{s.fg};background:{s.bg};border-color:{s.fg}33">'
-        f"{esc(s.label)}</span>"
+        "no</span>"
     )
 
 
@@ -289,50 +305,54 @@ def _charts(rows: Sequence[RunRow], judged: Sequence[Assessment], card: Mapping[
 
 
 def _table(rows: Sequence[RunRow], judged: Sequence[Assessment], links: Mapping[str, str]) -> str:
-    body, attrs = [], []
+    several = len({r.cluster_name for r in rows}) > 1
+    body, attrs, regressions = [], [], []
     for r, a in reversed(list(zip(rows, judged, strict=True))):
         trend = (
             signed(a.trend.difference_percent)
             if a.judged and a.trend.difference_percent is not None
             else "—"
         )
-        body.append(
-            [
-                _run_link(r, links),
-                esc(day(r.started_at)),
-                esc(r.cluster_name or "—"),
-                badge(r.verdict or r.state),
-                f'<span data-run="{esc(r.run_id)}" data-figure="tokens_per_s_per_gpu">'
-                f"{esc(num(r.tokens_per_s_per_gpu))}</span>",
-                esc(signed(r.difference_percent)),
-                esc(trend),
-                esc(num(r.mfu, 4)),
-                esc(num(r.usd_per_million_tokens, 3)),
-                esc(num(r.gpu_hours, 2)),
-                _regression_badge(a)
-                + "".join(
-                    f'<span class="why">{esc(x)}</span>'
-                    for x in a.reasons
-                    if a.regression or not a.judged
-                ),
-            ]
-        )
+        cells = [
+            _run_link(r, links),
+            f'<span class="nowrap">{esc(day(r.started_at))}</span>',
+            badge(r.verdict or r.state),
+            f'<span data-run="{esc(r.run_id)}" data-figure="tokens_per_s_per_gpu">'
+            f"{esc(num(r.tokens_per_s_per_gpu))}</span>",
+            esc(signed(r.difference_percent)),
+            esc(trend),
+            esc(num(r.mfu, 4)),
+            esc(num(r.usd_per_million_tokens, 3)),
+            esc(num(r.gpu_hours, 2)),
+            f'<span title="{esc("; ".join(a.reasons))}">{regression_badge(a)}</span>',
+        ]
+        if several:
+            cells.insert(2, f'<span class="nowrap">{esc(r.cluster_name or "—")}</span>')
+        body.append(cells)
         attrs.append(' class="regression"' if a.regression else "")
-    return table(
-        [
-            "run",
-            "started (UTC)",
-            "cluster",
-            "verdict",
-            "tokens/s/GPU",
-            "vs claim",
-            "vs trend",
-            "MFU",
-            "$ / 1M",
-            "GPU-h",
-            "regression",
-        ],
-        body,
-        numeric=(4, 5, 6, 7, 8, 9),
-        row_attrs=attrs,
-    )
+        if a.regression:
+            regressions.append(
+                f"<li>{_run_link(r, links)} ({esc(day(r.started_at))} UTC): "
+                + "; ".join(esc(x) for x in a.reasons)
+                + "</li>"
+            )
+    header = [
+        "run",
+        "started (UTC)",
+        "verdict",
+        "tokens/s/GPU",
+        "vs claim",
+        "vs trend",
+        "MFU",
+        "$ / 1M",
+        "GPU-h",
+        "regression",
+    ]
+    numeric: tuple[int, ...] = (3, 4, 5, 6, 7, 8)
+    if several:
+        header.insert(2, "cluster")
+        numeric = tuple(n + 1 for n in numeric)
+    out = table(header, body, numeric=numeric, row_attrs=attrs)
+    if regressions:
+        out += "<h3>Regressions</h3><ul class='notes'>" + "".join(reversed(regressions)) + "</ul>"
+    return out

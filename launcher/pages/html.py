@@ -158,7 +158,8 @@ def table(
         )
         body.append(f"<tr{attrs}>{cells}</tr>")
     return (
-        f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+        f'<div class="scroll"><table class="{cls}"><thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(body)}</tbody></table></div>"
     )
 
 
@@ -195,7 +196,7 @@ CSS = """
 html{-webkit-text-size-adjust:100%}
 body{margin:0;color:var(--fg);background:#fff;font:15px/1.5 system-ui,-apple-system,"Segoe UI",
 Roboto,"Liberation Sans","DejaVu Sans",Helvetica,Arial,sans-serif}
-header.top,main,footer.foot{max-width:1120px;margin:0 auto;padding:0 28px}
+header.top,main,footer.foot{max-width:1180px;margin:0 auto;padding:0 28px}
 header.top{padding-top:28px;padding-bottom:8px}
 .kicker{font-size:12px;letter-spacing:.08em;text-transform:uppercase;color:var(--muted);margin:0}
 h1{font-size:28px;line-height:1.25;margin:4px 0 6px;font-weight:650}
@@ -219,7 +220,8 @@ font-weight:650;letter-spacing:.02em;white-space:nowrap;text-transform:uppercase
 margin:18px 0 6px;border:1px solid}
 .verdict .what{font-size:16px;font-weight:600;margin:2px 0 4px}
 .verdict ul{margin:6px 0 0;padding-left:18px}.verdict li{margin:2px 0}
-.tiles{display:grid;grid-template-columns:repeat(auto-fit,minmax(190px,1fr));gap:12px;margin:14px 0}
+.tiles{display:grid;grid-template-columns:repeat(auto-fit,minmax(min(190px,100%),1fr));
+gap:12px;margin:14px 0}
 .tile{border:1px solid var(--line);border-radius:10px;padding:12px 14px 10px;background:#fff}
 .tile .label{font-size:12.5px;color:var(--muted);text-transform:uppercase;letter-spacing:.05em}
 .tile .value{font-size:26px;font-weight:650;line-height:1.2;margin:4px 0 2px;
@@ -233,8 +235,10 @@ background:var(--soft);color:var(--muted);font-variant-numeric:tabular-nums}
 .chip.warn{background:#fff1e5;color:#953800}
 table{border-collapse:collapse;width:100%;font-size:14px;margin:8px 0 4px}
 table.compact{width:auto;min-width:50%}
+.scroll{overflow-x:auto}.nowrap{white-space:nowrap}
+.recipe{display:inline-block;min-width:200px}
 table.kv td:first-child{white-space:nowrap;color:var(--muted)}
-th,td{text-align:left;padding:6px 10px;border-bottom:1px solid var(--line);vertical-align:top}
+th,td{text-align:left;padding:6px 8px;border-bottom:1px solid var(--line);vertical-align:top}
 th{font-size:12.5px;text-transform:uppercase;letter-spacing:.04em;color:var(--muted);
 font-weight:600;background:var(--soft)}
 td.num,th.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
@@ -242,12 +246,14 @@ tr.window td{background:#f0faf2}
 tr.fail td{background:#fff5f5}
 tr.regression td{background:#fff5f5}
 td .why{display:block;color:var(--muted);font-size:12.5px}
-.grid2{display:grid;grid-template-columns:repeat(auto-fit,minmax(440px,1fr));gap:18px}
+.grid2{display:grid;grid-template-columns:repeat(auto-fit,minmax(min(440px,100%),1fr));gap:18px}
 figure{margin:6px 0;border:1px solid var(--line);border-radius:10px;padding:10px 12px 6px}
 figure svg{display:block;width:100%;height:auto}
+svg{max-width:100%}
 figcaption{font-size:13px;color:var(--muted);margin:2px 0 4px}
 figcaption b{color:var(--fg);font-weight:650;font-size:14px}
-dl.facts{display:grid;grid-template-columns:minmax(150px,220px) 1fr;gap:6px 18px;margin:8px 0}
+dl.facts{display:grid;grid-template-columns:minmax(110px,220px) minmax(0,1fr);gap:6px 18px;
+margin:8px 0}
 dl.facts dt{color:var(--muted);font-size:14px}dl.facts dd{margin:0;min-width:0}
 .ok{color:var(--ok);font-weight:600}.no{color:var(--bad);font-weight:600}
 .warn{color:var(--warn);font-weight:600}.dim{color:var(--muted)}
@@ -259,5 +265,7 @@ vertical-align:-1px}
 .counts{display:flex;flex-wrap:wrap;gap:8px;margin:14px 0}
 footer.foot{color:var(--muted);font-size:13px;padding-bottom:36px;margin-top:36px}
 footer.foot>div{border-top:1px solid var(--line);padding-top:12px}
+@media (max-width:640px){header.top,main,footer.foot{padding-left:14px;padding-right:14px}
+h1{font-size:22px}.verdict{flex-direction:column;gap:8px}}
 @media print{section{break-inside:avoid}}
 """

@@ -16,7 +16,7 @@ from typing import Protocol
 
 from launcher.history import Assessment, History, RunRow
 from launcher.pages import svg
-from launcher.pages.history_page import NO_REGRESSION, day
+from launcher.pages.history_page import day, regression_badge
 from launcher.pages.html import badge, esc, num, page, section, signed, status_of, table
 from launcher.pages.run_page import PAGE_NAME
 
@@ -119,7 +119,7 @@ def render_nightly_page(
     ]
     header = (
         '<p class="kicker">reproduce · nightly</p>'
-        f'<h1>Nightly {esc(date)}</h1><p class="meta">{"".join(meta)}</p>'
+        f'<h1>Nightly {esc(date)}</h1><p class="meta">{" ".join(meta)}</p>'
     )
     chips = "".join(
         f'<span data-outcome-count="{esc(k)}">{badge(k)} <b>{v}</b></span>'
@@ -174,20 +174,16 @@ def _table(
             else '<span class="dim">—</span>'
         )
         href = links.get(r.run_id)
-        report = f'<a href="{esc(href)}">report</a>' if href else '<span class="dim">none</span>'
-        reg = (
-            badge("regression")
-            if a.regression
-            else (
-                f'<span class="badge" style="color:{NO_REGRESSION.fg};'
-                f'background:{NO_REGRESSION.bg};border-color:{NO_REGRESSION.fg}33">no</span>'
-                if a.judged
-                else '<span class="dim">n/a</span>'
-            )
+        report = (
+            f'<br><a href="{esc(href)}" class="dim">run report</a>'
+            if href
+            else '<br><span class="dim">no run report</span>'
         )
+        reg = regression_badge(a)
         body.append(
             [
-                f'<a href="#r-{esc(r.run_id)}">{esc(r.slug)}</a>',
+                f'<span class="recipe"><a href="#r-{esc(r.run_id)}">{esc(r.slug)}</a>'
+                f"{report}</span>",
                 badge(e.outcome, attr=f' data-outcome="{esc(e.outcome)}"'),
                 badge(r.verdict) if r.verdict else '<span class="dim">—</span>',
                 f'<span data-figure="tokens_per_s_per_gpu">'
@@ -196,7 +192,6 @@ def _table(
                 esc(trend),
                 reg,
                 spark,
-                report,
             ]
         )
         attrs.append(' class="regression"' if a.regression else "")
@@ -210,7 +205,6 @@ def _table(
             "vs trend",
             "regression",
             "trend",
-            "page",
         ],
         body,
         numeric=(3, 4, 5),
@@ -222,13 +216,13 @@ def _detail(e: NightlyEntryLike, links: Mapping[str, str]) -> str:
     r, a = e.row, e.assessment
     href = links.get(r.run_id)
     where = (
-        f'<a href="{esc(href)}">{esc(r.run_dir)}</a>'
+        f'in <a href="{esc(href)}">{esc(r.run_dir)}</a>'
         if href
-        else (f"<code>{esc(r.run_dir)}</code>" if r.run_dir else "no run directory")
+        else (f"in <code>{esc(r.run_dir)}</code>" if r.run_dir else "(no run directory)")
     )
     facts = [
         ("recipe file", f"<code>{esc(e.recipe)}</code>"),
-        ("run", f"<span class='mono'>{esc(r.run_id)}</span> in {where}"),
+        ("run", f"<span class='mono'>{esc(r.run_id)}</span> {where}"),
         ("outcome", f"{badge(e.outcome)} <span class='dim'>exit {esc(e.run.code)}</span>"),
     ]
     if r.detail:

@@ -99,7 +99,7 @@ def _header(ctx: rs.Context) -> str:
     return (
         '<p class="kicker">reproduce · run report</p>'
         f"<h1>{esc(ctx.title)}</h1>"
-        f'<p class="meta">{"".join(meta)}</p>'
+        f'<p class="meta">{" ".join(meta)}</p>'
     )
 
 

@@ -196,7 +196,7 @@ def line_chart(c: Chart) -> str:
                     f'fill-opacity="{b.opacity}"><title>{esc(b.label)}</title></rect>'
                 )
     # grid and y ticks
-    yt = [t for t in nice_ticks(y0, y1) if y0 <= t <= y1]
+    yt = [t for t in nice_ticks(y0, y1, 6) if y0 <= t <= y1]
     fmt_y = c.y_format or (lambda v: _tick_text(v, yt))
     for t in yt:
         y = py(t)
@@ -251,10 +251,12 @@ def line_chart(c: Chart) -> str:
         if not _finite(r.y):
             continue
         ry = min(max(r.y, y0), y1)
+        below = py(ry) < top + ph * 0.6  # the label goes where the plot has room
+        ly = py(ry) + 21 if below else py(ry) - 13
         out.append(
             f'<circle cx="{px(r.x):.1f}" cy="{py(ry):.1f}" r="8" fill="none" stroke="{r.color}" '
             f'stroke-width="2"><title>{esc(r.label)}</title></circle>'
-            f'<text x="{px(r.x):.1f}" y="{py(ry) + 21:.1f}" text-anchor="middle" '
+            f'<text x="{px(r.x):.1f}" y="{ly:.1f}" text-anchor="middle" '
             f'fill="{r.color}" font-weight="600">{esc(r.label)}</text>'
         )
     out.append("</svg>")

@@ -1,0 +1,207 @@
+"""The pages in a real headless Chromium (Debian's `chromium`): each loads with no console error,
+no exception and no request for anything but itself; the figures read from the DOM equal
+result.yaml's; nothing overflows the window; and a screenshot of each page is kept.
+
+Screenshots go to $REPRODUCE_TEST_ARTIFACTS/pages/, else <$REPRODUCE_TEST_LOG_DIR or
+/var/log/reproduce-tests>/artifacts/pages/ (next to the apt and pip logs tests/run.sh keeps); the
+directory is printed at the end of the module. Chromium missing is a FAILURE unless
+REPRODUCE_TEST_NO_BROWSER=1 is set (tests/run.sh installs it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+from infra.browser import Browser, artifacts_dir, chromium_path
+from pages_support import make_run, set_verdict
+from test_pages_history import SLUG, assess_each, history_rows
+from test_pages_run import assert_shown_figures_match
+
+from launcher.history import History
+from launcher.nightly import RecipeRun
+from launcher.pages import (
+    render_nightly_page,
+    write_history_page,
+    write_run_page,
+)
+
+FIGURES_JS = (
+    "JSON.stringify(Object.fromEntries([...document.querySelectorAll("
+    "'[data-figure]:not([data-run])')].map(e => [e.dataset.figure, e.textContent.trim()])))"
+)
+LAYOUT_JS = """JSON.stringify({
+  overflow: document.documentElement.scrollWidth - window.innerWidth,
+  title: document.title,
+  status: (document.querySelector('[data-status]') || {dataset: {}}).dataset.status,
+  svgs: [...document.querySelectorAll('svg')].length,
+  emptySvgs: [...document.querySelectorAll('svg')]
+    .filter(s => s.getBoundingClientRect().width < 1 || s.getBoundingClientRect().height < 1)
+    .filter(s => s.closest('details') === null || s.closest('details').open).length,
+  rings: [...document.querySelectorAll('circle[r="8"]')].length,
+  regressionRows: [...document.querySelectorAll('tr.regression')].length,
+  font: getComputedStyle(document.body).fontFamily,
+})"""
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if os.environ.get("REPRODUCE_TEST_NO_BROWSER") == "1":
+        pytest.skip("REPRODUCE_TEST_NO_BROWSER=1: browser tests skipped on request")
+    if chromium_path() is None:
+        pytest.fail(
+            "chromium is not installed (tests/run.sh installs Debian's chromium); "
+            "set REPRODUCE_TEST_NO_BROWSER=1 to skip the browser tests"
+        )
+    with Browser() as b:
+        yield b
+
+
+@pytest.fixture(scope="module")
+def shots(request, tmp_path_factory):
+    """Where screenshots go; the directory and the files are printed when the module ends."""
+    where = artifacts_dir(tmp_path_factory.getbasetemp() / "artifacts") / "pages"
+    where.mkdir(parents=True, exist_ok=True)
+    kept: list[Path] = []
+    yield where, kept
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    if reporter is not None and capture is not None and kept:
+        with capture.global_and_fixture_disabled():  # printed even when output is captured
+            reporter.write_line(f"\npage screenshots ({len(kept)}) in {where}:")
+            for path in kept:
+                reporter.write_line(f"  {path.name}")
+
+
+def load(browser: Browser, page: Path, shots, name: str, *, width: int = 1280) -> dict:
+    """Open a page; assert it is clean; keep its screenshot; return its layout facts."""
+    assert page.is_file(), page
+    loaded = browser.open(page.resolve().as_uri(), width=width)
+    assert loaded.problems() == [], loaded.problems()
+    assert loaded.foreign_requests() == [], loaded.foreign_requests()
+    facts = json.loads(browser.evaluate(LAYOUT_JS))
+    where, kept = shots
+    kept.append(browser.screenshot(where / f"{name}.png"))
+    assert facts["title"]
+    assert facts["overflow"] <= 0, (
+        f"{name}: the page is {facts['overflow']} px wider than the window"
+    )
+    assert facts["emptySvgs"] == 0
+    return facts
+
+
+@pytest.mark.parametrize(
+    ("name", "standin", "status"),
+    [
+        ("reproduced", {}, "reproduced"),
+        ("slower", {"step_time_s": 19.9}, "slower"),
+        ("unstable", {"step_times": ",".join(["18.96", "24.0"] * 10)}, "unstable"),
+        ("incomplete", {"cut_at": 12}, "incomplete"),
+        ("failed", {"nan_at": 12}, "failed"),
+    ],
+)
+def test_run_page_in_chromium_shows_result_yaml(browser, shots, tmp_path, name, standin, status):
+    rd = make_run(tmp_path, **standin)
+    assert json.loads((rd / "verdict.json").read_text())["status"] == status
+    facts = load(browser, write_run_page(rd), shots, f"run-{name}")
+    assert facts["status"] == status
+    assert facts["svgs"] >= 3  # step time, loss, the stage bar
+    assert_shown_figures_match(json.loads(browser.evaluate(FIGURES_JS)), rd)
+
+
+def test_run_page_with_convergence_mismatch_and_a_narrow_window(browser, shots, tmp_path):
+    ref = make_run(tmp_path, "20261020T000000Z-ref000")
+    rd = make_run(tmp_path, reference=ref, stack_differs="nccl")
+    set_verdict(
+        rd,
+        "mismatch",
+        reasons=["the log's global batch 64 differs from workload.global_batch 128"],
+        mismatches=[{"field": "workload.global_batch", "recipe": 128, "log": 64}],
+    )
+    page = write_run_page(rd)
+    facts = load(browser, page, shots, "run-mismatch")
+    assert facts["status"] == "mismatch"
+    assert_shown_figures_match(json.loads(browser.evaluate(FIGURES_JS)), rd)
+    assert browser.evaluate("document.querySelector('[data-convergence]').textContent") == "pass"
+    load(browser, page, shots, "run-mismatch-narrow", width=420)
+
+
+def test_run_page_of_a_run_that_never_trained(browser, shots, tmp_path):
+    rd = make_run(tmp_path, measure=False, state="failed", failed_stage="preflight-gpu")
+    facts = load(browser, write_run_page(rd), shots, "run-not-measured")
+    assert facts["status"] == "failed"
+    shown = json.loads(browser.evaluate(FIGURES_JS))
+    assert shown["tokens_per_s_per_gpu"] == "—"  # nothing measured, nothing made up
+
+
+def test_history_page_in_chromium(browser, shots, tmp_path):
+    runs = []
+    for i, step in enumerate((18.96, 18.99, 18.93, 19.02, 18.95, 19.9, 18.97)):
+        rd = make_run(tmp_path, f"2026102{i}T094500Z-{i:06x}", step_time_s=step)
+        write_run_page(rd)
+        runs.append(rd)
+    with History(tmp_path / "history.sqlite") as hist:
+        for rd in runs:
+            hist.record(rd)
+        rows = hist.runs(SLUG)
+    page = write_history_page(tmp_path / "history.html", SLUG, rows)
+    facts = load(browser, page, shots, "history-measured")
+    shown = browser.evaluate(
+        "[...document.querySelectorAll('[data-run]')].map(e => e.textContent.trim())"
+    )
+    assert sorted(shown) == sorted(f"{r.tokens_per_s_per_gpu:,.2f}" for r in rows)
+    assert facts["regressionRows"] == sum(a.regression for a in assess_each(rows)) == 1
+
+
+def test_history_and_nightly_pages_of_a_long_history(browser, shots, tmp_path):
+    rows = history_rows()
+    page = tmp_path / "history-long.html"
+    write_history_page(page, SLUG, rows, claims={"mfu": 0.1276, "usd_per_million_tokens": 0.32})
+    facts = load(browser, page, shots, "history-long")
+    assert facts["rings"] == 3  # the one regression, in each of the three charts
+    assert facts["regressionRows"] == 1
+
+    judged = assess_each(rows)
+
+    class Entry:
+        def __init__(self, i: int, outcome: str, error: str | None = None) -> None:
+            self.recipe = Path(f"recipes/{i}.yaml")
+            self.run = RecipeRun(self.recipe, 0 if outcome == "reproduced" else 1, None, error)
+            self.row, self.assessment, self.outcome = rows[i], judged[i], outcome
+
+    nightly = tmp_path / "nightly.html"
+    nightly.write_text(
+        render_nightly_page(
+            [Entry(11, "reproduced"), Entry(9, "regression"), Entry(5, "infra", "no capacity")],
+            cluster="aws-p5en",
+            stamp=time.time(),
+            exit_code=1,
+            histories={SLUG: rows},
+        )
+    )
+    facts = load(browser, nightly, shots, "nightly")
+    assert facts["regressionRows"] == 1
+    outcomes = browser.evaluate(
+        "[...document.querySelectorAll('[data-outcome]')].map(e => e.dataset.outcome)"
+    )
+    assert outcomes == ["reproduced", "regression", "infra"]
+
+
+def test_the_harness_sees_console_errors_exceptions_and_requests(browser, tmp_path):
+    """The checks above would catch a broken page: this one has each fault once."""
+    bad = tmp_path / "bad.html"
+    bad.write_text(
+        "<!doctype html><title>bad</title>"
+        '<img src="http://192.0.2.1/x.png">'
+        "<script>console.error('an error'); undefined_function();</script>"
+    )
+    loaded = browser.open(bad.resolve().as_uri())
+    problems = "\n".join(loaded.problems())
+    assert "console.error: an error" in problems
+    assert "undefined_function" in problems
+    assert loaded.foreign_requests() == ["http://192.0.2.1/x.png"]
+    with pytest.raises(Exception, match="only file:// and 127.0.0.1"):
+        browser.open("https://example.com/")
