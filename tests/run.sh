@@ -15,6 +15,9 @@
 #   REPRODUCE_DOCKERD_ARGS      extra dockerd flags when this script starts it, e.g.
 #                               "--bridge=none --iptables=false" in a chroot (tests/fresh-debian/)
 #   REPRODUCE_TEST_LOG_DIR      where apt, pip and dockerd logs go (default /var/log/reproduce-tests)
+#   REPRODUCE_TEST_ARTIFACTS    where the page tests keep their screenshots (default
+#                               $REPRODUCE_TEST_LOG_DIR/artifacts; docs/report.md)
+#   REPRODUCE_TEST_NO_BROWSER=1 skip the headless-chromium page tests (without it, no chromium fails them)
 #
 # Check this script on a bare Debian 12 root: tests/fresh-debian/run.sh (docs/testing.md).
 set -euo pipefail
@@ -42,8 +45,11 @@ fi
 #   git                git                                   tests/test_node_scripts_stack_probe.py
 #   python3, python3-venv, python3-pip, ca-certificates      .venv and pip over HTTPS
 #   iproute2, tar, coreutils, util-linux (setsid), bash      present on Debian; listed to be sure
+#   chromium           headless browser                      tests/test_pages_browser.py (tests/infra/browser.py)
+#   fonts-dejavu-core, fonts-liberation2  fonts the pages render with in chromium's screenshots
 PACKAGES=(docker.io docker-registry openssh-server openssh-client iproute2 procps git
-          python3 python3-venv python3-pip ca-certificates tar coreutils util-linux bash)
+          python3 python3-venv python3-pip ca-certificates tar coreutils util-linux bash
+          chromium fonts-dejavu-core fonts-liberation2)
 missing=()
 for pkg in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

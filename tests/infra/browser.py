@@ -33,6 +33,7 @@ CHROMIUM_FLAGS = (
     "--headless",
     "--no-sandbox",
     "--disable-gpu",
+    "--disable-dev-shm-usage",  # a chroot or container may have a small or no /dev/shm
     "--no-first-run",
     "--no-default-browser-check",
     "--disable-background-networking",
