@@ -19,13 +19,19 @@ from typing import Any, TypeGuard
 from launcher import catalog
 from launcher.catalog import Price
 from launcher.errors import BadInput
-from launcher.parse.miles import ParseStats, StepRecord
+from launcher.evidence import Evidence, gather
+from launcher.parse.records import ParseStats, StepRecord
 from launcher.recipe import Recipe
 
 MFU_FORMULA = "6 x N_active x tokens/s per GPU / peak (no attention term)"
 STD_KIND = "population"
-# A step-time from timestamps that differs from perf/step_time by more than this is reported.
-CROSS_CHECK_TOLERANCE = 0.05
+# What a log must show to be read as miles', for the message of an unreadable one.
+EXPECTED_LINES = (
+    "miles' metric lines, such as `step N: {'train/loss': ...}` and `perf N: {'perf/step_time': "
+    "..., 'perf/actor_train_time': ...}` (with or without Ray's `(Actor pid=...)` prefix and the "
+    "logging prefix `[date time] file.py:line - `), or Megatron's `arguments` listing "
+    "(docs/miles-log.md)"
+)
 
 
 @dataclass
@@ -63,6 +69,10 @@ class Result:
     cross_checks: dict = field(default_factory=dict)
     parse_stats: dict | None = None
     measured: str | None = None
+    evidence: Evidence = field(default_factory=Evidence)
+    unreadable: str | None = (
+        None  # why the log could not be read as miles' (then nothing is judged)
+    )
 
     @property
     def ended_early(self) -> bool:
@@ -119,6 +129,8 @@ class Result:
                 "missing_window_steps": self.missing_window_steps,
                 "nan_loss_steps": self.nan_loss_steps,
                 "cross_checks": self.cross_checks,
+                "evidence": self.evidence.to_dict(),
+                "unreadable": self.unreadable,
                 "notes": self.notes,
                 "parse": self.parse_stats,
             },
@@ -145,6 +157,8 @@ class Result:
             "nan_loss_steps": self.nan_loss_steps,
             "mean_step_time_s": self.mean_step_time_s,
             "cross_checks": self.cross_checks,
+            "evidence": self.evidence.to_dict(),
+            "unreadable": self.unreadable,
             "notes": self.notes,
             "parse": self.parse_stats,
         }
@@ -271,44 +285,6 @@ def _peak(recipe: Recipe, recs: dict[int, StepRecord], present: list[int]) -> tu
     return None, None
 
 
-def _cross_checks(
-    recs: dict[int, StepRecord], present: list[int], tokens_per_step: int
-) -> tuple[dict, list[str]]:
-    """The log's other evidence against the figures used: reported, never used in the figures."""
-    cross: dict = {}
-    notes: list[str] = []
-    stamped: list[tuple[int, float]] = []  # (step, seconds since the previous step's line)
-    for s in present:
-        now, before = recs[s].timestamp, recs[s - 1].timestamp if (s - 1) in recs else None
-        if now is not None and before is not None:
-            stamped.append((s, now - before))
-    if stamped:
-        deltas = [delta for _, delta in stamped]
-        logged = [recs[s].step_time or 0.0 for s, _ in stamped]
-        ts_mean, perf_mean = sum(deltas) / len(deltas), sum(logged) / len(logged)
-        cross["timestamp_mean_step_time_s"] = ts_mean
-        cross["perf_mean_step_time_s"] = perf_mean
-        rel = abs(ts_mean - perf_mean) / perf_mean
-        cross["timestamp_vs_perf_relative_difference"] = rel
-        if rel > CROSS_CHECK_TOLERANCE:
-            notes.append(
-                f"cross-check: step times from timestamps ({ts_mean:.3f} s) and "
-                f"perf/step_time ({perf_mean:.3f} s) differ by {100 * rel:.1f}%"
-            )
-    logged_tokens = [t for t in (recs[s].tokens for s in present) if t is not None]
-    if logged_tokens:
-        mean_tokens = sum(logged_tokens) / len(logged_tokens)
-        cross["logged_tokens_per_step_mean"] = mean_tokens
-        rel = abs(mean_tokens - tokens_per_step) / tokens_per_step
-        cross["logged_tokens_vs_recipe_relative_difference"] = rel
-        if rel > CROSS_CHECK_TOLERANCE:
-            notes.append(
-                f"cross-check: miles logged {mean_tokens:.0f} tokens per step, the recipe implies "
-                f"{tokens_per_step} (global_batch x row_tokens)"
-            )
-    return cross, notes
-
-
 def _recipe_notes(recipe: Recipe, window: tuple[int, int], tokens_per_step: int) -> list[str]:
     """The recipe's consistency with itself, as far as the figures depend on it."""
     first, last = window
@@ -407,8 +383,7 @@ def measure(
             usd_per_hour=price.value * nodes if price else None,
         )
 
-    cross, cross_notes = _cross_checks(recs, present, tokens_per_step)
-    notes += cross_notes
+    evidence = gather(raw, recs, present, parse_stats)
 
     gpu_hours = None
     gpu_hours_source = "no run timeline: no GPU-hours"
@@ -447,7 +422,34 @@ def measure(
         failed_stages=failed,
         no_loss_window_steps=no_loss,
         notes=notes,
-        cross_checks=cross,
+        cross_checks=evidence.cross,
         parse_stats=parse_stats.to_dict() if parse_stats else None,
         measured=measured,
+        evidence=evidence,
+        unreadable=unreadable(recs, parse_stats, failed),
+    )
+
+
+def unreadable(
+    recs: dict[int, StepRecord], stats: ParseStats | None, failed_stages: list[str]
+) -> str | None:
+    """Why the log cannot be read as miles' (None when it can): nothing in it was recognised,
+    or its steps carry no step time at all. A run whose stage failed is judged failed instead:
+    its log was read, and ends before training logged anything."""
+    if failed_stages or stats is None:
+        return None
+    if not recs and not stats.recognised:
+        what = "no line of it was recognised"
+    elif recs and stats.train_perf_lines == 0 and all(r.step_time is None for r in recs.values()):
+        what = (
+            f"its {len(recs)} step(s) carry no step time (no train `perf` dict with perf/step_time)"
+        )
+    else:
+        return None
+    shown = "; ".join(repr(line) for line in stats.first_lines) or "(the log is empty)"
+    examples = "; ".join(repr(e) for e in stats.unparseable_examples[:3])
+    bad = f" {stats.unparseable} metric line(s) did not parse: {examples}." if examples else ""
+    return (
+        f"not a log this launcher can read: {what}. Expected {EXPECTED_LINES}. It has "
+        f"{stats.lines} line(s); the first: {shown}.{bad}"
     )

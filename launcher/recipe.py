@@ -9,6 +9,8 @@ fixes a file in one pass.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from dataclasses import dataclass
 from functools import cache, cached_property
@@ -20,6 +22,7 @@ import yaml
 from launcher import catalog
 from launcher.errors import BadInput
 from launcher.resources import data_dir
+from launcher.runargs import run_block_problems
 from launcher.yamlschema import (
     FastSafeLoader,
     format_problems,
@@ -100,17 +103,19 @@ class Recipe:
         return self.path.stem
 
     @cached_property
+    def content_hash(self) -> str:
+        """SHA-256 of the recipe's content (its fields, canonically ordered), not of its bytes."""
+        return content_hash(self.raw)
+
+    @cached_property
     def slug(self) -> str:
-        """<model>/<gpu>/<name> when the file lives under recipes/, else the file's stem."""
-        parts = self.path.resolve().parts
-        if "recipes" in parts:
-            idx = len(parts) - 1 - parts[::-1].index("recipes")
-            rel = parts[idx + 1 :]
-            if rel:
-                return (
-                    "/".join(rel)[: -len(self.path.suffix)] if self.path.suffix else "/".join(rel)
-                )
-        return self.path.stem
+        """The recipe's identity: `<model>/<gpu>/<layout label>-<10 hex of its content>`.
+
+        Derived from what the recipe says, never from where the file lies: two recipes with the
+        same file name get two slugs, and one recipe copied anywhere keeps its slug. A comment or
+        formatting change keeps it; any change of a field makes another recipe (another history).
+        """
+        return recipe_slug(self.raw)
 
     @property
     def model(self) -> str:
@@ -220,6 +225,38 @@ class Recipe:
     @property
     def dataset(self) -> dict[str, Any]:
         return dict(self.raw["workload"].get("dataset") or {})
+
+
+# ------------------------------------------------------------------------------------------------
+# Identity
+
+SLUG_HASH_CHARS = 10
+
+
+def content_hash(raw: dict[str, Any]) -> str:
+    blob = json.dumps(raw, sort_keys=True, separators=(",", ":"), default=str, ensure_ascii=False)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def _slug_part(text: Any, fallback: str) -> str:
+    part = re.sub(r"[^a-z0-9.]+", "-", str(text or "").lower()).strip("-.")
+    return part or fallback
+
+
+def recipe_slug(raw: dict[str, Any]) -> str:
+    """See Recipe.slug. The layout part is its label, else tp/pp/cp/ep/dp spelled out."""
+    layout = raw.get("layout") or {}
+    label = layout.get("label") or "-".join(
+        f"{k}{layout.get(k) or 1}" for k in ("tp", "pp", "cp", "ep", "dp")
+    )
+    gpu = raw.get("gpu") or {}
+    return "/".join(
+        (
+            _slug_part(raw.get("model"), "model"),
+            _slug_part(gpu.get("type"), "gpu"),
+            f"{_slug_part(label, 'layout')}-{content_hash(raw)[:SLUG_HASH_CHARS]}",
+        )
+    )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -380,7 +417,7 @@ def consistency_problems(raw: dict[str, Any]) -> list[tuple[str, str]]:
                 f"{layout['dp']} = {product}, but gpu.count is {gpu['count']}; expected them equal",
             )
         )
-    ep, etp = layout.get("ep", 1), layout.get("etp", 1)
+    ep, etp = layout.get("ep") or 1, layout.get("etp") or 1
     per_stage = gpu["count"] // layout["pp"] if gpu["count"] % layout["pp"] == 0 else None
     if per_stage is None or per_stage % (ep * etp):
         problems.append(
@@ -404,6 +441,8 @@ def consistency_problems(raw: dict[str, Any]) -> list[tuple[str, str]]:
     image_problem = _image_problem(raw["stack"])
     if image_problem:
         problems.append(image_problem)
+    problems += _path_problems(raw)
+    problems += run_block_problems(raw)
 
     used, defined = run_variables(raw["run"])
     known = defined | set(raw.get("env") or {}) | set(BOUND_VARIABLES) | AMBIENT_VARIABLES
@@ -417,3 +456,34 @@ def consistency_problems(raw: dict[str, Any]) -> list[tuple[str, str]]:
             )
         )
     return problems
+
+
+_SAFE_PART = re.compile(r"(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+def _path_problems(raw: dict[str, Any]) -> list[tuple[str, str]]:
+    """Recipe text that names a directory of the node's cache must be one safe path component."""
+    params = (raw.get("result") or {}).get("active_params") or {}
+    source = params.get("source") or ""
+    m = re.match(r"https?://huggingface\.co/([^/\s]+)/([^/\s?#]+)", source)
+    if m:
+        bad = [part for part in m.groups() if not _SAFE_PART.fullmatch(part)]
+        if bad:
+            return [
+                (
+                    "result.active_params.source",
+                    f"names the Hugging Face repository {m.group(1)}/{m.group(2)}, whose part "
+                    f"{bad[0]!r} is not a repository name (letters, digits, '.', '_', '-'; no "
+                    "'..'); it would name the checkpoint's cache directory",
+                )
+            ]
+    elif not _SAFE_PART.fullmatch(str(raw.get("model") or "")):
+        return [
+            (
+                "model",
+                f"{raw.get('model')!r} names the checkpoint's cache directory (no Hugging Face "
+                "model in result.active_params.source), so it must be letters, digits, '.', '_', "
+                "'-', without '/' or '..'",
+            )
+        ]
+    return []

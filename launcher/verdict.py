@@ -1,11 +1,15 @@
 """Judge a measured Result against the recipe's claim.
 
-Why the order of the checks: a figure is only worth comparing when the run that produced it is
-whole. So a run that failed (NaN loss, no step times, a failed stage) or is incomplete (window
-steps missing, ended early) is never "reproduced", whatever its throughput; then an unstable
-run (step-time CV well above the recipe's); only then is the throughput compared, with the
-tolerance of docs/measurement.md (-3% / +3% by default). Every finding is listed in `reasons`,
-not only the one that decided the status.
+Why the order of the checks: a figure is only worth comparing when the log could be read, the
+run that produced it is whole, and the log is evidence of THIS recipe. So a log that could not be
+read is "unreadable" (never "failed": nothing says training failed); a run that failed (NaN
+loss, no step times, a failed stage) is "failed"; a log whose evidence disagrees with the recipe
+or with itself (launcher/evidence.py) is "mismatch"; a run that is incomplete (window steps
+missing, ended early) is never "reproduced"; then an unstable run (step-time CV well above the
+recipe's); only then is the throughput compared, with the tolerance of docs/measurement.md (-3% /
++3% by default). Only consistent evidence can be reproduced, slower, faster or unstable. Every
+finding is listed in `reasons`, not only the one that decided the status, and every check that
+could not run is listed too.
 """
 
 from __future__ import annotations
@@ -20,7 +24,18 @@ if TYPE_CHECKING:
     from launcher.measure import Result
     from launcher.recipe import Recipe
 
-STATUSES = ("reproduced", "slower", "faster", "unstable", "incomplete", "failed")
+STATUSES = (
+    "reproduced",
+    "slower",
+    "faster",
+    "unstable",
+    "incomplete",
+    "mismatch",
+    "failed",
+    "unreadable",
+)
+# The statuses that judge the throughput: only consistent, whole evidence reaches them.
+JUDGED = ("reproduced", "slower", "faster", "unstable")
 # The throughput tolerance, percent either side of the claim: the one definition that the verdict,
 # the CLI's --tolerance-* defaults and the history's regression test all read.
 DEFAULT_TOLERANCE_PERCENT = 3.0
@@ -103,6 +118,8 @@ def judge(result: Result, recipe: Recipe, *, tolerance: Tolerance | None = None)
         "window": list(result.window),
     }
     diff = _rel(result.tokens_per_s_per_gpu, claimed_tps)
+    if result.unreadable:
+        return Verdict("unreadable", None, [result.unreadable], claimed, measured, tolerance)
 
     failed: list[str] = []
     incomplete: list[str] = []
@@ -137,7 +154,9 @@ def judge(result: Result, recipe: Recipe, *, tolerance: Tolerance | None = None)
     if stats.get("truncated"):
         incomplete.append("the log's last line is cut mid-record (the run was killed)")
 
-    reasons = failed + incomplete
+    mismatch = [d.detail for d in result.evidence.disagreements]
+    not_checked = [f"not checked: {n}" for n in result.evidence.not_checked]
+    reasons = failed + mismatch + incomplete
     unstable = None
     cv = result.step_time_cv_percent
     if cv is not None:
@@ -153,6 +172,8 @@ def judge(result: Result, recipe: Recipe, *, tolerance: Tolerance | None = None)
             reasons.append(unstable)
 
     speed = None
+    if mismatch:
+        diff = None  # the figure is of another run: no difference from this claim is stated
     if diff is not None:
         against = (
             f"tokens/s per GPU {result.tokens_per_s_per_gpu:.2f} is {diff:+.2f}% "
@@ -170,6 +191,8 @@ def judge(result: Result, recipe: Recipe, *, tolerance: Tolerance | None = None)
 
     if failed:
         status = "failed"
+    elif mismatch:
+        status = "mismatch"
     elif incomplete:
         status = "incomplete"
     elif unstable:
@@ -181,7 +204,7 @@ def judge(result: Result, recipe: Recipe, *, tolerance: Tolerance | None = None)
         reasons.append("no throughput could be computed")
     else:
         status = "reproduced"
-    return Verdict(status, diff, reasons, claimed, measured, tolerance)
+    return Verdict(status, diff, reasons + not_checked, claimed, measured, tolerance)
 
 
 def _steps(steps: list[int], limit: int = 12) -> str:

@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -32,20 +33,84 @@ _TextDateLoader.yaml_implicit_resolvers = {
 }
 
 
-def read_yaml_mapping(path: Path, what: str) -> tuple[dict[str, Any], str]:
-    """Read a YAML file that must hold a mapping; every failure is a BadInput naming the file."""
+# A recipe or profile is a page of text; a file far larger than that is not one (and reading it
+# whole would cost memory for nothing).
+MAX_FILE_BYTES = 1 << 20
+# Bump when the validator's semantics change, so a pass remembered by an older one is not reused.
+_VALIDATOR_VERSION = 2
+
+
+def read_text_capped(path: Path, what: str, limit: int = MAX_FILE_BYTES) -> str:
+    """A regular file's text, at most `limit` bytes; BadInput for anything else.
+
+    Opened without blocking and checked on the open descriptor, so a FIFO or a device (which
+    would block or never end) is refused at once, and a path swapped after a check cannot slip
+    through.
+    """
     try:
-        text = path.read_text(encoding="utf-8")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
         raise BadInput(f"{path}: no such {what} file.") from None
     except IsADirectoryError:
         raise BadInput(f"{path}: is a directory; expected a {what} file (YAML).") from None
+    except OSError as err:
+        raise BadInput(f"{path}: cannot read the {what} file: {err.strerror}.") from None
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise BadInput(f"{path}: is a directory; expected a {what} file (YAML).")
+        if not stat.S_ISREG(info.st_mode):
+            raise BadInput(
+                f"{path}: not a regular file (a FIFO, socket or device); expected a {what} file."
+            )
+        if info.st_size > limit:
+            raise BadInput(f"{path}: {info.st_size} bytes; a {what} file is at most {limit} bytes.")
+        with os.fdopen(fd, "rb", closefd=True) as fh:
+            fd = -1
+            data = fh.read(limit + 1)
+    except OSError as err:
+        raise BadInput(f"{path}: cannot read the {what} file: {err.strerror}.") from None
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    if len(data) > limit:  # it grew while being read
+        raise BadInput(f"{path}: more than {limit} bytes; a {what} file is at most {limit} bytes.")
+    try:
+        return data.decode("utf-8")
     except UnicodeDecodeError as err:
         raise BadInput(
             f"{path}: not UTF-8 text ({err.reason} at byte {err.start}); expected a {what} in YAML."
         ) from None
-    except OSError as err:
-        raise BadInput(f"{path}: cannot read the {what} file: {err.strerror}.") from None
+
+
+def _refuse_aliases(path: Path, text: str, what: str) -> None:
+    """Anchors and aliases are refused: a few lines of them can stand for billions of nodes (an
+    "alias bomb"), and a recipe is data a person reads, where one value written twice is clearer
+    than a reference. Checked on the token stream, before anything is composed."""
+    if "&" not in text and "*" not in text:
+        return
+    loader = FastSafeLoader(text)
+    try:
+        while loader.check_token():
+            token = loader.get_token()
+            if isinstance(token, (yaml.AnchorToken, yaml.AliasToken)):
+                kind = "anchor" if isinstance(token, yaml.AnchorToken) else "alias"
+                mark = token.start_mark
+                raise BadInput(
+                    f"{path}: line {mark.line + 1}, column {mark.column + 1}: a YAML {kind} "
+                    f"(&name / *name); a {what} may not use anchors or aliases: write the value "
+                    "out."
+                )
+    except yaml.YAMLError:
+        return  # the loader reports the syntax error, with its position
+    finally:
+        loader.dispose()
+
+
+def read_yaml_mapping(path: Path, what: str) -> tuple[dict[str, Any], str]:
+    """Read a YAML file that must hold a mapping; every failure is a BadInput naming the file."""
+    text = read_text_capped(path, what)
+    _refuse_aliases(path, text, what)
     try:
         data = yaml.load(text, Loader=_TextDateLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as err:
@@ -81,7 +146,7 @@ def _cache_dir() -> Path | None:
 def _validity_key(raw: dict[str, Any], schema: dict[str, Any]) -> str:
     from launcher import __version__
 
-    blob = json.dumps([__version__, schema, raw], sort_keys=True, default=str)
+    blob = json.dumps([__version__, _VALIDATOR_VERSION, schema, raw], sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
@@ -106,10 +171,34 @@ def schema_problems(raw: dict[str, Any], schema: dict[str, Any]) -> list[tuple[s
     return problems
 
 
-def _jsonschema_problems(raw: dict[str, Any], schema: dict[str, Any]) -> list[tuple[str, str]]:
-    from jsonschema import Draft202012Validator
+def _strict_validator(schema: dict[str, Any]) -> Any:
+    """Draft 2020-12, read as strictly as the files are meant:
 
-    validator = Draft202012Validator(schema)
+    - an integer is an integer: JSON Schema counts 8.0 as one, but `--num-gpus 8.0` is not a
+      count a program accepts;
+    - a pattern's final `$` is the end of the text, as in the ECMA-262 regular expressions JSON
+      Schema specifies; Python's `$` also matches before a final newline, which let an env key
+      "NCCL_DEBUG\\n" through.
+    """
+    from jsonschema import Draft202012Validator, validators
+    from jsonschema import _keywords as keywords  # the stock pattern keyword, reused
+
+    def is_integer(_checker: Any, instance: Any) -> bool:
+        return isinstance(instance, int) and not isinstance(instance, bool)
+
+    def pattern(validator: Any, patrn: str, instance: Any, schema: Any) -> Any:
+        strict = patrn[:-1] + r"\Z" if patrn.endswith("$") and not patrn.endswith(r"\$") else patrn
+        yield from keywords.pattern(validator, strict, instance, schema)
+
+    checker = Draft202012Validator.TYPE_CHECKER.redefine("integer", is_integer)
+    cls = validators.extend(
+        Draft202012Validator, validators={"pattern": pattern}, type_checker=checker
+    )
+    return cls(schema)
+
+
+def _jsonschema_problems(raw: dict[str, Any], schema: dict[str, Any]) -> list[tuple[str, str]]:
+    validator = _strict_validator(schema)
     out: list[tuple[str, str]] = []
     for err in sorted(
         validator.iter_errors(raw), key=lambda e: (list(map(str, e.absolute_path)), e.message)

@@ -32,26 +32,39 @@ def seed_recipe() -> Recipe:
     return as_recipe(seed_raw())
 
 
-def run_standin(log: Path, steps: int = 20, **env: object) -> int:
-    """Run the stand-in train.py, its stderr captured into `log` the way the launcher does."""
+def recipe_argv(raw: dict, steps: int | None = None, **override: object) -> list[str]:
+    """The train script's arguments of a recipe's run block (those known before it runs), with
+    --num-rollout set to `steps` and `override` ({"global_batch_size": 64}) replacing values."""
+    from launcher.runargs import OPAQUE, options_of, read_run_block
+
+    values: dict = {}
+    for _, argv in read_run_block(raw["run"]).invocations:
+        values.update(options_of(argv).values)
+    if steps is not None:
+        values["--num-rollout"] = str(steps)
+    for key, value in override.items():
+        values["--" + key.replace("_", "-")] = value
+    out: list[str] = []
+    for option, value in values.items():
+        if value is OPAQUE or value is None:
+            continue
+        out += [option] if value is True else [option, str(value)]
+    return out
+
+
+def run_standin(
+    log: Path, steps: int = 20, *, raw: dict | None = None, args: dict | None = None, **env: object
+) -> int:
+    """Run the stand-in train.py with a recipe's arguments (the seed's by default; `args`
+    overrides some), its output captured into `log` the way the launcher does."""
     full = {k: v for k, v in os.environ.items() if not k.startswith("STANDIN_")}
     full["STANDIN_START_EPOCH"] = str(START)
     full.update({f"STANDIN_{k.upper()}": str(v) for k, v in env.items()})
     log.parent.mkdir(parents=True, exist_ok=True)
+    argv = recipe_argv(raw if raw is not None else seed_raw(), steps, **(args or {}))
     with open(log, "wb") as fh:
         proc = subprocess.run(
-            [
-                sys.executable,
-                "train.py",
-                "--num-rollout",
-                str(steps),
-                "--global-batch-size",
-                "128",
-                "--expert-model-parallel-size",
-                "8",
-                "--lr",
-                "1e-5",
-            ],
+            [sys.executable, "train.py", *argv],
             cwd=STANDIN,
             env=full,
             stdout=fh,

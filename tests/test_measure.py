@@ -152,7 +152,8 @@ def test_cross_check_flags_timestamps_that_disagree_with_perf_step_time():
     ]
     result = measure(recs, as_recipe(raw))
     assert result.cross_checks["timestamp_mean_step_time_s"] == pytest.approx(25.0)
-    assert any("timestamps" in n for n in result.notes)
+    found = result.evidence.disagreements
+    assert [d.check for d in found] == ["step times"] and "25.000 s" in found[0].detail
 
 
 def test_measure_run_dir_writes_every_artifact(tmp_path):

@@ -98,9 +98,15 @@ def test_window_done_but_run_cut_short_is_still_incomplete():
     assert v.status == "incomplete"
 
 
-def test_no_steps_at_all_is_failed():
+def test_a_log_with_nothing_recognised_is_unreadable_never_failed():
     v = run(times={})
-    assert v.status == "failed" and v.difference_percent is None
+    assert v.status == "unreadable" and v.difference_percent is None
+    assert "Expected miles' metric lines" in v.reasons[0]
+
+
+def test_no_steps_in_a_run_whose_training_failed_is_failed():
+    timeline = {"acquired_at": 0, "stages": [{"name": "train", "status": "failed"}]}
+    assert run(times={}, timeline=timeline).status == "failed"
 
 
 def test_failed_stage_in_the_timeline_is_failed():

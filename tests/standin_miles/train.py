@@ -9,6 +9,7 @@ Standard library only.
 import argparse
 import math
 import os
+import re
 import sys
 import time
 from datetime import UTC, datetime, timezone
@@ -79,7 +80,71 @@ def loss_at(step, scale):
     return scale * (0.55 + 0.9 * math.exp(-step / 6.0) + 0.01 * math.sin(1.7 * step))
 
 
+# Defaults of the arguments a recipe also states, as miles (and Megatron) print them when the
+# command line does not set them.
+ARG_DEFAULTS = {
+    "actor_num_nodes": 1,
+    "actor_num_gpus_per_node": 8,
+    "num_gpus_per_node": 8,
+    "tensor_model_parallel_size": 1,
+    "pipeline_model_parallel_size": 1,
+    "context_parallel_size": 1,
+    "expert_model_parallel_size": 1,
+    "expert_tensor_parallel_size": None,
+    "virtual_pipeline_model_parallel_size": None,
+    "sequence_parallel": False,
+    "n_samples_per_prompt": 1,
+    "rollout_batch_size": None,
+    "global_batch_size": None,
+    "num_rollout": None,
+    "max_tokens_per_gpu": None,
+    "recompute_granularity": None,
+    "recompute_method": None,
+    "recompute_num_layers": None,
+    "rank": 0,
+}
+_NUMBER = re.compile(r"^[-+]?(\d+|\d*\.\d+([eE][-+]?\d+)?|\d+[eE][-+]?\d+)$")
+
+
+def print_arguments(argv):
+    """Megatron's `_print_args("arguments", args)`, which miles' parse_args reaches through
+    Megatron's validate_args on the driver: a title line, one `  name ..... value` line per
+    argument (dots to column 48, sorted case-insensitively), an end line; plain print() to stdout.
+    Every option given is listed under its dest name, as argparse stores it, beside the defaults.
+    """
+    values = dict(ARG_DEFAULTS)
+    i = 0
+    while i < len(argv):
+        word = argv[i]
+        i += 1
+        if not word.startswith("--"):
+            continue
+        name, eq, inline = word[2:].partition("=")
+        dest = name.replace("-", "_")
+        if eq:
+            values[dest] = inline
+        elif i < len(argv) and not argv[i].startswith("--"):
+            values[dest] = argv[i]
+            i += 1
+        else:
+            values[dest] = True
+    for dest, value in values.items():
+        if isinstance(value, str) and _NUMBER.match(value):
+            values[dest] = int(value) if value.lstrip("+-").isdigit() else float(value)
+    if values["expert_tensor_parallel_size"] is None:  # Megatron: defaults to tp
+        values["expert_tensor_parallel_size"] = values["tensor_model_parallel_size"]
+    if values["tensor_model_parallel_size"] == 1:  # Megatron turns it off without tp
+        values["sequence_parallel"] = False
+    print("------------------------ arguments ------------------------", flush=True)
+    lines = [f"  {name} {'.' * (48 - len(name))} {value}" for name, value in values.items()]
+    for line in sorted(lines, key=lambda x: x.lower()):
+        print(line, flush=True)
+    print("-------------------- end of arguments ---------------------", flush=True)
+
+
 def main(argv):
+    if os.environ.get("STANDIN_PRINT_ARGS", "1") != "0":
+        print_arguments(argv)
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--num-rollout", type=int, default=20)
     parser.add_argument("--global-batch-size", type=int, default=128)
