@@ -7,6 +7,7 @@ price per node-hour x nodes x wall-clock hours since the nodes were acquired.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,10 +24,19 @@ class Budget:
     nodes: int = 1
 
     def __post_init__(self) -> None:
+        # NaN compares false with everything: a NaN limit or price would never stop a run.
         for name in ("max_usd", "max_hours"):
             value = getattr(self, name)
-            if value is not None and value <= 0:
-                raise BadInput(f"--{name.replace('_', '-')} must be positive, got {value:g}.")
+            if value is not None and not 0 < value < math.inf:
+                raise BadInput(
+                    f"--{name.replace('_', '-')} must be a positive number, got {value:g}."
+                )
+        price = self.price_per_hour
+        if price is not None and not 0 < price < math.inf:
+            raise BadInput(
+                f"the node's price must be a positive number of dollars per hour, got {price:g}.",
+                hint="Check price_per_hour in the profile or --price-per-hour.",
+            )
         if self.max_usd is not None and not self.price_per_hour:
             raise BadInput(
                 "--max-usd needs a price, and none is known for this instance type and region.",

@@ -24,7 +24,10 @@ app = typer.Typer(
 
 
 def _fail(err: ReproduceError) -> typer.Exit:
-    print(f"error: {err}", file=sys.stderr)
+    try:
+        print(f"error: {err}", file=sys.stderr)
+    except OSError:  # the terminal is gone (SIGHUP, EIO): the exit code still tells
+        pass
     return typer.Exit(err.exit_code)
 
 

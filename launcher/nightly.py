@@ -87,7 +87,8 @@ def run_recipe(recipe: Path, options: Options, reporter: Any = None) -> RecipeRu
     from launcher.runner.runner import Runner as RunPath
 
     try:
-        outcome = RunPath(reporter, on_interrupt=options.on_interrupt).run(prepared, options)
+        runner = RunPath(reporter, on_interrupt=options.on_interrupt, unattended=True)
+        outcome = runner.run(prepared, options)
         code, error = exit_code_of(outcome), None
     except ReproduceError as err:
         code, error = err.exit_code, str(err)

@@ -8,6 +8,7 @@ renders it).
 from __future__ import annotations
 
 import hashlib
+import posixpath
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -17,6 +18,14 @@ from launcher.node_script import Assets, Placement, ScriptContext, Stage, render
 from launcher.profile import Profile
 from launcher.recipe import Recipe
 from launcher.rundir import new_run_id
+from launcher.runner.protocol import RESULT_FILES
+
+# secrets.hf_token_env names the launcher-side variable whose value the asset download gets as
+# HF_TOKEN: it must look like a Hugging Face token's name, and nothing like another credential's
+# (a typo there would ship, say, the AWS secret key to the node).
+_HF_TOKEN_NAME = re.compile(r"(?=.*(HF|HUGGING_?FACE))(?=.*TOKEN)[A-Z_][A-Z0-9_]*", re.IGNORECASE)
+_RESULT_STEMS = ",".join(name.removesuffix(".json") for name in RESULT_FILES)
+_NOT_HF = ("AWS", "SECRET", "PASSWORD", "PASSWD", "PRIVATE", "CREDENTIAL", "SSH", "KEY")
 
 
 @dataclass(frozen=True)
@@ -79,9 +88,11 @@ def build_plan(
             f"--run-id {run_id!r}: expected letters, digits, '.', '_' or '-' (at most 64)."
         )
     _check_profile_fits(recipe, profile)
+    _check_secrets(profile)
     work_dir = profile.get("work_dir").rstrip("/") or "/"
     node_run_dir = f"{work_dir}/runs/{run_id}"
     cache_dir = profile.get("cache_dir").rstrip("/") or "/"
+    _check_dirs(profile, node_run_dir, cache_dir)
     container = f"reproduce-{run_id}"
     assets = _assets(recipe, profile, cache_dir)
     preflight_on = profile.get("preflight.enabled") and not skip_preflight
@@ -136,7 +147,7 @@ def build_plan(
             "launcher",
             (
                 f"stream {node_run_dir}/node.log -> logs/ (by byte offset)",
-                f"fetch {node_run_dir}/{{preflight,preflight-gpu,image,stack}}.json",
+                f"fetch {node_run_dir}/{{{_RESULT_STEMS}}}.json",
                 "parse logs/train.log -> steps.jsonl, result.yaml, verdict.json, report.md",
             ),
         ),
@@ -166,6 +177,34 @@ def _check_profile_fits(recipe: Recipe, profile: Profile) -> None:
             f"{recipe.nodes} nodes, "
             f"but a profile of kind {profile.kind} ({profile.path}) gives one node; use --cluster "
             "aws or a ray cluster."
+        )
+
+
+def _check_secrets(profile: Profile) -> None:
+    name = profile.get("secrets.hf_token_env")
+    if name is None:
+        return
+    text = str(name)
+    upper = text.upper()
+    if not _HF_TOKEN_NAME.fullmatch(text) or any(word in upper for word in _NOT_HF):
+        raise BadInput(
+            f"{profile.path}: secrets.hf_token_env is {text!r}, which is not the name of a Hugging "
+            "Face token variable; its value would be sent to the node as HF_TOKEN.",
+            hint="Name the variable holding your Hugging Face token (HF_TOKEN, "
+            "HUGGING_FACE_HUB_TOKEN, ...), or null to send none.",
+        )
+
+
+def _check_dirs(profile: Profile, node_run_dir: str, cache_dir: str) -> None:
+    """The cache is mounted writable into every container; the node run dir (what the host runs
+    and trusts) must not be inside it."""
+    run_dir, cache = posixpath.normpath(node_run_dir), posixpath.normpath(cache_dir)
+    if run_dir == cache or run_dir.startswith(cache.rstrip("/") + "/"):
+        raise BadInput(
+            f"{profile.path}: work_dir ({profile.get('work_dir')}) is inside cache_dir "
+            f"({cache_dir}), which the containers can write to: they could then change what the "
+            "node runs. Put them side by side (the defaults: /var/tmp/reproduce and "
+            "/var/tmp/reproduce-cache)."
         )
 
 

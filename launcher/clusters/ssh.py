@@ -5,6 +5,11 @@ otherwise against known_hosts. An unknown host is refused unless the profile say
 `accept_unknown_host: true` (then its key is added to the known_hosts file, like OpenSSH's
 `StrictHostKeyChecking=accept-new`). Connecting never takes longer than `connect_timeout_s`
 (TCP, banner and authentication together), so an unreachable host fails fast.
+
+Once connected, no operation waits on the peer for longer than `io_timeout_s` (a command without
+its own timeout, every SFTP request): a half-open or black-holed connection (TCP still up, nothing
+coming back) is then a ConnectionLost like a dropped one, so the runner's reconnect window and
+budget check go on instead of a read that blocks forever.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ if TYPE_CHECKING:
     from launcher.plan import Plan
 
 DEFAULT_CONNECT_TIMEOUT_S = 20.0
+DEFAULT_IO_TIMEOUT_S = 60.0
 
 # paramiko logs its own thread's failures with tracebacks to stderr (Python's last-resort handler);
 # every failure reaches the user once, as an InfraError naming the cause, so keep those quiet.
@@ -57,6 +63,7 @@ class SSHSettings:
     identity_file: str | None = None
     connect_host: str | None = None
     connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S
+    io_timeout_s: float = DEFAULT_IO_TIMEOUT_S  # the longest wait for the peer once connected
     known_hosts: str | None = None  # default ~/.ssh/known_hosts
     host_key_fingerprint: str | None = (
         None  # "SHA256:..." pins the key; known_hosts is then not used
@@ -72,12 +79,16 @@ class SSHSettings:
         fields = {k: section[k] for k in cls.__dataclass_fields__ if section.get(k) is not None}
         try:
             fields["port"] = int(fields.get("port", 22))
-            fields["connect_timeout_s"] = float(
-                fields.get("connect_timeout_s", DEFAULT_CONNECT_TIMEOUT_S)
-            )
+            for key, default in (
+                ("connect_timeout_s", DEFAULT_CONNECT_TIMEOUT_S),
+                ("io_timeout_s", DEFAULT_IO_TIMEOUT_S),
+            ):
+                fields[key] = float(fields.get(key, default))
+                if not 0 < fields[key] < float("inf"):
+                    raise ValueError(f"{key} must be a positive number of seconds")
         except (TypeError, ValueError) as err:
             raise BadInput(
-                f"the ssh cluster profile has a bad port or connect_timeout_s: {err}"
+                f"the ssh cluster profile has a bad port, connect_timeout_s or io_timeout_s: {err}"
             ) from err
         for key in ("identity_file", "known_hosts"):
             if key in fields:
@@ -233,14 +244,25 @@ class SSHTransport:
 
     def _lost(self, err: BaseException) -> ConnectionLost:
         self.close()
-        return ConnectionLost(
-            f"lost the SSH connection to {self._where()}: {err or type(err).__name__}"
-        )
+        if isinstance(err, TimeoutError):
+            what = f"no answer within io_timeout_s={self.settings.io_timeout_s:g} s"
+        else:
+            what = str(err) or type(err).__name__
+        return ConnectionLost(f"lost the SSH connection to {self._where()}: {what}")
 
     def _sftp_client(self) -> Any:
+        """The SFTP session, its channel's timeout set before the first request (the version
+        exchange included), so no SFTP call waits on a silent peer past io_timeout_s."""
+        import paramiko
+
         self.connect()
         if self._sftp is None:
-            self._sftp = self._client.open_sftp()
+            chan = self._client.get_transport().open_session(
+                timeout=self.settings.connect_timeout_s
+            )
+            chan.settimeout(self.settings.io_timeout_s)
+            chan.invoke_subsystem("sftp")
+            self._sftp = paramiko.SFTPClient(chan)
         return self._sftp
 
     # --- Transport ---
@@ -250,13 +272,16 @@ class SSHTransport:
     ) -> CommandResult:
         import paramiko
 
+        # `timeout_s` bounds each wait for the node (no output for that long: given up); a
+        # command without one gets io_timeout_s, so a silent connection never blocks for ever.
+        limit = timeout_s if timeout_s is not None else self.settings.io_timeout_s
         with self._lock:
             self.connect()
             try:
                 chan = self._client.get_transport().open_session(
                     timeout=self.settings.connect_timeout_s
                 )
-                chan.settimeout(timeout_s)
+                chan.settimeout(limit)
                 chan.exec_command("bash -c " + shlex.quote(command))
                 out_file, err_file = chan.makefile("rb"), chan.makefile_stderr("rb")
                 err_box: list[bytes] = []
@@ -265,14 +290,19 @@ class SSHTransport:
                 )
                 reader.start()
                 out = out_file.read()
-                reader.join(timeout_s)
+                reader.join(limit)
+                if not chan.status_event.wait(limit):
+                    raise TimeoutError("no exit status")
                 code = chan.recv_exit_status()
                 chan.close()
                 if code == -1:  # the channel closed without an exit status: the connection broke
                     raise EOFError("the command's channel closed without an exit status")
             except TimeoutError as err:
-                raise InfraError(
-                    f"a command on {self._where()} did not finish within {timeout_s:.0f} s"
+                # The command may still run, or the connection is dead: either way this
+                # connection is done with (the next call reconnects).
+                self.close()
+                raise ConnectionLost(
+                    f"a command on {self._where()} gave no answer within {limit:.0f} s"
                 ) from err
             except (paramiko.SSHException, OSError, EOFError) as err:
                 raise self._lost(err) from err
@@ -332,16 +362,22 @@ class SSHTransport:
 
         with self._lock:
             try:
-                with self._sftp_client().open(remote, "rb") as fh:
-                    end = min(fh.stat().st_size, offset + max_bytes)
-                    if end <= offset:
-                        return b""
-                    fh.seek(offset)
-                    fh.prefetch(end)  # concurrent read requests: ~10x faster than one at a time
-                    return fh.read(end - offset)
+                fh = self._sftp_client().open(remote, "rb")
             except FileNotFoundError:
                 return b""
             except (paramiko.SSHException, OSError, EOFError) as err:
+                raise self._lost(err) from err
+            try:
+                end = min(fh.stat().st_size, offset + max_bytes)
+                data = b""
+                if end > offset:
+                    fh.seek(offset)
+                    fh.prefetch(end)  # concurrent read requests: ~10x faster than one at a time
+                    data = fh.read(end - offset)
+                fh.close()
+                return data
+            except (paramiko.SSHException, OSError, EOFError) as err:
+                # the whole connection goes (closing only the file would wait on it once more)
                 raise self._lost(err) from err
 
 

@@ -2,7 +2,9 @@
 
 The runner reports what happens through a Reporter; `ConsoleReporter` is the one a person sees:
 stage starts and ends, training steps and the verdict on stderr, each with the time since start,
-and the question after Ctrl-C when there is a terminal to ask on.
+and the question after Ctrl-C when there is a terminal to ask on. Without a terminal the run is
+unattended: a node lost for longer than the reconnect window is cancelled and released, since
+nobody is there to reattach.
 """
 
 from __future__ import annotations
@@ -32,10 +34,14 @@ class ConsoleReporter:
         self.started = time.monotonic()
 
     def say(self, text: str) -> None:
+        """A closed terminal (EIO after SIGHUP) or a closed pipe drops the line, nothing more."""
         elapsed = time.monotonic() - self.started
-        self.console.print(
-            f"[{elapsed:7.1f}s] {text}", markup=False, highlight=False, soft_wrap=True
-        )
+        try:
+            self.console.print(
+                f"[{elapsed:7.1f}s] {text}", markup=False, highlight=False, soft_wrap=True
+            )
+        except (OSError, ValueError):
+            return
 
     def stage(self, name: str, event: str, status: str) -> None:
         self.say(f"stage {name} started" if event == "start" else f"stage {name} {status}")
@@ -44,7 +50,10 @@ class ConsoleReporter:
         self.say(f"train step {done}" + (f" of {total}" if total else ""))
 
     def warn(self, text: str) -> None:
-        print(text, file=sys.stderr, flush=True)
+        try:
+            print(text, file=sys.stderr, flush=True)
+        except (OSError, ValueError):
+            return
 
     def choose(self) -> str:
         """Ask on the terminal; without one (or on a second Ctrl-C) the run is cancelled."""
@@ -83,8 +92,20 @@ def run_prepared(prepared: Prepared, options: Options, reporter: Any = None) -> 
     from launcher.runner.outcome import exit_code_of
     from launcher.runner.runner import Runner
 
-    runner = Runner(reporter or ConsoleReporter(), on_interrupt=options.on_interrupt)
+    runner = Runner(
+        reporter or ConsoleReporter(),
+        on_interrupt=options.on_interrupt,
+        unattended=not has_terminal(),
+    )
     return exit_code_of(runner.run(prepared, options))
+
+
+def has_terminal() -> bool:
+    """Someone at a terminal who could reattach to a run the launcher lost (stdin and stderr)."""
+    try:
+        return bool(sys.stdin and sys.stdin.isatty() and sys.stderr and sys.stderr.isatty())
+    except (OSError, ValueError):
+        return False
 
 
 def _check(prepared: Prepared) -> int:
@@ -108,7 +129,7 @@ def attach_command(run: str, runs_dir: Path | None, on_interrupt: str) -> int:
     from launcher.runner.outcome import exit_code_of
     from launcher.runner.runner import Runner
 
-    runner = Runner(ConsoleReporter(), on_interrupt=on_interrupt)
+    runner = Runner(ConsoleReporter(), on_interrupt=on_interrupt, unattended=not has_terminal())
     return exit_code_of(runner.attach(run, runs_dir))
 
 
