@@ -17,7 +17,7 @@ import pytest
 import yaml
 from pages_support import CLAIMED_TPS, make_run, set_verdict
 
-from launcher.pages import PAGE_NAME, render_run_page, write_run_page
+from launcher.pages import PAGE_NAME, render_run_page, write_run_page, write_run_page_safely
 from launcher.pages.html import STATUSES
 from launcher.pages.rundata import RUN_FILES, read_run_dir
 
@@ -289,3 +289,12 @@ def test_regenerate_offline_with_python_m_launcher_pages(tmp_path):
         timeout=60,
     )
     assert bad.returncode == 2 and "not a directory" in bad.stderr
+
+
+def test_the_run_path_writer_only_warns_when_the_page_cannot_be_written(tmp_path):
+    rd = make_run(tmp_path)
+    assert write_run_page_safely(rd) == rd / PAGE_NAME
+    warnings: list[str] = []
+    gone = tmp_path / "gone"
+    assert write_run_page_safely(gone, warnings.append) is None
+    assert len(warnings) == 1 and "report.html was not written" in warnings[0]

@@ -11,7 +11,12 @@ from __future__ import annotations
 
 from launcher.pages.history_page import render_history_page, write_history_page
 from launcher.pages.nightly_page import render_nightly_page, write_nightly_page
-from launcher.pages.run_page import PAGE_NAME, render_run_page, write_run_page
+from launcher.pages.run_page import (
+    PAGE_NAME,
+    render_run_page,
+    write_run_page,
+    write_run_page_safely,
+)
 
 __all__ = [
     "PAGE_NAME",
@@ -21,4 +26,5 @@ __all__ = [
     "write_history_page",
     "write_nightly_page",
     "write_run_page",
+    "write_run_page_safely",
 ]

@@ -65,6 +65,17 @@ def write_run_page(run_dir: Path, out: Path | None = None) -> Path:
     return target
 
 
+def write_run_page_safely(run_dir: Path, warn: Callable[[str], Any] | None = None) -> Path | None:
+    """write_run_page for the run path's exit: a page that cannot be written (a full disk, a
+    removed directory) is a warning, never a change to the run's outcome or exit code."""
+    try:
+        return write_run_page(run_dir)
+    except Exception as err:  # noqa: BLE001 - the run's own outcome matters more than its page
+        if warn is not None:
+            warn(f"warning: {Path(run_dir) / PAGE_NAME} was not written: {err}")
+        return None
+
+
 def render_run_page(files: RunFiles) -> str:
     """The whole page as one HTML string. Pure: the files were read before."""
     ctx = rs.Context.of(files)
