@@ -159,6 +159,7 @@ def two_node_recipe(tmp: Path):
     raw = yaml.safe_load(SEED.read_text())
     raw["gpu"]["count"] = 16
     raw["layout"]["dp"] = 16
+    raw["run"] = raw["run"].replace("--actor-num-nodes 1", "--actor-num-nodes 2")
     path = tmp / "two-node.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     return load_recipe(path)

@@ -99,7 +99,7 @@ def test_buying_prints_the_price_first_and_sends_the_exact_purchase(stubbed, tmp
                     "Tags": [
                         {
                             "Key": "reproduce:recipe",
-                            "Value": "qwen3-30b-a3b/h200/attune-tp1-pp1-ep8-mt16k",
+                            "Value": seed_recipe().slug,
                         }
                     ],
                 }

@@ -83,7 +83,7 @@ def test_run_instances_is_hardened_and_tagged(tmp_path):
     kinds = {spec["ResourceType"] for spec in req["TagSpecifications"]}
     assert kinds == {"instance", "volume", "network-interface"}
     tags = {t["Key"]: t["Value"] for t in req["TagSpecifications"][0]["Tags"]}
-    assert tags[TAG_RECIPE] == "qwen3-30b-a3b/h200/attune-tp1-pp1-ep8-mt16k"
+    assert tags[TAG_RECIPE] == seed_recipe().slug  # model/gpu/layout-<content hash>
     assert tags[TAG_RUN_ID] == "r1" and tags[TAG_OWNER] == "alice@laptop"
     assert (
         tags[TAG_EXPIRES] == "2026-11-29T14:00:00Z"
