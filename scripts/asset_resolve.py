@@ -187,7 +187,7 @@ def _hub_check(
     except hf_hub.HubError as err:
         return (
             False,
-            f"{where}: {hf_hub.redact(str(err), token)}"
+            f"Hub {hf_hub.endpoint()}: {hf_hub.redact(str(err), token)}"
             + (" [network]" if err.kind == "network" else ""),
             0,
         )

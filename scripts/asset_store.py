@@ -386,6 +386,8 @@ def push(
 ) -> dict[str, Any]:
     """Upload SRC's files under KEY, then MANIFEST. A file the store already holds with the same
     size and sha256 is skipped; an unfinished upload continues; the manifest comes last."""
+    if isinstance(store, LocalStore):
+        store.root.mkdir(parents=True, exist_ok=True)
     existing = store.read_manifest(key)
     if existing is not None and existing.get("asset") != manifest["asset"]:
         raise StoreError(

@@ -33,8 +33,6 @@ REPO_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*")
 COMMIT_RE = re.compile(r"[0-9a-f]{40}")
 CHUNK = 1 << 20
 TIMEOUT_S = 60.0
-# seconds before the first retry of a broken download (doubling); the tests set 0
-RETRY_BASE_S = float(os.environ.get("REPRODUCE_RETRY_BASE_S") or 1.0)
 
 Progress = Callable[[str, int, int], None]  # (file path, bytes done, bytes total)
 # Set by the launcher's Ctrl-C handler: every transfer loop (here, asset_store, s3_store) stops at
@@ -285,7 +283,8 @@ def download(
             attempt += 1
             if attempt > retries:
                 raise _network_error(err, what, token) from None
-            time.sleep(RETRY_BASE_S * 2**attempt)
+            # seconds before a retry, doubling; REPRODUCE_RETRY_BASE_S=0 in the tests
+            time.sleep(float(os.environ.get("REPRODUCE_RETRY_BASE_S") or 1.0) * 2**attempt)
     bad = verify_remote(partial, remote)
     if bad:
         partial.unlink()
