@@ -311,7 +311,7 @@ def _fetch_into(
             while True:
                 if CANCEL.is_set():
                     raise Cancelled(name)
-                chunk = resp.read(CHUNK)
+                chunk = resp.read1(CHUNK)  # what has arrived: a cancel is seen between packets
                 if not chunk:
                     break
                 out.write(chunk)

@@ -5,7 +5,8 @@
   redirected (302) to a second server on another port, as the Hub redirects to its CDN, so a
   test sees whether the token followed. Errors carry the Hub's X-Error-Code headers
   (RepoNotFound 401, RevisionNotFound 404, EntryNotFound 404, GatedRepo 401/403). Range requests
-  are honoured; `cut_once[path] = n` closes the connection after n bytes of that file, once.
+  are honoured; `cut_once[path] = n` closes the connection after n bytes of that file, once
+  (`cut_always`: every time); `slow` paths trickle out in 4 KiB chunks.
   Every request is recorded.
 - s3_server: moto's ThreadedMotoServer on 127.0.0.1, reached through AWS_ENDPOINT_URL.
 - make_hub_repos: a tiny tokenizer, dataset (parquet conversations) and checkpoint.
@@ -21,6 +22,7 @@ import random
 import re
 import shutil
 import threading
+import time
 import urllib.parse
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -60,6 +62,8 @@ class FakeHub:
         self.repos: dict[tuple[str, str], Repo] = {}
         self.tokens: set[str] = set()  # tokens granted access to gated repos
         self.cut_once: dict[str, int] = {}
+        self.cut_always: dict[str, int] = {}  # path -> bytes sent before every cut
+        self.slow: set[str] = set()  # paths sent in small chunks with pauses
         self.requests: list[Request] = []
         self.blobs: dict[str, bytes] = {}
         self.lock = threading.Lock()
@@ -249,6 +253,13 @@ class FakeHub:
             return
         with self.lock:
             cut = self.cut_once.pop(path, None)
+            cut = self.cut_always.get(path, cut)
+        if path in self.slow:
+            for i in range(0, len(body), 4096):
+                h.wfile.write(body[i : i + 4096])
+                h.wfile.flush()
+                time.sleep(0.05)
+            return
         if cut is not None and cut < len(body):
             h.wfile.write(body[:cut])
             h.wfile.flush()
