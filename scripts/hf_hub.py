@@ -276,21 +276,29 @@ def download(
                 _fetch_into(url, partial, have, remote.size, token, progress, remote.path)
             break
         except urllib.error.HTTPError as err:
-            raise _hub_error(err, what, token) from None
+            if (err.code < 500 and err.code != 429) or attempt >= retries:
+                raise _hub_error(err, what, token) from None
+            attempt += 1  # the Hub's or the CDN's passing trouble: retry like a dropped line
+            _pause(attempt)
+            continue
         except (urllib.error.URLError, socket.timeout, ConnectionError, OSError) as err:
             if isinstance(err, OSError) and getattr(err, "errno", None) in (28, 122):
                 raise  # no space left: retrying cannot help
             attempt += 1
             if attempt > retries:
                 raise _network_error(err, what, token) from None
-            # seconds before a retry, doubling; REPRODUCE_RETRY_BASE_S=0 in the tests
-            time.sleep(float(os.environ.get("REPRODUCE_RETRY_BASE_S") or 1.0) * 2**attempt)
+            _pause(attempt)
     bad = verify_remote(partial, remote)
     if bad:
         partial.unlink()
         raise HubError("mismatch", f"{what}: the download has {bad}")
     os.replace(partial, dest)
     return dest
+
+
+def _pause(attempt: int) -> None:
+    """Seconds before a retry, doubling; REPRODUCE_RETRY_BASE_S=0 in the tests."""
+    time.sleep(float(os.environ.get("REPRODUCE_RETRY_BASE_S") or 1.0) * 2**attempt)
 
 
 def _fetch_into(

@@ -93,3 +93,22 @@ def test_gated_repo_needs_a_granted_token(hub, monkeypatch):
         hf.check_access(info, "config.json", "hf_BAD")
     assert "hf_BAD" not in str(err.value)
     hf.check_access(info, "config.json", "hf_GOOD")
+
+
+def test_a_passing_server_error_is_retried(hub, tmp_path, monkeypatch):
+    info = hf.repo_info("test-org/tiny-model", CKPT_REV, "model")
+    remote = next(f for f in info.files if f.path == "config.json")
+    calls = []
+    real = hf._fetch_into
+
+    def flaky(*args, **kw):
+        calls.append(1)
+        if len(calls) == 1:
+            import urllib.error
+
+            raise urllib.error.HTTPError("u", 503, "busy", {}, None)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(hf, "_fetch_into", flaky)
+    hf.download(info, remote, tmp_path / "config.json")
+    assert len(calls) == 2 and (tmp_path / "config.json").read_bytes() == b'{"model_type": "tiny"}'

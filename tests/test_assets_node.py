@@ -290,3 +290,35 @@ def test_cli_usage_errors_exit_2(tmp_path):
     proc = node("resolve", "--spec", tmp_path / "bad.json", ok=False)
     assert proc.returncode == 2 and "reproduce-asset-spec/1" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_the_tokenizer_comes_from_the_byte_identical_checkpoint_when_its_own_repo_is_gone(
+    hub, tiny, tmp_path
+):
+    del hub.repos[("model", "test-org/tiny-tokenizer")]
+    spec = make_spec(tmp_path, tiny_recipe_raw(*tiny))
+    plan_path = spec.with_name(spec.stem + "-plan.json")
+    plan, proc = resolve(spec)
+    tok = plan["assets"]["tokenizer"]
+    assert tok["source"] == "hub" and tok["hub"]["repo"] == "test-org/tiny-model"
+    assert "repository not found" in tok["tried"][-2]
+    node("fetch", "--spec", spec, "--plan", plan_path, "rows")
+    manifest = store_mod.read_local_manifest(Path(tok["path"]))
+    assert sorted(e["path"] for e in manifest["files"]) == [
+        "tokenizer.json",
+        "tokenizer_config.json",
+    ]
+    assert "tiny-model" in manifest["origin"]  # only the pinned files, from the second source
+
+
+def test_the_tokenizer_is_taken_from_a_cached_checkpoint(hub, tiny, tmp_path):
+    spec = make_spec(tmp_path, tiny_recipe_raw(*tiny))
+    plan_path = spec.with_name(spec.stem + "-plan.json")
+    resolve(spec)
+    node("fetch", "--spec", spec, "--plan", plan_path, "hf_ckpt")
+    hub.requests.clear()
+    plan, _ = resolve(spec)
+    assert plan["assets"]["tokenizer"]["source"] == "cache"
+    assert plan["assets"]["tokenizer"]["copy_from"].endswith("hf/tiny-model")
+    node("fetch", "--spec", spec, "--plan", plan_path, "rows")
+    assert not [r for r in hub.file_requests() if "tiny-tokenizer" in r.path]
