@@ -191,7 +191,9 @@ def cancel(
 @app.command("measure")
 def measure_cmd(
     log: Path = typer.Argument(
-        ..., help="miles log file, or a run directory (its artifacts are written)"
+        ...,
+        help="one miles log file, or a run directory (one with run.json; its artifacts are "
+        "written there)",
     ),
     recipe: Path | None = typer.Option(
         None,
@@ -218,8 +220,14 @@ def measure_cmd(
         "--tolerance-faster",
         help="percent above the claim still 'reproduced'",
     ),
+    out: Path | None = typer.Option(
+        None,
+        "--out",
+        help="write steps.jsonl, result.yaml, verdict.json, report.md and plots/ here "
+        "(a log file's are written nowhere without it)",
+    ),
 ) -> None:
-    """Measure a miles log against the recipe's claim. Exit 0 reproduced, 1 otherwise, 2 bad input."""  # noqa: E501 - typer shows its line breaks
+    """Measure a miles log against the recipe's claim. Exit 0 reproduced, 1 otherwise (mismatch included), 2 bad input or an unreadable log."""  # noqa: E501 - typer shows its line breaks
     try:
         from launcher.commands.measure import run_measure
 
@@ -232,6 +240,7 @@ def measure_cmd(
             timeline=timeline,
             slower=slower,
             faster=faster,
+            out=out,
         )
     except ReproduceError as err:
         raise _fail(err) from None
@@ -243,12 +252,19 @@ def compare_cmd(
     candidate: Path = typer.Argument(..., help="candidate run directory or log"),
     reference: Path = typer.Argument(..., help="reference run directory or log"),
     json_out: bool = typer.Option(False, "--json", help="print exactly one JSON object on stdout"),
+    allow_different: bool = typer.Option(
+        False,
+        "--allow-different-recipes",
+        help="compare runs of two different recipes (refused otherwise)",
+    ),
 ) -> None:
-    """Loss-curve convergence check of CANDIDATE against REFERENCE. Exit 0 pass, 1 fail, 2 bad input."""  # noqa: E501 - typer shows its line breaks
+    """Loss-curve convergence check of CANDIDATE against REFERENCE. Exit 0 pass, 1 fail, 2 bad input or two different recipes."""  # noqa: E501 - typer shows its line breaks
     try:
         from launcher.commands.measure import run_compare
 
-        code = run_compare(candidate, reference, json_out=json_out)
+        code = run_compare(
+            candidate, reference, json_out=json_out, allow_different_recipes=allow_different
+        )
     except ReproduceError as err:
         raise _fail(err) from None
     raise typer.Exit(code)
@@ -265,12 +281,15 @@ def down(
     runs_dir: Path | None = typer.Option(
         None, "--runs-dir", help="Runs root (default: $REPRODUCE_RUNS_DIR or ./runs)."
     ),
+    region: str | None = typer.Option(
+        None, "--region", help="Region to search when the run's aws.json cannot be read."
+    ),
 ) -> None:
     """End what an aws run launched (a --keep node, or what a crash left): instances, Elastic IPs, groups, key pair."""  # noqa: E501 - typer shows its line breaks
     from launcher.commands.aws import down_run
 
     try:
-        down_run(run, runs_root=runs_dir)
+        down_run(run, runs_root=runs_dir, region=region)
     except ReproduceError as err:
         raise _fail(err) from None
 

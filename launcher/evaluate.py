@@ -12,7 +12,11 @@ and writes what they produce:
     report.md, plots/  claim beside reproduction, loss and step-time plots
 
 The runner calls `measure_run_dir` once the logs are collected; `reproduce measure` calls
-`measure_path`. docs/architecture.md shows the whole run directory.
+`measure_path`, which takes one log file or one run directory (a directory holding run.json) and
+nothing else: a directory of assorted logs is not one run, and merging them would pick among
+conflicting values without saying so. Outputs go to the run directory, or to the directory the
+caller names for a bare log, never next to an arbitrary input. docs/architecture.md shows the
+whole run directory.
 """
 
 from __future__ import annotations
@@ -34,45 +38,49 @@ from launcher.recipe import Recipe, load_recipe
 from launcher.verdict import Tolerance, Verdict, judge
 
 RECIPE_FILE = "recipe.yaml"  # the recipe as the run used it, kept in its run directory
+RUN_FILE = "run.json"  # what makes a directory a run directory
+TRAIN_LOG = Path("logs") / "train.log"
 
 
-def find_logs(path: Path) -> list[Path]:
-    """The logs to parse: the file itself, or a run dir's logs/train.log, else every logs/*.log."""
-    if path.is_file():
-        return [path]
-    logs_dir = path / "logs" if (path / "logs").is_dir() else path
-    train = logs_dir / "train.log"
-    if train.is_file():
-        return [train]
-    found = sorted(p for p in logs_dir.glob("*.log") if p.is_file())
-    if not found:
-        raise BadInput(f"no log to measure in {path} (expected logs/train.log or logs/*.log).")
-    return found
+def is_run_dir(path: Path) -> bool:
+    return Path(path).is_dir() and (Path(path) / RUN_FILE).is_file()
 
 
-def parse_logs(paths: Sequence[Path]) -> tuple[list[StepRecord], ParseStats]:
-    """Parse one or more logs into (records, stats); steps found in several logs keep the first."""
+def check_input(path: Path) -> Path:
+    """A log file or a run directory; BadInput naming what was given otherwise."""
+    path = Path(path)
+    if not path.exists():
+        raise BadInput(f"{path} does not exist; expected a log file or a run directory.")
+    if path.is_dir() and not is_run_dir(path):
+        raise BadInput(
+            f"{path} is a directory without {RUN_FILE}, so not a run directory; expected one "
+            "log file (e.g. its logs/train.log) or a run directory made by `reproduce`."
+        )
+    if not path.is_dir() and not path.is_file():
+        raise BadInput(f"{path} is not a regular file; expected a log file or a run directory.")
+    return path
+
+
+def parse_log(path: Path) -> tuple[list[StepRecord], ParseStats]:
+    """One log's steps and the parser's counters (its arguments listing among them)."""
     stats = ParseStats()
-    seen: dict[int, StepRecord] = {}
-    for p in paths:
-        for rec in parse_path(p, stats):
-            seen.setdefault(rec.step, rec)
-    return [seen[s] for s in sorted(seen)], stats
+    try:
+        return list(parse_path(path, stats)), stats
+    except OSError as err:
+        raise BadInput(f"{path}: cannot read the log: {err.strerror}.") from None
 
 
 def load_records(path: Path) -> tuple[list[StepRecord], ParseStats | None]:
-    """Steps of a run directory or a log file: parsed from the logs, else read from steps.jsonl."""
-    path = Path(path)
-    if not path.exists():
-        raise BadInput(f"{path} does not exist.")
-    if (
-        path.is_dir()
-        and not any((path / "logs").glob("*.log"))
-        and (path / "steps.jsonl").is_file()
-    ):
+    """Steps of a log file, or of a run directory (its logs/train.log, else its steps.jsonl)."""
+    path = check_input(path)
+    if path.is_file():
+        return parse_log(path)
+    if (path / TRAIN_LOG).is_file():
+        return parse_log(path / TRAIN_LOG)
+    if (path / "steps.jsonl").is_file():
         with open(path / "steps.jsonl") as fh:
             return [StepRecord.from_dict(json.loads(line)) for line in fh if line.strip()], None
-    return parse_logs(find_logs(path))
+    raise BadInput(f"run directory {path} holds neither {TRAIN_LOG} nor steps.jsonl.")
 
 
 def read_timeline(path: Path) -> dict:
@@ -100,6 +108,20 @@ def recipe_of(run_dir: Path) -> Recipe:
     if not path.is_file():
         raise BadInput(f"{run_dir} holds no {RECIPE_FILE}: give the recipe to measure against.")
     return load_recipe(path)
+
+
+def recipe_identity(path: Path) -> str | None:
+    """The slug of the recipe a run directory ran (from its recipe.yaml's content), or None for
+    a bare log, which does not say. Read without validating: an old run's recipe may predate
+    today's schema, and its identity is still its content."""
+    from launcher.recipe import recipe_slug
+    from launcher.yamlschema import read_yaml_mapping
+
+    file = Path(path) / RECIPE_FILE
+    if not (Path(path).is_dir() and file.is_file()):
+        return None
+    raw, _ = read_yaml_mapping(file, "recipe")
+    return recipe_slug(raw)
 
 
 def json_safe(value: Any) -> Any:
@@ -168,6 +190,25 @@ def _judged(
     return result, judge(result, recipe, tolerance=tolerance)
 
 
+def write_outputs(
+    out: Path,
+    result: Result,
+    verdict: Verdict,
+    recipe: Recipe,
+    records: Sequence[StepRecord],
+    convergence: Any = None,
+    *,
+    plots: bool = True,
+) -> None:
+    """steps.jsonl, result.yaml, verdict.json, report.md, plots/ (and convergence.json) in `out`."""
+    if convergence is not None:
+        _write_json(out / "convergence.json", convergence.to_dict())
+    write_steps_jsonl(out / "steps.jsonl", records)
+    (out / "result.yaml").write_text(yaml.safe_dump(result.to_result_yaml(), sort_keys=False))
+    _write_json(out / "verdict.json", verdict.to_dict())
+    write_report(out, result, verdict, recipe, records, convergence, plots=plots)
+
+
 def measure_run_dir(
     run_dir: Path,
     recipe: Recipe | None = None,
@@ -177,29 +218,42 @@ def measure_run_dir(
     tolerance: Tolerance | None = None,
     write_plots: bool = True,
     reference: Path | None = None,
+    out: Path | None = None,
 ) -> tuple[Result, Verdict]:
-    """Measure a run directory and write its files (steps.jsonl, result.yaml, verdict.json,
-    report.md, plots/, and convergence.json when a `reference` run dir or log is given).
+    """Measure a run directory (its logs/train.log) and write its files there, or into `out`
+    (steps.jsonl, result.yaml, verdict.json, report.md, plots/, and convergence.json when a
+    `reference` run dir or log is given).
 
     `recipe` defaults to the run directory's own recipe.yaml. Returns (Result, Verdict).
     """
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise BadInput(f"run directory {run_dir} does not exist.")
+    if not (run_dir / TRAIN_LOG).is_file():
+        raise BadInput(f"run directory {run_dir} holds no {TRAIN_LOG}: nothing to measure.")
     recipe = recipe if recipe is not None else recipe_of(run_dir)
-    records, stats = parse_logs(find_logs(run_dir))
+    records, stats = parse_log(run_dir / TRAIN_LOG)
     result, verdict = _judged(
         records, stats, recipe, load_timeline(run_dir), price_per_hour, region, tolerance
     )
     convergence = None
     if reference is not None:
         convergence = check(loss_curve(records), loss_curve(load_records(reference)[0]))
-        _write_json(run_dir / "convergence.json", convergence.to_dict())
-    write_steps_jsonl(run_dir / "steps.jsonl", records)
-    (run_dir / "result.yaml").write_text(yaml.safe_dump(result.to_result_yaml(), sort_keys=False))
-    _write_json(run_dir / "verdict.json", verdict.to_dict())
-    write_report(run_dir, result, verdict, recipe, records, convergence, plots=write_plots)
+    target = out_dir(out) if out is not None else run_dir
+    write_outputs(target, result, verdict, recipe, records, convergence, plots=write_plots)
     return result, verdict
+
+
+def out_dir(path: Path) -> Path:
+    """The directory a measurement is written to, made when missing; BadInput when impossible."""
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise BadInput(f"--out {path} exists and is not a directory.") from None
+    except OSError as err:
+        raise BadInput(f"--out {path}: cannot make the directory: {err.strerror}.") from None
+    return path
 
 
 def measure_path(
@@ -210,15 +264,25 @@ def measure_path(
     region: str | None = None,
     tolerance: Tolerance | None = None,
     timeline_path: Path | None = None,
+    out: Path | None = None,
 ) -> tuple[Result, Verdict]:
-    """Measure a log file (nothing written) or a run directory (its files written)."""
-    path = Path(path)
-    if not path.exists():
-        raise BadInput(f"log {path} does not exist.")
+    """Measure a log file or a run directory (check_input). A run directory's files are written
+    into it (or `out`); a log's only into `out`, and nowhere when no `out` is given."""
+    path = check_input(path)
     if path.is_dir():
+        if timeline_path is not None:
+            raise BadInput("--timeline is for a log file; a run directory has its timeline.json.")
         return measure_run_dir(
-            path, recipe, price_per_hour=price_per_hour, region=region, tolerance=tolerance
+            path,
+            recipe,
+            price_per_hour=price_per_hour,
+            region=region,
+            tolerance=tolerance,
+            out=out,
         )
-    records, stats = parse_logs([path])
+    records, stats = parse_log(path)
     timeline = read_timeline(timeline_path) if timeline_path is not None else None
-    return _judged(records, stats, recipe, timeline, price_per_hour, region, tolerance)
+    result, verdict = _judged(records, stats, recipe, timeline, price_per_hour, region, tolerance)
+    if out is not None:
+        write_outputs(out_dir(out), result, verdict, recipe, records)
+    return result, verdict

@@ -4,7 +4,10 @@ Why SQLite: one file, stdlib, safe against two writers (a nightly and a person i
 and queryable by hand (`sqlite3 runs/history.sqlite 'select * from runs'`). The run directory
 stays the record (docs/architecture.md); a row here is an index of it: `record` reads the files
 the run path and launcher/evaluate.py wrote, and re-recording the same run id replaces its row,
-so importing a runs tree twice changes nothing.
+so importing a runs tree twice changes nothing (launcher/history_rows.py reads a row). Rows are
+keyed on the recipe's content-derived slug, so two recipes never share a series and one recipe
+keeps its series wherever its file lies; a writer that finds the database locked waits
+BUSY_TIMEOUT_S, then raises HistoryUnavailable (a clear error, never a traceback).
 
 The regression rules (docs/measurement.md, regressions over time) are pure functions of rows,
 so they are tested on hand-built histories:
@@ -23,22 +26,56 @@ so they are tested on hand-built histories:
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import os
 import sqlite3
 import statistics
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from launcher.errors import BadInput
+from launcher.errors import BadInput, InfraError
+from launcher.history_rows import (
+    RunRow,
+    db_value,
+    file_sha256,
+    is_content_slug,
+    num,
+    read_json,
+    recipe_file_slug,
+    row_from_run_dir,
+    slug_of,
+)
 from launcher.verdict import DEFAULT_TOLERANCE_PERCENT
 
-SCHEMA_VERSION = 1
+__all__ = [
+    "History",
+    "HistoryUnavailable",
+    "RunRow",
+    "Assessment",
+    "Trend",
+    "assess",
+    "assess_history",
+    "default_history_path",
+    "file_sha256",
+    "import_runs",
+    "record",
+    "row_from_run_dir",
+    "runs",
+    "runs_of_recipe",
+    "slug_of",
+    "spread",
+    "trend_of",
+]
+
+# 2: rows are keyed on the recipe's content-derived slug; `legacy_slug` keeps the path-derived
+# name version 1 used (migrated on open: old rows still read, under both names).
+SCHEMA_VERSION = 2
+# How long a writer waits for another one (a nightly and a person importing runs) before giving
+# up with a clear error instead of a traceback.
+BUSY_TIMEOUT_S = 30.0
 HISTORY_ENV = "REPRODUCE_HISTORY"
 DEFAULT_K = 7  # baseline: the last K good runs
 MIN_GOOD = 3  # the trend test needs at least this many good runs
@@ -71,40 +108,16 @@ CREATE TABLE IF NOT EXISTS runs (
     gpu_hours REAL,
     image TEXT,
     detail TEXT,
-    recorded_at REAL NOT NULL
+    recorded_at REAL NOT NULL,
+    legacy_slug TEXT
 );
 CREATE INDEX IF NOT EXISTS runs_by_slug ON runs (slug, started_at, run_id);
 """
 
 
-@dataclass
-class RunRow:
-    """One run as the history keeps it (the columns of the `runs` table)."""
-
-    run_id: str
-    slug: str
-    recipe_sha256: str | None = None
-    run_dir: str | None = None
-    cluster_name: str | None = None
-    cluster_kind: str | None = None
-    started_at: float | None = None
-    ended_at: float | None = None
-    state: str | None = None  # status.json's state: done | failed | cancelled | ...
-    verdict: str | None = None  # verdict.json's status, None when the run was never judged
-    difference_percent: float | None = None  # signed, vs the recipe's claim
-    claimed_tokens_per_s_per_gpu: float | None = None
-    tolerance_percent: float | None = None  # the verdict's slower tolerance
-    tokens_per_s_per_gpu: float | None = None
-    step_time_cv_percent: float | None = None
-    mfu: float | None = None
-    usd_per_million_tokens: float | None = None
-    gpu_hours: float | None = None
-    image: str | None = None  # repository@sha256:... (verified on the node when image.json exists)
-    detail: str | None = None  # status.json's detail, or why the run never started
-    recorded_at: float = 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+class HistoryUnavailable(InfraError):
+    """The history database could not be used now (locked by another writer past the busy
+    timeout, or a read/write failure): the run itself is unaffected."""
 
 
 _COLUMNS = [f.name for f in fields(RunRow)]
@@ -137,17 +150,32 @@ class History:
         self.path = Path(path) if path is not None else default_history_path()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.conn = sqlite3.connect(str(self.path), timeout=30)
+            self.conn = sqlite3.connect(str(self.path), timeout=BUSY_TIMEOUT_S)
         except (OSError, sqlite3.Error) as err:
             raise BadInput(f"history database {self.path}: cannot open: {err}") from None
         self.conn.row_factory = sqlite3.Row
         try:
             self._ensure_schema()
+        except sqlite3.OperationalError as err:
+            self.conn.close()
+            raise self._unavailable(err) from None
         except sqlite3.DatabaseError as err:
             self.conn.close()
             raise BadInput(
                 f"history database {self.path}: not a usable SQLite history ({err})."
             ) from None
+        except BaseException:
+            self.conn.close()
+            raise
+
+    def _unavailable(self, err: sqlite3.Error) -> HistoryUnavailable:
+        if "locked" in str(err) or "busy" in str(err):
+            return HistoryUnavailable(
+                f"history database {self.path} is locked by another process (waited "
+                f"{BUSY_TIMEOUT_S:g} s); the run is not recorded now.",
+                hint="Record it later with `reproduce history --import RUNS_DIR`.",
+            )
+        return HistoryUnavailable(f"history database {self.path}: {err}.")
 
     def _ensure_schema(self) -> None:
         with self.conn:
@@ -163,6 +191,27 @@ class History:
                     f"history database {self.path} has schema version {version}; this launcher "
                     f"knows version {SCHEMA_VERSION}: upgrade reproduce."
                 )
+            elif version < 2:
+                self._migrate_from_1()
+
+    def _migrate_from_1(self) -> None:
+        """Version 1 keyed rows on the recipe file's path; key them on the content slug of the
+        recipe.yaml their run directory kept (when it still exists), the old name kept as
+        legacy_slug so that both names find them. Runs inside the caller's transaction."""
+        columns = {r[1] for r in self.conn.execute("PRAGMA table_info(runs)")}
+        if "legacy_slug" not in columns:
+            self.conn.execute("ALTER TABLE runs ADD COLUMN legacy_slug TEXT")
+        rows = self.conn.execute("SELECT run_id, slug, run_dir FROM runs").fetchall()
+        for run_id, slug, run_dir in rows:
+            content = None
+            if run_dir and not is_content_slug(slug):
+                content = recipe_file_slug(Path(run_dir) / "recipe.yaml")
+            self.conn.execute(
+                "UPDATE runs SET slug = ?, legacy_slug = ? WHERE run_id = ?",
+                (content or slug, slug if content and content != slug else None, run_id),
+            )
+        self.conn.execute("DELETE FROM schema_version")
+        self.conn.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
 
     def close(self) -> None:
         self.conn.close()
@@ -179,9 +228,12 @@ class History:
         """Insert or replace (by run id) one row."""
         if not row.recorded_at:
             row.recorded_at = time.time()
-        values = [_db_value(getattr(row, c)) for c in _COLUMNS]
-        with self.conn:
-            self.conn.execute(_INSERT, values)
+        values = [db_value(getattr(row, c)) for c in _COLUMNS]
+        try:
+            with self.conn:
+                self.conn.execute(_INSERT, values)
+        except sqlite3.OperationalError as err:
+            raise self._unavailable(err) from None
         return row
 
     def record(self, run_dir: Path) -> RunRow:
@@ -202,7 +254,7 @@ class History:
             if run_dir.parent.name == "node":  # a node's own run.json collected into a run dir
                 continue
             try:
-                state = (_read_json(run_dir / "status.json") or {}).get("state")
+                state = (read_json(run_dir / "status.json") or {}).get("state")
             except BadInput as err:
                 skipped.append(f"{run_dir}: {err}")
                 continue
@@ -219,8 +271,8 @@ class History:
 
     def runs(self, slug: str, limit: int | None = None, cluster: str | None = None) -> list[RunRow]:
         """The runs of a recipe slug, oldest first (the last `limit` of them when given)."""
-        sql = "SELECT * FROM runs WHERE slug = ?"
-        args: list[Any] = [slug]
+        sql = "SELECT * FROM runs WHERE (slug = ? OR legacy_slug = ?)"
+        args: list[Any] = [slug, slug]
         if cluster is not None:
             sql += " AND cluster_name = ?"
             args.append(cluster)
@@ -228,11 +280,19 @@ class History:
         if limit is not None:
             sql += " LIMIT ?"
             args.append(int(limit))
-        rows = [RunRow(**{c: r[c] for c in _COLUMNS}) for r in self.conn.execute(sql, args)]
+        try:
+            found = self.conn.execute(sql, args).fetchall()
+        except sqlite3.OperationalError as err:
+            raise self._unavailable(err) from None
+        rows = [RunRow(**{c: r[c] for c in _COLUMNS}) for r in found]
         return rows[::-1]
 
     def slugs(self) -> list[str]:
-        return [r[0] for r in self.conn.execute("SELECT DISTINCT slug FROM runs ORDER BY slug")]
+        try:
+            found = self.conn.execute("SELECT DISTINCT slug FROM runs ORDER BY slug").fetchall()
+        except sqlite3.OperationalError as err:
+            raise self._unavailable(err) from None
+        return [r[0] for r in found]
 
 
 def record(run_dir: Path, db: Path | None = None) -> RunRow:
@@ -251,116 +311,6 @@ def import_runs(root: Path, db: Path | None = None) -> tuple[list[RunRow], list[
     """Index every finished run directory under `root`."""
     with History(db) as hist:
         return hist.import_runs(root)
-
-
-# ---------------------------------------------------------------------------------------------
-# Reading a run directory
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except (FileNotFoundError, IsADirectoryError):
-        return None
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise BadInput(f"{path} is not valid JSON: {err}") from None
-
-
-def _read_yaml(path: Path) -> Any:
-    import yaml
-
-    try:
-        return yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        return None
-    except yaml.YAMLError as err:
-        raise BadInput(f"{path} is not valid YAML: {str(err).splitlines()[0]}") from None
-
-
-def _num(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if math.isfinite(value) else None
-
-
-def _db_value(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
-
-
-def file_sha256(path: Path) -> str | None:
-    try:
-        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-    except OSError:
-        return None
-
-
-def row_from_run_dir(run_dir: Path) -> RunRow:
-    """The history row of a run directory, from the files the run path and evaluate write:
-    run.json (id, slug), status.json (state), plan.json (recipe sha256, profile, image),
-    timeline.json (acquired/released), result.yaml (figures, unrounded), verdict.json (status,
-    difference, tolerance), image.json (the digest verified on the node), recipe.yaml.
-    """
-    run_dir = Path(run_dir)
-    run = _read_json(run_dir / "run.json")
-    if not isinstance(run, dict) or not run.get("run_id"):
-        raise BadInput(f"{run_dir} is not a run directory (no run.json with a run_id).")
-    status = _read_json(run_dir / "status.json") or {}
-    plan = _read_json(run_dir / "plan.json") or {}
-    timeline = _read_json(run_dir / "timeline.json") or {}
-    verdict = _read_json(run_dir / "verdict.json") or {}
-    image_facts = _read_json(run_dir / "image.json") or {}
-    result = _read_yaml(run_dir / "result.yaml") or {}
-    unrounded = (
-        ((result.get("provenance") or {}).get("unrounded") or {})
-        if isinstance(result, dict)
-        else {}
-    )
-
-    def figure(key: str) -> float | None:
-        value = _num(unrounded.get(key))
-        return (
-            value
-            if value is not None
-            else _num(result.get(key) if isinstance(result, dict) else None)
-        )
-
-    plan_recipe = plan.get("recipe") or {}
-    profile = plan.get("profile") or {}
-    cluster = run.get("cluster") or {}
-    state = status.get("state")
-    started = _num(timeline.get("acquired_at")) or _num(run.get("created_at"))
-    ended = _num(timeline.get("released_at"))
-    if ended is None and state in ("done", "failed", "cancelled"):
-        ended = _num(status.get("updated_at"))
-    image = plan.get("image")
-    if image_facts.get("image"):
-        image = image_facts["image"]
-    claimed = (verdict.get("claimed") or {}).get("tokens_per_s_per_gpu")
-    tolerance = (verdict.get("tolerance") or {}).get("slower_percent")
-    return RunRow(
-        run_id=str(run["run_id"]),
-        slug=str(run.get("slug") or plan_recipe.get("slug") or run_dir.parent.name),
-        recipe_sha256=plan_recipe.get("sha256") or file_sha256(run_dir / "recipe.yaml"),
-        run_dir=str(run_dir.resolve()),
-        cluster_name=profile.get("name") or cluster.get("name"),
-        cluster_kind=profile.get("kind") or cluster.get("kind"),
-        started_at=started,
-        ended_at=ended,
-        state=state,
-        verdict=verdict.get("status"),
-        difference_percent=_num(verdict.get("difference_percent")),
-        claimed_tokens_per_s_per_gpu=_num(claimed),
-        tolerance_percent=_num(tolerance),
-        tokens_per_s_per_gpu=figure("tokens_per_s_per_gpu"),
-        step_time_cv_percent=figure("step_time_cv_percent"),
-        mfu=figure("mfu"),
-        usd_per_million_tokens=figure("usd_per_million_tokens"),
-        gpu_hours=figure("gpu_hours"),
-        image=image,
-        detail=status.get("detail"),
-    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -417,7 +367,7 @@ class Assessment:
 
 def is_good(row: RunRow) -> bool:
     """A run that may join a baseline: judged reproduced or faster, with a throughput."""
-    return row.verdict in GOOD_VERDICTS and _num(row.tokens_per_s_per_gpu) is not None
+    return row.verdict in GOOD_VERDICTS and num(row.tokens_per_s_per_gpu) is not None
 
 
 def spread(values: Sequence[float]) -> tuple[float, float, float]:
@@ -474,7 +424,7 @@ def assess(
             else DEFAULT_TOLERANCE_PERCENT
         )
     )
-    value = _num(latest.tokens_per_s_per_gpu)
+    value = num(latest.tokens_per_s_per_gpu)
     trend = trend_of(value, earlier, k=k, tolerance_percent=tol, min_good=min_good)
     if latest.verdict not in JUDGED_VERDICTS or value is None:
         why = (
@@ -518,17 +468,6 @@ def assess_history(rows: Sequence[RunRow], **kwargs: Any) -> Assessment | None:
 
 # ---------------------------------------------------------------------------------------------
 # Recipes by slug
-
-
-def slug_of(recipe_or_slug: str) -> str:
-    """A recipe file's slug (as the run path names it), or the argument itself when it is a slug."""
-    path = Path(recipe_or_slug)
-    if path.is_file():
-        from launcher.recipe import Recipe
-
-        # The slug is derived from the path only; a raw-less Recipe gives it without re-validating.
-        return Recipe(path=path, raw={}, text="").slug
-    return recipe_or_slug.strip("/").removesuffix(".yaml")
 
 
 def runs_of_recipe(

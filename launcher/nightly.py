@@ -12,7 +12,9 @@ Exit code, by precedence (the most actionable news wins):
   1    any recipe regressed (below its claim, or below its trend), failed a check (verdict not
        "reproduced", failed preflight/stack check) or could not be loaded (invalid recipe);
   3    otherwise, any recipe hit an infrastructure failure (provisioning, connection, node) or an
-       unexpected error: the recipe could not be measured;
+       unexpected error: the recipe could not be measured; or the history database could not be
+       used (locked by another writer past its busy timeout): the runs were judged, but not
+       recorded or compared with their trend, and the summary says so;
   0    every recipe reproduced without regression.
 """
 
@@ -28,9 +30,11 @@ from launcher.errors import BadInput, ReproduceError
 from launcher.history import (
     Assessment,
     History,
+    HistoryUnavailable,
     RunRow,
     default_history_path,
     file_sha256,
+    row_from_run_dir,
     slug_of,
 )
 from launcher.report import fmt, markdown_table, text_table, trend_lines
@@ -66,6 +70,7 @@ class NightlyResult:
     entries: list[NightlyEntry] = field(default_factory=list)
     summary_path: Path | None = None
     exit_code: int = 0
+    history_error: str | None = None  # why the history could not be used (the runs went on)
 
 
 Runner = Callable[[Path, Options], RecipeRun]
@@ -186,11 +191,17 @@ def nightly(
     recipes = expand_targets(targets)
     profile = load_profile(cluster)  # a bad --cluster is bad input for the whole nightly: exit 2
     root = Path(runs_dir) if runs_dir is not None else default_runs_root()
-    db = History(history if history is not None else default_history_path(root))
+    db_path = Path(history) if history is not None else default_history_path(root)
+    result = NightlyResult()
+    db: History | None = None
+    try:
+        db = History(db_path)
+    except HistoryUnavailable as err:
+        result.history_error = str(err)
+        echo(f"warning: {err} The recipes run anyway; none is recorded.")
     base = Options(
         cluster=cluster, runs_dir=root, on_interrupt="cancel", max_usd=max_usd, max_hours=max_hours
     )
-    result = NightlyResult()
     try:
         for i, recipe in enumerate(recipes, 1):
             echo(f"[nightly {i}/{len(recipes)}] {recipe}")
@@ -206,10 +217,8 @@ def nightly(
                     f"unexpected error (a bug in reproduce?): {type(err).__name__}: {err}",
                     crashed=True,
                 )
-            row = _record(db, recipe, run, profile)
-            rows = db.runs(row.slug, cluster=row.cluster_name)
-            idx = next((n for n, r in enumerate(rows) if r.run_id == row.run_id), len(rows))
-            assessment = assess(row, rows[:idx])
+            row, earlier = _record(db, recipe, run, profile, result)
+            assessment = assess(row, earlier)
             entry = NightlyEntry(recipe, run, row, assessment, outcome_of(run, assessment))
             result.entries.append(entry)
             echo(
@@ -223,31 +232,46 @@ def nightly(
             if run.code == 130:
                 break
     finally:
-        db.close()
+        if db is not None:
+            db.close()
     result.exit_code = exit_code_of(result.entries)
+    if result.history_error and result.exit_code == 0:
+        result.exit_code = 3  # nothing regressed that could be seen, but the trend was not checked
     stamp = now if now is not None else time.time()
-    result.summary_path = write_summary(root, result, profile.name, db.path, stamp)
+    result.summary_path = write_summary(root, result, profile.name, db_path, stamp)
     echo(summary_text(result.entries))
-    echo(f"summary: {result.summary_path}; history: {db.path}; exit {result.exit_code}")
+    if result.history_error:
+        echo(f"history not used: {result.history_error}")
+    echo(f"summary: {result.summary_path}; history: {db_path}; exit {result.exit_code}")
     return result
 
 
-def _record(db: History, recipe: Path, run: RecipeRun, profile: Any) -> RunRow:
-    """The run directory's row when there is one, else a failure row; both go into the history."""
+def _record(
+    db: History | None, recipe: Path, run: RecipeRun, profile: Any, result: NightlyResult
+) -> tuple[RunRow, list[RunRow]]:
+    """The run's row (its run directory's, else a failure row), recorded in the history when it
+    can be, and the earlier runs it is judged against. A history that cannot be used (locked)
+    is noted in the result and the row judged on its own: the nightly goes on."""
     row = None
     if run.run_dir is not None:
         try:
-            row = db.record(run.run_dir)
+            row = row_from_run_dir(run.run_dir)
         except BadInput as err:
             run.error = run.error or str(err)
     if row is None:
-        row = db.insert(
-            failure_row(recipe, profile.name, profile.kind, run.error or f"exit {run.code}")
-        )
+        row = failure_row(recipe, profile.name, profile.kind, run.error or f"exit {run.code}")
     elif run.error and not row.detail:
         row.detail = _first_line(run.error)
+    if db is None:
+        return row, []
+    try:
         db.insert(row)
-    return row
+        rows = db.runs(row.slug, cluster=row.cluster_name)
+    except HistoryUnavailable as err:
+        result.history_error = result.history_error or str(err)
+        return row, []
+    idx = next((n for n, r in enumerate(rows) if r.run_id == row.run_id), len(rows))
+    return row, rows[:idx]
 
 
 _HEADER = ["recipe", "outcome", "verdict", "tokens/s/GPU", "vs claim", "vs trend", "regression"]
@@ -280,6 +304,7 @@ def write_summary(
         f"Started {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(stamp))} UTC; history {db_path}; "
         f"exit code {result.exit_code}.",
         "",
+        *([f"**History not used**: {result.history_error}", ""] if result.history_error else []),
         markdown_table(_HEADER, [_cells(e) for e in result.entries]),
         "",
     ]

@@ -24,9 +24,11 @@ from launcher.history import (
     spread,
     trend_of,
 )
+from launcher.recipe import load_recipe
 
 REPO = Path(__file__).resolve().parents[1]
-SLUG = "qwen3-30b-a3b/h200/attune-tp1-pp1-ep8-mt16k"
+SEED_FILE = REPO / "recipes" / "qwen3-30b-a3b" / "h200" / "attune-tp1-pp1-ep8-mt16k.yaml"
+SLUG = load_recipe(SEED_FILE).slug  # model/gpu/layout-<content hash>
 T0 = 1_790_000_000.0
 DAY = 86_400.0
 
@@ -268,7 +270,7 @@ def test_record_reads_every_field_and_rerecording_replaces(tmp_path):
     got = runs(SLUG, db=db)
     assert len(got) == 1 and got[0].verdict == "slower" and got[0].image.endswith("b" * 64)
     con = sqlite3.connect(db)
-    assert con.execute("select version from schema_version").fetchall() == [(1,)]
+    assert con.execute("select version from schema_version").fetchall() == [(2,)]
     assert con.execute("select count(*) from runs").fetchone() == (1,)
 
 
@@ -414,7 +416,7 @@ def test_cli_history_flags_a_regression_with_exit_1_and_shows_the_trend(tmp_path
 def test_cli_history_exit_0_when_the_latest_holds_and_recipe_file_gives_the_slug(tmp_path):
     root = build_history(tmp_path, [1000.0, 1002.0, 998.0], 995.0, claim=1000.0)
     db = tmp_path / "h.sqlite"
-    recipe = REPO / "recipes" / f"{SLUG}.yaml"
+    recipe = SEED_FILE
     proc = cli(
         "history",
         recipe,
@@ -450,3 +452,85 @@ def test_cli_history_indexes_the_recipes_own_run_directories_first(tmp_path):
     data = json.loads(proc.stdout)
     assert len(data["runs"]) == 4 and data["history"] == str(root / "history.sqlite")
     assert data["latest"]["claim_regression"] and data["latest"]["trend_regression"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Recipe identity in the history: the content slug, and databases of the previous schema
+
+
+_V1_SCHEMA = """
+CREATE TABLE schema_version (version INTEGER NOT NULL);
+INSERT INTO schema_version VALUES (1);
+CREATE TABLE runs (
+    run_id TEXT PRIMARY KEY, slug TEXT NOT NULL, recipe_sha256 TEXT, run_dir TEXT,
+    cluster_name TEXT, cluster_kind TEXT, started_at REAL, ended_at REAL, state TEXT,
+    verdict TEXT, difference_percent REAL, claimed_tokens_per_s_per_gpu REAL,
+    tolerance_percent REAL, tokens_per_s_per_gpu REAL, step_time_cv_percent REAL, mfu REAL,
+    usd_per_million_tokens REAL, gpu_hours REAL, image TEXT, detail TEXT, recorded_at REAL NOT NULL
+);
+"""
+
+
+def test_a_version_1_database_is_migrated_and_its_rows_still_read(tmp_path):
+    """Version 1 keyed runs on the recipe's file path; after opening, they are keyed on their
+    recipe's content (when the run kept its recipe.yaml) and found under the old name too."""
+    old_slug = "qwen3-30b-a3b/h200/attune-tp1-pp1-ep8-mt16k"
+    kept = tmp_path / "runs" / old_slug / "r1"
+    kept.mkdir(parents=True)
+    (kept / "recipe.yaml").write_text(SEED_FILE.read_text())
+    db = tmp_path / "v1.sqlite"
+    con = sqlite3.connect(db)
+    con.executescript(_V1_SCHEMA)
+    for run_id, run_dir, tps in (("r1", str(kept), 1000.0), ("r2", "/gone/r2", 990.0)):
+        con.execute(
+            "INSERT INTO runs (run_id, slug, run_dir, verdict, tokens_per_s_per_gpu, "
+            "recorded_at) VALUES (?, ?, ?, 'reproduced', ?, 1.0)",
+            (run_id, old_slug, run_dir, tps),
+        )
+    con.commit()
+    con.close()
+    with History(db) as hist:
+        by_content = hist.runs(SLUG)
+        by_old_name = hist.runs(old_slug)
+    assert [r.run_id for r in by_content] == ["r1"] and by_content[0].legacy_slug == old_slug
+    assert sorted(r.run_id for r in by_old_name) == ["r1", "r2"]  # the vanished run stays readable
+    assert by_content[0].tokens_per_s_per_gpu == 1000.0
+    con = sqlite3.connect(db)
+    assert con.execute("select version from schema_version").fetchall() == [(2,)]
+
+
+def test_two_recipes_with_one_file_name_are_two_histories(tmp_path):
+    seed = yaml.safe_load(SEED_FILE.read_text())
+    other = yaml.safe_load(SEED_FILE.read_text())
+    other["gpu"]["type"], other["gpu"]["memory_gb"] = "H100", 80
+    a, b = tmp_path / "a" / "h200" / "tp1.yaml", tmp_path / "b" / "h100" / "tp1.yaml"
+    for path, raw in ((a, seed), (b, other)):
+        path.parent.mkdir(parents=True)
+        path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    assert load_recipe(a).slug != load_recipe(b).slug
+    moved = tmp_path / "elsewhere.yaml"
+    moved.write_text(SEED_FILE.read_text() + "# a comment does not change the recipe\n")
+    assert load_recipe(moved).slug == load_recipe(a).slug == SLUG
+
+
+def test_a_run_dir_of_an_older_launcher_joins_its_recipes_history(tmp_path):
+    d = make_run_dir(tmp_path / "runs", "r-old", slug="qwen3-30b-a3b/h200/attune-tp1-pp1-ep8-mt16k")
+    (d / "recipe.yaml").write_text(SEED_FILE.read_text())
+    r = record(d, tmp_path / "h.sqlite")
+    assert (r.slug, r.legacy_slug) == (SLUG, "qwen3-30b-a3b/h200/attune-tp1-pp1-ep8-mt16k")
+
+
+def test_a_locked_database_is_a_clear_error_not_a_traceback(tmp_path, monkeypatch):
+    from launcher import history as history_module
+
+    monkeypatch.setattr(history_module, "BUSY_TIMEOUT_S", 0.2)
+    db = tmp_path / "h.sqlite"
+    History(db).close()
+    holder = sqlite3.connect(db)
+    holder.execute("BEGIN EXCLUSIVE")  # another writer holds the database
+    try:
+        with pytest.raises(history_module.HistoryUnavailable, match="locked by another process"):
+            record(make_run_dir(tmp_path / "runs", "r1"), db)
+    finally:
+        holder.rollback()
+        holder.close()

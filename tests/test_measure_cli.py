@@ -34,6 +34,7 @@ def logs(tmp_path_factory):
     for name, env in made.items():
         out[name] = root / name / "logs" / "train.log"
         run_standin(out[name], steps=20, **env)
+        (root / name / "run.json").write_text(json.dumps({"run_id": name}))  # a run directory
     out["short"] = root / "short" / "logs" / "train.log"
     run_standin(out["short"], steps=20, step_time_s=step_times_for_tps(claim), cut_at=12)
     return out

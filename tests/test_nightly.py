@@ -8,10 +8,11 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from test_history import DAY, T0, make_run_dir
 
 from launcher.errors import BadInput
-from launcher.history import History, record, runs
+from launcher.history import History, record, runs, slug_of
 from launcher.nightly import RecipeRun, expand_targets, nightly
 
 REPO = Path(__file__).resolve().parents[1]
@@ -21,12 +22,19 @@ NOW = T0 + 30 * DAY
 
 @pytest.fixture
 def recipes(tmp_path: Path) -> Path:
-    """recipes/m/h200/{a,b,c}.yaml: copies of the seed (slugs m/h200/a, ...)."""
+    """recipes/m/h200/{a,b,c}.yaml: the seed with layout labels a, b, c (three recipes: a
+    recipe's identity is its content)."""
     root = tmp_path / "recipes"
     (root / "m" / "h200").mkdir(parents=True)
     for name in ("c", "a", "b"):
-        shutil.copy(SEED, root / "m" / "h200" / f"{name}.yaml")
+        raw = yaml.safe_load(SEED.read_text())
+        raw["layout"]["label"] = name
+        (root / "m" / "h200" / f"{name}.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
     return root
+
+
+def slug(recipes: Path, name: str) -> str:
+    return slug_of(str(recipes / "m" / "h200" / f"{name}.yaml"))
 
 
 class FakeRunner:
@@ -51,7 +59,7 @@ class FakeRunner:
             tps=tps,
             claim=claim,
             verdict=verdict,
-            slug=f"m/h200/{recipe.stem}",
+            slug=slug_of(str(recipe)),
             cluster="local",
             started=started,
         )
@@ -75,7 +83,8 @@ def seed_history(db: Path, runs_root: Path, slug: str, values: list[float]) -> N
 
 def test_nightly_runs_every_recipe_records_each_and_flags_the_trend_regression(recipes, tmp_path):
     runs_dir, db = tmp_path / "runs", tmp_path / "h.sqlite"
-    seed_history(db, tmp_path / "old", "m/h200/a", [1000.0, 1002.0, 998.0, 1001.0, 999.0])
+    sa, sb, sc = (slug(recipes, n) for n in "abc")
+    seed_history(db, tmp_path / "old", sa, [1000.0, 1002.0, 998.0, 1001.0, 999.0])
     runner = FakeRunner(
         {
             "a": (950.0, 960.0, "reproduced", 0),  # within the claim, 5% below a steady trend
@@ -96,15 +105,15 @@ def test_nightly_runs_every_recipe_records_each_and_flags_the_trend_regression(r
     assert len({o.run_id for o in opts}) == 3
 
     outcomes = {e.row.slug: e.outcome for e in result.entries}
-    assert outcomes == {"m/h200/a": "regression", "m/h200/b": "reproduced", "m/h200/c": "infra"}
+    assert outcomes == {sa: "regression", sb: "reproduced", sc: "infra"}
     assert result.exit_code == 1  # a regression outranks an infrastructure failure
     a = result.entries[0].assessment
     assert a.trend_regression and not a.claim_regression and a.trend.median == 1000.0
     assert "not enough history" in result.entries[1].assessment.trend.skipped
 
     # every recipe is in the history, the infra failure too, with its reason
-    assert len(runs("m/h200/a", db=db)) == 6
-    (c_row,) = runs("m/h200/c", db=db)
+    assert len(runs(sa, db=db)) == 6
+    (c_row,) = runs(sc, db=db)
     assert (
         c_row.state == "failed" and c_row.verdict is None and "lost the connection" in c_row.detail
     )
@@ -112,12 +121,12 @@ def test_nightly_runs_every_recipe_records_each_and_flags_the_trend_regression(r
 
     summary = (runs_dir / "nightly-2026-10-21.md").read_text()
     assert result.summary_path == runs_dir / "nightly-2026-10-21.md"
-    assert "| m/h200/a | regression | reproduced | 950.00 | -1.04% | -5.00% | yes |" in summary
-    assert "| m/h200/b | reproduced | reproduced | 1,000.00 | +0.00% | n/a | no |" in summary
-    assert "| m/h200/c | infra | - | - | - | - | n/a |" in summary
+    assert f"| {sa} | regression | reproduced | 950.00 | -1.04% | -5.00% | yes |" in summary
+    assert f"| {sb} | reproduced | reproduced | 1,000.00 | +0.00% | n/a | no |" in summary
+    assert f"| {sc} | infra | - | - | - | - | n/a |" in summary
     assert "lost the connection to the node" in summary and "exit code 1" in summary
     printed = "\n".join(lines)
-    assert "regression" in printed and "m/h200/c" in printed and "exit 1" in printed
+    assert "regression" in printed and sc in printed and "exit 1" in printed
 
 
 @pytest.mark.parametrize(
@@ -164,7 +173,7 @@ def test_a_crashing_runner_is_recorded_and_the_next_recipe_still_runs(recipes, t
         now=NOW,
     )
     assert [e.outcome for e in result.entries] == ["error", "reproduced", "reproduced"]
-    (row,) = runs("m/h200/a", db=tmp_path / "h.sqlite")
+    (row,) = runs(slug(recipes, "a"), db=tmp_path / "h.sqlite")
     assert "RuntimeError: boom" in row.detail
 
 
@@ -231,9 +240,10 @@ def test_real_path_invalid_recipe_is_recorded_failed_and_the_next_recipe_still_g
         echo=lambda _: None,
         now=NOW,
     )
+    a, b = slug(recipes, "a"), slug(recipes, "b")  # an invalid recipe's content still names it
     assert [(e.row.slug, e.run.code, e.outcome) for e in result.entries] == [
-        ("m/h200/a", 2, "invalid"),
-        ("m/h200/b", 2, "invalid"),
+        (a, 2, "invalid"),
+        (b, 2, "invalid"),
     ]
     assert "schema_version" in result.entries[0].run.error
     assert (
@@ -241,7 +251,7 @@ def test_real_path_invalid_recipe_is_recorded_failed_and_the_next_recipe_still_g
         and "nothing was launched" in result.entries[1].run.error
     )
     with History(db) as hist:
-        assert hist.slugs() == ["m/h200/a", "m/h200/b"]
+        assert hist.slugs() == sorted([a, b])
         assert all(r.state == "failed" for s in hist.slugs() for r in hist.runs(s))
     assert not any(
         p.name != "history.sqlite" and p.suffix != ".md" for p in runs_dir.iterdir()
@@ -284,3 +294,42 @@ def test_cli_nightly_exit_code_and_summary(recipes, tmp_path):
     assert (
         proc.returncode == 2 and "does not exist" in proc.stderr and "Traceback" not in proc.stderr
     )
+
+
+def test_a_locked_history_is_reported_and_the_nightly_still_runs_and_summarises(
+    recipes, tmp_path, monkeypatch
+):
+    import sqlite3
+
+    from launcher import history as history_module
+
+    monkeypatch.setattr(history_module, "BUSY_TIMEOUT_S", 0.2)
+    db = tmp_path / "h.sqlite"
+    History(db).close()
+    holder = sqlite3.connect(db)
+    holder.execute("BEGIN EXCLUSIVE")  # a person importing runs holds the database
+    lines: list[str] = []
+    try:
+        result = nightly(
+            [recipes],
+            "local",
+            runs_dir=tmp_path / "runs",
+            history=db,
+            runner=FakeRunner(
+                {
+                    "a": (1000.0, 1000.0, "reproduced", 0),
+                    "b": (1000.0, 1000.0, "reproduced", 0),
+                    "c": (1000.0, 1000.0, "reproduced", 0),
+                }
+            ),
+            echo=lines.append,
+            now=NOW,
+        )
+    finally:
+        holder.rollback()
+        holder.close()
+    assert [e.outcome for e in result.entries] == ["reproduced"] * 3  # every recipe ran
+    assert result.exit_code == 3 and "locked by another process" in (result.history_error or "")
+    summary = result.summary_path.read_text()
+    assert "History not used" in summary and "locked" in summary
+    assert any("history not used" in line for line in lines)
