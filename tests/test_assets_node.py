@@ -322,3 +322,27 @@ def test_the_tokenizer_is_taken_from_a_cached_checkpoint(hub, tiny, tmp_path):
     assert plan["assets"]["tokenizer"]["copy_from"].endswith("hf/tiny-model")
     node("fetch", "--spec", spec, "--plan", plan_path, "rows")
     assert not [r for r in hub.file_requests() if "tiny-tokenizer" in r.path]
+
+
+def test_rows_are_built_from_a_tokenizer_and_dataset_kept_in_the_store(hub, tiny, tmp_path):
+    store = str(tmp_path / "store")
+    raw = tiny_recipe_raw(*tiny)
+    spec_a = make_spec(tmp_path, raw, store=store, cache="node-a")
+    plan_a = spec_a.with_name(spec_a.stem + "-plan.json")
+    resolve(spec_a)
+    node("fetch", "--spec", spec_a, "--plan", plan_a, "rows")
+    node("push", "--spec", spec_a, "tokenizer")
+    node("push", "--spec", spec_a, "dataset")
+    hub.requests.clear()
+    spec_b = make_spec(tmp_path, raw, store=store, cache="node-b")
+    plan_b = spec_b.with_name(spec_b.stem + "-plan.json")
+    plan, _ = resolve(spec_b)
+    assert sources(plan)["tokenizer"] == "store" and sources(plan)["dataset"] == "store"
+    node("fetch", "--spec", spec_b, "--plan", plan_b, "rows")
+    built = json.loads(
+        node("build-rows", "--spec", spec_b, "--plan", plan_b, "--encoder", ENCODER).stdout
+    )
+    assert built["parquet_sha256"] == tiny[1]["parquet_sha256"]
+    assert store in built["made_of"]  # the inputs' origin is the store
+    asked = hub.file_requests()  # only the checkpoint's one-byte probe (it is not in this store)
+    assert {r.range for r in asked} == {"bytes=0-0"} and all("tiny-model" in r.path for r in asked)
