@@ -202,6 +202,7 @@ def _resolve_one(
     full: bool,
     threads: int,
     token: str | None,
+    known: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     tried: list[str] = []
     result: dict[str, Any] = {"source": None, "path": asset["path"], "tried": tried}
@@ -293,7 +294,9 @@ def _resolve_one(
         if src is None:
             tried.append("convert: the spec has no hf_ckpt asset")
             return result
-        sub = _resolve_one(src, by_name, store, full, threads, token)
+        sub = (known or {}).get(src["name"]) or _resolve_one(
+            src, by_name, store, full, threads, token
+        )
         if sub["source"] is None:
             tried.append("convert: hf_ckpt cannot be supplied")
             return result
@@ -322,15 +325,16 @@ def resolve(spec: dict[str, Any], *, full: bool = True, threads: int = 8) -> dic
         if asset is None:
             continue
         try:
-            res = _resolve_one(asset, by_name, store, full, threads, token)
+            res = _resolve_one(asset, by_name, store, full, threads, token, plan["assets"])
         except Failed as err:
             res = {"source": None, "path": asset["path"], "tried": [str(err)]}
         plan["assets"][name] = res
-        for sub_name, sub in res.pop("inputs", {}).items():
-            plan["assets"][sub_name] = sub
+        subs = res.pop("inputs", {})
+        plan["assets"].update(subs)
         if res["source"] is None:
             problems.append(_explain(asset, res))
-            infra = infra or any(t.endswith(("[network]", "[store]")) for t in res["tried"])
+            tried = res["tried"] + [t for sub in subs.values() for t in sub["tried"]]
+            infra = infra or any(t.endswith(("[network]", "[store]")) for t in tried)
     for name in ("tokenizer", "dataset"):
         if name in by_name and name not in plan["assets"]:
             plan["assets"][name] = {

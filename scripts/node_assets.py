@@ -193,15 +193,20 @@ def fetch_asset(
             )
             _seal_files(asset, origin=store.where(step["key"]))
         else:
+            dest = Path(asset["path"])
+            other = cache_occupant(dest, identity(asset))
+            if other is not None:
+                raise Failed(f"asset {name}: {dest} holds {other}; nothing was overwritten")
             asset_store.fetch(
                 store,
                 step["key"],
-                Path(asset["path"]),
+                dest,
                 identity(asset),
                 threads=threads,
                 progress=progress,
                 log=log,
             )
+            (dest / PENDING).unlink(missing_ok=True)
     except StoreError as err:
         raise Failed(f"asset {name}: {err}", infra=not err.mismatch) from None
     return "store"

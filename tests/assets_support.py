@@ -57,6 +57,11 @@ class Request:
     server: str  # hub | cdn
 
 
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # a client that hung up mid-file (a cut, a Ctrl-C) is part of the tests
+
+
 class FakeHub:
     def __init__(self) -> None:
         self.repos: dict[tuple[str, str], Repo] = {}
@@ -67,8 +72,8 @@ class FakeHub:
         self.requests: list[Request] = []
         self.blobs: dict[str, bytes] = {}
         self.lock = threading.Lock()
-        self._hub = ThreadingHTTPServer(("127.0.0.1", 0), self._handler("hub"))
-        self._cdn = ThreadingHTTPServer(("127.0.0.1", 0), self._handler("cdn"))
+        self._hub = _QuietServer(("127.0.0.1", 0), self._handler("hub"))
+        self._cdn = _QuietServer(("127.0.0.1", 0), self._handler("cdn"))
         for server in (self._hub, self._cdn):
             server.daemon_threads = True
             threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()

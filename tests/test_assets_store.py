@@ -1,7 +1,7 @@
 """scripts/asset_store.py and s3_store.py: manifests, a directory store, S3 on a loopback moto.
 
-The same push/fetch run against every store client: a local directory, S3 through boto3 and S3
-through the aws CLI (where it is installed). A re-run skips what is there; a file whose bytes
+The same push/fetch run against a local directory and S3 through boto3 (the aws CLI client runs
+the node's whole path in test_assets_node.py). A re-run skips what is there; a file whose bytes
 differ from the manifest is refused; an unfinished multipart upload continues where it stopped.
 """
 
@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 import pytest
-from assets_support import aws_cli_or_skip, fake_aws_env, moto_s3_server, s3
+from assets_support import fake_aws_env, moto_s3_server, s3
 from node_scripts_support import load_script
 
 store_mod = load_script("asset_store")
@@ -37,12 +37,11 @@ def tree(root: Path, files: dict[str, bytes]) -> Path:
 FILES = {"config.json": b"{}", "sub/shard.bin": os.urandom(200_000), "empty.txt": b""}
 
 
-@pytest.fixture(params=["dir", "boto3", "aws-cli"])
+@pytest.fixture(params=["dir", "boto3"])
 def store_url(request, tmp_path, monkeypatch):
+    """The aws CLI client runs the whole node path in test_assets_node (it is slow to start)."""
     if request.param == "dir":
         return str(tmp_path / "store")
-    if request.param == "aws-cli":
-        aws_cli_or_skip()
     monkeypatch.setenv("REPRODUCE_S3_CLIENT", request.param)
     return request.getfixturevalue("s3")
 
