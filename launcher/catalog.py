@@ -276,8 +276,8 @@ def price_per_hour(
     """
     itype = instance_type_of(instance_type)
     if override is not None:
-        if override <= 0:
-            raise BadInput(f"price override must be positive, got {override}")
+        if not 0 < override < float("inf"):  # NaN too: a NaN price never reaches a budget
+            raise BadInput(f"price override must be a positive number, got {override}")
         return Price(float(override), "override (profile or --price-per-hour)", itype, region)
     entry = instance(itype)
     if entry is None or not entry.on_demand_usd_per_hour:

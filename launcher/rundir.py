@@ -45,6 +45,7 @@ LAUNCHER_FILES = frozenset(
         "timeline.json",
         "aws.json",
         "aws-calls.jsonl",
+        "aws_known_hosts",
         "steps.jsonl",
         "result.yaml",
         "verdict.json",

@@ -33,6 +33,23 @@ FAKE_ENV = {
 }
 
 
+def console(*fingerprints: str) -> dict:
+    """GetConsoleOutput's answer once cloud-init has printed the host key fingerprints."""
+    lines = "\n".join(f"ec2: 256 {fp} root@ip-10-0-0-1 (ED25519)" for fp in fingerprints)
+    text = (
+        "[   12.3] cloud-init[1234]: Cloud-init v. 24.1 running 'modules:final'\n"
+        "ec2: #############################################################\n"
+        "ec2: -----BEGIN SSH HOST KEY FINGERPRINTS-----\n"
+        f"{lines}\n"
+        "ec2: -----END SSH HOST KEY FINGERPRINTS-----\n"
+        "ec2: #############################################################\n"
+    )
+    return {"InstanceId": "i-x", "Output": text}
+
+
+STANDIN_FINGERPRINT = "SHA256:" + "C" * 43  # a launched instance's key in the moto tests
+
+
 def client_error(code: str, message: str = "injected", operation: str = "Op") -> Exception:
     from botocore.exceptions import ClientError
 
@@ -93,17 +110,55 @@ class RecordingClient:
         return call
 
 
+class PlacementGroups:
+    """Placement groups with their tags, as EC2 keeps them (moto does not implement them)."""
+
+    def __init__(self) -> None:
+        self.groups: dict[str, dict] = {}
+
+    def create(self, params: dict) -> dict:
+        tags = [t for spec in params.get("TagSpecifications", []) for t in spec.get("Tags", [])]
+        group = {"GroupName": params["GroupName"], "Strategy": params.get("Strategy"), "Tags": tags}
+        self.groups[params["GroupName"]] = group
+        return {"PlacementGroup": group}
+
+    def describe(self, params: dict) -> dict:
+        found = list(self.groups.values())
+        for f in params.get("Filters", []):
+            name, values = f["Name"], f["Values"]
+            if name == "group-name":
+                found = [g for g in found if g["GroupName"] in values]
+            elif name == "tag-key":
+                found = [g for g in found if any(t["Key"] in values for t in g["Tags"])]
+            elif name.startswith("tag:"):
+                key = name[len("tag:") :]
+                found = [
+                    g
+                    for g in found
+                    if any(t["Key"] == key and t["Value"] in values for t in g["Tags"])
+                ]
+        return {"PlacementGroups": found}
+
+    def delete(self, params: dict) -> dict:
+        if self.groups.pop(params["GroupName"], None) is None:
+            raise client_error("InvalidPlacementGroup.Unknown", "no such group", "Delete")
+        return {}
+
+
 class RecordingSession:
     """Wraps a boto3 Session: clients record, credentials and regions come from the real one."""
 
     def __init__(self, real: Any, calls: Calls | None = None) -> None:
         self._real = real
         self.calls = calls or Calls()
+        self.placement_groups = PlacementGroups()
         self.canned: dict[str, Any] = {
             # moto does not implement placement groups
-            "create_placement_group": {},
-            "delete_placement_group": {},
-            "describe_placement_groups": {"PlacementGroups": []},
+            "create_placement_group": self.placement_groups.create,
+            "delete_placement_group": self.placement_groups.delete,
+            "describe_placement_groups": self.placement_groups.describe,
+            # moto's console output is a fixed kernel log without cloud-init's fingerprints
+            "get_console_output": console(STANDIN_FINGERPRINT),
         }
         self.faults: dict[str, Any] = {}
 
@@ -133,6 +188,7 @@ def write_profile(tmp: Path, **fields: Any) -> Path:
         "connect_host": "127.0.0.1",
         "connect_timeout_s": 2,
         "ready_timeout_s": 5,
+        "host_key_wait_s": 0.5,  # a moto server's console never shows fingerprints
     }
     data.update(fields)
     path = tmp / f"aws-{abs(hash(tuple(sorted(map(str, data.items())))))}.yaml"

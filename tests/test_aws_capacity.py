@@ -171,3 +171,49 @@ def test_check_sends_the_launch_with_dry_run_and_creates_nothing(aws, ami, tmp_p
         "security_groups": [],
         "key_pairs": [],
     }
+
+
+def test_nothing_reads_as_buying_before_the_max_usd_refusal(stubbed, tmp_path):
+    stubbed.stub.add_response("describe_capacity_block_offerings", OFFERS, EXPECTED_LIST)
+    printed: list[str] = []
+    with pytest.raises(BadInput, match="nothing was bought"):
+        buy(
+            seed_recipe(),
+            load(tmp_path),
+            "cb-0dear0000000000b",
+            max_usd=800,
+            session=stubbed,
+            log=printed.append,
+        )
+    assert printed and "912.00 USD" in printed[0]  # the price was shown...
+    assert not any("buying" in line.lower() for line in printed)  # ...and nothing said "buying"
+
+
+def test_the_purchase_is_sent_only_after_the_price_was_shown_and_accepted(stubbed, tmp_path):
+    events: list[str] = []
+    stubbed.ec2.meta.events.register(
+        "before-parameter-build.ec2.PurchaseCapacityBlock",
+        lambda **kw: events.append("purchase sent"),
+    )
+    stubbed.stub.add_response("describe_capacity_block_offerings", OFFERS, EXPECTED_LIST)
+    stubbed.stub.add_response(
+        "purchase_capacity_block",
+        {"CapacityReservation": {"CapacityReservationId": "cr-0123456789abcdef0"}},
+    )
+    buy(
+        seed_recipe(),
+        load(tmp_path),
+        "cb-0cheap000000000a",
+        max_usd=800,
+        session=stubbed,
+        log=events.append,
+    )
+    sent = events.index("purchase sent")
+    assert "745.20 USD" in events[0] and events[0].startswith("offering")
+    assert any(line.startswith("buying") for line in events[1:sent])
+
+
+@pytest.mark.parametrize("limit", [float("nan"), float("inf"), 0.0])
+def test_a_max_usd_that_cannot_refuse_anything_is_refused(stubbed, tmp_path, limit):
+    with pytest.raises(BadInput, match="--max-usd"):
+        buy(seed_recipe(), load(tmp_path), "cb-0cheap000000000a", max_usd=limit, session=stubbed)

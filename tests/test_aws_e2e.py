@@ -118,6 +118,7 @@ def aws_profile(
         "connect_timeout_s": 5,
         "ssh_cidr": "127.0.0.1/32",
         "ready_timeout_s": 30,
+        "host_key_wait_s": 1,  # a moto server's console shows no fingerprints: trusted on first use
     }
     return write_profile(tmp_path, base, container_run_args, env=env)
 

@@ -24,6 +24,7 @@ from aws_support import (  # noqa: F401 - fixtures
     banner,
     client_error,
     closed_port,
+    console,
     live_resources,
     load,
     moto_server,
@@ -32,7 +33,7 @@ from aws_support import (  # noqa: F401 - fixtures
 )
 
 from launcher.clusters.aws.cluster import AwsCluster
-from launcher.clusters.aws.teardown import down, reap
+from launcher.clusters.aws.down import down, reap
 from launcher.errors import BadInput, CheckFailed, InfraError, Interrupted
 
 pytestmark = pytest.mark.aws
@@ -167,6 +168,7 @@ def test_training_that_fails_on_the_node_still_ends_the_instance(
     ec2 = ec2_of(aws)
     pub = open(f"{sshd.identity_file}.pub").read()
     ec2.import_key_pair(KeyName="operator", PublicKeyMaterial=pub.encode())
+    aws.canned["get_console_output"] = console(sshd.host_fingerprint)  # the node's real key
     rd = RunDir.create(runs_root, "test/aws")
     c = AwsCluster(
         seed_recipe(),
@@ -392,4 +394,4 @@ def test_launcher_killed_then_reap_or_down_ends_everything(moto_server, tmp_path
     else:
         down(tmp_path / "run", session=session, poll_s=0.01, log=lambda m: None)
     assert live_resources(ec2) == NOTHING
-    assert not (tmp_path / "keys" / "reproduce-killed.pem").exists()
+    assert not list((tmp_path / "keys").glob("reproduce-killed-*.pem"))

@@ -23,8 +23,8 @@ from aws_support import (
 
 from launcher.clusters.aws import from_record
 from launcher.clusters.aws.cluster import AwsCluster
+from launcher.clusters.aws.down import down, reap
 from launcher.clusters.aws.requests import TAG_EXPIRES, TAG_RUN_ID
-from launcher.clusters.aws.teardown import down, reap
 
 pytestmark = pytest.mark.aws
 
@@ -73,7 +73,7 @@ def test_launch_wait_release_leaves_nothing(aws, ami, tmp_path, banner):
     [group] = [
         g
         for g in ec2.describe_security_groups()["SecurityGroups"]
-        if g["GroupName"] == "reproduce-r1"
+        if g["GroupName"].startswith("reproduce-r1-")
     ]
     perms = group["IpPermissions"]
     ssh = [p for p in perms if p["IpProtocol"] == "tcp"]
@@ -91,7 +91,7 @@ def test_launch_wait_release_leaves_nothing(aws, ami, tmp_path, banner):
             TAG_EXPIRES,
         }
     # the key pair made for the run: private key only on this machine, mode 0600, never in the run dir
-    key_file = tmp_path / "keys" / "reproduce-r1.pem"
+    [key_file] = (tmp_path / "keys").glob("reproduce-r1-*.pem")
     assert node.identity_file == str(key_file) and stat.S_IMODE(key_file.stat().st_mode) == 0o600
     state = json.loads((tmp_path / "run" / "aws.json").read_text())
     assert (
@@ -234,8 +234,11 @@ def test_reap_ends_only_expired_runs_and_their_resources(aws, ami, tmp_path, ban
 
     ended = reap("us-east-1", session=aws, poll_s=0.01, log=lambda m: None)
     assert ended[0] == f"instance {old_node.meta['instance_id']}"
-    assert any(e.startswith("Elastic IP") for e in ended) and "key pair reproduce-old" in ended
+    assert any(e.startswith("Elastic IP") for e in ended) and any(
+        e.startswith("key pair reproduce-old-") for e in ended
+    )
     left = live_resources(ec2)
     assert sorted(left["instances"]) == sorted([fresh_node.meta["instance_id"], untagged])
-    assert left["key_pairs"] == ["reproduce-fresh"] and len(left["addresses"]) == 1
+    assert [k.rsplit("-", 1)[0] for k in left["key_pairs"]] == ["reproduce-fresh"]
+    assert len(left["addresses"]) == 1
     fresh.release()

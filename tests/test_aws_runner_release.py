@@ -20,6 +20,7 @@ from launcher.budget import Budget
 from launcher.clusters.base import CommandResult, Node
 from launcher.clusters.local import LocalCluster, LocalTransport
 from launcher.errors import CheckFailed, InfraError, Interrupted
+from launcher.runner import protocol
 from launcher.runner.runner import Runner
 
 SLEEPER = "_mark train start\nsleep 300\n"
@@ -31,7 +32,7 @@ class StubbornTransport(LocalTransport):
     def run(
         self, command: str, *, timeout_s: float | None = None, check: bool = True
     ) -> CommandResult:
-        if "touch cancelled" in command:
+        if f"touch {protocol.CANCEL_MARK}" in command:
             return CommandResult(0, "left: container reproduce-x\n", "")
         return super().run(command, timeout_s=timeout_s, check=check)
 

@@ -118,7 +118,7 @@ class _HostKeyPolicy:
         seen = fingerprint(key)
         pinned = self.settings.host_key_fingerprint
         if pinned:
-            if seen != pinned.strip():
+            if seen not in pinned.split():  # aws pins every key type its console listed
                 raise InfraError(
                     f"the host key of {hostname} is {seen}, but the profile pins {pinned}: "
                     "refusing to connect (a changed key can mean a different machine or a man in "

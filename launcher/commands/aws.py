@@ -16,30 +16,35 @@ from launcher.errors import BadInput
 Say = Callable[[str], Any]
 
 
-def down_run(ref: str, *, runs_root: Path | None = None, say: Say = print) -> list[str]:
-    """`reproduce down RUN`: RUN is a run directory, its aws.json, or a run id in the runs root."""
-    from launcher.clusters.aws.teardown import down
+def down_run(
+    ref: str, *, runs_root: Path | None = None, region: str | None = None, say: Say = print
+) -> list[str]:
+    """`reproduce down RUN`: RUN is a run directory, its aws.json, or a run id in the runs root.
+
+    `region` is used when aws.json cannot be read and no other record names the region.
+    """
+    from launcher.clusters.aws.down import down
 
     path = Path(ref)
     if not (path.is_file() or (path / "aws.json").is_file()):
         from launcher.rundir import RunDir
 
         path = RunDir.find(ref, runs_root).path
-    before = down(path, log=say)
+    ended = down(path, log=say, region=region)
     say(
-        f"aws: ended {', '.join(before)}"
-        if before
+        f"aws: ended {', '.join(ended)}"
+        if ended
         else "aws: nothing of this run was still allocated"
     )
-    return before
+    return ended
 
 
 def reap_command(
     cluster: str = "aws", region: str | None = None, *, dry_run: bool = False, say: Say = print
 ) -> list[str]:
     """`reproduce reap`: the region from --region, else the aws profile's, else AWS's config."""
+    from launcher.clusters.aws.down import reap
     from launcher.clusters.aws.session import make_session
-    from launcher.clusters.aws.teardown import reap
 
     if region is None:
         from launcher.profile import load_profile

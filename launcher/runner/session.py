@@ -124,6 +124,9 @@ class RunSession:
             # The clock starts when acquiring starts: a cloud bills from the launch, not from the
             # moment the node answers SSH, so GPU-hours and the budget count the boot too.
             acquire_started = time.time()
+            watch = getattr(self.cluster, "watch_budget", None)
+            if self.budget is not None and callable(watch):  # aws: a slow boot is billed too
+                watch(self.budget, acquire_started)
             nodes = self.cluster.acquire()
             self.timeline.acquired_at = acquire_started
             self.rd.write_timeline(self.timeline)

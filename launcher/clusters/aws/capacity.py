@@ -8,6 +8,7 @@ After buying, the reservation id goes into the profile (capacity: {type: capacit
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -132,7 +133,13 @@ def buy(
     session: Any = None,
     log: Callable[[str], Any] = lambda _line: None,
 ) -> str:
-    """Buy the listed offering `offering_id`, after logging its price; return the cr-... id."""
+    """Buy the listed offering `offering_id`; return the cr-... id.
+
+    In this order: the offering and its price are shown, --max-usd is checked, and only then is
+    "buying" said and the purchase sent. A refusal never reads as a purchase.
+    """
+    if max_usd is not None and not 0 < max_usd < math.inf:
+        raise BadInput(f"--max-usd must be a positive number, got {max_usd:g}; nothing was bought.")
     offerings = list_offerings(
         recipe,
         profile,
@@ -149,12 +156,13 @@ def buy(
             "(offerings change often); list them again and pick one."
         )
     offer = match[0]
-    log(f"buying (cannot be cancelled): {offer.line()}")
-    if max_usd is not None and offer.upfront_usd > max_usd:
+    log(f"offering (a purchase cannot be cancelled): {offer.line()}")
+    if max_usd is not None and not offer.upfront_usd <= max_usd:
         raise BadInput(
             f"offering {offer.id} costs {offer.upfront_usd:,.2f} {offer.currency}, "
             f"more than --max-usd {max_usd:g}; nothing was bought."
         )
+    log(f"buying {offer.id} for {offer.upfront_usd:,.2f} {offer.currency}")
     _, _, region = _target(recipe, profile, nodes)
     session = make_session(region, session)
     ec2 = session.client("ec2", region_name=region or session.region_name)

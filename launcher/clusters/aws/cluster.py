@@ -9,22 +9,29 @@ process. Nodes are reached with the SSH transport of launcher/clusters/ssh.py, u
 from __future__ import annotations
 
 import os
+import secrets
 import socket
+import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from launcher.clusters.aws import program
+from launcher.clusters.aws.down import load_state
 from launcher.clusters.aws.executor import Executor, Launch, Mode, wait_until
-from launcher.clusters.aws.session import CallLog, make_session, recorded_client
+from launcher.clusters.aws.session import CallLog, caller_account, make_session, recorded_client
 from launcher.clusters.aws.settings import AwsSettings, settings_from
-from launcher.clusters.aws.state import AwsState, state_root
-from launcher.clusters.aws.teardown import kept_message, leftover_message, teardown
+from launcher.clusters.aws.state import AwsState, state_root, write_launch_record
+from launcher.clusters.aws.teardown import kept_message, leftover_message, safe, teardown
 from launcher.clusters.base import Node
-from launcher.errors import BadInput, InfraError
+from launcher.errors import BadInput, InfraError, ReproduceError
+
+if TYPE_CHECKING:
+    from launcher.budget import Budget
 
 CALLS_FILE = "aws-calls.jsonl"
+RELEASE_ATTEMPTS = 5  # a teardown stopped by something not AWS's (EIO from a print) goes again
 
 
 class AwsCluster:
@@ -68,14 +75,12 @@ class AwsCluster:
         self.key_dir = Path(key_dir) if key_dir else state_root() / "keys"
         self.poll_s = poll_s
         self.now = now or (lambda: datetime.now(UTC))
-        restoring = recipe is None and self.state_path is not None and self.state_path.is_file()
-        self.state = (
-            AwsState.load(self.state_path)
-            if restoring and self.state_path
-            else AwsState(self.state_path)
-        )
-        if restoring and not self.target_id and self.state.data["targeted"]:
-            self.target_id = self.state.data["targeted"][0]
+        # Drawn anew for every launch: names, tags and the RunInstances token carry it, so two
+        # launches with the same run id never share (or end) each other's resources.
+        self.launch_id = secrets.token_hex(6)
+        self.restored = recipe is None
+        self.state = AwsState(self.state_path)
+        self._over_budget: Callable[[], str | None] | None = None
         s = self.settings
         self.ssh_opts: dict[str, Any] = {
             "connect_timeout_s": s.connect_timeout_s if s else 20.0,
@@ -116,6 +121,11 @@ class AwsCluster:
     def ec2(self) -> Any:
         return self.client("ec2")
 
+    def watch_budget(self, budget: Budget, started: float) -> None:
+        """Check the run's budget while acquiring (a boot and its status checks take up to
+        ready_timeout_s, billed from the launch): the runner hands it over before acquire."""
+        self._over_budget = lambda: budget.check(time.time() - started)
+
     # --- Cluster protocol ----------------------------------------------------------------------
     def acquire(self) -> list[Node]:
         """Launch (or target) the nodes and return them once each answers SSH."""
@@ -126,6 +136,7 @@ class AwsCluster:
         self.state.set(
             region=self.region,
             run_id=self.run_id,
+            launch_id=self.launch_id,
             recipe=str(self.recipe.slug),
             owner=self.owner,
             keep=self.keep,
@@ -134,10 +145,25 @@ class AwsCluster:
             state_path=str(self.state_path) if self.state_path else None,
         )
         launch = self.launch_context(state=self.state)
-        program.run(launch, Executor(Mode.SEND, s, self.client, self.poll_s))
+        api = Executor(Mode.SEND, s, self.client, self.poll_s, over_budget=self._over_budget)
+        program.run(launch, api)
         self.nodes = list(launch.nodes)
         self.state.set(nodes=[_node_record(n) for n in self.nodes])
         return list(self.nodes)
+
+    def _record_launch(self) -> None:
+        """The launcher's own record of who this launch is, outside the run directory (state.py)."""
+        d = self.state.data
+        write_launch_record(
+            {
+                "launch_id": self.launch_id,
+                "run_id": self.run_id,
+                "region": d.get("region"),
+                "account": d.get("account"),
+                "state_path": str(self.state_path.resolve()) if self.state_path else None,
+                "created_at": self.now().astimezone(UTC).isoformat(),
+            }
+        )
 
     def launch_context(self, state: AwsState | None = None) -> Launch:
         """What the launch program starts from (also used by `--check`, without state)."""
@@ -148,6 +174,7 @@ class AwsCluster:
             self.run_id,
             self.owner,
             self.now,
+            launch_id=self.launch_id,
             target=self.target_id,
             region=self.region,
             operator_cidr=self.operator_cidr,
@@ -157,6 +184,7 @@ class AwsCluster:
             ami_resolver=self.ami_resolver,
             make_node=self._node_from,
             wait_ssh=self._wait_ssh,
+            record_launch=self._record_launch if self.state_path else None,
         )
 
     def transport(self, node: Node) -> Any:
@@ -169,7 +197,12 @@ class AwsCluster:
         opts = self.ssh_opts
         launched = bool(node.meta.get("launched"))
         known_hosts = opts.get("known_hosts")
-        if launched and not known_hosts and self.state_path:
+        pinned = opts.get("host_key_fingerprint")
+        console = node.meta.get("host_key_fingerprints")
+        if launched and console:
+            # the fingerprints the instance printed on its console (hostkeys.py): any of them
+            pinned = " ".join(str(fp) for fp in console)
+        elif launched and not known_hosts and self.state_path:
             known_hosts = str(self.state_path.with_name("aws_known_hosts"))
         # Built from profile-shaped fields, exactly as the ssh cluster builds its settings.
         settings = SSHSettings.from_mapping(
@@ -181,10 +214,11 @@ class AwsCluster:
                 "connect_host": node.connect_host,
                 "connect_timeout_s": float(opts.get("connect_timeout_s") or 20.0),
                 "known_hosts": os.path.expanduser(known_hosts) if known_hosts else None,
-                "host_key_fingerprint": opts.get("host_key_fingerprint"),
-                # a host the launcher just created has a key nobody can have seen;
-                # a targeted one must be known
-                "accept_unknown_host": launched or bool(opts.get("accept_unknown_host")),
+                "host_key_fingerprint": pinned,
+                # a launched host whose console showed no fingerprints: trusted on first use
+                # (said at launch); a targeted one must be known
+                "accept_unknown_host": (launched and not console)
+                or bool(opts.get("accept_unknown_host")),
             }
         )
         transport = SSHTransport(node, settings)
@@ -192,7 +226,13 @@ class AwsCluster:
         return transport
 
     def release(self) -> None:
-        """End what this run launched (never a targeted instance); idempotent and resumable."""
+        """End what this launch made (never a targeted instance); idempotent and resumable.
+
+        Nothing outside AWS's own refusals stops it: log lines go to a terminal that may be gone
+        (EIO), so they never raise, and a teardown cut short by anything else (an exception out
+        of a signal handler) is simply run again, up to RELEASE_ATTEMPTS times.
+        """
+        log = safe(self.log)
         for transport in self._transports:
             try:
                 transport.close()
@@ -202,17 +242,44 @@ class AwsCluster:
             return
         if self.keep and self.state.launched_instances:
             self._released = True
-            self.log(kept_message(self.state, self.down_command(), self.settings))
+            # what this launcher really made, over any aws.json collected from the node since
+            self.state.strict = False
+            self.state.save()
+            log(kept_message(self.state, self.down_command(), self.settings))
             return
         if self.target_id or self.state.data.get("region") is None:
             self._released = True  # targeted only, or stopped before anything could be created
             return
-        left = teardown(
-            self.ec2, self.state, log=self.log, poll_s=self.poll_s, key_dir=self.key_dir
-        )
+        for attempt in range(1, RELEASE_ATTEMPTS + 1):
+            try:
+                left = self._teardown(log)
+                break
+            except ReproduceError:
+                raise
+            except Exception as err:  # noqa: BLE001 - not AWS's: teardown is idempotent, go again
+                if attempt == RELEASE_ATTEMPTS:
+                    raise InfraError(f"teardown failed: {type(err).__name__}: {err}") from err
+                time.sleep(min(self.poll_s, 1.0))
         if left:
             raise InfraError(leftover_message(left, self.state_path, self.state.data.get("region")))
         self._released = True
+
+    def _teardown(self, log: Callable[[str], Any]) -> list[str]:
+        # A run found again from its record may be released under other credentials: check
+        # the account (a launch in this process released with the session it launched with).
+        account = (
+            caller_account(self.client("sts"), "finding the account of these credentials")
+            if self.restored
+            else None
+        )
+        return teardown(
+            self.ec2,
+            self.state,
+            account=account,
+            log=log,
+            poll_s=self.poll_s,
+            key_dir=self.key_dir,
+        )
 
     def leftovers(self) -> list[str]:
         """What is still allocated (for the last message after a failed release)."""
@@ -229,6 +296,7 @@ class AwsCluster:
             "state_path": str(self.state_path) if self.state_path else None,
             "region": self.region_hint,
             "run_id": self.run_id,
+            "launch_id": self.launch_id,
             "keep": self.keep,
             "target": self.target_id,
             "ssh": dict(self.ssh_opts),
@@ -242,7 +310,12 @@ class AwsCluster:
         session: Any = None,
         log: Callable[[str], Any] = lambda _line: None,
     ) -> AwsCluster:
-        """A cluster for a recorded run: transports to its nodes, a release that ends them."""
+        """A cluster for a recorded run: transports to its nodes, a release that ends them.
+
+        Its identity comes as `reproduce down` finds it (down.py): the launcher's own record over
+        aws.json, and run.json's record when aws.json cannot be read (then its resources are
+        found by tag).
+        """
         cluster = cls(
             None,
             None,
@@ -254,6 +327,15 @@ class AwsCluster:
             state_path=Path(record["state_path"]) if record.get("state_path") else None,
         )
         cluster.ssh_opts.update(record.get("ssh") or {})
+        path = cluster.state_path
+        if path is not None and path.is_file():
+            given = {k: record.get(k) for k in ("region", "run_id", "launch_id")}
+            cluster.state = load_state(path, safe(log), **given)
+            cluster.launch_id = str(cluster.state.data.get("launch_id") or cluster.launch_id)
+            if cluster.state.path is None:  # aws.json was unreadable: write a fresh one
+                cluster.state.path = path
+            if not cluster.target_id and cluster.state.data["targeted"]:
+                cluster.target_id = cluster.state.data["targeted"][0]
         return cluster
 
     # --- the launch program's hands ------------------------------------------------------------
@@ -306,6 +388,7 @@ class AwsCluster:
                 f"SSH on {where} ({node.meta['instance_id']}) never answered",
                 s.ready_timeout_s,
                 self.poll_s,
+                self._over_budget,
             )
             self.log(f"aws: {node.name} {node.meta['instance_id']} answers SSH at {where}")
 

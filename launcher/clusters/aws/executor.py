@@ -21,9 +21,10 @@ from launcher.clusters.aws import requests as rq
 from launcher.clusters.aws.session import error_code, snake, translate
 from launcher.clusters.aws.settings import AwsSettings
 from launcher.clusters.aws.state import AwsState
-from launcher.errors import InfraError
+from launcher.errors import CheckFailed, InfraError
 
 T = TypeVar("T")
+OverBudget = Callable[[], str | None]
 
 
 class Mode(Enum):
@@ -32,14 +33,30 @@ class Mode(Enum):
     SEND = "send"
 
 
+def stop_if_over(over_budget: OverBudget | None) -> None:
+    """CheckFailed once the run's budget is reached: a boot can take half an hour, billed."""
+    reason = over_budget() if over_budget is not None else None
+    if reason:
+        raise CheckFailed(
+            f"stopped while acquiring: {reason}; everything launched is being torn down."
+        )
+
+
 def wait_until(
-    check: Callable[[], T | None], deadline: float, what: str, timeout_s: float, poll_s: float
+    check: Callable[[], T | None],
+    deadline: float,
+    what: str,
+    timeout_s: float,
+    poll_s: float,
+    over_budget: OverBudget | None = None,
 ) -> T:
-    """Poll `check` until it answers, or fail naming what never happened within the timeout."""
+    """Poll `check` until it answers, or fail naming what never happened within the timeout
+    (or, first, that the run's budget ran out meanwhile)."""
     while True:
         result = check()
         if result:
             return result
+        stop_if_over(over_budget)
         if time.monotonic() >= deadline:
             raise InfraError(
                 f"{what} within ready_timeout_s={timeout_s:g} s "
@@ -57,11 +74,13 @@ class Executor:
         settings: AwsSettings,
         client: Callable[[str], Any] | None = None,
         poll_s: float = 5.0,
+        over_budget: OverBudget | None = None,
     ) -> None:
         self.mode = mode
         self.settings = settings
         self._client = client
         self.poll_s = poll_s
+        self.over_budget = over_budget  # SEND: checked at every poll while acquiring
         self.printed: list[rq.ApiCall] = []  # PRINT: the calls, in order
         self.lines: list[str] = []  # CHECK: one line per lookup or call checked
 
@@ -143,6 +162,7 @@ class Executor:
             what,
             self.settings.ready_timeout_s,
             self.poll_s,
+            self.over_budget,
         )
 
     def checked(self, line: str) -> None:
@@ -164,6 +184,7 @@ class Launch:
     run_id: str
     owner: str
     now: Callable[[], datetime]
+    launch_id: str = rq.placeholder("launch id")  # drawn anew for each launch (AwsCluster)
     target: str | None = None  # an existing instance: nothing is created
     region: str | None = None
     operator_cidr: str | None = None
@@ -173,6 +194,8 @@ class Launch:
     ami_resolver: Callable[[str], str] | None = None  # stands in for SSM (tests)
     make_node: Callable[..., Any] | None = None  # (instance, index, launched, ami, identity)
     wait_ssh: Callable[[list[Any], float], None] | None = None  # (nodes, deadline)
+    record_launch: Callable[[], None] | None = None  # SEND: who this launch is, before creating
+    account: str | None = None
     facts: InstanceType | None = None
     ami_id: str = ""
     root_device: str = ""

@@ -22,6 +22,22 @@ from launcher.errors import BadInput, InfraError
 CHECKIP_URL = "https://checkip.amazonaws.com"
 
 
+def account(launch: Launch, api: Executor) -> None:
+    """The account the run's resources are made in: recorded, and checked by `reproduce down`
+    (under other credentials none of the run's ids exist, which must not read as their end)."""
+    resp = api.read(
+        "sts",
+        "GetCallerIdentity",
+        {},
+        "the account the run's resources are created in (recorded; `reproduce down` checks it)",
+        "finding the account of these credentials",
+    )
+    if resp is not None:
+        launch.account = str(resp["Account"])
+        launch.save(account=launch.account)
+        api.checked(f"ok   GetCallerIdentity: account {launch.account}")
+
+
 def describe_type(launch: Launch, api: Executor, instance_type: str, note: str) -> None:
     """GPUs, network cards and EFA of the type, checked against the recipe."""
     try:

@@ -12,9 +12,9 @@ program, three modes"):
   create (the ingress rule, the address association, the waits) are skipped.
 - SEND (the launch): everything is sent, each id written to aws.json the moment it exists.
 
-The steps live in lookups.py (what is read before anything is created) and provision.py (what
-is created, then waited for); the modes in executor.py. Nothing here imports boto3: the executor
-is handed a function that returns clients.
+The steps live in lookups.py (what is read before anything is created), provision.py (what
+is created, then waited for) and hostkeys.py (the SSH host key pin); the modes in executor.py.
+Nothing here imports boto3: the executor is handed a function that returns clients.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+from launcher.clusters.aws import hostkeys
 from launcher.clusters.aws import lookups as look
 from launcher.clusters.aws import provision as prov
 from launcher.clusters.aws import requests as rq
@@ -37,6 +38,7 @@ def launch_program(launch: Launch) -> list[Step]:
     if launch.target:
         return [look.target_instance, look.target_type, prov.target_node]
     return [
+        look.account,
         look.instance_type,
         look.ami,
         look.reservation_zone,
@@ -52,6 +54,7 @@ def launch_program(launch: Launch) -> list[Step]:
         prov.addresses,
         prov.wait_status_ok,
         prov.wait_ssh,
+        hostkeys.host_keys,
     ]
 
 

@@ -27,17 +27,20 @@ STOPPED_STATES = ("shutting-down", "terminated", "stopping", "stopped")
 
 
 def tag(launch: Launch, api: Executor) -> None:
-    """The run's tags, with the expiry `reproduce reap` acts on."""
+    """The run's tags (run id, this launch's id, the expiry `reproduce reap` acts on); then, before
+    the first create, the launcher's own record of who this launch is (state.py)."""
     expires = rq.expires_at(launch.now(), launch.s.ttl_hours)
     launch.tags = rq.run_tags(
-        launch.recipe, launch.run_id, launch.owner, expires, launch.s.extra_tags
+        launch.recipe, launch.run_id, launch.owner, expires, launch.launch_id, launch.s.extra_tags
     )
     launch.save(expires_at=expires, ami_id=launch.ami_id)
+    if api.sending and launch.record_launch is not None:
+        launch.record_launch()
 
 
 def security_group(launch: Launch, api: Executor) -> None:
     vpc = launch.subnets[0]["VpcId"]
-    params = rq.security_group_request(launch.run_id, vpc, launch.tags)
+    params = rq.security_group_request(launch.run_id, launch.launch_id, vpc, launch.tags)
     resp = api.create("CreateSecurityGroup", params, "", "creating the security group")
     if api.mode is Mode.PRINT:
         launch.group_id = rq.placeholder("security group created for this run")
@@ -70,10 +73,10 @@ def key_pair(launch: Launch, api: Executor) -> None:
     if launch.s.key_name:
         launch.key_name, launch.identity_file = launch.s.key_name, launch.s.identity_file
         return
-    name = rq.resource_name(launch.run_id)
+    name = rq.resource_name(launch.run_id, launch.launch_id)
     resp = api.create(
         "CreateKeyPair",
-        rq.key_pair_request(launch.run_id, launch.tags),
+        rq.key_pair_request(launch.run_id, launch.launch_id, launch.tags),
         "private key saved with mode 0600 outside the run directory; deleted at teardown",
         "creating the key pair",
     )
@@ -84,7 +87,8 @@ def key_pair(launch: Launch, api: Executor) -> None:
     assert launch.key_dir is not None
     launch.key_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     path = launch.key_dir / f"{name}.pem"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    # O_EXCL: never write a private key into a file someone else made (and whose mode they chose)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as fh:
         fh.write(resp["KeyMaterial"])
     launch.identity_file = str(path)
@@ -96,12 +100,12 @@ def placement_group(launch: Launch, api: Executor) -> None:
         return
     api.create(
         "CreatePlacementGroup",
-        rq.placement_group_request(launch.run_id, launch.tags),
+        rq.placement_group_request(launch.run_id, launch.launch_id, launch.tags),
         f"{launch.s.nodes} nodes: one cluster placement group",
         "creating the placement group",
     )
     if api.mode is not Mode.CHECK:  # --check: it does not exist, so RunInstances names none
-        launch.placement_group = rq.resource_name(launch.run_id)
+        launch.placement_group = rq.resource_name(launch.run_id, launch.launch_id)
         launch.save(placement_group=launch.placement_group)
 
 
@@ -123,14 +127,20 @@ def run_instances(launch: Launch, api: Executor) -> None:
             network_cards=launch.facts.network_cards if launch.facts else None,
             max_efa=launch.facts.max_efa if launch.facts else None,
             tags=launch.tags,
-            client_token=rq.client_token(launch.run_id, 99 if api.mode is Mode.CHECK else attempt),
+            client_token=rq.client_token(
+                launch.launch_id, 99 if api.mode is Mode.CHECK else attempt
+            ),
         )
         nics = req["NetworkInterfaces"]
         launch.interfaces = len(nics) if isinstance(nics, list) else 1
-        launch.save(pending_launch=req["ClientToken"])  # a crash mid-call is still found (by tag)
+        # Until AWS answers, the call may have launched: teardown then looks for it by tag
+        # (and waits for it to become visible) rather than assuming nothing exists.
+        launch.save(pending_launch=req["ClientToken"], launched_at=time.time())
         try:
             resp = api.create("RunInstances", req, rq.capacity_words(s), doing, raw=True)
-        except Exception as err:  # noqa: BLE001
+        except Exception as err:  # noqa: BLE001 - an interrupt is no answer: it stays pending
+            if error_code(err):  # AWS answered with an error: nothing was launched
+                launch.save(pending_launch=None)
             if error_code(err) not in CAPACITY_CODES:
                 mine = translate(err, doing, s)
                 if mine is err:

@@ -21,6 +21,7 @@ TAG_RECIPE = "reproduce:recipe"
 TAG_RUN_ID = "reproduce:run-id"
 TAG_OWNER = "reproduce:owner"
 TAG_EXPIRES = "reproduce:expires-at"
+TAG_LAUNCH = "reproduce:launch-id"  # one launch of a run: a reused run id never adopts another's
 EXPIRES_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 
 
@@ -59,15 +60,25 @@ def expires_at(now: datetime, ttl_hours: float) -> str:
 
 
 def run_tags(
-    recipe: Any, run_id: str, owner: str, expires: str, extra: dict[str, str] | None = None
+    recipe: Any,
+    run_id: str,
+    owner: str,
+    expires: str,
+    launch_id: str,
+    extra: dict[str, str] | None = None,
 ) -> list[dict[str, str]]:
-    """The tags on every resource the launcher creates (reap and `down` find them by these)."""
+    """The tags on every resource the launcher creates (reap and `down` find them by these).
+
+    The launch id is what teardown checks before it ends anything: the run id alone can be
+    reused (`--run-id`), the launch id is drawn anew for every launch.
+    """
     tags = {k: v for k, v in (extra or {}).items() if not k.startswith(TAG_PREFIX) and k != "Name"}
     tags.update(
         {
             "Name": f"reproduce-{run_id}",
             TAG_RECIPE: str(recipe.slug)[:255],
             TAG_RUN_ID: run_id,
+            TAG_LAUNCH: launch_id,
             TAG_OWNER: owner[:255],
             TAG_EXPIRES: expires,
         }
@@ -79,23 +90,53 @@ def tag_spec(resource_type: str, tags: list[dict[str, str]]) -> list[dict[str, A
     return [{"ResourceType": resource_type, "Tags": list(tags)}]
 
 
-def run_id_filter(run_id: str) -> list[dict[str, Any]]:
-    """The Filters that find what was made for one run (down's safety net)."""
-    return [{"Name": f"tag:{TAG_RUN_ID}", "Values": [run_id]}]
+def launch_filter(run_id: str, launch_id: str | None) -> list[dict[str, Any]]:
+    """The Filters that find what one launch made (teardown's net for what aws.json missed).
+
+    Without a launch id (a record from before launch ids, or one that could not be read) only the
+    run id filters; the caller then decides whether what it finds is this launch's.
+    """
+    found = [{"Name": f"tag:{TAG_RUN_ID}", "Values": [run_id]}]
+    if launch_id:
+        found.append({"Name": f"tag:{TAG_LAUNCH}", "Values": [launch_id]})
+    return found
+
+
+def tag_values(tags: list[dict[str, str]] | None) -> dict[str, str]:
+    return {t["Key"]: t["Value"] for t in tags or [] if "Key" in t}
+
+
+def foreign_because(tags: list[dict[str, str]] | None, run_id: str, launch_id: str | None) -> str:
+    """Why a resource is not this launch's ('' when it is): what teardown checks before it ends.
+
+    A resource is this launch's only when it carries the run id and, where one is known, the
+    launch id: an aws.json can list anything (a node wrote it, a run id was reused).
+    """
+    have = tag_values(tags)
+    if have.get(TAG_RUN_ID) != run_id:
+        return f"its {TAG_RUN_ID} tag is {have.get(TAG_RUN_ID)!r}, not {run_id!r}"
+    if launch_id and have.get(TAG_LAUNCH) != launch_id:
+        return f"its {TAG_LAUNCH} tag is {have.get(TAG_LAUNCH)!r}, not {launch_id!r}"
+    return ""
 
 
 # ------------------------------------------------------------------------------------------------
 # Request bodies
 
 
-def resource_name(run_id: str) -> str:
-    """Name of the security group, key pair and placement group made for a run."""
-    return f"reproduce-{run_id}"
+def resource_name(run_id: str, launch_id: str) -> str:
+    """Name of the security group, key pair and placement group made for one launch of a run.
+
+    Names are unique per account, so two launches with the same run id must not share one.
+    """
+    return f"reproduce-{run_id}-{launch_id}"
 
 
-def security_group_request(run_id: str, vpc_id: str, tags: list[dict[str, str]]) -> dict[str, Any]:
+def security_group_request(
+    run_id: str, launch_id: str, vpc_id: str, tags: list[dict[str, str]]
+) -> dict[str, Any]:
     return {
-        "GroupName": resource_name(run_id),
+        "GroupName": resource_name(run_id, launch_id),
         "Description": f"reproduce run {run_id}: all traffic within the group (EFA), "
         "SSH from the operator",
         "VpcId": vpc_id,
@@ -127,18 +168,20 @@ def ingress_request(group_id: str, port: int, cidr: str) -> dict[str, Any]:
     }
 
 
-def key_pair_request(run_id: str, tags: list[dict[str, str]]) -> dict[str, Any]:
+def key_pair_request(run_id: str, launch_id: str, tags: list[dict[str, str]]) -> dict[str, Any]:
     return {
-        "KeyName": resource_name(run_id),
+        "KeyName": resource_name(run_id, launch_id),
         "KeyType": "ed25519",
         "KeyFormat": "pem",
         "TagSpecifications": tag_spec("key-pair", tags),
     }
 
 
-def placement_group_request(run_id: str, tags: list[dict[str, str]]) -> dict[str, Any]:
+def placement_group_request(
+    run_id: str, launch_id: str, tags: list[dict[str, str]]
+) -> dict[str, Any]:
     return {
-        "GroupName": resource_name(run_id),
+        "GroupName": resource_name(run_id, launch_id),
         "Strategy": "cluster",
         "TagSpecifications": tag_spec("placement-group", tags),
     }
@@ -272,9 +315,13 @@ def associate_address_request(allocation_id: str, network_interface_id: str) -> 
     }
 
 
-def client_token(run_id: str, attempt: int = 0) -> str:
-    """Idempotency token: a retried RunInstances never launches twice (one per subnet tried)."""
-    return f"reproduce-{run_id}-{attempt}"
+def client_token(launch_id: str, attempt: int = 0) -> str:
+    """Idempotency token: a retried RunInstances never launches twice (one per subnet tried).
+
+    Made from the launch id, not the run id: AWS answers a RunInstances whose token it has seen
+    with the instances of the first call, so a reused run id would otherwise adopt them.
+    """
+    return f"reproduce-{launch_id}-{attempt}"
 
 
 def capacity_words(s: AwsSettings) -> str:

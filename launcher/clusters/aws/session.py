@@ -67,6 +67,31 @@ def check_region(session: Any, region: str) -> None:
         )
 
 
+def caller_account(sts: Any, doing: str) -> str:
+    """The AWS account of these credentials (sts GetCallerIdentity; needs no permission).
+
+    Recorded at launch and checked by `down`: under another account's credentials every id of the
+    run is "not found", which must never read as "terminated".
+    """
+    try:
+        return str(sts.get_caller_identity()["Account"])
+    except Exception as err:  # noqa: BLE001
+        mine = translate(err, doing)
+        if mine is err:
+            raise
+        raise mine from err
+
+
+def aws_said_no(err: BaseException) -> bool:
+    """True for AWS's (or botocore's) own errors; False for anything else, such as an OSError
+    raised by a signal handler's print in the middle of a call, which must not read as AWS's
+    refusal (teardown then goes again instead of giving up on a resource)."""
+    from botocore.exceptions import BotoCoreError, ClientError
+    from botocore.parsers import ResponseParserError  # an endpoint's error page
+
+    return isinstance(err, BotoCoreError | ClientError | ResponseParserError)
+
+
 def error_code(err: BaseException) -> str:
     """The AWS error code of a botocore ClientError ('' for anything else)."""
     response = getattr(err, "response", None)

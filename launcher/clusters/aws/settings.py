@@ -8,6 +8,7 @@ call is printed or sent. See docs/aws.md for the fields themselves.
 from __future__ import annotations
 
 import ipaddress
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +22,8 @@ DEFAULT_AMI = (
 )
 CAPACITY_TYPES = ("on-demand", "reservation", "capacity-block", "spot")
 EFA_LAYOUTS = ("efa-primary", "ena-primary")
+MAX_TTL_HOURS = 168.0  # a week: an instance nobody ends still ends itself (schema: ttl_hours)
+WIDEST_SSH_PREFIX = {4: 16, 6: 48}  # ssh_cidr may not open SSH to more than a /16 or a /48
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,7 @@ class AwsSettings:
     known_hosts: str | None = None
     host_key_fingerprint: str | None = None
     accept_unknown_host: bool = False
+    host_key_wait_s: float = 120.0
 
     @property
     def ami_is_ssm(self) -> bool:
@@ -92,7 +96,9 @@ def settings_from(recipe: Any, profile: Any) -> AwsSettings:
         raise BadInput(f"{where}: efa_layout {layout!r}; expected one of {', '.join(EFA_LAYOUTS)}.")
     cidr = get("ssh_cidr")
     if cidr is not None:
-        _check_cidr(str(cidr), f"{where}: ssh_cidr")
+        cidr = _check_cidr(str(cidr), f"{where}: ssh_cidr")
+    price = get("price_per_hour")
+    ttl_hours = _finite(where, "ttl_hours", get("ttl_hours"), above=0.0, at_most=MAX_TTL_HOURS)
     return AwsSettings(
         region=get("region"),
         instance_type=str(instance_type),
@@ -104,24 +110,43 @@ def settings_from(recipe: Any, profile: Any) -> AwsSettings:
         ssh_cidr=cidr,
         capacity_type=ctype,
         reservation_id=reservation_id,
-        max_spot_price=capacity.get("max_spot_price"),
-        ttl_hours=float(get("ttl_hours")),
+        max_spot_price=_finite(where, "capacity.max_spot_price", capacity.get("max_spot_price")),
+        ttl_hours=ttl_hours,
         root_volume_gb=int(get("root_volume_gb")),
         efa_layout=layout,
         extra_tags={str(k): str(v) for k, v in (get("tags") or {}).items()},
         port=int(get("port")),
         user=get("user") or DEFAULT_USER,
         connect_host=get("connect_host"),
-        connect_timeout_s=float(get("connect_timeout_s")),
+        connect_timeout_s=_finite(where, "connect_timeout_s", get("connect_timeout_s")),
         elastic_ip=bool(get("elastic_ip", True)),
         self_terminate=bool(get("self_terminate", True)),
-        ready_timeout_s=float(get("ready_timeout_s", 1800)),
-        price_per_hour=get("price_per_hour"),
+        ready_timeout_s=_finite(where, "ready_timeout_s", get("ready_timeout_s", 1800)),
+        price_per_hour=_finite(where, "price_per_hour", price),
         instance_id=get("instance_id"),
         known_hosts=get("known_hosts"),
         host_key_fingerprint=get("host_key_fingerprint"),
         accept_unknown_host=bool(get("accept_unknown_host", False)),
+        host_key_wait_s=_finite(where, "host_key_wait_s", get("host_key_wait_s", 120), above=-1),
     )
+
+
+def _finite(
+    where: str, name: str, value: Any, *, above: float = 0.0, at_most: float | None = None
+) -> Any:
+    """A number the launcher can compute with: NaN and infinity would turn every budget and
+    timeout comparison false (a NaN price never reaches --max-usd). None stays None."""
+    if value is None:
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise BadInput(f"{where}: {name} {value!r} is not a number.") from None
+    if not math.isfinite(number) or number <= above:
+        raise BadInput(f"{where}: {name} {value!r}; expected a finite number above {above:g}.")
+    if at_most is not None and number > at_most:
+        raise BadInput(f"{where}: {name} {value!r}; at most {at_most:g} is allowed.")
+    return number
 
 
 def _check_capacity(where: str, ctype: str, reservation_id: Any) -> None:
@@ -143,18 +168,22 @@ def _check_capacity(where: str, ctype: str, reservation_id: Any) -> None:
         )
 
 
-def _check_cidr(cidr: str, where: str) -> None:
+def _check_cidr(cidr: str, where: str) -> str:
+    """The network SSH is opened to, no wider than WIDEST_SSH_PREFIX (e.g. an office's /24)."""
     try:
-        net = ipaddress.ip_network(cidr, strict=False)
+        net = ipaddress.ip_network(cidr.strip(), strict=False)
     except ValueError:
         raise BadInput(
             f"{where} {cidr!r} is not a CIDR; expected your address as a /32, e.g. 203.0.113.7/32."
         ) from None
-    if net.prefixlen == 0:
+    widest = WIDEST_SSH_PREFIX[net.version]
+    if net.prefixlen < widest:
         raise BadInput(
-            f"{where} {cidr} opens SSH to the whole internet; "
-            "expected the operator's address as a /32."
+            f"{where} {cidr} opens SSH to {net.num_addresses:,} addresses; at most a /{widest} "
+            f"(IPv{net.version}) is allowed; expected the operator's address "
+            f"(/{net.max_prefixlen}) or a small network."
         )
+    return str(net)
 
 
 def gpu_mismatch(recipe: Any, facts: InstanceType) -> str | None:

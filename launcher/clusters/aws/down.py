@@ -1,0 +1,282 @@
+"""`reproduce down` (one run, from its directory) and `reproduce reap` (whatever has expired).
+
+Why `down` does not simply trust aws.json: the file sits in the run directory. It can be cut short
+(a crash, a full disk), overwritten (the node's files are collected into the same directory) or
+copied from another run. So who the launch is (run id, launch id, region, account) comes first
+from the launcher's own record of it, kept outside every run directory (state.py), then from
+aws.json, then from run.json; what is ended is checked against AWS by its tags (ownership.py);
+and a corrupt aws.json falls back to finding the run's resources by tag in the recorded (or
+given) region.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from launcher.clusters.aws import ownership
+from launcher.clusters.aws import requests as rq
+from launcher.clusters.aws.session import (
+    CallLog,
+    RecordedClient,
+    caller_account,
+    make_session,
+    translate,
+)
+from launcher.clusters.aws.state import (
+    AwsState,
+    CorruptState,
+    launch_record,
+    launch_record_for,
+    state_root,
+)
+from launcher.clusters.aws.teardown import Log, leftover_message, safe, teardown
+from launcher.errors import BadInput, InfraError
+
+IDENTITY = ("run_id", "launch_id", "region", "account")
+
+
+def _quiet(_line: str) -> None:
+    return None
+
+
+def state_file(run_dir: Path) -> Path:
+    """aws.json of a run directory (or the file itself); BadInput when there is none."""
+    run_dir = Path(run_dir)
+    path = run_dir if run_dir.is_file() else run_dir / "aws.json"
+    if not path.is_file():
+        raise BadInput(
+            f"{run_dir}: no aws.json here; this run did not use --cluster aws "
+            "(or its directory moved)."
+        )
+    return path
+
+
+def _run_json(run_dir: Path) -> dict[str, Any]:
+    """run.json's run id and cluster record, or {} when it is missing or unreadable."""
+    try:
+        data = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    cluster = data.get("cluster")
+    if not isinstance(cluster, dict):
+        cluster = {}
+    found = {k: cluster[k] for k in IDENTITY if isinstance(cluster.get(k), str)}
+    if isinstance(data.get("run_id"), str):
+        found.setdefault("run_id", data["run_id"])
+    return found
+
+
+def load_state(path: Path, log: Log, **given: str | None) -> AwsState:
+    """The state to end, with the identity the launcher itself recorded winning over the file.
+
+    `given` (region, run_id from the command line) fills what no record holds.
+    """
+    try:
+        state = AwsState.load(path)
+        corrupt: CorruptState | None = None
+    except CorruptState as err:
+        log(f"aws: {err.path} is {err.why}: finding the run's resources by their tags instead")
+        state, corrupt = AwsState(None), err
+    own = launch_record_for(path)
+    if own is not None:
+        claimed = {k: state.data.get(k) for k in ("run_id", "launch_id")}
+        if corrupt is None and claimed != {k: own.get(k) for k in claimed}:
+            log(
+                f"aws: {path} names run {claimed['run_id']} launch {claimed['launch_id']}, but "
+                f"the launcher's own record of this run directory says run {own.get('run_id')} "
+                f"launch {own.get('launch_id')}: trusting the launcher's own record"
+            )
+        state.data.update({k: own.get(k) for k in IDENTITY if own.get(k)})
+    elif corrupt is None and state.data.get("launch_id"):
+        other = launch_record(str(state.data["launch_id"]))
+        elsewhere = other and other.get("state_path")
+        if elsewhere and Path(elsewhere) != path and Path(elsewhere).is_file():
+            raise BadInput(
+                f"{path} names launch {state.data['launch_id']}, which this launcher made for "
+                f"{elsewhere}, not for this run directory; nothing was ended.",
+                hint=f"`reproduce down {Path(elsewhere).parent}` ends that launch.",
+            )
+    if corrupt is not None:
+        fallback = {**_run_json(path.parent), **{k: v for k, v in given.items() if v}}
+        for key, value in fallback.items():
+            if not state.data.get(key):
+                state.data[key] = value
+        missing = [k for k in ("region", "run_id") if not state.data.get(k)]
+        if missing:
+            raise BadInput(
+                f"{corrupt.path} is {corrupt.why}, and no {' or '.join(missing)} is recorded "
+                "anywhere else; nothing was ended.",
+                hint="Give them: `reproduce down RUN --region REGION` (the run id is in run.json "
+                "or the directory's name).",
+            )
+    return state
+
+
+def _adopt_launch(ec2: Any, state: AwsState, log: Log) -> None:
+    """Without a launch id (aws.json lost): the run's only launch, or refuse to guess."""
+    if state.data.get("launch_id"):
+        return
+    run_id = str(state.data["run_id"])
+    try:
+        launches = ownership.launches_of_run(ec2, run_id)
+    except Exception as err:  # noqa: BLE001
+        raise translate(err, f"finding the instances of run {run_id}") from err
+    if len(launches) > 1:
+        found = "; ".join(f"launch {k or '(none)'}: {', '.join(v)}" for k, v in launches.items())
+        raise BadInput(
+            f"run id {run_id} has instances of several launches ({found}) and this run's "
+            "aws.json cannot say which is its own; nothing was ended.",
+            hint="End the right one in the EC2 console, or wait for `reproduce reap`.",
+        )
+    if launches:
+        launch = next(iter(launches))
+        state.data["launch_id"] = launch or None
+        log(f"aws: run {run_id} has one launch ({launch or 'without a launch id'}): ending it")
+
+
+def down(
+    run_dir: Path,
+    *,
+    session: Any = None,
+    log: Log = _quiet,
+    poll_s: float = 5.0,
+    key_dir: Path | None = None,
+    region: str | None = None,
+    run_id: str | None = None,
+) -> list[str]:
+    """End what a run launched (a kept node, or what a crash left), from run_dir/aws.json.
+
+    Returns what was ended; raises BadInput for other credentials (another account) or a state
+    that names no region, InfraError naming what could not be ended.
+    """
+    log = safe(log)
+    path = state_file(run_dir)
+    state = load_state(path, log, region=region, run_id=run_id)
+    if state.data.get("targeted") and not state.launched_instances:
+        log(
+            f"aws: {', '.join(state.data['targeted'])} was only targeted by this run; "
+            "the launcher never ends it"
+        )
+    where = state.data.get("region") or region
+    session = make_session(where, session)
+    where = where or session.region_name
+    state.data["region"] = where
+    account = caller_account(
+        session.client("sts", region_name=where), "finding the account of these credentials"
+    )
+    raw = session.client("ec2", region_name=where)
+    ec2 = RecordedClient(raw, "ec2", CallLog(path.with_name("aws-calls.jsonl")))
+    _adopt_launch(ec2, state, log)
+    left = teardown(
+        ec2,
+        state,
+        account=account,
+        log=log,
+        poll_s=poll_s,
+        key_dir=key_dir or state_root() / "keys",
+    )
+    if left:
+        raise InfraError(leftover_message(left, path, where))
+    return list(state.data.get("ended", []))
+
+
+# ------------------------------------------------------------------------------------------------
+# reap
+
+
+def _expired(tags: list[dict] | None, now: datetime) -> tuple[str, str] | None:
+    """(run id, launch id) of a resource whose expires-at has passed, else None."""
+    values = rq.tag_values(tags)
+    run_id, when = values.get(rq.TAG_RUN_ID), values.get(rq.TAG_EXPIRES)
+    if not run_id or not when:
+        return None
+    try:
+        at = datetime.strptime(when, rq.EXPIRES_FORMAT).replace(tzinfo=UTC)
+    except ValueError:
+        return None
+    return (run_id, values.get(rq.TAG_LAUNCH, "")) if at <= now else None
+
+
+def expired_runs(ec2: Any, region: str, now: datetime) -> dict[tuple[str, str], AwsState]:
+    """What the launcher tagged and whose expires-at has passed, by run id and launch id."""
+    has_expiry = [{"Name": "tag-key", "Values": [rq.TAG_EXPIRES]}]
+    runs: dict[tuple[str, str], AwsState] = {}
+
+    def state_for(tags: list[dict] | None) -> AwsState | None:
+        hit = _expired(tags, now)
+        if not hit:
+            return None
+        data = {"run_id": hit[0], "launch_id": hit[1] or None, "region": region}
+        return runs.setdefault(hit, AwsState(None, data))
+
+    alive = [{"Name": "instance-state-name", "Values": ownership.LIVE_STATES}]
+    for page in ec2.get_paginator("describe_instances").paginate(Filters=has_expiry + alive):
+        for r in page["Reservations"]:
+            for inst in r["Instances"]:
+                if st := state_for(inst.get("Tags")):
+                    st.data["instances"].append(inst["InstanceId"])
+    for addr in ec2.describe_addresses(Filters=has_expiry).get("Addresses", []):
+        if st := state_for(addr.get("Tags")):
+            st.data["addresses"].append(ownership.address_record(addr))
+    for group in ec2.describe_security_groups(Filters=has_expiry).get("SecurityGroups", []):
+        if st := state_for(group.get("Tags")):
+            st.data["security_group"] = group["GroupId"]
+    for key in ec2.describe_key_pairs(Filters=has_expiry).get("KeyPairs", []):
+        if st := state_for(key.get("Tags")):
+            st.data["key_pair"] = key["KeyName"]
+    for pg in ownership.placement_groups(ec2, has_expiry):
+        if st := state_for(pg.get("Tags")):
+            st.data["placement_group"] = pg["GroupName"]
+    return runs
+
+
+def reap(
+    region: str,
+    *,
+    now: datetime | None = None,
+    dry_run: bool = False,
+    session: Any = None,
+    log: Log = _quiet,
+    poll_s: float = 5.0,
+    key_dir: Path | None = None,
+) -> list[str]:
+    """End every resource the launcher tagged whose expires-at has passed; return what ended.
+
+    Only resources carrying the launcher's run-id and expires-at tags are touched, so a targeted
+    instance (never tagged) or anything made by hand is safe.
+    """
+    log = safe(log)
+    now = now or datetime.now(UTC)
+    session = make_session(region, session)
+    ec2 = session.client("ec2", region_name=region)
+    try:
+        runs = expired_runs(ec2, region, now)
+    except Exception as err:  # noqa: BLE001
+        raise translate(err, f"listing the launcher's resources in {region}") from err
+    ended: list[str] = []
+    left: list[str] = []
+    for (run_id, launch_id), state in sorted(runs.items()):
+        things = state.allocated()
+        name = f"run {run_id}" + (f" (launch {launch_id})" if launch_id else "")
+        if dry_run:
+            log(f"aws: would end {name}: {', '.join(things)}")
+            ended += things
+            continue
+        log(f"aws: {name} is past its expires-at: ending {', '.join(things)}")
+        left += teardown(
+            ec2, state, log=log, poll_s=poll_s, key_dir=key_dir or state_root() / "keys"
+        )
+        ended += list(state.data.get("ended", []))
+    if not runs:
+        log(f"aws: nothing of the launcher's is past its expires-at in {region}")
+    if left:
+        raise InfraError(
+            f"reap could not end: {', '.join(left)} (in {region}); run `reproduce reap` again "
+            "or end them in the EC2 console."
+        )
+    return ended
