@@ -4,12 +4,16 @@ The package is split by phase (docs/aws.md has the full picture):
 
     settings.py   the profile's aws fields, checked once (AwsSettings)
     requests.py   the request bodies and tags, pure data (ApiCall)
-    program.py    the launch program: ONE ordered list of steps (lookups.py, provision.py)
+    program.py    the launch program: ONE ordered list of steps (lookups.py, provision.py,
+                  hostkeys.py: the SSH host key pinned from the console's fingerprints)
     executor.py   its three modes: print (dry run), DryRun=True (--check), send (launch)
-    session.py    credentials, region, AWS errors in the launcher's words, the call record
+    session.py    credentials, region, account, AWS errors in the launcher's words, the call record
     cluster.py    AwsCluster: acquire / transport / release; check (--check)
-    teardown.py   teardown, down, reap
-    state.py      run_dir/aws.json, written the moment each resource exists
+    ownership.py  what is this launch's: found by tag, and checked by tag before anything ends
+    teardown.py   the one teardown (release, down and reap all use it)
+    down.py       down (one run, from its directory) and reap (whatever has expired)
+    state.py      run_dir/aws.json, written the moment each resource exists, and the launcher's
+                  own record of each launch (outside every run directory)
     capacity.py   Capacity Block offerings and purchase
 
 Importing the package (and the dry run's provisioning_calls) imports no boto3 and no paramiko:
