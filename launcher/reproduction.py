@@ -39,6 +39,58 @@ class Options:
 
 
 @dataclass(frozen=True)
+class StartCheck:
+    """What the checks before a start found: the run's budget, and why a real run would be
+    refused although its plan can be shown (the dry run prints these; the real run raises)."""
+
+    budget: Any  # launcher.budget.Budget | None
+    refusals: tuple[str, ...] = ()
+
+
+def check_before_start(prepared: Prepared, options: Options) -> StartCheck:
+    """Every check the real run applies before it starts, in one place, so that a dry run that
+    passes means the real run starts: the --on-interrupt value, a reused --run-id, the budget
+    (--max-usd needs a price; the claim's expected hours and cost within the limits). BadInput
+    for bad input. What the real run refuses although the plan exists (a multi-node recipe, a
+    dry-run-only profile kind) is returned, for the dry run to say and the real run to raise.
+    Credentials and the node's own checks are not here: the dry run needs neither (--check asks
+    the cloud)."""
+    from launcher import clusters
+    from launcher.budget import Budget
+    from launcher.rundir import RunDir, default_runs_root
+    from launcher.runner.reporter import INTERRUPT_CHOICES
+
+    recipe, profile = prepared.recipe, prepared.profile
+    if options.on_interrupt not in INTERRUPT_CHOICES:
+        raise BadInput(
+            f"--on-interrupt must be one of {', '.join(INTERRUPT_CHOICES)}, "
+            f"not {options.on_interrupt!r}"
+        )
+    if options.run_id:
+        RunDir.refuse_existing(options.runs_dir or default_runs_root(), options.run_id)
+    budget = None
+    if options.max_usd is not None or options.max_hours is not None:
+        price = prepared.price.value if prepared.price is not None else None
+        budget = Budget.for_recipe(recipe, price, options.max_usd, options.max_hours)
+        budget.refuse_if_over(Budget.expected_hours(recipe))  # BadInput: nothing launched
+    refusals = []
+    if profile.kind in clusters.DRY_RUN_ONLY:
+        refusals.append(
+            f"--cluster {profile.name}: profiles of kind {profile.kind} are dry-run only in "
+            f"this version ({clusters.DRY_RUN_ONLY[profile.kind]}); use --dry-run to see the "
+            "jobs it would submit."
+        )
+    if recipe.nodes > 1:
+        # The plan and the AWS request cover several nodes, but starting N paid nodes of which
+        # N-1 would idle is worse than refusing before anything is launched.
+        refusals.append(
+            f"{recipe.path}: {recipe.nodes} nodes; this version of reproduce runs single-node "
+            "recipes only (--dry-run shows the multi-node plan). Nothing was launched."
+        )
+    return StartCheck(budget, tuple(refusals))
+
+
+@dataclass(frozen=True)
 class Prepared:
     recipe: Recipe
     profile: Profile
@@ -103,8 +155,9 @@ def cost_line(recipe: Recipe, price: Any) -> str:
     node_hours = hours / recipe.gpus_per_node
     if price is None:
         return (
-            f"{hours:g} GPU-hours (recipe result.gpu_hours); no price known for this instance "
-            "type (set price_per_hour)"
+            f"{hours:g} GPU-hours (recipe result.gpu_hours); NO PRICE: the catalog has no "
+            f"on-demand price for {recipe.instance_type or 'this instance type'}, so no cost; "
+            "set price_per_hour in the profile or pass --price-per-hour"
         )
     return (
         f"{hours:g} GPU-hours (recipe result.gpu_hours) = {node_hours:.3f} node-hours x "
@@ -112,8 +165,9 @@ def cost_line(recipe: Recipe, price: Any) -> str:
     )
 
 
-def dry_run_text(prepared: Prepared) -> str:
-    """The header, the provisioning request (clouds) and the node script, byte for byte."""
+def dry_run_text(prepared: Prepared, refusals: tuple[str, ...] = ()) -> str:
+    """The header, the provisioning request (clouds) and the node script, byte for byte; a
+    real run's refusals (check_before_start) are printed first, where nobody can miss them."""
     r, p, plan = prepared.recipe, prepared.profile, prepared.plan
     where = p.get("region") or "-"
     instance = p.get("instance_type") or r.instance_type or "unknown instance type"
@@ -129,6 +183,7 @@ def dry_run_text(prepared: Prepared) -> str:
         f"# run id    {plan.run_id}; node run dir {plan.node_run_dir}",
         f"# stages    {' -> '.join(s.name for s in plan.stages)}",
     ]
+    lines += [f"# REFUSED   a real run would not start: {why}" for why in refusals]
     if plan.provisioning:
         from launcher.clusters.aws import to_jsonable
 

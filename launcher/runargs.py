@@ -24,8 +24,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-# A word whose value is only known when the script runs (a variable filled at run time).
+# A word whose value is only known when the script runs (a variable filled at run time) ...
 OPAQUE = object()
+# ... and words whose number too is only known then (`"${ARR[@]}"` of an array filled at run
+# time, `$(...)`): they may hold any option.
+OPAQUE_WORDS = object()
 
 
 def _layout(raw: dict[str, Any], key: str, default: Any = None) -> Any:
@@ -285,11 +288,11 @@ def read_run_block(script: str) -> RunBlock:
             except ValueError:
                 block.unparsed.append((cmd.line, cmd.text))
                 continue
-            arrays[m.group(1)] = [OPAQUE if _dynamic(w) else w for w in words]
+            arrays[m.group(1)] = [_expand_one(w, scalars, arrays) for w in words]
             continue
         for name in _READ_RE.findall(cmd.text):  # `read -ra X`: filled at run time
             for var in name.split():
-                arrays[var] = [OPAQUE]
+                arrays[var] = [OPAQUE_WORDS]
                 scalars[var] = OPAQUE
         try:
             words = shlex.split(cmd.text)
@@ -323,17 +326,22 @@ def read_run_block(script: str) -> RunBlock:
 def _expand(words: list[str], scalars: dict[str, Any], arrays: dict[str, list[Any]]) -> list[Any]:
     out: list[Any] = []
     for word in words:
-        if not _dynamic(word):
-            out.append(word)
-            continue
         m = _EXPANSION_RE.match(word)
         if m and m.group(2) and m.group(1) in arrays:
             out.extend(arrays[m.group(1)])
-        elif m and not m.group(2) and m.group(1) in scalars:
-            out.append(scalars[m.group(1)])
         else:
-            out.append(OPAQUE)
+            out.append(_expand_one(word, scalars, arrays))
     return out
+
+
+def _expand_one(word: str, scalars: dict[str, Any], arrays: dict[str, list[Any]]) -> Any:
+    """One word: itself, a known variable's value, OPAQUE (one unknown word) or OPAQUE_WORDS."""
+    if not _dynamic(word):
+        return word
+    m = _EXPANSION_RE.match(word)
+    if m and not m.group(2):
+        return scalars.get(m.group(1), OPAQUE)
+    return OPAQUE if m is None and "$(" not in word and "`" not in word else OPAQUE_WORDS
 
 
 @dataclass
@@ -351,8 +359,8 @@ def options_of(argv: list[Any]) -> Options:
     while i < len(argv):
         word = argv[i]
         i += 1
-        if word is OPAQUE:
-            opaque = True
+        if word is OPAQUE or word is OPAQUE_WORDS:
+            opaque = True  # a word of its own, not an option's value: it may be any option
             continue
         if not word.startswith("--"):
             continue
@@ -361,9 +369,11 @@ def options_of(argv: list[Any]) -> Options:
             values[name] = inline
         elif name in _FLAGS:
             values[name] = True
+        elif i < len(argv) and argv[i] is OPAQUE_WORDS:
+            values[name], opaque = OPAQUE, True  # its value and maybe more options, unknown
+            i += 1
         elif i < len(argv) and (argv[i] is OPAQUE or not str(argv[i]).startswith("--")):
-            values[name] = argv[i]
-            opaque = opaque or argv[i] is OPAQUE
+            values[name] = argv[i]  # an option's value (known, or one word known at run time)
             i += 1
         else:
             values[name] = True

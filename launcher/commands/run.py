@@ -15,7 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from launcher.errors import BadInput
-from launcher.reproduction import Options, Prepared, dry_run_text, prepare, write_script
+from launcher.reproduction import (
+    Options,
+    Prepared,
+    check_before_start,
+    dry_run_text,
+    prepare,
+    write_script,
+)
 
 INTERRUPT_QUESTION = (
     "\ninterrupted: [c]ancel the run on the node, or [d]etach and leave it running? [c/d] "
@@ -76,11 +83,14 @@ def run_command(
 ) -> int:
     """The Plan printed (--dry-run), checked with the cloud (--check), or run; the exit code."""
     prepared = prepare(recipe, options)
+    start = check_before_start(prepared, options)  # what the real run checks: BadInput here too
     if script_out is not None:
         write_script(prepared.plan, script_out)
     if dry_run:
-        sys.stdout.write(dry_run_text(prepared))
+        sys.stdout.write(dry_run_text(prepared, start.refusals))
         sys.stdout.flush()
+        for why in start.refusals:
+            print(f"warning: a real run would not start: {why}", file=sys.stderr)
         return 0
     if check:
         return _check(prepared)

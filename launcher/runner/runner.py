@@ -75,25 +75,13 @@ class Runner:
         """A new run of a prepared Plan: its run dir, its cluster (by the profile's kind), then
         `execute`; the run joins its recipe's history whatever happens. Refused runs (BadInput)
         start nothing and leave no run dir."""
+        from launcher.reproduction import check_before_start
+
         recipe, profile, plan = prepared.recipe, prepared.profile, prepared.plan
-        if profile.kind in clusters.DRY_RUN_ONLY:
-            raise BadInput(
-                f"--cluster {profile.name}: profiles of kind {profile.kind} are dry-run only in "
-                f"this version ({clusters.DRY_RUN_ONLY[profile.kind]}); use --dry-run to see the "
-                "jobs it would submit."
-            )
-        if recipe.nodes > 1:
-            # The plan and the AWS request cover several nodes, but starting N paid nodes of which
-            # N-1 would idle is worse than refusing before anything is launched.
-            raise BadInput(
-                f"{recipe.path}: {recipe.nodes} nodes; this version of reproduce runs single-node "
-                "recipes only (--dry-run shows the multi-node plan). Nothing was launched."
-            )
-        budget = None
-        if options.max_usd is not None or options.max_hours is not None:
-            price = prepared.price.value if prepared.price is not None else None
-            budget = Budget.for_recipe(recipe, price, options.max_usd, options.max_hours)
-            budget.refuse_if_over(Budget.expected_hours(recipe))  # BadInput: nothing launched
+        start = check_before_start(prepared, options)  # the same checks the dry run applies
+        if start.refusals:
+            raise BadInput(start.refusals[0])
+        budget = start.budget
         root = options.runs_dir or default_runs_root()
         run_dir = RunDir.create(root, recipe.slug, plan.run_id)  # BadInput for a used --run-id
         run_dir.write_inputs(
