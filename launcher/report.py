@@ -238,6 +238,11 @@ def render_markdown(
         if result.window_gpu_hours is not None:
             lines.append(f"| (the measured window itself) | {result.window_gpu_hours:.3f} |")
         lines.append("")
+    ev = result.evidence
+    lines += ["## Evidence: is the log a run of this recipe?", ""]
+    lines += [f"- disagrees: {d.detail}" for d in ev.disagreements]
+    lines += [f"- checked: {c}" for c in ev.checked]
+    lines += [f"- not checked: {n}" for n in ev.not_checked] + [""]
     if result.notes:
         lines += ["## Notes", ""] + [f"- {n}" for n in result.notes] + [""]
     if convergence is not None:

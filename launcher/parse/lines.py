@@ -21,7 +21,9 @@ KINDS = ("step", "perf", "rollout")
 BARE = " - {"
 # Megatron's arguments listing: `---- arguments ----`, `  name ..... value` lines, `---- end of
 # arguments ----` (megatron/training/arguments.py, _print_args; miles' parse_args calls it).
-ARGS_BEGIN, ARGS_END = "- arguments -", "end of arguments"
+# The title is searched by its right half, as Megatron prints it (24 dashes): a long needle is
+# what keeps the scan for it cheap on a log that has none.
+ARGS_BEGIN, ARGS_END = "arguments ------------------------", "end of arguments"
 _ARG_RE = re.compile(r"^ {2}([A-Za-z_][A-Za-z0-9_]*) (?:\.+ | )(.*)$")
 
 # The logging prefix `[2026-10-21 10:00:00.123 actor_cell0_rank0]`; some versions print no

@@ -130,10 +130,6 @@ class MilesLogParser:
 
     def candidate(self, line: str, last: bool = False) -> list[StepRecord]:
         """A line that passed the pre-filter. Does not count it in `lines`."""
-        if ARGS_BEGIN in line:
-            self._args, self._args_lines, self.busy = {}, 0, True
-            self.stats.argument_blocks += 1
-            return []
         if "across cluster]" in line:  # counted by the line loops; here only stripped
             rep = REPEATED_RE.search(line)
             if rep:
@@ -143,6 +139,10 @@ class MilesLogParser:
             kind: str | None
             kind, step, payload = found
         else:
+            if ARGS_BEGIN in line:
+                self._args, self._args_lines, self.busy = {}, 0, True
+                self.stats.argument_blocks += 1
+                return []
             payload_or_none = bare(line)
             if payload_or_none is None:
                 return []
@@ -369,21 +369,22 @@ class MilesLogParser:
 
     @staticmethod
     def _apply_step(rec: StepRecord, metrics: dict) -> None:
-        rec.loss = number(metrics, "train/loss")
-        rec.grad_norm = number(metrics, "train/grad_norm")
-        lr = number(metrics, "train/lr-pg_0")
+        rec.loss = _num(metrics.get("train/loss"))
+        rec.grad_norm = _num(metrics.get("train/grad_norm"))
+        lr = _num(metrics.get("train/lr-pg_0"))
         if lr is None:
             lr = next((number(metrics, k) for k in metrics if str(k).startswith("train/lr")), None)
         rec.lr = lr
 
     @staticmethod
     def _apply_perf(rec: StepRecord, metrics: dict) -> None:
-        rec.step_time = number(metrics, *STEP_TIME_KEYS)
-        rec.actor_train_time = number(metrics, "perf/actor_train_time")
-        rec.tflops = number(metrics, "perf/actor_train_tflops")
-        rec.logged_mfu = number(metrics, "perf/actor_train_mfu")
-        rec.logged_peak_tflops = number(metrics, "perf/mfu_peak_tflops")
-        tok_per_s = number(metrics, "perf/actor_train_tok_per_s")
+        step_time = _num(metrics.get("perf/step_time"))
+        rec.step_time = step_time if step_time is not None else number(metrics, *STEP_TIME_KEYS)
+        rec.actor_train_time = _num(metrics.get("perf/actor_train_time"))
+        rec.tflops = _num(metrics.get("perf/actor_train_tflops"))
+        rec.logged_mfu = _num(metrics.get("perf/actor_train_mfu"))
+        rec.logged_peak_tflops = _num(metrics.get("perf/mfu_peak_tflops"))
+        tok_per_s = _num(metrics.get("perf/actor_train_tok_per_s"))
         if tok_per_s is not None and rec.actor_train_time is not None:
             tokens = tok_per_s * rec.actor_train_time
             rec.tokens = round(tokens) if math.isfinite(tokens) else None
@@ -402,8 +403,7 @@ class MilesLogParser:
 
     def _keep(self, rec: StepRecord) -> None:
         self._done[rec.step] = self._values(rec)
-        if len(self._done) > _KEEP_DONE:
-            del self._done[next(iter(self._done))]  # released in step order: the oldest
+        self._done.pop(rec.step - _KEEP_DONE, None)  # released in step order: the oldest goes
 
     def finish(self) -> list[StepRecord]:
         """Release everything still pending (end of log)."""
@@ -419,6 +419,15 @@ class MilesLogParser:
         if out:
             self._released_upto = max(self._released_upto, out[-1].step)
         return out
+
+
+def _num(value: Any) -> float | None:
+    """A metric's value as a float; None for a missing value, a bool or text."""
+    if value.__class__ is float:
+        return float(value)  # the common case first
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    return None
 
 
 def _count_repeated(stats: ParseStats, line: str) -> None:
@@ -458,13 +467,14 @@ def parse_lines(lines: Iterable[str], stats: ParseStats | None = None) -> Iterat
         yield from parser.finish()
         return
     prev: str = first
+    unmarked, listing = BARE, ARGS_BEGIN
     for line in it:  # the hot loop: three substring tests per line, the rest only on candidates
         count += 1
         if "cluster]" in prev:
             _count_repeated(stats, prev)
         if parser.busy:
             released = continuation(prev)
-        elif ": {" in prev or " - {" in prev or "- arguments -" in prev:
+        elif ": {" in prev or unmarked in prev or listing in prev:
             released = candidate(prev)
         else:
             prev = line
@@ -534,7 +544,7 @@ def parse_path(path: str | Path, stats: ParseStats | None = None) -> Iterator[St
             find, rfind = buf.find, buf.rfind
             # Next position of `: {` (a marker has a digit before it), of a dict logged without
             # a marker and of an arguments listing; `cut` when there is none left in the chunk.
-            pos, colon, unmarked, listing = 0, -1, -1, -1
+            pos, unmarked, listing = 0, -1, -1
             while True:
                 while parser.busy and pos < cut:  # lines of an open dict or listing
                     end = find(b"\n", pos, cut)
@@ -549,20 +559,31 @@ def parse_path(path: str | Path, stats: ParseStats | None = None) -> Iterator[St
                     listing = find(_LISTING, pos, cut)
                     listing = listing if listing >= 0 else cut
                 rare = unmarked if unmarked < listing else listing
-                if colon < pos:
-                    colon = find(b": {", pos, cut)
-                    colon = colon if colon >= 0 else cut
-                while colon < rare and not 48 <= buf[colon - 1] <= 57:
-                    colon = find(b": {", colon + 3, cut)  # no digit before `: {`: no marker
-                    colon = colon if colon >= 0 else cut
-                i = colon if colon < rare else rare
-                if i >= cut:
-                    break
-                end = find(b"\n", i, cut)
-                released = candidate(buf[rfind(b"\n", 0, i) + 1 : end].decode("utf-8", "replace"))
-                if released:
-                    yield from released
-                pos = end + 1
+                # The hot loop: marker candidates (`: {` after a digit) before the next rare one.
+                colon = find(b": {", pos, rare)
+                while colon >= 0:
+                    if 48 <= buf[colon - 1] <= 57:
+                        end = find(b"\n", colon, cut)
+                        line = buf[rfind(b"\n", 0, colon) + 1 : end].decode("utf-8", "replace")
+                        released = candidate(line)
+                        if released:
+                            yield from released
+                        pos = end + 1
+                        if parser.busy or pos > rare:
+                            break
+                        colon = find(b": {", pos, rare)
+                    else:
+                        colon = find(b": {", colon + 3, rare)
+                else:  # no marker candidate left before `rare`
+                    if rare >= cut:
+                        break
+                    end = find(b"\n", rare, cut)
+                    released = candidate(
+                        buf[rfind(b"\n", 0, rare) + 1 : end].decode("utf-8", "replace")
+                    )
+                    if released:
+                        yield from released
+                    pos = end + 1
     if carry:
         lines += 1
         text = carry.decode("utf-8", "replace")
