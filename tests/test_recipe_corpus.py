@@ -140,3 +140,59 @@ def test_a_dense_recipe_without_a_price_measures_and_says_no_price(tmp_path):
     assert data["usd_per_million_tokens"] is None and data["price"] is None
     assert any("no price known for instance 'p5.48xlarge'" in n for n in data["notes"])
     assert round(data["mfu"], 4) == load_recipe(DENSE).claim["mfu"]
+
+
+NULLABLE = [
+    ("gpu", "memory_gb"),
+    ("author", "url"),
+    ("stack", "deepep"),
+    ("stack", "nccl"),
+    ("layout", "vpp"),
+    ("layout", "ep"),
+    ("layout", "etp"),
+    ("layout", "sequence_parallel"),
+    ("layout", "max_tokens_per_gpu"),
+    ("layout", "rows_per_microbatch"),
+    ("layout", "layer_split"),
+    ("layout", "offload"),
+    ("layout", "recompute"),
+    ("layout", "dispatcher"),
+    ("result", "usd_per_million_tokens"),
+    ("result", "step_time_cv_percent"),
+    ("result", "mfu"),
+    ("result", "gpu_hours"),
+    ("result", "active_params", "revision"),
+]
+
+
+def test_the_schema_states_every_nullable_field_and_the_seed_validates_with_each_null(tmp_path):
+    """The schema's header lists the fields that may be null (not applicable, or not stated);
+    each of them, set to null in the seed, still validates, and the run block agrees."""
+    from launcher.recipe import recipe_schema
+
+    seed = Path(__file__).parents[1] / "recipes/qwen3-30b-a3b/h200/attune-tp1-pp1-ep8-mt16k.yaml"
+    header = (
+        seed.parents[3].joinpath("schema", "recipe.schema.yaml").read_text().split("$schema")[0]
+    )
+    schema = recipe_schema()
+    for path in NULLABLE:
+        named = "stack.<component>" if path[0] == "stack" else path[-1]
+        assert named in header, path
+        node = schema["properties"]
+        for key in path[:-1]:
+            node = node[key]["properties"]
+        declared = node[path[-1]]
+        kinds = declared.get("type", "null")
+        assert "null" in kinds or "oneOf" in declared or "type" not in declared, path
+        raw = yaml.safe_load(seed.read_text())
+        target = raw
+        for key in path[:-1]:
+            target = target[key]
+        target[path[-1]] = None
+        if path == ("layout", "max_tokens_per_gpu"):  # the run block states it: drop it there too
+            raw["run"] = raw["run"].replace("    --max-tokens-per-gpu 16384 \\\n", "")
+        if path == ("layout", "ep"):  # null is "no experts", ep 1: the run block must say so too
+            raw["run"] = raw["run"].replace("parallel-size 8", "parallel-size 1")
+        file = tmp_path / "r.yaml"
+        file.write_text(yaml.safe_dump(raw, sort_keys=False))
+        assert load_recipe(file).raw is not None, path
