@@ -200,3 +200,23 @@ def test_the_recipe_file_and_its_run_block_agree_for_the_standin_runs(tmp_path):
     log = tmp_path / "train.log"
     run_standin(log, 20, raw=raw)
     assert judged(log, raw)[0].evidence.consistent
+
+
+def test_the_4_node_case_through_the_cli_exits_1_with_mismatch(tmp_path):
+    log = tmp_path / "train.log"
+    run_standin(log, 20)
+    raw = seed_raw()
+    raw["gpu"]["count"], raw["layout"]["dp"] = 32, 32
+    raw["result"].update(steps_per_run=10, window=[2, 9], window_tokens=8 * 128 * 8192)
+    raw["run"] = (
+        raw["run"]
+        .replace("--actor-num-nodes 1", "--actor-num-nodes 4")
+        .replace("--num-rollout 20", "--num-rollout 10")
+    )
+    recipe = tmp_path / "four-nodes.yaml"
+    recipe.write_text(yaml.safe_dump(raw, sort_keys=False))
+    proc = cli("measure", log, "--recipe", recipe, "--json")
+    assert proc.returncode == 1, proc.stderr
+    verdict = json.loads(proc.stdout)["verdict"]
+    assert verdict["status"] == "mismatch" and verdict["difference_percent"] is None
+    assert any("actor_num_nodes = 1" in r for r in verdict["reasons"])
