@@ -192,6 +192,15 @@ def stamp(line: str) -> tuple[float, bool] | None:
     return dt.timestamp(), frac is not None
 
 
+def as_float(value: Any) -> float | None:
+    """A metric's value as a float; None for a missing value, a bool or text."""
+    if value.__class__ is float:
+        return float(value)  # the common case first
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    return None
+
+
 def number(metrics: dict, *keys: str) -> float | None:
     """The first of `keys` that holds a number (bools and text are not numbers here)."""
     for key in keys:

@@ -49,6 +49,7 @@ from launcher.parse.lines import (
     REPEATED_BYTES_RE,
     REPEATED_RE,
     argument,
+    as_float,
     bare,
     continues_dict,
     depth,
@@ -369,22 +370,22 @@ class MilesLogParser:
 
     @staticmethod
     def _apply_step(rec: StepRecord, metrics: dict) -> None:
-        rec.loss = _num(metrics.get("train/loss"))
-        rec.grad_norm = _num(metrics.get("train/grad_norm"))
-        lr = _num(metrics.get("train/lr-pg_0"))
+        rec.loss = as_float(metrics.get("train/loss"))
+        rec.grad_norm = as_float(metrics.get("train/grad_norm"))
+        lr = as_float(metrics.get("train/lr-pg_0"))
         if lr is None:
             lr = next((number(metrics, k) for k in metrics if str(k).startswith("train/lr")), None)
         rec.lr = lr
 
     @staticmethod
     def _apply_perf(rec: StepRecord, metrics: dict) -> None:
-        step_time = _num(metrics.get("perf/step_time"))
+        step_time = as_float(metrics.get("perf/step_time"))
         rec.step_time = step_time if step_time is not None else number(metrics, *STEP_TIME_KEYS)
-        rec.actor_train_time = _num(metrics.get("perf/actor_train_time"))
-        rec.tflops = _num(metrics.get("perf/actor_train_tflops"))
-        rec.logged_mfu = _num(metrics.get("perf/actor_train_mfu"))
-        rec.logged_peak_tflops = _num(metrics.get("perf/mfu_peak_tflops"))
-        tok_per_s = _num(metrics.get("perf/actor_train_tok_per_s"))
+        rec.actor_train_time = as_float(metrics.get("perf/actor_train_time"))
+        rec.tflops = as_float(metrics.get("perf/actor_train_tflops"))
+        rec.logged_mfu = as_float(metrics.get("perf/actor_train_mfu"))
+        rec.logged_peak_tflops = as_float(metrics.get("perf/mfu_peak_tflops"))
+        tok_per_s = as_float(metrics.get("perf/actor_train_tok_per_s"))
         if tok_per_s is not None and rec.actor_train_time is not None:
             tokens = tok_per_s * rec.actor_train_time
             rec.tokens = round(tokens) if math.isfinite(tokens) else None
@@ -419,15 +420,6 @@ class MilesLogParser:
         if out:
             self._released_upto = max(self._released_upto, out[-1].step)
         return out
-
-
-def _num(value: Any) -> float | None:
-    """A metric's value as a float; None for a missing value, a bool or text."""
-    if value.__class__ is float:
-        return float(value)  # the common case first
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    return None
 
 
 def _count_repeated(stats: ParseStats, line: str) -> None:
