@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from infra.helpers import cli, group_alive, processes_mentioning, start_cli, wai
 from infra.plan_env import plan_for, seed_raw, write_profile, write_recipe
 
 from launcher.clusters.local import LocalCluster
-from launcher.errors import InfraError
+from launcher.errors import InfraError, ReproduceError
 from launcher.recipe import load_recipe
 from launcher.rundir import RunDir, new_run_id
 from launcher.runner.runner import Runner
@@ -192,3 +193,54 @@ def _interrupt_training(
         result = cli("cancel", run_id, "--runs-dir", str(runs_root))
         assert result.returncode == 0, result.stderr
     assert not group_alive(pid)
+
+
+def test_the_container_cannot_change_what_the_host_runs_or_trusts(
+    test_image, container_run_args, tmp_path, runs_root
+):
+    """The recipe's run block (root in the training container) attacks the node run dir: it
+    appends to node.sh and the wrapper, forges pid and the cancel mark, writes the launcher's own
+    files and plants symlinks to a private host file under result names. Nothing of it reaches
+    the host; HF_TOKEN never reaches this container."""
+    from launcher.runner.protocol import WRAPPER
+
+    canary = tmp_path / "ran-on-the-host"
+    private = tmp_path / "credentials"
+    private.write_text("aws_secret_access_key = SECRET-CANARY\n")
+    private.chmod(0o600)
+    attack = f"""d="$NODE_RUN_DIR"
+for f in node.sh run_node.sh; do printf '\\ntouch {canary}\\n' >> "$d/$f" 2>/dev/null || true; done
+echo 1 > "$d/pid" 2>/dev/null || true
+touch "$d/cancelled" "$d/state/cancelled" 2>/dev/null || true
+echo '{{"forged": true}}' > "$d/run.json" 2>/dev/null || true
+echo '{{"instances": ["i-0forged"]}}' > "$d/aws.json" 2>/dev/null || true
+for f in stack.json extra.json image.json; do ln -sf {private} "$d/$f" 2>/dev/null || true; done
+ln -sf {private} "$d/out/preflight.json" || true
+echo "token-in-training=$(printenv HF_TOKEN || echo absent)"
+"""
+    recipe = write_recipe(tmp_path, test_image, run_prefix=attack)
+    plan = plan_for(recipe, write_profile(tmp_path, LOCAL, container_run_args))
+    rd = RunDir.create(runs_root, plan.recipe.slug, plan.run_id)
+    try:
+        outcome = Runner(poll_s=0.2, measure=False).execute(
+            plan, rd, LocalCluster(), secrets={"HF_TOKEN": "hf_canary"}
+        )
+    except ReproduceError as err:  # judged below, after what matters most
+        outcome = err
+    node = Path(plan.node_run_dir)
+    wait_for(lambda: (node / "exit_code").exists(), 60, "the wrapper to finish on the node")
+    time.sleep(0.5)
+    assert not canary.exists(), "text the container appended ran on the host"
+    assert (node / "node.sh").read_text() == plan.node_script
+    assert (node / "run_node.sh").read_text() == WRAPPER
+    assert (node / "pid").read_text().strip() == str(rd.record()["pid"])
+    assert getattr(outcome, "state", None) == "done", (outcome, rd.status())
+    assert "token-in-training=absent" in (rd.logs / "train.log").read_text()
+    assert rd.record()["collected"] == ["image.json", "stack.json"]  # preflight is off here
+    assert json.loads((rd.path / "image.json").read_text())["digest"] == test_image.digest
+    assert not (rd.path / "aws.json").exists() and not (rd.path / "extra.json").exists()
+    assert rd.record()["slug"] == plan.recipe.slug
+    for path in rd.path.rglob("*"):
+        if path.is_file():
+            assert b"SECRET-CANARY" not in path.read_bytes(), path
+            assert b"hf_canary" not in path.read_bytes(), path

@@ -25,13 +25,17 @@ CONTAINER = "reproduce-20260101T000000Z-abcdef"
         ("cancel.sh", protocol.cancel_command(NODE_RUN_DIR, CONTAINER)),
         ("cleanup.sh", protocol.cleanup_command(CONTAINER)),
         ("stage-functions.sh", protocol.STAGE_FUNCTIONS),
+        ("prepare.sh", protocol.prepare_dir_command(NODE_RUN_DIR)),
+        ("collect.sh", protocol.collect_command(NODE_RUN_DIR)),
     ],
 )
 def test_node_protocol_text_is_the_golden_one(name: str, text: str) -> None:
     assert_golden(f"protocol/{name}", text if text.endswith("\n") else text + "\n")
 
 
-@pytest.mark.parametrize("name", ["wrapper", "launch", "poll", "cancel", "cleanup", "stages"])
+@pytest.mark.parametrize(
+    "name", ["wrapper", "launch", "poll", "cancel", "cleanup", "stages", "prepare", "collect"]
+)
 def test_every_protocol_text_is_valid_bash(name: str) -> None:
     texts = {
         "wrapper": protocol.WRAPPER,
@@ -40,6 +44,8 @@ def test_every_protocol_text_is_valid_bash(name: str) -> None:
         "cancel": protocol.cancel_command("/tmp/a dir/with 'quotes'", CONTAINER),
         "cleanup": protocol.cleanup_command(CONTAINER),
         "stages": protocol.STAGE_FUNCTIONS,
+        "prepare": protocol.prepare_dir_command("/tmp/a dir/with 'quotes'/runs/x"),
+        "collect": protocol.collect_command("/tmp/a dir/with 'quotes'"),
     }
     proc = subprocess.run(["bash", "-n"], input=texts[name], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr

@@ -59,26 +59,36 @@ class LocalTransport:
             raise command_failed(self.node_name, command, result)
         return result
 
+    def _failed(self, what: str, path: str, err: OSError) -> InfraError:
+        """A file operation on this node that the OS refused (disk full, permissions)."""
+        return InfraError(f"cannot {what} {path} on node {self.node_name}: {err.strerror or err}")
+
     def put(self, local: Path, remote: str, *, mode: int | None = None) -> None:
         dest = Path(remote)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(local, dest)
-        if mode is not None:
-            dest.chmod(mode)
+        try:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(local, dest)
+            if mode is not None:
+                dest.chmod(mode)
+        except OSError as err:
+            raise self._failed("write", remote, err) from err
 
     def put_text(self, text: str, remote: str, *, mode: int | None = None) -> None:
         dest = Path(remote)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        # the mode is set before any byte is written (a secrets file is never readable by others)
-        fd = os.open(
-            dest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if mode is None else mode & 0o700
-        )
-        with os.fdopen(fd, "w") as fh:
-            if mode is not None:
-                os.fchmod(fh.fileno(), mode)
-            else:
-                os.fchmod(fh.fileno(), 0o644)
-            fh.write(text)
+        try:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            # the mode is set before any byte is written (a secrets file is never readable by
+            # others)
+            fd = os.open(
+                dest,
+                os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
+                0o600 if mode is None else mode & 0o700,
+            )
+            with os.fdopen(fd, "w") as fh:
+                os.fchmod(fh.fileno(), 0o644 if mode is None else mode)
+                fh.write(text)
+        except OSError as err:
+            raise self._failed("write", remote, err) from err
 
     def get(self, remote: str, local: Path) -> None:
         local.parent.mkdir(parents=True, exist_ok=True)

@@ -23,7 +23,7 @@ import shlex
 import socket
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -250,6 +250,21 @@ class SSHTransport:
             what = str(err) or type(err).__name__
         return ConnectionLost(f"lost the SSH connection to {self._where()}: {what}")
 
+    @contextlib.contextmanager
+    def _deadline(self, seconds: float) -> Iterator[None]:
+        """paramiko waits for some replies (exec, subsystem requests) with no timeout at all: past
+        `seconds`, the connection is closed under it, which ends the wait with an error."""
+        transport = self._client.get_transport() if self._client is not None else None
+        timer = threading.Timer(seconds, transport.close) if transport is not None else None
+        if timer is not None:
+            timer.daemon = True
+            timer.start()
+        try:
+            yield
+        finally:
+            if timer is not None:
+                timer.cancel()
+
     def _sftp_client(self) -> Any:
         """The SFTP session, its channel's timeout set before the first request (the version
         exchange included), so no SFTP call waits on a silent peer past io_timeout_s."""
@@ -261,7 +276,8 @@ class SSHTransport:
                 timeout=self.settings.connect_timeout_s
             )
             chan.settimeout(self.settings.io_timeout_s)
-            chan.invoke_subsystem("sftp")
+            with self._deadline(self.settings.io_timeout_s):
+                chan.invoke_subsystem("sftp")
             self._sftp = paramiko.SFTPClient(chan)
         return self._sftp
 
@@ -282,12 +298,17 @@ class SSHTransport:
                     timeout=self.settings.connect_timeout_s
                 )
                 chan.settimeout(limit)
-                chan.exec_command("bash -c " + shlex.quote(command))
+                with self._deadline(limit):
+                    chan.exec_command("bash -c " + shlex.quote(command))
                 out_file, err_file = chan.makefile("rb"), chan.makefile_stderr("rb")
                 err_box: list[bytes] = []
-                reader = threading.Thread(
-                    target=lambda: err_box.append(err_file.read()), daemon=True
-                )
+
+                def read_stderr() -> None:
+                    # a silent connection times out here too; the main read reports it
+                    with contextlib.suppress(OSError, EOFError, paramiko.SSHException):
+                        err_box.append(err_file.read())
+
+                reader = threading.Thread(target=read_stderr, daemon=True)
                 reader.start()
                 out = out_file.read()
                 reader.join(limit)

@@ -203,12 +203,13 @@ def parse_poll(stdout: str, exit_code: int) -> tuple[str, int | None] | None:
 
 
 def cancel_command(node_run_dir: str, container: str) -> str:
-    """Stop the run's process group and its container (which ends Ray inside it); nothing else.
+    """Stop the run's processes and its container (which ends Ray inside it); nothing else.
 
-    The number in `pid` is trusted only as far as it checks out: the process group is signalled
-    when its leader is this run's wrapper (`bash run_node.sh` carrying this run's RUN_MARK); else
-    only the processes of that session that carry the mark are. Prints `left:` followed by whatever
-    it could not stop (nothing when all went).
+    The run's processes are the ones carrying its RUN_MARK (the launch gave it to the wrapper,
+    everything else inherits it). The number in `pid` is only trusted to name a process group to
+    signal at once when that process is this run's wrapper (`bash run_node.sh`, marked): a stale,
+    reused or forged pid never gets anyone else's processes signalled. Prints `left:` followed by
+    whatever it could not stop (nothing when all went).
     """
     d, c = shlex.quote(node_run_dir), shlex.quote(container)
     name_filter = shlex.quote(f"name=^{container}$")
@@ -220,30 +221,22 @@ def cancel_command(node_run_dir: str, container: str) -> str:
         'here="$(pwd -P)"',
         "pg=$(cat pid 2>/dev/null || true)",
         'case "$pg" in "" | *[!0-9]*) pg="" ;; esac',
-        "ours() {  # a process of this run: it carries the mark the launch gave the wrapper",
-        f'  tr "\\0" "\\n" < "/proc/$1/environ" 2>/dev/null | grep -qxF "{RUN_MARK}=$here"',
+        "marked() {  # the run's live processes: those whose environment carries its mark",
+        f'  grep -lszxF "{RUN_MARK}=$here" /proc/[0-9]*/environ 2>/dev/null | cut -d/ -f3',
         "}",
-        "leader() {  # pid names this run's wrapper, alive",
-        '  [ -n "$pg" ] && ours "$pg" &&',
+        "leader() {  # pid names this run's wrapper, alive and marked",
+        '  [ -n "$pg" ] && marked | grep -qx "$pg" &&',
         f'    [ "$(tr "\\0" " " < "/proc/$pg/cmdline" 2>/dev/null)" = "bash {WRAPPER_NAME} " ]',
         "}",
-        'members() { [ -n "$pg" ] && ps -s "$pg" -o pid= 2>/dev/null; }',
-        "alive() {",
-        "  if leader; then return 0; fi",
-        '  for p in $(members); do ours "$p" && return 0; done',
-        "  return 1",
-        "}",
-        "stop() {  # the run's process group and the rest of its session; else the marked ones",
+        'alive() { [ -n "$(marked)" ]; }',
+        "stop() {  # the wrapper's process group and session when verified; every marked process",
         "  if leader; then",
         '    kill -"$1" -- "-$pg" 2>/dev/null || true',
         "    if command -v pkill >/dev/null 2>&1; then",
         '      pkill -"$1" -s "$pg" 2>/dev/null || true',
         "    fi",
-        "  else",
-        "    for p in $(members); do",
-        '      if ours "$p"; then kill -"$1" "$p" 2>/dev/null || true; fi',
-        "    done",
         "  fi",
+        '  for p in $(marked); do kill -"$1" "$p" 2>/dev/null || true; done',
         "}",
         "if alive; then stop TERM; fi",
         rm,
@@ -252,7 +245,7 @@ def cancel_command(node_run_dir: str, container: str) -> str:
         rm,
         "[ -f exit_code ] || echo 137 > exit_code",
         'left=""',
-        'if alive; then left="processes of group $pg"; fi',
+        'if alive; then left="processes $(marked | tr "\\n" " ")"; fi',
         "if command -v docker >/dev/null 2>&1 && "
         f'[ -n "$(docker ps -aq --filter {name_filter} 2>/dev/null)" ]; '
         f'then left="$left container "{c}; fi',

@@ -116,7 +116,7 @@ def launch(transport: Transport, node_run_dir: str) -> int:
 
 def collect(rd: RunDir, transport: Transport, node_run_dir: str) -> tuple[list[str], list[str]]:
     """The node's result files (protocol.RESULT_FILES) into the run dir: (collected, refused)."""
-    answer = transport.run(collect_command(node_run_dir), timeout_s=120, check=False)
+    answer = transport.run(collect_command(node_run_dir), check=False)
     files, refused = parse_collect(answer.stdout)
     for name, data in files.items():
         rd.write_bytes(name, data)

@@ -256,7 +256,9 @@ class Follower:
             pass
 
     def poll(self) -> tuple[str, int | None]:
-        res = self.transport.run(poll_command(self.node_run_dir), timeout_s=60, check=False)
+        # no limit of its own: a quick command, so the transport's own (ssh: io_timeout_s) applies
+        # and a silent connection is noticed within it
+        res = self.transport.run(poll_command(self.node_run_dir), check=False)
         answer = parse_poll(res.stdout, res.exit_code)
         if answer is None:  # a broken exchange, not news about the run: the caller retries
             raise InfraError(

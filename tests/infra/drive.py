@@ -34,7 +34,10 @@ def main() -> int:
     try:
         outcome = runner.execute(plan, RunDir(Path(spec["run_dir"])), from_record(spec["cluster"]))
     except ReproduceError as err:
-        print(f"error: {err}", file=sys.stderr)
+        try:
+            print(f"error: {err}", file=sys.stderr)
+        except OSError:  # the terminal is gone (as the CLI's own error print survives it)
+            pass
         return err.exit_code
     return exit_code_of(outcome)
 
