@@ -408,3 +408,21 @@ def test_a_nan_budget_or_price_is_refused(field: str) -> None:
     values[field] = float("nan")
     with pytest.raises(BadInput):
         Budget(**values)
+
+
+def test_sighup_and_sigterm_never_abandon_a_release() -> None:
+    """A closed terminal can send SIGHUP more than once; only Ctrl-C presses may abandon."""
+    from launcher.runner.signals import release_hard
+
+    ended: list[str] = []
+
+    class Cluster:
+        name = "stand-in"
+
+        def release(self) -> None:
+            for sig in (signal.SIGHUP, signal.SIGTERM, signal.SIGHUP, signal.SIGHUP):
+                os.kill(os.getpid(), sig)
+                time.sleep(0.01)
+            ended.append("released")
+
+    assert release_hard(Cluster()) is None and ended == ["released"]

@@ -5,7 +5,9 @@ out (success, error, Ctrl-C, SIGTERM, SIGHUP) except a deliberate detach or a lo
 While a run is followed, SIGTERM and SIGHUP raise `Terminated` (a KeyboardInterrupt), so they take
 the Ctrl-C path and cancel the run on its node (nobody is there to ask). While the release itself
 runs, a Ctrl-C does not stop it: the first presses only say that teardown is in progress; the
-third abandons it, and then what is left and the command that ends it are reported.
+third abandons it, and then what is left and the command that ends it are reported. SIGTERM and
+SIGHUP never stop a release at all: they come from no person (a closed terminal may send SIGHUP
+more than once), and the release is what they asked for.
 """
 
 from __future__ import annotations
@@ -73,6 +75,9 @@ def release_hard(
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         nonlocal presses
+        if signum != signal.SIGINT:
+            warn("teardown in progress: ending what this run launched")
+            return
         presses += 1
         if presses >= PRESSES_TO_ABANDON:
             raise Interrupted("teardown abandoned")
