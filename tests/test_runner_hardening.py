@@ -426,3 +426,18 @@ def test_sighup_and_sigterm_never_abandon_a_release() -> None:
             ended.append("released")
 
     assert release_hard(Cluster()) is None and ended == ["released"]
+
+
+def test_the_node_cannot_write_into_the_launchers_own_logs(tmp_path: Path) -> None:
+    """A stage named "node" would append to logs/node.log, whose size is the streaming offset; the
+    tail of a failed stage reaches the terminal without the node's control sequences."""
+    body = (
+        "_mark node start\nfor i in $(seq 50); do echo junk $i; done\n_mark node end ok\n"
+        "_mark image start\nprintf 'pulling \\033]0;pwned\\007 \\033[2J done\\n'\nexit 3\n"
+    )
+    rd, plan = job(tmp_path / "runs", tmp_path / "node", body)
+    with pytest.raises(InfraError) as err:
+        Runner(poll_s=0.05, measure=False).execute(plan, rd, LocalCluster())
+    assert (rd.logs / "node.log").read_bytes() == Path(plan.node_run_dir, "node.log").read_bytes()
+    assert "\x1b" not in str(err.value) and "\x07" not in str(err.value)
+    assert "pulling ?]0;pwned? ?[2J done" in str(err.value)

@@ -8,6 +8,7 @@ ReproduceError; a run that ended returns an Outcome.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 # docker, a pull or a download that failed, Ray that did not start.
 CHECK_STAGES = frozenset({"stack", TRAIN_STAGE})
 _TAIL_LINES = 8
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 @dataclass
@@ -83,6 +85,8 @@ def failure(rd: RunDir, timeline: Timeline, code: int | None) -> tuple[str | Non
     tail = ""
     if log.exists():
         lines = log.read_bytes().decode(errors="replace").rstrip("\n").splitlines()[-_TAIL_LINES:]
+        # the node's bytes reach the user's terminal: no control sequences among them
+        lines = [_CONTROL.sub("?", line) for line in lines]
         tail = "\n  " + "\n  ".join(lines) if lines else ""
     where = f"in stage {stage} " if stage else ""
     how = f"with exit code {code}" if code is not None else "without an exit code (killed?)"
