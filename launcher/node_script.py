@@ -15,8 +15,9 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
+from launcher.images.record import BuiltImage, base_label_check
 from launcher.profile import Profile
-from launcher.recipe import Recipe
+from launcher.recipe import Image, Recipe
 from launcher.runner.protocol import (
     DONE_LINE,
     MARKER_HELP,
@@ -88,6 +89,13 @@ class Placement:
 @dataclass(frozen=True)
 class ScriptContext(Placement):
     """The renderer: a Placement plus the shell text each stage needs."""
+
+    built: BuiltImage | None = None  # the profile's image built FROM the recipe's (images/)
+
+    @property
+    def image(self) -> Image:
+        """What every container of the run uses: the profile's built image, else the recipe's."""
+        return self.built.as_image() if self.built else self.recipe.image
 
     @property
     def docker(self) -> bool:
@@ -199,7 +207,7 @@ class ScriptContext(Placement):
         return f'{self.in_image(_with_nvls_off(inner))} > "$NODE_RUN_DIR/preflight-gpu.json"'
 
     def image_lines(self) -> list[str]:
-        image = self.recipe.image
+        image = self.image
         if not self.docker:
             return [
                 "# runtime: host - the node is the image; the stack check below verifies its "
@@ -223,6 +231,7 @@ class ScriptContext(Placement):
             "$(tr '\\n' ' ' < \"$NODE_RUN_DIR/image.digests\"))\" >&2",
             "  exit 1",
             "fi",
+            *(base_label_check(self.built) if self.built else []),
             'printf \'{"image": "%s", "digest": "%s", "id": "%s"}\\n\' "$IMAGE" "$IMAGE_DIGEST" '
             '"$(docker image inspect --format \'{{.Id}}\' "$IMAGE")" > "$NODE_RUN_DIR/image.json"',
         ]
@@ -421,8 +430,8 @@ def render_node_script(ctx: ScriptContext, stages: list[Stage]) -> str:
         f"RUN_ID={q(ctx.run_id)}",
         f"NODE_RUN_DIR={q(ctx.node_run_dir)}",
         f"CACHE_DIR={q(ctx.cache_dir)}",
-        f"IMAGE={q(r.image.ref)}",
-        f"IMAGE_DIGEST={q(r.image.digest)}",
+        f"IMAGE={q(ctx.image.ref)}",
+        f"IMAGE_DIGEST={q(ctx.image.digest)}",
         f"CONTAINER={q(ctx.container)}",
         f"HF_CKPT={q(ctx.assets.hf_ckpt)}",
         f"TORCH_DIST={q(ctx.assets.torch_dist)}",

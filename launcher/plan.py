@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from launcher.errors import BadInput
+from launcher.images.record import BuiltImage, profile_image
 from launcher.node_script import Assets, Placement, ScriptContext, Stage, render_node_script
 from launcher.profile import Profile
 from launcher.recipe import Recipe
@@ -35,10 +36,11 @@ class Plan(Placement):
     provisioning: tuple[Any, ...] = field(
         default_factory=tuple
     )  # ApiCall objects (aws), printed by the dry run
+    built_image: BuiltImage | None = None  # the profile's image, built FROM the recipe's
 
     @property
     def image_ref(self) -> str:
-        return self.recipe.image.ref
+        return self.built_image.ref if self.built_image else self.recipe.image.ref
 
     def stage(self, name: str) -> Stage:
         return next(s for s in self.stages if s.name == name)
@@ -58,6 +60,11 @@ class Plan(Placement):
                 "path": str(self.profile.path),
             },
             "image": self.image_ref,
+            **(
+                {"built_image": self.built_image.to_dict(self.recipe)}
+                if self.built_image
+                else {}
+            ),
             "nodes": self.recipe.nodes,
             "gpus_per_node": self.recipe.gpus_per_node,
             "node_run_dir": self.node_run_dir,
@@ -96,8 +103,9 @@ def build_plan(
     container = f"reproduce-{run_id}"
     assets = _assets(recipe, profile, cache_dir)
     preflight_on = profile.get("preflight.enabled") and not skip_preflight
+    built = profile_image(recipe, profile)  # BadInput when it is not built FROM the recipe's
 
-    ctx = ScriptContext(recipe, profile, run_id, node_run_dir, cache_dir, container, assets)
+    ctx = ScriptContext(recipe, profile, run_id, node_run_dir, cache_dir, container, assets, built)
     stages = [
         Stage("acquire", "acquire the node(s)", "launcher", tuple(_acquire_lines(profile, recipe))),
         Stage(
@@ -167,6 +175,7 @@ def build_plan(
         tuple(stages),
         script,
         tuple(provisioning),
+        built,
     )
 
 

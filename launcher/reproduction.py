@@ -176,7 +176,8 @@ def dry_run_text(prepared: Prepared, refusals: tuple[str, ...] = ()) -> str:
         f"# recipe    {r.slug}  ({r.path})",
         f"# cluster   {p.name}  ({p.path}; kind {p.kind}; region {where})",
         f"# nodes     {r.nodes} x {r.gpus_per_node} {r.gpu_type}  ({instance})",
-        f"# image     {plan.image_ref}  (from {r.image.source_field})",
+        f"# image     {plan.image_ref}  "
+        f"({plan.built_image.describe(r) if plan.built_image else 'from ' + r.image.source_field})",
         f"# expected  {cost_line(r, prepared.price)}",
         f"# claim     {r.claim['tokens_per_s_per_gpu']:g} tokens/s/GPU over steps "
         f"{r.window[0]}-{r.window[1]} of {r.steps_per_run}",
