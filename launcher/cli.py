@@ -481,6 +481,66 @@ def nightly_cmd(
     raise typer.Exit(code)
 
 
+# --- image: the recipe's image built for multi-node (launcher/commands/image.py) ---
+
+image_app = typer.Typer(
+    no_args_is_help=True,
+    help="The recipe's image with the EFA installer added: build, push, record (docs/image.md).",
+)
+app.add_typer(image_app, name="image")
+
+
+@image_app.command("build")
+def image_build_cmd(
+    recipe: Path = typer.Argument(..., help="Recipe whose image (pinned by digest) is the base."),
+    push: str = typer.Option(
+        ..., "--push", help="Registry[/namespace]: ECR (logged in via boto3) or any registry."
+    ),
+    efa_installer: Path = typer.Option(
+        ..., "--efa-installer", help="The EFA installer tarball, downloaded and verified."
+    ),
+    efa_sha256: str = typer.Option(
+        ..., "--efa-sha256", help="The installer's pinned SHA256; a file that differs is refused."
+    ),
+    tag: str | None = typer.Option(
+        None, "--tag", help="Tag to push (default: <base tag>-efa<version>)."
+    ),
+    efa_version: str | None = typer.Option(
+        None, "--efa-version", help="Installer version when its file name does not say it."
+    ),
+    record: Path | None = typer.Option(
+        None, "--record", help="Record file (default: images/<recipe slug>.json beside runs/)."
+    ),
+    network: str = typer.Option(
+        "default", "--network", help="docker build --network for RUN steps: none, default, host."
+    ),
+    dockerfile: Path | None = typer.Option(
+        None, "--dockerfile", help="Another Dockerfile (default: the repository's)."
+    ),
+) -> None:
+    """Build the Dockerfile FROM RECIPE's image by digest, push it, record the pushed digest and the base digest."""  # noqa: E501 - typer shows its line breaks
+    from launcher.commands.image import build_command
+    from launcher.images.build import BuildRequest
+
+    try:
+        code = build_command(
+            BuildRequest(
+                recipe=recipe,
+                push=push,
+                efa_installer=efa_installer,
+                efa_sha256=efa_sha256,
+                tag=tag,
+                efa_version=efa_version,
+                record=record,
+                network=network,
+                dockerfile=dockerfile,
+            )
+        )
+    except ReproduceError as err:
+        raise _fail(err) from None
+    raise typer.Exit(code)
+
+
 def _default_to_run(argv: list[str]) -> list[str]:
     """`reproduce RECIPE ...` means `reproduce run RECIPE ...`: the first word is a file."""
     if not argv:

@@ -60,11 +60,7 @@ class Plan(Placement):
                 "path": str(self.profile.path),
             },
             "image": self.image_ref,
-            **(
-                {"built_image": self.built_image.to_dict(self.recipe)}
-                if self.built_image
-                else {}
-            ),
+            **({"built_image": self.built_image.to_dict(self.recipe)} if self.built_image else {}),
             "nodes": self.recipe.nodes,
             "gpus_per_node": self.recipe.gpus_per_node,
             "node_run_dir": self.node_run_dir,
