@@ -494,7 +494,7 @@ app.add_typer(image_app, name="image")
 def image_build_cmd(
     recipe: Path = typer.Argument(..., help="Recipe whose image (pinned by digest) is the base."),
     push: str = typer.Option(
-        ..., "--push", help="Registry[/namespace]: ECR (logged in via boto3) or any registry."
+        ..., "--push", help="REGISTRY or REGISTRY/NAMESPACE: ECR (login via boto3) or any other."
     ),
     efa_installer: Path = typer.Option(
         ..., "--efa-installer", help="The EFA installer tarball, downloaded and verified."

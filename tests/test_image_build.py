@@ -563,3 +563,10 @@ def test_the_dockerfile_builds_from_a_digest_and_downloads_nothing():
     steps = [line for line in text.splitlines() if not line.lstrip().startswith("#")]
     assert not any(word in line for line in steps for word in ("curl", "wget", "http"))
     assert 'org.opencontainers.image.base.digest="${BASE_DIGEST}"' in text
+
+
+def test_the_command_explains_itself_and_refuses_missing_options():
+    helped = cli("image", "build", "--help")
+    assert helped.returncode == 0 and "--efa-sha256" in helped.stdout, helped.stderr
+    missing = cli("image", "build", str(SEED), "--push", "127.0.0.1:5000")
+    assert missing.returncode == 2 and "Traceback" not in missing.stderr
