@@ -12,14 +12,24 @@ leader() {  # pid names this run's wrapper, alive and marked
     [ "$(tr "\0" " " < "/proc/$pg/cmdline" 2>/dev/null)" = "bash run_node.sh " ]
 }
 alive() { [ -n "$(marked)" ]; }
-stop() {  # the wrapper's process group and session when verified; every marked process
+stop() {  # the verified wrapper's session (its group is in it); other marked processes
+  # Each process gets one signal per round: docker's client stops following its container
+  # at the third, and the container's last words (its stage's end marker) would be lost.
+  local sid=""
   if leader; then
-    kill -"$1" -- "-$pg" 2>/dev/null || true
+    sid="$pg"
     if command -v pkill >/dev/null 2>&1; then
       pkill -"$1" -s "$pg" 2>/dev/null || true
+    else
+      kill -"$1" -- "-$pg" 2>/dev/null || true
     fi
   fi
-  for p in $(marked); do kill -"$1" "$p" 2>/dev/null || true; done
+  for p in $(marked); do
+    if [ -z "$sid" ] || [ "$(ps -o sid= -p "$p" 2>/dev/null | tr -d " ")" != "$sid" ]
+    then
+      kill -"$1" "$p" 2>/dev/null || true
+    fi
+  done
 }
 if alive; then stop TERM; fi
 if command -v docker >/dev/null 2>&1; then docker rm -f reproduce-20260101T000000Z-abcdef >/dev/null 2>&1 || true; fi
