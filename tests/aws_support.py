@@ -340,3 +340,43 @@ def moto_server(monkeypatch, tmp_path):
     monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://{host}:{port}")
     yield f"http://{host}:{port}"
     server.stop()
+
+
+# --- several SSH "nodes" on loopback (the jump through the head) ---------------------------------
+
+
+def loopback_sshd(root: Path, address: str, port: int | None = None, user_key: Path | None = None):
+    """A real sshd listening on `address` only (127.0.0.2, 127.0.0.5, ...), with its own host key;
+    `user_key` (a private key file) is let in besides its own (every node takes the run's key).
+
+    The nodes behind a head are reached at their private addresses from the head's sshd; on one
+    machine those are other loopback addresses, which the launcher itself must never dial.
+    """
+    import subprocess
+
+    from infra.ports import free_port, wait_for_port
+    from infra.sshd import SSHD, SshServer
+
+    server = SshServer(root, port=port or free_port())
+    config = server.root / "sshd_config"
+    config.write_text(
+        config.read_text().replace("ListenAddress 127.0.0.1\n", f"ListenAddress {address}\n")
+    )
+    host_pub = (server.root / "ssh_host_ed25519_key.pub").read_text().split()
+    server.known_hosts.write_text(f"[{address}]:{server.port} {host_pub[0]} {host_pub[1]}\n")
+    if user_key is not None:
+        with open(server.root / "authorized_keys", "a") as fh:
+            fh.write(Path(f"{user_key}.pub").read_text())
+    Path("/run/sshd").mkdir(exist_ok=True)
+    with open(server.log, "ab") as log:
+        server.proc = subprocess.Popen(
+            [SSHD, "-D", "-e", "-f", str(config)], stdout=log, stderr=log, stdin=subprocess.DEVNULL
+        )
+    try:
+        wait_for_port(server.port, host=address)
+    except RuntimeError as err:
+        server.stop()
+        raise RuntimeError(
+            f"sshd on {address} did not start: {server.log.read_text()[-2000:]}"
+        ) from err
+    return server

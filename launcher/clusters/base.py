@@ -24,6 +24,13 @@ class Node:
     user: str | None = None
     identity_file: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)  # backend facts: instance id, AMI, az, ...
+    # Reach this node through another one (an SSH jump): host/connect_host are then dialled from
+    # `via`, not from the launcher (cloud workers with only a private address behind their head).
+    via: Node | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.via, dict):  # Node(**asdict(node)), as run.json keeps it
+            object.__setattr__(self, "via", Node(**self.via))
 
 
 @dataclass(frozen=True)

@@ -139,11 +139,19 @@ class _HostKeyPolicy:
 
 
 class SSHTransport:
-    """Commands and files on one node over one SSH connection, reconnected on demand."""
+    """Commands and files on one node over one SSH connection, reconnected on demand.
 
-    def __init__(self, node: Node, settings: SSHSettings) -> None:
+    With a `jump` (the transport of `node.via`), the node is dialled from the jump node: a
+    `direct-tcpip` channel opened on the jump node's connection carries this node's SSH
+    connection, so a node with only a private address (a cloud worker behind its head) is reached
+    without a public address of its own. Its host key is checked like any other; the jump node's
+    connection is shared by every node behind it and reconnected when it breaks.
+    """
+
+    def __init__(self, node: Node, settings: SSHSettings, jump: SSHTransport | None = None) -> None:
         self.node = node
         self.settings = settings
+        self.jump = jump
         self._client: Any = None
         self._sftp: Any = None
         self._lock = threading.RLock()
@@ -157,7 +165,44 @@ class SSHTransport:
     def _where(self) -> str:
         user = f"{self.node.user}@" if self.node.user else ""
         via = f" (dialled as {self.dial})" if self.dial != self.node.host else ""
-        return f"{user}{self.node.host}:{self.node.port}{via}"
+        jump = f" through {self.jump.node.name}" if self.jump is not None else ""
+        return f"{user}{self.node.host}:{self.node.port}{via}{jump}"
+
+    def _socket(self, timeout: float) -> Any:
+        """The TCP stream SSH runs over: a direct connection, or a channel through the jump."""
+        if self.jump is not None:
+            try:
+                return self.jump.open_tunnel(self.dial, self.node.port, timeout)
+            except InfraError as err:
+                raise InfraError(f"cannot reach {self._where()}: {err}") from err
+        try:
+            return socket.create_connection((self.dial, self.node.port), timeout=timeout)
+        except TimeoutError as err:
+            raise InfraError(
+                f"cannot reach {self._where()}: no answer within connect_timeout_s={timeout:g} s"
+            ) from err
+        except OSError as err:
+            raise InfraError(f"cannot reach {self._where()}: {err.strerror or err}") from err
+
+    def open_tunnel(self, host: str, port: int, timeout: float) -> Any:
+        """A `direct-tcpip` channel from this node to host:port (what a jump is made of): the
+        node's sshd opens the TCP connection, so host is any address this node can reach.
+        InfraError when the node cannot be reached or cannot connect there."""
+        import paramiko
+
+        with self._lock:
+            self.connect()
+            try:
+                return self._client.get_transport().open_channel(
+                    "direct-tcpip", (host, port), ("127.0.0.1", 0), timeout=timeout
+                )
+            except paramiko.ChannelException as err:  # the node refused, or could not connect
+                raise InfraError(
+                    f"{self.node.name} could not open a connection to {host}:{port} "
+                    f"({err.text or err})"
+                ) from err
+            except (paramiko.SSHException, OSError, EOFError) as err:
+                raise self._lost(err) from err
 
     def connect(self) -> None:
         """Open the connection now; every failure is an InfraError naming its cause."""
@@ -181,15 +226,7 @@ class SSHTransport:
             # this module does not import until a connection is made
             policy = cast("paramiko.MissingHostKeyPolicy", _HostKeyPolicy(self.settings, known))
             client.set_missing_host_key_policy(policy)
-            try:
-                sock = socket.create_connection((self.dial, self.node.port), timeout=timeout)
-            except TimeoutError as err:
-                raise InfraError(
-                    f"cannot reach {self._where()}: "
-                    f"no answer within connect_timeout_s={timeout:g} s"
-                ) from err
-            except OSError as err:
-                raise InfraError(f"cannot reach {self._where()}: {err.strerror or err}") from err
+            sock = self._socket(timeout)
             left = max(0.5, deadline - time.monotonic())
             identity = self.node.identity_file or self.settings.identity_file
             try:
