@@ -24,6 +24,9 @@ class Node:
     user: str | None = None
     identity_file: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)  # backend facts: instance id, AMI, az, ...
+    # The node's own work_dir when it is not the profile's (a host list's per-host field; several
+    # "nodes" on one test host): its run directory is <work_dir>/runs/<run id>.
+    work_dir: str | None = None
     # Reach this node through another one (an SSH jump): host/connect_host are then dialled from
     # `via`, not from the launcher (cloud workers with only a private address behind their head).
     via: Node | None = None

@@ -8,6 +8,7 @@ ReproduceError; a run that ended returns an Outcome.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,10 +54,12 @@ def failed_stage(timeline: Timeline) -> str | None:
     return failed[-1]["name"] if failed else None
 
 
-def check_detail(rd: RunDir, stage: str | None) -> str | None:
-    """What a failed check measured, from the node's report (preflight*.json, stack.json)."""
+def check_detail(rd: RunDir, stage: str | None, where: Path | None = None) -> str | None:
+    """What a failed check measured, from the node's report (preflight*.json, stack.json) in
+    `where` (the run dir for node 0; logs/node-K for node K)."""
+    where = where if where is not None else rd.path
     if stage in ("preflight", "preflight-gpu"):
-        path = rd.path / f"{stage}.json"
+        path = where / f"{stage}.json"
         if not path.exists():
             return None
         from launcher.preflight import parse_report
@@ -66,7 +69,10 @@ def check_detail(rd: RunDir, stage: str | None) -> str | None:
         except ReproduceError:
             return None
     if stage == "stack":
-        report = rd.read_json("stack.json", None) or {}
+        try:
+            report = json.loads((where / "stack.json").read_text()) or {}
+        except (OSError, ValueError):
+            report = {}
         bad = [c for c in report.get("checks", []) if not c.get("ok")]
         if bad:
             return "the image's software differs from the recipe's stack: " + "; ".join(
@@ -75,27 +81,42 @@ def check_detail(rd: RunDir, stage: str | None) -> str | None:
     return None
 
 
-def failure(rd: RunDir, timeline: Timeline, code: int | None) -> tuple[str | None, ReproduceError]:
+def failure(
+    rd: RunDir,
+    timeline: Timeline,
+    code: int | None,
+    *,
+    logs: Path | None = None,
+    node: str | None = None,
+) -> tuple[str | None, ReproduceError]:
     """The failed stage, and the error that says where the script failed and what it printed last.
 
-    CheckFailed (exit 1) for a check of the recipe, InfraError (exit 3) for everything else.
+    CheckFailed (exit 1) for a check of the recipe, InfraError (exit 3) for everything else. For a
+    run of several nodes, `node` names the one ("node 2 (10.0.0.3)") and `logs` is its log dir.
     """
     stage = failed_stage(timeline)
-    log = rd.logs / f"{stage}.log" if stage else rd.logs / "node.log"
-    tail = ""
-    if log.exists():
-        lines = log.read_bytes().decode(errors="replace").rstrip("\n").splitlines()[-_TAIL_LINES:]
-        # the node's bytes reach the user's terminal: no control sequences among them
-        lines = [_CONTROL.sub("?", line) for line in lines]
-        tail = "\n  " + "\n  ".join(lines) if lines else ""
+    logs = logs if logs is not None else rd.logs
+    log = logs / f"{stage}.log" if stage else logs / "node.log"
+    tail = tail_of(log)
     where = f"in stage {stage} " if stage else ""
     how = f"with exit code {code}" if code is not None else "without an exit code (killed?)"
-    message = f"the node script failed {where}{how}; see {log}.{tail}"
-    detail = check_detail(rd, stage)
+    on = f" on {node}" if node else ""
+    message = f"the node script failed{on} {where}{how}; see {log}.{tail}"
+    detail = check_detail(rd, stage, None if logs == rd.logs else logs)
     if detail:
         message = f"{detail}\n{message}"
     error: ReproduceError = CheckFailed(message) if stage in CHECK_STAGES else InfraError(message)
     return stage, error
+
+
+def tail_of(log: Path) -> str:
+    """The last lines of a log, indented on lines of their own ("" when there are none)."""
+    if not log.exists():
+        return ""
+    lines = log.read_bytes().decode(errors="replace").rstrip("\n").splitlines()[-_TAIL_LINES:]
+    # the node's bytes reach the user's terminal: no control sequences among them
+    lines = [_CONTROL.sub("?", line) for line in lines]
+    return "\n  " + "\n  ".join(lines) if lines else ""
 
 
 def reattach_hint(rd: RunDir) -> str:

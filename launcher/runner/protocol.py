@@ -21,8 +21,10 @@ import binascii
 import posixpath
 import re
 import shlex
+from collections.abc import Mapping
 
 MARKER = "##reproduce"
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 # The node run directory (docs/architecture.md, "The node protocol") is the run's control room:
 # node.sh, the wrapper, pid, exit_code, node.log, the cancel mark and the result files live there,
@@ -32,6 +34,8 @@ OUT_DIR = "out"
 # What the launcher tells the run's processes, containers included (read-only there): cancel.
 STATE_DIR = "state"
 CANCEL_MARK = f"{STATE_DIR}/cancelled"
+# What the launcher tells a node that only serves node 0 (a Ray worker): node 0 finished, stop.
+END_MARK = f"{STATE_DIR}/finished"
 SECRETS_FILE = ".secrets.env"
 # Every process of a run carries RUN_MARK=<its node run dir> in its environment (set at launch).
 RUN_MARK = "REPRODUCE_RUN_DIR"
@@ -160,16 +164,23 @@ def prepare_dir_command(node_run_dir: str) -> str:
     )
 
 
-def launch_command(node_run_dir: str) -> str:
+def launch_command(node_run_dir: str, env: Mapping[str, str] | None = None) -> str:
     """Start the wrapper detached (once per run directory); prints the wrapper's pid.
 
     The wrapper and everything it starts carry RUN_MARK=<the run dir> in their environment, which
     is how `cancel` tells the run's processes from anything else that holds the same numbers.
+    `env` (a multi-node run's NODE_RANK, HEAD_ADDR, ...) reaches node.sh the same way.
     """
     d = shlex.quote(node_run_dir)
+    extra = ""
+    for name, value in (env or {}).items():
+        if not _ENV_NAME.fullmatch(name):
+            raise ValueError(f"not an environment variable name: {name!r}")
+        extra += f"{name}={shlex.quote(value)} "
     return (
         f"cd {d} && if [ -e pid ]; then echo 'a run was already launched in '{d} >&2; exit 1; fi\n"
-        f'{RUN_MARK}="$(pwd -P)" setsid nohup bash {WRAPPER_NAME} </dev/null >/dev/null 2>&1 &\n'
+        f'{extra}{RUN_MARK}="$(pwd -P)" '
+        f"setsid nohup bash {WRAPPER_NAME} </dev/null >/dev/null 2>&1 &\n"
         "for _ in $(seq 200); do [ -s pid ] && break; sleep 0.05; done\n"
         "cat pid"
     )
@@ -272,6 +283,12 @@ def parse_cancel(stdout: str) -> str:
 def cancelled_command(node_run_dir: str) -> str:
     """Exit 0 when `reproduce cancel` marked the run (its exit code then says little)."""
     return f"test -e {shlex.quote(f'{node_run_dir}/{CANCEL_MARK}')}"
+
+
+def end_command(node_run_dir: str) -> str:
+    """Node 0 finished: tell a node that only serves it to stop (the END_MARK; containers see it
+    read-only). Exit 0 also when the run directory is gone."""
+    return f"touch {shlex.quote(f'{node_run_dir}/{END_MARK}')} 2>/dev/null || true"
 
 
 def cleanup_command(container: str) -> str:

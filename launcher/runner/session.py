@@ -1,8 +1,14 @@
 """One run's state while the Runner drives it: its nodes, its timeline, whether the cluster is kept.
 
 A new run, an attach and a cancel each make a RunSession from the run directory's record. The
-nodes are a list: staging, launching, following, cancelling, cleaning up and collecting are loops
-over it, and node 0's log and markers are the run's (logs/, timeline.json).
+nodes are a list, each driven through an Execution (launcher/runner/execution.py): staging,
+launching, following, cancelling, cleaning up and collecting are loops over it. Node 0's log and
+markers are the run's (logs/, timeline.json); node K's go to logs/node-K/.
+
+With several nodes (docs/architecture.md, "Several nodes"), node 0 is the Ray head and runs the
+recipe; the others serve it. A node other than 0 that ends, or is lost, before node 0 is done
+stops the run on every node (launcher/runner/nodes.py words it); when node 0 ends, the others are
+told to stop, and cancelled if they do not.
 
 A node lost for longer than the reconnect window is kept running only when someone is there to
 reattach (an interactive run, as before); an unattended run (nightly, no terminal) cancels it and
@@ -18,11 +24,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn, TypeVar
 
 from launcher.budget import Budget
-from launcher.clusters.base import Cluster, Node, Transport
+from launcher.clusters.base import Cluster, Node
 from launcher.errors import CheckFailed, InfraError, Interrupted, ReproduceError
 from launcher.recipe import Recipe
 from launcher.rundir import TRAIN_STAGE, RunDir, RunDirUnwritable, Timeline
-from launcher.runner import protocol, staging
+from launcher.runner.execution import execution_for, node_env
+from launcher.runner.nodes import (
+    HEALTH_EVERY_S,
+    NodeFailure,
+    NodeRun,
+    cancel_quietly,
+    end_workers,
+    ended_early,
+    failed_entry,
+    place_of,
+    quietly,
+)
 from launcher.runner.outcome import Outcome, failure, reattach_hint
 from launcher.runner.reporter import Reporter
 from launcher.runner.signals import Terminated, release_hard, signals_cancel
@@ -56,15 +73,6 @@ class Settings:
     unattended: bool = False  # nobody to reattach: a lost node is cancelled and released
 
 
-@dataclass
-class NodeRun:
-    """One node of a run: how to reach it, and the follower of its log."""
-
-    node: Node
-    transport: Transport
-    follower: Follower
-
-
 class RunSession:
     """One run's state while the Runner drives it (a new run, an attach or a cancel)."""
 
@@ -84,30 +92,37 @@ class RunSession:
         self.recipe = recipe  # judged against when the run ends; None: not judged
         self.budget = budget
         record = rd.record()
+        self.run_id: str = record.get("run_id") or rd.path.name
         self.node_run_dir: str = record["node_run_dir"]
         self.container: str = record["container"]
         self.timeline = rd.timeline()
         self.keep_cluster = False
         self.nodes: list[NodeRun] = []
+        self._next_health = time.monotonic() + HEALTH_EVERY_S
 
     def connect(self, nodes: list[Node]) -> None:
-        """Transports and log followers for the nodes; node 0's log and markers are the run's."""
+        """Executions and log followers for the nodes; node 0's log and markers are the run's."""
         steps = self.recipe.steps_per_run if self.recipe is not None else None
         for index, node in enumerate(nodes):
-            transport = self.cluster.transport(node)
+            place = place_of(
+                node, index, len(nodes), self.run_id, self.node_run_dir, self.container
+            )
+            execution = execution_for(self.cluster, node, place)
+            head = index == 0
+            logs = self.rd.logs if head else self.rd.logs / f"node-{index}"
+            timeline = self.timeline if head else Timeline()
             follower = Follower(
-                transport,
-                self.rd.logs if index == 0 else self.rd.logs / f"node-{index}",
-                node_run_dir=self.node_run_dir,
-                timeline=self.timeline if index == 0 else Timeline(),
+                execution,
+                logs,
+                timeline=timeline,
                 reporter=self.reporter,
-                on_marker=self._on_marker if index == 0 else None,
-                steps_total=steps if index == 0 else None,
+                on_marker=self._on_marker if head else None,
+                steps_total=steps if head else None,
                 poll_s=self.settings.poll_s,
                 reconnect_s=self.settings.reconnect_s,
                 while_reconnecting=self._stop_if_over_budget,
             )
-            self.nodes.append(NodeRun(node, transport, follower))
+            self.nodes.append(NodeRun(index, node, execution, follower, logs, timeline))
 
     def _on_marker(self, marker: Mapping[str, str]) -> None:
         self.rd.write_timeline(self.timeline)
@@ -120,7 +135,9 @@ class RunSession:
         launched = False
         try:
             self.rd.set_status("acquiring")
-            self.reporter.say(f"acquiring a node ({getattr(self.cluster, 'name', 'cluster')})")
+            self.reporter.say(
+                f"acquiring {self._what()} ({getattr(self.cluster, 'name', 'cluster')})"
+            )
             # The clock starts when acquiring starts: a cloud bills from the launch, not from the
             # moment the node answers SSH, so GPU-hours and the budget count the boot too.
             acquire_started = time.time()
@@ -135,24 +152,19 @@ class RunSession:
             self.rd.set_status("staging")
             try:
                 for n in self.nodes:
-                    staging.stage(
-                        n.transport,
-                        self.node_run_dir,
-                        node_script,
-                        self.settings.scripts_dir,
-                        secrets,
-                    )
+                    n.execution.stage(node_script, self.settings.scripts_dir, secrets)
                 launched = True  # from here an interrupt cancels on the node (harmless if not)
-                pids = [staging.launch(n.transport, self.node_run_dir) for n in self.nodes]
+                ids = [n.execution.launch(self._launch_env(nodes, n)) for n in self.nodes]
             except BaseException:
                 if secrets:  # a node script that never started never deleted them
                     for n in self.nodes:
-                        staging.discard_secrets(n.transport, self.node_run_dir)
+                        n.execution.discard_secrets()
                 raise
-            self.rd.update_record(pid=pids[0], launched_at=time.time())
+            pid: int | str = int(ids[0]) if ids[0].isdigit() else ids[0]
+            self.rd.update_record(pid=pid, launch_ids=ids, launched_at=time.time())
+            where = self.nodes[0].node.name if len(ids) == 1 else f"{len(ids)} nodes"
             self.reporter.say(
-                f"node script started on {self.nodes[0].node.name} (pid {pids[0]}); "
-                f"run dir {self.rd.path}"
+                f"node script started on {where} (pid {', '.join(ids)}); run dir {self.rd.path}"
             )
         except KeyboardInterrupt as err:
             if launched:
@@ -163,6 +175,18 @@ class RunSession:
             raise Interrupted(
                 f"{why} before the node script started; nothing was left running."
             ) from None
+
+    def _what(self) -> str:
+        nodes = self.recipe.nodes if self.recipe is not None else 1
+        return "a node" if nodes == 1 else f"{nodes} nodes"
+
+    @staticmethod
+    def _launch_env(nodes: list[Node], n: NodeRun) -> dict[str, str]:
+        """A multi-node run's node learns its rank, the head and its own run dir at launch."""
+        env = node_env(nodes, n.index)
+        if env:
+            env["NODE_RUN_DIR"] = n.execution.place.node_run_dir
+        return env
 
     # --- following ----------------------------------------------------------------------------
 
@@ -175,10 +199,13 @@ class RunSession:
             try:
                 for n in self.nodes:
                     n.follower.splitter.rebuild()
-                self.rd.set_status("running", pid_file=f"{self.node_run_dir}/pid")
+                head_dir = self.nodes[0].execution.place.node_run_dir
+                self.rd.set_status("running", pid_file=f"{head_dir}/pid")
                 code = self._follow_nodes()
             except KeyboardInterrupt as err:
                 self._interrupted(err)
+            except NodeFailure as err:
+                self._node_failed(err)
             except BudgetExceeded as err:
                 self.reporter.say(f"budget reached: {err}; cancelling the run on the node")
                 self.cancel_or_keep_billing(following=True)
@@ -203,14 +230,81 @@ class RunSession:
             return self.finish(code)
 
     def _follow_nodes(self) -> int | None:
-        """Until a node's script ends: its exit code (None when it vanished without one)."""
+        """Until node 0's script ends: its exit code (None when it vanished without one).
+
+        Another node that ends first, or cannot be reached for the reconnect window, is a
+        NodeFailure (unless `reproduce cancel` marked it: the others are being cancelled too).
+        One node lost alone is the InfraError of before: the run may go on without us.
+        """
         while True:
             for n in self.nodes:
-                ended = n.follower.check()
-                if ended is not None:
+                if n.ended is not None:
+                    continue
+                try:
+                    ended = n.follower.check()
+                except RunDirUnwritable:
+                    raise
+                except InfraError as err:
+                    if len(self.nodes) == 1:
+                        raise
+                    raise NodeFailure(n, f"lost {n.label}: {err}", lost=True) from err
+                if ended is None:
+                    continue
+                n.ended = ended
+                if n.index == 0:
                     return ended.code
+                if quietly(n.execution.was_cancelled):
+                    cancel_quietly(self.nodes, CANCEL_TIMEOUT_S)  # `reproduce cancel`
+                    continue
+                raise NodeFailure(n, ended_early(n, ended.code))
+            self._check_health()
             self._stop_if_over_budget()
             time.sleep(self.settings.poll_s)
+
+    def _check_health(self) -> None:
+        """The cluster's own word on its nodes (aws: an instance terminated under the run), asked
+        every HEALTH_EVERY_S when the backend can tell (`cluster.lost_nodes()`)."""
+        probe = getattr(self.cluster, "lost_nodes", None)
+        if not callable(probe) or time.monotonic() < self._next_health:
+            return
+        self._next_health = time.monotonic() + HEALTH_EVERY_S
+        try:
+            lost = [str(x) for x in probe()]
+        except Exception:  # noqa: BLE001 - a failed probe is no news about the nodes
+            return
+        if lost:
+            named = next((n for n in self.nodes if any(n.node.name in x for x in lost)), None)
+            raise NodeFailure(named, "; ".join(lost), lost=True)
+
+    def _node_failed(self, failed: NodeFailure) -> NoReturn:
+        """A node failed or was lost: the run stops on every node, what they printed is kept, the
+        cluster is released, and the error (and status.json, and the verdict when training had
+        begun) names the node and what happened to it."""
+        self.reporter.say(f"{failed.what.splitlines()[0]}; stopping the run on every node")
+        skip = failed.node if failed.lost else None  # already unreachable for a whole window
+        others = [n for n in self.nodes if n is not skip]
+        problems = cancel_quietly(others, LOST_CANCEL_TIMEOUT_S)
+        self.drain_quietly()
+        self.timeline.stages.append(failed_entry(failed))
+        self.write_quietly(lambda: self.close_logs("cancelled"))
+        self.write_quietly(lambda: self._collect(others, quick=True))
+        self.write_quietly(lambda: self.rd.set_status("failed", failed.what.splitlines()[0]))
+        self.keep_cluster = False
+        try:
+            self.release()
+        except ReproduceError as err:  # the caller releases again and reports what is left
+            self.reporter.say(f"teardown did not finish yet ({str(err).splitlines()[0]})")
+        if self.settings.measure and any(s["name"] == TRAIN_STAGE for s in self.timeline.stages):
+            self.write_quietly(self.judge)
+        text = f"{failed.what}\nThe run was stopped on every node and the cluster released."
+        if problems:
+            text += " Not everything could be stopped: " + "; ".join(problems) + "."
+        if failed.lost and failed.node is not None:
+            text += (
+                f" {failed.node.label} could not be reached: the run may still be going on "
+                "there (and costing money)."
+            )
+        raise (CheckFailed(text) if failed.check else InfraError(text)) from None
 
     def _stop_if_over_budget(self) -> None:
         """Raise BudgetExceeded past --max-usd/--max-hours (also between reconnection tries)."""
@@ -263,17 +357,21 @@ class RunSession:
     # --- the node's side -------------------------------------------------------------------------
 
     def cancel_on_nodes(self, timeout_s: float = CANCEL_TIMEOUT_S) -> None:
-        """Stop the run on every node; InfraError naming what could not be stopped."""
+        """Stop the run on every node; InfraError naming what could not be stopped.
+
+        With several nodes every node is tried, even after one could not be reached.
+        """
         left = []
         for n in self.nodes:
-            out = n.transport.run(
-                protocol.cancel_command(self.node_run_dir, self.container),
-                timeout_s=timeout_s,
-                check=False,
-            ).stdout
-            still = protocol.parse_cancel(out)
+            try:
+                still = n.execution.cancel(timeout_s)
+            except InfraError as err:
+                if len(self.nodes) == 1:
+                    raise
+                left.append(f"{n.label}: not reached ({str(err).splitlines()[0]})")
+                continue
             if still:
-                left.append(still if len(self.nodes) == 1 else f"{n.node.name}: {still}")
+                left.append(still if len(self.nodes) == 1 else f"{n.label}: {still}")
         if left:
             raise InfraError(
                 f"cancel could not stop everything on the node: still there: {'; '.join(left)}"
@@ -370,32 +468,20 @@ class RunSession:
         never comes back costs the result files, not the run.
         """
         head = self.nodes[0]
+        if len(self.nodes) > 1:
+            left = end_workers(self.nodes, graceful=code == 0, poll_s=self.settings.poll_s)
+            for problem in left:
+                self.reporter.warn(f"warning: {problem}")
+            self.drain_quietly()
         marked = self._on_node(
-            head,
-            "check whether the run was cancelled",
-            lambda: head.transport.run(protocol.cancelled_command(self.node_run_dir), check=False),
+            head, "check whether the run was cancelled", head.execution.was_cancelled
         )
         # unreachable: a script that exited 0 was not cancelled; any other code reads as a failure
-        cancelled = marked is not None and marked.exit_code == 0
+        cancelled = bool(marked)
         ok = code == 0 and not cancelled
         self.close_logs("ok" if ok else ("cancelled" if cancelled else "failed"))
         self.rd.set_status("collecting")
-        collected: list[str] = []
-        for n in self.nodes:
-            transport = n.transport
-
-            def cleanup(t: Transport = transport) -> object:
-                return t.run(protocol.cleanup_command(self.container), timeout_s=120, check=False)
-
-            def collect(t: Transport = transport) -> tuple[list[str], list[str]]:
-                return staging.collect(self.rd, t, self.node_run_dir)
-
-            self._on_node(n, "remove the run's container", cleanup)
-            got = self._on_node(n, "collect the result files", collect)
-            if got is not None:
-                collected += got[0]
-                for why in got[1]:
-                    self.reporter.warn(f"warning: not collected from {n.node.name}: {why}")
+        collected = self._collect(self.nodes)
         self.rd.update_record(exit_code=code, collected=collected)
         try:
             self.release()  # before judging: released_at dates the GPU-hours
@@ -411,7 +497,8 @@ class RunSession:
             )
             raise Interrupted(f"the run was cancelled on the node (exit code {code}).")
         if not ok:
-            stage, error = failure(self.rd, self.timeline, code)
+            on = head.label if len(self.nodes) > 1 else None
+            stage, error = failure(self.rd, self.timeline, code, node=on)
             self.rd.set_status("failed", str(error).splitlines()[0], exit_code=code)
             if stage == TRAIN_STAGE and self.settings.measure:
                 self.judge()  # the figures so far and a "failed" verdict, kept in the run dir
@@ -420,6 +507,32 @@ class RunSession:
         self.reporter.say(f"node script finished; run dir {self.rd.path}")
         measurement = self.judge() if self.settings.measure else None
         return Outcome("done", 0, self.rd.path, measurement)
+
+    def _collect(self, nodes: list[NodeRun], *, quick: bool = False) -> list[str]:
+        """Remove each node's container and bring its result files back: node 0's into the run
+        dir, node K's into logs/node-K/. `quick`: one try per node (it is being given up on)."""
+        collected: list[str] = []
+        for n in nodes:
+            got: tuple[dict[str, bytes], list[str]] | None
+            if quick:
+                quietly(n.execution.cleanup)
+                got = quietly(n.execution.collect)
+            else:
+                self._on_node(n, "remove the run's container", n.execution.cleanup)
+                got = self._on_node(n, "collect the result files", n.execution.collect)
+            if got is None:
+                continue
+            files, refused = got
+            for name, data in files.items():
+                if n.index == 0:
+                    self.rd.write_bytes(name, data)
+                    collected.append(name)
+                else:
+                    self.rd.write_bytes(f"logs/node-{n.index}/{name}", data)
+                    collected.append(f"logs/node-{n.index}/{name}")
+            for why in refused:
+                self.reporter.warn(f"warning: not collected from {n.node.name}: {why}")
+        return sorted(collected)
 
     def judge(self) -> tuple[Result, Verdict] | None:
         """Measure the run and judge its claim (writes the verdict and report into the run dir)."""

@@ -103,9 +103,10 @@ def discard_secrets(transport: Transport, node_run_dir: str) -> None:
         return
 
 
-def launch(transport: Transport, node_run_dir: str) -> int:
-    """Start the staged script detached; returns its pid (= its process group)."""
-    out = transport.run(launch_command(node_run_dir), timeout_s=60).stdout.strip()
+def launch(transport: Transport, node_run_dir: str, env: Mapping[str, str] | None = None) -> int:
+    """Start the staged script detached (with `env`: a multi-node run's rank and head); returns
+    its pid (= its process group)."""
+    out = transport.run(launch_command(node_run_dir, env), timeout_s=60).stdout.strip()
     try:
         return int(out.splitlines()[-1])
     except (IndexError, ValueError):

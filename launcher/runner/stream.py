@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
-from launcher.clusters.base import Transport
 from launcher.errors import BadInput, InfraError
 from launcher.parse.miles import last_step
 from launcher.rundir import TRAIN_STAGE, RunDir, RunDirUnwritable, Timeline
-from launcher.runner.protocol import parse_marker, parse_poll, poll_command
+from launcher.runner.execution import Execution
+from launcher.runner.protocol import parse_marker
 from launcher.runner.reporter import Reporter
 
 READ_CHUNK = 1 << 20
@@ -191,10 +191,9 @@ class Follower:
 
     def __init__(
         self,
-        transport: Transport,
+        execution: Execution,
         logs: Path,
         *,
-        node_run_dir: str,
         timeline: Timeline,
         reporter: Reporter,
         on_marker: Callable[[dict[str, str]], Any] | None = None,
@@ -203,9 +202,8 @@ class Follower:
         reconnect_s: float = 60.0,
         while_reconnecting: Callable[[], Any] | None = None,
     ) -> None:
-        self.transport = transport
+        self.execution = execution
         self.while_reconnecting = while_reconnecting  # e.g. the budget check: it may raise
-        self.node_run_dir = node_run_dir.rstrip("/")
         self.timeline = timeline
         self.reporter = reporter
         self.steps_total = steps_total
@@ -225,9 +223,7 @@ class Follower:
         """Copy every byte the node has that we do not; returns how many."""
         total = 0
         while True:
-            data = self.transport.read_from(
-                f"{self.node_run_dir}/node.log", self.splitter.offset(), READ_CHUNK
-            )
+            data = self.execution.read_log(self.splitter.offset(), READ_CHUNK)
             if not data:
                 break
             self._keep(data)
@@ -258,16 +254,7 @@ class Follower:
             pass
 
     def poll(self) -> tuple[str, int | None]:
-        # no limit of its own: a quick command, so the transport's own (ssh: io_timeout_s) applies
-        # and a silent connection is noticed within it
-        res = self.transport.run(poll_command(self.node_run_dir), check=False)
-        answer = parse_poll(res.stdout, res.exit_code)
-        if answer is None:  # a broken exchange, not news about the run: the caller retries
-            raise InfraError(
-                f"unexpected answer from the node while polling (exit {res.exit_code}): "
-                f"{res.stdout.strip()[:200]!r}"
-            )
-        return answer
+        return self.execution.poll()
 
     def with_reconnect(self, action: Callable[[], T]) -> T:
         """Retry a node operation while the connection comes back, up to reconnect_s.
@@ -294,7 +281,7 @@ class Follower:
                         f"connection problem ({err}); reconnecting (up to {self.reconnect_s:.0f} s)"
                     )
                     warned = True
-                self.transport.close()
+                self.execution.close()
                 time.sleep(min(2.0, max(0.2, self.poll_s)))
 
     def check(self) -> Ended | None:
