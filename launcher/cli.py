@@ -6,12 +6,15 @@ them, so `reproduce ... --dry-run` starts fast.
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
 import typer
 
 from launcher.catalog import DEFAULT_REGION
+from launcher.cli_ops import OPS_COMMANDS, show_version
+from launcher.cli_ops import fail as _fail
 from launcher.errors import ReproduceError
 from launcher.verdict import DEFAULT_TOLERANCE_PERCENT
 
@@ -23,12 +26,17 @@ app = typer.Typer(
 )
 
 
-def _fail(err: ReproduceError) -> typer.Exit:
-    try:
-        print(f"error: {err}", file=sys.stderr)
-    except OSError:  # the terminal is gone (SIGHUP, EIO): the exit code still tells
-        pass
-    return typer.Exit(err.exit_code)
+@app.callback()
+def _options(
+    version: bool = typer.Option(
+        False,
+        "--version",
+        is_eager=True,
+        callback=show_version,
+        help="Print the version and exit.",
+    ),
+) -> None:
+    """Reproduce a published GPU training recipe and judge whether its numbers hold."""
 
 
 # --- commands are added below; keep each body a call into a module, imports lazy ---
@@ -94,6 +102,13 @@ def run_cmd(
         "--runs-dir",
         help="Where run directories go (default: $REPRODUCE_RUNS_DIR or ./runs).",
     ),
+    yes: bool = typer.Option(
+        False,
+        "--yes",
+        "-y",
+        help="Accept the cost shown without being asked (a launch without a terminal needs "
+        "this or --max-usd).",
+    ),
 ) -> None:
     """Reproduce RECIPE on a cluster (also: `reproduce RECIPE ...`): provision, check, train,
     measure, judge, release."""
@@ -111,6 +126,7 @@ def run_cmd(
         max_hours=max_hours,
         on_interrupt=on_interrupt,
         runs_dir=runs_dir,
+        yes=yes,
     )
     try:
         code = run_command(recipe, options, dry_run=dry_run, check=check, script_out=script_out)
@@ -141,48 +157,6 @@ def validate(
         )
     if bad:
         raise typer.Exit(2)
-
-
-# --- attach / cancel (launcher/commands/run.py) ---
-
-_ON_INTERRUPT_HELP = (
-    "On Ctrl-C: ask (default when interactive; cancel otherwise), cancel, or detach."
-)
-
-
-@app.command()
-def attach(
-    run: str = typer.Argument(..., help="Run directory, or a run id found under the runs root."),
-    runs_dir: Path | None = typer.Option(
-        None, "--runs-dir", help="Runs root (default: $REPRODUCE_RUNS_DIR or ./runs)."
-    ),
-    on_interrupt: str = typer.Option("ask", "--on-interrupt", help=_ON_INTERRUPT_HELP),
-) -> None:
-    """Reattach to a run in progress: continue collecting its log where it stopped, then measure."""
-    from launcher.commands.run import attach_command
-
-    try:
-        code = attach_command(run, runs_dir, on_interrupt)
-    except ReproduceError as err:
-        raise _fail(err) from None
-    raise typer.Exit(code)
-
-
-@app.command()
-def cancel(
-    run: str = typer.Argument(..., help="Run directory, or a run id found under the runs root."),
-    runs_dir: Path | None = typer.Option(
-        None, "--runs-dir", help="Runs root (default: $REPRODUCE_RUNS_DIR or ./runs)."
-    ),
-) -> None:
-    """Stop a run on its node: its processes and its container (with Ray inside); nothing else."""
-    from launcher.commands.run import cancel_command
-
-    try:
-        code = cancel_command(run, runs_dir)
-    except ReproduceError as err:
-        raise _fail(err) from None
-    raise typer.Exit(code)
 
 
 # --- measurement, verdict and report: `measure`, `compare` (launcher/commands/measure.py) ---
@@ -243,7 +217,7 @@ def measure_cmd(
             out=out,
         )
     except ReproduceError as err:
-        raise _fail(err) from None
+        raise _fail(err, json_out) from None
     raise typer.Exit(code)
 
 
@@ -266,7 +240,7 @@ def compare_cmd(
             candidate, reference, json_out=json_out, allow_different_recipes=allow_different
         )
     except ReproduceError as err:
-        raise _fail(err) from None
+        raise _fail(err, json_out) from None
     raise typer.Exit(code)
 
 
@@ -399,86 +373,9 @@ def prepare_cmd(
     raise typer.Exit(code)
 
 
-# --- history and nightly (launcher/commands/history.py) ---
-
-_HISTORY_HELP = "History database (default: $REPRODUCE_HISTORY or <runs dir>/history.sqlite)."
-
-
-@app.command("history")
-def history_cmd(
-    recipe: str | None = typer.Argument(
-        None, help="Recipe file or slug (e.g. qwen3-30b-a3b/h200/attune-tp1-pp1-ep8-mt16k)."
-    ),
-    import_dir: Path | None = typer.Option(
-        None, "--import", help="First index every finished run directory under this runs tree."
-    ),
-    json_out: bool = typer.Option(False, "--json", help="Print exactly one JSON object on stdout."),
-    limit: int = typer.Option(
-        20, "--limit", help="Show the last N runs (the trend uses all of them)."
-    ),
-    cluster: str | None = typer.Option(
-        None, "--cluster", "-c", help="Only runs on this cluster profile name."
-    ),
-    history: Path | None = typer.Option(None, "--history", help=_HISTORY_HELP),
-    runs_dir: Path | None = typer.Option(
-        None, "--runs-dir", help="Runs root (default: $REPRODUCE_RUNS_DIR or ./runs)."
-    ),
-) -> None:
-    """Past runs of a recipe, the trend and whether the latest run is a regression (exit 1 when it is)."""  # noqa: E501 - typer shows its line breaks
-    from launcher.commands.history import run_history
-
-    try:
-        code = run_history(
-            recipe,
-            import_dir=import_dir,
-            json_out=json_out,
-            limit=limit,
-            db=history,
-            runs_dir=runs_dir,
-            cluster=cluster,
-        )
-    except ReproduceError as err:
-        raise _fail(err) from None
-    raise typer.Exit(code)
-
-
-@app.command("nightly")
-def nightly_cmd(
-    recipes: list[Path] = typer.Argument(
-        ..., help="Recipe files, or directories (every *.yaml under them, sorted)."
-    ),
-    cluster: str = typer.Option(
-        ..., "--cluster", "-c", help="Profile name from env/ or a path to a profile file."
-    ),
-    runs_dir: Path | None = typer.Option(
-        None,
-        "--runs-dir",
-        help="Where run directories and nightly-<date>.md go "
-        "(default: $REPRODUCE_RUNS_DIR or ./runs).",
-    ),
-    history: Path | None = typer.Option(None, "--history", help=_HISTORY_HELP),
-    max_usd: float | None = typer.Option(
-        None, "--max-usd", help="Per recipe: stop a run when its cost would exceed this many US$."
-    ),
-    max_hours: float | None = typer.Option(
-        None, "--max-hours", help="Per recipe: stop a run after this many wall-clock hours."
-    ),
-) -> None:
-    """Reproduce each recipe in turn, record it in the history, flag regressions; exit 0 all good, 1 any regression or failed check, 3 infra."""  # noqa: E501 - typer shows its line breaks
-    from launcher.commands.history import run_nightly
-
-    try:
-        code = run_nightly(
-            recipes,
-            cluster,
-            runs_dir=runs_dir,
-            history=history,
-            max_usd=max_usd,
-            max_hours=max_hours,
-        )
-    except ReproduceError as err:
-        raise _fail(err) from None
-    raise typer.Exit(code)
+# --- attach, cancel, history, nightly, runs, status: declared in launcher/cli_ops.py ---
+for _name, _command in OPS_COMMANDS:
+    app.command(_name)(_command)
 
 
 # --- image: the recipe's image built for multi-node (launcher/commands/image.py) ---
@@ -555,11 +452,41 @@ def _default_to_run(argv: list[str]) -> list[str]:
 
 def main() -> None:
     """Console entry point: one clear paragraph and the documented exit code on any failure."""
+    args = _default_to_run(sys.argv[1:])
     try:
-        app(args=_default_to_run(sys.argv[1:]), prog_name="reproduce")
+        if "--json" in args:
+            sys.exit(_main_json(args))
+        app(args=args, prog_name="reproduce")
     except ReproduceError as err:  # raised outside a command body (rare)
         print(f"error: {err}", file=sys.stderr)
         sys.exit(err.exit_code)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         sys.exit(130)
+
+
+def _main_json(args: list[str]) -> int:
+    """A `--json` command line: a usage error (an unknown option, a missing argument) is one
+    JSON object on stdout too, besides the usual message on stderr."""
+    # typer may vendor click: its usage errors derive from the ClickException behind BadParameter
+    usage_error: type[Exception] = next(
+        c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException"
+    )
+    try:
+        code = app(args=args, prog_name="reproduce", standalone_mode=False)
+    except usage_error as err:
+        exit_code = int(getattr(err, "exit_code", 2))
+        print(json.dumps({"error": _usage_text(err), "exit_code": exit_code}), flush=True)
+        show = getattr(err, "show", None)
+        if callable(show):
+            show()
+        return exit_code
+    except typer.Abort:
+        print("interrupted", file=sys.stderr)
+        return 130
+    return code if isinstance(code, int) else 0
+
+
+def _usage_text(err: Exception) -> str:
+    message = getattr(err, "format_message", None)
+    return str(message() if callable(message) else err)

@@ -10,6 +10,7 @@ and writes what they produce:
     verdict.json       status, signed difference, every reason
     convergence.json   only when a reference run is given
     report.md, plots/  claim beside reproduction, loss and step-time plots
+    report.html        the same, as one self-contained page (launcher/pages/, docs/report.md)
 
 The runner calls `measure_run_dir` once the logs are collected; `reproduce measure` calls
 `measure_path`, which takes one log file or one run directory (a directory holding run.json) and
@@ -241,6 +242,10 @@ def measure_run_dir(
         convergence = check(loss_curve(records), loss_curve(load_records(reference)[0]))
     target = out_dir(out) if out is not None else run_dir
     write_outputs(target, result, verdict, recipe, records, convergence, plots=write_plots)
+    if target == run_dir:
+        from launcher.pages import write_run_page
+
+        write_run_page(run_dir)  # made from the files written above (docs/report.md)
     return result, verdict
 
 

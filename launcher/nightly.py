@@ -69,6 +69,7 @@ class NightlyEntry:
 class NightlyResult:
     entries: list[NightlyEntry] = field(default_factory=list)
     summary_path: Path | None = None
+    page_path: Path | None = None  # nightly-<date>.html (launcher/pages/)
     exit_code: int = 0
     history_error: str | None = None  # why the history could not be used (the runs went on)
 
@@ -146,6 +147,11 @@ def _first_line(text: str | None) -> str | None:
     return text.strip().splitlines()[0] if text and text.strip() else None
 
 
+def _indented(text: str, prefix: str = "    ") -> str:
+    """A multi-line reason kept whole (an invalid recipe lists every problem), indented."""
+    return "\n".join(prefix + line for line in text.strip().splitlines())
+
+
 def outcome_of(run: RecipeRun, assessment: Assessment) -> str:
     if run.code == 130:
         return "interrupted"
@@ -177,19 +183,25 @@ def nightly(
     runner: Runner = run_recipe,
     max_usd: float | None = None,
     max_hours: float | None = None,
+    yes: bool = False,
     echo: Callable[[str], Any] = lambda _line: None,
     now: float | None = None,
 ) -> NightlyResult:
     """Run every recipe, record each into the history, judge regressions, write the summary.
 
-    `echo` receives the progress and summary lines (the command layer passes print).
+    `echo` receives the progress and summary lines (the command layer passes print). A nightly
+    is unattended: on a cluster that launches paid nodes it needs `max_usd` (each run stops
+    there) or `yes` (the cost accepted without a budget), else it is refused before the first
+    recipe (launcher/costgate.py); each run's cost header is still printed.
     """
+    from launcher.costgate import refuse_unattended
     from launcher.history import assess
     from launcher.profile import load_profile
     from launcher.rundir import default_runs_root, new_run_id
 
     recipes = expand_targets(targets)
     profile = load_profile(cluster)  # a bad --cluster is bad input for the whole nightly: exit 2
+    refuse_unattended(profile, yes=yes, max_usd=max_usd, who="a nightly")
     root = Path(runs_dir) if runs_dir is not None else default_runs_root()
     db_path = Path(history) if history is not None else default_history_path(root)
     result = NightlyResult()
@@ -200,7 +212,12 @@ def nightly(
         result.history_error = str(err)
         echo(f"warning: {err} The recipes run anyway; none is recorded.")
     base = Options(
-        cluster=cluster, runs_dir=root, on_interrupt="cancel", max_usd=max_usd, max_hours=max_hours
+        cluster=cluster,
+        runs_dir=root,
+        on_interrupt="cancel",
+        max_usd=max_usd,
+        max_hours=max_hours,
+        yes=yes,
     )
     try:
         for i, recipe in enumerate(recipes, 1):
@@ -221,14 +238,9 @@ def nightly(
             assessment = assess(row, earlier)
             entry = NightlyEntry(recipe, run, row, assessment, outcome_of(run, assessment))
             result.entries.append(entry)
-            echo(
-                f"[nightly {i}/{len(recipes)}] {row.slug}: {entry.outcome}"
-                + (
-                    f" ({_first_line(run.error)})"
-                    if run.error and entry.outcome != "regression"
-                    else ""
-                )
-            )
+            echo(f"[nightly {i}/{len(recipes)}] {row.slug}: {entry.outcome}")
+            if run.error and entry.outcome != "regression":  # the whole reason, every line
+                echo(_indented(run.error))
             if run.code == 130:
                 break
     finally:
@@ -242,7 +254,23 @@ def nightly(
     echo(summary_text(result.entries))
     if result.history_error:
         echo(f"history not used: {result.history_error}")
-    echo(f"summary: {result.summary_path}; history: {db_path}; exit {result.exit_code}")
+    from launcher.pages import write_nightly_page
+
+    try:
+        result.page_path = write_nightly_page(
+            root,
+            result.entries,
+            cluster=profile.name,
+            stamp=stamp,
+            exit_code=result.exit_code,
+            history_path=None if result.history_error else db_path,
+        )
+    except Exception as err:  # noqa: BLE001 - the page is a view; the summary above is the record
+        echo(f"warning: the nightly page was not written: {err}")
+    echo(
+        f"summary: {result.summary_path}; page: {result.page_path}; history: {db_path}; "
+        f"exit {result.exit_code}"
+    )
     return result
 
 
@@ -317,8 +345,8 @@ def write_summary(
             + (f" in `{e.row.run_dir}`" if e.row.run_dir else " (no run directory)"),
             f"- outcome: {e.outcome} (exit {e.run.code})",
         ]
-        if e.run.error:
-            lines.append(f"- error: {_first_line(e.run.error)}")
+        if e.run.error:  # whole: an invalid recipe's reason is the list of its problems
+            lines += ["- error:", "", "  ```text", _indented(e.run.error, "  "), "  ```", ""]
         lines += [f"- {line.strip()}" for line in trend_lines(e.assessment)]
         lines.append("")
     root.mkdir(parents=True, exist_ok=True)

@@ -219,7 +219,12 @@ class ScriptContext(Placement):
             "exit 1; }"
         ]
         if self.profile.get("docker.pull"):
-            lines.append('docker pull "$IMAGE"')
+            lines += [
+                "# docker pull under a pseudo-terminal, its bytes printed as progress lines "
+                "(scripts/pull_progress.py)",
+                'if command -v python3 >/dev/null; then python3 "$NODE_RUN_DIR/scripts/'
+                'pull_progress.py" "$IMAGE"; else docker pull "$IMAGE"; fi',
+            ]
         lines += [
             f"# the pulled image must carry the recipe's digest (from {image.source_field}); a tag "
             "alone is never trusted",

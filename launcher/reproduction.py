@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from launcher.costgate import cost_line, worst_case_text
 from launcher.errors import BadInput
 from launcher.plan import Plan, build_plan
 from launcher.profile import Profile, load_profile
@@ -36,6 +37,7 @@ class Options:
     max_hours: float | None = None
     on_interrupt: str = "ask"
     runs_dir: Path | None = None
+    yes: bool = False  # the cost gate's question answered in advance (launcher/costgate.py)
 
 
 @dataclass(frozen=True)
@@ -148,23 +150,6 @@ def node_price(recipe: Recipe, profile: Profile) -> Any:
     )
 
 
-def cost_line(recipe: Recipe, price: Any) -> str:
-    hours = recipe.claimed_gpu_hours
-    if hours is None:
-        return "no GPU-hours in the recipe's result; cost unknown"
-    node_hours = hours / recipe.gpus_per_node
-    if price is None:
-        return (
-            f"{hours:g} GPU-hours (recipe result.gpu_hours); NO PRICE: the catalog has no "
-            f"on-demand price for {recipe.instance_type or 'this instance type'}, so no cost; "
-            "set price_per_hour in the profile or pass --price-per-hour"
-        )
-    return (
-        f"{hours:g} GPU-hours (recipe result.gpu_hours) = {node_hours:.3f} node-hours x "
-        f"${price.value:g}/h = ${node_hours * price.value:.2f}  [price: {price.source}]"
-    )
-
-
 def dry_run_text(prepared: Prepared, refusals: tuple[str, ...] = ()) -> str:
     """The header, the provisioning request (clouds) and the node script, byte for byte; a
     real run's refusals (check_before_start) are printed first, where nobody can miss them."""
@@ -179,6 +164,7 @@ def dry_run_text(prepared: Prepared, refusals: tuple[str, ...] = ()) -> str:
         f"# image     {plan.image_ref}  "
         f"({plan.built_image.describe(r) if plan.built_image else 'from ' + r.image.source_field})",
         f"# expected  {cost_line(r, prepared.price)}",
+        *_worst_lines(prepared),
         f"# claim     {r.claim['tokens_per_s_per_gpu']:g} tokens/s/GPU over steps "
         f"{r.window[0]}-{r.window[1]} of {r.steps_per_run}",
         f"# run id    {plan.run_id}; node run dir {plan.node_run_dir}",
@@ -195,6 +181,12 @@ def dry_run_text(prepared: Prepared, refusals: tuple[str, ...] = ()) -> str:
         ]
     lines += ["", "# ---- node script (node.sh), run detached on the node ----", plan.node_script]
     return "\n".join(lines)
+
+
+def _worst_lines(prepared: Prepared) -> list[str]:
+    """A launch's worst case (until its TTL), shown before anything is paid for."""
+    worst = worst_case_text(prepared)
+    return [] if worst is None else [f"# worst     {worst}"]
 
 
 def write_script(plan: Plan, path: Path) -> None:

@@ -171,7 +171,9 @@ def test_reproduce_on_aws_end_to_end(moto_aws, sshd, test_image, container_run_a
     recipe = write_recipe(tmp_path, test_image)
     profile = aws_profile(moto_aws, sshd, tmp_path, container_run_args)
     runs = tmp_path / "runs"
-    result = moto_aws.reproduce(str(recipe), "--cluster", str(profile), "--runs-dir", str(runs))
+    result = moto_aws.reproduce(
+        str(recipe), "--cluster", str(profile), "--runs-dir", str(runs), "--yes"
+    )
     rd = the_run_dir(runs, result)
     assert result.returncode == 0, explain(result, rd)
     assert "verdict: reproduced" in result.stderr
@@ -231,7 +233,9 @@ def test_failed_training_on_aws_is_exit_1_and_leaves_nothing(
         moto_aws, sshd, tmp_path, container_run_args, env={"STANDIN_FAIL_AT": "3"}
     )
     runs = tmp_path / "runs"
-    result = moto_aws.reproduce(str(recipe), "--cluster", str(profile), "--runs-dir", str(runs))
+    result = moto_aws.reproduce(
+        str(recipe), "--cluster", str(profile), "--runs-dir", str(runs), "--yes"
+    )
     rd = the_run_dir(runs, result)
     assert result.returncode == 1, explain(result, rd)
     assert "illegal memory access" in result.stderr  # the training's own error reaches the user...
@@ -254,7 +258,7 @@ def test_keep_leaves_only_the_instance_priced_and_down_ends_it(
     profile = aws_profile(moto_aws, sshd, tmp_path, container_run_args)
     runs = tmp_path / "runs"
     result = moto_aws.reproduce(
-        str(recipe), "--cluster", str(profile), "--runs-dir", str(runs), "--keep"
+        str(recipe), "--cluster", str(profile), "--runs-dir", str(runs), "--keep", "--yes"
     )
     rd = the_run_dir(runs, result)
     assert result.returncode == 0, explain(result, rd)

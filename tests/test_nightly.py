@@ -254,7 +254,7 @@ def test_real_path_invalid_recipe_is_recorded_failed_and_the_next_recipe_still_g
         assert hist.slugs() == sorted([a, b])
         assert all(r.state == "failed" for s in hist.slugs() for r in hist.runs(s))
     assert not any(
-        p.name != "history.sqlite" and p.suffix != ".md" for p in runs_dir.iterdir()
+        p.name != "history.sqlite" and p.suffix not in (".md", ".html") for p in runs_dir.iterdir()
     )  # no run dirs
     assert result.exit_code == 1
 

@@ -23,6 +23,7 @@ from launcher.errors import BadInput
 if TYPE_CHECKING:
     from launcher.clusters.base import Cluster, LaunchOptions
     from launcher.plan import Plan
+    from launcher.profile import Profile
 
 BACKENDS: dict[str, str] = {
     "local": "launcher.clusters.local",
@@ -45,6 +46,15 @@ def backend(kind: str) -> ModuleType:
             f"cluster kind {kind!r} is not one this launcher has ({', '.join(BACKENDS)})"
         )
     return import_module(path)
+
+
+def check_ready(profile: Profile) -> None:
+    """What a backend can check on this machine before a run directory exists (credentials, a
+    region): BadInput when a run could not start, so a refusal leaves nothing behind. Optional:
+    a backend module without `check_ready(profile)` needs nothing checked. No cloud call."""
+    check = getattr(backend(profile.kind), "check_ready", None)
+    if check is not None:
+        check(profile)
 
 
 def from_plan(plan: Plan, options: LaunchOptions, run_dir: Path) -> Cluster:

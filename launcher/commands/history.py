@@ -29,6 +29,7 @@ def run_history(
     db: Path | None = None,
     runs_dir: Path | None = None,
     cluster: str | None = None,
+    html_out: Path | None = None,
 ) -> int:
     """`reproduce history`: exit 0, or 1 when the latest run is a regression."""
     if limit < 1:
@@ -56,6 +57,14 @@ def run_history(
         slug = slug_of(recipe_or_slug)
         all_rows = runs_of_recipe(hist, slug, runs_dir=runs_dir, cluster=cluster)
     assessment = assess_history(all_rows)
+    page = None
+    if html_out is not None:  # every row: each run is assessed against those before it
+        from launcher.pages import write_history_page
+
+        try:
+            page = write_history_page(html_out, slug, all_rows, history_path=path)
+        except OSError as err:
+            raise BadInput(f"--html {html_out}: cannot write it: {err.strerror or err}") from None
     shown = all_rows[-limit:]
     if json_out:
         out = {
@@ -63,12 +72,15 @@ def run_history(
             "history": str(path),
             "runs": [r.to_dict() for r in shown],
             "latest": assessment.to_dict() if assessment else None,
+            "html": str(page) if page else None,
         }
         if imported is not None:
             out["import"] = imported
         print(json.dumps(out, indent=2))
     else:
         print(history_report(slug, shown, assessment), end="")
+        if page is not None:
+            print(f"history page: {page}")
     return 1 if assessment is not None and assessment.regression else 0
 
 
@@ -80,8 +92,10 @@ def run_nightly(
     history: Path | None = None,
     max_usd: float | None = None,
     max_hours: float | None = None,
+    yes: bool = False,
 ) -> int:
-    """`reproduce nightly`: each recipe's progress and the summary table, line by line."""
+    """`reproduce nightly`: each recipe's progress and the summary table, line by line (a
+    nightly runs unattended: plain lines, no live display, no question)."""
     from functools import partial
 
     from launcher.commands.run import ConsoleReporter
@@ -94,7 +108,8 @@ def run_nightly(
         history=history,
         max_usd=max_usd,
         max_hours=max_hours,
-        runner=partial(run_recipe, reporter=ConsoleReporter()),
+        yes=yes,
+        runner=partial(run_recipe, reporter=ConsoleReporter(live=False)),
         echo=print,
     )
     return result.exit_code

@@ -62,6 +62,9 @@ def run_measure(
     if json_out:
         payload = result.to_dict()
         payload["verdict"] = verdict.to_dict()
+        if verdict.status == "unreadable":  # bad input: the object says so, as every --json does
+            payload["error"] = f"{log}: {result.unreadable}"
+            payload["exit_code"] = UNREADABLE_EXIT
         print(json.dumps(json_safe(payload), allow_nan=False))
     elif verdict.status != "unreadable":
         print(render_summary(result, verdict))

@@ -1,19 +1,20 @@
 """`reproduce RECIPE` (run, --dry-run, --check), `reproduce attach` and `reproduce cancel`.
 
-The runner reports what happens through a Reporter; `ConsoleReporter` is the one a person sees:
-stage starts and ends, training steps and the verdict on stderr, each with the time since start,
-and the question after Ctrl-C when there is a terminal to ask on. Without a terminal the run is
+The runner reports what happens through a Reporter; `ConsoleReporter` (launcher/commands/
+console.py) is the one a person sees: the cost before anything is paid for (and the question,
+at a terminal), stage starts and ends, transfers, training steps and the verdict on stderr, and
+the question after Ctrl-C when there is a terminal to ask on. Without a terminal the run is
 unattended: a node lost for longer than the reconnect window is cancelled and released, since
-nobody is there to reattach.
+nobody is there to reattach, and a paid launch needs --yes or --max-usd (launcher/costgate.py).
 """
 
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
+from launcher.commands.console import ConsoleReporter
 from launcher.errors import BadInput
 from launcher.reproduction import (
     Options,
@@ -23,54 +24,6 @@ from launcher.reproduction import (
     prepare,
     write_script,
 )
-
-INTERRUPT_QUESTION = (
-    "\ninterrupted: [c]ancel the run on the node, or [d]etach and leave it running? [c/d] "
-)
-
-
-class ConsoleReporter:
-    """The runner's events on stderr (rich), so a long run shows where it is."""
-
-    def __init__(self, console: Any = None) -> None:
-        if console is None:
-            from rich.console import Console
-
-            console = Console(stderr=True, highlight=False)
-        self.console = console
-        self.started = time.monotonic()
-
-    def say(self, text: str) -> None:
-        """A closed terminal (EIO after SIGHUP) or a closed pipe drops the line, nothing more."""
-        elapsed = time.monotonic() - self.started
-        try:
-            self.console.print(
-                f"[{elapsed:7.1f}s] {text}", markup=False, highlight=False, soft_wrap=True
-            )
-        except (OSError, ValueError):
-            return
-
-    def stage(self, name: str, event: str, status: str) -> None:
-        self.say(f"stage {name} started" if event == "start" else f"stage {name} {status}")
-
-    def step(self, done: int, total: int | None) -> None:
-        self.say(f"train step {done}" + (f" of {total}" if total else ""))
-
-    def warn(self, text: str) -> None:
-        try:
-            print(text, file=sys.stderr, flush=True)
-        except (OSError, ValueError):
-            return
-
-    def choose(self) -> str:
-        """Ask on the terminal; without one (or on a second Ctrl-C) the run is cancelled."""
-        if not sys.stdin or not sys.stdin.isatty():
-            return "cancel"
-        try:
-            answer = input(INTERRUPT_QUESTION)
-        except (KeyboardInterrupt, EOFError):
-            return "cancel"
-        return "detach" if answer.strip().lower().startswith("d") else "cancel"
 
 
 def run_command(
@@ -102,12 +55,12 @@ def run_prepared(prepared: Prepared, options: Options, reporter: Any = None) -> 
     from launcher.runner.outcome import exit_code_of
     from launcher.runner.runner import Runner
 
-    runner = Runner(
-        reporter or ConsoleReporter(),
-        on_interrupt=options.on_interrupt,
-        unattended=not has_terminal(),
-    )
-    return exit_code_of(runner.run(prepared, options))
+    console = reporter or ConsoleReporter()
+    runner = Runner(console, on_interrupt=options.on_interrupt, unattended=not has_terminal())
+    try:
+        return exit_code_of(runner.run(prepared, options))
+    finally:
+        _close(console)
 
 
 def has_terminal() -> bool:
@@ -136,11 +89,21 @@ def _check(prepared: Prepared) -> int:
 
 def attach_command(run: str, runs_dir: Path | None, on_interrupt: str) -> int:
     """Follow a run in progress again to its end; the exit code a run ending so would have had."""
+    from launcher.rundir import RunDir
     from launcher.runner.outcome import exit_code_of
     from launcher.runner.runner import Runner
 
-    runner = Runner(ConsoleReporter(), on_interrupt=on_interrupt, unattended=not has_terminal())
-    return exit_code_of(runner.attach(run, runs_dir))
+    console = ConsoleReporter()
+    try:  # the cost so far counts from the run's acquisition, at its recorded price
+        rd = RunDir.find(run, runs_dir)
+        console.resume(rd.record(), rd.timeline().acquired_at)
+    except BadInput:
+        pass  # attach itself says what is wrong with the reference
+    runner = Runner(console, on_interrupt=on_interrupt, unattended=not has_terminal())
+    try:
+        return exit_code_of(runner.attach(run, runs_dir))
+    finally:
+        console.close()
 
 
 def cancel_command(run: str, runs_dir: Path | None) -> int:
@@ -149,3 +112,12 @@ def cancel_command(run: str, runs_dir: Path | None) -> int:
 
     Runner(ConsoleReporter()).cancel(run, runs_dir)
     return 0
+
+
+def _close(reporter: Any) -> None:
+    close = getattr(reporter, "close", None)
+    if callable(close):
+        try:
+            close()
+        except (OSError, ValueError):
+            pass

@@ -48,6 +48,8 @@ from launcher.parse.lines import (
     BARE,
     REPEATED_BYTES_RE,
     REPEATED_RE,
+    STEP_TIME_KEYS,
+    TRAIN_PERF_KEYS,
     argument,
     as_float,
     bare,
@@ -85,10 +87,6 @@ _KEEP_DONE = 4096  # released steps whose values a late line is checked against
 _FIRST_LINES = 5  # kept to show what the log looked like when nothing in it was recognised
 _EXAMPLES = 5
 
-# The train actor's perf dict: the keys that say so, and the step time (the second name: older
-# slime, the same sum of train wait and train time).
-TRAIN_PERF_KEYS = ("perf/actor_train_time", "perf/step_time", "perf/total_train_loop_time")
-STEP_TIME_KEYS = ("perf/step_time", "perf/total_train_loop_time")
 # What two lines for one step are compared on: indexes into MilesLogParser._values.
 _VALUE_NAMES = ("step", "loss", "grad_norm", "lr", "step_time", "actor_train_time", "tokens")
 _COMPARED = {"step": (1, 2, 3), "perf": (4, 5, 6)}

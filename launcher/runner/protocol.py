@@ -11,7 +11,9 @@ exactly that process group and the run's container. See docs/node-scripts.md.
 
 The node script marks its stages with lines `##reproduce stage=NAME event=start|end ...`
 (`STAGE_FUNCTIONS` prints them; `parse_marker` reads them); the timeline and the per-stage logs
-are built from those lines alone (docs/architecture.md, "Run directory").
+are built from those lines alone (docs/architecture.md, "Run directory"). Long stages also print
+progress lines (`##reproduce progress stage=NAME done=N total=M ...`, `Progress`) that the
+launcher shows while they run.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import posixpath
 import re
 import shlex
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 MARKER = "##reproduce"
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -142,6 +145,97 @@ def parse_marker(line: bytes) -> dict[str, str] | None:
     if "stage" not in fields or fields.get("event") not in ("start", "end"):
         return None
     return fields
+
+
+# Progress inside a long stage (an image pull, a download, an upload): the node prints
+#   ##reproduce progress stage=NAME done=N [total=M] [unit=bytes|files|items] [item=LABEL]
+# at most about once a second, `done` cumulative for the whole stage and never decreasing, and a
+# last line with done=total. It is not a stage marker (no event=): the timeline ignores it, and it
+# stays in the stage's log. docs/architecture.md ("The node protocol") describes it.
+PROGRESS_WORD = "progress"
+PROGRESS_UNITS = ("bytes", "files", "items")
+_PROGRESS_LINE = re.compile(
+    rb"^" + re.escape(f"{MARKER} {PROGRESS_WORD} ".encode()) + rb"([^\n]{1,1024}?)\r?\n",
+    re.MULTILINE,
+)
+
+
+@dataclass(frozen=True)
+class Progress:
+    """One progress line, read: how far a stage's transfer (or other long work) has come."""
+
+    stage: str
+    done: int
+    total: int | None = None
+    unit: str = "bytes"
+    item: str = ""
+    t: float | None = None
+
+    def line(self) -> str:
+        """The line as the node prints it (what the node programs must print, for tests)."""
+        words = [f"stage={shlex.quote(self.stage)}", f"done={self.done}"]
+        if self.total is not None:
+            words.append(f"total={self.total}")
+        words.append(f"unit={self.unit}")
+        if self.item:
+            words.append(f"item={shlex.quote(self.item)}")
+        if self.t is not None:
+            words.append(f"t={self.t:.3f}")
+        return f"{MARKER} {PROGRESS_WORD} {' '.join(words)}"
+
+
+def parse_progress(text: bytes | str) -> Progress | None:
+    """`##reproduce progress stage=image done=5 total=9 unit=bytes` -> Progress; else None.
+
+    Anything malformed (no stage, a count that is not a non-negative integer, an unknown unit, a
+    total below done) is not progress: a node program's bad line never breaks the run's display.
+    """
+    data = text.encode() if isinstance(text, str) else text
+    if not data.endswith(b"\n"):
+        data += b"\n"
+    match = _PROGRESS_LINE.match(data)
+    return _progress_of(match.group(1)) if match else None
+
+
+def progress_in(chunk: bytes) -> list[Progress]:
+    """The last complete progress line of each stage in a chunk of node output, in order.
+
+    Only the last counts: after a reconnect a chunk may hold minutes of lines, and the display
+    wants where the stage is now. A line cut at the chunk's end is left for the next chunk.
+    """
+    last: dict[str, Progress] = {}
+    if f"{MARKER} {PROGRESS_WORD} ".encode() not in chunk:
+        return []
+    for match in _PROGRESS_LINE.finditer(chunk):
+        found = _progress_of(match.group(1))
+        if found is not None:
+            last.pop(found.stage, None)
+            last[found.stage] = found
+    return list(last.values())
+
+
+def _progress_of(words_text: bytes) -> Progress | None:
+    try:
+        words = shlex.split(words_text.decode(errors="replace"))
+    except ValueError:
+        return None
+    fields = dict(w.split("=", 1) for w in words if "=" in w)
+    try:
+        done = int(fields["done"])
+        total = int(fields["total"]) if fields.get("total", "") not in ("", "?") else None
+        t = float(fields["t"]) if "t" in fields else None
+    except (KeyError, ValueError):
+        return None
+    unit = fields.get("unit") or "bytes"
+    stage = fields.get("stage", "")
+    if (
+        not stage
+        or done < 0
+        or (total is not None and (total < 0 or total < done))
+        or unit not in PROGRESS_UNITS
+    ):
+        return None
+    return Progress(stage, done, total, unit, fields.get("item", "")[:200], t)
 
 
 def prepare_dir_command(node_run_dir: str) -> str:

@@ -6,7 +6,11 @@ console; tests and unattended callers pass nothing and get `QuietReporter`.
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from launcher.runner.protocol import Progress
 
 INTERRUPT_CHOICES = ("ask", "cancel", "detach")
 
@@ -22,6 +26,20 @@ class Reporter(Protocol):
 
     def step(self, done: int, total: int | None) -> None:
         """Training reached `done` optimizer steps (of `total`, when the recipe says)."""
+
+    def step_time(self, step: int, seconds: float) -> None:
+        """miles measured optimizer step `step` (0-based) at `seconds`: the current speed."""
+
+    def progress(self, progress: Progress) -> None:
+        """A long stage's transfer moved on (a node's `##reproduce progress` line)."""
+
+    def cost(self, gate: Any) -> None:
+        """Before anything is paid for: the plan's header, its cost and its worst case
+        (`gate` is a launcher.costgate.CostGate; typed loosely: the gate imports the run's
+        front half, which imports this module)."""
+
+    def confirm(self, question: str) -> bool:
+        """Ask the person at the terminal a yes/no question; False when nobody can answer."""
 
     def warn(self, text: str) -> None:
         """Something the user must see even when nothing else is shown (teardown in progress)."""
@@ -42,6 +60,18 @@ class QuietReporter:
     def step(self, done: int, total: int | None) -> None:
         return None
 
+    def step_time(self, step: int, seconds: float) -> None:
+        return None
+
+    def progress(self, progress: Progress) -> None:
+        return None
+
+    def cost(self, gate: Any) -> None:
+        return None
+
+    def confirm(self, question: str) -> bool:
+        return False
+
     def warn(self, text: str) -> None:
         return None
 
@@ -54,38 +84,46 @@ class FailSafeReporter:
 
     After SIGHUP (the terminal closed) every write to it raises EIO; the cancel and the release
     that follow must still run to the end, and a question that cannot be asked is answered
-    "cancel".
+    "cancel" (after Ctrl-C) or "no" (the cost gate). A reporter written before an event existed
+    (a test's, another tool's) simply does not get it.
     """
 
     def __init__(self, inner: Reporter) -> None:
         self.inner = inner
 
-    def say(self, text: str) -> None:
+    def _call(self, name: str, *args: Any) -> Any:
+        method: Callable[..., Any] | None = getattr(self.inner, name, None)
+        if method is None:
+            return None
         try:
-            self.inner.say(text)
+            return method(*args)
         except (OSError, ValueError):  # EIO/EPIPE on a closed terminal, a closed file
-            return
+            return None
+
+    def say(self, text: str) -> None:
+        self._call("say", text)
 
     def stage(self, name: str, event: str, status: str) -> None:
-        try:
-            self.inner.stage(name, event, status)
-        except (OSError, ValueError):
-            return
+        self._call("stage", name, event, status)
 
     def step(self, done: int, total: int | None) -> None:
-        try:
-            self.inner.step(done, total)
-        except (OSError, ValueError):
-            return
+        self._call("step", done, total)
+
+    def step_time(self, step: int, seconds: float) -> None:
+        self._call("step_time", step, seconds)
+
+    def progress(self, progress: Progress) -> None:
+        self._call("progress", progress)
+
+    def cost(self, gate: Any) -> None:
+        self._call("cost", gate)
+
+    def confirm(self, question: str) -> bool:
+        return self._call("confirm", question) is True
 
     def warn(self, text: str) -> None:
-        try:
-            self.inner.warn(text)
-        except (OSError, ValueError):
-            return
+        self._call("warn", text)
 
     def choose(self) -> str:
-        try:
-            return self.inner.choose()
-        except (OSError, ValueError):
-            return "cancel"
+        answer = self._call("choose")
+        return answer if isinstance(answer, str) else "cancel"

@@ -20,7 +20,9 @@ from typing import TYPE_CHECKING, Any
 from launcher import clusters
 from launcher.budget import Budget
 from launcher.clusters.base import Cluster, LaunchOptions, Node
+from launcher.costgate import pass_gate
 from launcher.errors import BadInput, InfraError, ReproduceError
+from launcher.pages import write_run_page_safely
 from launcher.recipe import Recipe
 from launcher.rundir import FINAL_STATES, RunDir, default_runs_root
 from launcher.runner import staging
@@ -29,6 +31,7 @@ from launcher.runner.reporter import INTERRUPT_CHOICES, FailSafeReporter, QuietR
 from launcher.runner.session import RunSession, Settings
 from launcher.runner.signals import signals_cancel
 from launcher.runner.stream import follow_lock
+from launcher.runs import ended_message
 
 if TYPE_CHECKING:
     from launcher.plan import Plan
@@ -82,8 +85,13 @@ class Runner:
         if start.refusals:
             raise BadInput(start.refusals[0])
         budget = start.budget
+        # Before the run directory and any cloud call: what this machine can check (credentials)
+        # and the cost gate (shown, then confirmed, --yes, or a budget); a refusal leaves nothing.
+        clusters.check_ready(profile)
+        gate = pass_gate(prepared, options, self.reporter, attended=not self.settings.unattended)
         root = options.runs_dir or default_runs_root()
         run_dir = RunDir.create(root, recipe.slug, plan.run_id)  # BadInput for a used --run-id
+        run_dir.update_record(cost=gate.to_record())
         run_dir.write_inputs(
             recipe_text=recipe.text,
             profile=profile.path.read_text(encoding="utf-8"),
@@ -99,6 +107,7 @@ class Runner:
             )
         finally:
             record_history(run_dir.path, root, warn=self.reporter.warn)
+            write_run_page_safely(run_dir.path, warn=self.reporter.warn)
 
     def execute(
         self,
@@ -176,11 +185,18 @@ class Runner:
                     run.release()
         finally:
             record_history(rd.path, warn=self.reporter.warn)
+            write_run_page_safely(rd.path, warn=self.reporter.warn)
 
     def cancel(self, ref: str, runs_root: Path | None = None) -> RunDir:
         """Stop a run's processes and container on its nodes, collect what it printed, release."""
         rd = RunDir.find(ref, runs_root)
         record = rd.record()
+        status = rd.status()
+        if status.get("state") in FINAL_STATES:
+            # Nothing of it runs any more; cancelling would rewrite its record (and release a
+            # node kept with --keep). Say so instead.
+            self.reporter.say(ended_message(rd, record, status))
+            return rd
         if "node" not in record or "cluster" not in record:
             rd.set_status("cancelled", "cancelled before it reached a node")
             return rd
@@ -204,6 +220,7 @@ class Runner:
                     rd.set_status("cancelled", "cancelled with `reproduce cancel`")
                 finally:
                     run.release()
+                    write_run_page_safely(rd.path, warn=self.reporter.warn)
         except BadInput:
             # A live follower holds the run: it sees the run end, collects and releases itself.
             self.reporter.say(

@@ -19,10 +19,11 @@ from pathlib import Path
 from typing import IO, Any, TypeVar
 
 from launcher.errors import BadInput, InfraError
+from launcher.parse.lines import last_step_time
 from launcher.parse.miles import last_step
 from launcher.rundir import TRAIN_STAGE, RunDir, RunDirUnwritable, Timeline
 from launcher.runner.execution import Execution
-from launcher.runner.protocol import parse_marker
+from launcher.runner.protocol import parse_marker, progress_in
 from launcher.runner.reporter import Reporter
 
 READ_CHUNK = 1 << 20
@@ -214,6 +215,11 @@ class Follower:
         self.splitter = LogSplitter(logs, timeline, on_marker=on_marker)
 
     def _on_data(self, chunk: bytes) -> None:
+        for progress in progress_in(chunk):  # a long stage's transfer (protocol.Progress)
+            self.reporter.progress(progress)
+        timed = last_step_time(chunk)  # the current speed, shown with the step
+        if timed is not None:
+            self.reporter.step_time(*timed)
         step = last_step(chunk)
         if step is not None and step != self.last_step:
             self.last_step = step

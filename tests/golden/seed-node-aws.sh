@@ -84,7 +84,8 @@ _stage_end
 # ---- stage image: pull the training image by digest and verify the digest
 _stage_begin image
 command -v docker >/dev/null || { echo 'docker is not installed on this node (profile runtime: docker)' >&2; exit 1; }
-docker pull "$IMAGE"
+# docker pull under a pseudo-terminal, its bytes printed as progress lines (scripts/pull_progress.py)
+if command -v python3 >/dev/null; then python3 "$NODE_RUN_DIR/scripts/pull_progress.py" "$IMAGE"; else docker pull "$IMAGE"; fi
 # the pulled image must carry the recipe's digest (from stack.source); a tag alone is never trusted
 docker image inspect --format '{{range .RepoDigests}}{{println .}}{{end}}' "$IMAGE" > "$NODE_RUN_DIR/image.digests"
 if ! grep -qxF "$IMAGE" "$NODE_RUN_DIR/image.digests"; then

@@ -32,7 +32,14 @@ from launcher.clusters.aws.requests import ApiCall, to_jsonable
 if TYPE_CHECKING:
     from launcher.clusters.aws.cluster import AwsCluster
 
-__all__ = ["ApiCall", "from_plan", "from_record", "provisioning_calls", "to_jsonable"]
+__all__ = [
+    "ApiCall",
+    "check_ready",
+    "from_plan",
+    "from_record",
+    "provisioning_calls",
+    "to_jsonable",
+]
 
 
 def from_plan(
@@ -56,6 +63,14 @@ def from_plan(
         state_path=Path(run_dir) / "aws.json",
         log=log,
     )
+
+
+def check_ready(profile: Any) -> None:
+    """Credentials and a known region, checked before the run directory exists (the backend
+    registry's optional hook): without them BadInput, and nothing is made. No AWS call."""
+    from launcher.clusters.aws.session import make_session
+
+    make_session(profile.get("region", None))
 
 
 def from_record(record: Mapping[str, Any], *, log: Callable[[str], Any] = print) -> AwsCluster:
