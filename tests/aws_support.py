@@ -210,15 +210,7 @@ def seed_recipe():
 
 def two_node_recipe(tmp: Path):
     """The seed on 2 nodes (16 GPUs, DP 16): the case that needs a placement group."""
-    from launcher.recipe import load_recipe
-
-    raw = yaml.safe_load(SEED.read_text())
-    raw["gpu"]["count"] = 16
-    raw["layout"]["dp"] = 16
-    raw["run"] = raw["run"].replace("--actor-num-nodes 1", "--actor-num-nodes 2")
-    path = tmp / "two-node.yaml"
-    path.write_text(yaml.safe_dump(raw, sort_keys=False))
-    return load_recipe(path)
+    return nodes_recipe(tmp, 2)
 
 
 class BannerServer:
@@ -380,3 +372,96 @@ def loopback_sshd(root: Path, address: str, port: int | None = None, user_key: P
             f"sshd on {address} did not start: {server.log.read_text()[-2000:]}"
         ) from err
     return server
+
+
+# A subnet of 127.0.0.0/24 in moto gives its instances 127.0.0.4, .5, ... in launch order: the
+# "private addresses" of a cluster's nodes are then loopback addresses an sshd can listen on.
+LOOPBACK_VPC = "127.0.0.0/16"
+LOOPBACK_SUBNET = "127.0.0.0/24"
+WORKER_ADDRESSES = ("127.0.0.5", "127.0.0.6", "127.0.0.7")  # nodes 1-3 of a 4-node launch
+OPERATOR_KEY = "operator"
+
+
+@dataclass
+class LoopbackNodes:
+    """The SSH side of a multi-node launch on one machine: the session's sshd is the head
+    (dialled at connect_host 127.0.0.1), one sshd per worker on its "private address" at the
+    same port, each with its own host key, reachable by the launcher only through the head."""
+
+    head: Any
+    workers: dict[str, Any]
+
+    def fingerprint(self, private_ip: str | None) -> str:
+        worker = self.workers.get(str(private_ip))
+        return (worker or self.head).host_fingerprint
+
+    def stop(self) -> None:
+        for worker in self.workers.values():
+            worker.stop()
+
+
+@pytest.fixture(scope="module")
+def loopback_nodes(sshd, tmp_path_factory):
+    workers = {}
+    try:
+        for address in WORKER_ADDRESSES:
+            root = tmp_path_factory.mktemp(f"node-{address}")
+            workers[address] = loopback_sshd(
+                root, address, port=sshd.port, user_key=sshd.identity_file
+            )
+        nodes = LoopbackNodes(sshd, workers)
+        yield nodes
+    finally:
+        for worker in workers.values():
+            worker.stop()
+
+
+def multinode_fields(aws: RecordingSession, nodes: LoopbackNodes) -> dict[str, Any]:
+    """Profile fields for a launch whose nodes are `nodes`: a loopback subnet, the sshd user's key
+    imported as the key pair, and each instance's console showing its own sshd's fingerprint."""
+    ec2 = aws._real.client("ec2")
+    vpc = ec2.create_vpc(CidrBlock=LOOPBACK_VPC)["Vpc"]["VpcId"]
+    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock=LOOPBACK_SUBNET, AvailabilityZone="us-east-1a")[
+        "Subnet"
+    ]["SubnetId"]
+    pub = Path(f"{nodes.head.identity_file}.pub").read_bytes()
+    ec2.import_key_pair(KeyName=OPERATOR_KEY, PublicKeyMaterial=pub)
+
+    def console_of(params: dict) -> dict:
+        [inst] = ec2.describe_instances(InstanceIds=[params["InstanceId"]])["Reservations"][0][
+            "Instances"
+        ]
+        if inst["AmiLaunchIndex"] == 0:  # the head: dialled at connect_host, the session's sshd
+            return console(nodes.head.host_fingerprint)
+        return console(nodes.fingerprint(inst.get("PrivateIpAddress")))
+
+    aws.canned["get_console_output"] = console_of
+    return {
+        "subnet_id": subnet,
+        "key_name": OPERATOR_KEY,
+        "identity_file": str(nodes.head.identity_file),
+        "user": nodes.head.user,
+        "port": nodes.head.port,
+        "connect_host": "127.0.0.1",
+        "ready_timeout_s": 20,
+    }
+
+
+def nodes_recipe(tmp: Path, nodes: int):
+    """The seed on `nodes` nodes (8 GPUs each, DP over all of them)."""
+    from launcher.recipe import load_recipe
+
+    raw = yaml.safe_load(SEED.read_text())
+    raw["gpu"]["count"] = 8 * nodes
+    raw["layout"]["dp"] = 8 * nodes
+    raw["run"] = raw["run"].replace("--actor-num-nodes 1", f"--actor-num-nodes {nodes}")
+    path = tmp / f"{nodes}-node.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return load_recipe(path)
+
+
+def live_with_operator_key(ec2: Any) -> dict[str, list[str]]:
+    """live_resources, the operator's own (imported) key pair aside: it is not the run's."""
+    live = live_resources(ec2)
+    live["key_pairs"] = [k for k in live["key_pairs"] if k != OPERATOR_KEY]
+    return live

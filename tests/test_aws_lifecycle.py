@@ -10,16 +10,19 @@ import stat
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
-from aws_support import (
+from aws_support import (  # noqa: F401 - fixtures
     NOTHING,
     ami,
     aws,
     banner,
     live_resources,
+    live_with_operator_key,
     load,
+    loopback_nodes,
+    multinode_fields,
     seed_recipe,
     two_node_recipe,
-)  # noqa: F401
+)
 
 from launcher.clusters.aws import from_record
 from launcher.clusters.aws.cluster import AwsCluster
@@ -113,17 +116,20 @@ def test_launch_wait_release_leaves_nothing(aws, ami, tmp_path, banner):
     assert json.loads((tmp_path / "run" / "aws.json").read_text())["released"] is True
 
 
-def test_two_nodes_placement_group_and_an_eip_each(aws, ami, tmp_path, banner):
-    c = cluster(aws, ami, tmp_path, recipe=two_node_recipe(tmp_path), port=banner.port)
+@pytest.mark.ssh
+def test_two_nodes_placement_group_and_one_elastic_ip(aws, ami, tmp_path, loopback_nodes):
+    fields = multinode_fields(aws, loopback_nodes)
+    c = cluster(aws, ami, tmp_path, recipe=two_node_recipe(tmp_path), **fields)
     nodes = c.acquire()
     assert len(nodes) == 2 and len({n.meta["instance_id"] for n in nodes}) == 2
+    assert nodes[1].via == nodes[0]  # reached through the head
     pg = aws.calls.one("create_placement_group")
     assert pg["Strategy"] == "cluster"
     assert aws.calls.one("run_instances")["Placement"] == {"GroupName": pg["GroupName"]}
-    assert len(aws._real.client("ec2").describe_addresses()["Addresses"]) == 2
+    assert len(aws._real.client("ec2").describe_addresses()["Addresses"]) == 1
     c.release()
     assert aws.calls.one("delete_placement_group") == {"GroupName": pg["GroupName"]}
-    assert live_resources(aws._real.client("ec2")) == NOTHING
+    assert live_with_operator_key(aws._real.client("ec2")) == NOTHING
 
 
 def test_capacity_block_launch_sends_the_reservation_target_and_market_type(

@@ -5,6 +5,11 @@ default profile); the calls it sent are read back from the run directory's aws-c
 compared with the dry run's list for the same recipe, profile, run id, owner and clock: the same
 operations in the same order, and every printed value that is not a `<placeholder>` sent as
 printed. A poll (waiting until running, until status ok) is one printed call sent several times.
+
+The 4-node case launches into a moto subnet of 127.0.0.0/24 and reaches its nodes over real sshd
+(the head on 127.0.0.1, the others at 127.0.0.5-7 through it: tests/aws_support.py). moto keeps
+no placement group (the recording session's stand-in does) and only the first network card of
+each instance, so what is compared for those is what the launcher sent.
 """
 
 from __future__ import annotations
@@ -20,9 +25,12 @@ from aws_support import (  # noqa: F401 - fixtures
     aws,
     banner,
     live_resources,
+    live_with_operator_key,
     load,
+    loopback_nodes,
+    multinode_fields,
+    nodes_recipe,
     seed_recipe,
-    two_node_recipe,
 )
 
 from launcher.clusters.aws import provisioning_calls
@@ -80,7 +88,7 @@ def polls_once(sent: list[dict]) -> list[dict]:
 
 CASES = {
     "one node": lambda tmp: (seed_recipe(), {}),
-    "two nodes": lambda tmp: (two_node_recipe(tmp), {}),
+    "four nodes": lambda tmp: (nodes_recipe(tmp, 4), {}),
     "capacity block": lambda tmp: (
         seed_recipe(),
         {
@@ -92,11 +100,16 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_the_launch_sends_what_the_dry_run_printed_in_order(aws, ami, tmp_path, banner, case):
+def test_the_launch_sends_what_the_dry_run_printed_in_order(
+    aws, ami, tmp_path, banner, case, request
+):
     aws._real.client("ssm").put_parameter(Name=PARAMETER, Value=ami, Type="String")
     aws.canned["describe_capacity_reservations"] = {"CapacityReservations": [RESERVATION]}
     recipe, fields = CASES[case](tmp_path)
-    profile = load(tmp_path, port=banner.port, ami=f"ssm:{PARAMETER}", **fields)
+    fields = {"port": banner.port, **fields}
+    if recipe.nodes > 1:  # real sshd: the workers are reached through the head
+        fields.update(multinode_fields(aws, request.getfixturevalue("loopback_nodes")))
+    profile = load(tmp_path, ami=f"ssm:{PARAMETER}", **fields)
     printed = provisioning_calls(recipe, profile, "p1", owner="alice", now=NOW)
 
     cluster = AwsCluster(
@@ -125,7 +138,7 @@ def test_the_launch_sends_what_the_dry_run_printed_in_order(aws, ami, tmp_path, 
     assert "PRIVATE KEY" not in record.read_text() and "KeyMaterial" not in record.read_text()
 
     cluster.release()
-    assert live_resources(aws._real.client("ec2")) == NOTHING
+    assert live_with_operator_key(aws._real.client("ec2")) == NOTHING
     after = [json.loads(line)["operation"] for line in record.read_text().splitlines()]
     assert "TerminateInstances" in after[len(sent) :]  # the teardown's calls are recorded too
 

@@ -3,7 +3,9 @@
 acquire runs the launch program (program.py) in SEND mode, the same steps the dry run printed;
 every call it sends is written to run_dir/aws-calls.jsonl and every id to run_dir/aws.json the
 moment it exists, so `reproduce down RUN` and `reproduce reap` can end it whatever happens to this
-process. Nodes are reached with the SSH transport of launcher/clusters/ssh.py, unchanged.
+process. Nodes are reached with the SSH transport of launcher/clusters/ssh.py: the head directly,
+every other node through the head (`Node.via`: an SSH jump to its private address), so the runner
+needs no AWS knowledge to follow N nodes.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import secrets
 import socket
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,6 +35,7 @@ if TYPE_CHECKING:
 
 CALLS_FILE = "aws-calls.jsonl"
 RELEASE_ATTEMPTS = 5  # a teardown stopped by something not AWS's (EIO from a print) goes again
+HEALTH_EVERY_S = 10.0  # lost_nodes asks EC2 at most this often (one DescribeInstances)
 
 
 class AwsCluster:
@@ -93,6 +97,9 @@ class AwsCluster:
         self._released = False
         self._transports: list[Any] = []
         self.nodes: list[Node] = []
+        self.health_every_s = HEALTH_EVERY_S
+        self._health_at = 0.0
+        self._lost: list[str] = []
 
     # --- clients -------------------------------------------------------------------------------
     @property
@@ -131,7 +138,8 @@ class AwsCluster:
         """Launch (or target) the nodes and return them once each answers SSH."""
         s = self.settings
         if s is None:  # restored from a record: the nodes it already has
-            return [Node(**n) for n in self.state.data["nodes"]]
+            self.nodes = [Node(**n) for n in self.state.data["nodes"]]
+            return list(self.nodes)
         self.session  # noqa: B018 - credentials and region first: nothing is created without them
         self.state.set(
             region=self.region,
@@ -188,12 +196,14 @@ class AwsCluster:
         )
 
     def transport(self, node: Node) -> Any:
-        """The SSH transport of launcher/clusters/ssh.py, set up as the ssh cluster sets it up."""
+        """The SSH transport of launcher/clusters/ssh.py, set up as the ssh cluster sets it up;
+        a node behind the head (`via`) goes through the head's transport (one connection)."""
         from launcher.clusters.ssh import SSHSettings, SSHTransport
 
         for existing in self._transports:
             if existing.node == node:
                 return existing
+        jump = self.transport(node.via) if node.via is not None else None
         opts = self.ssh_opts
         launched = bool(node.meta.get("launched"))
         known_hosts = opts.get("known_hosts")
@@ -221,9 +231,35 @@ class AwsCluster:
                 or bool(opts.get("accept_unknown_host")),
             }
         )
-        transport = SSHTransport(node, settings)
+        transport = SSHTransport(node, settings, jump=jump)
         self._transports.append(transport)
         return transport
+
+    def lost_nodes(self) -> list[str]:
+        """The nodes EC2 no longer runs (terminated, stopped: a spot interruption, a failed
+        host), one sentence each naming the node, so a run stops on a lost node at once instead
+        of waiting out the SSH timeouts. One DescribeInstances at most every health_every_s; an
+        answer AWS cannot give now (throttled, offline) is no news."""
+        ids = {str(n.meta["instance_id"]): n for n in self.nodes if n.meta.get("instance_id")}
+        now = time.monotonic()
+        if not ids or self._lost or now - self._health_at < self.health_every_s:
+            return list(self._lost)
+        self._health_at = now
+        try:
+            resp = self.ec2.describe_instances(
+                Filters=[{"Name": "instance-id", "Values": sorted(ids)}]
+            )
+        except Exception:  # noqa: BLE001 - no answer is not a lost node
+            return []
+        seen = {i["InstanceId"]: i for r in resp.get("Reservations", []) for i in r["Instances"]}
+        for iid, node in ids.items():
+            inst = seen.get(iid)
+            state = inst["State"]["Name"] if inst else "gone"
+            if state in ("running", "pending"):
+                continue
+            reason = ((inst or {}).get("StateReason") or {}).get("Message")
+            self._lost.append(f"{node.name} ({iid}) is {state}" + (f": {reason}" if reason else ""))
+        return list(self._lost)
 
     def release(self) -> None:
         """End what this launch made (never a targeted instance); idempotent and resumable.
@@ -346,16 +382,20 @@ class AwsCluster:
         launched: bool,
         ami_id: str | None,
         identity_file: str | None,
+        via: Node | None = None,
     ) -> Node:
+        """A launched (or targeted) instance as a Node: the head dialled at connect_host or its
+        public address, any other node at its private address from the head (`via`)."""
         s = self.settings
         assert s is not None
         private = inst.get("PrivateIpAddress") or _primary_private_ip(inst)
-        public = inst.get("PublicIpAddress")
-        dial = s.connect_host or public or private
+        public = inst.get("PublicIpAddress") if via is None else None
+        dial = (s.connect_host or public or private) if via is None else private
         return Node(
             name=f"node{index}",
             host=str(private or dial),
             connect_host=dial,
+            via=via,
             port=s.port,
             user=s.user,
             identity_file=os.path.expanduser(identity_file) if identity_file else None,
@@ -372,14 +412,23 @@ class AwsCluster:
         )
 
     def _wait_ssh(self, nodes: list[Node], deadline: float) -> None:
+        """Until each node's sshd greets: dialled from here, or through the head for a node
+        behind it (the head's own connection must work: a refused key is no reason to wait)."""
         s = self.settings
         assert s is not None
         timeout_s = min(s.connect_timeout_s, 10.0)
         for node in nodes:
-            where = f"{node.connect_host}:{node.port}"
             host, port = node.connect_host or node.host, node.port
+            where = f"{host}:{port}"
+            jump = None
+            if node.via is not None:
+                jump = self.transport(node.via)
+                where += f" through {node.via.name}"
+                jump.connect()
 
-            def answers(host: str = host, port: int = port) -> bool:
+            def answers(host: str = host, port: int = port, jump: Any = jump) -> bool:
+                if jump is not None:
+                    return ssh_banner_through(jump, host, port, timeout_s)
                 return ssh_banner(host, port, timeout_s)
 
             wait_until(
@@ -452,6 +501,21 @@ def ssh_banner(host: str, port: int, timeout_s: float) -> bool:
         return False
 
 
+def ssh_banner_through(jump: Any, host: str, port: int, timeout_s: float) -> bool:
+    """ssh_banner, dialled from the jump node (an SSHTransport) instead of from here."""
+    try:
+        chan = jump.open_tunnel(host, port, timeout_s)
+    except InfraError:
+        return False
+    try:
+        chan.settimeout(timeout_s)
+        return bool(chan.recv(64).startswith(b"SSH-"))
+    except (OSError, EOFError):
+        return False
+    finally:
+        chan.close()
+
+
 def _primary_private_ip(inst: dict) -> str | None:
     for eni in inst.get("NetworkInterfaces", []):
         if eni.get("PrivateIpAddress"):
@@ -460,12 +524,5 @@ def _primary_private_ip(inst: dict) -> str | None:
 
 
 def _node_record(node: Node) -> dict:
-    return {
-        "name": node.name,
-        "host": node.host,
-        "connect_host": node.connect_host,
-        "port": node.port,
-        "user": node.user,
-        "identity_file": node.identity_file,
-        "meta": node.meta,
-    }
+    """aws.json's record of a node (its head, as `via`, nested): Node(**record) restores it."""
+    return asdict(node)

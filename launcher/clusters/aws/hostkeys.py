@@ -38,40 +38,55 @@ def fingerprints(console: str) -> list[str]:
 
 
 def host_keys(launch: Launch, api: Executor) -> None:
-    """Each launched node's host key fingerprints, from its console output (node.meta)."""
+    """Each launched node's host key fingerprints, from its console output (node.meta).
+
+    The nodes are waited for together, within one host_key_wait_s: a cluster of many nodes
+    whose consoles show nothing must not wait that long once per node.
+    """
     note = "the SSH host key fingerprints cloud-init printed: the key SSH accepts (no TOFU)"
     if api.mode is Mode.CHECK:
         return  # nothing was launched to read
-    for index in range(launch.s.nodes):
-        if api.mode is Mode.PRINT:
+    if api.mode is Mode.PRINT:
+        for index in range(launch.s.nodes):
             iid = rq.placeholder(f"instance of node {index}")
             api.read("ec2", "GetConsoleOutput", {"InstanceId": iid, "Latest": True}, note, "")
-            continue
-        node = launch.nodes[index]
-        found, why = _wait_for_fingerprints(launch, api, str(node.meta["instance_id"]))
-        if found:
-            node.meta["host_key_fingerprints"] = found
-            launch.log(f"aws: {node.name} host key pinned to its console: {', '.join(found)}")
-        else:
+        return
+    until = time.monotonic() + launch.s.host_key_wait_s
+    waiting = list(launch.nodes)
+    why = {}
+    while True:
+        for node in list(waiting):
+            iid = str(node.meta["instance_id"])
+            found, failed = _console_fingerprints(api, iid)
+            if failed:
+                why[node.name] = failed
+            if found or failed:
+                waiting.remove(node)
+            if found:
+                node.meta["host_key_fingerprints"] = found
+                launch.log(f"aws: {node.name} host key pinned to its console: {', '.join(found)}")
+        if not waiting or time.monotonic() >= until:
+            break
+        stop_if_over(api.over_budget)
+        time.sleep(api.poll_s)
+    for node in waiting:
+        why[node.name] = f"within host_key_wait_s={launch.s.host_key_wait_s:g} s"
+    for node in launch.nodes:
+        if node.name in why:
             node.meta["host_key"] = "trusted on first use"
             launch.log(
                 f"aws: no SSH host key fingerprints on the console of {node.meta['instance_id']} "
-                f"{why}: its key is trusted on first use (recorded in the run's aws_known_hosts)"
+                f"{why[node.name]}: its key is trusted on first use (recorded in the run's "
+                "aws_known_hosts)"
             )
 
 
-def _wait_for_fingerprints(launch: Launch, api: Executor, iid: str) -> tuple[list[str], str]:
-    until = time.monotonic() + launch.s.host_key_wait_s
+def _console_fingerprints(api: Executor, iid: str) -> tuple[list[str], str]:
+    """The fingerprints on an instance's console now, or why they cannot be read ('' if they
+    may still come)."""
     params = {"InstanceId": iid, "Latest": True}
-    while True:
-        try:
-            resp: Any = api.read("ec2", "GetConsoleOutput", params, "", f"reading {iid}'s console")
-        except ReproduceError as err:  # not allowed, throttled: fall back, saying why
-            return [], f"(GetConsoleOutput failed: {err})"
-        found = fingerprints(str((resp or {}).get("Output") or ""))
-        if found:
-            return found, ""
-        if time.monotonic() >= until:
-            return [], f"within host_key_wait_s={launch.s.host_key_wait_s:g} s"
-        stop_if_over(api.over_budget)
-        time.sleep(api.poll_s)
+    try:
+        resp: Any = api.read("ec2", "GetConsoleOutput", params, "", f"reading {iid}'s console")
+    except ReproduceError as err:  # not allowed, throttled: fall back, saying why
+        return [], f"(GetConsoleOutput failed: {err})"
+    return fingerprints(str((resp or {}).get("Output") or "")), ""

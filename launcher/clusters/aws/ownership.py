@@ -197,6 +197,9 @@ def _sort_out_instances(
             unseen.remove(iid)
             if not judge("instances", iid, inst.get("Tags")):
                 d["instances"].remove(iid)
+            elif inst["State"]["Name"] == "terminated":  # a lost node (spot, by hand): ended
+                d["instances"].remove(iid)
+                d["terminated"] = sorted(set(d.get("terminated", [])) | {iid})
         if not unseen or time.monotonic() >= until:
             break
         time.sleep(poll_s)

@@ -55,6 +55,7 @@ def launch_program(launch: Launch) -> list[Step]:
         prov.wait_status_ok,
         prov.wait_ssh,
         hostkeys.host_keys,
+        prov.wait_behind_head,
     ]
 
 

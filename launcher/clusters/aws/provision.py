@@ -1,9 +1,15 @@
 """The launch program's later steps: what is created for the run, then waited for.
 
 Every id is written to aws.json (Launch.save) the moment AWS returns it, before the next call, so
-`reproduce down` finds whatever a crash left. The nodes are made in one RunInstances call (all or
-nothing, one placement group when there are several); each gets an Elastic IP, because AWS gives
-no public address to an instance with several network interfaces (docs/aws.md).
+`reproduce down` finds whatever a crash left. The nodes are made in one RunInstances call with
+MinCount = MaxCount = the recipe's node count (all or nothing, in one cluster placement group when
+there are several): a partial answer, or a node that never becomes ready, fails the launch and
+the caller releases everything at once.
+
+Only the head (node 0) gets an Elastic IP: AWS gives no public address to an instance with several
+network interfaces, and its default quota is 5 Elastic IPs per region, so one per node would stop
+most accounts at 6 nodes. The other nodes are reached through the head: an SSH jump to their
+private addresses, which the security group's self-referencing rule lets through (docs/aws.md).
 """
 
 from __future__ import annotations
@@ -168,6 +174,15 @@ def _launched(launch: Launch, instances: list[dict], zone: str) -> None:
             launch.state.add("instances", inst["InstanceId"])
     launch.save(pending_launch=None, availability_zone=zone)
     launch.deadline = time.monotonic() + launch.s.ready_timeout_s
+    wanted = launch.s.nodes
+    if len(instances) != wanted:
+        # MinCount = MaxCount makes EC2 launch all or none; an answer with fewer is not a cluster
+        # the recipe can run on, and every instance in it bills: end them all (the caller does)
+        raise InfraError(
+            f"AWS launched {len(instances)} of the {wanted} {launch.s.instance_type} instances "
+            f"asked for ({', '.join(launch.ids) or 'none'}); the recipe needs all {wanted} "
+            "nodes at once, so everything launched is being torn down"
+        )
     launch.log(
         f"aws: launched {', '.join(launch.ids)} ({launch.s.instance_type}, "
         f"{rq.capacity_words(launch.s)}); waiting until running"
@@ -206,31 +221,44 @@ def wait_running(launch: Launch, api: Executor) -> None:
 
 
 def addresses(launch: Launch, api: Executor) -> None:
-    """An Elastic IP per node that has no usable public address, then the nodes themselves."""
+    """ONE Elastic IP, for the head, when it has no usable public address; then the nodes: the
+    head dialled from here, every other node through the head at its private address."""
     s = launch.s
-    for index in range(s.nodes):
-        inst = launch.instances[index] if api.sending else {}
-        public = inst.get("PublicIpAddress")
-        if s.elastic_ip and (not api.sending or not public or launch.interfaces > 1):
-            public = _elastic_ip(launch, api, index, inst)
-        if api.sending:
-            assert launch.make_node is not None
-            inst = {**inst, "PublicIpAddress": public}
-            node = launch.make_node(inst, index, True, launch.ami_id, launch.identity_file)
-            launch.nodes.append(node)
+    head = launch.instances[0] if api.sending else {}
+    public = head.get("PublicIpAddress")
+    if s.elastic_ip and (not api.sending or not public or launch.interfaces > 1):
+        public = _elastic_ip(launch, api, head)
+    if not api.sending:
+        return
+    assert launch.make_node is not None
+    first = {**head, "PublicIpAddress": public}
+    head_node = launch.make_node(first, 0, True, launch.ami_id, launch.identity_file)
+    launch.nodes = [head_node]
+    for index, inst in enumerate(launch.instances[1:], start=1):
+        node = launch.make_node(
+            inst, index, True, launch.ami_id, launch.identity_file, via=head_node
+        )
+        launch.nodes.append(node)
 
 
-def _elastic_ip(launch: Launch, api: Executor, index: int, inst: dict) -> str | None:
+def _elastic_ip(launch: Launch, api: Executor, inst: dict) -> str | None:
+    note = "node 0: an Elastic IP for SSH (several interfaces get no public address)"
+    if launch.s.nodes > 1:
+        note = (
+            "node 0, the head: the run's ONE Elastic IP (several interfaces get no public "
+            f"address; the default quota is 5 per region); nodes 1-{launch.s.nodes - 1} are "
+            "reached through the head (SSH jump to their private addresses)"
+        )
     alloc = api.create(
         "AllocateAddress",
         rq.allocate_address_request(launch.tags),
-        f"node {index}: an Elastic IP for SSH (several interfaces get no public address)",
+        note,
         "allocating an Elastic IP",
     )
     if alloc is None:  # printed or checked: nothing was allocated
         params = rq.associate_address_request(
-            rq.placeholder(f"allocation of node {index}"),
-            rq.placeholder(f"primary interface of node {index}"),
+            rq.placeholder("allocation of node 0"),
+            rq.placeholder("primary interface of node 0"),
         )
         api.create("AssociateAddress", params, "", "attaching the Elastic IP", dry_run=False)
         return None
@@ -292,10 +320,19 @@ def wait_status_ok(launch: Launch, api: Executor) -> None:
 
 
 def wait_ssh(launch: Launch, api: Executor) -> None:
-    """Until each node answers SSH (no AWS call: nothing to print or check)."""
+    """Until the head answers SSH (no AWS call: nothing to print or check)."""
     if api.sending:
         assert launch.wait_ssh is not None
-        launch.wait_ssh(launch.nodes, launch.deadline)
+        launch.wait_ssh([n for n in launch.nodes if n.via is None], launch.deadline)
+
+
+def wait_behind_head(launch: Launch, api: Executor) -> None:
+    """Until every other node answers SSH through the head (no AWS call). After the host keys:
+    the head's own connection, which carries the others', checks its pinned key."""
+    behind = [n for n in launch.nodes if n.via is not None]
+    if api.sending and behind:
+        assert launch.wait_ssh is not None
+        launch.wait_ssh(behind, launch.deadline)
 
 
 def target_node(launch: Launch, api: Executor) -> None:

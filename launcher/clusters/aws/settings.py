@@ -97,6 +97,11 @@ def settings_from(recipe: Any, profile: Any) -> AwsSettings:
     cidr = get("ssh_cidr")
     if cidr is not None:
         cidr = _check_cidr(str(cidr), f"{where}: ssh_cidr")
+    if get("instance_id") and int(recipe.nodes) > 1:
+        raise BadInput(
+            f"{where}: instance_id targets one existing instance, but the recipe needs "
+            f"{recipe.nodes} nodes; leave instance_id out to launch them (one placement group)."
+        )
     price = get("price_per_hour")
     ttl_hours = _finite(where, "ttl_hours", get("ttl_hours"), above=0.0, at_most=MAX_TTL_HOURS)
     return AwsSettings(
