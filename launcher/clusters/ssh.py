@@ -43,6 +43,10 @@ DEFAULT_IO_TIMEOUT_S = 60.0
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 
+class NoSftp(InfraError):  # noqa: N818 - named for what the host lacks, as InfraError is named
+    """The host's sshd refuses the SFTP subsystem: files cannot reach the node (exit 3)."""
+
+
 class ConnectionLost(InfraError):  # noqa: N818 - named for what happened, as InfraError is
     """The SSH connection broke during an operation; the node itself may be fine."""
 
@@ -313,8 +317,23 @@ class SSHTransport:
                 timeout=self.settings.connect_timeout_s
             )
             chan.settimeout(self.settings.io_timeout_s)
-            with self._deadline(self.settings.io_timeout_s):
-                chan.invoke_subsystem("sftp")
+            transport = self._client.get_transport()
+            try:
+                with self._deadline(self.settings.io_timeout_s):
+                    chan.invoke_subsystem("sftp")
+            except paramiko.SSHException:
+                # The server said no to the subsystem over a connection that is still up: not a
+                # lost connection (which would be retried and reported as one), a host setup.
+                if transport is None or not transport.is_active():
+                    raise
+                chan.close()
+                raise NoSftp(
+                    f"the SSH server on {self._where()} has no SFTP subsystem (it refused the "
+                    "request); reproduce copies files to the node over SFTP.",
+                    hint="Enable it in the host's sshd_config (e.g. `Subsystem sftp "
+                    "internal-sftp` or `Subsystem sftp /usr/lib/openssh/sftp-server`) and "
+                    "reload sshd.",
+                ) from None
             self._sftp = paramiko.SFTPClient(chan)
         return self._sftp
 

@@ -97,16 +97,29 @@ def failure(
     stage = failed_stage(timeline)
     logs = logs if logs is not None else rd.logs
     log = logs / f"{stage}.log" if stage else logs / "node.log"
+    if not log.is_file():  # the stage printed nothing: its output went to its report, if any
+        log = logs / "node.log"
     tail = tail_of(log)
     where = f"in stage {stage} " if stage else ""
     how = f"with exit code {code}" if code is not None else "without an exit code (killed?)"
     on = f" on {node}" if node else ""
-    message = f"the node script failed{on} {where}{how}; see {log}.{tail}"
+    report = report_of(rd, stage, logs)
+    see = f"see {report} (its report) and {log}" if report else f"see {log}"
+    message = f"the node script failed{on} {where}{how}; {see}.{tail}"
     detail = check_detail(rd, stage, None if logs == rd.logs else logs)
     if detail:
         message = f"{detail}\n{message}"
     error: ReproduceError = CheckFailed(message) if stage in CHECK_STAGES else InfraError(message)
     return stage, error
+
+
+def report_of(rd: RunDir, stage: str | None, logs: Path) -> Path | None:
+    """The file a checking stage wrote its findings to (preflight.json, preflight-gpu.json,
+    stack.json), when the node sent it back: what a person should open first."""
+    if stage not in ("preflight", "preflight-gpu", "stack"):
+        return None
+    path = (rd.path if logs == rd.logs else logs) / f"{stage}.json"
+    return path if path.is_file() else None
 
 
 def tail_of(log: Path) -> str:
