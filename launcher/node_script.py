@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import re
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -101,25 +102,25 @@ class ScriptContext(Placement):
     def docker(self) -> bool:
         return self.profile.get("runtime") == "docker"
 
-    def in_image(self, command: str, *, gpus: bool = True, hf_token: bool = False) -> str:
+    def in_image(self, command: str, *, gpus: bool = True, host_user: bool = False) -> str:
         """A one-off command in the training image: docker run, a Ray job, or the host itself.
 
-        `hf_token`: this command (the asset download, and nothing else) gets HF_TOKEN; node.sh
-        keeps it in an unexported variable, so no other process of the run sees it.
+        No container gets HF_TOKEN: the commands that talk to the Hub run on the host
+        (launcher/asset_stages.py). `host_user`: the container runs as the host's uid, so what
+        it writes (the rows) the host can later hash, link and upload.
         """
-        token = 'HF_TOKEN="$HF_TOKEN" ' if hf_token else ""
         if self.profile.kind == "ray":
             return (
-                f"{token}ray job submit --address {q(str(self.profile.get('address')))} "
+                f"ray job submit --address {q(str(self.profile.get('address')))} "
                 '--working-dir "$NODE_RUN_DIR/scripts" -- bash -c '
                 f"{q('REPRODUCE_SCRIPTS=$PWD; ' + command)}"
             )
         if not self.docker:
-            return token + command
+            return command
         gpu = '"${GPU_ARGS[@]}" ' if gpus else ""
-        env = "-e HF_TOKEN " if hf_token else ""
+        user = '--user "$(id -u):$(id -g)" ' if host_user else ""
         return (
-            f'{token}docker run --rm {gpu}{env}"${{DOCKER_ARGS[@]}}" "${{EFA_ARGS[@]}}" "$IMAGE" '
+            f'docker run --rm {gpu}{user}"${{DOCKER_ARGS[@]}}" "${{EFA_ARGS[@]}}" "$IMAGE" '
             f"bash -c {q(command)}"
         )
 
@@ -157,7 +158,7 @@ class ScriptContext(Placement):
             f"{self.node_run_dir}/scripts:{CONTAINER_SCRIPTS}:ro",
         ]
         # names only: docker copies the values from the node script's environment (secrets never
-        # on a command line; HF_TOKEN only to the download: in_image(hf_token=True))
+        # on a command line; HF_TOKEN to no container)
         names = ["RUN_ID", "NODE_RUN_DIR", "REPRODUCE_OUT_DIR", "HF_CKPT", "TORCH_DIST", "SFT_DATA"]
         if self.recipe.nodes > 1:
             names += ["NODE_RANK", "HEAD_ADDR"]
@@ -252,69 +253,6 @@ class ScriptContext(Placement):
             f"--expect {q(json.dumps(expect, sort_keys=True))}"
         )
         return f'{self.in_image(probe, gpus=True)} > "$NODE_RUN_DIR/stack.json"'
-
-    def asset_lines(self) -> list[str]:
-        a = self.assets
-        lines = []
-        if a.hf_repo:
-            dl = (
-                f'python3 "{self.scripts}/fetch_assets.py" hf-checkpoint --repo {q(a.hf_repo)} '
-                f'--revision {q(a.hf_revision or "main")} --dest "$HF_CKPT"'
-            )
-            lines.append(
-                _comment(
-                    f"# Hugging Face checkpoint {a.hf_repo} at {a.hf_revision or 'main'} (skipped "
-                    "when complete)"
-                )
-            )
-            lines.append(f"{self.in_image(dl, gpus=False, hf_token=True)}")
-        lines.append(
-            "# the converted checkpoint: done when latest_checkpointed_iteration.txt says release"
-        )
-        convert = (
-            f'cd {MILES_DIR} && MODEL_ARGS_LINE="$(python3 '
-            "miles/utils/external_utils/model_args_utils.py "
-            f'{q(self._model_args_name())})" && read -ra MODEL_ARGS <<< "$MODEL_ARGS_LINE" && '
-            f"PYTHONPATH={MILES_PYTHONPATH} torchrun --nproc-per-node {self.recipe.gpus_per_node} "
-            f'tools/convert_hf_to_torch_dist.py "${{MODEL_ARGS[@]}}" --hf-checkpoint "$HF_CKPT" '
-            f'--save "$TORCH_DIST"'
-        )
-        lines.append(
-            'if ! grep -qx release "$TORCH_DIST/latest_checkpointed_iteration.txt" 2>/dev/null; '
-            "then"
-        )
-        lines.append(f"  {self.in_image(_with_nvls_off(convert))}")
-        lines.append("fi")
-        lines.append("# the training rows ($SFT_DATA): present and byte-identical to the recipe's")
-        lines.append('if [ ! -f "$SFT_DATA" ]; then')
-        builder = str(
-            (self.recipe.dataset.get("build") or {}).get("builder", "see workload.dataset.build")
-        )
-        message = (
-            f"rows missing; build them with the recipe's builder ({builder}) "
-            "or set assets.sft_data in the profile: "
-        )
-        lines.append(f'  echo {q(message)}"$SFT_DATA" >&2')
-        lines.append("  exit 1")
-        lines.append("fi")
-        if a.parquet_sha256:
-            lines.append(
-                f'echo {q(a.parquet_sha256 + "  ")}"$SFT_DATA" | sha256sum --check --strict -'
-            )
-        lines.append(
-            "# every row through the rollout function's own checks (length, loss mask) before a "
-            "GPU minute"
-        )
-        check = (
-            f'python3 "{self.scripts}/pretokenized_sft_rollout.py" --check "$SFT_DATA" '
-            f"--row-tokens {self.recipe.row_tokens}"
-        )
-        lines.append(self.in_image(check, gpus=False))
-        return lines
-
-    def _model_args_name(self) -> str:
-        m = re.search(r"model_args_utils\.py\s+([A-Za-z0-9_.-]+)", self.recipe.run_script)
-        return m.group(1) if m else self.recipe.model
 
     def ray_lines(self) -> list[str]:
         """Start the head Ray controlled by this run; its stop joins the container's cleanup."""
@@ -413,7 +351,11 @@ def _heredoc_tag(body: str, base: str) -> str:
     return tag
 
 
-def render_node_script(ctx: ScriptContext, stages: list[Stage]) -> str:
+def render_node_script(
+    ctx: ScriptContext, stages: list[Stage], after_training: Sequence[str] = ()
+) -> str:
+    """node.sh: the header, the node's stages in order, then ray and train in the container;
+    `after_training` runs once the container ended (the asset uploads finish: asset_stages)."""
     r, p = ctx.recipe, ctx.profile
     by = {s.name: s for s in stages}
     digest = hashlib.sha256(r.text.encode()).hexdigest()
@@ -446,7 +388,7 @@ def render_node_script(ctx: ScriptContext, stages: list[Stage]) -> str:
         "",
         "# Secrets (HF_TOKEN) arrive in a 0600 file that is read first and deleted; never echoed,"
         " never exported:",
-        "# only the asset download gets HF_TOKEN.",
+        "# only the host's asset commands (resolve, fetch) get HF_TOKEN, no container does.",
         'HF_TOKEN="${HF_TOKEN:-}"',
         "export -n HF_TOKEN",
         f'if [ -f "$NODE_RUN_DIR/{SECRETS_FILE}" ]; then . "$NODE_RUN_DIR/{SECRETS_FILE}"; '
@@ -507,7 +449,7 @@ def render_node_script(ctx: ScriptContext, stages: list[Stage]) -> str:
         head += ["_cleanup() { :; }", "trap _on_exit EXIT", "EFA_ARGS=()"]
 
     body: list[str] = []
-    for name in ("preflight", "image", "preflight-gpu", "stack", "assets"):
+    for name in ("preflight", "resolve", "image", "preflight-gpu", "stack", "assets", "convert"):
         stage = by[name]
         body += ["", _comment(f"# ---- stage {name}: {stage.title}"), f"_stage_begin {name}"]
         body += list(stage.commands)
@@ -560,5 +502,5 @@ def render_node_script(ctx: ScriptContext, stages: list[Stage]) -> str:
         ]
     else:
         body += ['bash -c "$CONTAINER_SCRIPT"']
-    body += ["", DONE_LINE, "exit", "}", ""]
+    body += [*after_training, "", DONE_LINE, "exit", "}", ""]
     return "\n".join(head + body)

@@ -13,6 +13,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from launcher import asset_stages
 from launcher.errors import BadInput
 from launcher.images.record import BuiltImage, profile_image
 from launcher.node_script import Assets, Placement, ScriptContext, Stage, render_node_script
@@ -37,6 +38,7 @@ class Plan(Placement):
         default_factory=tuple
     )  # ApiCall objects (aws), printed by the dry run
     built_image: BuiltImage | None = None  # the profile's image, built FROM the recipe's
+    asset_spec: dict[str, Any] | None = None  # what the node resolves (launcher/asset_stages.py)
 
     @property
     def image_ref(self) -> str:
@@ -67,6 +69,7 @@ class Plan(Placement):
             "cache_dir": self.cache_dir,
             "container": self.container,
             "assets": self.assets.__dict__,
+            "asset_spec": self.asset_spec,
             "stages": [s.to_dict() for s in self.stages],
             "provisioning": [asdict(call) for call in self.provisioning],  # aws ApiCalls
         }
@@ -102,6 +105,7 @@ def build_plan(
     built = profile_image(recipe, profile)  # BadInput when it is not built FROM the recipe's
 
     ctx = ScriptContext(recipe, profile, run_id, node_run_dir, cache_dir, container, assets, built)
+    on_assets = asset_stages.render(ctx)
     stages = [
         Stage("acquire", "acquire the node(s)", "launcher", tuple(_acquire_lines(profile, recipe))),
         Stage(
@@ -112,6 +116,7 @@ def build_plan(
             if preflight_on
             else ("# skipped (--skip-preflight or preflight.enabled: false)",),
         ),
+        on_assets.resolve,
         Stage(
             "image",
             "pull the training image by digest and verify the digest",
@@ -132,12 +137,8 @@ def build_plan(
             "container",
             (ctx.stack_check(),),
         ),
-        Stage(
-            "assets",
-            "checkpoint, converted checkpoint and rows, verified",
-            "container",
-            tuple(ctx.asset_lines()),
-        ),
+        on_assets.assets,
+        on_assets.convert,
         Stage("ray", "start Ray in the training container", "container", tuple(ctx.ray_lines())),
         Stage(
             "train",
@@ -159,7 +160,7 @@ def build_plan(
             "release", "release what this run acquired", "launcher", tuple(_release_lines(profile))
         ),
     ]
-    script = render_node_script(ctx, stages)
+    script = render_node_script(ctx, stages, on_assets.after_training)
     return Plan(
         recipe,
         profile,
@@ -172,6 +173,7 @@ def build_plan(
         script,
         tuple(provisioning),
         built,
+        on_assets.spec,
     )
 
 

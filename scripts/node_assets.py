@@ -15,6 +15,7 @@ the training image for `build-rows`; never imports `launcher`. The launcher writ
     node_assets.py fetch --spec SPEC --plan PLAN NAME...   (rows = what the rows need)
     node_assets.py build-rows --spec SPEC --plan PLAN      (in the image; no network; CPU)
     node_assets.py source --plan PLAN NAME                 (prints the planned source word)
+    node_assets.py begin --spec SPEC NAME                  (the node starts making NAME here)
     node_assets.py seal --spec SPEC NAME                   (a manifest for what the node made)
     node_assets.py push --spec SPEC NAME                   (cache -> store, manifest last)
     node_assets.py verify --spec SPEC NAME
@@ -317,6 +318,18 @@ def build_rows(
     return summary
 
 
+def begin(spec: dict[str, Any], name: str) -> None:
+    """Mark NAME's directory as being made (the conversion), so that a run cut short leaves an
+    unfinished attempt the next resolve converts again, not files no manifest describes."""
+    asset = asset_spec.assets_by_name(spec)[name]
+    path = Path(asset["path"])
+    other = cache_occupant(path, identity(asset))
+    if other is not None:
+        raise Failed(f"asset {name}: {path} holds {other}; nothing was overwritten")
+    path.mkdir(parents=True, exist_ok=True)
+    (path / PENDING).write_text(json.dumps(identity(asset), sort_keys=True) + "\n")
+
+
 def seal(
     spec: dict[str, Any], name: str, *, threads: int = 8, log: Log = stderr_log
 ) -> dict[str, Any]:
@@ -335,6 +348,7 @@ def seal(
     if not manifest["files"]:
         raise Failed(f"asset {name}: {path} is empty")
     asset_store.write_local_manifest(path, manifest)
+    (path / PENDING).unlink(missing_ok=True)
     log(f"{name}: sealed {path} ({len(manifest['files'])} files, {manifest['total_bytes']} bytes)")
     return manifest
 
@@ -420,6 +434,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--plan", type=Path, required=True)
     s.add_argument("name", choices=asset_spec.NAMES, metavar="NAME")
     for cmd, text in (
+        ("begin", "mark an asset's directory as being made here (the conversion)"),
         ("seal", "record the manifest of what this node made"),
         ("push", "upload a cached asset to the store"),
         ("verify", "check a cached asset against its manifest"),
@@ -464,6 +479,9 @@ def run(args: argparse.Namespace) -> int:
     if args.command == "build-rows":
         summary = build_rows(spec, _load_plan(args.plan), encoder=args.encoder)
         print(json.dumps(summary or {"status": "not built"}, sort_keys=True))
+        return 0
+    if args.command == "begin":
+        begin(spec, args.name)
         return 0
     if args.command == "seal":
         seal(spec, args.name, threads=args.threads)

@@ -199,10 +199,12 @@ def test_reproduce_on_aws_end_to_end(moto_aws, sshd, test_image, container_run_a
     stages = timeline["stages"]
     assert [s["name"] for s in stages] == [
         "preflight",
+        "resolve",
         "image",
         "preflight-gpu",
         "stack",
         "assets",
+        "convert",
         "ray",
         "train",
     ]

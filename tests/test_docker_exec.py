@@ -57,10 +57,12 @@ def test_pull_by_digest_then_ray_and_standin_miles_then_measure(
     stages = rd.timeline().stages
     assert [s["name"] for s in stages] == [
         "preflight",
+        "resolve",
         "image",
         "preflight-gpu",
         "stack",
         "assets",
+        "convert",
         "ray",
         "train",
     ]
@@ -101,7 +103,11 @@ def test_wrong_digest_is_refused_and_nothing_runs(
     assert err.value.exit_code == 3
     assert image.ref in str(err.value)  # the tail of the image stage's log names what was refused
     stages = rd.timeline().stages
-    assert [(s["name"], s["status"]) for s in stages] == [("preflight", "ok"), ("image", "failed")]
+    assert [(s["name"], s["status"]) for s in stages] == [
+        ("preflight", "ok"),
+        ("resolve", "ok"),
+        ("image", "failed"),
+    ]
     assert "SHOULD-NOT-RUN" not in (rd.logs / "node.log").read_text()
     assert not (rd.path / "image.json").exists() and not (rd.path / "steps.jsonl").exists()
     assert containers_named(plan.container) == [] and rd.status()["state"] == "failed"
@@ -236,7 +242,11 @@ echo "token-in-training=$(printenv HF_TOKEN || echo absent)"
     assert (node / "pid").read_text().strip() == str(rd.record()["pid"])
     assert getattr(outcome, "state", None) == "done", (outcome, rd.status())
     assert "token-in-training=absent" in (rd.logs / "train.log").read_text()
-    assert rd.record()["collected"] == ["image.json", "stack.json"]  # preflight is off here
+    assert rd.record()["collected"] == [
+        "assets-plan.json",
+        "image.json",
+        "stack.json",
+    ]  # preflight is off here
     assert json.loads((rd.path / "image.json").read_text())["digest"] == test_image.digest
     assert not (rd.path / "aws.json").exists() and not (rd.path / "extra.json").exists()
     assert rd.record()["slug"] == plan.recipe.slug

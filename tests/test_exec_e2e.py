@@ -54,10 +54,12 @@ def test_reproduce_recipe_over_ssh_end_to_end(sshd, test_image, container_run_ar
     stages = json.loads((rd / "timeline.json").read_text())["stages"]
     assert [s["name"] for s in stages] == [
         "preflight",
+        "resolve",
         "image",
         "preflight-gpu",
         "stack",
         "assets",
+        "convert",
         "ray",
         "train",
     ]

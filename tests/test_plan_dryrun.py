@@ -131,10 +131,12 @@ def test_plan_stages_in_order_and_the_same_object_renders_the_script() -> None:
     assert [s.name for s in plan.stages] == [
         "acquire",
         "preflight",
+        "resolve",
         "image",
         "preflight-gpu",
         "stack",
         "assets",
+        "convert",
         "ray",
         "train",
         "collect",
@@ -142,10 +144,20 @@ def test_plan_stages_in_order_and_the_same_object_renders_the_script() -> None:
     ]
     order = [
         plan.node_script.index(f"_stage_begin {s}")
-        for s in ("preflight", "image", "preflight-gpu", "stack", "assets", "ray", "train")
+        for s in (
+            "preflight",
+            "resolve",
+            "image",
+            "preflight-gpu",
+            "stack",
+            "assets",
+            "convert",
+            "ray",
+            "train",
+        )
     ]
     assert order == sorted(order)
-    assert plan.to_dict()["stages"][7]["commands"][0] == load_recipe(SEED).run_script.rstrip("\n")
+    assert plan.to_dict()["stages"][9]["commands"][0] == load_recipe(SEED).run_script.rstrip("\n")
 
 
 def test_skip_preflight_removes_the_checks() -> None:

@@ -1,6 +1,6 @@
 """The node script the Plan renders, executed by bash with stand-in `docker`, `python3`, `ray` and
-`torchrun` on PATH (as in test_plan_quoting): HF_TOKEN reaches the asset download and no other
-process; text written into node.sh while it runs never runs; directories others could write to
+`torchrun` on PATH (as in test_plan_quoting): HF_TOKEN reaches the host's asset commands (resolve,
+fetch) and no container; text written into node.sh while it runs never runs; directories others could write to
 are refused; a profile cannot point the token at another credential or put the run inside the
 cache that containers may write."""
 
@@ -41,7 +41,7 @@ esac
 exit 0
 """
 STUB_LOGGER = r"""#!/bin/bash
-printf '%s %s env=%s\x1e' "$(basename "$0")" "$(basename "${1:-}")" "${HF_TOKEN-unset}" >> "$STUB_LOG"
+printf '%s %s %s env=%s\x1e' "$(basename "$0")" "$(basename "${1:-}")" "${2:-}" "${HF_TOKEN-unset}" >> "$STUB_LOG"
 [ "$(basename "$0")" = python3 ] && echo '{"ok": true, "checks": []}'
 exit 0
 """
@@ -102,19 +102,23 @@ def _execute(tmp_path: Path, plan: Plan, secrets: str = "", **env: str):
     return proc, calls
 
 
-def test_hf_token_reaches_the_download_and_nothing_else(tmp_path: Path) -> None:
+def test_hf_token_reaches_the_hosts_asset_commands_and_no_container(tmp_path: Path) -> None:
     plan = _plan(tmp_path)
     proc, calls = _execute(tmp_path, plan, secrets="HF_TOKEN=hf_canary\n")
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    with_token = [c for c in calls if "hf_canary" in c]
+    # exactly the host's commands that may talk to the Hub: resolve, then fetch (rows, checkpoint)
+    assert with_token == [
+        "python3 node_assets.py resolve env=hf_canary",
+        "python3 node_assets.py fetch env=hf_canary",
+        "python3 node_assets.py fetch env=hf_canary",
+    ], calls
     runs = [c for c in calls if c.startswith("docker-run")]
-    download = [c for c in runs if "fetch_assets.py" in c]
-    assert download == [f"docker-run flag=yes env=hf_canary cmd={_cmd(download[0])}"]
-    # the download's own program (run "in the container" by the stand-in) has it too
-    assert "python3 fetch_assets.py env=hf_canary" in calls
-    others = [c for c in calls if c not in download and "fetch_assets.py" not in c]
-    assert others and all("hf_canary" not in c and "flag=yes" not in c for c in others), others
+    assert runs and all("flag=no env=unset" in c for c in runs), runs  # no container gets it
     training = [c for c in runs if "recipe run block" in c or "set -euo pipefail" in c]
     assert training, runs  # the training container is among those that did not get it
+    build = [c for c in runs if "HF_HUB_OFFLINE=1" in c]
+    assert build, runs  # nor the rows build
     assert not Path(plan.node_run_dir, ".secrets.env").exists()  # read, then deleted
 
 

@@ -9,6 +9,7 @@ byte for byte where it was meant to go.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -144,8 +145,12 @@ def test_hostile_values_are_never_executed(tmp_path: Path) -> None:
     assert preflight[preflight.index("--cuda") + 1] == "13.0 " + EVIL[1]
     docker_runs = [c for c in calls if c[:2] == ["docker", "run"]]
     assert docker_runs and all(EVIL[6] in c for c in docker_runs)
-    fetch = next(c for c in calls if c[0] == "python3" and c[1].endswith("fetch_assets.py"))
-    assert fetch[fetch.index("--revision") + 1] == "v1.0-evil"
+    # the recipe's asset values reach the node programs as the spec, byte for byte (a heredoc)
+    resolve = next(c for c in calls if c[0] == "python3" and c[1:3][-1] == "resolve")
+    spec = json.loads(Path(resolve[resolve.index("--spec") + 1]).read_text())
+    assert spec == plan.asset_spec
+    ckpt = next(a for a in spec["assets"] if a["name"] == "hf_ckpt")
+    assert ckpt["revision"] == "v1.0-evil" and ckpt["repo"] == "evil/repo.v1"
     for marker in ("preflight", "image", "stack", "assets", "ray", "train"):
         assert f"##reproduce stage={marker} event=end status=ok" in proc.stdout
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from launcher.errors import CheckFailed, InfraError, Interrupted, ReproduceError
 from launcher.rundir import TRAIN_STAGE, RunDir, Timeline
+from launcher.runner.protocol import ASSET_PLAN_FILE
 
 if TYPE_CHECKING:
     from launcher.measure import Result
@@ -26,6 +27,10 @@ if TYPE_CHECKING:
 # infrastructure's (exit 3): a node that fails the preflight (too few GPUs, a bad GPU, no EFA), no
 # docker, a pull or a download that failed, Ray that did not start.
 CHECK_STAGES = frozenset({"stack", TRAIN_STAGE})
+# These stages' node programs exit 1 when the recipe's assets say no (an asset nobody can supply,
+# rows or a tokenizer whose hash differs from the recipe's: a check) and 3 when the network, the
+# store or the disk failed (infrastructure); docs/assets.md, "The node programs".
+CHECK_ON_EXIT_1 = frozenset({"resolve", "assets"})
 _TAIL_LINES = 8
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
@@ -68,6 +73,14 @@ def check_detail(rd: RunDir, stage: str | None, where: Path | None = None) -> st
             return parse_report(path.read_text(errors="replace")).summary()
         except ReproduceError:
             return None
+    if stage == "resolve":
+        try:
+            plan = json.loads((where / ASSET_PLAN_FILE).read_text()) or {}
+        except (OSError, ValueError):
+            plan = {}
+        problems = [str(p) for p in plan.get("problems") or []]
+        if problems:
+            return "the run's assets cannot all be supplied:\n  " + "\n  ".join(problems)
     if stage == "stack":
         try:
             report = json.loads((where / "stack.json").read_text()) or {}
@@ -109,7 +122,8 @@ def failure(
     detail = check_detail(rd, stage, None if logs == rd.logs else logs)
     if detail:
         message = f"{detail}\n{message}"
-    error: ReproduceError = CheckFailed(message) if stage in CHECK_STAGES else InfraError(message)
+    check = stage in CHECK_STAGES or (stage in CHECK_ON_EXIT_1 and code == 1)
+    error: ReproduceError = CheckFailed(message) if check else InfraError(message)
     return stage, error
 
 

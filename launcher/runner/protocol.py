@@ -42,8 +42,16 @@ END_MARK = f"{STATE_DIR}/finished"
 SECRETS_FILE = ".secrets.env"
 # Every process of a run carries RUN_MARK=<its node run dir> in its environment (set at launch).
 RUN_MARK = "REPRODUCE_RUN_DIR"
+# Where each asset of the run came from: the resolve stage's plan (launcher/asset_stages.py).
+ASSET_PLAN_FILE = "assets-plan.json"
 # The files collected back into the run directory: these names and no others.
-RESULT_FILES = ("preflight.json", "preflight-gpu.json", "image.json", "stack.json")
+RESULT_FILES = (
+    "preflight.json",
+    "preflight-gpu.json",
+    "image.json",
+    "stack.json",
+    ASSET_PLAN_FILE,
+)
 RESULT_MAX_BYTES = 4 << 20
 
 # A directory the run writes to and trusts: created 0700 when missing; otherwise it must be a

@@ -21,7 +21,7 @@ REPRODUCE_OUT_DIR="$NODE_RUN_DIR/out"  # the only one a container may write
 export RUN_ID NODE_RUN_DIR REPRODUCE_OUT_DIR HF_CKPT TORCH_DIST SFT_DATA
 
 # Secrets (HF_TOKEN) arrive in a 0600 file that is read first and deleted; never echoed, never exported:
-# only the asset download gets HF_TOKEN.
+# only the host's asset commands (resolve, fetch) get HF_TOKEN, no container does.
 HF_TOKEN="${HF_TOKEN:-}"
 export -n HF_TOKEN
 if [ -f "$NODE_RUN_DIR/.secrets.env" ]; then . "$NODE_RUN_DIR/.secrets.env"; rm -f "$NODE_RUN_DIR/.secrets.env"; fi
@@ -81,6 +81,106 @@ _stage_begin preflight
 python3 "$NODE_RUN_DIR/scripts/preflight.py" --json --gpu-type H200 --gpus 8 --gpu-memory-gb 141 --driver-min 580.65.06 --cuda 13.0 --disk-path /var/tmp/reproduce-cache --disk-min-gb 300 --no-bench > "$NODE_RUN_DIR/preflight.json"
 _stage_end
 
+# ---- stage resolve: where every asset will come from (cache, store, Hub, build, convert); nothing downloaded, before the image pull
+_stage_begin resolve
+# the node programs' spec (launcher/assets/spec.py) and their plan live in state/, which
+# containers read but cannot write; docs/assets.md
+ASSETS_PY="$NODE_RUN_DIR/scripts/node_assets.py"
+ASSET_SPEC="$NODE_RUN_DIR/state/assets.json"
+ASSET_PLAN="$NODE_RUN_DIR/state/assets-plan.json"
+cat > "$ASSET_SPEC" <<'REPRODUCE_ASSET_SPEC'
+{
+ "assets": [
+  {
+   "field": "workload.dataset.build.tokenizer",
+   "files": {
+    "tokenizer.json": "aeb13307a71acd8fe81861d94ad54ab689df773318809eed3cbe794b4492dae4",
+    "tokenizer_config.json": "d5d09f07b48c3086c508b30d1c9114bd1189145b74e982a265350c923acd8101"
+   },
+   "kind": "hf-files",
+   "name": "tokenizer",
+   "notes": [
+    "Qwen3-32B: owner Qwen taken from the checkpoint's repo"
+   ],
+   "path": "/var/tmp/reproduce-cache/tokenizers/Qwen--Qwen3-32B@9216db5781bf",
+   "sources": [
+    {
+     "repo": "Qwen/Qwen3-32B",
+     "revision": "9216db5781bf21249d130ec9da846c4624c16137"
+    },
+    {
+     "repo": "Qwen/Qwen3-30B-A3B",
+     "revision": "ad44e777bcd18fa416d9da3bd8f70d33ebb85d39"
+    }
+   ]
+  },
+  {
+   "field": "workload.dataset.source/revision",
+   "include": [
+    "*.parquet"
+   ],
+   "kind": "hf-snapshot",
+   "name": "dataset",
+   "path": "/var/tmp/reproduce-cache/hf/datasets/allenai--tulu-3-sft-mixture@b14afda60f1b",
+   "repo": "allenai/tulu-3-sft-mixture",
+   "repo_type": "dataset",
+   "revision": "b14afda60f1bbebe55d5d2fa1e4df5042f97f8be"
+  },
+  {
+   "build_problem": null,
+   "field": "workload.dataset.build",
+   "hash_fields": {
+    "parquet_sha256": "workload.dataset.build.parquet_sha256",
+    "rows_sha256": "workload.dataset.rows_sha256"
+   },
+   "kind": "rows",
+   "loss_mask": "qwen3",
+   "messages_column": "messages",
+   "name": "rows",
+   "parquet_sha256": "7ea7f5dca51f6be280e2f7cd7ee786ac05f546570e5ac1b07236c920338241fe",
+   "path": "/var/tmp/reproduce-cache/rows/qwen3-tulu3-fixed8192-v1-7ea7f5dca51f.parquet",
+   "row_tokens": 8192,
+   "rows": 6400,
+   "rows_sha256": "8f76b822a284adbe24faaf3cfe725e65cb5e94f98ba54aceade45b275345f983",
+   "seed": 42
+  },
+  {
+   "field": "result.active_params.source/revision",
+   "include": null,
+   "kind": "hf-snapshot",
+   "name": "hf_ckpt",
+   "path": "/var/tmp/reproduce-cache/hf/Qwen--Qwen3-30B-A3B@ad44e777bcd1",
+   "repo": "Qwen/Qwen3-30B-A3B",
+   "repo_type": "model",
+   "revision": "ad44e777bcd18fa416d9da3bd8f70d33ebb85d39"
+  },
+  {
+   "field": "the conversion of result.active_params' checkpoint",
+   "identity": {
+    "converter": "miles tools/convert_hf_to_torch_dist.py",
+    "from": {
+     "repo": "Qwen/Qwen3-30B-A3B",
+     "revision": "ad44e777bcd18fa416d9da3bd8f70d33ebb85d39"
+    },
+    "image": "sha256:45ae7833f97a01369dbd8f336784830a87d94587bc010c7b8065291cc15cd7ca",
+    "model_args": "qwen3-30B-A3B",
+    "ranks": 8
+   },
+   "kind": "converted",
+   "name": "torch_dist",
+   "path": "/var/tmp/reproduce-cache/torch_dist/Qwen--Qwen3-30B-A3B@ad44e777bcd1"
+  }
+ ],
+ "format": "reproduce-asset-spec/1",
+ "store": null
+}
+REPRODUCE_ASSET_SPEC
+# manifests, the Hub's listings and one byte per repo: exit 1 names an asset nobody
+# can supply and every source tried (3: the Hub or the store is unreachable). Cached
+# files are checked by size here and by sha256 in stage assets, before they are used.
+HF_TOKEN="$HF_TOKEN" python3 "$ASSETS_PY" resolve --spec "$ASSET_SPEC" --verify sizes --out "$NODE_RUN_DIR/assets-plan.json" > "$ASSET_PLAN"
+_stage_end
+
 # ---- stage image: pull the training image by digest and verify the digest
 _stage_begin image
 command -v docker >/dev/null || { echo 'docker is not installed on this node (profile runtime: docker)' >&2; exit 1; }
@@ -105,22 +205,31 @@ _stage_begin stack
 docker run --rm "${GPU_ARGS[@]}" "${DOCKER_ARGS[@]}" "${EFA_ARGS[@]}" "$IMAGE" bash -c 'python3 "/opt/reproduce/scripts/stack_probe.py" --json --policy fail --expect '"'"'{"cuda": "13.0", "deepep": "1.2.1", "megatron_commit": "37f91617", "miles_commit": "78527b91", "nccl": "2.28.9", "python": "3.12.3", "torch": "2.11.0", "transformer_engine": "2.17.0"}'"'"'' > "$NODE_RUN_DIR/stack.json"
 _stage_end
 
-# ---- stage assets: checkpoint, converted checkpoint and rows, verified
+# ---- stage assets: the rows first (CPU: fetched, or built in the image), then the checkpoint from the cache, the store or the Hub; every file checked
 _stage_begin assets
-# Hugging Face checkpoint Qwen/Qwen3-30B-A3B at ad44e777bcd18fa416d9da3bd8f70d33ebb85d39 (skipped when complete)
-HF_TOKEN="$HF_TOKEN" docker run --rm -e HF_TOKEN "${DOCKER_ARGS[@]}" "${EFA_ARGS[@]}" "$IMAGE" bash -c 'python3 "/opt/reproduce/scripts/fetch_assets.py" hf-checkpoint --repo Qwen/Qwen3-30B-A3B --revision ad44e777bcd18fa416d9da3bd8f70d33ebb85d39 --dest "$HF_CKPT"'
-# the converted checkpoint: done when latest_checkpointed_iteration.txt says release
-if ! grep -qx release "$TORCH_DIST/latest_checkpointed_iteration.txt" 2>/dev/null; then
-  docker run --rm "${GPU_ARGS[@]}" "${DOCKER_ARGS[@]}" "${EFA_ARGS[@]}" "$IMAGE" bash -c 'export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1; cd /root/miles && MODEL_ARGS_LINE="$(python3 miles/utils/external_utils/model_args_utils.py qwen3-30B-A3B)" && read -ra MODEL_ARGS <<< "$MODEL_ARGS_LINE" && PYTHONPATH=/root/miles:/root/Megatron-LM torchrun --nproc-per-node 8 tools/convert_hf_to_torch_dist.py "${MODEL_ARGS[@]}" --hf-checkpoint "$HF_CKPT" --save "$TORCH_DIST"'
-fi
-# the training rows ($SFT_DATA): present and byte-identical to the recipe's
-if [ ! -f "$SFT_DATA" ]; then
-  echo 'rows missing; build them with the recipe'"'"'s builder (data/generate_fixed_sft.py with --loss-mask-type qwen3 (data/README.md)) or set assets.sft_data in the profile: '"$SFT_DATA" >&2
-  exit 1
-fi
-echo '7ea7f5dca51f6be280e2f7cd7ee786ac05f546570e5ac1b07236c920338241fe  '"$SFT_DATA" | sha256sum --check --strict -
+# the rows first (small, CPU): a verified cache, the store, or built from the tokenizer
+# and dataset fetched here, in the image (no network, no GPU, no token, the host's uid),
+# checked against the recipe's parquet_sha256 and rows_sha256 before they take $SFT_DATA
+HF_TOKEN="$HF_TOKEN" python3 "$ASSETS_PY" fetch --spec "$ASSET_SPEC" --plan "$ASSET_PLAN" rows
+docker run --rm --user "$(id -u):$(id -g)" "${DOCKER_ARGS[@]}" "${EFA_ARGS[@]}" "$IMAGE" bash -c 'HOME=/tmp HF_HUB_OFFLINE=1 PYTHONPATH=/root/miles:/root/Megatron-LM:"/opt/reproduce/scripts" python3 "/opt/reproduce/scripts/node_assets.py" build-rows --spec "$NODE_RUN_DIR/state/assets.json" --plan "$NODE_RUN_DIR/state/assets-plan.json"'
 # every row through the rollout function's own checks (length, loss mask) before a GPU minute
 docker run --rm "${DOCKER_ARGS[@]}" "${EFA_ARGS[@]}" "$IMAGE" bash -c 'python3 "/opt/reproduce/scripts/pretokenized_sft_rollout.py" --check "$SFT_DATA" --row-tokens 8192'
+# then the checkpoint (and a converted one when the cache or the store has it), each
+# file checked against the Hub's listing or the store's manifest
+HF_TOKEN="$HF_TOKEN" python3 "$ASSETS_PY" fetch --spec "$ASSET_SPEC" --plan "$ASSET_PLAN" hf_ckpt torch_dist
+_stage_end
+
+# ---- stage convert: the checkpoint converted for Megatron on the GPUs, only when no converted one could be fetched
+_stage_begin convert
+# resolve chose: a converted checkpoint from the cache or the store (fetched above), or
+# this conversion; then sealed (its manifest) so later runs on this node trust it
+if [ "$(python3 "$ASSETS_PY" source --plan "$ASSET_PLAN" torch_dist)" = convert ]; then
+  # marked as being made (a conversion cut short is redone, never trusted), and made by
+  # the host so that the manifest can go beside what the container writes
+  python3 "$ASSETS_PY" begin --spec "$ASSET_SPEC" torch_dist
+  docker run --rm "${GPU_ARGS[@]}" "${DOCKER_ARGS[@]}" "${EFA_ARGS[@]}" "$IMAGE" bash -c 'export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1; cd /root/miles && MODEL_ARGS_LINE="$(python3 miles/utils/external_utils/model_args_utils.py qwen3-30B-A3B)" && read -ra MODEL_ARGS <<< "$MODEL_ARGS_LINE" && PYTHONPATH=/root/miles:/root/Megatron-LM torchrun --nproc-per-node 8 tools/convert_hf_to_torch_dist.py "${MODEL_ARGS[@]}" --hf-checkpoint "$HF_CKPT" --save "$TORCH_DIST"'
+  python3 "$ASSETS_PY" seal --spec "$ASSET_SPEC" torch_dist
+fi
 _stage_end
 
 # ---- stages ray + train, inside the training container (this text runs verbatim there)
