@@ -1,6 +1,8 @@
 """The pages in a real headless Chromium (Debian's `chromium`): each loads with no console error,
 no exception and no request for anything but itself; the figures read from the DOM equal
-result.yaml's; nothing overflows the window; and a screenshot of each page is kept.
+result.yaml's; nothing overflows the window; and a screenshot of each page is kept. The last test
+opens the pages as the real commands write them: a local run that reproduced, one that failed,
+one cancelled with `reproduce cancel`, `reproduce history --html` and `reproduce nightly`.
 
 Screenshots go to $REPRODUCE_TEST_ARTIFACTS/pages/, else <$REPRODUCE_TEST_LOG_DIR or
 /var/log/reproduce-tests>/artifacts/pages/ (next to the apt and pip logs tests/run.sh keeps); the
@@ -205,3 +207,103 @@ def test_the_harness_sees_console_errors_exceptions_and_requests(browser, tmp_pa
     assert loaded.foreign_requests() == ["http://192.0.2.1/x.png"]
     with pytest.raises(Exception, match="only file:// and 127.0.0.1"):
         browser.open("https://example.com/")
+
+
+# --- the pages as the real paths make them: a run (done, failed, cancelled), history, nightly ----
+
+
+@pytest.fixture(scope="module")
+def real_paths(test_image, container_run_args, tmp_path_factory):
+    """`reproduce RECIPE --cluster <local profile>` three times (reproduced, failed in training,
+    cancelled with `reproduce cancel`), `reproduce nightly` (the recipe again and an invalid one),
+    then `reproduce history --html`: every page written by the command a user runs."""
+    from infra.helpers import cli, start_cli, wait_for
+    from infra.plan_env import write_profile, write_recipe
+
+    base = tmp_path_factory.mktemp("real-pages")
+    profile = write_profile(base, {"kind": "local"}, container_run_args)
+    runs = base / "runs"
+    common = ["--cluster", str(profile), "--runs-dir", str(runs), "--on-interrupt", "cancel"]
+
+    def run_dir_of(recipe: Path) -> Path:
+        from launcher.recipe import load_recipe
+
+        (found,) = [p.parent for p in (runs / load_recipe(recipe).slug).glob("*/run.json")]
+        return found
+
+    good = write_recipe(base, test_image)
+    done = cli(str(good), *common, timeout=400)
+    assert done.returncode == 0, done.stderr
+    broken = write_recipe(
+        base, test_image, run_prefix="echo the recipe broke >&2; exit 3", name="b"
+    )
+    failed = cli(str(broken), *common, timeout=400)
+    assert failed.returncode in (1, 3), failed.stderr
+    slow = write_recipe(base, test_image, run_prefix="echo waiting; sleep 300", name="slow")
+    proc = start_cli(str(slow), *common)
+    try:
+        wait_for(lambda: _train_started(runs, slow), 300, what="the slow run's training")
+        assert cli("cancel", str(run_dir_of(slow))).returncode == 0
+        proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    invalid = base / "recipes" / "invalid.yaml"
+    invalid.write_text("schema_version: 1\nmodel: nothing else\n")
+    night = cli("nightly", str(good), str(invalid), "--cluster", str(profile), "--runs-dir",
+                str(runs), timeout=600)  # fmt: skip
+    assert night.returncode == 1, night.stdout + night.stderr  # the invalid recipe
+    history = cli("history", str(good), "--runs-dir", str(runs), "--html", str(base / "h.html"))
+    assert history.returncode == 0 and "history page:" in history.stdout, history.stderr
+    (nightly_page,) = runs.glob("nightly-*.html")
+    return {
+        "done": _first_run(runs, good),
+        "failed": run_dir_of(broken),
+        "cancelled": run_dir_of(slow),
+        "history": base / "h.html",
+        "nightly": nightly_page,
+    }
+
+
+def _first_run(runs: Path, recipe: Path) -> Path:
+    from launcher.recipe import load_recipe
+
+    return sorted(p.parent for p in (runs / load_recipe(recipe).slug).glob("*/run.json"))[0]
+
+
+def _train_started(runs: Path, recipe: Path) -> bool:
+    from launcher.recipe import load_recipe
+
+    for p in (runs / load_recipe(recipe).slug).glob("*/timeline.json"):
+        stages = json.loads(p.read_text()).get("stages", [])
+        if any(s["name"] == "train" for s in stages):
+            return True
+    return False
+
+
+@pytest.mark.docker
+def test_the_real_paths_write_every_page_and_each_loads_clean(browser, shots, real_paths):
+    done = real_paths["done"]
+    facts = load(browser, done / "report.html", shots, "real-run-reproduced")
+    assert facts["status"] == "reproduced"
+    assert_shown_figures_match(json.loads(browser.evaluate(FIGURES_JS)), done)
+
+    facts = load(browser, real_paths["failed"] / "report.html", shots, "real-run-failed")
+    assert facts["status"] in ("failed", "incomplete")
+
+    cancelled = real_paths["cancelled"]
+    assert json.loads((cancelled / "status.json").read_text())["state"] == "cancelled"
+    facts = load(browser, cancelled / "report.html", shots, "real-run-cancelled")
+    assert facts["status"] == "cancelled"
+
+    facts = load(browser, real_paths["history"], shots, "real-history")
+    shown = browser.evaluate(
+        "[...document.querySelectorAll('[data-run]')].map(e => e.textContent.trim())"
+    )
+    assert len(shown) >= 2  # the first run and the nightly's run of the same recipe
+
+    load(browser, real_paths["nightly"], shots, "real-nightly")
+    outcomes = browser.evaluate(
+        "[...document.querySelectorAll('[data-outcome]')].map(e => e.dataset.outcome)"
+    )
+    assert sorted(outcomes) == ["invalid", "reproduced"]
