@@ -448,13 +448,23 @@ def multinode_fields(aws: RecordingSession, nodes: LoopbackNodes) -> dict[str, A
 
 
 def nodes_recipe(tmp: Path, nodes: int):
-    """The seed on `nodes` nodes (8 GPUs each, DP over all of them)."""
+    """The seed on `nodes` nodes (8 GPUs each, DP over all of them, the batch `nodes` times the
+    seed's: the same work per GPU, so the claimed tokens/s per GPU still holds)."""
     from launcher.recipe import load_recipe
 
     raw = yaml.safe_load(SEED.read_text())
+    batch = raw["workload"]["global_batch"]
     raw["gpu"]["count"] = 8 * nodes
     raw["layout"]["dp"] = 8 * nodes
-    raw["run"] = raw["run"].replace("--actor-num-nodes 1", f"--actor-num-nodes {nodes}")
+    raw["workload"]["global_batch"] = batch * nodes
+    raw["result"]["window_tokens"] *= nodes
+    raw["result"]["gpu_hours"] *= nodes
+    raw["run"] = (
+        raw["run"]
+        .replace("--actor-num-nodes 1", f"--actor-num-nodes {nodes}")
+        .replace(f"--rollout-batch-size {batch} ", f"--rollout-batch-size {batch * nodes} ")
+        .replace(f"--global-batch-size {batch} ", f"--global-batch-size {batch * nodes} ")
+    )
     path = tmp / f"{nodes}-node.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     return load_recipe(path)

@@ -299,3 +299,18 @@ def test_a_recorded_cluster_reaches_the_workers_through_the_head_again(
     again.poll_s = 0.01
     again.release()
     assert live_with_operator_key(ec2_of(aws)) == NOTHING
+
+
+def test_the_4_node_dry_run_on_aws_is_not_refused_and_shows_one_address(tmp_path):
+    """What `reproduce RECIPE --cluster aws --dry-run` prints for 4 nodes: no refusal, the
+    placement group, one Elastic IP, and a host key per node."""
+    from launcher import reproduction
+
+    recipe = nodes_recipe(tmp_path, 4)
+    prepared = reproduction.prepare(str(recipe.path), reproduction.Options(cluster="aws"))
+    text = reproduction.dry_run_text(prepared)
+    assert "REFUSED" not in text, text[:3000]
+    assert text.count('"operation": "AllocateAddress"') == 1
+    assert text.count('"operation": "CreatePlacementGroup"') == 1
+    assert text.count('"operation": "GetConsoleOutput"') == 4
+    assert '"MinCount": 4' in text and '"MaxCount": 4' in text
