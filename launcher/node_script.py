@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from launcher import multinode
 from launcher.images.record import BuiltImage, base_label_check
 from launcher.profile import Profile
 from launcher.recipe import Image, Recipe
@@ -134,7 +135,8 @@ class ScriptContext(Placement):
         args: list[str] = []
         if p.get("docker.ipc_host"):
             args += ["--ipc", "host"]
-        args += ["--network", "host" if p.get("docker.network_host") else "none"]
+        network = p.get("docker.network") or ("host" if p.get("docker.network_host") else "none")
+        args += ["--network", network]
         if p.get("docker.memlock_unlimited"):
             args += ["--ulimit", "memlock=-1"]
         args += [
@@ -147,23 +149,25 @@ class ScriptContext(Placement):
         # results): never mounted. A container gets its own output dir, the cache, and scripts/
         # and the cancel mark's dir read-only (docs/architecture.md, "The node protocol").
         out, state = f"{self.node_run_dir}/{OUT_DIR}", f"{self.node_run_dir}/{STATE_DIR}"
-        args += [
-            "-v",
-            f"{out}:{out}",
-            "-v",
-            f"{state}:{state}:ro",
-            "-v",
-            f"{self.cache_dir}:{self.cache_dir}",
-            "-v",
-            f"{self.node_run_dir}/scripts:{CONTAINER_SCRIPTS}:ro",
-        ]
+        if multinode.spans_nodes(self.recipe, p):  # the others follow $NODE_RUN_DIR
+            args += ["-v", f"{self.cache_dir}:{self.cache_dir}"]
+        else:
+            args += [
+                "-v",
+                f"{out}:{out}",
+                "-v",
+                f"{state}:{state}:ro",
+                "-v",
+                f"{self.cache_dir}:{self.cache_dir}",
+                "-v",
+                f"{self.node_run_dir}/scripts:{CONTAINER_SCRIPTS}:ro",
+            ]
         # names only: docker copies the values from the node script's environment (secrets never
         # on a command line; HF_TOKEN to no container)
         names = ["RUN_ID", "NODE_RUN_DIR", "REPRODUCE_OUT_DIR", "HF_CKPT", "TORCH_DIST", "SFT_DATA"]
-        if self.recipe.nodes > 1:
-            names += ["NODE_RANK", "HEAD_ADDR"]
-        for name in names:
+        for name in names + multinode.env_names(self):
             args += ["-e", name]
+        args += multinode.env_args(self)  # the EFA environment, when the profile asks for it
         args += [str(a) for a in p.get("docker.extra_args")]
         return args
 
@@ -204,7 +208,10 @@ class ScriptContext(Placement):
         return f'{cmd} > "$NODE_RUN_DIR/preflight.json"'
 
     def gpu_preflight(self) -> str:
-        inner = f'python3 "{self.scripts}/preflight.py" {self._preflight_args(bench=True)}'
+        inner = (
+            f'python3 "{self.scripts}/preflight.py" {self._preflight_args(bench=True)}'
+            f"{multinode.preflight_args(self)}"
+        )
         return f'{self.in_image(_with_nvls_off(inner))} > "$NODE_RUN_DIR/preflight-gpu.json"'
 
     def image_lines(self) -> list[str]:
@@ -263,6 +270,8 @@ class ScriptContext(Placement):
                     "no ray start"
                 )
             ]
+        if multinode.spans_nodes(self.recipe, self.profile):
+            return multinode.ray_lines(self)
         port = int(self.profile.get("ray.port"))
         gpus = self.recipe.gpus_per_node
         dash = (
@@ -270,41 +279,14 @@ class ScriptContext(Placement):
             if self.profile.get("ray.dashboard")
             else "--include-dashboard=false"
         )
-        ip = self.profile.get("ray.node_ip_address") or (
-            "127.0.0.1" if self.recipe.nodes == 1 else None
-        )
-        lines = [
-            f"NODE_IP={q(ip)}"
-            if ip
-            else "NODE_IP=\"${NODE_IP:-$(hostname -I | awk '{print $1}')}\""
-        ]
-        lines.append("_cleanup() { ray stop --force >/dev/null 2>&1 || true; }")
-        if self.recipe.nodes > 1:
-            lines += [
-                "# nodes 1..N-1 join node 0's Ray and serve it until it ends; only node 0 runs the "
-                "recipe",
-                'if [ "$NODE_RANK" != 0 ]; then',
-                f'  ray start --address "$HEAD_ADDR:{port}" --node-ip-address "$NODE_IP" '
-                f"--num-gpus {gpus} "
-                "--disable-usage-stats --block",
-                "  _stage_end",
-                "  exit 0",
-                "fi",
-            ]
-        lines += [
+        ip = self.profile.get("ray.node_ip_address") or "127.0.0.1"
+        return [
+            f"NODE_IP={q(ip)}",
+            "_cleanup() { ray stop --force >/dev/null 2>&1 || true; }",
             f'ray start --head --node-ip-address "$NODE_IP" --port {port} --num-gpus {gpus} '
             f"--disable-usage-stats {dash}",
             f'export RAY_ADDRESS="$NODE_IP:{port}"',
         ]
-        if self.recipe.nodes > 1:
-            lines += [
-                f"# wait until all {self.recipe.nodes} nodes' GPUs have joined "
-                f"({self.recipe.gpu_count} GPUs)",
-                'for _ in $(seq 600); do [ "$(ray status 2>/dev/null | grep -oE '
-                f"'/{self.recipe.gpu_count}(\\.0)? GPU' "
-                '| head -1)" ] && break; sleep 1; done',
-            ]
-        return lines
 
     def exports(self) -> list[str]:
         """Container environment: miles' PYTHONPATH, the profile's env, the recipe's env in
@@ -315,6 +297,8 @@ class ScriptContext(Placement):
             "numbers",
             "export RAY_DEDUP_LOGS=0",
         ]
+        for key, value in multinode.efa_env(self.recipe, self.profile):  # first: the rest win
+            lines.append(f"export {key}={q(value)}")
         for key, value in (self.profile.get("env") or {}).items():
             lines.append(f"export {key}={q(str(value))}")
         for key, value in self.recipe.env.items():
@@ -375,11 +359,11 @@ def render_node_script(
         "set -euo pipefail",
         "",
         f"RUN_ID={q(ctx.run_id)}",
-        f"NODE_RUN_DIR={q(ctx.node_run_dir)}",
+        multinode.run_dir_line(ctx),
         f"CACHE_DIR={q(ctx.cache_dir)}",
         f"IMAGE={q(ctx.image.ref)}",
         f"IMAGE_DIGEST={q(ctx.image.digest)}",
-        f"CONTAINER={q(ctx.container)}",
+        multinode.container_line(ctx),
         f"HF_CKPT={q(ctx.assets.hf_ckpt)}",
         f"TORCH_DIST={q(ctx.assets.torch_dist)}",
         f"SFT_DATA={q(ctx.assets.sft_data)}",
@@ -393,17 +377,7 @@ def render_node_script(
         "export -n HF_TOKEN",
         f'if [ -f "$NODE_RUN_DIR/{SECRETS_FILE}" ]; then . "$NODE_RUN_DIR/{SECRETS_FILE}"; '
         f'rm -f "$NODE_RUN_DIR/{SECRETS_FILE}"; fi',
-        *(
-            [
-                f"# {r.nodes} nodes: the launcher runs this script on each with NODE_RANK (0 = Ray "
-                "head) and HEAD_ADDR",
-                'NODE_RANK="${NODE_RANK:-0}"',
-                'HEAD_ADDR="${HEAD_ADDR:-}"',
-                "export NODE_RANK HEAD_ADDR",
-            ]
-            if r.nodes > 1
-            else []
-        ),
+        *multinode.header_lines(ctx),
         "",
         "# The directories the run writes to and trusts must be ours and writable by no one else"
         " (shared hosts);",
@@ -429,6 +403,7 @@ def render_node_script(
             " and state dirs, the cache, scripts)",
             f"GPU_ARGS=({shlex.join(ctx.gpu_args())})",
             f"DOCKER_ARGS=({shlex.join(ctx.docker_args())})",
+            *multinode.mount_words(ctx, CONTAINER_SCRIPTS),
             "# EFA devices go into the container when the node has them (p5en: 16)",
             "EFA_ARGS=()",
         ]

@@ -178,13 +178,27 @@ def build_plan(
 
 
 def _check_profile_fits(recipe: Recipe, profile: Profile) -> None:
-    if profile.kind in ("local", "ssh") and recipe.nodes > 1:
+    """A profile that names its nodes (local, ssh) must name as many as the recipe needs."""
+    if profile.kind not in ("local", "ssh"):
+        return
+    hosts = profile.get("hosts", None) or []
+    given = len(hosts) if hosts else 1
+    if given == recipe.nodes:
+        return
+    need = (
+        f"{recipe.path}: gpu.count {recipe.gpu_count} / per_node {recipe.gpus_per_node} = "
+        f"{recipe.nodes} node{'s' if recipe.nodes != 1 else ''}"
+    )
+    if profile.kind == "ssh":
         raise BadInput(
-            f"{recipe.path}: gpu.count {recipe.gpu_count} / per_node {recipe.gpus_per_node} = "
-            f"{recipe.nodes} nodes, "
-            f"but a profile of kind {profile.kind} ({profile.path}) gives one node; use --cluster "
-            "aws or a ray cluster."
+            f"{need}, but the ssh profile {profile.path} gives {given}.",
+            hint="List one host per node under `hosts:`, node 0 (the Ray head) first "
+            "(README, 'Several nodes').",
         )
+    raise BadInput(
+        f"{need}, but a profile of kind local ({profile.path}) gives one node; use an ssh profile "
+        "with a host per node (`hosts:`), --cluster aws or a ray cluster."
+    )
 
 
 def _check_secrets(profile: Profile) -> None:
@@ -240,16 +254,12 @@ def _acquire_lines(profile: Profile, recipe: Recipe) -> list[str]:
     if kind == "local":
         return ["# this host: nothing to provision"]
     if kind == "ssh":
-        dial = profile.get("connect_host") or profile.get("host")
-        key = (
-            profile.get("host_key_fingerprint")
-            or profile.get("known_hosts")
-            or "~/.ssh/known_hosts"
-        )
+        hosts = profile.get("hosts", None)
+        if not hosts:
+            return [_ssh_line(dict(profile.raw), profile)]
         return [
-            f"# ssh {profile.get('user') or '$USER'}@{profile.get('host')} (dialled at "
-            f"{dial}:{profile.get('port')}), "
-            f"host key checked against {key}"
+            _ssh_line({"host": h} if isinstance(h, str) else dict(h), profile, f"node {i}: ")
+            for i, h in enumerate(hosts)
         ]
     if kind == "aws":
         if profile.get("instance_id"):
@@ -263,6 +273,25 @@ def _acquire_lines(profile: Profile, recipe: Recipe) -> list[str]:
             f"{profile.get('region')}: the API calls are printed above"
         ]
     return [f"# submit to the existing Ray cluster at {profile.get('address')}"]
+
+
+def _ssh_line(host: dict[str, Any], profile: Profile, prefix: str = "") -> str:
+    """One host of an ssh profile as the dry run shows it (its own fields over the profile's)."""
+
+    def get(key: str) -> Any:
+        return host[key] if host.get(key) is not None else profile.get(key, None)
+
+    dial = get("connect_host") or get("host")
+    key = get("host_key_fingerprint") or get("known_hosts") or "~/.ssh/known_hosts"
+    return _comment_safe(
+        f"# {prefix}ssh {get('user') or '$USER'}@{get('host')} (dialled at "
+        f"{dial}:{get('port')}), host key checked against {key}"
+    )
+
+
+def _comment_safe(text: str) -> str:
+    """A value from the profile inside a `# ...` line: a newline would end the comment."""
+    return re.sub(r"[\x00-\x1f\x7f]+", " ", text)
 
 
 def _release_lines(profile: Profile) -> list[str]:

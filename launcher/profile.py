@@ -116,10 +116,16 @@ def kind_problems(raw: dict[str, Any]) -> list[tuple[str, str]]:
             problems.append(
                 (key, f"applies to kind {', '.join(kinds)}, not {kind}; remove it or change kind")
             )
-    if kind == "ssh" and not raw.get("host"):
+    if kind == "ssh" and not raw.get("host") and not raw.get("hosts"):
         problems.append(
-            ("host", "missing; a profile of kind ssh needs the node's host name or address")
+            (
+                "host",
+                "missing; a profile of kind ssh needs the node's host name or address "
+                "(or `hosts`: one per node, node 0 first)",
+            )
         )
+    if kind == "ssh" and raw.get("host") and raw.get("hosts"):
+        problems.append(("hosts", "give `host` (one node) or `hosts` (a list), not both"))
     if kind == "ray" and not raw.get("address"):
         problems.append(
             (

@@ -82,12 +82,14 @@ def check_before_start(prepared: Prepared, options: Options) -> StartCheck:
             f"this version ({clusters.DRY_RUN_ONLY[profile.kind]}); use --dry-run to see the "
             "jobs it would submit."
         )
-    if recipe.nodes > 1:
+    if recipe.nodes > 1 and profile.kind not in clusters.MULTI_NODE_KINDS:
         # The plan and the AWS request cover several nodes, but starting N paid nodes of which
         # N-1 would idle is worse than refusing before anything is launched.
         refusals.append(
-            f"{recipe.path}: {recipe.nodes} nodes; this version of reproduce runs single-node "
-            "recipes only (--dry-run shows the multi-node plan). Nothing was launched."
+            f"{recipe.path}: {recipe.nodes} nodes; on kind {profile.kind} this version of "
+            "reproduce runs single-node recipes only (several nodes run on kind "
+            f"{', '.join(sorted(clusters.MULTI_NODE_KINDS))}; --dry-run shows the multi-node "
+            "plan). Nothing was launched."
         )
     return StartCheck(budget, tuple(refusals))
 

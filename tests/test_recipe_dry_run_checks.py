@@ -63,7 +63,6 @@ def test_a_dry_run_within_the_budget_passes(tmp_path):
 @pytest.mark.parametrize(
     "recipe, cluster, why",
     [
-        (FIXTURES / "llama3.1-70b-h100-2node.yaml", "aws", "single-node recipes only"),
         (SEED, "ray", "dry-run only"),
     ],
 )

@@ -33,6 +33,11 @@ BACKENDS: dict[str, str] = {
 DRY_RUN_ONLY = {"ray": "the job submission path is not tested yet"}
 
 
+# Kinds whose real runs may span several nodes (a multi-node recipe is refused on the others).
+# aws: the launch makes all the recipe's nodes at once (one placement group) or none.
+MULTI_NODE_KINDS: frozenset[str] = frozenset({"ssh", "aws"})
+
+
 def backend(kind: str) -> ModuleType:
     """The module of a cluster kind; BadInput for a kind this launcher cannot run."""
     if kind in DRY_RUN_ONLY:

@@ -24,7 +24,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -73,6 +73,7 @@ class SSHSettings:
         None  # "SHA256:..." pins the key; known_hosts is then not used
     )
     accept_unknown_host: bool = False
+    work_dir: str | None = None  # a host list's host: its own work_dir (default: the profile's)
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> SSHSettings:
@@ -80,7 +81,12 @@ class SSHSettings:
         section = data.get("ssh", data) if isinstance(data.get("ssh"), Mapping) else data
         if not section.get("host"):
             raise BadInput("the ssh cluster profile has no `host`: name the machine to run on")
-        fields = {k: section[k] for k in cls.__dataclass_fields__ if section.get(k) is not None}
+        # work_dir is the profile's (the plan's run dir) unless a host list gives a host its own
+        fields = {
+            k: section[k]
+            for k in cls.__dataclass_fields__
+            if section.get(k) is not None and k != "work_dir"
+        }
         try:
             fields["port"] = int(fields.get("port", 22))
             for key, default in (
@@ -100,14 +106,15 @@ class SSHSettings:
         fields["accept_unknown_host"] = bool(fields.get("accept_unknown_host", False))
         return cls(**fields)
 
-    def node(self) -> Node:
+    def node(self, name: str | None = None) -> Node:
         return Node(
-            name=self.host,
+            name=name or self.host,
             host=self.host,
             connect_host=self.connect_host,
             port=self.port,
             user=self.user,
             identity_file=self.identity_file,
+            work_dir=self.work_dir,
         )
 
 
@@ -458,29 +465,84 @@ class SSHTransport:
                 raise self._lost(err) from err
 
 
+# A host of a host list may set these for itself; the profile's own values are the defaults.
+HOST_FIELDS = (
+    "host",
+    "port",
+    "user",
+    "identity_file",
+    "connect_host",
+    "known_hosts",
+    "host_key_fingerprint",
+    "accept_unknown_host",
+    "work_dir",
+)
+
+
+def host_settings(data: Mapping[str, Any]) -> list[SSHSettings]:
+    """Every host of an ssh profile, node 0 first: `host` alone (one node), or `hosts`, each an
+    address or a mapping of HOST_FIELDS over the profile's own fields. BadInput names a bad one."""
+    hosts = data.get("hosts")
+    if not hosts:
+        return [SSHSettings.from_mapping(data)]
+    base = {k: v for k, v in data.items() if k not in ("hosts", "host", "work_dir")}
+    found = []
+    for index, entry in enumerate(hosts):
+        own = {"host": entry} if isinstance(entry, str) else dict(entry or {})
+        unknown = sorted(set(own) - set(HOST_FIELDS))
+        if unknown:
+            raise BadInput(f"hosts[{index}] of the ssh profile: unknown field(s) {unknown}")
+        merged = {**base, **{k: v for k, v in own.items() if v is not None}}
+        if not merged.get("host"):
+            raise BadInput(f"hosts[{index}] of the ssh profile has no `host`")
+        settings = SSHSettings.from_mapping(merged)
+        work_dir = own.get("work_dir")
+        found.append(replace(settings, work_dir=str(work_dir)) if work_dir else settings)
+    return found
+
+
 class SSHCluster:
-    """One existing host. Release closes connections and ends nothing: it was only targeted."""
+    """Existing hosts, one per node (node 0 first). Release closes connections and ends nothing:
+    they were only targeted."""
 
     name = "ssh"
 
-    def __init__(self, settings: SSHSettings) -> None:
-        self.settings = settings
+    def __init__(self, settings: SSHSettings | list[SSHSettings]) -> None:
+        self.hosts = list(settings) if isinstance(settings, list) else [settings]
+        if not self.hosts:
+            raise BadInput("the ssh cluster profile names no host")
+        self.settings = self.hosts[0]
         self._transports: list[SSHTransport] = []
 
     @classmethod
     def from_profile(cls, profile: Mapping[str, Any]) -> SSHCluster:
-        return cls(SSHSettings.from_mapping(profile))
+        return cls(host_settings(profile))
+
+    def nodes(self) -> list[Node]:
+        """One Node per host; named by address, or address:port where addresses repeat."""
+        addresses = [h.host for h in self.hosts]
+        return [
+            h.node(name=h.host if addresses.count(h.host) == 1 else f"{h.host}:{h.port}")
+            for h in self.hosts
+        ]
 
     def acquire(self) -> list[Node]:
-        node = self.settings.node()
-        self.transport(node).connect()  # fail now, within the connect timeout, not mid-stage
-        return [node]
+        nodes = self.nodes()
+        for node in nodes:  # fail now, within the connect timeout, not mid-stage
+            self.transport(node).connect()
+        return nodes
+
+    def _settings_of(self, node: Node) -> SSHSettings:
+        for settings, known in zip(self.hosts, self.nodes(), strict=True):
+            if known.name == node.name:
+                return settings
+        return self.settings  # a node recorded before host lists: the one host
 
     def transport(self, node: Node) -> SSHTransport:
         for existing in self._transports:
             if existing.node == node:
                 return existing
-        transport = SSHTransport(node, self.settings)
+        transport = SSHTransport(node, self._settings_of(node))
         self._transports.append(transport)
         return transport
 
@@ -489,8 +551,11 @@ class SSHCluster:
             transport.close()
 
     def to_record(self) -> dict[str, Any]:
-        """What `attach` and `cancel` need to reach the host again (in run.json; no secrets)."""
-        return {"kind": "ssh", "ssh": asdict(self.settings)}
+        """What `attach` and `cancel` need to reach the hosts again (in run.json; no secrets)."""
+        record: dict[str, Any] = {"kind": "ssh", "ssh": asdict(self.settings)}
+        if len(self.hosts) > 1:
+            record["hosts"] = [asdict(h) for h in self.hosts]
+        return record
 
 
 def from_plan(plan: Plan, options: LaunchOptions, run_dir: Path) -> SSHCluster:
@@ -500,4 +565,12 @@ def from_plan(plan: Plan, options: LaunchOptions, run_dir: Path) -> SSHCluster:
 
 def from_record(record: Mapping[str, Any]) -> SSHCluster:
     """The cluster of a recorded run (launcher.clusters.from_record)."""
-    return SSHCluster(SSHSettings.from_mapping(record["ssh"]))
+    hosts = record.get("hosts") or [record["ssh"]]
+    return SSHCluster(
+        [
+            replace(SSHSettings.from_mapping(h), work_dir=h.get("work_dir"))
+            if h.get("work_dir")
+            else SSHSettings.from_mapping(h)
+            for h in hosts
+        ]
+    )

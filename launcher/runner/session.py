@@ -236,8 +236,11 @@ class RunSession:
         NodeFailure (unless `reproduce cancel` marked it: the others are being cancelled too).
         One node lost alone is the InfraError of before: the run may go on without us.
         """
+        # The other nodes first: when one dies, node 0's training fails soon after because of it,
+        # and the node that died is the news.
+        order = self.nodes[1:] + self.nodes[:1]
         while True:
-            for n in self.nodes:
+            for n in order:
                 if n.ended is not None:
                     continue
                 try:

@@ -142,6 +142,57 @@ def print_arguments(argv):
     print("-------------------- end of arguments ---------------------", flush=True)
 
 
+class Placement:
+    """Several nodes: one Ray actor per GPU of the run, placed across the cluster as miles places
+    its training actors (a placement group of one-GPU bundles), kept to the end. Fails unless every
+    one is placed; each step pings them all, so a node that dies fails training as it would miles.
+    Ray only here: a one-node run never imports it (its output stays byte for byte as before)."""
+
+    def __init__(self, gpus, timeout_s):
+        import ray
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        self.ray = ray
+        ray.init(address=os.environ.get("RAY_ADDRESS") or "auto", log_to_driver=False)
+        group = placement_group([{"GPU": 1}] * gpus, strategy="SPREAD")
+        ready, _ = ray.wait([group.ready()], timeout=timeout_s)
+        if not ready:
+            have = ray.cluster_resources().get("GPU", 0)
+            raise SystemExit(
+                f"stand-in: could not place {gpus} one-GPU actors within {timeout_s:g} s "
+                f"(the cluster has {have:g} GPUs)"
+            )
+
+        @ray.remote(num_gpus=1, num_cpus=0)
+        class Rank:
+            def where(self):
+                return ray.util.get_node_ip_address()
+
+            def ping(self):
+                return True
+
+        self.actors = [
+            Rank.options(
+                scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    group, placement_group_bundle_index=i
+                )
+            ).remote()
+            for i in range(gpus)
+        ]
+        self.nodes = ray.get([a.where.remote() for a in self.actors], timeout=timeout_s)
+
+    def summary(self):
+        counts = {}
+        for ip in self.nodes:
+            counts[ip] = counts.get(ip, 0) + 1
+        where = ", ".join(f"{ip} x{n}" for ip, n in sorted(counts.items()))
+        return f"placed {len(self.actors)} actors on {len(counts)} nodes: {where}"
+
+    def check(self, timeout_s):
+        self.ray.get([a.ping.remote() for a in self.actors], timeout=timeout_s)
+
+
 def main(argv):
     if os.environ.get("STANDIN_PRINT_ARGS", "1") != "0":
         print_arguments(argv)
@@ -184,7 +235,15 @@ def main(argv):
         f"[repeated 7x across cluster]\n"
     )
 
+    placement = None
+    if args.actor_num_nodes > 1 and os.environ.get("RAY_ADDRESS"):  # a log test has no cluster
+        timeout_s = _env_float("STANDIN_PLACE_TIMEOUT_S", 120.0)
+        placement = Placement(gpus, timeout_s)
+        log.main("train.py:60", placement.summary())
+
     for step in range(args.num_rollout):
+        if placement is not None:
+            placement.check(_env_float("STANDIN_PLACE_TIMEOUT_S", 120.0))
         if fail_at is not None and step == fail_at:
             sys.stderr.write(
                 'Traceback (most recent call last):\n  File "/root/miles/train.py", line 92, in <module>\n'
