@@ -20,6 +20,7 @@ from launcher import multinode
 from launcher.images.record import BuiltImage, base_label_check
 from launcher.profile import Profile
 from launcher.recipe import Image, Recipe
+from launcher.runner.jobs import results_block
 from launcher.runner.protocol import (
     DONE_LINE,
     MARKER_HELP,
@@ -28,6 +29,7 @@ from launcher.runner.protocol import (
     STAGE_FUNCTIONS,
     STATE_DIR,
     TRUSTED_DIR_FN,
+    collect_command,
 )
 from launcher.stack import expected_versions
 
@@ -101,7 +103,8 @@ class ScriptContext(Placement):
 
     @property
     def docker(self) -> bool:
-        return self.profile.get("runtime") == "docker"
+        # a Ray cluster's nodes already are the image: its job runs no container
+        return self.profile.get("runtime") == "docker" and self.profile.kind != "ray"
 
     def in_image(self, command: str, *, gpus: bool = True, host_user: bool = False) -> str:
         """A one-off command in the training image: docker run, a Ray job, or the host itself.
@@ -110,13 +113,7 @@ class ScriptContext(Placement):
         (launcher/asset_stages.py). `host_user`: the container runs as the host's uid, so what
         it writes (the rows) the host can later hash, link and upload.
         """
-        if self.profile.kind == "ray":
-            return (
-                f"ray job submit --address {q(str(self.profile.get('address')))} "
-                '--working-dir "$NODE_RUN_DIR/scripts" -- bash -c '
-                f"{q('REPRODUCE_SCRIPTS=$PWD; ' + command)}"
-            )
-        if not self.docker:
+        if not self.docker:  # the node (a Ray job's too: the cluster is the image) runs it itself
             return command
         gpu = '"${GPU_ARGS[@]}" ' if gpus else ""
         user = '--user "$(id -u):$(id -g)" ' if host_user else ""
@@ -202,20 +199,57 @@ class ScriptContext(Placement):
     def host_preflight(self) -> str:
         cmd = f'python3 "$NODE_RUN_DIR/scripts/preflight.py" {self._preflight_args(bench=False)}'
         if self.profile.kind == "ray":
-            cmd = self.in_image(
-                f'python3 "{self.scripts}/preflight.py" {self._preflight_args(bench=False)}'
-            )
+            cmd = self._on_ray_nodes(f"preflight.py {self._preflight_args(bench=False)}")
         return f'{cmd} > "$NODE_RUN_DIR/preflight.json"'
 
     def gpu_preflight(self) -> str:
+        if self.profile.kind == "ray":
+            nvls_off = " ".join(f"--env {k}={v}" for k, v in NVLS_OFF)
+            each = self._on_ray_nodes(f"preflight.py {self._preflight_args(bench=True)}", nvls_off)
+            return f'{each} > "$NODE_RUN_DIR/preflight-gpu.json"'
         inner = (
             f'python3 "{self.scripts}/preflight.py" {self._preflight_args(bench=True)}'
             f"{multinode.preflight_args(self)}"
         )
         return f'{self.in_image(_with_nvls_off(inner))} > "$NODE_RUN_DIR/preflight-gpu.json"'
 
+    def _ray_nodes_args(self) -> str:
+        """What the recipe needs of a Ray cluster (scripts/ray_cluster.py): nodes, GPUs each."""
+        r = self.recipe
+        wait = float(self.profile.get("nodes_wait_s"))
+        return (
+            f"--nodes {r.nodes} --gpus-per-node {r.gpus_per_node} --gpu-type {q(r.gpu_type)} "
+            f"--wait-s {wait:g}"
+        )
+
+    def _on_ray_nodes(self, program_and_args: str, options: str = "") -> str:
+        """A node program on every GPU node the recipe uses, each holding that node's GPUs."""
+        extra = f" {options}" if options else ""
+        return (
+            f'python3 "{self.scripts}/ray_cluster.py" each {self._ray_nodes_args()}{extra} '
+            f"-- {program_and_args}"
+        )
+
+    def ray_cluster_check(self) -> list[str]:
+        """The cluster the job runs on must be the recipe's: its nodes and GPUs, and the image
+        every GPU node says it runs (the digest from `image_digest_env`)."""
+        env = self.profile.get("image_digest_env")
+        digest = f' --digest "$IMAGE_DIGEST" --digest-env {q(env)}' if env else ""
+        return [
+            _comment(
+                f"# the Ray cluster at {self.profile.get('address')} is the image: every GPU node "
+                f"must say it runs $IMAGE_DIGEST (in ${env})"
+                if env
+                else "# image_digest_env: null - the digest is not checked; the stack check is"
+            ),
+            f'python3 "{self.scripts}/ray_cluster.py" check {self._ray_nodes_args()} '
+            f'--image "$IMAGE"{digest} > "$NODE_RUN_DIR/image.json"',
+        ]
+
     def image_lines(self) -> list[str]:
         image = self.image
+        if self.profile.kind == "ray":
+            return self.ray_cluster_check()
         if not self.docker:
             return [
                 "# runtime: host - the node is the image; the stack check below verifies its "
@@ -255,10 +289,10 @@ class ScriptContext(Placement):
         import json
 
         policy = self.profile.get("stack_check")
-        probe = (
-            f'python3 "{self.scripts}/stack_probe.py" --json --policy {q(policy)} '
-            f"--expect {q(json.dumps(expect, sort_keys=True))}"
-        )
+        args = f"--json --policy {q(policy)} --expect {q(json.dumps(expect, sort_keys=True))}"
+        if self.profile.kind == "ray":
+            return f'{self._on_ray_nodes(f"stack_probe.py {args}")} > "$NODE_RUN_DIR/stack.json"'
+        probe = f'python3 "{self.scripts}/stack_probe.py" {args}'
         return f'{self.in_image(probe, gpus=True)} > "$NODE_RUN_DIR/stack.json"'
 
     def ray_lines(self) -> list[str]:
@@ -297,14 +331,7 @@ class ScriptContext(Placement):
             "numbers",
             "export RAY_DEDUP_LOGS=0",
         ]
-        for key, value in multinode.efa_env(self.recipe, self.profile):  # first: the rest win
-            lines.append(f"export {key}={q(value)}")
-        for key, value in (self.profile.get("env") or {}).items():
-            lines.append(f"export {key}={q(str(value))}")
-        for key, value in self.recipe.env.items():
-            lines.append(f"export {key}={q(str(value))}")
-        if self.profile.get("disable_nvlink_multicast"):
-            lines += [f"export {k}={v}" for k, v in NVLS_OFF]
+        lines += [f"export {k}={q(v)}" for k, v in container_env(self.recipe, self.profile)]
         lines += [
             f"export HF_CKPT={q(self.assets.hf_ckpt)}",
             f"export TORCH_DIST={q(self.assets.torch_dist)}",
@@ -313,6 +340,19 @@ class ScriptContext(Placement):
             "pretokenized_sft_rollout",
         ]
         return lines
+
+
+def container_env(recipe: Recipe, profile: Profile) -> list[tuple[str, str]]:
+    """The training environment the recipe and the profile set, in order (a later value wins): the
+    EFA environment when asked for, the profile's env, the recipe's env, then NVLink multicast off
+    when the profile says so. node.sh exports it in the container; a Ray job's runtime env carries
+    it to every worker of the job, on every node."""
+    pairs = multinode.efa_env(recipe, profile)  # first: the profile's and the recipe's win
+    pairs += [(str(k), str(v)) for k, v in (profile.get("env") or {}).items()]
+    pairs += [(str(k), str(v)) for k, v in recipe.env.items()]
+    if profile.get("disable_nvlink_multicast"):
+        pairs += list(NVLS_OFF)
+    return pairs
 
 
 def _comment(text: Any) -> str:
@@ -422,6 +462,16 @@ def render_node_script(
                 ]
     else:
         head += ["_cleanup() { :; }", "trap _on_exit EXIT", "EFA_ARGS=()"]
+    if p.kind == "ray":  # the launcher reads only the job's log: the result files end it
+        head += [
+            ': "${REPRODUCE_SCRIPTS:?the directory of node.sh and the node programs '
+            '(the job sets it)}"',
+            "# the node programs where the host's own commands look for them too",
+            'mkdir -p -m 700 "$NODE_RUN_DIR/scripts" && '
+            'cp -R "$REPRODUCE_SCRIPTS/." "$NODE_RUN_DIR/scripts/"',
+            *results_block(collect_command(ctx.node_run_dir)),
+            "_cleanup() { _results; }",
+        ]
 
     body: list[str] = []
     for name in ("preflight", "resolve", "image", "preflight-gpu", "stack", "assets", "convert"):
@@ -467,13 +517,6 @@ def render_node_script(
             'docker run --rm --name "$CONTAINER" "${GPU_ARGS[@]}" "${DOCKER_ARGS[@]}" '
             '"${EFA_ARGS[@]}" '
             '"$IMAGE" bash -c "$CONTAINER_SCRIPT"',
-        ]
-    elif p.kind == "ray":
-        body += [
-            "# submitted to the existing cluster as one job; its output streams into this log",
-            f'ray job submit --address {q(str(p.get("address")))} --submission-id "$RUN_ID" '
-            '--working-dir "$NODE_RUN_DIR/scripts" -- bash -c "REPRODUCE_SCRIPTS=\\$PWD; '
-            '$CONTAINER_SCRIPT"',
         ]
     else:
         body += ['bash -c "$CONTAINER_SCRIPT"']

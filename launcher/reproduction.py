@@ -181,7 +181,12 @@ def dry_run_text(prepared: Prepared, refusals: tuple[str, ...] = ()) -> str:
             "# ---- provisioning requests (boto3, in order; no credentials used or shown) ----",
             json.dumps(to_jsonable(list(plan.provisioning)), indent=2, sort_keys=False),
         ]
-    lines += ["", "# ---- node script (node.sh), run detached on the node ----", plan.node_script]
+    if p.kind == "ray":
+        from launcher.clusters.ray import request_text
+
+        lines += ["", request_text(plan)]
+    where = "the Ray job's entrypoint" if p.kind == "ray" else "run detached on the node"
+    lines += ["", f"# ---- node script (node.sh), {where} ----", plan.node_script]
     return "\n".join(lines)
 
 

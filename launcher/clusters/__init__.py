@@ -29,13 +29,14 @@ BACKENDS: dict[str, str] = {
     "local": "launcher.clusters.local",
     "ssh": "launcher.clusters.ssh",
     "aws": "launcher.clusters.aws",
+    "ray": "launcher.clusters.ray",
 }
-DRY_RUN_ONLY = {"ray": "the job submission path is not tested yet"}
-
-
+# Kinds a real run refuses although the dry run can show their plan (kind -> why).
+DRY_RUN_ONLY: dict[str, str] = {}
 # Kinds whose real runs may span several nodes (a multi-node recipe is refused on the others).
+# ray: the recipe's nodes are the cluster's, and the job checks it has them before training.
 # aws: the launch makes all the recipe's nodes at once (one placement group) or none.
-MULTI_NODE_KINDS: frozenset[str] = frozenset({"ssh", "aws"})
+MULTI_NODE_KINDS: frozenset[str] = frozenset({"ssh", "ray", "aws"})
 
 
 def backend(kind: str) -> ModuleType:
