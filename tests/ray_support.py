@@ -64,9 +64,6 @@ class LoopbackRay:
     def __init__(self) -> None:
         self.holder: subprocess.Popen | None = None
         self.nodes: dict[str, subprocess.Popen] = {}
-        self._fresh_root()
-
-    def _fresh_root(self) -> None:
         # short: Ray's unix socket paths live under each node's temp dir (at most 107 bytes)
         self.root = Path(tempfile.mkdtemp(prefix="rr", dir="/tmp"))
 
@@ -127,7 +124,7 @@ class LoopbackRay:
             "--disable-usage-stats",
             *role,
         ]
-        log = open(self.root / f"{ip}.log", "wb")  # kept open by the node, closed by the OS
+        log = open(self.root / f"{ip}.log", "ab")  # kept open by the node, closed by the OS
         self.nodes[ip] = subprocess.Popen(argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
 
     def start(
@@ -135,29 +132,32 @@ class LoopbackRay:
     ) -> LoopbackRay:
         """The head and `workers` workers, each saying it runs `digest`; all alive on return.
 
-        Ray gives a node 30 s to register with its GCS (not configurable); on a loaded 2-core
-        machine the head can miss that, so a failed start is tried once more from scratch."""
-        try:
-            return self._start(workers, digest, timeout_s)
-        except AssertionError:
-            self.stop()
-            self._fresh_root()
-            return self._start(workers, digest, timeout_s)
-
-    def _start(self, workers: int, digest: str | None, timeout_s: float) -> LoopbackRay:
+        Nodes join one after another. Ray gives a node 30 s to register with its GCS (not
+        configurable); on a loaded 2-core machine one can miss that and exit, so a node that
+        exits before it is alive is started again (three tries)."""
         self._start_holder()
-        self.add_node("127.0.0.1", head=True, digest=digest)
-        self.wait(lambda: self.api("/api/version") is not None, timeout_s, "the job server")
+        self._bring_up("127.0.0.1", digest, timeout_s, head=True)
         for k in range(workers):
-            self.add_node(f"127.0.0.{k + 2}", digest=digest)
-        self.wait_alive(1 + workers, timeout_s)
+            self._bring_up(f"127.0.0.{k + 2}", digest, timeout_s)
         return self
+
+    def _bring_up(self, ip: str, digest: str | None, timeout_s: float, head: bool = False) -> None:
+        for _ in range(3):
+            self.add_node(ip, head=head, digest=digest)
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline and self.nodes[ip].poll() is None:
+                if ip in self.alive_nodes():
+                    return
+                time.sleep(0.5)
+            self.kill_node(ip)
+        logs = {p.name: p.read_text(errors="replace")[-3000:] for p in self.root.glob("*.log")}
+        raise AssertionError(f"Ray node {ip} did not come up in three tries: {logs}")
 
     def kill_node(self, ip: str) -> None:
         """The node is lost at once: its PID namespace ends with its first process."""
         proc = self.nodes.pop(ip)
         proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=30)
+        proc.wait(timeout=60)
 
     def stop(self) -> None:
         for ip in list(self.nodes):

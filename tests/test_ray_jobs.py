@@ -20,7 +20,8 @@ import yaml
 from infra.plan_env import REPO, seed_raw, write_recipe
 from ray_support import SEED_DIGEST, LoopbackRay, available, ray_profile
 
-pytestmark = [pytest.mark.ray, pytest.mark.multinode]
+# a loaded 2-core machine may need minutes to bring four Ray nodes up (the first test pays it)
+pytestmark = [pytest.mark.ray, pytest.mark.multinode, pytest.mark.timeout(900)]
 
 FOUR_NODE = REPO / "tests" / "data" / "recipes" / "qwen3-30b-a3b-h200-4node.yaml"
 DIGEST = "sha256:" + "4" * 64  # the 4-node recipe's image
@@ -252,8 +253,13 @@ def test_a_worker_lost_mid_run_ends_the_run_naming_it(cluster, tmp_path):
         _, err = proc.communicate(timeout=150)
     finally:
         proc.kill()
-    assert proc.returncode == 3, err
-    assert re.search(r"Ray node 127\.0\.0\.3 \(id \w+, 8 GPUs\) is dead", err), err
+    # Whichever sees it first: the launcher's look at the cluster (cluster.lost_nodes(): Ray's
+    # word that the node is dead, exit 3), or training itself (an actor on the node died, exit 1)
+    assert proc.returncode in (1, 3), err
+    if proc.returncode == 3:
+        assert re.search(r"Ray node 127\.0\.0\.3 \(id \w+, 8 GPUs\) is dead", err), err
+    assert "127.0.0.3" in err, err
     assert json.loads((rd / "status.json").read_text())["state"] == "failed"
+    assert json.loads((rd / "verdict.json").read_text())["status"] == "failed"
     assert wait_job_ended(cluster, rd) in ("STOPPED", "FAILED")  # nothing of the run left
     assert_cluster_intact(cluster, [ip for ip in IPS if ip != "127.0.0.3"])
