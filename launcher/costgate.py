@@ -151,7 +151,11 @@ def decide(prepared: Prepared, options: Options, *, attended: bool) -> CostGate:
             f"{instance}, billed from launch until released"
         )
     else:
-        host = profile.get("host", None) or profile.get("address", None) or "this machine"
+        host = (
+            "this machine"
+            if profile.kind == "local"
+            else profile.get("host", None) or profile.get("address", None) or "its hosts"
+        )
         target = f"{profile.name} (kind {profile.kind}; {host}): a host reproduce does not launch"
     lines = [
         f"recipe    {recipe.slug}  ({recipe.path})",
