@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
+import sys
 import threading
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -475,3 +478,122 @@ def live_with_operator_key(ec2: Any) -> dict[str, list[str]]:
     live = live_resources(ec2)
     live["key_pairs"] = [k for k in live["key_pairs"] if k != OPERATOR_KEY]
     return live
+
+
+# --- a moto server for the CLI in its own process ---------------------------------------------------
+
+
+class MotoAws:
+    """A moto server on 127.0.0.1 and what a CLI process needs to reach it (and nothing else)."""
+
+    def __init__(self, endpoint: str, state_dir: Path) -> None:
+        import boto3
+
+        self.endpoint = endpoint
+        self.entry: Path | None = None
+        self.placement_groups: PlacementGroups | None = None
+        self.env = {key: value for key, value in os.environ.items() if not key.startswith("AWS_")}
+        self.env.update(FAKE_ENV)
+        self.env.update(
+            {
+                "AWS_ENDPOINT_URL": endpoint,
+                "AWS_CONFIG_FILE": os.devnull,
+                "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+                "REPRODUCE_STATE_DIR": str(state_dir),
+                "PYTHONPATH": str(REPO),
+            }
+        )
+        self.ec2 = boto3.client(
+            "ec2",
+            region_name="us-east-1",
+            endpoint_url=endpoint,
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
+
+    def command(self, *args: str) -> list[str]:
+        """`reproduce ARGS` as a command line (`entry`: a test's own way into the launcher)."""
+        start = [str(self.entry)] if self.entry else ["-m", "launcher"]
+        return [sys.executable, *start, *args]
+
+    def reproduce(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+        """`reproduce ARGS` with this account's environment (stdin not a terminal)."""
+        return subprocess.run(
+            self.command(*args),
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            env=self.env,
+            timeout=timeout,
+            cwd=REPO,
+        )
+
+
+def serve_placement_groups(monkeypatch: Any) -> PlacementGroups:
+    """Placement groups in a moto SERVER (which lacks them), kept with their tags by the same
+    stand-in as the recording session's. The server's backends run in this process, so the
+    three actions are added to moto's EC2 responder for the test's duration."""
+    from moto.core.responses import ActionResult
+    from moto.ec2.exceptions import EC2ClientError
+    from moto.ec2.responses import EC2Response
+
+    groups = PlacementGroups()
+
+    def create_placement_group(self: Any) -> Any:
+        self.error_on_dryrun()
+        tags = self._parse_tag_specification("placement-group").get("placement-group", {})
+        spec = [{"Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}]
+        params = {
+            "GroupName": self._get_param("GroupName"),
+            "Strategy": self._get_param("Strategy"),
+            "TagSpecifications": spec,
+        }
+        return ActionResult(groups.create(params))
+
+    def describe_placement_groups(self: Any) -> Any:
+        filters = [
+            {"Name": name, "Values": values}
+            for name, values in self._filters_from_querystring().items()
+        ]
+        return ActionResult(groups.describe({"Filters": filters}))
+
+    def delete_placement_group(self: Any) -> Any:
+        self.error_on_dryrun()
+        name = self._get_param("GroupName")
+        if name not in groups.groups:
+            raise EC2ClientError(
+                "InvalidPlacementGroup.Unknown", f"The Placement Group '{name}' is unknown."
+            )
+        groups.delete({"GroupName": name})
+        return ActionResult({})
+
+    for action in (create_placement_group, describe_placement_groups, delete_placement_group):
+        monkeypatch.setattr(EC2Response, action.__name__, action, raising=False)
+    return groups
+
+
+@pytest.fixture
+def moto_aws(monkeypatch, tmp_path):
+    from moto.server import ThreadedMotoServer
+
+    monkeypatch.setenv(
+        "MOTO_EC2_LOAD_DEFAULT_AMIS", "false"
+    )  # read by the in-process backend: seconds otherwise
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+
+    # the server's backends live in this process and outlive a server: each test starts from an empty account
+    def reset() -> None:
+        urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST"))
+
+    reset()
+    placement_groups = serve_placement_groups(monkeypatch)
+    try:
+        moto = MotoAws(endpoint, tmp_path / "state")
+        moto.placement_groups = placement_groups
+        yield moto
+    finally:
+        reset()
+        server.stop()

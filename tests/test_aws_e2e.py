@@ -11,84 +11,18 @@ command that ends it).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
-from aws_support import FAKE_ENV, NOTHING, REPO, live_resources
+from aws_support import NOTHING, REPO, MotoAws, live_resources, moto_aws  # noqa: F401
 from infra.docker import containers_named
 from infra.plan_env import write_profile, write_recipe
 
 pytestmark = [pytest.mark.aws, pytest.mark.docker, pytest.mark.ssh]
 
 OPERATOR_KEY = "operator"  # imported by the user beforehand; the run must leave it alone
-
-
-class MotoAws:
-    """A moto server on 127.0.0.1 and what a CLI process needs to reach it (and nothing else)."""
-
-    def __init__(self, endpoint: str, state_dir: Path) -> None:
-        import boto3
-
-        self.endpoint = endpoint
-        self.env = {key: value for key, value in os.environ.items() if not key.startswith("AWS_")}
-        self.env.update(FAKE_ENV)
-        self.env.update(
-            {
-                "AWS_ENDPOINT_URL": endpoint,
-                "AWS_CONFIG_FILE": os.devnull,
-                "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
-                "REPRODUCE_STATE_DIR": str(state_dir),
-                "PYTHONPATH": str(REPO),
-            }
-        )
-        self.ec2 = boto3.client(
-            "ec2",
-            region_name="us-east-1",
-            endpoint_url=endpoint,
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
-        )
-
-    def reproduce(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-        """`reproduce ARGS` with this account's environment (stdin not a terminal)."""
-        return subprocess.run(
-            [sys.executable, "-m", "launcher", *args],
-            capture_output=True,
-            text=True,
-            stdin=subprocess.DEVNULL,
-            env=self.env,
-            timeout=timeout,
-            cwd=REPO,
-        )
-
-
-@pytest.fixture
-def moto_aws(monkeypatch, tmp_path):
-    from moto.server import ThreadedMotoServer
-
-    monkeypatch.setenv(
-        "MOTO_EC2_LOAD_DEFAULT_AMIS", "false"
-    )  # read by the in-process backend: seconds otherwise
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
-
-    # the server's backends live in this process and outlive a server: each test starts from an empty account
-    def reset() -> None:
-        urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST"))
-
-    reset()
-    try:
-        yield MotoAws(endpoint, tmp_path / "state")
-    finally:
-        reset()
-        server.stop()
 
 
 def aws_profile(
