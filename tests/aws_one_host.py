@@ -28,12 +28,12 @@ def _one_host() -> None:
         work.mkdir(mode=0o700, parents=True, exist_ok=True)
         return dataclasses.replace(node, work_dir=str(work))
 
-    AwsCluster._node_from = node_from  # type: ignore[method-assign]
+    AwsCluster._node_from = node_from
     every = os.environ.get("REPRODUCE_TEST_HEALTH_EVERY_S")
     if every:
         import launcher.runner.session as session
 
-        session.HEALTH_EVERY_S = float(every)  # type: ignore[misc]
+        session.HEALTH_EVERY_S = float(every)
 
 
 if __name__ == "__main__":
