@@ -244,10 +244,11 @@ def addresses(launch: Launch, api: Executor) -> None:
 def _elastic_ip(launch: Launch, api: Executor, inst: dict) -> str | None:
     note = "node 0: an Elastic IP for SSH (several interfaces get no public address)"
     if launch.s.nodes > 1:
+        others = "node 1 is" if launch.s.nodes == 2 else f"nodes 1-{launch.s.nodes - 1} are"
         note = (
             "node 0, the head: the run's ONE Elastic IP (several interfaces get no public "
-            f"address; the default quota is 5 per region); nodes 1-{launch.s.nodes - 1} are "
-            "reached through the head (SSH jump to their private addresses)"
+            f"address; the default quota is 5 per region); {others} reached through the head "
+            "(SSH jump to their private addresses)"
         )
     alloc = api.create(
         "AllocateAddress",
