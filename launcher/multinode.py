@@ -204,7 +204,7 @@ def ray_lines(ctx: ScriptContext) -> list[str]:
         f"# ray start, up to {tries} times (a busy GCS can let one registration time out)",
         "_ray_start() {",
         "  local n=0",
-        '  until ray start "$@"; do',
+        '  until ray start --log-color false "$@"; do',
         "    n=$((n + 1))",
         "    ray stop --force >/dev/null 2>&1 || true",
         f'    if [ "$n" -ge {tries} ]; then',

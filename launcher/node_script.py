@@ -314,11 +314,12 @@ class ScriptContext(Placement):
             else "--include-dashboard=false"
         )
         ip = self.profile.get("ray.node_ip_address") or "127.0.0.1"
+        # --log-color false: Ray's CLI colours its output even into a file; logs/ray.log stays text
         return [
             f"NODE_IP={q(ip)}",
             "_cleanup() { ray stop --force >/dev/null 2>&1 || true; }",
             f'ray start --head --node-ip-address "$NODE_IP" --port {port} --num-gpus {gpus} '
-            f"--disable-usage-stats {dash}",
+            f"--disable-usage-stats --log-color false {dash}",
             f'export RAY_ADDRESS="$NODE_IP:{port}"',
         ]
 

@@ -98,7 +98,7 @@ def test_a_four_node_recipe_runs_on_an_ssh_host_list_to_a_verdict(
         assert f"Local node IP: {hosts.address(k)}" in ANSI.sub(
             "", (worker / "ray.log").read_text()
         )
-        assert "event=end status=ok" in (worker / "node.log").read_text().splitlines()[-3]
+        assert "##reproduce stage=ray event=end status=ok" in (worker / "node.log").read_text()
     verdict = json.loads((rd / "verdict.json").read_text())
     assert verdict["status"] == "reproduced", verdict
     _nothing_left(run_id)

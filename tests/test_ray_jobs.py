@@ -52,7 +52,7 @@ def four_node_raw(**result: object) -> dict:
 def one_node_raw(**result: object) -> dict:
     """The seed, on the cluster's image: one node, so the stand-in places no actors (quick)."""
     raw = seed_raw()
-    raw["stack"]["image"]["digest"] = DIGEST
+    raw["stack"]["image"] = {"repository": "radixark/miles", "digest": DIGEST}
     raw["result"].update(result)
     return raw
 
