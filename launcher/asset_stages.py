@@ -47,14 +47,27 @@ _PY = 'python3 "$ASSETS_PY"'
 
 @dataclass(frozen=True)
 class AssetStages:
-    """The spec the node resolves, the three stages, and what follows training (the upload of
-    a fresh conversion finishes before the node is released)."""
+    """The spec the node resolves, the three stages, and stage push after training (the
+    uploads to the store finish before the node is released; None without a store)."""
 
     spec: dict[str, Any]
     resolve: Stage
     assets: Stage
     convert: Stage
-    after_training: tuple[str, ...]
+    push: Stage | None
+
+    @property
+    def after_training(self) -> tuple[str, ...]:
+        """Stage push as node.sh runs it, once the training container ended."""
+        if self.push is None:
+            return ()
+        return (
+            "",
+            f"# ---- stage push: {self.push.title}",
+            "_stage_begin push",
+            *self.push.commands,
+            "_stage_end",
+        )
 
 
 def model_args_name(recipe: Recipe) -> str:
@@ -109,7 +122,7 @@ def render(ctx: ScriptContext) -> AssetStages:
             "container",
             tuple(_convert_lines(ctx, names, store)),
         ),
-        tuple(_after_training(names, store)),
+        _push_stage(names, store),
     )
 
 
@@ -226,13 +239,19 @@ def _convert_lines(ctx: ScriptContext, names: set[str], store: str | None) -> li
     return lines
 
 
-def _after_training(names: set[str], store: str | None) -> list[str]:
+def _push_stage(names: set[str], store: str | None) -> Stage | None:
+    """Stage push: the uploads started in stage convert end before the node is released (a
+    stage of its own, so that the GPU-hours they hold the node for show as such)."""
     if not store or not names & {"hf_ckpt", "torch_dist"}:
-        return []
-    return [
-        "# the store uploads started in stage convert end before the node is released",
-        'for pid in "${PUSH_PIDS[@]}"; do',
-        '  wait "$pid" || echo "warning: an asset was not kept in the store (see '
-        '$NODE_RUN_DIR/push-*.log)" >&2',
-        "done",
-    ]
+        return None
+    return Stage(
+        "push",
+        "the uploads to the asset store started in stage convert finish",
+        "node",
+        (
+            'for pid in "${PUSH_PIDS[@]}"; do',
+            '  wait "$pid" || echo "warning: an asset was not kept in the store (see '
+            '$NODE_RUN_DIR/push-*.log)" >&2',
+            "done",
+        ),
+    )

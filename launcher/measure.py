@@ -220,26 +220,22 @@ def pure_figures(
 
 
 def gpu_hours_from_timeline(
-    timeline: dict, gpus: int
+    timeline: dict, gpus: int, window_s: float | None = None
 ) -> tuple[float | None, str, dict[str, float], list[str]]:
-    """GPU-hours = GPUs x (released_at - acquired_at) / 3600, plus the split per stage.
+    """GPU-hours = GPUs x (released_at - acquired_at) / 3600, plus where they went (stage_split).
 
     A run still held (released_at null) is counted up to its last recorded stage time, and the
     note says so: an open-ended figure would be a guess.
     """
-    by_stage: dict[str, float] = {}
     failed: list[str] = []
     last_seen = None
     for stage in timeline.get("stages") or []:
-        start, end = stage.get("start"), stage.get("end")
-        for t in (start, end):
-            if isinstance(t, (int, float)):
+        for t in (stage.get("start"), stage.get("end")):
+            if _finite(t):
                 last_seen = t if last_seen is None else max(last_seen, t)
         if stage.get("status") == "failed":
             failed.append(str(stage.get("name")))
-        if isinstance(start, (int, float)) and isinstance(end, (int, float)) and end >= start:
-            name = str(stage.get("name"))
-            by_stage[name] = by_stage.get(name, 0.0) + gpus * (end - start) / 3600.0
+    by_stage = {k: gpus * v / 3600.0 for k, v in stage_split(timeline, window_s).items()}
     acquired, released = timeline.get("acquired_at"), timeline.get("released_at")
     if not isinstance(acquired, (int, float)):
         return None, "timeline has no acquired_at: no GPU-hours", by_stage, failed
@@ -264,6 +260,50 @@ def gpu_hours_from_timeline(
         by_stage,
         failed,
     )
+
+
+def stage_split(timeline: dict, window_s: float | None = None) -> dict[str, float]:
+    """Seconds from acquisition to release, by stage, in order (docs/measurement.md, "Where the
+    GPU-hours go"): `acquire` (provisioning, boot, staging: until the node's first stage), each
+    stage of the node script, `train` split into the measured `window` (the sum of its step
+    times) and the rest of training (start-up, steps outside the window), `between` (the node
+    script's moments between its stages), `collect` (after the last stage until the release
+    began) and `release`. The parts add up to released_at - acquired_at (clocks permitting: the
+    node's marks and the launcher's times come from two clocks, and a negative part is 0)."""
+    acquired = timeline.get("acquired_at")
+    released = timeline.get("released_at")
+    releasing = timeline.get("release_started_at")
+    stages = [
+        s
+        for s in timeline.get("stages") or []
+        if _finite(s.get("start")) and _finite(s.get("end")) and s["end"] >= s["start"]
+    ]
+    split: dict[str, float] = {}
+    if not _finite(acquired):
+        return split
+    if stages:
+        split["acquire"] = max(0.0, stages[0]["start"] - acquired)
+    between = 0.0
+    for prev, stage in zip([None, *stages], stages, strict=False):
+        name = str(stage.get("name"))
+        seconds = stage["end"] - stage["start"]
+        if prev is not None:
+            between += max(0.0, stage["start"] - prev["end"])
+        if name == "train" and window_s is not None and window_s > 0:
+            split["train"] = split.get("train", 0.0) + max(0.0, seconds - window_s)
+            split["window"] = split.get("window", 0.0) + min(window_s, seconds)
+            continue
+        split[name] = split.get(name, 0.0) + seconds
+    if between > 0:
+        split["between"] = between
+    end = stages[-1]["end"] if stages else acquired
+    if _finite(releasing):
+        split["collect"] = max(0.0, releasing - end)
+        if _finite(released):
+            split["release"] = max(0.0, released - releasing)
+    elif _finite(released):
+        split["collect"] = max(0.0, released - end)  # release start not recorded: both here
+    return split
 
 
 def measured_date(records: Sequence[StepRecord]) -> str | None:
@@ -390,7 +430,9 @@ def measure(
     by_stage: dict[str, float] = {}
     failed: list[str] = []
     if timeline:
-        gpu_hours, gpu_hours_source, by_stage, failed = gpu_hours_from_timeline(timeline, gpus)
+        gpu_hours, gpu_hours_source, by_stage, failed = gpu_hours_from_timeline(
+            timeline, gpus, sum(times) if times else None
+        )
 
     steps_expected = claim.get("steps_per_run")
     return Result(

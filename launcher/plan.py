@@ -146,6 +146,7 @@ def build_plan(
             "container",
             (recipe.run_script.rstrip("\n"),),
         ),
+        *([on_assets.push] if on_assets.push else []),
         Stage(
             "collect",
             "stream the node log by byte offset; fetch result files; measure and judge",

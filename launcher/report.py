@@ -231,13 +231,7 @@ def render_markdown(
         f"- GPU-hours: {result.gpu_hours_source}.",
         "",
     ]
-    if result.gpu_hours_by_stage:
-        lines += ["## Where the GPU-hours went", "", "| stage | GPU-hours |", "|---|---:|"]
-        for name, hours in result.gpu_hours_by_stage.items():
-            lines.append(f"| {name} | {hours:.3f} |")
-        if result.window_gpu_hours is not None:
-            lines.append(f"| (the measured window itself) | {result.window_gpu_hours:.3f} |")
-        lines.append("")
+    lines += gpu_hours_table(result)
     ev = result.evidence
     lines += ["## Evidence: is the log a run of this recipe?", ""]
     lines += [f"- disagrees: {d.detail}" for d in ev.disagreements]
@@ -434,3 +428,49 @@ def _short_image(image: str | None) -> str:
         return "-"
     repo, _, digest = image.partition("@")
     return f"{repo.rsplit('/', 1)[-1]}@{digest[:19]}" if digest else repo
+
+
+# What each part of the GPU-hour split is (measure.stage_split); a stage not named here is one of
+# the node script's own, shown by its name.
+SPLIT_LABELS = {
+    "acquire": "provisioning, boot, staging",
+    "preflight": "host checks",
+    "resolve": "where each asset comes from",
+    "image": "image pull",
+    "preflight-gpu": "GPU benchmarks",
+    "stack": "software versions",
+    "assets": "rows and checkpoint",
+    "convert": "checkpoint conversion (GPUs)",
+    "ray": "Ray start",
+    "train": "training outside the window (start-up, other steps)",
+    "window": "the measured window's steps",
+    "push": "uploads to the asset store finishing",
+    "between": "between stages",
+    "collect": "collecting the results",
+    "release": "releasing the node(s)",
+}
+
+
+def gpu_hours_table(result: Result) -> list[str]:
+    """report.md's "Where the GPU-hours went": each part of the run, its minutes, its GPU-hours
+    and its share of the total (the parts add up to the total)."""
+    split = result.gpu_hours_by_stage
+    if not split:
+        return []
+    total = sum(split.values())
+    lines = [
+        "## Where the GPU-hours went",
+        "",
+        "| stage | what | minutes | GPU-hours | share |",
+        "|---|---|---:|---:|---:|",
+    ]
+    for name, hours in split.items():
+        minutes = 60.0 * hours / result.gpus if result.gpus else float("nan")
+        share = f"{100.0 * hours / total:.1f}%" if total > 0 else "-"
+        what = SPLIT_LABELS.get(name, "")
+        lines.append(f"| {name} | {what} | {minutes:.1f} | {hours:.3f} | {share} |")
+    minutes = 60.0 * total / result.gpus if result.gpus else float("nan")
+    lines.append(f"| **total** | acquired to released | {minutes:.1f} | {total:.3f} | 100% |")
+    if "window" not in split and result.window_gpu_hours is not None:
+        lines.append(f"\nThe measured window itself: {result.window_gpu_hours:.3f} GPU-hours.")
+    return [*lines, ""]

@@ -173,6 +173,7 @@ def dry_run_text(prepared: Prepared, refusals: tuple[str, ...] = ()) -> str:
         f"# stages    {' -> '.join(s.name for s in plan.stages)}",
     ]
     lines += [f"# REFUSED   a real run would not start: {why}" for why in refusals]
+    lines += ["", *expected_split_lines(prepared)]
     if plan.provisioning:
         from launcher.clusters.aws import to_jsonable
 
@@ -188,6 +189,19 @@ def dry_run_text(prepared: Prepared, refusals: tuple[str, ...] = ()) -> str:
     where = "the Ray job's entrypoint" if p.kind == "ray" else "run detached on the node"
     lines += ["", f"# ---- node script (node.sh), {where} ----", plan.node_script]
     return "\n".join(lines)
+
+
+def expected_split_lines(prepared: Prepared) -> list[str]:
+    """Where a cold node, a warm store and a warm cache would spend their GPU-hours."""
+    from launcher.estimate import dry_run_lines
+
+    p = prepared.profile
+    return dry_run_lines(
+        prepared.recipe,
+        fresh_instance=p.kind == "aws" and not p.get("instance_id"),
+        store=p.get("assets.store"),
+        usd_per_hour=prepared.price.value if prepared.price is not None else None,
+    )
 
 
 def _worst_lines(prepared: Prepared) -> list[str]:

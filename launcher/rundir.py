@@ -111,6 +111,13 @@ class Timeline:
     acquired_at: float | None = None
     released_at: float | None = None
     stages: list[dict[str, Any]] = field(default_factory=list)
+    # when the release began: before it the launcher was collecting (GPU-hours by stage)
+    release_started_at: float | None = None
+
+    def releasing(self) -> None:
+        """The release begins now (the first time it is asked for)."""
+        if self.acquired_at is not None and self.release_started_at is None:
+            self.release_started_at = time.time()
 
     def on_marker(self, marker: dict[str, str]) -> None:
         name = marker["stage"]
@@ -141,6 +148,7 @@ class Timeline:
         return {
             "acquired_at": self.acquired_at,
             "released_at": self.released_at,
+            "release_started_at": self.release_started_at,
             "stages": self.stages,
         }
 
@@ -302,7 +310,10 @@ class RunDir:
     def timeline(self) -> Timeline:
         data = self.read_json("timeline.json", {}) or {}
         return Timeline(
-            data.get("acquired_at"), data.get("released_at"), list(data.get("stages", []))
+            data.get("acquired_at"),
+            data.get("released_at"),
+            list(data.get("stages", [])),
+            data.get("release_started_at"),
         )
 
     def write_timeline(self, timeline: Timeline) -> None:

@@ -199,7 +199,8 @@ def s3_manifests(url: str) -> dict[str, dict]:
 def ok(run: Run) -> None:
     assert run.result.returncode == 0, run.why()
     assert "verdict: reproduced" in run.result.stderr
-    assert run.stages == [(name, "ok") for name in NODE_STAGES], run.stages
+    # with a store: stage push waits for the uploads started in stage convert
+    assert run.stages == [(name, "ok") for name in [*NODE_STAGES, "push"]], run.stages
 
 
 # ---- the store: a cold node fills it; after prepare, the second run downloads and converts nothing
@@ -230,6 +231,15 @@ def test_a_cold_node_builds_the_rows_in_the_image_converts_and_fills_the_store(
     assert store_mod.file_sha256(rows) == tiny[1]["parquet_sha256"]  # built in the image, checked
     assert "built on this node" in json.loads(Path(f"{rows}.build.json").read_text())["made_of"]
     assert run.converted()
+    # where the GPU-hours went: every stage, the window inside training, collect and release,
+    # adding up to the run's GPU-hours (result.yaml and report.md)
+    result = yaml.safe_load((run.rd / "result.yaml").read_text())
+    split = result["provenance"]["gpu_hours_by_stage"]
+    want = ["acquire", *NODE_STAGES, "window", "push", "collect", "release"]
+    assert [k for k in split if k != "between"] == want, split
+    assert sum(split.values()) == pytest.approx(result["provenance"]["unrounded"]["gpu_hours"])
+    report = (run.rd / "report.md").read_text()
+    assert "## Where the GPU-hours went" in report and "| convert |" in report
     # the node kept what it built and converted, and the checkpoint it fetched, in the store
     keys = sorted(s3_manifests(s3))
     assert [k.split("/")[0] for k in keys] == ["hf", "rows", "torch_dist"], keys

@@ -12,7 +12,7 @@ from measure_support import as_recipe, run_standin, seed_raw, step_times_for_tps
 from launcher.catalog import price_per_hour
 from launcher.errors import BadInput
 from launcher.evaluate import measure_run_dir
-from launcher.measure import measure, pure_figures
+from launcher.measure import measure, pure_figures, stage_split
 from launcher.parse.miles import StepRecord
 
 
@@ -100,11 +100,18 @@ def test_gpu_hours_from_the_timeline_with_a_per_stage_split():
         records_with_times(dict.fromkeys(range(20), 19.0)), as_recipe(raw), timeline=timeline
     )
     assert result.gpu_hours == pytest.approx(8 * 5625 / 3600) == 12.5
+    window_s = 15 * 19.0
+    assert result.window_gpu_hours == pytest.approx(8 * window_s / 3600)
+    # where they went, in seconds x 8 GPUs: the open teardown stage is not a stage (no end)
     assert result.gpu_hours_by_stage == {
+        "acquire": 0.0,
         "provision": pytest.approx(8 * 600 / 3600),
-        "train": pytest.approx(4.0),
+        "train": pytest.approx(8 * (1800 - window_s) / 3600),
+        "window": pytest.approx(8 * window_s / 3600),
+        "between": pytest.approx(8 * 1200 / 3600),
+        "collect": pytest.approx(8 * 2025 / 3600),
     }
-    assert result.window_gpu_hours == pytest.approx(8 * 15 * 19.0 / 3600)
+    assert sum(result.gpu_hours_by_stage.values()) == pytest.approx(result.gpu_hours)
     unreleased = dict(timeline, released_at=None)
     result = measure(
         records_with_times(dict.fromkeys(range(20), 19.0)), as_recipe(raw), timeline=unreleased
@@ -113,6 +120,49 @@ def test_gpu_hours_from_the_timeline_with_a_per_stage_split():
         result.gpu_hours == pytest.approx(8 * 5600 / 3600)
         and "lower bound" in result.gpu_hours_source
     )
+
+
+def test_the_split_by_stage_adds_up_to_the_total_and_says_where_the_hours_went():
+    """acquire (until the node's first stage), each node stage, train less its measured window,
+    the window, the gaps between stages, collect (until the release began) and release."""
+    timeline = {
+        "acquired_at": 1000.0,
+        "release_started_at": 2000.0,
+        "released_at": 2060.0,
+        "stages": [
+            {"name": "preflight", "start": 1300.0, "end": 1310.0, "status": "ok"},
+            {"name": "resolve", "start": 1310.0, "end": 1320.0, "status": "ok"},
+            {"name": "image", "start": 1321.0, "end": 1500.0, "status": "ok"},
+            {"name": "assets", "start": 1500.0, "end": 1600.0, "status": "ok"},
+            {"name": "convert", "start": 1600.0, "end": 1700.0, "status": "ok"},
+            {"name": "ray", "start": 1700.0, "end": 1710.0, "status": "ok"},
+            {"name": "train", "start": 1710.0, "end": 1980.0, "status": "ok"},
+        ],
+    }
+    split = stage_split(timeline, window_s=200.0)
+    assert list(split) == [
+        "acquire",
+        "preflight",
+        "resolve",
+        "image",
+        "assets",
+        "convert",
+        "ray",
+        "train",
+        "window",
+        "between",
+        "collect",
+        "release",
+    ]
+    assert split["acquire"] == 300.0 and split["train"] == 70.0 and split["window"] == 200.0
+    assert split["between"] == 1.0 and split["collect"] == 20.0 and split["release"] == 60.0
+    assert sum(split.values()) == 1060.0  # released - acquired
+    # without the release's start (older runs) collect holds both; a clock that runs behind
+    # never makes a part negative
+    old = {k: v for k, v in timeline.items() if k != "release_started_at"}
+    assert stage_split(old)["collect"] == 80.0 and "release" not in stage_split(old)
+    skewed = dict(timeline, acquired_at=1400.0)
+    assert stage_split(skewed)["acquire"] == 0.0
 
 
 def test_price_override_region_and_unknown_instance():

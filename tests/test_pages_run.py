@@ -128,16 +128,15 @@ def test_the_seed_run_page_shows_result_yaml_figures_beside_the_card(tmp_path):
     # one marker per step in each chart; the stages of the timeline
     assert sum(1 for _, d in c.attrs if d.get("data-series") == "step_time") == 20
     assert sum(1 for _, d in c.attrs if d.get("data-series") == "loss") == 20
+    # the stage bar and table are result.yaml's split (where the GPU-hours went), part for part
+    result = yaml.safe_load((rd / "result.yaml").read_text())
+    split = result["provenance"]["gpu_hours_by_stage"]
     stages = [d["data-stage"] for _, d in c.attrs if d.get("data-stage")]
-    assert stages[1:-1] == [
-        "preflight",
-        "image",
-        "preflight-gpu",
-        "stack",
-        "assets",
-        "ray",
-        "train",
-    ]
+    assert stages == list(split) and stages[0] == "acquire" and stages[-1] == "collect"
+    assert stages[stages.index("train") + 1] == "window"
+    shown = dict(re.findall(r'data-stage-hours="([^"]+)">([^<]+)<', html))
+    for name, hours in split.items():
+        assert float(shown[name]) == pytest.approx(hours, abs=1e-4), name
     assert "not recorded (no convergence.json" in text  # measured without a reference run
 
 

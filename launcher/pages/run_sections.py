@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from launcher.measure import gpu_hours_from_timeline
+from launcher.measure import gpu_hours_from_timeline, stage_split
 from launcher.pages import svg
 from launcher.pages.html import badge, duration, esc, not_recorded, num, number, section, table
 from launcher.pages.rundata import RunFiles
@@ -232,31 +232,34 @@ def _short(value: Any, limit: int = 300) -> str:
 # Stages
 
 
-def stage_rows(timeline: dict[str, Any]) -> list[tuple[str, float, str, float | None]]:
-    """(name, seconds, status, start) from acquisition to release: each stage, plus the
-    launcher's own time before the first stage and after the last one (staging, collecting,
-    releasing), which the GPU-hours count too."""
-    acquired, released = number(timeline.get("acquired_at")), number(timeline.get("released_at"))
+def stage_rows(
+    timeline: dict[str, Any], window_s: float | None = None
+) -> list[tuple[str, float, str, float | None]]:
+    """(name, seconds, status, start) from acquisition to release: the measured split
+    (measure.stage_split, the same parts as result.yaml's gpu_hours_by_stage: acquire, each
+    stage, the window inside training, collect, release), then any stage that never ended."""
+    acquired = number(timeline.get("acquired_at"))
     stages = [s for s in (timeline.get("stages") or []) if isinstance(s, dict)]
+    by_name = {str(s.get("name")): s for s in stages}
     rows: list[tuple[str, float, str, float | None]] = []
-    starts = [number(s.get("start")) for s in stages]
-    ends = [number(s.get("end")) for s in stages]
-    first = min((x for x in starts if x is not None), default=None)
-    last = max((x for x in ends if x is not None), default=None)
-    if acquired is not None and first is not None and first > acquired:
-        rows.append(("staging (launcher)", first - acquired, "ok", acquired))
-    for s, start, end in zip(stages, starts, ends, strict=True):
-        secs = end - start if start is not None and end is not None and end >= start else 0.0
-        rows.append((str(s.get("name") or "?"), secs, str(s.get("status") or "?"), start))
-    if released is not None and last is not None and released > last:
-        rows.append(("collect and release (launcher)", released - last, "ok", last))
+    for name, secs in stage_split(timeline, window_s).items():
+        stage = by_name.get("train" if name == "window" else name, {})
+        start = number(stage.get("start")) if stage else (acquired if name == "acquire" else None)
+        rows.append((name, secs, str(stage.get("status") or "ok"), start))
+    split_names = {r[0] for r in rows}
+    for s in stages:  # started, never ended (the run was stopped in it): shown, 0 s
+        name = str(s.get("name") or "?")
+        if name not in split_names:
+            rows.append((name, 0.0, str(s.get("status") or "?"), number(s.get("start"))))
     return rows
 
 
 def stages(ctx: Context) -> str:
     if not ctx.timeline:
         return not_recorded(ctx.files.why_not("timeline.json"))
-    rows = stage_rows(ctx.timeline)
+    window_gh = number(ctx.prov.get("window_gpu_hours"))
+    window_s = window_gh * 3600 / ctx.gpus if window_gh is not None and ctx.gpus else None
+    rows = stage_rows(ctx.timeline, window_s)
     if not rows:
         return not_recorded("timeline.json records no stage.")
     total_s = sum(r[1] for r in rows)
@@ -310,9 +313,8 @@ def stages(ctx: Context) -> str:
         if price is not None
         else "no price recorded",
     ]
-    window_gh = number(ctx.prov.get("window_gpu_hours"))
     after = ""
-    if window_gh is not None:
+    if window_gh is not None and "window" not in {r[0] for r in rows}:
         after = (
             f'<p class="sub" style="margin-top:8px">The measured window itself (the sum of its '
             f"step times) is {esc(num(window_gh, 4))} GPU-hours.</p>"

@@ -28,16 +28,19 @@ GREY = "#8c959f"
 # time grey, and red is kept for a failed stage. Other names take the palette in turn.
 STAGE_COLORS = {
     "acquire": "#8c959f",
-    "staging (launcher)": "#afb8c1",
     "preflight": "#54aeff",
+    "resolve": "#80ccff",
     "image": "#0969da",
     "preflight-gpu": "#218bff",
     "stack": "#8250df",
     "assets": "#bf8700",
+    "convert": "#d4a72c",
     "ray": "#e16f24",
-    "train": "#1a7f37",
+    "train": "#4ac26b",
+    "window": "#1a7f37",
+    "push": "#9a6700",
+    "between": "#d0d7de",
     "collect": "#6e7781",
-    "collect and release (launcher)": "#6e7781",
     "release": "#57606a",
 }
 PALETTE = ("#0550ae", "#6639ba", "#953800", "#116329", "#7d4e00", "#3192aa")

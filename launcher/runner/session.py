@@ -37,6 +37,7 @@ from launcher.runner.nodes import (
     end_workers,
     ended_early,
     failed_entry,
+    on_each,
     place_of,
     quietly,
 )
@@ -151,10 +152,12 @@ class RunSession:
             self.connect(nodes)
             self.rd.set_status("staging")
             try:
-                for n in self.nodes:
-                    n.execution.stage(node_script, self.settings.scripts_dir, secrets)
+                on_each(
+                    self.nodes,
+                    lambda n: n.execution.stage(node_script, self.settings.scripts_dir, secrets),
+                )
                 launched = True  # from here an interrupt cancels on the node (harmless if not)
-                ids = [n.execution.launch(self._launch_env(nodes, n)) for n in self.nodes]
+                ids = on_each(self.nodes, lambda n: n.execution.launch(self._launch_env(nodes, n)))
             except BaseException:
                 if secrets:  # a node script that never started never deleted them
                     for n in self.nodes:
@@ -555,6 +558,7 @@ class RunSession:
         """End what the cluster acquired, to the end even through Ctrl-C (unless kept)."""
         if self.keep_cluster:
             return
+        self.timeline.releasing()  # collect ends here (GPU-hours by stage)
         try:
             error = release_hard(self.cluster, self.reporter.warn)
             if error is not None:
