@@ -11,7 +11,10 @@ asset. Never imports `launcher`.
 from __future__ import annotations
 
 import json
+import os
+import shlex
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -45,21 +48,56 @@ def stderr_log(message: str) -> None:
 
 
 class Throttled:
-    """Progress as plain lines for a log file: one per file every 15 s, and one at 100%."""
+    """Progress of one asset's transfer: plain lines for a person reading the log (one per file
+    every 15 s, and one at 100%), and, inside a node.sh stage (REPRODUCE_STAGE), the protocol's
+    progress line for the launcher's live bar and ETA (bytes of the whole asset, about once a
+    second; launcher/runner/protocol.py). Called from several download threads at once."""
 
-    def __init__(self, label: str, log: Log = stderr_log, every_s: float = 15.0):
+    def __init__(
+        self,
+        label: str,
+        log: Log = stderr_log,
+        every_s: float = 15.0,
+        *,
+        total: int | None = None,
+        stage: str | None = None,
+    ):
         self.label, self.log, self.every_s = label, log, every_s
         self.last: dict[str, float] = {}
         self.started = time.monotonic()
+        self.total = total  # the asset's bytes, when known before the first file
+        self.stage = stage if stage is not None else os.environ.get("REPRODUCE_STAGE", "")
+        self.files: dict[str, tuple[int, int]] = {}
+        self.line_at = 0.0
+        self.lock = threading.Lock()
 
     def __call__(self, name: str, done: int, total: int) -> None:
-        now = time.monotonic()
-        finished = total > 0 and done >= total
-        if not finished and now - self.last.get(name, 0.0) < self.every_s:
+        with self.lock:
+            now = time.monotonic()
+            finished = total > 0 and done >= total
+            self.files[name] = (done, total)
+            if self.stage:
+                self._progress_line(now)
+            if not finished and now - self.last.get(name, 0.0) < self.every_s:
+                return
+            self.last[name] = now
+            pct = f" ({100 * done / total:.0f}%)" if total > 0 else ""
+            self.log(f"{self.label}: {name}: {done / 1e6:.1f} of {max(total, 0) / 1e6:.1f} MB{pct}")
+
+    def _progress_line(self, now: float) -> None:
+        done = sum(d for d, _ in self.files.values())
+        seen = sum(max(t, 0) for _, t in self.files.values())
+        total = max(self.total or 0, seen, done)
+        if done < total and now - self.line_at < 1.0:
             return
-        self.last[name] = now
-        pct = f" ({100 * done / total:.0f}%)" if total > 0 else ""
-        self.log(f"{self.label}: {name}: {done / 1e6:.1f} of {max(total, 0) / 1e6:.1f} MB{pct}")
+        self.line_at = now
+        item = f"{self.label}: {len(self.files)} file(s)"
+        print(
+            f"##reproduce progress stage={shlex.quote(self.stage)} done={done} total={total} "
+            f"unit=bytes item={shlex.quote(item)}",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 # ------------------------------------------------------------------------------------------------

@@ -92,13 +92,14 @@ def hub_fetch(
         chosen = info.select(asset.get("include"))
     dest.mkdir(parents=True, exist_ok=True)
     (dest / PENDING).write_text(json.dumps(want, sort_keys=True) + "\n")
-    progress = progress or Throttled(asset["name"], log)
+    progress = progress or Throttled(asset["name"], log, total=sum(max(f.size, 0) for f in chosen))
     known: dict[str, str] = {}
 
     def one(remote: hf_hub.RemoteFile) -> str:
         target = dest / remote.path
         if target.is_file() and hf_hub.verify_remote(target, remote) is None:
             state = "kept"
+            progress(remote.path, max(remote.size, 0), max(remote.size, 0))  # already here
         else:
             hf_hub.download(info, remote, target, token, progress=progress)
             state = "downloaded"

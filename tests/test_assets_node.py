@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import subprocess
 import sys
 import time
@@ -346,3 +347,33 @@ def test_rows_are_built_from_a_tokenizer_and_dataset_kept_in_the_store(hub, tiny
     assert store in built["made_of"]  # the inputs' origin is the store
     asked = hub.file_requests()  # only the checkpoint's one-byte probe (it is not in this store)
     assert {r.range for r in asked} == {"bytes=0-0"} and all("tiny-model" in r.path for r in asked)
+
+
+def test_a_fetch_inside_a_stage_prints_progress_the_launcher_reads(hub, tiny, tmp_path):
+    """In node.sh's stage assets (REPRODUCE_STAGE), a download prints the protocol's progress
+    lines: bytes of the whole asset, never going back, the last one at its total (the live bar's
+    ETA); a second fetch of the same files (kept) still reaches 100%."""
+    from launcher.runner.protocol import parse_progress
+
+    spec = make_spec(tmp_path, tiny_recipe_raw(*tiny))
+    plan_path = spec.with_name(spec.stem + "-plan.json")
+    plan, _ = resolve(spec)
+    size = plan["assets"]["hf_ckpt"]["bytes"]
+    env = {**os.environ, "REPRODUCE_STAGE": "assets"}  # the hub fixture's HF_ENDPOINT too
+
+    def fetch() -> list:
+        proc = subprocess.run(
+            [sys.executable, str(SCRIPTS / "node_assets.py"), "fetch", "--spec", str(spec),
+             "--plan", str(plan_path), "hf_ckpt"],
+            capture_output=True, text=True, timeout=300, env=env,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        return [p for ln in proc.stderr.splitlines() if (p := parse_progress(ln)) is not None]
+
+    lines = fetch()
+    assert lines and {p.stage for p in lines} == {"assets"} and lines[0].unit == "bytes"
+    assert [p.done for p in lines] == sorted(p.done for p in lines)
+    assert lines[-1].done == lines[-1].total == size > 0
+    assert "hf_ckpt" in lines[-1].item
+    again = fetch()  # everything kept: no download, the bar still ends full
+    assert again[-1].done == again[-1].total == size

@@ -114,10 +114,11 @@ ALIVE_FN = (
 _NOW = '"$(date +%s.%N)"'
 STAGE_FUNCTIONS = "\n".join(
     [
-        f"_stage_begin() {{ _STAGE=$1; printf '{MARKER} stage=%s event=start t=%s\\n' "
-        f'"$1" {_NOW}; }}',
+        # REPRODUCE_STAGE: the stage a node program prints its progress lines for
+        f"_stage_begin() {{ _STAGE=$1; export REPRODUCE_STAGE=$1; "
+        f"printf '{MARKER} stage=%s event=start t=%s\\n' \"$1\" {_NOW}; }}",
         f"_stage_end() {{ printf '{MARKER} stage=%s event=end status=ok t=%s\\n' \"$_STAGE\" "
-        f"{_NOW}; _STAGE=''; }}",
+        f"{_NOW}; _STAGE=''; REPRODUCE_STAGE=''; }}",
         "_on_exit() {",
         "  local rc=$? status=failed",
         '  if [ -n "${_STAGE:-}" ]; then',

@@ -53,8 +53,8 @@ done
 mkdir -p -m 700 "$REPRODUCE_OUT_DIR" "$NODE_RUN_DIR/state"
 cd "$NODE_RUN_DIR"
 
-_stage_begin() { _STAGE=$1; printf '##reproduce stage=%s event=start t=%s\n' "$1" "$(date +%s.%N)"; }
-_stage_end() { printf '##reproduce stage=%s event=end status=ok t=%s\n' "$_STAGE" "$(date +%s.%N)"; _STAGE=''; }
+_stage_begin() { _STAGE=$1; export REPRODUCE_STAGE=$1; printf '##reproduce stage=%s event=start t=%s\n' "$1" "$(date +%s.%N)"; }
+_stage_end() { printf '##reproduce stage=%s event=end status=ok t=%s\n' "$_STAGE" "$(date +%s.%N)"; _STAGE=''; REPRODUCE_STAGE=''; }
 _on_exit() {
   local rc=$? status=failed
   if [ -n "${_STAGE:-}" ]; then
@@ -235,8 +235,8 @@ _stage_end
 # ---- stages ray + train, inside the training container (this text runs verbatim there)
 IFS= read -r -d '' CONTAINER_SCRIPT <<'REPRODUCE_CONTAINER_SCRIPT' || true
 set -euo pipefail
-_stage_begin() { _STAGE=$1; printf '##reproduce stage=%s event=start t=%s\n' "$1" "$(date +%s.%N)"; }
-_stage_end() { printf '##reproduce stage=%s event=end status=ok t=%s\n' "$_STAGE" "$(date +%s.%N)"; _STAGE=''; }
+_stage_begin() { _STAGE=$1; export REPRODUCE_STAGE=$1; printf '##reproduce stage=%s event=start t=%s\n' "$1" "$(date +%s.%N)"; }
+_stage_end() { printf '##reproduce stage=%s event=end status=ok t=%s\n' "$_STAGE" "$(date +%s.%N)"; _STAGE=''; REPRODUCE_STAGE=''; }
 _on_exit() {
   local rc=$? status=failed
   if [ -n "${_STAGE:-}" ]; then
