@@ -112,6 +112,14 @@ def checkpoint_bytes(recipe: Recipe) -> tuple[float | None, str]:
         params, source = CHECKPOINTS[repo]
         return params * BF16_BYTES, f"{repo}: {source} x {BF16_BYTES} bytes (bf16)"
     if recipe.active_params:
+        layout = recipe.raw.get("layout") or {}
+        experts = int(layout.get("ep") or 1) > 1 or "--num-experts" in recipe.run_script
+        if not experts:
+            return (
+                recipe.active_params * BF16_BYTES,
+                "result.active_params.count x 2 bytes (layout.ep 1 and no --num-experts: read "
+                "as a dense model, every parameter active)",
+            )
         return (
             recipe.active_params * BF16_BYTES,
             "result.active_params.count x 2 bytes: a lower bound (a mixture of experts holds more)",

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from cli_support import SEED, reproduce
+from cli_support import FIXTURES, SEED, reproduce
 
 from launcher.estimate import CHECKPOINTS, FIGURES, SCENARIOS, checkpoint_bytes, estimate
 from launcher.recipe import load_recipe
@@ -50,7 +50,13 @@ def test_a_checkpoint_of_unknown_size_is_a_lower_bound(tmp_path):
     path = tmp_path / "r.yaml"
     path.write_text(yaml.safe_dump(raw))
     size, source = checkpoint_bytes(load_recipe(path))
-    assert size == 3041656832 * 2 and "lower bound" in source
+    assert size == 3041656832 * 2 and "lower bound" in source  # ep 8: experts
+
+
+def test_a_dense_models_checkpoint_is_all_its_active_parameters():
+    recipe = load_recipe(FIXTURES / "llama3.1-8b-h100-p5-dense.yaml")
+    size, source = checkpoint_bytes(recipe)
+    assert size == recipe.active_params * 2 and "dense" in source and "lower bound" not in source
 
 
 def test_a_recipe_without_a_gpu_hours_claim_says_so(tmp_path):
