@@ -24,6 +24,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from launcher import multinode
 from launcher.assets.spec import build_spec, converter_identity
 from launcher.node_script import (
     MILES_DIR,
@@ -166,7 +167,7 @@ def _assets_lines(ctx: ScriptContext, names: set[str], store: str | None) -> lis
     ]
     if store:
         lines.append(
-            f'if [ "$({_PY} source --plan "$ASSET_PLAN" rows)" = build ]; then '
+            f'if {_node0(ctx)}[ "$({_PY} source --plan "$ASSET_PLAN" rows)" = build ]; then '
             f'{_PY} push --spec "$ASSET_SPEC" rows '
             '|| echo "warning: the rows were built but not kept in the store" >&2; fi'
         )
@@ -220,15 +221,18 @@ def _convert_lines(ctx: ScriptContext, names: set[str], store: str | None) -> li
         lines += [
             "  # kept in the store while Ray and training run (niced, in the background), so no",
             "  # later run converts again; a failed upload is a warning, never a failed run",
-            f'  nice -n 19 {_PY} push --spec "$ASSET_SPEC" torch_dist '
-            '> "$NODE_RUN_DIR/push-torch_dist.log" 2>&1 &',
-            "  PUSH_PIDS+=($!)",
+            *_on_node0(
+                ctx,
+                f'nice -n 19 {_PY} push --spec "$ASSET_SPEC" torch_dist '
+                '> "$NODE_RUN_DIR/push-torch_dist.log" 2>&1 &',
+                "PUSH_PIDS+=($!)",
+            ),
         ]
     lines.append("fi")
     if store and "hf_ckpt" in names:
         lines += [
             "# a checkpoint this node fetched from the Hub goes to the store too (same way)",
-            f'if [ "$({_PY} source --plan "$ASSET_PLAN" hf_ckpt)" = hub ]; then',
+            f'if {_node0(ctx)}[ "$({_PY} source --plan "$ASSET_PLAN" hf_ckpt)" = hub ]; then',
             f'  nice -n 19 {_PY} push --spec "$ASSET_SPEC" hf_ckpt '
             '> "$NODE_RUN_DIR/push-hf_ckpt.log" 2>&1 &',
             "  PUSH_PIDS+=($!)",
@@ -237,6 +241,18 @@ def _convert_lines(ctx: ScriptContext, names: set[str], store: str | None) -> li
     if store:
         lines.insert(0, "PUSH_PIDS=()")
     return lines
+
+
+def _node0(ctx: ScriptContext) -> str:
+    """On several nodes only node 0 fills the store: every node fetched or made the same bytes,
+    and N writers of one store object (a shared directory's partial files) would collide."""
+    return '[ "${NODE_RANK:-0}" = 0 ] && ' if multinode.spans_nodes(ctx.recipe, ctx.profile) else ""
+
+
+def _on_node0(ctx: ScriptContext, *commands: str) -> list[str]:
+    if not _node0(ctx):
+        return [f"  {c}" for c in commands]
+    return ['  if [ "${NODE_RANK:-0}" = 0 ]; then', *(f"    {c}" for c in commands), "  fi"]
 
 
 def _push_stage(names: set[str], store: str | None) -> Stage | None:

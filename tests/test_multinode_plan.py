@@ -75,3 +75,26 @@ def test_the_page_lists_the_codes_efa_table():
     page = (REPO / "docs" / "multinode.md").read_text()
     rows = re.findall(r"^\| `([A-Z_]+)` \| `([^`]+)` \|", page, re.M)
     assert rows == [(v.name, v.value) for v in EFA_ENV]
+
+
+def _pushes(script: str) -> list[tuple[str, str]]:
+    """(the line before, the line) of every upload to the asset store in node.sh."""
+    lines = script.splitlines()
+    return [(lines[i - 1], ln) for i, ln in enumerate(lines) if "node_assets.py\" push" in ln
+            or ('$ASSETS_PY" push' in ln)]  # fmt: skip
+
+
+def test_on_several_nodes_only_node_0_fills_the_asset_store(tmp_path):
+    """Every node fetches or converts the same bytes; N writers of one store object would
+    collide, so the uploads are node 0's. One node: unguarded, as before."""
+    store = {"assets": {"store": "s3://bucket/prefix"}}
+    pushes = _pushes(dry_run(FOUR_NODES, ssh_hosts_profile(tmp_path, **store)))
+    assert len(pushes) == 3  # the rows built, the conversion, the checkpoint from the Hub
+    node0 = '[ "${NODE_RANK:-0}" = 0 ]'
+    assert all(node0 in line or node0 in before for before, line in pushes), pushes
+    one = tmp_path / "one.yaml"
+    one.write_text(
+        yaml.safe_dump({**yaml.safe_load((REPO / "env/local.yaml").read_text()), **store})
+    )
+    single = _pushes(dry_run(SEED, one))
+    assert len(single) == 3 and not any("NODE_RANK" in b + ln for b, ln in single)
