@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from launcher.errors import BadInput
+from launcher.estimate import likely_lines, target_args
 
 if TYPE_CHECKING:
     from launcher.profile import Profile
@@ -175,6 +176,9 @@ def decide(prepared: Prepared, options: Options, *, attended: bool) -> CostGate:
     if worst is not None:
         lines.append(f"worst     {worst}")
     lines.append(f"budget    {_budget_words(options)}")
+    lines[5:5] = likely_lines(  # after "expected": what it costs with everything included
+        recipe, **target_args(profile, price), max_usd=options.max_usd
+    )
     ask = paid and not options.yes and attended
     refusal = None
     if paid and not attended:

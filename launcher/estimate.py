@@ -16,6 +16,7 @@ run's result.yaml can be read side by side. Pure: no I/O, nothing imported but t
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from launcher.recipe import Recipe
 
@@ -260,3 +261,57 @@ def dry_run_lines(
         f"{FIGURES['pull'].value / GB:g} GB/s",
     ]
     return lines
+
+
+def likely_lines(
+    recipe: Recipe,
+    *,
+    fresh_instance: bool,
+    store: str | None,
+    usd_per_hour: float | None,
+    max_usd: float | None = None,
+) -> list[str]:
+    """What this run will likely cost, all stages included (the claim counts none of the
+    provisioning and downloads), and a warning when a --max-usd budget is under it: a budget
+    that stops the run before its window is measured buys nothing. Lines without the '# '."""
+    est = estimate(recipe, fresh_instance=fresh_instance)
+    cold, warm_store, warm_cache = (est.total(s) for s in SCENARIOS)
+
+    def cost(hours: float) -> str:
+        if usd_per_hour is None:
+            return f"{hours:.2f} GPU-hours"
+        return f"{hours:.2f} GPU-hours (${hours / recipe.gpus_per_node * usd_per_hour:.2f})"
+
+    if fresh_instance and store:
+        main = warm_store
+        text = (
+            f"{cost(warm_store)} on a new node with the asset store warm, {cost(cold)} if it is not"
+        )
+    elif fresh_instance:
+        main = cold
+        text = (
+            f"{cost(cold)} on a new node (provisioning, the image, the assets from the Hub and "
+            f"the conversion); with a warm asset store {cost(warm_store)}"
+        )
+    else:
+        main = cold
+        text = f"{cost(warm_cache)} if the node kept its cache and image, up to {cost(cold)} cold"
+    lines = [f"likely    {text}  [estimate by stage: launcher/estimate.py, the dry run]"]
+    if max_usd is not None and usd_per_hour is not None:
+        likely_usd = main / recipe.gpus_per_node * usd_per_hour
+        if max_usd < likely_usd:
+            lines.append(
+                f"WARNING   --max-usd {max_usd:g} is under this estimate (${likely_usd:.2f}): the "
+                "budget may stop the run before its window is measured"
+            )
+    return lines
+
+
+def target_args(profile: Any, price: Any) -> dict[str, Any]:
+    """What the estimate needs of a target: whether the run launches its node (provisioning is
+    paid), the profile's asset store, and the node's price (launcher.catalog.Price or None)."""
+    return {
+        "fresh_instance": profile.kind == "aws" and not profile.get("instance_id"),
+        "store": profile.get("assets.store"),
+        "usd_per_hour": price.value if price is not None else None,
+    }

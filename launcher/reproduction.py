@@ -152,7 +152,9 @@ def node_price(recipe: Recipe, profile: Profile) -> Any:
     )
 
 
-def dry_run_text(prepared: Prepared, refusals: tuple[str, ...] = ()) -> str:
+def dry_run_text(
+    prepared: Prepared, refusals: tuple[str, ...] = (), *, max_usd: float | None = None
+) -> str:
     """The header, the provisioning request (clouds) and the node script, byte for byte; a
     real run's refusals (check_before_start) are printed first, where nobody can miss them."""
     r, p, plan = prepared.recipe, prepared.profile, prepared.plan
@@ -166,6 +168,7 @@ def dry_run_text(prepared: Prepared, refusals: tuple[str, ...] = ()) -> str:
         f"# image     {plan.image_ref}  "
         f"({plan.built_image.describe(r) if plan.built_image else 'from ' + r.image.source_field})",
         f"# expected  {cost_line(r, prepared.price)}",
+        *[f"# {line}" for line in likely_lines(prepared, max_usd)],
         *_worst_lines(prepared),
         f"# claim     {r.claim['tokens_per_s_per_gpu']:g} tokens/s/GPU over steps "
         f"{r.window[0]}-{r.window[1]} of {r.steps_per_run}",
@@ -193,15 +196,18 @@ def dry_run_text(prepared: Prepared, refusals: tuple[str, ...] = ()) -> str:
 
 def expected_split_lines(prepared: Prepared) -> list[str]:
     """Where a cold node, a warm store and a warm cache would spend their GPU-hours."""
-    from launcher.estimate import dry_run_lines
+    from launcher.estimate import dry_run_lines, target_args
 
-    p = prepared.profile
-    return dry_run_lines(
-        prepared.recipe,
-        fresh_instance=p.kind == "aws" and not p.get("instance_id"),
-        store=p.get("assets.store"),
-        usd_per_hour=prepared.price.value if prepared.price is not None else None,
-    )
+    return dry_run_lines(prepared.recipe, **target_args(prepared.profile, prepared.price))
+
+
+def likely_lines(prepared: Prepared, max_usd: float | None = None) -> list[str]:
+    """This run's likely cost, every stage included (header lines, without '# ')."""
+    from launcher.estimate import likely_lines as lines
+    from launcher.estimate import target_args
+
+    args = target_args(prepared.profile, prepared.price)
+    return lines(prepared.recipe, **args, max_usd=max_usd)
 
 
 def _worst_lines(prepared: Prepared) -> list[str]:

@@ -92,3 +92,18 @@ def test_the_dry_run_prints_the_split_for_each_scenario(cluster, provisioned):
     text = "\n".join(lines[head : head + 24])
     assert "claims 1.25 GPU-hours" in text and "assumed" in text and "S3 in-region" in text
     assert "checkpoint 61.0 GB" in text and "88.8 MB" in text
+
+
+def test_the_header_says_what_this_run_likely_costs_and_warns_of_a_budget_under_it():
+    """The claim counts no provisioning and no downloads; the header's `likely` line does, and a
+    --max-usd under it is called out before anything is paid for."""
+    aws = reproduce(SEED, "--cluster", "aws", "--dry-run", "--max-usd", "20")
+    assert aws.code == 0, aws.err
+    likely = next(ln for ln in aws.out.splitlines() if ln.startswith("# likely"))
+    assert "on a new node" in likely and "$37.37" in likely and "warm asset store" in likely
+    assert "# WARNING   --max-usd 20 is under this estimate ($37.37)" in aws.out
+    enough = reproduce(SEED, "--cluster", "aws", "--dry-run", "--max-usd", "60")
+    assert enough.code == 0 and "# likely" in enough.out and "WARNING" not in enough.out
+    local = reproduce(SEED, "--cluster", "local", "--dry-run")
+    likely = next(ln for ln in local.out.splitlines() if ln.startswith("# likely"))
+    assert "kept its cache and image" in likely and "new node" not in likely

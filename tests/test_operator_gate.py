@@ -212,3 +212,12 @@ def test_the_runner_shows_the_cost_before_the_run_directory_and_asks_only_launch
     assert kinds[0] == "cost" and "confirm" not in kinds
     assert made and (made[0] / "run.json").is_file()
     assert json.loads((made[0] / "run.json").read_text())["cost"]["price_per_hour"] == 3.0
+
+
+def test_the_gate_shows_the_likely_cost_and_a_budget_under_it():
+    """The claim's $9.89 counts no provisioning and no downloads: the gate also shows what a new
+    node will likely cost, and warns when --max-usd would stop the run before its window."""
+    header = "\n".join(_gate("aws", attended=True, max_usd=20.0).header)
+    assert header.index("expected  1.25 GPU-hours") < header.index("likely    4.72 GPU-hours")
+    assert "WARNING   --max-usd 20 is under this estimate ($37.37)" in header
+    assert "WARNING" not in "\n".join(_gate("aws", attended=True, max_usd=60.0).header)

@@ -40,7 +40,7 @@ def run_command(
     if script_out is not None:
         write_script(prepared.plan, script_out)
     if dry_run:
-        sys.stdout.write(dry_run_text(prepared, start.refusals))
+        sys.stdout.write(dry_run_text(prepared, start.refusals, max_usd=options.max_usd))
         sys.stdout.flush()
         for why in start.refusals:
             print(f"warning: a real run would not start: {why}", file=sys.stderr)
