@@ -49,6 +49,35 @@ def test_commands_files_and_reads_by_offset(sshd, tmp_path):
         cluster.release()
 
 
+def test_many_files_into_one_directory_make_it_once_and_again_when_it_is_gone(sshd, tmp_path):
+    """Staging puts a dozen files into a few directories: one `mkdir -p` per directory (each
+    command is a channel and a shell on the node); a directory removed since is made again."""
+    cluster = _cluster(sshd)
+    t = cluster.transport(cluster.acquire()[0])
+    commands: list[str] = []
+    run = t.run
+
+    def counting(command, **kw):
+        commands.append(command)
+        return run(command, **kw)
+
+    t.run = counting  # type: ignore[method-assign]
+    try:
+        remote = tmp_path / "remote" / "scripts"
+        for i in range(6):
+            t.put_text(f"file {i}\n", str(remote / f"f{i}.py"), mode=0o644)
+        assert sum(c.startswith("mkdir -p") for c in commands) == 1, commands
+        assert sorted(p.name for p in remote.iterdir()) == [f"f{i}.py" for i in range(6)]
+        run(f"rm -rf {remote}")  # gone behind the transport's back
+        src = tmp_path / "local.bin"
+        src.write_bytes(b"x" * 1000)
+        t.put(src, str(remote / "again.bin"), mode=0o600)
+        assert (remote / "again.bin").read_bytes() == b"x" * 1000
+        assert sum(c.startswith("mkdir -p") for c in commands) == 2
+    finally:
+        cluster.release()
+
+
 def test_reconnects_after_the_connection_drops(sshd):
     cluster = _cluster(sshd)
     t = cluster.transport(cluster.acquire()[0])

@@ -23,7 +23,7 @@ import shlex
 import socket
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -166,6 +166,7 @@ class SSHTransport:
         self._client: Any = None
         self._sftp: Any = None
         self._lock = threading.RLock()
+        self._made_dirs: set[str] = set()  # directories this transport made (_mkdir_parent)
 
     # --- connection ---
 
@@ -397,37 +398,49 @@ class SSHTransport:
             raise command_failed(self.node.name, command, result)
         return result
 
-    def _mkdir_parent(self, remote: str) -> None:
+    def _mkdir_parent(self, remote: str, *, again: bool = False) -> None:
+        """`mkdir -p` of a file's directory, once per directory and connection: staging puts
+        many files in a few directories, and each command is a channel and a shell on the node
+        (a round trip or more). A directory gone since is made again (see _put)."""
         parent = os.path.dirname(remote)
-        if parent:
+        if parent and (again or parent not in self._made_dirs):
             self.run(f"mkdir -p {shlex.quote(parent)}")
+            self._made_dirs.add(parent)
+
+    def _put(self, remote: str, write: Callable[[Any], None]) -> None:
+        import paramiko
+
+        self._mkdir_parent(remote)
+        for attempt in (1, 2):
+            with self._lock:
+                try:
+                    write(self._sftp_client())
+                    return
+                except FileNotFoundError:
+                    if attempt == 2:
+                        raise InfraError(
+                            f"cannot write {remote} on node {self.node.name}: no such directory"
+                        ) from None
+                except (paramiko.SSHException, OSError, EOFError) as err:
+                    raise self._lost(err) from err
+            self._mkdir_parent(remote, again=True)  # removed since it was made: make it again
 
     def put(self, local: Path, remote: str, *, mode: int | None = None) -> None:
-        import paramiko
+        def write(sftp: Any) -> None:
+            sftp.put(str(local), remote)
+            if mode is not None:
+                sftp.chmod(remote, mode)
 
-        self._mkdir_parent(remote)
-        with self._lock:
-            try:
-                sftp = self._sftp_client()
-                sftp.put(str(local), remote)
-                if mode is not None:
-                    sftp.chmod(remote, mode)
-            except (paramiko.SSHException, OSError, EOFError) as err:
-                raise self._lost(err) from err
+        self._put(remote, write)
 
     def put_text(self, text: str, remote: str, *, mode: int | None = None) -> None:
-        import paramiko
+        def write(sftp: Any) -> None:
+            with sftp.open(remote, "wb") as fh:
+                if mode is not None:  # before any byte is written (a secrets file)
+                    fh.chmod(mode)
+                fh.write(text.encode())
 
-        self._mkdir_parent(remote)
-        with self._lock:
-            try:
-                sftp = self._sftp_client()
-                with sftp.open(remote, "wb") as fh:
-                    if mode is not None:  # before any byte is written (a secrets file)
-                        fh.chmod(mode)
-                    fh.write(text.encode())
-            except (paramiko.SSHException, OSError, EOFError) as err:
-                raise self._lost(err) from err
+        self._put(remote, write)
 
     def get(self, remote: str, local: Path) -> None:
         import paramiko
