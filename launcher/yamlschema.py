@@ -276,7 +276,31 @@ def _explain(err: Any) -> list[tuple[str, str]]:
                 f"expected {_short(err.schema.get('description', err.message))}",
             )
         ]
-    if kind == "oneOf" and err.context:
+    if kind in ("oneOf", "anyOf") and err.context:
+        # The branch the value was meant for is the one of its type: "host: {..., colour: x}"
+        # is a mapping with an unknown field, not "not text" (the other branch's complaint).
+        # jsonschema's relative_schema_path starts with the branch's index.
+        branches: dict[Any, list[Any]] = {}
+        for sub in err.context:
+            branches.setdefault(sub.relative_schema_path[0], []).append(sub)
+        own_type = [
+            subs
+            for subs in branches.values()
+            if not any(e.validator == "type" and not list(e.relative_path) for e in subs)
+        ]
+        if len(own_type) == 1:
+            return [found for sub in own_type[0] for found in _explain(sub)]
+        types = [
+            e.validator_value
+            for subs in branches.values()
+            for e in subs
+            if e.validator == "type" and not list(e.relative_path)
+        ]
+        if types and len(types) == len(branches):
+            words = " or ".join(_type_words(t) for t in types)
+            return [
+                (path, f"expected {words}, got {_yaml_type(err.instance)} {_show(err.instance)}")
+            ]
         best = min(err.context, key=lambda e: len(list(e.absolute_path)))
         return [(path, best.message)]
     return [(path, err.message)]

@@ -199,6 +199,18 @@ def test_efa_devices_and_docker_flags() -> None:
         ({"kind": "local", "dockr": {}}, "dockr", "unknown field"),
         ({"kind": "moon"}, "kind", "expected one of local, ssh, aws, ray"),
         ({"kind": "local", "docker": {"gpus": 8}}, "docker.gpus", "expected text or null"),
+        # a host list's entry is text or a mapping: each is explained as what it was meant to be
+        (
+            {"kind": "ssh", "hosts": ["a", {"host": "b", "colour": "blue"}]},
+            "hosts[1].colour",
+            "unknown field; expected one of: accept_unknown_host",
+        ),
+        (
+            {"kind": "ssh", "hosts": ["a", 42]},
+            "hosts[1]",
+            "expected text or a mapping, got integer",
+        ),
+        ({"kind": "ssh", "hosts": ["a", {"port": 22}]}, "hosts[1].host", "missing required field"),
     ],
 )
 def test_bad_profiles_exit_2(profile: dict, field: str, expected: str, tmp_path: Path) -> None:
