@@ -217,3 +217,39 @@ def test_a_lost_worker_stops_the_run_on_the_others_and_is_named(hosts, runs_root
     assert "lost node 3 (127.0.0.4)" in message and "stopped on every node" in message
     assert "node-3:ray" in {s["name"] for s in rd.timeline().stages}
     _nothing_running(hosts, rd)
+
+
+class _TellingCluster(SSHCluster):
+    """An SSH host list whose backend can say what happened to a machine (as aws can: an
+    instance EC2 terminated), asked at once when a node's script vanishes."""
+
+    asked: list[bool]
+
+    def lost_nodes(self, *, now: bool = False) -> list[str]:
+        self.asked.append(now)
+        killed = getattr(self, "killed", None)
+        return [f"{killed} (i-0abc) is terminated: User initiated"] if killed and now else []
+
+
+def test_a_worker_killed_with_its_machine_is_named_with_the_clusters_reason(hosts, runs_root):
+    rd, plan = _job(hosts, runs_root, steps=600, step_s=0.1)
+    cluster = _TellingCluster.from_profile(hosts.profile())
+    cluster.asked = []
+    node2 = hosts.address(2)  # an ssh node's name is its address
+
+    def kill_node_2() -> None:  # the script is killed, no exit code written (the machine ended)
+        wait_for(lambda: "train line 3" in (rd.logs / "train.log").read_text(), 60, "training")
+        cluster.killed = node2  # type: ignore[attr-defined]
+        os.killpg(int((_node_dir(hosts, 2, rd) / "pid").read_text()), signal.SIGKILL)
+
+    killer = threading.Thread(target=kill_node_2)
+    killer.start()
+    try:
+        with pytest.raises(InfraError) as caught:
+            Runner(poll_s=0.2, measure=False).execute(plan, rd, cluster)
+    finally:
+        killer.join()
+    message = str(caught.value)
+    assert f"{node2} (i-0abc) is terminated: User initiated" in message, message
+    assert "no exit code" in message and True in cluster.asked
+    _nothing_running(hosts, rd)

@@ -130,16 +130,18 @@ class RayCluster:
         request = submission_request(self.plan) if self.plan is not None else None
         return RayJobExecution(node, place, self.address, request)
 
-    def lost_nodes(self) -> list[str]:
+    def lost_nodes(self, *, now: bool = False) -> list[str]:
         """A GPU node that was alive when the run started and is dead now, in a sentence each
         (Ray's own reason included); the runner stops the run on it. Nodes an autoscaler ended
-        for idleness are not counted: the run was not using them."""
+        for idleness are not counted: the run was not using them. Always asked anew (`now` is
+        the same)."""
         from launcher.runner.jobs import cluster_nodes
 
-        now = {n["node_id"]: n for n in cluster_nodes(self.address)}
+        del now
+        alive = {n["node_id"]: n for n in cluster_nodes(self.address)}
         lost = []
         for node in self.started_with:
-            current = now.get(node["node_id"])
+            current = alive.get(node["node_id"])
             if current is not None and current["state"] == "ALIVE":
                 continue
             why = (current or {}).get("state_message") or "it is gone from the cluster"

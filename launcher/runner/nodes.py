@@ -9,6 +9,7 @@ timeline, from which the verdict names the node (docs/architecture.md, "Several 
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -79,6 +80,11 @@ def place_of(
     serve several "nodes", and the name says which node a container belongs to)."""
     run_dir = f"{node.work_dir.rstrip('/')}/runs/{run_id}" if node.work_dir else node_run_dir
     return Place(run_id, run_dir, container if count == 1 else f"{container}-node{index}")
+
+
+def names(node_name: str, sentence: str) -> bool:
+    """Does the cluster's sentence name this node? (node2 is not node20, 127.0.0.3 not .30)"""
+    return re.search(rf"(?<![\w.]){re.escape(node_name)}(?![\w])", sentence) is not None
 
 
 def ended_early(n: NodeRun, code: int | None) -> str:

@@ -37,6 +37,7 @@ from launcher.runner.nodes import (
     end_workers,
     ended_early,
     failed_entry,
+    names,
     on_each,
     place_of,
     quietly,
@@ -262,10 +263,25 @@ class RunSession:
                 if quietly(n.execution.was_cancelled):
                     cancel_quietly(self.nodes, CANCEL_TIMEOUT_S)  # `reproduce cancel`
                     continue
+                word = self._cluster_word(n) if ended.code is None else None
+                if word:  # killed with its machine (an instance terminated): the cluster says so
+                    raise NodeFailure(n, f"{word}; {ended_early(n, ended.code)}", lost=True)
                 raise NodeFailure(n, ended_early(n, ended.code))
             self._check_health()
             self._stop_if_over_budget()
             time.sleep(self.settings.poll_s)
+
+    def _cluster_word(self, n: NodeRun) -> str | None:
+        """What the cluster says, asked now, about a node whose script vanished without an exit
+        code (None: nothing, or a backend that cannot tell)."""
+        probe = getattr(self.cluster, "lost_nodes", None)
+        if not callable(probe):
+            return None
+        try:
+            lost = [str(x) for x in probe(now=True)]
+        except Exception:  # noqa: BLE001 - a failed probe is no news about the node
+            return None
+        return "; ".join(x for x in lost if names(n.node.name, x)) or None
 
     def _check_health(self) -> None:
         """The cluster's own word on its nodes (aws: an instance terminated under the run), asked
@@ -279,7 +295,7 @@ class RunSession:
         except Exception:  # noqa: BLE001 - a failed probe is no news about the nodes
             return
         if lost:
-            named = next((n for n in self.nodes if any(n.node.name in x for x in lost)), None)
+            named = next((n for n in self.nodes if any(names(n.node.name, x) for x in lost)), None)
             raise NodeFailure(named, "; ".join(lost), lost=True)
 
     def _node_failed(self, failed: NodeFailure) -> NoReturn:

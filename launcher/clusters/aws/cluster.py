@@ -235,16 +235,17 @@ class AwsCluster:
         self._transports.append(transport)
         return transport
 
-    def lost_nodes(self) -> list[str]:
+    def lost_nodes(self, *, now: bool = False) -> list[str]:
         """The nodes EC2 no longer runs (terminated, stopped: a spot interruption, a failed
         host), one sentence each naming the node, so a run stops on a lost node at once instead
-        of waiting out the SSH timeouts. One DescribeInstances at most every health_every_s; an
-        answer AWS cannot give now (throttled, offline) is no news."""
+        of waiting out the SSH timeouts. One DescribeInstances at most every health_every_s
+        (`now`: ask anyway, a node just vanished); an answer AWS cannot give now (throttled,
+        offline) is no news."""
         ids = {str(n.meta["instance_id"]): n for n in self.nodes if n.meta.get("instance_id")}
-        now = time.monotonic()
-        if not ids or self._lost or now - self._health_at < self.health_every_s:
+        at = time.monotonic()
+        if not ids or self._lost or (not now and at - self._health_at < self.health_every_s):
             return list(self._lost)
-        self._health_at = now
+        self._health_at = at
         try:
             resp = self.ec2.describe_instances(
                 Filters=[{"Name": "instance-id", "Values": sorted(ids)}]
