@@ -452,6 +452,8 @@ def _default_to_run(argv: list[str]) -> list[str]:
 
 def main() -> None:
     """Console entry point: one clear paragraph and the documented exit code on any failure."""
+    from launcher.runner.signals import settle_streams
+
     args = _default_to_run(sys.argv[1:])
     try:
         if "--json" in args:
@@ -463,6 +465,8 @@ def main() -> None:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         sys.exit(130)
+    finally:
+        settle_streams()  # a closed terminal must not make the exit code 120
 
 
 def _main_json(args: list[str]) -> int:

@@ -186,7 +186,8 @@ def test_a_closed_terminal_still_cancels_the_run_and_releases(tmp_path: Path, ru
         stdin=slave,
         stdout=slave,
         stderr=slave,
-        env={**os.environ, "PYTHONPATH": f"{REPO}:{REPO / 'tests'}"},
+        # Python's own buffering (as a user's shell has it): text left for the closed terminal
+        env={**buffered_env(), "PYTHONPATH": f"{REPO}:{REPO / 'tests'}"},
         preexec_fn=own_terminal,
     )
     os.close(slave)
@@ -441,3 +442,39 @@ def test_the_node_cannot_write_into_the_launchers_own_logs(tmp_path: Path) -> No
     assert (rd.logs / "node.log").read_bytes() == Path(plan.node_run_dir, "node.log").read_bytes()
     assert "\x1b" not in str(err.value) and "\x07" not in str(err.value)
     assert "pulling ?]0;pwned? ?[2J done" in str(err.value)
+
+
+def buffered_env() -> dict[str, str]:
+    """This environment without PYTHONUNBUFFERED (set on some machines): Python's own buffering,
+    as a user's shell has it."""
+    return {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+
+
+def test_a_reader_gone_does_not_turn_the_exit_code_into_pythons_120(tmp_path: Path) -> None:
+    """Text still buffered for a pipe whose reader went away (`reproduce runs | head -1`), or for
+    a terminal that closed, fails Python's flush at exit, and Python then exits 120 instead of
+    the code the CLI chose; settle_streams (the CLI's last step) keeps the code."""
+    child = (
+        "import os, sys, time\n"
+        "from launcher.runner.signals import settle_streams\n"
+        "sys.stdout.write('still buffered\\n' * 10)  # a pipe: held in the buffer until exit\n"
+        "open(sys.argv[1] + '.written', 'w').close()\n"
+        "while os.path.exists(sys.argv[1]): time.sleep(0.05)  # until the reader is gone\n"
+        "if sys.argv[2] == 'settle': settle_streams()\n"
+        "sys.exit(130)\n"
+    )
+    codes = {}
+    for mode in ("settle", "plain"):
+        flag = tmp_path / f"open-{mode}"
+        flag.touch()
+        proc = subprocess.Popen(
+            [sys.executable, "-c", child, str(flag), mode],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            env={**buffered_env(), "PYTHONPATH": str(REPO)},
+        )  # fmt: skip
+        wait_for(lambda f=flag: Path(f"{f}.written").exists(), 30, "the child's write")
+        assert proc.stdout is not None
+        proc.stdout.close()  # the reader goes away
+        flag.unlink()
+        codes[mode] = proc.wait(30)
+    assert codes == {"settle": 130, "plain": 120}

@@ -127,3 +127,24 @@ def leftover_error(cluster: Cluster, error: ReproduceError | None) -> ReproduceE
     if command:
         parts.append(f"End it with `{command}`.")
     return InfraError(" ".join(parts))
+
+
+def settle_streams() -> None:
+    """Before the process exits: a terminal that closed under the run (SIGHUP, then EIO on every
+    write) must not turn the exit code into Python's 120 (a failed flush at exit). A stream that
+    cannot be flushed now is pointed at /dev/null, so what is still buffered goes nowhere and the
+    documented exit code stands."""
+    import os
+    import sys
+
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            try:
+                null = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(null, stream.fileno())
+                os.close(null)
+                stream.flush()
+            except (OSError, ValueError):
+                pass

@@ -19,6 +19,7 @@ from launcher.errors import ReproduceError
 from launcher.rundir import RunDir
 from launcher.runner.outcome import exit_code_of
 from launcher.runner.runner import Runner
+from launcher.runner.signals import settle_streams
 
 
 def main() -> int:
@@ -43,4 +44,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    finally:
+        settle_streams()  # as the CLI's main: a closed terminal keeps the exit code
