@@ -21,6 +21,7 @@ import os
 import random
 import re
 import shutil
+import sys
 import threading
 import time
 import urllib.parse
@@ -410,10 +411,15 @@ def s3(monkeypatch, moto_s3_server):
     yield f"s3://{bucket}/store"
 
 
-def aws_cli_or_skip() -> str:
-    path = shutil.which("aws")
+def aws_cli() -> str:
+    """The aws CLI the test extra installs (awscli, in this Python's bin dir), else one on PATH.
+    Missing is a failure, not a skip: tests/run.sh installs it, and the node's S3 path needs it."""
+    beside = Path(sys.executable).parent / "aws"
+    path = str(beside) if beside.is_file() else shutil.which("aws")
     if not path:
-        pytest.skip("the aws CLI is not installed here (the boto3 client is tested instead)")
+        pytest.fail(
+            "no aws CLI: install the test extra (`pip install -e '.[test]'`, as tests/run.sh does)"
+        )
     return path
 
 

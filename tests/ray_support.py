@@ -90,9 +90,11 @@ class LoopbackRay:
             time.sleep(0.05)
 
     def ns(self, *, mount: bool = False) -> list[str]:
-        """The command prefix that enters the cluster's network (and mount) namespace."""
+        """The command prefix that enters the cluster's network (and mount) namespace. Entering
+        a mount namespace moves the root to the namespace's own; `-r` keeps the holder's, which
+        differs inside a chroot (tests/fresh-debian/run.sh runs the suite in one)."""
         assert self.holder is not None
-        return ["nsenter", "-t", str(self.holder.pid), "-n", *(["-m"] if mount else [])]
+        return ["nsenter", "-t", str(self.holder.pid), "-n", *(["-m", "-r"] if mount else [])]
 
     # --- nodes -----------------------------------------------------------------------------------
 

@@ -27,7 +27,7 @@ import pytest
 import yaml
 from assets_support import (
     OTHER_REV,
-    aws_cli_or_skip,
+    aws_cli,
     hub,
     moto_s3_server,
     s3,
@@ -62,7 +62,7 @@ NODE_STAGES = [
 @pytest.fixture
 def node_env(tmp_path, monkeypatch, hub, moto_s3_server):
     """The environment of the node's SSH sessions, and the launcher's test encoder."""
-    aws = aws_cli_or_skip()
+    aws = aws_cli()
     bin_dir = tmp_path / "node-bin"  # the aws CLI, and no python3 with boto3 ahead of the system's
     bin_dir.mkdir()
     (bin_dir / "aws").symlink_to(aws)

@@ -20,7 +20,7 @@ from assets_support import (
     CKPT_REV,
     OTHER_REV,
     Repo,
-    aws_cli_or_skip,
+    aws_cli,
     fake_aws_env,
     hub,
     moto_s3_server,
@@ -243,8 +243,8 @@ def test_a_cache_whose_bytes_changed_is_not_trusted(hub, tiny, tmp_path):
 def test_warm_store_second_node_downloads_nothing_from_the_hub_and_converts_nothing(
     hub, tiny, tmp_path, kind, request, monkeypatch
 ):
-    if kind == "s3-aws-cli":
-        aws_cli_or_skip()  # the DLAMI host's client
+    if kind == "s3-aws-cli":  # the DLAMI host's client, first on the node's PATH
+        monkeypatch.setenv("PATH", f"{Path(aws_cli()).parent}:{os.environ['PATH']}")
     if kind.startswith("s3"):
         monkeypatch.setenv("REPRODUCE_S3_CLIENT", kind[3:])
     store = str(tmp_path / "store") if kind == "dir" else request.getfixturevalue("s3")

@@ -243,8 +243,9 @@ def test_the_live_line_has_the_stage_cost_bar_and_eta():
     assert transfer.rate == pytest.approx(100_000_000) and transfer.eta_s == pytest.approx(122)
     console.print(reporter)
     shown = console.file.getvalue()
-    assert "image" in shown and "so far at $63.30/h" in shown
-    assert "3.0 GB of 15.2 GB (20%), 100.0 MB/s, ETA 2m02s, 3/12 layers" in shown
+    words = " ".join(shown.split())  # a narrower console wraps the line: its words are the same
+    assert "image" in shown and "so far at $63.30/h" in words
+    assert "3.0 GB of 15.2 GB (20%), 100.0 MB/s, ETA 2m02s, 3/12 layers" in words
     assert "━" in shown  # the bar
     assert human_bytes(999) == "999 B" and human_bytes(1500) == "1.5 kB"
 
