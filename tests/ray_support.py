@@ -91,10 +91,11 @@ class LoopbackRay:
 
     def ns(self, *, mount: bool = False) -> list[str]:
         """The command prefix that enters the cluster's network (and mount) namespace. Entering
-        a mount namespace moves the root to the namespace's own; `-r` keeps the holder's, which
-        differs inside a chroot (tests/fresh-debian/run.sh runs the suite in one)."""
+        a mount namespace moves the root to the namespace's own; `-r` and `-w` keep the holder's
+        root and working directory, which differ inside a chroot (tests/fresh-debian/run.sh runs
+        the suite in one; Ray's dashboard asks for its working directory)."""
         assert self.holder is not None
-        return ["nsenter", "-t", str(self.holder.pid), "-n", *(["-m", "-r"] if mount else [])]
+        return ["nsenter", "-t", str(self.holder.pid), "-n", *(["-m", "-r", "-w"] if mount else [])]
 
     # --- nodes -----------------------------------------------------------------------------------
 
