@@ -452,8 +452,6 @@ def _default_to_run(argv: list[str]) -> list[str]:
 
 def main() -> None:
     """Console entry point: one clear paragraph and the documented exit code on any failure."""
-    from launcher.runner.signals import settle_streams
-
     args = _default_to_run(sys.argv[1:])
     try:
         if "--json" in args:
@@ -466,7 +464,9 @@ def main() -> None:
         print("interrupted", file=sys.stderr)
         sys.exit(130)
     finally:
-        settle_streams()  # a closed terminal must not make the exit code 120
+        from launcher.runner.signals import settle_streams
+
+        settle_streams()  # a reader gone (closed terminal, `| head`) must not make it 120
 
 
 def _main_json(args: list[str]) -> int:
