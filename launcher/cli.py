@@ -250,7 +250,8 @@ def compare_cmd(
 @app.command()
 def down(
     run: str = typer.Argument(
-        ..., help="Run directory (or its aws.json), or a run id found under the runs root."
+        ...,
+        help="Run directory (or its aws.json), or a run id (the user's index, or the runs root).",
     ),
     runs_dir: Path | None = typer.Option(
         None, "--runs-dir", help="Runs root (default: $REPRODUCE_RUNS_DIR or ./runs)."

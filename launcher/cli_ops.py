@@ -43,7 +43,10 @@ _ON_INTERRUPT_HELP = (
 
 
 def attach(
-    run: str = typer.Argument(..., help="Run directory, or a run id found under the runs root."),
+    run: str = typer.Argument(
+        ...,
+        help="Run directory, or a run id (from any directory: the user's index, or the runs root).",
+    ),
     runs_dir: Path | None = typer.Option(
         None, "--runs-dir", help="Runs root (default: $REPRODUCE_RUNS_DIR or ./runs)."
     ),
@@ -60,7 +63,10 @@ def attach(
 
 
 def cancel(
-    run: str = typer.Argument(..., help="Run directory, or a run id found under the runs root."),
+    run: str = typer.Argument(
+        ...,
+        help="Run directory, or a run id (from any directory: the user's index, or the runs root).",
+    ),
     runs_dir: Path | None = typer.Option(
         None, "--runs-dir", help="Runs root (default: $REPRODUCE_RUNS_DIR or ./runs)."
     ),
@@ -171,7 +177,16 @@ def nightly_cmd(
 
 def runs_cmd(
     runs_dir: Path | None = typer.Option(
-        None, "--runs-dir", help="Runs root (default: $REPRODUCE_RUNS_DIR or ./runs)."
+        None,
+        "--runs-dir",
+        help="Only the runs under this runs root (default: every run in this user's index, "
+        "$REPRODUCE_HOME, and under $REPRODUCE_RUNS_DIR or ./runs).",
+    ),
+    import_dir: Path | None = typer.Option(
+        None,
+        "--import",
+        help="First enter every run directory under this runs root in the user's index, so "
+        "its runs are found by id from any directory.",
     ),
     json_out: bool = typer.Option(False, "--json", help="Print exactly one JSON object on stdout."),
     live: bool = typer.Option(
@@ -187,18 +202,28 @@ def runs_cmd(
         None, "--region", help="--live: the region to search (overrides the profile's)."
     ),
 ) -> None:
-    """Every run under the runs root: id, recipe, target, state, verdict, started, GPU-hours, cost so far."""  # noqa: E501 - typer shows its line breaks
+    """Every run this user made, from any directory: id, recipe, target, state, verdict, started, GPU-hours, cost so far."""  # noqa: E501 - typer shows its line breaks
     from launcher.commands.runs import runs_command
 
     try:
-        code = runs_command(runs_dir, json_out=json_out, live=live, cluster=cluster, region=region)
+        code = runs_command(
+            runs_dir,
+            json_out=json_out,
+            live=live,
+            cluster=cluster,
+            region=region,
+            import_dir=import_dir,
+        )
     except ReproduceError as err:
         raise fail(err, json_out) from None
     raise typer.Exit(code)
 
 
 def status_cmd(
-    run: str = typer.Argument(..., help="Run directory, or a run id found under the runs root."),
+    run: str = typer.Argument(
+        ...,
+        help="Run directory, or a run id (from any directory: the user's index, or the runs root).",
+    ),
     runs_dir: Path | None = typer.Option(
         None, "--runs-dir", help="Runs root (default: $REPRODUCE_RUNS_DIR or ./runs)."
     ),

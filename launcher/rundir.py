@@ -21,6 +21,7 @@ import json
 import os
 import re
 import secrets
+import shutil
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -175,11 +176,20 @@ class RunDir:
             path.mkdir(parents=True, exist_ok=False)
         except FileExistsError:
             raise BadInput(f"--run-id {run_id}: the run directory {path} exists already.") from None
-        (path / "logs").mkdir()
-        (path / "logs" / f"{TRAIN_STAGE}.log").touch()
-        rd = cls(path)
-        rd.write_json("run.json", {"run_id": run_id, "slug": slug, "created_at": time.time()})
-        rd.set_status("created")
+        from launcher import state
+
+        created_at = time.time()
+        try:
+            (path / "logs").mkdir()
+            (path / "logs" / f"{TRAIN_STAGE}.log").touch()
+            rd = cls(path)
+            rd.write_json("run.json", {"run_id": run_id, "slug": slug, "created_at": created_at})
+            rd.set_status("created")
+            # the user's index: the run is found by id from any directory (launcher/state.py)
+            state.record(run_id, path, slug, created_at)
+        except BaseException:
+            shutil.rmtree(path, ignore_errors=True)  # nothing half-made is left behind
+            raise
         return rd
 
     @staticmethod
@@ -196,11 +206,32 @@ class RunDir:
             }
         )
 
+    @staticmethod
+    def indexed(run_id: str) -> Path | None:
+        """The run directory the user's index (launcher/state.py) has for `run_id`, if it still
+        exists."""
+        from launcher import state
+
+        try:
+            entry = state.lookup(run_id)
+        except ValueError:  # not a run id at all (a path, a typo with a slash)
+            return None
+        return entry.run_dir if entry is not None and entry.present else None
+
+    @classmethod
+    def located(cls, root: Path, run_id: str) -> list[Path]:
+        """Run directories of `run_id` under `root` and in the user's index, each once."""
+        hits = {p.resolve(): p for p in cls.existing(root, run_id)}
+        indexed = cls.indexed(run_id)
+        if indexed is not None:
+            hits.setdefault(indexed.resolve(), indexed)
+        return sorted(hits.values())
+
     @classmethod
     def refuse_existing(cls, root: Path, run_id: str) -> None:
         """BadInput when `run_id` was used before under `root`: names on the node and in the cloud
         derive from it, so a second run with it could take over (or end) the first one's."""
-        found = cls.existing(root, run_id)
+        found = cls.located(root, run_id)
         if found:
             raise BadInput(
                 f"--run-id {run_id} was used before: {found[0]}. Nothing was started.",
@@ -214,9 +245,16 @@ class RunDir:
         if (as_path / "run.json").is_file():
             return cls(as_path)
         root = Path(root) if root else default_runs_root()
-        hits = cls.existing(root, ref)
+        hits = cls.located(root, ref)
         if not hits:
-            raise BadInput(f"no run {ref!r}: give a run directory or a run id found under {root}/")
+            from launcher import state
+
+            raise BadInput(
+                f"no run {ref!r}: neither a run directory, nor a run id under {root}/ or in this "
+                f"user's index ({state.index_dir()}/).",
+                hint="`reproduce runs` lists every run; a runs directory made elsewhere is "
+                "added with `reproduce runs --import DIR`.",
+            )
         if len(hits) > 1:
             raise BadInput(
                 f"run id {ref!r} matches several runs: {', '.join(map(str, hits))}; "

@@ -123,6 +123,36 @@ def list_runs(root: Path, now: float | None = None) -> tuple[list[RunSummary], l
     return found, skipped
 
 
+def indexed_runs(root: Path | None, now: float | None = None) -> tuple[list[RunSummary], list[str]]:
+    """Every run this user made: the user's index (launcher/state.py) and, when given, a runs
+    root's run directories (one not yet indexed, e.g. made before the index existed), each run
+    once, oldest first; and a line for each that could not be read."""
+    from launcher import state
+
+    paths: dict[Path, Path] = {}
+    skipped: list[str] = []
+    entries, bad = state.entries()
+    skipped.extend(bad)
+    for entry in entries:
+        if entry.present:
+            paths.setdefault(entry.run_dir.resolve(), entry.run_dir)
+        else:
+            skipped.append(
+                f"{entry.run_id}: its run directory {entry.run_dir} is gone (index entry "
+                f"{entry.source}; delete it to forget the run)"
+            )
+    for path in run_dirs(root) if root is not None else []:
+        paths.setdefault(path.resolve(), path)
+    found = []
+    for path in paths.values():
+        try:
+            found.append(summarize(path, now))
+        except BadInput as err:
+            skipped.append(f"{path}: {err}")
+    found.sort(key=lambda s: (s.started_at or 0.0, s.run_id))
+    return found, skipped
+
+
 def current_stage(timeline: dict[str, Any]) -> str | None:
     """The innermost stage still running, else the last stage that started."""
     stages = [s for s in timeline.get("stages") or [] if isinstance(s, dict) and s.get("name")]

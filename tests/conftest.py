@@ -53,6 +53,19 @@ def container_run_args() -> list[str]:
     return run_args()
 
 
+@pytest.fixture(autouse=True)
+def reproduce_home(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Path:
+    """Every test gets its own $REPRODUCE_HOME (the user's run index, AWS keys and launch
+    records): no test ever writes to the real ~/.local/state, and no test sees another's runs.
+    Subprocesses inherit it through os.environ."""
+    home = tmp_path_factory.mktemp("reproduce-home")
+    monkeypatch.setenv("REPRODUCE_HOME", str(home))
+    monkeypatch.delenv("REPRODUCE_STATE_DIR", raising=False)
+    return home
+
+
 @pytest.fixture
 def runs_root(tmp_path: Path) -> Path:
     root = tmp_path / "runs"

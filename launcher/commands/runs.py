@@ -14,7 +14,7 @@ from typing import Any
 
 from launcher.errors import BadInput
 from launcher.report import fmt, text_table
-from launcher.runs import RunSummary, duration, list_runs, summarize
+from launcher.runs import RunSummary, duration, indexed_runs, list_runs, summarize
 
 _HEADER = ["run id", "recipe", "target", "state", "verdict", "started", "GPU-h", "cost"]
 _LIVE_HEADER = ["instance", "type", "state", "run id", "recipe", "up", "cost", "expires", "owner"]
@@ -49,29 +49,51 @@ def runs_command(
     live: bool = False,
     cluster: str = "aws",
     region: str | None = None,
+    import_dir: Path | None = None,
 ) -> int:
-    """`reproduce runs`: every run under the runs root; `--live`: the launcher's instances."""
+    """`reproduce runs`: every run this user made (the index and ./runs), or those under
+    --runs-dir; `--import DIR` first enters DIR's run directories in the index; `--live`: the
+    launcher's instances."""
+    from launcher import state
     from launcher.rundir import default_runs_root
 
     root = Path(runs_dir) if runs_dir is not None else default_runs_root()
     if live:
         return _live(root, cluster, region, json_out)
-    found, skipped = list_runs(root)
+    imported: list[str] = []
+    if import_dir is not None:
+        if not Path(import_dir).is_dir():
+            raise BadInput(f"--import {import_dir}: no such directory (expected a runs root).")
+        added, bad = state.import_runs(Path(import_dir))
+        imported = [str(p) for p in added]
+        if not json_out:
+            print(f"imported {len(added)} run(s) from {import_dir}/ into {state.index_dir()}/")
+            for line in bad:
+                print(f"not imported: {line}")
+    if runs_dir is not None:
+        found, skipped = list_runs(root)
+        where = f"under {root}/"
+    else:
+        found, skipped = indexed_runs(root)
+        where = f"in {state.index_dir()}/ and under {root}/"
     if json_out:
-        print(
-            json.dumps(
-                {"runs_root": str(root), "runs": [s.to_dict() for s in found], "skipped": skipped},
-                indent=2,
-            )
-        )
+        body: dict[str, Any] = {
+            "runs_root": str(root),
+            "index": str(state.index_dir()),
+            "runs": [s.to_dict() for s in found],
+            "skipped": skipped,
+        }
+        if import_dir is not None:
+            body["imported"] = imported
+        print(json.dumps(body, indent=2))
         return 0
     if not found:
-        print(f"no runs under {root}/")
+        print(f"no runs {where}")
     else:
         print(text_table(_HEADER, [_row(s) for s in found]))
         unfinished = sum(s.state not in ("done", "failed", "cancelled") for s in found)
         print(
-            f"\n{len(found)} run(s) under {root}/"
+            f"\n{len(found)} run(s) {where}"
             + (f"; * = not finished ({unfinished}): `reproduce status RUN`" if unfinished else "")
         )
     for line in skipped:
