@@ -448,19 +448,41 @@ def _default_to_run(argv: list[str]) -> list[str]:
     names |= {g.name for g in app.registered_groups if g.name}
     if first.startswith("-") or first in names:
         return argv
+    unknown_command(first, sorted(names))
     return ["run", *argv]
+
+
+def unknown_command(word: str, names: list[str]) -> None:
+    """A first word that is neither a command nor a recipe file: BadInput with "did you mean".
+
+    A word is taken for a recipe when it could be a path: a file that exists, a name with a
+    slash, or one ending in .yaml/.yml (a missing recipe file is then the run's own error)."""
+    import difflib
+
+    from launcher.errors import BadInput
+
+    if Path(word).exists() or "/" in word or word.endswith((".yaml", ".yml")):
+        return
+    close = difflib.get_close_matches(word, names, n=3, cutoff=0.6)
+    if close:
+        raise BadInput(
+            f"unknown command {word!r}; did you mean {' or '.join(repr(c) for c in close)}?"
+        )
+    raise BadInput(
+        f"unknown command {word!r}, and no recipe file of that name. Commands: "
+        f"{', '.join(names)}; `reproduce RECIPE.yaml` runs a recipe."
+    )
 
 
 def main() -> None:
     """Console entry point: one clear paragraph and the documented exit code on any failure."""
-    args = _default_to_run(sys.argv[1:])
     try:
+        args = _default_to_run(sys.argv[1:])
         if "--json" in args:
             sys.exit(_main_json(args))
         app(args=args, prog_name="reproduce")
-    except ReproduceError as err:  # raised outside a command body (rare)
-        print(f"error: {err}", file=sys.stderr)
-        sys.exit(err.exit_code)
+    except ReproduceError as err:  # raised outside a command body (an unknown command)
+        raise SystemExit(_fail(err, "--json" in sys.argv[1:]).exit_code) from None
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         sys.exit(130)

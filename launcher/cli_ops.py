@@ -12,6 +12,8 @@ import typer
 
 from launcher.errors import ReproduceError
 
+_RUN_HELP = "Run directory, or a run id (from any directory: the user's index, or the runs root)."
+
 
 def fail(err: ReproduceError, json_out: bool = False) -> typer.Exit:
     """The error on stderr; with --json also one JSON object on stdout (its `error` field), so a
@@ -45,7 +47,7 @@ _ON_INTERRUPT_HELP = (
 def attach(
     run: str = typer.Argument(
         ...,
-        help="Run directory, or a run id (from any directory: the user's index, or the runs root).",
+        help=_RUN_HELP,
     ),
     runs_dir: Path | None = typer.Option(
         None, "--runs-dir", help="Runs root (default: $REPRODUCE_RUNS_DIR or ./runs)."
@@ -65,7 +67,7 @@ def attach(
 def cancel(
     run: str = typer.Argument(
         ...,
-        help="Run directory, or a run id (from any directory: the user's index, or the runs root).",
+        help=_RUN_HELP,
     ),
     runs_dir: Path | None = typer.Option(
         None, "--runs-dir", help="Runs root (default: $REPRODUCE_RUNS_DIR or ./runs)."
@@ -222,7 +224,7 @@ def runs_cmd(
 def status_cmd(
     run: str = typer.Argument(
         ...,
-        help="Run directory, or a run id (from any directory: the user's index, or the runs root).",
+        help=_RUN_HELP,
     ),
     runs_dir: Path | None = typer.Option(
         None, "--runs-dir", help="Runs root (default: $REPRODUCE_RUNS_DIR or ./runs)."
@@ -239,11 +241,59 @@ def status_cmd(
     raise typer.Exit(code)
 
 
+# --- looking without taking over: `logs`, `ssh` (launcher/commands/logs.py) ---
+
+
+def logs_cmd(
+    run: str = typer.Argument(..., help=_RUN_HELP),
+    follow: bool = typer.Option(
+        False, "--follow", "-f", help="Go on printing until the run ends on its node."
+    ),
+    stage: str | None = typer.Option(
+        None, "--stage", help="Only this stage's lines (image, assets, train, ...)."
+    ),
+    node: int = typer.Option(0, "--node", help="Node K of a multi-node run (default 0, the head)."),
+    runs_dir: Path | None = typer.Option(
+        None, "--runs-dir", help="Runs root (default: $REPRODUCE_RUNS_DIR or ./runs)."
+    ),
+) -> None:
+    """A run's log: the run directory's copy and, while it runs, the rest from the node; never takes the run over (no attach, nothing written)."""  # noqa: E501 - typer shows its line breaks
+    from launcher.commands.logs import logs_command
+
+    try:
+        code = logs_command(run, runs_dir, follow=follow, stage=stage, node=node)
+    except ReproduceError as err:
+        raise fail(err) from None
+    raise typer.Exit(code)
+
+
+def ssh_cmd(
+    run: str = typer.Argument(..., help=_RUN_HELP),
+    command: list[str] | None = typer.Argument(
+        None, help="A command to run there instead of a shell (after --)."
+    ),
+    node: int = typer.Option(0, "--node", help="Node K of a multi-node run (default 0, the head)."),
+    runs_dir: Path | None = typer.Option(
+        None, "--runs-dir", help="Runs root (default: $REPRODUCE_RUNS_DIR or ./runs)."
+    ),
+) -> None:
+    """A shell (or `-- COMMAND`) on a node the run holds, trusting only the host key the run pinned."""  # noqa: E501 - typer shows its line breaks
+    from launcher.commands.logs import ssh_command
+
+    try:
+        code = ssh_command(run, runs_dir, node=node, remote=command)
+    except ReproduceError as err:
+        raise fail(err) from None
+    raise typer.Exit(code)
+
+
 OPS_COMMANDS = (
     ("attach", attach),
     ("cancel", cancel),
     ("history", history_cmd),
+    ("logs", logs_cmd),
     ("nightly", nightly_cmd),
     ("runs", runs_cmd),
+    ("ssh", ssh_cmd),
     ("status", status_cmd),
 )

@@ -1,0 +1,109 @@
+"""`reproduce logs RUN` and `reproduce ssh RUN`: looking at a run without taking it over.
+
+launcher/runlogs.py reads the log (run directory, then the node by offset) and
+launcher/runshell.py builds the ssh command; this is where their bytes reach the terminal.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+from launcher.errors import BadInput, InfraError
+
+
+def logs_command(
+    ref: str,
+    runs_dir: Path | None,
+    *,
+    follow: bool = False,
+    stage: str | None = None,
+    node: int = 0,
+    out: BinaryIO | None = None,
+) -> int:
+    """The run's log (node K's, or one stage's) on stdout; while it runs, up to the node's last
+    byte, and with --follow on to the run's end. Never writes the run directory."""
+    from launcher import runlogs
+    from launcher.rundir import RunDir
+
+    sink = out or sys.stdout.buffer
+    rd = RunDir.find(ref, runs_dir)
+    runlogs.check_node(rd, node)
+    if stage is not None:
+        runlogs.check_stage(stage)
+    logs = runlogs.local_logs(rd, node)
+    if not runlogs.is_live(rd):
+        path = logs / (f"{stage}.log" if stage else "node.log")
+        if stage and not path.is_file():
+            have = sorted(p.stem for p in logs.glob("*.log") if p.stem != "node")
+            raise BadInput(
+                f"--stage {stage}: run {rd.path.name} has no log of that stage; it has "
+                f"{', '.join(have) or 'none'}."
+            )
+        _emit(sink, runlogs.read_local(path))
+        if follow:
+            print(f"(run {rd.path.name} is over: {rd.status().get('state')})", file=sys.stderr)
+        return 0
+    node_log = logs / "node.log"
+    size = node_log.stat().st_size if node_log.exists() else 0  # the node is read from here on
+    filt = runlogs.StageFilter(stage) if stage else None
+
+    def shown(chunks: Iterator[bytes]) -> Iterator[bytes]:
+        for chunk in chunks:
+            yield filt.feed(chunk) if filt is not None else chunk
+
+    _emit(sink, shown(_capped(runlogs.read_local(node_log), size)))
+    execution = runlogs.open_execution(rd, node)
+    try:
+        _emit(sink, shown(runlogs.read_node(execution, size, follow=follow)))
+    except InfraError as err:
+        raise InfraError(
+            f"{err}. Shown above: the run directory's copy ({size} bytes of {node_log}).",
+            hint="`reproduce status RUN` says where the run is.",
+        ) from None
+    finally:
+        runlogs.close_quietly(execution)
+    if filt is not None:
+        _emit(sink, iter([filt.finish()]))
+    return 0
+
+
+def _capped(chunks: Iterator[bytes], limit: int) -> Iterator[bytes]:
+    """The first `limit` bytes: the local copy as it was when the node's part was placed."""
+    left = limit
+    for chunk in chunks:
+        if left <= 0:
+            return
+        yield chunk[:left]
+        left -= len(chunk)
+
+
+def _emit(sink: BinaryIO, chunks: Iterator[bytes]) -> None:
+    for chunk in chunks:
+        if chunk:
+            sink.write(chunk)
+            sink.flush()
+
+
+def ssh_command(
+    ref: str, runs_dir: Path | None, *, node: int = 0, remote: list[str] | None = None
+) -> int:
+    """Replace this process with ssh to node K of the run (its pinned host key only)."""
+    from launcher import runshell
+    from launcher.rundir import RunDir
+
+    rd = RunDir.find(ref, runs_dir)
+    if shutil.which("ssh") is None:
+        raise BadInput("`reproduce ssh` runs OpenSSH's ssh, which is not installed here.")
+    hops, node_run_dir = runshell.hops_for(rd, node)
+    known = runshell.write_known_hosts(rd.run_id, node, hops)
+    command = list(remote or []) or runshell.login_command(node_run_dir)
+    argv = runshell.ssh_argv(hops, known, command, tty=not remote)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execvp(argv[0], argv)  # noqa: S606 - the system ssh, its argv built here: no shell
+    return 0  # not reached: exec replaced the process
