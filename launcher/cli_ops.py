@@ -203,6 +203,15 @@ def runs_cmd(
     region: str | None = typer.Option(
         None, "--region", help="--live: the region to search (overrides the profile's)."
     ),
+    refresh: bool = typer.Option(
+        False,
+        "--refresh",
+        "-r",
+        help="Ask AWS whether each aws run's instances still exist (else: the last known state).",
+    ),
+    cost: bool = typer.Option(
+        False, "--cost", help="What the runs cost: per run, in total, by recipe and by cluster."
+    ),
 ) -> None:
     """Every run this user made, from any directory: id, recipe, target, state, verdict, started, GPU-hours, cost so far."""  # noqa: E501 - typer shows its line breaks
     from launcher.commands.runs import runs_command
@@ -215,6 +224,8 @@ def runs_cmd(
             cluster=cluster,
             region=region,
             import_dir=import_dir,
+            refresh=refresh,
+            cost=cost,
         )
     except ReproduceError as err:
         raise fail(err, json_out) from None
@@ -230,12 +241,15 @@ def status_cmd(
         None, "--runs-dir", help="Runs root (default: $REPRODUCE_RUNS_DIR or ./runs)."
     ),
     json_out: bool = typer.Option(False, "--json", help="Print exactly one JSON object on stdout."),
+    refresh: bool = typer.Option(
+        False, "--refresh", "-r", help="Ask AWS whether the run's instances still exist."
+    ),
 ) -> None:
-    """Where a run is: its stage, step N of M, elapsed time, cost so far, and where its logs are."""
+    """Where a run is: its stage, step N of M (a run nobody follows: as its node has it), elapsed, cost so far, a node still billing, where its logs are."""  # noqa: E501 - typer shows its line breaks
     from launcher.commands.runs import status_command
 
     try:
-        code = status_command(run, runs_dir, json_out=json_out)
+        code = status_command(run, runs_dir, json_out=json_out, refresh=refresh)
     except ReproduceError as err:
         raise fail(err, json_out) from None
     raise typer.Exit(code)

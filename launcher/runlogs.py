@@ -187,25 +187,53 @@ def _unreadable(err: BaseException) -> InfraError:
     return InfraError(f"cannot read the log on the node: {err}")
 
 
-def node_tail(rd: RunDir, index: int = 0, max_bytes: int = 1 << 20) -> bytes:
-    """The end of the node's log as it is now (local copy plus what the node has beyond it):
-    what `status` of a detached run reads for its progress. InfraError when the node cannot be
-    read."""
-    path = local_logs(rd, index) / "node.log"
+@dataclass(frozen=True)
+class NodeProgress:
+    step: int | None  # optimizer steps done, as the node's log has them now
+    stage: str | None  # the innermost stage open there now
+    new_bytes: int  # how much the node had beyond the run directory's copy
+
+
+def node_progress(rd: RunDir, max_bytes: int = 1 << 20) -> NodeProgress:
+    """Where a run nobody follows is, from its node's log as it is now: the run directory's copy
+    plus what the node has beyond it (read, never appended). InfraError when the node cannot be
+    read; BadInput when the run's record cannot reach it."""
+    from launcher.parse.lines import last_step
+    from launcher.runner.protocol import parse_marker
+    from launcher.runs import current_stage
+
+    path = local_logs(rd, 0) / "node.log"
     size = path.stat().st_size if path.exists() else 0
-    execution = open_execution(rd, index)
+    execution = open_execution(rd, 0)
     try:
         remote = b"".join(read_node(execution, size))
     finally:
         close_quietly(execution)
-    if len(remote) >= max_bytes:
-        return remote[-max_bytes:]
-    keep = max_bytes - len(remote)
-    local = b""
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(max(0, size - keep))
-            local = fh.read(keep)
-    except OSError:
-        pass
-    return local + remote
+    tail = remote[-max_bytes:]
+    if len(tail) < max_bytes:
+        try:
+            with open(path, "rb") as fh:
+                fh.seek(max(0, size - (max_bytes - len(tail))))
+                tail = fh.read() + tail
+        except OSError:
+            pass
+    last = last_step(tail)
+    timeline = rd.read_json("timeline.json", {}) or {}
+    open_stages = [
+        str(s.get("name")) for s in timeline.get("stages") or [] if isinstance(s, dict)
+        and s.get("status") == "running"
+    ]  # fmt: skip
+    last_started = None
+    for line in remote.splitlines():
+        marker = parse_marker(line) if len(line) <= 4096 else None
+        if marker is None or not _SAFE_STAGE.match(marker["stage"]):
+            continue
+        if marker["event"] == "start":
+            open_stages.append(marker["stage"])
+            last_started = marker["stage"]
+        elif marker["stage"] in open_stages:
+            open_stages.reverse()
+            open_stages.remove(marker["stage"])
+            open_stages.reverse()
+    stage = open_stages[-1] if open_stages else (last_started or current_stage(timeline))
+    return NodeProgress(last + 1 if last is not None else None, stage, len(remote))

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from launcher.billing import Billing, last_known
 from launcher.errors import BadInput
 from launcher.rundir import FINAL_STATES, TRAIN_STAGE, RunDir
 
@@ -44,9 +45,28 @@ class RunSummary:
     run_dir: str
     logs: str
     followed: bool  # a reproduce process follows it now (holds its follow lock)
+    # the nodes it launched that still exist (launcher/billing.py); None: nothing bills
+    billing: Billing | None = None
+    progress_from: str = "run directory"  # where step/stage were read ("node": its log now)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        data["billing"] = self.billing.to_dict() if self.billing is not None else None
+        return data
+
+    @property
+    def holds_node(self) -> bool:
+        """Its node bills although no run is followed there: ended, detached, or unfollowed."""
+        return self.billing is not None and (
+            self.state in FINAL_STATES or self.state == "detached" or not self.followed
+        )
+
+    def with_billing(self, billing: Billing | None) -> RunSummary:
+        """This summary with `billing` (a node still there costs until now, past the release)."""
+        self.billing = billing
+        if billing is not None and billing.cost_so_far is not None:
+            self.cost_usd = max(self.cost_usd or 0.0, billing.cost_so_far)
+        return self
 
 
 def run_dirs(root: Path) -> list[Path]:
@@ -109,7 +129,7 @@ def summarize(path: Path, now: float | None = None) -> RunSummary:
         run_dir=str(rd.path),
         logs=str(rd.logs),
         followed=is_followed(rd.path),
-    )
+    ).with_billing(last_known(rd, now))
 
 
 def list_runs(root: Path, now: float | None = None) -> tuple[list[RunSummary], list[str]]:

@@ -30,6 +30,10 @@ def _usd(value: float | None) -> str:
 
 def _row(s: RunSummary) -> list[str]:
     state = s.state + (" *" if s.state not in ("done", "failed", "cancelled") else "")
+    cost = _usd(s.cost_usd)
+    if s.holds_node:
+        state += ", node billing" + ("" if s.billing and s.billing.source == "cloud" else "?")
+        cost += " so far"
     return [
         s.run_id,
         s.recipe,
@@ -38,8 +42,37 @@ def _row(s: RunSummary) -> list[str]:
         s.verdict or "-",
         _when(s.started_at),
         fmt(s.gpu_hours, ",.2f", missing="-"),
-        _usd(s.cost_usd),
+        cost,
     ]
+
+
+def billing_lines(found: list[RunSummary]) -> list[str]:
+    """What still bills, under the table: each run holding a node, and the rate together."""
+    holding = [s for s in found if s.holds_node and s.billing is not None]
+    if not holding:
+        return []
+    rate = sum(s.billing.per_hour or 0.0 for s in holding if s.billing is not None)
+    lines = [f"\nstill billing: {len(holding)} run(s) hold a node, ${rate:,.2f}/h together"]
+    for s in holding:
+        assert s.billing is not None
+        lines.append(
+            f"  {s.run_id} ({s.state}): {s.billing.words()}, {_usd(s.cost_usd)} so far; "
+            f"end it: reproduce down {s.run_id}"
+        )
+    if any(s.billing.source != "cloud" for s in holding if s.billing is not None):
+        lines.append("  ? = last known state; `reproduce runs --refresh` asks AWS")
+    return lines
+
+
+def _refresh(found: list[RunSummary]) -> None:
+    """--refresh: the cloud's word on every aws run's instances replaces the last known one."""
+    from launcher.billing import refresh
+
+    answers = refresh([Path(s.run_dir) for s in found if s.kind == "aws"])
+    for s in found:
+        if s.run_dir in answers:
+            s.billing = None
+            s.with_billing(answers[s.run_dir])
 
 
 def runs_command(
@@ -50,6 +83,8 @@ def runs_command(
     cluster: str = "aws",
     region: str | None = None,
     import_dir: Path | None = None,
+    refresh: bool = False,
+    cost: bool = False,
 ) -> int:
     """`reproduce runs`: every run this user made (the index and ./runs), or those under
     --runs-dir; `--import DIR` first enters DIR's run directories in the index; `--live`: the
@@ -59,6 +94,10 @@ def runs_command(
 
     root = Path(runs_dir) if runs_dir is not None else default_runs_root()
     if live:
+        if refresh or cost:
+            raise BadInput(
+                "--live lists instances (always asked of AWS): not with --refresh/--cost."
+            )
         return _live(root, cluster, region, json_out)
     imported: list[str] = []
     if import_dir is not None:
@@ -76,6 +115,10 @@ def runs_command(
     else:
         found, skipped = indexed_runs(root)
         where = f"in {state.index_dir()}/ and under {root}/"
+    if refresh:
+        _refresh(found)
+    if cost:
+        return _cost(found, where, json_out)
     if json_out:
         body: dict[str, Any] = {
             "runs_root": str(root),
@@ -96,9 +139,57 @@ def runs_command(
             f"\n{len(found)} run(s) {where}"
             + (f"; * = not finished ({unfinished}): `reproduce status RUN`" if unfinished else "")
         )
+        for line in billing_lines(found):
+            print(line)
     for line in skipped:
         print(f"skipped {line}")
     return 0
+
+
+def _cost(found: list[RunSummary], where: str, json_out: bool) -> int:
+    """`runs --cost`: what every run cost, in total, by recipe and by cluster."""
+    from launcher.billing import cost_report
+
+    report = cost_report(found)
+    if json_out:
+        print(json.dumps(report, indent=2))
+        return 0
+    if not found:
+        print(f"no runs {where}")
+        return 0
+    rows = [
+        [
+            r["run_id"],
+            r["recipe"],
+            r["cluster"] or "-",
+            r["state"] + (", node billing" if r["billing"] else ""),
+            fmt(r["gpu_hours"], ",.2f", missing="-"),
+            _usd(r["cost_usd"]) + (" so far" if r["billing"] else ""),
+        ]
+        for r in report["runs"]
+    ]
+    print(text_table(["run id", "recipe", "cluster", "state", "GPU-h", "cost"], rows))
+    for title, group in (("recipe", report["by_recipe"]), ("cluster", report["by_cluster"])):
+        print(f"\nby {title}:")
+        print(text_table([title, "runs", "GPU-h", "cost", "note"], [_sum_row(g) for g in group]))
+    print()
+    print(text_table(["", "runs", "GPU-h", "cost", "note"], [_sum_row(report["total"])]))
+    return 0
+
+
+def _sum_row(line: dict[str, Any]) -> list[str]:
+    notes = []
+    if line["unpriced"]:
+        notes.append(f"{line['unpriced']} run(s) without a price: not counted")
+    if line["billing"]:
+        notes.append(f"{line['billing']} still billing: growing")
+    return [
+        line["key"],
+        str(line["runs"]),
+        f"{line['gpu_hours']:,.2f}",
+        _usd(line["usd"]),
+        "; ".join(notes) or "-",
+    ]
 
 
 def _live(root: Path, cluster: str, region: str | None, json_out: bool) -> int:
@@ -146,16 +237,46 @@ def _live(root: Path, cluster: str, region: str | None, json_out: bool) -> int:
     return 0
 
 
-def status_command(run: str, runs_dir: Path | None, *, json_out: bool = False) -> int:
-    """`reproduce status RUN`: where one run is and what it has cost."""
+def status_command(
+    run: str, runs_dir: Path | None, *, json_out: bool = False, refresh: bool = False
+) -> int:
+    """`reproduce status RUN`: where one run is and what it has cost; a run nobody follows is
+    read on its node too (the progress it has there, without taking it over)."""
     from launcher.rundir import RunDir
 
-    summary = summarize(RunDir.find(run, runs_dir).path)
+    rd = RunDir.find(run, runs_dir)
+    summary = summarize(rd.path)
+    if refresh:
+        _refresh([summary])
+    note = _from_node(rd, summary)
     if json_out:
         print(json.dumps(summary.to_dict(), indent=2))
         return 0
     print("\n".join(status_lines(summary)))
+    if note:
+        print(note)
     return 0
+
+
+def _from_node(rd: Any, summary: RunSummary) -> str | None:
+    """A run not over that no reproduce process follows (detached, or its launcher died): its
+    step and stage as the node's log has them now. A line saying why not, when the node cannot
+    be read; None when there was nothing to read."""
+    from launcher import runlogs
+    from launcher.errors import ReproduceError
+
+    if summary.followed or not runlogs.is_live(rd):
+        return None
+    try:
+        update = runlogs.node_progress(rd)
+    except ReproduceError as err:
+        return f"node      not read ({err}); step and stage above are the run directory's copy"
+    if update.step is not None:
+        summary.step = update.step
+    if update.stage is not None:
+        summary.stage = update.stage
+    summary.progress_from = "node"
+    return None
 
 
 def status_lines(s: RunSummary) -> list[str]:
@@ -169,16 +290,17 @@ def status_lines(s: RunSummary) -> list[str]:
         True: "a reproduce process follows it now",
         False: f"no reproduce process follows it: `reproduce attach {s.run_dir}`",
     }
+    read = " (read from the node now)" if s.progress_from == "node" else ""
     lines = [
         f"run       {s.run_id}  ({s.recipe})",
         f"target    {s.target or '-'} (kind {s.kind or '-'})",
         f"state     {s.state}" + (f": {s.detail}" if s.detail else ""),
-        f"stage     {s.stage or '-'}",
-        f"step      {step}",
+        f"stage     {s.stage or '-'}{read}",
+        f"step      {step}{read}",
         f"elapsed   {duration(s.elapsed_s)}" + ("" if finished else " (so far)"),
         f"GPU-hours {fmt(s.gpu_hours, ',.2f', missing='-')}",
         f"cost      {_usd(s.cost_usd)}"
-        + ("" if finished or s.cost_usd is None else " so far")
+        + (" so far" if (not finished or s.holds_node) and s.cost_usd is not None else "")
         + (" (no price recorded)" if s.cost_usd is None else ""),
         f"verdict   {s.verdict or '-'}",
         f"run dir   {s.run_dir}",
@@ -187,6 +309,14 @@ def status_lines(s: RunSummary) -> list[str]:
     ]
     if not finished and s.state != "created":
         lines.append(f"follower  {follower[s.followed]}")
+    if s.billing is not None:
+        rate = s.billing.per_hour
+        up = "" if s.billing.since is None else f", up {duration(time.time() - s.billing.since)}"
+        lines.append(
+            f"node      {s.billing.words()}{up}"
+            + (f", ${rate:,.2f}/h" if rate is not None else ", no price recorded")
+            + (f": still billing, end it with `reproduce down {s.run_id}`" if s.holds_node else "")
+        )
     if (Path(s.run_dir) / "report.html").is_file():
         lines.append(f"report    {Path(s.run_dir) / 'report.html'}")
     return lines

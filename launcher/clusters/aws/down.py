@@ -163,7 +163,12 @@ def down(
             "the launcher never ends it"
         )
     where = state.data.get("region") or region
-    session = make_session(where, session)
+    session = make_session(
+        where,
+        session,
+        nothing="`reproduce down` ended nothing: whatever the run still holds is still there "
+        "(and billing, if it is an instance)",
+    )
     where = where or session.region_name
     state.data["region"] = where
     account = caller_account(
@@ -252,7 +257,7 @@ def reap(
     """
     log = safe(log)
     now = now or datetime.now(UTC)
-    session = make_session(region, session)
+    session = make_session(region, session, nothing="`reproduce reap` ended nothing")
     ec2 = session.client("ec2", region_name=region)
     try:
         runs = expired_runs(ec2, region, now)

@@ -23,9 +23,13 @@ if TYPE_CHECKING:
 CAPACITY_CODES = ("InsufficientInstanceCapacity", "InsufficientCapacity")
 
 
-def make_session(region: str | None, session: Any = None) -> Any:
+def make_session(
+    region: str | None, session: Any = None, *, nothing: str = "nothing was launched"
+) -> Any:
     """A boto3 session with credentials and a known region, or BadInput saying what is missing.
 
+    `nothing` says what did not happen for want of them, in the caller's words (a launch: nothing
+    was launched; `down`: nothing was ended), so no command borrows another's message.
     boto3 honours AWS_ENDPOINT_URL, so the same code can be pointed at a moto server.
     """
     if session is None:
@@ -41,20 +45,20 @@ def make_session(region: str | None, session: Any = None) -> Any:
         raise BadInput(f"cannot load AWS credentials: {err}") from err
     if creds is None:
         raise BadInput(
-            "no AWS credentials found, so nothing was launched.",
+            f"no AWS credentials found, so {nothing}.",
             hint="Set AWS_PROFILE (after `aws sso login` or `aws configure`), or "
             "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, and try again.",
         )
     chosen = region or session.region_name
     if not chosen:
         raise BadInput(
-            "no AWS region: set `region` in the aws profile (or AWS_REGION); nothing was launched."
+            f"no AWS region: set `region` in the aws profile (or AWS_REGION); {nothing}."
         )
-    check_region(session, chosen)
+    check_region(session, chosen, nothing)
     return session
 
 
-def check_region(session: Any, region: str) -> None:
+def check_region(session: Any, region: str, nothing: str = "nothing was launched") -> None:
     """Refuse a region botocore does not know (a typo would otherwise fail later and obscurely)."""
     known: set[str] = set()
     for partition in session.get_available_partitions():
@@ -62,7 +66,7 @@ def check_region(session: Any, region: str) -> None:
     if known and region not in known:
         close = sorted(r for r in known if r.split("-")[0] == region.split("-")[0])[:8]
         raise BadInput(
-            f"unknown AWS region {region!r}; nothing was launched.",
+            f"unknown AWS region {region!r}; {nothing}.",
             hint=f"Expected a region such as {', '.join(close or sorted(known)[:8])}.",
         )
 
@@ -144,7 +148,7 @@ def translate(err: Exception, doing: str, s: AwsSettings | None = None) -> Excep
 
     if isinstance(err, NoCredentialsError):
         return BadInput(
-            "no AWS credentials found, so nothing was launched.",
+            f"{doing}: no AWS credentials found.",
             hint="Set AWS_PROFILE or run `aws configure`.",
         )
     if isinstance(err, ClientError):
