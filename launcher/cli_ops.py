@@ -23,7 +23,7 @@ def fail(err: ReproduceError, json_out: bool = False) -> typer.Exit:
             from launcher.commands.runs import error_object
 
             print(error_object(err, err.exit_code), flush=True)
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {err}" if err.exit_code else str(err), file=sys.stderr)
     except OSError:  # the terminal is gone (SIGHUP, EIO): the exit code still tells
         pass
     return typer.Exit(err.exit_code)

@@ -43,3 +43,10 @@ class Interrupted(ReproduceError):
     """The user pressed Ctrl-C or the launcher got SIGTERM: exit 130."""
 
     exit_code = 130
+
+
+class Detached(Interrupted):  # noqa: N818 - named for what happened, as Interrupted is
+    """After Ctrl-C the person chose to detach: the run goes on on its node. What they asked
+    for, so not an error: exit 0, and the message says how to follow, take back or stop it."""
+
+    exit_code = 0

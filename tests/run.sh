@@ -47,9 +47,11 @@ fi
 #   iproute2, tar, coreutils, util-linux (setsid), bash      present on Debian; listed to be sure
 #   chromium           headless browser                      tests/test_pages_browser.py (tests/infra/browser.py)
 #   fonts-dejavu-core, fonts-liberation2  fonts the pages render with in chromium's screenshots
+#   tmux               a real terminal emulator whose screen   tests/screen_support.py (what stays
+#                      the tests read back (capture-pane)      on screen: the live line, Ctrl-C)
 PACKAGES=(docker.io docker-registry openssh-server openssh-client iproute2 procps git
           python3 python3-venv python3-pip ca-certificates tar coreutils util-linux bash
-          chromium fonts-dejavu-core fonts-liberation2)
+          chromium fonts-dejavu-core fonts-liberation2 tmux)
 missing=()
 for pkg in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

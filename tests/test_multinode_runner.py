@@ -157,7 +157,7 @@ def test_ctrl_c_cancels_every_node_or_detaches_and_attach_follows_them_all(
     pids = _pids(hosts, rd)
     os.killpg(proc.pid, signal.SIGINT)
     _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, err
+    assert proc.returncode == (130 if choice == "cancel" else 0), err  # a chosen detach: exit 0
     if choice == "cancel":
         assert rd.status()["state"] == "cancelled"
         _nothing_running(hosts, rd)

@@ -19,8 +19,37 @@ PLAIN_EVERY_S = 15.0  # at most one plain progress line per stage this often (pl
 RATE_WINDOW_S = 20.0  # the rate (and the ETA) is measured over about this much recent time
 _UNITS = ("B", "kB", "MB", "GB", "TB")
 INTERRUPT_QUESTION = (
-    "\ninterrupted: [c]ancel the run on the node, or [d]etach and leave it running? [c/d] "
+    "\ninterrupted: [C]ancel the run on the node (Enter), or [d]etach and leave it running? [C/d] "
 )
+# The keys of the question: one key answers it (no Enter needed); Enter takes the default.
+INTERRUPT_KEYS = {"c": "cancel", "\r": "cancel", "\n": "cancel", "d": "detach"}
+
+
+def read_key(fd: int) -> str:
+    """One key from the terminal `fd`, without waiting for Enter (cbreak: Ctrl-C still raises
+    KeyboardInterrupt); "" at the end of input. The terminal's mode is always put back."""
+    import os
+    import termios
+    import tty
+
+    saved = termios.tcgetattr(fd)
+    try:
+        tty.setcbreak(fd)
+        return os.read(fd, 1).decode(errors="replace")
+    finally:
+        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+
+
+def interrupt_choice(keys: Any) -> str:
+    """The answer to INTERRUPT_QUESTION from keys pressed (an iterator of one-char strings):
+    c or Enter cancel, d detaches, the end of input cancels; another key is not an answer."""
+    for key in keys:
+        if not key:
+            return "cancel"
+        choice = INTERRUPT_KEYS.get(key.lower())
+        if choice is not None:
+            return choice
+    return "cancel"
 
 
 def human_bytes(n: float) -> str:
@@ -230,10 +259,18 @@ class ConsoleReporter:
         if not sys.stdin or not sys.stdin.isatty():
             return "cancel"
         try:
-            answer = input(INTERRUPT_QUESTION)
+            out = self.console.file
+            out.write(INTERRUPT_QUESTION)
+            out.flush()
+            fd = sys.stdin.fileno()
+            choice = interrupt_choice(read_key(fd) for _ in range(64))
+            out.write(("d" if choice == "detach" else "c") + "\n")
+            out.flush()
         except (KeyboardInterrupt, EOFError):
             return "cancel"
-        return "detach" if answer.strip().lower().startswith("d") else "cancel"
+        except (OSError, ValueError):  # not a real terminal after all (termios refused it)
+            return "cancel"
+        return choice
 
     def close(self) -> None:
         """The run is over: the live line goes (the lines above it stay)."""

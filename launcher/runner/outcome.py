@@ -146,5 +146,29 @@ def tail_of(log: Path) -> str:
     return "\n  " + "\n  ".join(lines) if lines else ""
 
 
+def detached_message(rd: RunDir, cluster: object) -> str:
+    """What a person who chose to detach needs next: the run goes on (and what it costs, for a
+    node this run launched), how to follow its log, take it back, or stop it. By run id: the
+    user's index finds it from any directory."""
+    record = rd.record()
+    run_id = record.get("run_id") or rd.path.name
+    cost = ""
+    if callable(getattr(cluster, "down_command", None)):  # a node this run launched
+        price = (record.get("cost") or {}).get("price_per_hour")
+        nodes = (record.get("cost") or {}).get("nodes") or 1
+        rate = price * nodes if isinstance(price, (int, float)) else None
+        cost = (
+            f"; its node keeps billing (about ${rate:,.2f}/h) until the run ends"
+            if rate
+            else "; its node keeps billing until the run ends"
+        )
+    return (
+        f"detached: run {run_id} goes on on the node{cost}.\n"
+        f"  follow its log:  reproduce logs {run_id} --follow\n"
+        f"  take it back:    reproduce attach {run_id}\n"
+        f"  stop it:         reproduce cancel {run_id}"
+    )
+
+
 def reattach_hint(rd: RunDir) -> str:
     return f"Reattach with `reproduce attach {rd.path}`; stop it with `reproduce cancel {rd.path}`."

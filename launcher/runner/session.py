@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, NoReturn, TypeVar
 
 from launcher.budget import Budget
 from launcher.clusters.base import Cluster, Node
-from launcher.errors import CheckFailed, InfraError, Interrupted, ReproduceError
+from launcher.errors import CheckFailed, Detached, InfraError, Interrupted, ReproduceError
 from launcher.recipe import Recipe
 from launcher.rundir import TRAIN_STAGE, RunDir, RunDirUnwritable, Timeline
 from launcher.runner.execution import execution_for, node_env
@@ -42,7 +42,7 @@ from launcher.runner.nodes import (
     place_of,
     quietly,
 )
-from launcher.runner.outcome import Outcome, failure, reattach_hint
+from launcher.runner.outcome import Outcome, detached_message, failure, reattach_hint
 from launcher.runner.reporter import Reporter
 from launcher.runner.signals import Terminated, release_hard, signals_cancel
 from launcher.runner.stream import Follower
@@ -352,10 +352,7 @@ class RunSession:
             self.close_logs("running")
             self.keep_cluster = True
             self.rd.set_status("detached", "detached by the user; the run goes on on the node")
-            raise Interrupted(
-                "detached: the run goes on on the node and its GPUs keep costing money.",
-                hint=reattach_hint(self.rd),
-            ) from None
+            raise Detached(detached_message(self.rd, self.cluster)) from None
         self.reporter.say("cancelling the run on the node")
         self.cancel_or_keep_billing(following=True)
         self._stop_following("cancelled", "cancelled by the user (Ctrl-C or SIGTERM)")

@@ -287,6 +287,12 @@ class AwsCluster:
         if self.target_id or self.state.data.get("region") is None:
             self._released = True  # targeted only, or stopped before anything could be created
             return
+        if not self.restored and not self.state.data.get("creating") and not self.state.allocated():
+            # this launch stopped in its lookups (credentials, AMI, subnets...): no create call
+            # was sent, so there is nothing to end and nothing to search for by tag
+            self._released = True
+            log("aws: nothing was created (the launch stopped before its first create call)")
+            return
         for attempt in range(1, RELEASE_ATTEMPTS + 1):
             try:
                 left = self._teardown(log)

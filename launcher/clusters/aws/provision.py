@@ -39,7 +39,9 @@ def tag(launch: Launch, api: Executor) -> None:
     launch.tags = rq.run_tags(
         launch.recipe, launch.run_id, launch.owner, expires, launch.launch_id, launch.s.extra_tags
     )
-    launch.save(expires_at=expires, ami_id=launch.ami_id)
+    # `creating`: from here on a call may create something (teardown then searches by tag too);
+    # a launch stopped before this created nothing (AwsCluster.release says so, ends nothing)
+    launch.save(expires_at=expires, ami_id=launch.ami_id, creating=True)
     if api.sending and launch.record_launch is not None:
         launch.record_launch()
 
