@@ -52,6 +52,18 @@ def interrupt_choice(keys: Any) -> str:
     return "cancel"
 
 
+def same_terminal(one: Any, other: Any) -> bool:
+    """Are two streams the same terminal? (stdout and the console's stderr, at a shell)"""
+    import os
+
+    try:
+        if not (one.isatty() and other.isatty()):
+            return False
+        return os.path.samestat(os.fstat(one.fileno()), os.fstat(other.fileno()))
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
 def human_bytes(n: float) -> str:
     """Decimal units, as docker and the clouds print sizes: 15.2 GB."""
     value = float(n)
@@ -239,10 +251,18 @@ class ConsoleReporter:
     def progress(self, progress: Any) -> None:
         transfer = self.transfers.setdefault(progress.stage, Transfer(progress.stage))
         transfer.update(progress, time.monotonic())
-        if self.live_wanted:
-            self._start_live()
-        else:
+        if not self.live_wanted:
             self._plain_progress(transfer)
+            return
+        if transfer.total is not None and transfer.done >= transfer.total:
+            # finished: its bar goes, one line above the live line says what it moved
+            del self.transfers[progress.stage]
+            if self._printed.get(progress.stage) != float("inf"):
+                self._printed[progress.stage] = float("inf")
+                self.say(f"{transfer.stage}: {transfer.words()}")
+            return
+        self._printed.pop(progress.stage, None)
+        self._start_live()
 
     def warn(self, text: str) -> None:
         try:
@@ -334,12 +354,16 @@ class ConsoleReporter:
         from rich.live import Live
 
         try:
+            # Lines other code prints to stdout while the live line is up (the AWS backend's
+            # "aws: terminating ...", "aws: everything this run created is gone", a kept node's
+            # price) are drawn above it and stay; only when stdout is this very terminal: a
+            # redirected stdout keeps its own bytes.
             self._live = Live(
                 self,
                 console=self.console,
                 refresh_per_second=4,
                 transient=True,
-                redirect_stdout=False,
+                redirect_stdout=same_terminal(sys.stdout, self.console.file),
                 redirect_stderr=False,
             )
             self._live.start()
