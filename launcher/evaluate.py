@@ -242,10 +242,12 @@ def measure_run_dir(
         convergence = check(loss_curve(records), loss_curve(load_records(reference)[0]))
     target = out_dir(out) if out is not None else run_dir
     write_outputs(target, result, verdict, recipe, records, convergence, plots=write_plots)
-    if target == run_dir:
-        from launcher.pages import write_run_page
+    from launcher.pages import write_run_page
 
+    if target == run_dir:
         write_run_page(run_dir)  # made from the files written above (docs/report.md)
+    else:  # the same page: the measurement from `out`, the run's own record from the run dir
+        write_run_page(target, also=run_dir)
     return result, verdict
 
 
@@ -289,5 +291,20 @@ def measure_path(
     timeline = read_timeline(timeline_path) if timeline_path is not None else None
     result, verdict = _judged(records, stats, recipe, timeline, price_per_hour, region, tolerance)
     if out is not None:
-        write_outputs(out_dir(out), result, verdict, recipe, records)
+        target = out_dir(out)
+        write_outputs(target, result, verdict, recipe, records)
+        _write_log_page(target, recipe, timeline_path)
     return result, verdict
+
+
+def _write_log_page(out: Path, recipe: Recipe, timeline_path: Path | None) -> None:
+    """report.html for a measured log (`measure LOG --out DIR`): the page a run directory gets,
+    from what DIR holds: the measurement, and the recipe and timeline it was measured with
+    (copied byte for byte, unless DIR has its own)."""
+    from launcher.pages import write_run_page
+
+    if not (out / RECIPE_FILE).exists():
+        (out / RECIPE_FILE).write_text(recipe.text, encoding="utf-8")
+    if timeline_path is not None and not (out / "timeline.json").exists():
+        (out / "timeline.json").write_bytes(Path(timeline_path).read_bytes())
+    write_run_page(out)

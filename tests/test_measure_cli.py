@@ -135,3 +135,28 @@ def test_run_dir_recipe_is_the_default(logs):
     assert proc.returncode == 0 and json.loads(proc.stdout)["verdict"]["status"] == "reproduced"
     no_recipe = cli("measure", logs["slow"], "--json")
     assert no_recipe.returncode == 2 and "--recipe" in no_recipe.stderr
+
+
+def _sections(html: str) -> list[str]:
+    import re
+
+    return re.findall(r'<section[^>]*id="([^"]+)"', html)
+
+
+def test_measure_log_out_writes_the_same_report_html_a_run_directory_gets(logs, tmp_path):
+    out = tmp_path / "out"
+    proc = cli("measure", logs["good"], "--recipe", SEED, "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    page = (out / "report.html").read_text()
+    assert (out / "recipe.yaml").read_text() == SEED.read_text()  # what it was judged against
+    run_dir = logs["good"].parent.parent
+    assert cli("measure", run_dir, "--recipe", SEED).returncode == 0
+    run_page = (run_dir / "report.html").read_text()
+    assert _sections(page) == _sections(run_page) and "verdict" in _sections(page)
+    assert "reproduced" in page.lower() and "<svg" in page  # judged, with its charts
+    assert "could not be shown" not in page
+    # a run directory measured into another place: the page goes there too, the run dir's own
+    # record still read from the run directory
+    elsewhere = tmp_path / "elsewhere"
+    assert cli("measure", run_dir, "--out", elsewhere).returncode == 0
+    assert _sections((elsewhere / "report.html").read_text()) == _sections(run_page)

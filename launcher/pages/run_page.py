@@ -54,11 +54,22 @@ def _dollars(v: Any) -> str:
     return "—" if n is None else f"${n:,.2f}"
 
 
-def write_run_page(run_dir: Path, out: Path | None = None) -> Path:
-    """Render the run directory's page and write it (run_dir/report.html unless `out`)."""
+def write_run_page(run_dir: Path, out: Path | None = None, *, also: Path | None = None) -> Path:
+    """Render the run directory's page and write it (run_dir/report.html unless `out`).
+
+    `also`: a directory whose files stand in for those `run_dir` lacks (`measure RUN_DIR --out
+    DIR`: the measurement in DIR, the run's own record in the run directory)."""
     run_dir = Path(run_dir)
     target = Path(out) if out is not None else run_dir / PAGE_NAME
-    text = render_run_page(read_run_dir(run_dir))
+    files = read_run_dir(run_dir)
+    if also is not None:
+        extra = read_run_dir(
+            also, tuple(n for n in files.problems if files.problems[n] == "missing")
+        )
+        for name, value in extra.data.items():
+            files.data[name] = value
+            files.problems.pop(name, None)
+    text = render_run_page(files)
     tmp = target.with_name(f".{target.name}.tmp")
     tmp.write_text(text, encoding="utf-8")
     tmp.replace(target)
