@@ -205,6 +205,7 @@ def nightly(
     root = Path(runs_dir) if runs_dir is not None else default_runs_root()
     db_path = Path(history) if history is not None else default_history_path(root)
     result = NightlyResult()
+    started = time.time()  # the night's start (its page shows start and end)
     db: History | None = None
     try:
         db = History(db_path)
@@ -264,6 +265,7 @@ def nightly(
             stamp=stamp,
             exit_code=result.exit_code,
             history_path=None if result.history_error else db_path,
+            started=min(started, stamp),
         )
     except Exception as err:  # noqa: BLE001 - the page is a view; the summary above is the record
         echo(f"warning: the nightly page was not written: {err}")

@@ -211,20 +211,49 @@ def _run_link(row: RunRow, links: Mapping[str, str]) -> str:
     return f'<span class="mono">{esc(row.run_id)}</span>'
 
 
+# Verdicts whose figures are evidence: a run that failed, ended incomplete, did not match the
+# recipe or could not be read is drawn as a mark (a cross on the axis), never as a figure.
+FIGURE_VERDICTS = ("reproduced", "faster", "slower", "unstable")
+
+
+def has_figures(row: RunRow) -> bool:
+    return row.verdict in FIGURE_VERDICTS and row.state in (None, "done")
+
+
+def time_ticks(rows: Sequence[RunRow]) -> tuple[list[tuple[float, str]], str]:
+    """x tick labels (one per run, by index: readable for many runs a day) and the axis label.
+    Runs all of one UTC day: the time; else the date and time; a run without a time: #index."""
+    days = {day(r.started_at, "%Y-%m-%d") for r in rows if r.started_at is not None}
+    fmt, label = ("%H:%M", f"run (UTC time, {min(days)})") if len(days) == 1 else (
+        "%m-%d %H:%M", "run (UTC date and time)"
+    )  # fmt: skip
+    ticks = [
+        (float(i), day(r.started_at, fmt) if r.started_at is not None else f"#{i + 1}")
+        for i, r in enumerate(rows)
+    ]
+    return ticks, label
+
+
+def _percent(value: float | None) -> float | None:
+    return None if value is None else value * 100.0
+
+
 def _charts(rows: Sequence[RunRow], judged: Sequence[Assessment], card: Mapping[str, float]) -> str:
-    ticks = [(float(i), day(r.started_at, "%m-%d")) for i, r in enumerate(rows)]
+    ticks, x_label = time_ticks(rows)
     colors = [status_of(r.verdict).fg if r.verdict else svg.GREY for r in rows]
     charts = []
     for key, label, digits, unit in (
         ("tokens_per_s_per_gpu", "tokens/s per GPU", 1, ""),
-        ("mfu", "MFU", 4, ""),
+        ("mfu", "MFU", 2, ""),
         ("usd_per_million_tokens", "$ / 1M tokens", 3, "$"),
     ):
-        values = [number(getattr(r, key)) for r in rows]
+        scale = _percent if key == "mfu" else (lambda v: v)
+        suffix = "%" if key == "mfu" else ""
+        values = [scale(number(getattr(r, key))) if has_figures(r) else None for r in rows]
         titles = [
             f"{r.run_id} ({day(r.started_at)} UTC, {r.cluster_name or '?'}): "
             + (
-                f"{unit}{v:,.{digits}f}"
+                f"{unit}{v:,.{digits}f}{suffix}"
                 if v is not None
                 else f"no figure ({r.verdict or r.state or 'not judged'})"
             )
@@ -234,8 +263,10 @@ def _charts(rows: Sequence[RunRow], judged: Sequence[Assessment], card: Mapping[
         ]
         hlines, bands = [], []
         claim = card.get(key)
+        if claim is not None and key == "mfu":
+            claim = claim * 100.0
         if claim is not None:
-            hlines.append(svg.HLine(claim, f"the card's claim: {unit}{claim:,.{digits}f}"))
+            hlines.append(svg.HLine(claim, f"the card's claim: {unit}{claim:,.{digits}f}{suffix}"))
         rings = []
         series = [
             svg.Series(
@@ -279,8 +310,8 @@ def _charts(rows: Sequence[RunRow], judged: Sequence[Assessment], card: Mapping[
         chart = svg.line_chart(
             svg.Chart(
                 f"{label} across runs",
-                "run (UTC date)",
-                label,
+                x_label,
+                f"{label} ({suffix})" if suffix else label,
                 series,
                 hlines,
                 bands,
@@ -288,6 +319,9 @@ def _charts(rows: Sequence[RunRow], judged: Sequence[Assessment], card: Mapping[
                 x_ticks=ticks,
                 width=1060,
                 height=250,
+                # MFU from 0: the claim and every run on one honest scale, so a 0.03% gap looks
+                # like one (an axis fitted to the values would fill the chart with it)
+                y_zero=key == "mfu",
             )
         )
         charts.append(f"<figure>{chart}<figcaption><b>{esc(label)}</b></figcaption></figure>")
@@ -299,7 +333,8 @@ def _charts(rows: Sequence[RunRow], judged: Sequence[Assessment], card: Mapping[
         )
         + '<span><i style="background:#bc4c00"></i>the card\'s claim (band: tolerance)</span>'
         '<span><i style="background:#cf222e"></i>trend floor (regression below)</span>'
-        '<span style="color:#cf222e">× run without a figure</span></div>'
+        '<span style="color:#cf222e">× run without a figure (failed, incomplete, '
+        "mismatch: a mark, not a figure)</span></div>"
     )
     return legend + "".join(charts)
 
@@ -321,7 +356,7 @@ def _table(rows: Sequence[RunRow], judged: Sequence[Assessment], links: Mapping[
             f"{esc(num(r.tokens_per_s_per_gpu))}</span>",
             esc(signed(r.difference_percent)),
             esc(trend),
-            esc(num(r.mfu, 4)),
+            esc(num(_percent(r.mfu), 2, suffix="%")),
             esc(num(r.usd_per_million_tokens, 3)),
             esc(num(r.gpu_hours, 2)),
             f'<span title="{esc("; ".join(a.reasons))}">{regression_badge(a)}</span>',

@@ -17,7 +17,7 @@ from typing import Protocol
 from launcher.history import Assessment, History, RunRow
 from launcher.pages import svg
 from launcher.pages.history_page import day, regression_badge
-from launcher.pages.html import badge, esc, num, page, section, signed, status_of, table
+from launcher.pages.html import badge, esc, num, number, page, section, signed, status_of, table
 from launcher.pages.run_page import PAGE_NAME
 
 
@@ -60,6 +60,7 @@ def write_nightly_page(
     stamp: float,
     exit_code: int,
     history_path: Path | None = None,
+    started: float | None = None,
 ) -> Path:
     """runs/nightly-<UTC date>.html (a second nightly on the same date replaces it), with each
     recipe's recent history read from `history_path` for its trend line."""
@@ -78,6 +79,9 @@ def write_nightly_page(
         if e.row.run_dir and (Path(e.row.run_dir) / PAGE_NAME).is_file():
             target = Path(e.row.run_dir) / PAGE_NAME
             links[e.row.run_id] = Path(os.path.relpath(target, path.parent.resolve())).as_posix()
+    costs: dict[str, float | None] = {}
+    for e in entries:  # what each run cost, from its run directory (the cost gate's price)
+        costs[e.row.run_id] = _cost_of(e.row.run_dir)
     text = render_nightly_page(
         entries,
         cluster=cluster,
@@ -86,11 +90,35 @@ def write_nightly_page(
         history_path=history_path,
         histories=histories,
         links=links,
+        started=started,
+        costs=costs,
     )
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text, encoding="utf-8")
     tmp.replace(path)
     return path
+
+
+def _cost_of(run_dir: str | None) -> float | None:
+    """A run's cost (launcher/runs.py, as `reproduce runs` shows it); None when unknown."""
+    if not run_dir or not (Path(run_dir) / "run.json").is_file():
+        return None
+    from launcher.runs import summarize
+
+    try:
+        return summarize(Path(run_dir)).cost_usd
+    except Exception:  # noqa: BLE001 - a damaged run directory costs its figure, not the page
+        return None
+
+
+def totals_line(
+    entries: Sequence[NightlyEntryLike], costs: Mapping[str, float | None]
+) -> tuple[float, float, int]:
+    """(GPU-hours, US$, runs without a known cost) of the night."""
+    hours = sum(number(e.row.gpu_hours) or 0.0 for e in entries)
+    known = [costs.get(e.row.run_id) for e in entries]
+    usd = sum(c for c in known if c is not None)
+    return hours, usd, sum(c is None for c in known)
 
 
 def render_nightly_page(
@@ -102,8 +130,11 @@ def render_nightly_page(
     history_path: Path | None = None,
     histories: Mapping[str, Sequence[RunRow]] | None = None,
     links: Mapping[str, str] | None = None,
+    started: float | None = None,
+    costs: Mapping[str, float | None] | None = None,
 ) -> str:
-    """The night as one HTML string."""
+    """The night as one HTML string. `stamp`: when it ended; `started`: when it began."""
+    costs = costs or {}
     histories = histories or {}
     links = links or {}
     date = day(stamp, "%Y-%m-%d")
@@ -111,10 +142,18 @@ def render_nightly_page(
     for e in entries:
         counts[e.outcome] = counts.get(e.outcome, 0) + 1
     regressions = sum(1 for e in entries if e.assessment.regression)
+    hours, usd, unpriced = totals_line(entries, costs)
     meta = [
         f"<span>cluster {esc(cluster)}</span>",
-        f"<span>started {esc(day(stamp, '%Y-%m-%d %H:%M:%S'))} UTC</span>",
+        f'<span data-started="{started if started is not None else ""}">started '
+        f"{esc(day(started, '%Y-%m-%d %H:%M:%S') if started is not None else 'not recorded')}"
+        " UTC</span>",
+        f'<span data-ended="{stamp}">ended {esc(day(stamp, "%Y-%m-%d %H:%M:%S"))} UTC</span>',
         f"<span>{len(entries)} recipe(s)</span>",
+        f'<span data-gpu-hours="{hours:.4f}">{num(hours, 2)} GPU-hours</span>',
+        f'<span data-total-usd="{usd:.4f}">${num(usd, 2)} in all'
+        + (f" ({unpriced} run(s) without a known cost)" if unpriced else "")
+        + "</span>",
         f'<span data-exit-code="{exit_code}">exit code {exit_code}</span>',
     ]
     header = (
