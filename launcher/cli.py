@@ -350,10 +350,18 @@ def prepare_cmd(
         None, "--rows", help="Rows built elsewhere: uploaded if their sha256 is the recipe's."
     ),
     rows_builder: str = typer.Option(
-        "auto", "--rows-builder", help="auto, host (miles here), docker (the image), or skip."
+        "auto",
+        "--rows-builder",
+        help="auto (miles here, else the image: asked first, it is ~20 GB), host (miles here), "
+        "docker (pull and run the recipe's image), or skip.",
     ),
     threads: int = typer.Option(8, "--threads", help="Files transferred in parallel."),
-    test_encoder: str | None = typer.Option(None, "--test-encoder", hidden=True),
+    test_encoder: str | None = typer.Option(
+        None,
+        "--test-encoder",
+        help="Testing with small assets only: build the rows with a stand-in tokenizer "
+        "(builtin:whitespace-test) instead of miles'; docs/assets.md.",
+    ),
 ) -> None:
     """Fetch RECIPE's checkpoint and dataset at their pinned revisions, build its rows, verify every hash, upload with a manifest; no GPU; resumable."""  # noqa: E501 - typer shows its line breaks
     from launcher.commands.assets import prepare_command

@@ -90,7 +90,9 @@ _HISTORY_HELP = "History database (default: $REPRODUCE_HISTORY or <runs dir>/his
 
 def history_cmd(
     recipe: str | None = typer.Argument(
-        None, help="Recipe file or slug (e.g. qwen3-30b-a3b/h200/attune-tp1-pp1-ep8-mt16k)."
+        None,
+        help="Recipe file, its name under recipes/ (qwen3-30b-a3b/h200/attune-tp1-pp1-ep8-mt16k) "
+        "or its slug (as `reproduce runs` shows it).",
     ),
     import_dir: Path | None = typer.Option(
         None, "--import", help="First index every finished run directory under this runs tree."

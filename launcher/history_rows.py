@@ -202,4 +202,30 @@ def slug_of(recipe_or_slug: str) -> str:
             return found
         digest = file_sha256(path) or "0" * 10
         return f"unreadable-recipe/{re.sub(r'[^a-z0-9.]+', '-', path.stem.lower())}-{digest[:10]}"
-    return recipe_or_slug.strip("/").removesuffix(".yaml")
+    name = recipe_or_slug.strip("/").removesuffix(".yaml")
+    shipped = _shipped_recipe(name)
+    if shipped is not None:  # a recipe's name (its path under recipes/): its content's slug
+        found = recipe_file_slug(shipped)
+        if found is not None:
+            return found
+    return name
+
+
+def _shipped_recipe(name: str) -> Path | None:
+    """recipes/<name>.yaml, under the current directory or the recipes shipped with reproduce:
+    so a recipe is named the way its file is (qwen3-30b-a3b/h200/attune-tp1-pp1-ep8-mt16k), not
+    only by its content-hash slug."""
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)*", name):
+        return None
+    from launcher.resources import data_dir
+
+    roots = [Path("recipes")]
+    try:
+        roots.append(data_dir("recipes"))
+    except FileNotFoundError:
+        pass
+    for root in roots:
+        candidate = root / f"{name}.yaml"
+        if candidate.is_file():
+            return candidate
+    return None

@@ -213,3 +213,34 @@ def test_the_rows_build_in_the_image_runs_without_network_token_or_gpu(tmp_path)
         "/opt/reproduce/scripts/node_assets.py",
         "build-rows",
     ]
+
+
+def test_offline_the_one_cause_is_said_once(tmp_path, tiny, monkeypatch):
+    import socket
+
+    with socket.socket() as sock:  # a loopback port nobody listens on: the Hub is unreachable
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("REPRODUCE_RETRY_BASE_S", "0")
+    recipe = write_recipe(tmp_path / "tiny.yaml", tiny_recipe_raw(*tiny))
+    res = prepare(recipe, str(tmp_path / "store"), tmp_path / "work")
+    assert res.code == 3 and "Traceback" not in res.err
+    assert "the Hugging Face Hub cannot be reached from here" in res.err
+    assert res.err.count("unreachable") == 1 and "Nothing was downloaded" in res.err
+    assert len(res.err.strip().splitlines()) <= 2  # the resolving line, then one paragraph
+    assert (tmp_path / "work" / "plan.json").is_file()  # every place tried, for who asks
+
+
+def test_the_training_image_is_never_pulled_without_asking(hub, tiny, tmp_path):
+    """No miles here and the image not on this machine: without a terminal, refused with its
+    size and the options, before anything is downloaded; `--rows-builder docker` would pull."""
+    recipe = write_recipe(tmp_path / "tiny.yaml", tiny_recipe_raw(*tiny))
+    work = tmp_path / "work"
+    res = reproduce("prepare", recipe, "--store", tmp_path / "store", "--work-dir", work)
+    assert res.code == 2, res.err
+    assert "not on this machine: pulling it downloads about 20 GB" in res.err
+    assert "--rows-builder docker" in res.err and "--rows FILE" in res.err
+    assert not any(p.is_file() and p.stat().st_size > 0 for p in (work / "hf").rglob("*"))
+    fetched = [r for r in hub.requests if r.server == "cdn" or "/resolve/" in r.path]
+    assert fetched and all(r.range == "bytes=0-0" for r in fetched)  # probes, no download

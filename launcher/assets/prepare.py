@@ -18,7 +18,7 @@ import os
 import shutil
 import subprocess
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -46,6 +46,8 @@ class PrepareOptions:
     rows_builder: str = "auto"
     encoder: str | None = None  # builtin:whitespace-test, for tests only
     threads: int = 8
+    # asks the person at the terminal a yes/no question (None: nobody to ask)
+    confirm: Callable[[str], bool] | None = None
 
 
 def _slug(repo: str) -> str:
@@ -103,16 +105,31 @@ def prepare(recipe: Recipe, options: PrepareOptions, events: Events) -> dict[str
 
     events.say(f"resolving {recipe.slug}'s assets against {options.store} ...")
     plan = _run(lambda: resolve_mod.resolve(spec, full=True, threads=options.threads))
+    (work / "plan.json").write_text(json.dumps(plan, indent=1, sort_keys=True) + "\n")
+    unreachable = hub_unreachable(plan)
     for name, step in plan["assets"].items():
-        said = step.get("detail") or "; ".join(step["tried"])
-        events.say(f"  {name}: {step['source'] or 'NONE'}: {said}")
+        if step["source"]:
+            events.say(f"  {name}: {step['source']}: {step.get('detail') or ''}")
+        elif not unreachable:  # offline, the one cause is said once, below
+            events.say(f"  {name}: NONE: {'; '.join(step['tried'])}")
     problems = [
         p for p in plan["problems"] if not (options.rows_builder == "skip" and "asset rows" in p)
     ]
+    if problems and unreachable:
+        missing = [n for n, st in plan["assets"].items() if not st["source"]]
+        raise InfraError(
+            f"the Hugging Face Hub cannot be reached from here ({unreachable}), and "
+            f"{', '.join(missing)} are neither in the local copy ({work}) nor in the store "
+            f"({options.store}). Nothing was downloaded.",
+            hint="Run prepare where the Hub can be reached (HF_ENDPOINT names a mirror), or "
+            f"fill the store from such a machine first; every place tried: {work / 'plan.json'}.",
+        )
     if problems:
         error = InfraError if plan["infra"] else CheckFailed
         raise error("assets cannot be supplied:\n  " + "\n  ".join(problems))
-    (work / "plan.json").write_text(json.dumps(plan, indent=1, sort_keys=True) + "\n")
+    rows_step = plan["assets"].get("rows") or {}
+    if rows_step.get("source") == "build":  # decided before anything is downloaded
+        options = replace(options, rows_builder=choose_rows_builder(recipe, options))
 
     done: dict[str, str] = {}
     rows_source = plan["assets"]["rows"]["source"]
@@ -211,21 +228,67 @@ def _miles_here() -> bool:
     return all(importlib.util.find_spec(m) is not None for m in ("transformers", "miles"))
 
 
+def hub_unreachable(plan: dict[str, Any]) -> str | None:
+    """The Hub's own words once, when an asset could not be had because the Hub cannot be
+    reached at all (a network failure, not a missing file): offline, that is the one cause."""
+    for step in plan.get("assets", {}).values():
+        if step.get("source"):
+            continue
+        for tried in step.get("tried") or []:
+            if tried.startswith("Hub ") and tried.endswith("[network]"):
+                return tried.removesuffix("[network]").rstrip().rsplit(": ", 1)[-1]
+    return None
+
+
+def _image_here(ref: str) -> bool:
+    try:
+        proc = subprocess.run(
+            ["docker", "image", "inspect", ref], capture_output=True, check=False, timeout=30
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return proc.returncode == 0
+
+
+def choose_rows_builder(recipe: Recipe, options: PrepareOptions) -> str:
+    """How the rows are built (auto: miles here, else the training image). Pulling the image
+    (~20 GB) is never a silent side effect: it is asked at a terminal (`options.confirm`), or
+    needs `--rows-builder docker`; BadInput otherwise, before anything is downloaded."""
+    builder = options.rows_builder
+    if builder != "auto":
+        return builder
+    if options.encoder or _miles_here():
+        return "host"
+    if not shutil.which("docker"):
+        raise BadInput(
+            "the rows need miles' loss-mask generator (transformers + miles): run prepare "
+            "where they are installed (--rows-builder host), where docker can run the "
+            "recipe's image (--rows-builder docker), or give rows built elsewhere with "
+            "--rows FILE"
+        )
+    ref = recipe.image.ref
+    if _image_here(ref):
+        return "docker"
+    from launcher.estimate import FIGURES
+
+    size = FIGURES["image_bytes"]
+    what = (
+        f"miles is not installed here, so the rows would be built in the recipe's training "
+        f"image {ref}, which is not on this machine: pulling it downloads about "
+        f"{size.value / 1e9:.0f} GB ({size.source})"
+    )
+    if options.confirm is not None and options.confirm(f"{what}. Pull it? [y/N] "):
+        return "docker"
+    raise BadInput(
+        f"{what}; not pulled.",
+        hint="Pass --rows-builder docker to pull it, --rows FILE with rows built elsewhere, or "
+        "run prepare where miles is installed (--rows-builder host).",
+    )
+
+
 def _build_rows(job: _Job) -> None:
     options, events, plan, work = job.options, job.events, job.plan, job.work
-    builder = options.rows_builder
-    if builder == "auto":
-        if options.encoder or _miles_here():
-            builder = "host"
-        elif shutil.which("docker"):
-            builder = "docker"
-        else:
-            raise BadInput(
-                "the rows need miles' loss-mask generator (transformers + miles): run prepare "
-                "where they are installed (--rows-builder host), where docker can run the "
-                "recipe's image (--rows-builder docker), or give rows built elsewhere with "
-                "--rows FILE"
-            )
+    builder = choose_rows_builder(job.recipe, options)
     events.say(f"rows: building ({builder}) ...")
     if builder == "host":
         na = node_module("node_assets")

@@ -95,6 +95,16 @@ class RichEvents:
             self.bars.remove_task(task)
 
 
+def _ask(question: str) -> bool:
+    """y/yes goes on; anything else, the end of input or Ctrl-C is a no."""
+    try:
+        sys.stderr.write(question)
+        sys.stderr.flush()
+        return sys.stdin.readline().strip().lower() in ("y", "yes")
+    except (KeyboardInterrupt, OSError):
+        return False
+
+
 def store_of(store: str | None, cluster: str | None) -> str:
     """--store, else the profile's assets.store."""
     if store:
@@ -138,6 +148,7 @@ def prepare_command(
         rows_builder=rows_builder,
         encoder=encoder,
         threads=threads,
+        confirm=_ask if sys.stdin.isatty() and sys.stderr.isatty() else None,
     )
     hub = node_module("hf_hub")
     hub.CANCEL.clear()
