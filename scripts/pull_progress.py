@@ -181,7 +181,7 @@ def pull(image: str, stage: str = "image", docker: str = "docker") -> int:
         [docker, "pull", image], stdin=subprocess.DEVNULL, stdout=slave, stderr=slave
     )
     os.close(slave)
-    last = 0.0
+    last = None  # the last progress line's time; None: none yet (the first is shown at once)
     pending = ""
     while True:
         try:
@@ -196,7 +196,7 @@ def pull(image: str, stage: str = "image", docker: str = "docker") -> int:
         for line in state.feed(text):
             emit(line)
         now = time.monotonic()
-        if now - last >= INTERVAL_S and state.done:
+        if (last is None or now - last >= INTERVAL_S) and state.done:
             emit(state.line())
             last = now
     for line in state.feed(pending):

@@ -98,7 +98,7 @@ class AwsCluster:
         self._transports: list[Any] = []
         self.nodes: list[Node] = []
         self.health_every_s = HEALTH_EVERY_S
-        self._health_at = 0.0
+        self._health_at: float | None = None  # the last DescribeInstances; None: never asked
         self._lost: list[str] = []
 
     # --- clients -------------------------------------------------------------------------------
@@ -243,7 +243,8 @@ class AwsCluster:
         offline) is no news."""
         ids = {str(n.meta["instance_id"]): n for n in self.nodes if n.meta.get("instance_id")}
         at = time.monotonic()
-        if not ids or self._lost or (not now and at - self._health_at < self.health_every_s):
+        recent = self._health_at is not None and at - self._health_at < self.health_every_s
+        if not ids or self._lost or (not now and recent):
             return list(self._lost)
         self._health_at = at
         try:
