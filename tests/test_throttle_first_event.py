@@ -79,7 +79,9 @@ def test_the_node_progress_line_is_printed_first_on_a_fresh_node(monkeypatch, ca
     assert "##reproduce progress stage=assets done=5 total=1000000" in out
 
 
-def test_the_image_pull_shows_its_first_progress_line_on_a_fresh_node(tmp_path, monkeypatch, capsys):
+def test_the_image_pull_shows_its_first_progress_line_on_a_fresh_node(
+    tmp_path, monkeypatch, capsys
+):
     pull = load_script("pull_progress")
     docker = tmp_path / "docker"  # says one layer is a quarter in, then that the pull is done
     docker.write_text(
@@ -95,6 +97,5 @@ def test_the_image_pull_shows_its_first_progress_line_on_a_fresh_node(tmp_path, 
     assert pull.pull("registry.test/img@sha256:" + "0" * 64, docker=str(docker)) == 0
     lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("##reproduce")]
     assert lines[0] == (
-        "##reproduce progress stage=image done=10000000 total=40000000 unit=bytes "
-        "item='0/1 layers'"
+        "##reproduce progress stage=image done=10000000 total=40000000 unit=bytes item='0/1 layers'"
     )
