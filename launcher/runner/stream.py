@@ -25,6 +25,7 @@ from launcher.rundir import TRAIN_STAGE, RunDir, RunDirUnwritable, Timeline
 from launcher.runner.execution import Execution
 from launcher.runner.protocol import parse_marker, progress_in
 from launcher.runner.reporter import Reporter
+from launcher.runner.signals import raise_pending
 
 READ_CHUNK = 1 << 20
 # A marker line is short; a longer line is never one, so it is written on as it arrives instead of
@@ -288,6 +289,7 @@ class Follower:
                     )
                     warned = True
                 self.execution.close()
+                raise_pending()  # a Ctrl-C while the node does not answer is never lost
                 time.sleep(min(2.0, max(0.2, self.poll_s)))
 
     def check(self) -> Ended | None:
