@@ -36,7 +36,7 @@ from assets_support import (
     write_recipe,
 )
 from infra.docker import docker
-from infra.helpers import cli
+from infra.helpers import assert_log_collected, cli
 from infra.ports import free_port
 from infra.sshd import SshServer
 from node_scripts_support import load_script
@@ -160,6 +160,7 @@ class Run:
         )
         (record,) = set(runs.glob("**/run.json")) - before
         self.rd = record.parent
+        assert_log_collected(self.rd)
         self.node_dir = Path(json.loads(record.read_text())["node_run_dir"])
         self.timeline = json.loads((self.rd / "timeline.json").read_text())
         self.stages = [(s["name"], s["status"]) for s in self.timeline["stages"]]

@@ -33,7 +33,7 @@ from aws_support import (  # noqa: F401 - fixtures
     moto_aws,
 )
 from infra.docker import containers_named, docker
-from infra.helpers import processes_mentioning, wait_for
+from infra.helpers import assert_log_collected, processes_mentioning, wait_for
 from infra.multinode import Netns
 from infra.plan_env import write_profile, write_recipe
 
@@ -129,6 +129,7 @@ def test_a_four_node_recipe_runs_on_aws_to_a_verdict(
     rd = run_dir(runs, run_id)
     assert result.returncode == 0, result.stderr[-4000:]
     assert "verdict: reproduced" in result.stderr
+    assert_log_collected(rd)
     record = json.loads((rd / "run.json").read_text())
     assert [n["host"] for n in record["nodes"]] == PRIVATE
     assert [n["via"] for n in record["nodes"]][0] is None

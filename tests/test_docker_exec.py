@@ -14,7 +14,14 @@ from pathlib import Path
 
 import pytest
 from infra.docker import containers_named, docker
-from infra.helpers import cli, group_alive, processes_mentioning, start_cli, wait_for
+from infra.helpers import (
+    assert_log_collected,
+    cli,
+    group_alive,
+    processes_mentioning,
+    start_cli,
+    wait_for,
+)
 from infra.plan_env import plan_for, seed_raw, write_profile, write_recipe
 
 from launcher.clusters.local import LocalCluster
@@ -53,7 +60,7 @@ def test_pull_by_digest_then_ray_and_standin_miles_then_measure(
         == plan.node_script
         == Path(plan.node_run_dir, "node.sh").read_text()
     )
-    assert (rd.logs / "node.log").read_bytes() == node_log.read_bytes()
+    assert_log_collected(rd.path)
     stages = rd.timeline().stages
     assert [s["name"] for s in stages] == [
         "preflight",

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from infra.docker import containers_named
-from infra.helpers import cli
+from infra.helpers import assert_log_collected, cli
 from infra.plan_env import write_profile, write_recipe
 
 pytestmark = [pytest.mark.docker, pytest.mark.ssh]
@@ -49,8 +49,7 @@ def test_reproduce_recipe_over_ssh_end_to_end(sshd, test_image, container_run_ar
     ):
         assert (rd / name).is_file(), name
     assert (rd / "recipe.yaml").read_bytes() == recipe.read_bytes()
-    node_dir = json.loads((rd / "run.json").read_text())["node_run_dir"]
-    assert (rd / "logs" / "node.log").read_bytes() == Path(node_dir, "node.log").read_bytes()
+    assert_log_collected(rd)
     stages = json.loads((rd / "timeline.json").read_text())["stages"]
     assert [s["name"] for s in stages] == [
         "preflight",

@@ -93,7 +93,10 @@ def signals_cancel() -> Iterator[None]:
     """Within the block Ctrl-C raises KeyboardInterrupt and SIGTERM/SIGHUP raise Terminated, each
     recorded until handled (never lost: raise_pending); the previous handlers come back."""
     handled()
-    previous = _install(("SIGINT",) + CANCELLING, _raise_interruption)
+    # A Ctrl-C ignored on purpose (a background job of a script: its shell ignores SIGINT for it)
+    # stays ignored; otherwise it is recorded like the others.
+    ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    previous = _install(CANCELLING if ignored else ("SIGINT",) + CANCELLING, _raise_interruption)
     try:
         yield
     finally:
