@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.load, pytest.mark.docker, pytest.mark.ssh, pytest.mark
 STRESS_WORKERS = 2  # CPU hogs: as many as the CI machine has cores
 # stress-ng ends by itself by then, whatever happens to this process (REPRODUCE_LOAD_S: shorter)
 STRESS_MAX_S = int(os.environ.get("REPRODUCE_LOAD_S") or 280)
-RUNS_MAX_S = 280  # the four runs together, under load
+RUNS_MAX_S = 420  # the four runs together, under load (each dumps its stack 20 s before)
 RUNS = {  # one end-to-end run per target
     "local": "tests/test_docker_exec.py::test_pull_by_digest_then_ray_and_standin_miles_then_measure",
     "ssh": "tests/test_exec_e2e.py::test_reproduce_recipe_over_ssh_end_to_end",
@@ -80,7 +80,10 @@ def test_the_end_to_end_runs_keep_their_verdicts_and_every_log_byte_under_load(b
         log = tmp_path / f"{target.replace(' ', '-')}.log"
         runs[target] = (
             subprocess.Popen(
-                [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test],
+                [
+                    *(sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test),
+                    f"--timeout={RUNS_MAX_S - 20}",  # a run that hangs says where (its stack)
+                ],
                 cwd=REPO,
                 stdin=subprocess.DEVNULL,
                 stdout=log.open("wb"),

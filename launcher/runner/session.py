@@ -44,13 +44,7 @@ from launcher.runner.nodes import (
 )
 from launcher.runner.outcome import Outcome, failure, reattach_hint
 from launcher.runner.reporter import Reporter
-from launcher.runner.signals import (
-    Terminated,
-    handled,
-    raise_pending,
-    release_hard,
-    signals_cancel,
-)
+from launcher.runner.signals import Terminated, handled, raise_pending, release_hard, signals_cancel
 from launcher.runner.stream import Follower
 
 T = TypeVar("T")
