@@ -378,6 +378,8 @@ def consistency_problems(raw: dict[str, Any]) -> list[tuple[str, str]]:
             )
         )
 
+    problems += catalog.instance_problems(gpu)
+
     first, last = result["window"]
     steps = result["steps_per_run"]
     if first > last:

@@ -503,6 +503,7 @@ def test_two_recipes_with_one_file_name_are_two_histories(tmp_path):
     seed = yaml.safe_load(SEED_FILE.read_text())
     other = yaml.safe_load(SEED_FILE.read_text())
     other["gpu"]["type"], other["gpu"]["memory_gb"] = "H100", 80
+    other["gpu"]["instance"] = "AWS p5.48xlarge"  # the H100 instance (validate checks it)
     a, b = tmp_path / "a" / "h200" / "tp1.yaml", tmp_path / "b" / "h100" / "tp1.yaml"
     for path, raw in ((a, seed), (b, other)):
         path.parent.mkdir(parents=True)
