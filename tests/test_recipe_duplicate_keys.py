@@ -113,7 +113,9 @@ def test_a_profile_with_a_key_written_twice_is_refused(tmp_path):
     bad = text + "kind: aws\n"
     path = tmp_path / "local.yaml"
     path.write_text(bad)
-    with pytest.raises(BadInput, match=r"duplicate key in the cluster profile: kind at lines 2 and"):
+    with pytest.raises(
+        BadInput, match=r"duplicate key in the cluster profile: kind at lines 2 and"
+    ):
         load_profile(path)
     res = reproduce(SEED, "--cluster", path, "--dry-run")
     assert res.code == 2 and "duplicate key" in res.err and "Traceback" not in res.err, res
