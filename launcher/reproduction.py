@@ -196,9 +196,11 @@ def dry_run_text(
 
 def expected_split_lines(prepared: Prepared) -> list[str]:
     """Where a cold node, a warm store and a warm cache would spend their GPU-hours."""
-    from launcher.estimate import dry_run_lines, target_args
+    from launcher.estimate import disk_lines, dry_run_lines, target_args
 
-    return dry_run_lines(prepared.recipe, **target_args(prepared.profile, prepared.price))
+    lines = dry_run_lines(prepared.recipe, **target_args(prepared.profile, prepared.price))
+    disk = prepared.profile.get("preflight.disk_min_gb")
+    return lines + disk_lines(prepared.recipe, float(disk) if disk is not None else None)
 
 
 def likely_lines(prepared: Prepared, max_usd: float | None = None) -> list[str]:
