@@ -23,6 +23,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from launcher.claimruns import claim_lines
 from launcher.errors import BadInput
 from launcher.estimate import likely_lines, target_args
 
@@ -176,6 +177,7 @@ def decide(prepared: Prepared, options: Options, *, attended: bool) -> CostGate:
     if worst is not None:
         lines.append(f"worst     {worst}")
     lines.append(f"budget    {_budget_words(options)}")
+    lines += claim_lines(plan)  # result.runs and patches: what the verdict will say of them
     lines[5:5] = likely_lines(  # after "expected": what it costs with everything included
         recipe, **target_args(profile, price), max_usd=options.max_usd
     )

@@ -178,7 +178,10 @@ def _judged(
     price_per_hour: float | None,
     region: str | None,
     tolerance: Tolerance | None,
+    runs: int | None = None,
 ) -> tuple[Result, Verdict]:
+    from launcher import claimruns
+
     result = measure(
         records,
         recipe,
@@ -188,7 +191,8 @@ def _judged(
         parse_stats=stats,
         measured=measured_date(records),
     )
-    return result, judge(result, recipe, tolerance=tolerance)
+    # the claim's result.runs against this one run (launcher/claimruns.py)
+    return result, claimruns.apply(judge(result, recipe, tolerance=tolerance), recipe, runs)
 
 
 def write_outputs(
@@ -220,13 +224,17 @@ def measure_run_dir(
     write_plots: bool = True,
     reference: Path | None = None,
     out: Path | None = None,
+    runs: int | None = None,
 ) -> tuple[Result, Verdict]:
     """Measure a run directory (its logs/train.log) and write its files there, or into `out`
     (steps.jsonl, result.yaml, verdict.json, report.md, plots/, and convergence.json when a
     `reference` run dir or log is given).
 
-    `recipe` defaults to the run directory's own recipe.yaml. Returns (Result, Verdict).
+    `recipe` defaults to the run directory's own recipe.yaml; `runs` (--runs) to what the run
+    was started with (plan.json). Returns (Result, Verdict).
     """
+    from launcher.claimruns import accepted_in
+
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise BadInput(f"run directory {run_dir} does not exist.")
@@ -234,8 +242,10 @@ def measure_run_dir(
         raise BadInput(f"run directory {run_dir} holds no {TRAIN_LOG}: nothing to measure.")
     recipe = recipe if recipe is not None else recipe_of(run_dir)
     records, stats = parse_log(run_dir / TRAIN_LOG)
+    if runs is None:
+        runs = accepted_in(run_dir)
     result, verdict = _judged(
-        records, stats, recipe, load_timeline(run_dir), price_per_hour, region, tolerance
+        records, stats, recipe, load_timeline(run_dir), price_per_hour, region, tolerance, runs
     )
     convergence = None
     if reference is not None:
@@ -270,6 +280,7 @@ def measure_path(
     tolerance: Tolerance | None = None,
     timeline_path: Path | None = None,
     out: Path | None = None,
+    runs: int | None = None,
 ) -> tuple[Result, Verdict]:
     """Measure a log file or a run directory (check_input). A run directory's files are written
     into it (or `out`); a log's only into `out`, and nowhere when no `out` is given."""
@@ -284,10 +295,13 @@ def measure_path(
             region=region,
             tolerance=tolerance,
             out=out,
+            runs=runs,
         )
     records, stats = parse_log(path)
     timeline = read_timeline(timeline_path) if timeline_path is not None else None
-    result, verdict = _judged(records, stats, recipe, timeline, price_per_hour, region, tolerance)
+    result, verdict = _judged(
+        records, stats, recipe, timeline, price_per_hour, region, tolerance, runs
+    )
     if out is not None:
         write_outputs(out_dir(out), result, verdict, recipe, records)
     return result, verdict

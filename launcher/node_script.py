@@ -18,6 +18,7 @@ from typing import Any
 
 from launcher import multinode
 from launcher.images.record import BuiltImage, base_label_check
+from launcher.patches import node_lines as patch_lines
 from launcher.profile import Profile
 from launcher.recipe import Image, Recipe
 from launcher.runner.jobs import results_block
@@ -488,6 +489,7 @@ def render_node_script(
             "_cleanup() { :; }",
             "trap _on_exit EXIT",
             *ctx.exports(),
+            *patch_lines(r),
             "",
             f"# ---- stage ray: {by['ray'].title}",
             "_stage_begin ray",

@@ -13,7 +13,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from launcher import asset_stages
+from launcher import asset_stages, claimruns, patches
 from launcher.errors import BadInput
 from launcher.images.record import BuiltImage, profile_image
 from launcher.node_script import Assets, Placement, ScriptContext, Stage, render_node_script
@@ -39,6 +39,7 @@ class Plan(Placement):
     )  # ApiCall objects (aws), printed by the dry run
     built_image: BuiltImage | None = None  # the profile's image, built FROM the recipe's
     asset_spec: dict[str, Any] | None = None  # what the node resolves (launcher/asset_stages.py)
+    runs: dict[str, Any] = field(default_factory=dict)  # launcher/claimruns.py record()
 
     @property
     def image_ref(self) -> str:
@@ -72,6 +73,8 @@ class Plan(Placement):
             "asset_spec": self.asset_spec,
             "stages": [s.to_dict() for s in self.stages],
             "provisioning": [asdict(call) for call in self.provisioning],  # aws ApiCalls
+            "runs": self.runs,  # result.runs, the run's one, what --runs accepted
+            "patches": patches.record(self.recipe),  # what the node applies before training
         }
 
 
@@ -86,8 +89,10 @@ def build_plan(
     run_id: str | None = None,
     skip_preflight: bool = False,
     provisioning: tuple[Any, ...] = (),
+    runs: int | None = None,
 ) -> Plan:
-    """The one place that decides what a reproduction does."""
+    """The one place that decides what a reproduction does. `runs`: the --runs accepted
+    (launcher/claimruns.py), recorded in plan.json for the verdict."""
     run_id = run_id or new_run_id()
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", run_id):
         raise BadInput(
@@ -95,6 +100,7 @@ def build_plan(
         )
     _check_profile_fits(recipe, profile)
     _check_secrets(profile)
+    patches.refuse_unappliable(recipe, profile)
     work_dir = profile.get("work_dir").rstrip("/") or "/"
     node_run_dir = f"{work_dir}/runs/{run_id}"
     cache_dir = profile.get("cache_dir").rstrip("/") or "/"
@@ -175,6 +181,7 @@ def build_plan(
         tuple(provisioning),
         built,
         on_assets.spec,
+        claimruns.record(recipe, runs),
     )
 
 

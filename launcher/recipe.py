@@ -268,6 +268,10 @@ def load_recipe(path: str | Path) -> Recipe:
     path = Path(path)
     raw, text = read_yaml_mapping(path, "recipe")
     problems = validate_raw(raw)
+    if not problems:
+        from launcher.patches import problems as patch_problems  # reads the patches' files
+
+        problems = patch_problems(raw, path.parent)
     if problems:
         raise BadInput(format_problems(path, "recipe", problems))
     return Recipe(path=path, raw=raw, text=text)

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from launcher.claimruns import claim_lines
 from launcher.costgate import cost_line, worst_case_text
 from launcher.errors import BadInput
 from launcher.plan import Plan, build_plan
@@ -38,6 +39,7 @@ class Options:
     on_interrupt: str = "ask"
     runs_dir: Path | None = None
     yes: bool = False  # the cost gate's question answered in advance (launcher/costgate.py)
+    runs: int | None = None  # --runs: fewer runs than the claim's mean (launcher/claimruns.py)
 
 
 @dataclass(frozen=True)
@@ -132,12 +134,15 @@ def prepare(recipe_path: str | Path, options: Options) -> Prepared:
         provisioning = tuple(
             provisioning_calls(recipe, profile, run_id, owner=who, now=datetime.now(UTC))
         )
+    from launcher import claimruns
+
     plan = build_plan(
         recipe,
         profile,
         run_id=run_id,
         skip_preflight=options.skip_preflight,
         provisioning=provisioning,
+        runs=claimruns.check_option(recipe, options.runs),
     )
     return Prepared(recipe, profile, plan, node_price(recipe, profile), who)
 
@@ -172,6 +177,7 @@ def dry_run_text(
         *_worst_lines(prepared),
         f"# claim     {r.claim['tokens_per_s_per_gpu']:g} tokens/s/GPU over steps "
         f"{r.window[0]}-{r.window[1]} of {r.steps_per_run}",
+        *[f"# {line}" for line in claim_lines(plan)],  # result.runs, patches
         f"# run id    {plan.run_id}; node run dir {plan.node_run_dir}",
         f"# stages    {' -> '.join(s.name for s in plan.stages)}",
     ]
