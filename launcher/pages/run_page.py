@@ -29,6 +29,7 @@ from launcher.pages.html import (
 )
 from launcher.pages.provenance import provenance
 from launcher.pages.rundata import RUN_FILES, RunFiles, read_run_dir
+from launcher.recipe_fields import card_section as recipe_card
 
 PAGE_NAME = "report.html"
 # Verdicts whose throughput was compared with the card (the others are not judged on it).
@@ -87,6 +88,7 @@ def render_run_page(files: RunFiles) -> str:
         rs.guard("convergence", "Convergence check", rs.convergence, ctx),
         rs.guard("provenance", "Provenance: what exactly ran", provenance, ctx),
         rs.guard("notes", "Notes and cross-checks", rs.notes, ctx),
+        rs.guard("card", "The recipe card as written", recipe_card, ctx),
         rs.guard("steps", "Every step", rs.steps_table, ctx),
     ]
     return page(
