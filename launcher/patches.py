@@ -70,7 +70,7 @@ def _read(item: dict[str, Any], base: Path | None, index: int) -> tuple[str | No
     if not _SAFE_FILE.fullmatch(name):
         return None, f"file {name!r}: expected a path relative to the recipe's directory, no '..'"
     if base is None:
-        return None, f"file {name!r}: the recipe's directory is not known here"
+        return None, None  # read where the recipe's directory is known (load_recipe)
     from launcher.yamlschema import read_text_capped
 
     try:
@@ -80,7 +80,8 @@ def _read(item: dict[str, Any], base: Path | None, index: int) -> tuple[str | No
 
 
 def problems(raw: dict[str, Any], base: Path | None) -> list[tuple[str, str]]:
-    """Why a patch cannot be applied, as (field, message); checked by `validate`."""
+    """Why a patch cannot be applied, as (field, message); checked by `validate`. `base`: the
+    recipe's directory, where `file` patches are read (None: they are not read here)."""
     out: list[tuple[str, str]] = []
     for i, item in enumerate(_items(raw)):
         where = f"patches[{i}]"
@@ -99,7 +100,8 @@ def problems(raw: dict[str, Any], base: Path | None) -> list[tuple[str, str]]:
         if why:
             out.append((where, why))
             continue
-        assert text is not None
+        if text is None:
+            continue  # a file, checked by load_recipe where the recipe's directory is known
         got = hashlib.sha256(text.encode("utf-8")).hexdigest()
         if got != item.get("sha256"):
             out.append(

@@ -22,6 +22,7 @@ import yaml
 from launcher import catalog
 from launcher.errors import BadInput
 from launcher.resources import data_dir
+from launcher.patches import problems as patch_problems
 from launcher.runargs import run_block_problems
 from launcher.yamlschema import (
     FastSafeLoader,
@@ -269,9 +270,7 @@ def load_recipe(path: str | Path) -> Recipe:
     raw, text = read_yaml_mapping(path, "recipe")
     problems = validate_raw(raw)
     if not problems:
-        from launcher.patches import problems as patch_problems  # reads the patches' files
-
-        problems = patch_problems(raw, path.parent)
+        problems = patch_problems(raw, path.parent)  # the patches' files, beside the recipe
     if problems:
         raise BadInput(format_problems(path, "recipe", problems))
     return Recipe(path=path, raw=raw, text=text)
@@ -449,6 +448,7 @@ def consistency_problems(raw: dict[str, Any]) -> list[tuple[str, str]]:
         problems.append(image_problem)
     problems += _path_problems(raw)
     problems += run_block_problems(raw)
+    problems += patch_problems(raw, None)  # inline diffs; load_recipe reads the files
 
     used, defined = run_variables(raw["run"])
     known = defined | set(raw.get("env") or {}) | set(BOUND_VARIABLES) | AMBIENT_VARIABLES

@@ -155,7 +155,7 @@ FIELDS: dict[str, Honoured] = {
     "patches[].checkout": _r("the checkout the node applies it to (patches)"),
     "patches[].diff": _r("the bytes the node applies (patches)"),
     "patches[].file": _r("the bytes the node applies, read beside the recipe (patches)"),
-    "patches[].sha256": _r("checked by validate and again on the node (patches)"),
+    "patches[].sha256": _c("validate: the hash of the patch's bytes; node.sh again (patches)"),
     "patches[].source": _s(),
     "run": _r("the training script, verbatim in the container (node.sh)"),
     "notes": _s(),

@@ -173,8 +173,6 @@ READS: dict[str, tuple[Callable[[Raw], None] | None, Callable[[Raw], None], str]
     "patches[].file": (lambda r: r.update(patches=[{"checkout": "/root/miles", "file": "a.diff",
                                                     "sha256": sha(DIFF)}]),
                        lambda r: r["patches"][0].update(file="b.diff", sha256=sha(DIFF2)), "plan"),
-    "patches[].sha256": (with_patch, lambda r: r["patches"][0].update(diff=DIFF2, sha256=sha(DIFF2)),
-                         "plan"),
     "run": (None, lambda r: r.update(run=r["run"] + "echo done\n"), "plan"),
 }  # fmt: skip
 
@@ -204,6 +202,8 @@ CHECKS: dict[str, tuple[Callable[[Raw], None] | None, Callable[[Raw], None], str
                                     "layout.recompute.num_layers"),
     "result.steps_per_run": (None, to("result.steps_per_run", 30), "result.steps_per_run"),
     "result.window_tokens": (None, to("result.window_tokens", 1), "result.window_tokens"),
+    "patches[].sha256": (with_patch, lambda r: r["patches"][0].update(sha256="0" * 64),
+                         "patches[0].sha256"),
 }  # fmt: skip
 
 
@@ -315,3 +315,9 @@ def test_the_probes_see_no_change_where_there_is_none(tmp_path, log):
     c["layout"]["summary"] = "another summary"
     assert plan_text(write(tmp_path, "c", c)) == plan_text(a)
     assert judged(write(tmp_path, "d", c), log) == judged(a, log)
+
+
+def test_the_docs_list_the_table_as_it_is():
+    doc = (Path(__file__).parents[1] / "docs" / "recipe-fields.md").read_text()
+    rows = re.findall(r"^\| `([^`]+)` \| (\w+) \|", doc, re.M)
+    assert rows == [(p, h.how) for p, h in FIELDS.items()]
