@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 r"""The Ray cluster of a multi-node run, assembled: node 0 waits for every node, node K for node 0.
 
-Runs ON the node, inside the training container, in the ray stage of node.sh (launcher/multinode.py
+Runs ON the node, inside the training container, in the ray stage of node.sh
+(launcher/plan/multinode.py
 renders the calls); standard library only, except `ray` for wait-nodes (the image has it). Never
 imports `launcher`.
 

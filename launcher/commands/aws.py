@@ -27,7 +27,7 @@ def down_run(
 
     path = Path(ref)
     if not (path.is_file() or (path / "aws.json").is_file()):
-        from launcher.rundir import RunDir
+        from launcher.records.rundir import RunDir
 
         path = RunDir.find(ref, runs_root).path
     ended = down(path, log=say, region=region)
@@ -47,7 +47,7 @@ def reap_command(
     from launcher.clusters.aws.session import make_session
 
     if region is None:
-        from launcher.profile import load_profile
+        from launcher.inputs.profile import load_profile
 
         profile = load_profile(cluster)
         if profile.kind != "aws":
@@ -76,8 +76,8 @@ def capacity_command(
     """`reproduce capacity RECIPE`: list offerings; with --buy ID, buy that one (price first)."""
     from launcher.catalog import price_per_hour
     from launcher.clusters.aws.capacity import buy, format_offerings, list_offerings
-    from launcher.profile import load_profile
-    from launcher.recipe import load_recipe
+    from launcher.inputs.profile import load_profile
+    from launcher.inputs.recipe import load_recipe
 
     recipe = load_recipe(recipe_path)
     profile = load_profile(cluster)

@@ -5,7 +5,7 @@ console.py) is the one a person sees: the cost before anything is paid for (and 
 at a terminal), stage starts and ends, transfers, training steps and the verdict on stderr, and
 the question after Ctrl-C when there is a terminal to ask on. Without a terminal the run is
 unattended: a node lost for longer than the reconnect window is cancelled and released, since
-nobody is there to reattach, and a paid launch needs --yes or --max-usd (launcher/costgate.py).
+nobody is there to reattach, and a paid launch needs --yes or --max-usd (launcher/cost/costgate.py).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 from launcher.commands.console import ConsoleReporter
 from launcher.errors import BadInput
-from launcher.reproduction import (
+from launcher.runner.reproduction import (
     Options,
     Prepared,
     check_before_start,
@@ -89,7 +89,7 @@ def _check(prepared: Prepared) -> int:
 
 def attach_command(run: str, runs_dir: Path | None, on_interrupt: str) -> int:
     """Follow a run in progress again to its end; the exit code a run ending so would have had."""
-    from launcher.rundir import RunDir
+    from launcher.records.rundir import RunDir
     from launcher.runner.outcome import exit_code_of
     from launcher.runner.runner import Runner
 

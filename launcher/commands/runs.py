@@ -1,8 +1,9 @@
 """The bodies of `reproduce runs` (and `--live`) and `reproduce status RUN`: tables and JSON.
 
-launcher/runs.py reads run directories and launcher/runs_live.py asks AWS; this is where their
+launcher/records/runs.py reads run directories and launcher/clusters/aws/live.py asks AWS; this is
+where their
 values meet the console. With `--json` exactly one JSON object goes to stdout, also when the
-input is bad (launcher/cli.py writes the error object).
+input is bad (launcher/commands/cli.py writes the error object).
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from launcher.errors import BadInput
-from launcher.report import fmt, text_table
-from launcher.runs import RunSummary, duration, list_runs, summarize
+from launcher.pages.report import fmt, text_table
+from launcher.records.runs import RunSummary, duration, list_runs, summarize
 
 _HEADER = ["run id", "recipe", "target", "state", "verdict", "started", "GPU-h", "cost"]
 _LIVE_HEADER = ["instance", "type", "state", "run id", "recipe", "up", "cost", "expires", "owner"]
@@ -51,7 +52,7 @@ def runs_command(
     region: str | None = None,
 ) -> int:
     """`reproduce runs`: every run under the runs root; `--live`: the launcher's instances."""
-    from launcher.rundir import default_runs_root
+    from launcher.records.rundir import default_runs_root
 
     root = Path(runs_dir) if runs_dir is not None else default_runs_root()
     if live:
@@ -80,10 +81,10 @@ def runs_command(
 
 
 def _live(root: Path, cluster: str, region: str | None, json_out: bool) -> int:
-    from launcher.runs_live import live_instances
+    from launcher.clusters.aws.live import live_instances
 
     if region is None:
-        from launcher.profile import load_profile
+        from launcher.inputs.profile import load_profile
 
         profile = load_profile(cluster)
         if profile.kind != "aws":
@@ -126,7 +127,7 @@ def _live(root: Path, cluster: str, region: str | None, json_out: bool) -> int:
 
 def status_command(run: str, runs_dir: Path | None, *, json_out: bool = False) -> int:
     """`reproduce status RUN`: where one run is and what it has cost."""
-    from launcher.rundir import RunDir
+    from launcher.records.rundir import RunDir
 
     summary = summarize(RunDir.find(run, runs_dir).path)
     if json_out:

@@ -14,11 +14,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from launcher.measure import gpu_hours_from_timeline, stage_split
+from launcher.judge.measure import gpu_hours_from_timeline, stage_split
+from launcher.judge.verdict import DEFAULT_TOLERANCE_PERCENT
 from launcher.pages import svg
 from launcher.pages.html import badge, duration, esc, not_recorded, num, number, section, table
 from launcher.pages.rundata import RunFiles
-from launcher.verdict import DEFAULT_TOLERANCE_PERCENT
 
 
 def _map(value: Any) -> dict[str, Any]:

@@ -47,7 +47,7 @@ def from_plan(
 ) -> AwsCluster:
     """The cluster for a new run (the backend registry's entry point).
 
-    plan is a launcher.plan.Plan (typed Any: the plan module imports this package); options
+    plan is a launcher.plan.plan.Plan (typed Any: the plan module imports this package); options
     carries keep and owner (the owner the dry run printed). The state goes to run_dir/aws.json
     and the calls sent to run_dir/aws-calls.jsonl; `log` receives the launch's progress lines.
     """

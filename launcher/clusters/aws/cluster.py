@@ -31,7 +31,7 @@ from launcher.clusters.base import Node
 from launcher.errors import BadInput, InfraError, ReproduceError
 
 if TYPE_CHECKING:
-    from launcher.budget import Budget
+    from launcher.cost.budget import Budget
 
 CALLS_FILE = "aws-calls.jsonl"
 RELEASE_ATTEMPTS = 5  # a teardown stopped by something not AWS's (EIO from a print) goes again
