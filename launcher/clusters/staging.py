@@ -51,7 +51,7 @@ def secrets_for(profile: Profile) -> dict[str, str]:
     The variable is the one `secrets.hf_token_env` names (checked when the Plan is built:
     launcher/plan/plan.py refuses a name that is not a Hugging Face token's).
     """
-    name = profile.get("secrets.hf_token_env")
+    name = profile.secrets.hf_token_env
     value = os.environ.get(name) if name else None
     return {"HF_TOKEN": value} if value else {}
 

@@ -103,7 +103,7 @@ def store_of(store: str | None, cluster: str | None) -> str:
         from launcher.inputs.profile import load_profile
 
         profile = load_profile(cluster)
-        value = profile.get("assets.store")
+        value = profile.assets.store
         if value:
             return str(value)
         raise BadInput(f"--cluster {cluster}: its profile sets no assets.store; give --store")

@@ -55,7 +55,7 @@ def reap_command(
                 f"--cluster {cluster} is of kind {profile.kind}; reap ends AWS instances, "
                 "give an aws profile."
             )
-        region = profile.get("region")
+        region = profile.region
     if region is None:
         region = make_session(None).region_name
     return reap(str(region), dry_run=dry_run, log=say)
@@ -103,9 +103,7 @@ def capacity_command(
         recipe, profile, hours=hours, nodes=nodes, start_after=after, end_before=before
     )
     try:
-        od = price_per_hour(
-            profile.get("instance_type") or recipe.instance_type, profile.get("region")
-        )
+        od = price_per_hour(profile.instance_type or recipe.instance_type, profile.region)
     except BadInput:
         od = None
     say(format_offerings(offerings, od.value if od else None))

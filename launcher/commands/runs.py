@@ -92,7 +92,7 @@ def _live(root: Path, cluster: str, region: str | None, json_out: bool) -> int:
                 f"--cluster {cluster} is of kind {profile.kind}; --live lists the AWS instances "
                 "this tool launched: give an aws profile or --region."
             )
-        region = profile.get("region", None)
+        region = profile.region
     if not region:
         raise BadInput("no region: give --region or an aws profile with a region.")
     found = live_instances(region, runs_root=root)

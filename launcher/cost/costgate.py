@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from launcher.cost.estimate import likely_lines, target_args
 from launcher.errors import BadInput
+from launcher.inputs.profile import AwsProfile, RayProfile, SshProfile
 
 if TYPE_CHECKING:
     from launcher.inputs.profile import Profile
@@ -38,6 +39,22 @@ Options = Any
 
 # Kinds whose backend launches the nodes it runs on, billed by the hour until it ends them.
 PAID_KINDS = frozenset({"aws"})
+
+
+def _ttl_hours(profile: Profile) -> float | None:
+    """How long a launched node may live before it ends itself (aws only)."""
+    return profile.ttl_hours if isinstance(profile, AwsProfile) else None
+
+
+def _target_address(profile: Profile) -> str | None:
+    """What a run on an existing target reaches: the ssh host or the Ray job server."""
+    if isinstance(profile, SshProfile):
+        return profile.host
+    if isinstance(profile, RayProfile):
+        return profile.address
+    return None
+
+
 QUESTION = "Launch it and start paying? [y/N] "
 
 
@@ -86,7 +103,7 @@ class CostGate:
 
 def launches(profile: Profile) -> bool:
     """Does a run on this profile launch (and pay for) its own nodes?"""
-    return profile.kind in PAID_KINDS and not profile.get("instance_id", None)
+    return isinstance(profile, AwsProfile) and not profile.instance_id
 
 
 def cost_line(recipe: Recipe, price: Any) -> str:
@@ -112,7 +129,7 @@ def worst_case_text(prepared: Prepared) -> str | None:
     ends it (the launcher died, the laptop closed). None for a host that is not launched."""
     if not launches(prepared.profile):
         return None
-    ttl = _number(prepared.profile.get("ttl_hours", None))
+    ttl = _number(_ttl_hours(prepared.profile))
     nodes = int(prepared.recipe.nodes)
     if prepared.price is None or ttl is None:
         return "unknown (no price or no ttl_hours): the instance still ends itself at its TTL"
@@ -143,9 +160,9 @@ def decide(prepared: Prepared, options: Options, *, attended: bool) -> CostGate:
     recipe, profile, plan = prepared.recipe, prepared.profile, prepared.plan
     price = prepared.price
     paid = launches(profile)
-    ttl = _number(profile.get("ttl_hours", None)) if paid else None
-    instance = profile.get("instance_type", None) or recipe.instance_type or "unknown instance"
-    where = profile.get("region", None) or "-"
+    ttl = _number(_ttl_hours(profile)) if paid else None
+    instance = profile.instance_type or recipe.instance_type or "unknown instance"
+    where = profile.region or "-"
     per_hour = price.value if price is not None else None
     if paid:
         target = (
@@ -154,9 +171,7 @@ def decide(prepared: Prepared, options: Options, *, attended: bool) -> CostGate:
         )
     else:
         host = (
-            "this machine"
-            if profile.kind == "local"
-            else profile.get("host", None) or profile.get("address", None) or "its hosts"
+            "this machine" if profile.kind == "local" else _target_address(profile) or "its hosts"
         )
         target = f"{profile.name} (kind {profile.kind}; {host}): a host reproduce does not launch"
     lines = [

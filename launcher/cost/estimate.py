@@ -16,9 +16,13 @@ run's result.yaml can be read side by side. Pure: no I/O, nothing imported but t
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from launcher.inputs.profile import AwsProfile
 from launcher.inputs.recipe import Recipe
+
+if TYPE_CHECKING:
+    from launcher.inputs.profile import Profile
 
 GB = 1e9
 
@@ -308,11 +312,11 @@ def likely_lines(
     return lines
 
 
-def target_args(profile: Any, price: Any) -> dict[str, Any]:
+def target_args(profile: Profile, price: Any) -> dict[str, Any]:
     """What the estimate needs of a target: whether the run launches its node (provisioning is
     paid), the profile's asset store, and the node's price (launcher.catalog.Price or None)."""
     return {
-        "fresh_instance": profile.kind == "aws" and not profile.get("instance_id"),
-        "store": profile.get("assets.store"),
+        "fresh_instance": isinstance(profile, AwsProfile) and not profile.instance_id,
+        "store": profile.assets.store,
         "usd_per_hour": price.value if price is not None else None,
     }

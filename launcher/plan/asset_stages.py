@@ -86,9 +86,9 @@ def asset_spec(ctx: ScriptContext) -> dict[str, Any]:
         sft_data=ctx.assets.sft_data,
         torch_dist=ctx.assets.torch_dist,
         converter=converter_identity(ctx.recipe, model_args_name(ctx.recipe)),
-        store=ctx.profile.get("assets.store"),
+        store=ctx.profile.assets.store,
     )
-    if not ctx.profile.get("assets.verify_sha256"):
+    if not ctx.profile.assets.verify_sha256:
         # the profile asks for rows unchecked: then they are neither checked nor kept in a store
         for asset in spec["assets"]:
             if asset["name"] == "rows":

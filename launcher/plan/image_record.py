@@ -200,10 +200,10 @@ def profile_image(recipe: Recipe, profile: Profile) -> BuiltImage | None:
     raw = profile.raw.get("image")
     if not raw:
         return None
-    if profile.get("runtime") != "docker":
+    if profile.runtime != "docker":
         raise BadInput(
             f"{profile.path}: image applies to runtime docker (the node pulls it by digest); "
-            f"this profile's runtime is {profile.get('runtime')}."
+            f"this profile's runtime is {profile.runtime}."
         )
     inline = [k for k in ("repository", "digest", "base_digest") if k in raw]
     if raw.get("record"):

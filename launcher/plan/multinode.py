@@ -99,7 +99,7 @@ def spans_nodes(recipe: Recipe, profile: Profile) -> bool:
 
 def efa_env(recipe: Recipe, profile: Profile) -> list[tuple[str, str]]:
     """The EFA environment when the profile asks for it (efa_env; null: aws, several nodes)."""
-    wanted = profile.get("efa_env")
+    wanted = profile.efa_env
     if wanted is None:
         wanted = profile.kind == "aws" and spans_nodes(recipe, profile)
     return [(v.name, v.value) for v in EFA_ENV] if wanted else []
@@ -173,7 +173,7 @@ def preflight_args(ctx: ScriptContext) -> str:
     fall-back to TCP fails allreduce_multinode_busbw_gbps before any training minute."""
     if not spans_nodes(ctx.recipe, ctx.profile):
         return ""
-    port = int(ctx.profile.get("preflight.rendezvous_port"))
+    port = int(ctx.profile.preflight.rendezvous_port)
     return (
         f' --nnodes {ctx.recipe.nodes} --node-rank "$NODE_RANK" --master-addr "$HEAD_ADDR" '
         f"--master-port {port}"
@@ -193,9 +193,9 @@ def ray_lines(ctx: ScriptContext) -> list[str]:
     waits until Ray reports every node and every GPU, or fails naming the nodes missing.
     """
     r, p = ctx.recipe, ctx.profile
-    port = int(p.get("ray.port"))
-    wait = float(p.get("ray.join_timeout_s"))
-    dash = "--include-dashboard=true" if p.get("ray.dashboard") else "--include-dashboard=false"
+    port = int(p.ray.port)
+    wait = float(p.ray.join_timeout_s)
+    dash = "--include-dashboard=true" if p.ray.dashboard else "--include-dashboard=false"
     tool = f'python3 "{ctx.scripts}/ray_nodes.py"'
     finished = f'"$NODE_RUN_DIR/{END_MARK}"'
     tries = RAY_START_TRIES

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from launcher.inputs.profile import Profile
+from launcher.inputs.profile import Profile, RayProfile
 from launcher.inputs.recipe import Image, Recipe
 from launcher.inputs.stack import expected_versions
 from launcher.plan import multinode
@@ -102,9 +102,15 @@ class ScriptContext(Placement):
         return self.built.as_image() if self.built else self.recipe.image
 
     @property
+    def _ray_profile(self) -> RayProfile:
+        """The `kind: ray` profile, for the parts rendered only for a Ray job."""
+        assert isinstance(self.profile, RayProfile), "a Ray job's part rendered for another kind"
+        return self.profile
+
+    @property
     def docker(self) -> bool:
         # a Ray cluster's nodes already are the image: its job runs no container
-        return self.profile.get("runtime") == "docker" and self.profile.kind != "ray"
+        return self.profile.runtime == "docker" and self.profile.kind != "ray"
 
     def in_image(self, command: str, *, gpus: bool = True, host_user: bool = False) -> str:
         """A one-off command in the training image: docker run, a Ray job, or the host itself.
@@ -123,24 +129,24 @@ class ScriptContext(Placement):
         )
 
     def gpu_args(self) -> list[str]:
-        gpus = self.profile.get("docker.gpus")
+        gpus = self.profile.docker.gpus
         return ["--gpus", str(gpus)] if gpus else []
 
     def docker_args(self) -> list[str]:
         """Every `docker run` of the run shares these (GPU and EFA flags are added where needed)."""
         p = self.profile
         args: list[str] = []
-        if p.get("docker.ipc_host"):
+        if p.docker.ipc_host:
             args += ["--ipc", "host"]
-        network = p.get("docker.network") or ("host" if p.get("docker.network_host") else "none")
+        network = p.docker.network or ("host" if p.docker.network_host else "none")
         args += ["--network", network]
-        if p.get("docker.memlock_unlimited"):
+        if p.docker.memlock_unlimited:
             args += ["--ulimit", "memlock=-1"]
         args += [
             "--ulimit",
-            f"stack={int(p.get('docker.stack_bytes'))}",
+            f"stack={int(p.docker.stack_bytes)}",
             "--shm-size",
-            str(p.get("docker.shm_size")),
+            str(p.docker.shm_size),
         ]
         # The node run dir holds what the host runs and trusts (node.sh, pid, exit_code, the
         # results): never mounted. A container gets its own output dir, the cache, and scripts/
@@ -165,7 +171,7 @@ class ScriptContext(Placement):
         for name in names + multinode.env_names(self):
             args += ["-e", name]
         args += multinode.env_args(self)  # the EFA environment, when the profile asks for it
-        args += [str(a) for a in p.get("docker.extra_args")]
+        args += [str(a) for a in p.docker.extra_args]
         return args
 
     @property
@@ -189,12 +195,12 @@ class ScriptContext(Placement):
             gpu_memory_gb=r.gpu_memory_gb,
             driver_min=driver_min_for_cuda(r.cuda),
             cuda=r.cuda,
-            efa_expected=expected_efa_devices(p.get("instance_type") or r.instance_type)
+            efa_expected=expected_efa_devices(p.instance_type or r.instance_type)
             if p.kind == "aws"
             else None,
             disk_path=self.cache_dir,
-            disk_min_gb=float(p.get("preflight.disk_min_gb")),
-            thresholds=dict(p.get("preflight.thresholds")),
+            disk_min_gb=float(p.preflight.disk_min_gb),
+            thresholds=dict(p.preflight.thresholds),
         )
         if not bench:
             argv.append("--no-bench")
@@ -220,7 +226,7 @@ class ScriptContext(Placement):
     def _ray_nodes_args(self) -> str:
         """What the recipe needs of a Ray cluster (scripts/ray_cluster.py): nodes, GPUs each."""
         r = self.recipe
-        wait = float(self.profile.get("nodes_wait_s"))
+        wait = float(self._ray_profile.nodes_wait_s)
         return (
             f"--nodes {r.nodes} --gpus-per-node {r.gpus_per_node} --gpu-type {q(r.gpu_type)} "
             f"--wait-s {wait:g}"
@@ -237,11 +243,11 @@ class ScriptContext(Placement):
     def ray_cluster_check(self) -> list[str]:
         """The cluster the job runs on must be the recipe's: its nodes and GPUs, and the image
         every GPU node says it runs (the digest from `image_digest_env`)."""
-        env = self.profile.get("image_digest_env")
+        env = self._ray_profile.image_digest_env
         digest = f' --digest "$IMAGE_DIGEST" --digest-env {q(env)}' if env else ""
         return [
             _comment(
-                f"# the Ray cluster at {self.profile.get('address')} is the image: every GPU node "
+                f"# the Ray cluster at {self._ray_profile.address} is the image: every GPU node "
                 f"must say it runs $IMAGE_DIGEST (in ${env})"
                 if env
                 else "# image_digest_env: null - the digest is not checked; the stack check is"
@@ -264,7 +270,7 @@ class ScriptContext(Placement):
             "runtime: docker)' >&2; "
             "exit 1; }"
         ]
-        if self.profile.get("docker.pull"):
+        if self.profile.docker.pull:
             lines += [
                 "# docker pull under a pseudo-terminal, its bytes printed as progress lines "
                 "(scripts/pull_progress.py)",
@@ -292,7 +298,7 @@ class ScriptContext(Placement):
         expect = expected_versions(self.recipe.raw["stack"])
         import json
 
-        policy = self.profile.get("stack_check")
+        policy = self.profile.stack_check
         args = f"--json --policy {q(policy)} --expect {q(json.dumps(expect, sort_keys=True))}"
         if self.profile.kind == "ray":
             return f'{self._on_ray_nodes(f"stack_probe.py {args}")} > "$NODE_RUN_DIR/stack.json"'
@@ -304,20 +310,20 @@ class ScriptContext(Placement):
         if self.profile.kind == "ray":
             return [
                 _comment(
-                    f"# the existing cluster at {self.profile.get('address')}: the job joins it, "
+                    f"# the existing cluster at {self._ray_profile.address}: the job joins it, "
                     "no ray start"
                 )
             ]
         if multinode.spans_nodes(self.recipe, self.profile):
             return multinode.ray_lines(self)
-        port = int(self.profile.get("ray.port"))
+        port = int(self.profile.ray.port)
         gpus = self.recipe.gpus_per_node
         dash = (
             "--include-dashboard=true"
-            if self.profile.get("ray.dashboard")
+            if self.profile.ray.dashboard
             else "--include-dashboard=false"
         )
-        ip = self.profile.get("ray.node_ip_address") or "127.0.0.1"
+        ip = self.profile.ray.node_ip_address or "127.0.0.1"
         # --log-color false: Ray's CLI colours its output even into a file; logs/ray.log stays text
         return [
             f"NODE_IP={q(ip)}",
@@ -353,9 +359,9 @@ def container_env(recipe: Recipe, profile: Profile) -> list[tuple[str, str]]:
     when the profile says so. node.sh exports it in the container; a Ray job's runtime env carries
     it to every worker of the job, on every node."""
     pairs = multinode.efa_env(recipe, profile)  # first: the profile's and the recipe's win
-    pairs += [(str(k), str(v)) for k, v in (profile.get("env") or {}).items()]
+    pairs += [(str(k), str(v)) for k, v in (profile.env or {}).items()]
     pairs += [(str(k), str(v)) for k, v in recipe.env.items()]
-    if profile.get("disable_nvlink_multicast"):
+    if profile.disable_nvlink_multicast:
         pairs += list(NVLS_OFF)
     return pairs
 
@@ -452,7 +458,7 @@ def render_node_script(
             "# EFA devices go into the container when the node has them (p5en: 16)",
             "EFA_ARGS=()",
         ]
-        mode = p.get("docker.efa_devices")
+        mode = p.docker.efa_devices
         if mode != "never":
             head += [
                 "for dev in /dev/infiniband/*; do",

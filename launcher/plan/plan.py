@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from launcher.errors import BadInput
-from launcher.inputs.profile import Profile
+from launcher.inputs.profile import AwsProfile, Profile, RayProfile, SshProfile
 from launcher.inputs.recipe import Recipe
 from launcher.plan import asset_stages
 from launcher.plan.image_record import BuiltImage, profile_image
@@ -98,13 +98,13 @@ def build_plan(
         )
     _check_profile_fits(recipe, profile)
     _check_secrets(profile)
-    work_dir = profile.get("work_dir").rstrip("/") or "/"
+    work_dir = profile.work_dir.rstrip("/") or "/"
     node_run_dir = f"{work_dir}/runs/{run_id}"
-    cache_dir = profile.get("cache_dir").rstrip("/") or "/"
+    cache_dir = profile.cache_dir.rstrip("/") or "/"
     _check_dirs(profile, node_run_dir, cache_dir)
     container = f"reproduce-{run_id}"
     assets = _assets(recipe, profile, cache_dir)
-    preflight_on = profile.get("preflight.enabled") and not skip_preflight
+    preflight_on = profile.preflight.enabled and not skip_preflight
     built = profile_image(recipe, profile)  # BadInput when it is not built FROM the recipe's
 
     ctx = ScriptContext(recipe, profile, run_id, node_run_dir, cache_dir, container, assets, built)
@@ -185,7 +185,7 @@ def _check_profile_fits(recipe: Recipe, profile: Profile) -> None:
     """A profile that names its nodes (local, ssh) must name as many as the recipe needs."""
     if profile.kind not in ("local", "ssh"):
         return
-    hosts = profile.get("hosts", None) or []
+    hosts = (profile.hosts if isinstance(profile, SshProfile) else None) or []
     given = len(hosts) if hosts else 1
     if given == recipe.nodes:
         return
@@ -206,7 +206,7 @@ def _check_profile_fits(recipe: Recipe, profile: Profile) -> None:
 
 
 def _check_secrets(profile: Profile) -> None:
-    name = profile.get("secrets.hf_token_env")
+    name = profile.secrets.hf_token_env
     if name is None:
         return
     text = str(name)
@@ -226,7 +226,7 @@ def _check_dirs(profile: Profile, node_run_dir: str, cache_dir: str) -> None:
     run_dir, cache = posixpath.normpath(node_run_dir), posixpath.normpath(cache_dir)
     if run_dir == cache or run_dir.startswith(cache.rstrip("/") + "/"):
         raise BadInput(
-            f"{profile.path}: work_dir ({profile.get('work_dir')}) is inside cache_dir "
+            f"{profile.path}: work_dir ({profile.work_dir}) is inside cache_dir "
             f"({cache_dir}), which the containers can write to: they could then change what the "
             "node runs. Put them side by side (the defaults: /var/tmp/reproduce and "
             "/var/tmp/reproduce-cache)."
@@ -244,12 +244,12 @@ def _assets(recipe: Recipe, profile: Profile, cache_dir: str) -> Assets:
     )
     rows_file = f"{rows_name}-{parquet_sha[:12]}.parquet" if parquet_sha else f"{rows_name}.parquet"
     return Assets(
-        hf_ckpt=profile.get("assets.hf_ckpt") or f"{cache_dir}/hf/{tag}",
-        torch_dist=profile.get("assets.torch_dist") or f"{cache_dir}/torch_dist/{tag}",
-        sft_data=profile.get("assets.sft_data") or f"{cache_dir}/rows/{rows_file}",
+        hf_ckpt=profile.assets.hf_ckpt or f"{cache_dir}/hf/{tag}",
+        torch_dist=profile.assets.torch_dist or f"{cache_dir}/torch_dist/{tag}",
+        sft_data=profile.assets.sft_data or f"{cache_dir}/rows/{rows_file}",
         hf_repo=repo,
         hf_revision=rev,
-        parquet_sha256=parquet_sha if profile.get("assets.verify_sha256") else None,
+        parquet_sha256=parquet_sha if profile.assets.verify_sha256 else None,
     )
 
 
@@ -257,33 +257,33 @@ def _acquire_lines(profile: Profile, recipe: Recipe) -> list[str]:
     kind = profile.kind
     if kind == "local":
         return ["# this host: nothing to provision"]
-    if kind == "ssh":
-        hosts = profile.get("hosts", None)
+    if isinstance(profile, SshProfile):
+        hosts = profile.hosts
         if not hosts:
             return [_ssh_line(dict(profile.raw), profile)]
         return [
             _ssh_line({"host": h} if isinstance(h, str) else dict(h), profile, f"node {i}: ")
             for i, h in enumerate(hosts)
         ]
-    if kind == "aws":
-        if profile.get("instance_id"):
+    if isinstance(profile, AwsProfile):
+        if profile.instance_id:
             return [
-                f"# target existing instance {profile.get('instance_id')} (never terminated by "
-                "reproduce)"
+                f"# target existing instance {profile.instance_id} (never terminated by reproduce)"
             ]
         return [
-            f"# provision {recipe.nodes} x {profile.get('instance_type') or recipe.instance_type} "
+            f"# provision {recipe.nodes} x {profile.instance_type or recipe.instance_type} "
             "in "
-            f"{profile.get('region')}: the API calls are printed above"
+            f"{profile.region}: the API calls are printed above"
         ]
-    return [f"# submit to the existing Ray cluster at {profile.get('address')}"]
+    address = profile.address if isinstance(profile, RayProfile) else None
+    return [f"# submit to the existing Ray cluster at {address}"]
 
 
-def _ssh_line(host: dict[str, Any], profile: Profile, prefix: str = "") -> str:
+def _ssh_line(host: dict[str, Any], profile: SshProfile, prefix: str = "") -> str:
     """One host of an ssh profile as the dry run shows it (its own fields over the profile's)."""
 
     def get(key: str) -> Any:
-        return host[key] if host.get(key) is not None else profile.get(key, None)
+        return host[key] if host.get(key) is not None else getattr(profile, key)
 
     dial = get("connect_host") or get("host")
     key = get("host_key_fingerprint") or get("known_hosts") or "~/.ssh/known_hosts"
@@ -299,7 +299,7 @@ def _comment_safe(text: str) -> str:
 
 
 def _release_lines(profile: Profile) -> list[str]:
-    if profile.kind == "aws" and not profile.get("instance_id"):
+    if isinstance(profile, AwsProfile) and not profile.instance_id:
         return [
             "# terminate the instance(s) launched for this run, then delete their Elastic IPs, "
             "security group, "

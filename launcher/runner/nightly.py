@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from launcher.errors import BadInput, ReproduceError
 from launcher.pages.report import fmt, markdown_table, text_table, trend_lines
@@ -40,6 +40,9 @@ from launcher.records.history import (
     slug_of,
 )
 from launcher.runner.reproduction import Options
+
+if TYPE_CHECKING:
+    from launcher.inputs.profile import Profile
 
 
 @dataclass
@@ -276,7 +279,7 @@ def nightly(
 
 
 def _record(
-    db: History | None, recipe: Path, run: RecipeRun, profile: Any, result: NightlyResult
+    db: History | None, recipe: Path, run: RecipeRun, profile: Profile, result: NightlyResult
 ) -> tuple[RunRow, list[RunRow]]:
     """The run's row (its run directory's, else a failure row), recorded in the history when it
     can be, and the earlier runs it is judged against. A history that cannot be used (locked)

@@ -137,9 +137,9 @@ def node_price(recipe: Recipe, profile: Profile) -> Any:
     from launcher.catalog import price_per_hour
 
     return price_per_hour(
-        profile.get("instance_type") or recipe.instance_type,
-        profile.get("region"),
-        profile.get("price_per_hour"),
+        profile.instance_type or recipe.instance_type,
+        profile.region,
+        profile.price_per_hour,
     )
 
 
@@ -149,8 +149,8 @@ def dry_run_text(
     """The header, the provisioning request (clouds) and the node script, byte for byte; a
     real run's refusals (check_before_start) are printed first, where nobody can miss them."""
     r, p, plan = prepared.recipe, prepared.profile, prepared.plan
-    where = p.get("region") or "-"
-    instance = p.get("instance_type") or r.instance_type or "unknown instance type"
+    where = p.region or "-"
+    instance = p.instance_type or r.instance_type or "unknown instance type"
     lines = [
         "# reproduce --dry-run: nothing is provisioned, started or paid for.",
         f"# recipe    {r.slug}  ({r.path})",

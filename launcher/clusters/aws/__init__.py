@@ -28,9 +28,11 @@ from typing import TYPE_CHECKING, Any
 
 from launcher.clusters.aws.program import provisioning_calls
 from launcher.clusters.aws.requests import ApiCall, to_jsonable
+from launcher.inputs.profile import AwsProfile
 
 if TYPE_CHECKING:
     from launcher.clusters.aws.cluster import AwsCluster
+    from launcher.inputs.profile import Profile
 
 __all__ = [
     "ApiCall",
@@ -58,19 +60,19 @@ def from_plan(
         plan.profile,
         plan.run_id,
         keep=bool(getattr(options, "keep", False)),
-        instance_id=plan.profile.get("instance_id"),
+        instance_id=plan.profile.instance_id if isinstance(plan.profile, AwsProfile) else None,
         owner=str(getattr(options, "owner", "unknown")),
         state_path=Path(run_dir) / "aws.json",
         log=log,
     )
 
 
-def check_ready(profile: Any) -> None:
+def check_ready(profile: Profile) -> None:
     """Credentials and a known region, checked before the run directory exists (the backend
     registry's optional hook): without them BadInput, and nothing is made. No AWS call."""
     from launcher.clusters.aws.session import make_session
 
-    make_session(profile.get("region", None))
+    make_session(profile.region)
 
 
 def from_record(record: Mapping[str, Any], *, log: Callable[[str], Any] = print) -> AwsCluster:

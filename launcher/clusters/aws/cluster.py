@@ -32,6 +32,8 @@ from launcher.errors import BadInput, InfraError, ReproduceError
 
 if TYPE_CHECKING:
     from launcher.cost.budget import Budget
+    from launcher.inputs.profile import Profile
+    from launcher.inputs.recipe import Recipe
 
 CALLS_FILE = "aws-calls.jsonl"
 RELEASE_ATTEMPTS = 5  # a teardown stopped by something not AWS's (EIO from a print) goes again
@@ -45,8 +47,8 @@ class AwsCluster:
 
     def __init__(
         self,
-        recipe: Any,
-        profile: Any,
+        recipe: Recipe | None,
+        profile: Profile | None,
         run_id: str,
         *,
         keep: bool = False,
@@ -66,7 +68,7 @@ class AwsCluster:
         self.run_id = run_id
         self.keep = keep
         self.settings: AwsSettings | None = (
-            settings_from(recipe, profile) if recipe is not None else None
+            settings_from(recipe, profile) if recipe is not None and profile is not None else None
         )
         self.target_id = instance_id or (self.settings.instance_id if self.settings else None)
         self.owner = owner
@@ -145,7 +147,7 @@ class AwsCluster:
             region=self.region,
             run_id=self.run_id,
             launch_id=self.launch_id,
-            recipe=str(self.recipe.slug),
+            recipe=str(self.recipe.slug) if self.recipe else None,
             owner=self.owner,
             keep=self.keep,
             price_per_hour=price_of(s, self.region),
@@ -444,8 +446,8 @@ class AwsCluster:
 
 
 def check(
-    recipe: Any,
-    profile: Any,
+    recipe: Recipe,
+    profile: Profile,
     run_id: str,
     *,
     owner: str = "unknown",

@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 
 from launcher.clusters.base import LaunchOptions, Node
 from launcher.errors import BadInput, InfraError
+from launcher.inputs.profile import RayProfile
 from launcher.plan.node_script import MILES_PYTHONPATH, container_env
 
 if TYPE_CHECKING:
@@ -70,9 +71,14 @@ def submission_request(plan: Plan) -> dict[str, Any]:
 def request_text(plan: Plan) -> str:
     """The dry run's section: the job server and the submission, as JSON."""
     return (
-        f"# ---- Ray job submission to {plan.profile.get('address')} (Jobs API; no secrets) ----\n"
+        f"# ---- Ray job submission to {_profile_address(plan)} (Jobs API; no secrets) ----\n"
         + json.dumps(submission_request(plan), indent=2)
     )
+
+
+def _profile_address(plan: Plan) -> str | None:
+    """The job server a `kind: ray` profile names (None on any other kind: refused later)."""
+    return plan.profile.address if isinstance(plan.profile, RayProfile) else None
 
 
 def _address(value: Any, where: str) -> str:
@@ -163,7 +169,7 @@ class RayCluster:
 
 def from_plan(plan: Plan, options: LaunchOptions, run_dir: Path) -> RayCluster:
     """The cluster of a new run (launcher.clusters.from_plan)."""
-    address = _address(plan.profile.get("address"), str(plan.profile.path))
+    address = _address(_profile_address(plan), str(plan.profile.path))
     return RayCluster(address, plan, run_dir)
 
 
