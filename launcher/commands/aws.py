@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher.errors import BadInput
+from launcher.records.rundir import Files
 
 Say = Callable[[str], Any]
 
@@ -26,7 +27,7 @@ def down_run(
     from launcher.clusters.aws.down import down
 
     path = Path(ref)
-    if not (path.is_file() or (path / "aws.json").is_file()):
+    if not (path.is_file() or (path / Files.AWS).is_file()):
         from launcher.records.rundir import RunDir
 
         path = RunDir.find(ref, runs_root).path

@@ -19,6 +19,7 @@ from launcher.errors import BadInput
 from launcher.runner.reproduction import (
     Options,
     Prepared,
+    StartCheck,
     check_before_start,
     dry_run_text,
     prepare,
@@ -47,18 +48,21 @@ def run_command(
         return 0
     if check:
         return _check(prepared)
-    return run_prepared(prepared, options)
+    return run_prepared(prepared, options, start=start)
 
 
-def run_prepared(prepared: Prepared, options: Options, reporter: Any = None) -> int:
-    """A real run with its progress on the console; the exit code (failures raise)."""
+def run_prepared(
+    prepared: Prepared, options: Options, reporter: Any = None, start: StartCheck | None = None
+) -> int:
+    """A real run with its progress on the console; the exit code (failures raise). `start`:
+    the checks before the start already made (check_before_start runs once a run)."""
     from launcher.runner.outcome import exit_code_of
     from launcher.runner.runner import Runner
 
     console = reporter or ConsoleReporter()
     runner = Runner(console, on_interrupt=options.on_interrupt, unattended=not has_terminal())
     try:
-        return exit_code_of(runner.run(prepared, options))
+        return exit_code_of(runner.run(prepared, options, start))
     finally:
         _close(console)
 

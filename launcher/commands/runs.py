@@ -15,6 +15,7 @@ from typing import Any
 
 from launcher.errors import BadInput
 from launcher.pages.report import fmt, text_table
+from launcher.records.rundir import Files
 from launcher.records.runs import RunSummary, duration, list_runs, summarize
 
 _HEADER = ["run id", "recipe", "target", "state", "verdict", "started", "GPU-h", "cost"]
@@ -166,7 +167,7 @@ def status_lines(s: RunSummary) -> list[str]:
     ]
     if not finished and s.state != "created":
         lines.append(f"follower  {follower[s.followed]}")
-    if (Path(s.run_dir) / "report.html").is_file():
+    if (Path(s.run_dir) / Files.REPORT_HTML).is_file():
         lines.append(f"report    {Path(s.run_dir) / 'report.html'}")
     return lines
 

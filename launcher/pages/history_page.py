@@ -32,6 +32,7 @@ from launcher.pages.html import (
 from launcher.pages.run_page import PAGE_NAME
 from launcher.pages.rundata import read_run_dir
 from launcher.records.history import Assessment, RunRow, assess
+from launcher.records.rundir import Files
 
 _TREND_KEYS = ("tokens_per_s_per_gpu", "mfu", "usd_per_million_tokens")
 
@@ -92,7 +93,7 @@ def claims_of(rows: Sequence[RunRow]) -> dict[str, float | None]:
     for r in reversed(rows):
         if not r.run_dir:
             continue
-        verdict = read_run_dir(Path(r.run_dir), ("verdict.json",)).mapping("verdict.json")
+        verdict = read_run_dir(Path(r.run_dir), (Files.VERDICT,)).mapping(Files.VERDICT)
         claimed = verdict.get("claimed")
         if isinstance(claimed, dict):
             return {k: number(claimed.get(k)) for k in _TREND_KEYS}

@@ -17,21 +17,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from launcher.records.rundir import Files
+
 # The files a run page is made from, in the order the page's footer lists them.
 RUN_FILES = (
-    "result.yaml",
-    "verdict.json",
-    "steps.jsonl",
-    "timeline.json",
-    "stack.json",
-    "preflight.json",
-    "preflight-gpu.json",
-    "plan.json",
-    "convergence.json",
-    "recipe.yaml",
-    "run.json",
-    "status.json",
-    "image.json",
+    Files.RESULT,
+    Files.VERDICT,
+    Files.STEPS,
+    Files.TIMELINE,
+    Files.STACK,
+    Files.PREFLIGHT,
+    Files.PREFLIGHT_GPU,
+    Files.PLAN,
+    Files.CONVERGENCE,
+    Files.RECIPE,
+    Files.RUN,
+    Files.STATUS,
+    Files.IMAGE,
 )
 MAX_BYTES = 32 * 1024 * 1024
 MAX_STEPS = 200_000
@@ -65,7 +67,7 @@ class RunFiles:
 
     @property
     def steps(self) -> list[dict[str, Any]]:
-        value = self.data.get("steps.jsonl")
+        value = self.data.get(Files.STEPS)
         return value if isinstance(value, list) else []
 
 

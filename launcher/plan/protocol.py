@@ -26,6 +26,8 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from launcher.records.rundir import NODE_RESULT_FILES, Files
+
 MARKER = "##reproduce"
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -43,15 +45,10 @@ SECRETS_FILE = ".secrets.env"
 # Every process of a run carries RUN_MARK=<its node run dir> in its environment (set at launch).
 RUN_MARK = "REPRODUCE_RUN_DIR"
 # Where each asset of the run came from: the resolve stage's plan (launcher/plan/asset_stages.py).
-ASSET_PLAN_FILE = "assets-plan.json"
-# The files collected back into the run directory: these names and no others.
-RESULT_FILES = (
-    "preflight.json",
-    "preflight-gpu.json",
-    "image.json",
-    "stack.json",
-    ASSET_PLAN_FILE,
-)
+ASSET_PLAN_FILE = Files.ASSET_PLAN
+# The files collected back into the run directory: these names and no others (the run directory
+# names them: launcher/records/rundir.py).
+RESULT_FILES = NODE_RESULT_FILES
 RESULT_MAX_BYTES = 4 << 20
 
 # A directory the run writes to and trusts: created 0700 when missing; otherwise it must be a

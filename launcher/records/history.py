@@ -51,6 +51,7 @@ from launcher.records.history_rows import (
     row_from_run_dir,
     slug_of,
 )
+from launcher.records.rundir import Files
 
 __all__ = [
     "History",
@@ -207,7 +208,7 @@ class History:
         for run_id, slug, run_dir in rows:
             content = None
             if run_dir and not is_content_slug(slug):
-                content = recipe_file_slug(Path(run_dir) / "recipe.yaml")
+                content = recipe_file_slug(Path(run_dir) / Files.RECIPE)
             self.conn.execute(
                 "UPDATE runs SET slug = ?, legacy_slug = ? WHERE run_id = ?",
                 (content or slug, slug if content and content != slug else None, run_id),
@@ -251,12 +252,12 @@ class History:
             raise BadInput(f"runs directory {root} does not exist.")
         recorded: list[RunRow] = []
         skipped: list[str] = []
-        for run_json in sorted(root.rglob("run.json")):
+        for run_json in sorted(root.rglob(Files.RUN)):
             run_dir = run_json.parent
             if run_dir.parent.name == "node":  # a node's own run.json collected into a run dir
                 continue
             try:
-                state = (read_json(run_dir / "status.json") or {}).get("state")
+                state = (read_json(run_dir / Files.STATUS) or {}).get("state")
             except BadInput as err:
                 skipped.append(f"{run_dir}: {err}")
                 continue

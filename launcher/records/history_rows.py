@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher.errors import BadInput
+from launcher.records.rundir import Files
 
 # A content-derived slug ends with the recipe's short content hash (launcher/inputs/recipe.py).
 _CONTENT_SLUG = re.compile(r"^[^/]+/[^/]+/[^/]+-[0-9a-f]{10}$")
@@ -104,15 +105,15 @@ def row_from_run_dir(run_dir: Path) -> RunRow:
     difference, tolerance), image.json (the digest verified on the node), recipe.yaml.
     """
     run_dir = Path(run_dir)
-    run = read_json(run_dir / "run.json")
+    run = read_json(run_dir / Files.RUN)
     if not isinstance(run, dict) or not run.get("run_id"):
         raise BadInput(f"{run_dir} is not a run directory (no run.json with a run_id).")
-    status = read_json(run_dir / "status.json") or {}
-    plan = read_json(run_dir / "plan.json") or {}
-    timeline = read_json(run_dir / "timeline.json") or {}
-    verdict = read_json(run_dir / "verdict.json") or {}
-    image_facts = read_json(run_dir / "image.json") or {}
-    result = _read_yaml(run_dir / "result.yaml") or {}
+    status = read_json(run_dir / Files.STATUS) or {}
+    plan = read_json(run_dir / Files.PLAN) or {}
+    timeline = read_json(run_dir / Files.TIMELINE) or {}
+    verdict = read_json(run_dir / Files.VERDICT) or {}
+    image_facts = read_json(run_dir / Files.IMAGE) or {}
+    result = _read_yaml(run_dir / Files.RESULT) or {}
     unrounded = (
         ((result.get("provenance") or {}).get("unrounded") or {})
         if isinstance(result, dict)
@@ -147,7 +148,7 @@ def row_from_run_dir(run_dir: Path) -> RunRow:
         run_id=str(run["run_id"]),
         slug=slug,
         legacy_slug=legacy,
-        recipe_sha256=plan_recipe.get("sha256") or file_sha256(run_dir / "recipe.yaml"),
+        recipe_sha256=plan_recipe.get("sha256") or file_sha256(run_dir / Files.RECIPE),
         run_dir=str(run_dir.resolve()),
         cluster_name=profile.get("name") or cluster.get("name"),
         cluster_kind=profile.get("kind") or cluster.get("kind"),
@@ -190,7 +191,7 @@ def identity(run_dir: Path, recorded: str) -> tuple[str, str | None]:
     the slug of the recipe.yaml it kept, the recorded path-derived name becoming its legacy."""
     if is_content_slug(recorded):
         return recorded, None
-    content = recipe_file_slug(Path(run_dir) / "recipe.yaml")
+    content = recipe_file_slug(Path(run_dir) / Files.RECIPE)
     return (content, recorded) if content and content != recorded else (recorded, None)
 
 

@@ -33,24 +33,66 @@ import yaml
 from launcher.errors import BadInput, InfraError
 
 TRAIN_STAGE = "train"
+
+
+class Files:
+    """Every file a run directory holds, each name written once (docs/architecture.md, "Run
+    directory"). Readers and writers everywhere name a file by these; the node's result files
+    are here too, since collection puts them beside the launcher's own."""
+
+    RECIPE = "recipe.yaml"  # the recipe as the run used it, byte for byte
+    PROFILE = "profile.yaml"
+    PLAN = "plan.json"
+    NODE_SCRIPT = "node.sh"
+    RUN = "run.json"  # what makes a directory a run directory
+    STATUS = "status.json"
+    TIMELINE = "timeline.json"
+    AWS = "aws.json"
+    AWS_CALLS = "aws-calls.jsonl"
+    AWS_KNOWN_HOSTS = "aws_known_hosts"
+    STEPS = "steps.jsonl"
+    RESULT = "result.yaml"
+    VERDICT = "verdict.json"
+    REPORT_MD = "report.md"
+    REPORT_HTML = "report.html"
+    CONVERGENCE = "convergence.json"
+    LOGS = "logs"
+    PLOTS = "plots"
+    # what node.sh writes on the node and collection brings back (nothing else is collected)
+    PREFLIGHT = "preflight.json"
+    PREFLIGHT_GPU = "preflight-gpu.json"
+    IMAGE = "image.json"
+    STACK = "stack.json"
+    ASSET_PLAN = "assets-plan.json"  # where each asset came from (the resolve stage's plan)
+
+
+NODE_RESULT_FILES = (
+    Files.PREFLIGHT,
+    Files.PREFLIGHT_GPU,
+    Files.IMAGE,
+    Files.STACK,
+    Files.ASSET_PLAN,
+)
 # Files the launcher writes into a run directory itself: nothing that comes from the node may take
 # one of these names (launcher/clusters/staging.py checks its result files against them).
 LAUNCHER_FILES = frozenset(
     {
-        "recipe.yaml",
-        "profile.yaml",
-        "plan.json",
-        "node.sh",
-        "run.json",
-        "status.json",
-        "timeline.json",
-        "aws.json",
-        "aws-calls.jsonl",
-        "aws_known_hosts",
-        "steps.jsonl",
-        "result.yaml",
-        "verdict.json",
-        "report.md",
+        Files.RECIPE,
+        Files.PROFILE,
+        Files.PLAN,
+        Files.NODE_SCRIPT,
+        Files.RUN,
+        Files.STATUS,
+        Files.TIMELINE,
+        Files.AWS,
+        Files.AWS_CALLS,
+        Files.AWS_KNOWN_HOSTS,
+        Files.STEPS,
+        Files.RESULT,
+        Files.VERDICT,
+        Files.REPORT_MD,
+        Files.REPORT_HTML,
+        Files.CONVERGENCE,
     }
 )
 STATES = (
@@ -185,10 +227,10 @@ class RunDir:
             path.mkdir(parents=True, exist_ok=False)
         except FileExistsError:
             raise BadInput(f"--run-id {run_id}: the run directory {path} exists already.") from None
-        (path / "logs").mkdir()
-        (path / "logs" / f"{TRAIN_STAGE}.log").touch()
+        (path / Files.LOGS).mkdir()
+        (path / Files.LOGS / f"{TRAIN_STAGE}.log").touch()
         rd = cls(path)
-        rd.write_json("run.json", {"run_id": run_id, "slug": slug, "created_at": time.time()})
+        rd.write_json(Files.RUN, {"run_id": run_id, "slug": slug, "created_at": time.time()})
         rd.set_status("created")
         return rd
 
@@ -221,7 +263,7 @@ class RunDir:
     def find(cls, ref: str, root: Path | None = None) -> RunDir:
         """A run by its directory path or its run id (searched under the runs root)."""
         as_path = Path(ref)
-        if (as_path / "run.json").is_file():
+        if (as_path / Files.RUN).is_file():
             return cls(as_path)
         root = Path(root) if root else default_runs_root()
         hits = cls.existing(root, ref)
@@ -238,7 +280,7 @@ class RunDir:
 
     @property
     def logs(self) -> Path:
-        return self.path / "logs"
+        return self.path / Files.LOGS
 
     @property
     def run_id(self) -> str:
@@ -277,30 +319,30 @@ class RunDir:
 
     def write_inputs(self, *, recipe_text: str, profile: Any, plan: Any, node_script: str) -> None:
         """recipe.yaml (byte for byte), profile.yaml, plan.json and node.sh: what was asked."""
-        self.write_text("recipe.yaml", recipe_text)
+        self.write_text(Files.RECIPE, recipe_text)
         self.write_text(
-            "profile.yaml",
+            Files.PROFILE,
             profile if isinstance(profile, str) else yaml.safe_dump(profile, sort_keys=False),
         )
         self.write_text(
-            "plan.json",
+            Files.PLAN,
             plan if isinstance(plan, str) else json.dumps(plan, indent=2, default=str) + "\n",
         )
-        self.write_text("node.sh", node_script)
+        self.write_text(Files.NODE_SCRIPT, node_script)
 
     # --- run.json and status.json ---
 
     def record(self) -> dict[str, Any]:
-        return self.read_json("run.json", {}) or {}
+        return self.read_json(Files.RUN, {}) or {}
 
     def update_record(self, **fields: Any) -> dict[str, Any]:
         data = self.record()
         data.update(fields)
-        self.write_json("run.json", data)
+        self.write_json(Files.RUN, data)
         return data
 
     def status(self) -> dict[str, Any]:
-        return self.read_json("status.json", {"state": "unknown"})
+        return self.read_json(Files.STATUS, {"state": "unknown"})
 
     def set_status(self, state: str, detail: str | None = None, **extra: Any) -> None:
         """The run's state; anything but `done` says the record is not complete."""
@@ -313,12 +355,12 @@ class RunDir:
             "detail": detail,
         }
         data.update(extra)
-        self.write_json("status.json", data)
+        self.write_json(Files.STATUS, data)
 
     # --- timeline ---
 
     def timeline(self) -> Timeline:
-        data = self.read_json("timeline.json", {}) or {}
+        data = self.read_json(Files.TIMELINE, {}) or {}
         return Timeline(
             data.get("acquired_at"),
             data.get("released_at"),
@@ -327,4 +369,4 @@ class RunDir:
         )
 
     def write_timeline(self, timeline: Timeline) -> None:
-        self.write_json("timeline.json", timeline.to_json())
+        self.write_json(Files.TIMELINE, timeline.to_json())

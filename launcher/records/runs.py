@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher.errors import BadInput
-from launcher.records.rundir import FINAL_STATES, TRAIN_STAGE, RunDir
+from launcher.records.rundir import FINAL_STATES, TRAIN_STAGE, Files, RunDir
 
 TAIL_BYTES = 1 << 20  # the end of train.log read for the last step (a log may be gigabytes)
 
@@ -67,9 +67,9 @@ def summarize(path: Path, now: float | None = None) -> RunSummary:
     now = time.time() if now is None else now
     status = rd.status()
     state = str(status.get("state") or "unknown")
-    timeline = rd.read_json("timeline.json", {}) or {}
-    plan = rd.read_json("plan.json", {}) or {}
-    verdict = rd.read_json("verdict.json", {}) or {}
+    timeline = rd.read_json(Files.TIMELINE, {}) or {}
+    plan = rd.read_json(Files.PLAN, {}) or {}
+    verdict = rd.read_json(Files.VERDICT, {}) or {}
     cost = record.get("cost") or {}
     profile = plan.get("profile") or {}
     acquired = _num(timeline.get("acquired_at"))
@@ -145,7 +145,7 @@ def train_progress(rd: RunDir) -> tuple[int | None, int | None]:
             step = last + 1 if last is not None else None
     except OSError:
         pass
-    return step, _steps_per_run(rd.path / "recipe.yaml")
+    return step, _steps_per_run(rd.path / Files.RECIPE)
 
 
 def is_followed(path: Path) -> bool:
@@ -198,7 +198,7 @@ def _measured_gpu_hours(rd: RunDir) -> float | None:
     import yaml
 
     try:
-        data = yaml.safe_load((rd.path / "result.yaml").read_text())
+        data = yaml.safe_load((rd.path / Files.RESULT).read_text())
     except (OSError, yaml.YAMLError, UnicodeDecodeError):
         return None
     return _num(data.get("gpu_hours")) if isinstance(data, dict) else None

@@ -37,9 +37,10 @@ from launcher.judge.measure import Result, measure, measured_date
 from launcher.judge.parse.miles import ParseStats, StepRecord, parse_path
 from launcher.judge.verdict import Tolerance, Verdict, judge
 from launcher.pages import report
+from launcher.records.rundir import Files
 
-RECIPE_FILE = "recipe.yaml"  # the recipe as the run used it, kept in its run directory
-RUN_FILE = "run.json"  # what makes a directory a run directory
+RECIPE_FILE = Files.RECIPE  # the recipe as the run used it, kept in its run directory
+RUN_FILE = Files.RUN  # what makes a directory a run directory
 TRAIN_LOG = Path("logs") / "train.log"
 
 
@@ -78,8 +79,8 @@ def load_records(path: Path) -> tuple[list[StepRecord], ParseStats | None]:
         return parse_log(path)
     if (path / TRAIN_LOG).is_file():
         return parse_log(path / TRAIN_LOG)
-    if (path / "steps.jsonl").is_file():
-        with open(path / "steps.jsonl") as fh:
+    if (path / Files.STEPS).is_file():
+        with open(path / Files.STEPS) as fh:
             return [StepRecord.from_dict(json.loads(line)) for line in fh if line.strip()], None
     raise BadInput(f"run directory {path} holds neither {TRAIN_LOG} nor steps.jsonl.")
 
@@ -99,7 +100,7 @@ def read_timeline(path: Path) -> dict:
 
 def load_timeline(run_dir: Path) -> dict | None:
     """run_dir/timeline.json, or None when the run directory has none."""
-    path = Path(run_dir) / "timeline.json"
+    path = Path(run_dir) / Files.TIMELINE
     return read_timeline(path) if path.is_file() else None
 
 
@@ -165,7 +166,7 @@ def write_report(
         for name, png in report.render_plots(records, result.window, step_time).items():
             (run_dir / "plots" / name).write_bytes(png)
             names.append(f"plots/{name}")
-    path = run_dir / "report.md"
+    path = run_dir / Files.REPORT_MD
     path.write_text(report.render_markdown(result, verdict, recipe, records, convergence, names))
     return path
 
@@ -203,10 +204,10 @@ def write_outputs(
 ) -> None:
     """steps.jsonl, result.yaml, verdict.json, report.md, plots/ (and convergence.json) in `out`."""
     if convergence is not None:
-        _write_json(out / "convergence.json", convergence.to_dict())
-    write_steps_jsonl(out / "steps.jsonl", records)
-    (out / "result.yaml").write_text(yaml.safe_dump(result.to_result_yaml(), sort_keys=False))
-    _write_json(out / "verdict.json", verdict.to_dict())
+        _write_json(out / Files.CONVERGENCE, convergence.to_dict())
+    write_steps_jsonl(out / Files.STEPS, records)
+    (out / Files.RESULT).write_text(yaml.safe_dump(result.to_result_yaml(), sort_keys=False))
+    _write_json(out / Files.VERDICT, verdict.to_dict())
     write_report(out, result, verdict, recipe, records, convergence, plots=plots)
 
 
@@ -220,10 +221,13 @@ def measure_run_dir(
     write_plots: bool = True,
     reference: Path | None = None,
     out: Path | None = None,
+    write_page: bool = True,
 ) -> tuple[Result, Verdict]:
     """Measure a run directory (its logs/train.log) and write its files there, or into `out`
     (steps.jsonl, result.yaml, verdict.json, report.md, plots/, and convergence.json when a
-    `reference` run dir or log is given).
+    `reference` run dir or log is given), and report.html in the run directory itself unless
+    `write_page` is False: the runner writes the page once, at the very end of a run, so that it
+    shows the release and the history row too (a page written here would be written again).
 
     `recipe` defaults to the run directory's own recipe.yaml. Returns (Result, Verdict).
     """
@@ -242,7 +246,7 @@ def measure_run_dir(
         convergence = check(loss_curve(records), loss_curve(load_records(reference)[0]))
     target = out_dir(out) if out is not None else run_dir
     write_outputs(target, result, verdict, recipe, records, convergence, plots=write_plots)
-    if target == run_dir:
+    if target == run_dir and write_page:
         from launcher.pages import write_run_page
 
         write_run_page(run_dir)  # made from the files written above (docs/report.md)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from launcher.errors import CheckFailed, InfraError, Interrupted, ReproduceError
 from launcher.plan.protocol import ASSET_PLAN_FILE
-from launcher.records.rundir import TRAIN_STAGE, RunDir, Timeline
+from launcher.records.rundir import TRAIN_STAGE, Files, RunDir, Timeline
 
 if TYPE_CHECKING:
     from launcher.judge.measure import Result
@@ -83,7 +83,7 @@ def check_detail(rd: RunDir, stage: str | None, where: Path | None = None) -> st
             return "the run's assets cannot all be supplied:\n  " + "\n  ".join(problems)
     if stage == "stack":
         try:
-            report = json.loads((where / "stack.json").read_text()) or {}
+            report = json.loads((where / Files.STACK).read_text()) or {}
         except (OSError, ValueError):
             report = {}
         bad = [c for c in report.get("checks", []) if not c.get("ok")]

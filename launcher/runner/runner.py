@@ -25,7 +25,7 @@ from launcher.cost.costgate import pass_gate
 from launcher.errors import BadInput, InfraError, ReproduceError
 from launcher.inputs.recipe import Recipe
 from launcher.pages import write_run_page_safely
-from launcher.records.rundir import FINAL_STATES, RunDir, default_runs_root
+from launcher.records.rundir import FINAL_STATES, Files, RunDir, default_runs_root
 from launcher.records.runs import ended_message
 from launcher.runner.outcome import Outcome
 from launcher.runner.reporter import INTERRUPT_CHOICES, FailSafeReporter, QuietReporter, Reporter
@@ -35,7 +35,7 @@ from launcher.runner.stream import follow_lock
 
 if TYPE_CHECKING:
     from launcher.plan.plan import Plan
-    from launcher.runner.reproduction import Options, Prepared
+    from launcher.runner.reproduction import Options, Prepared, StartCheck
 
 
 class Runner:
@@ -74,14 +74,16 @@ class Runner:
 
     # --- entry points ----------------------------------------------------------------------------
 
-    def run(self, prepared: Prepared, options: Options) -> Outcome:
+    def run(self, prepared: Prepared, options: Options, start: StartCheck | None = None) -> Outcome:
         """A new run of a prepared Plan: its run dir, its cluster (by the profile's kind), then
         `execute`; the run joins its recipe's history whatever happens. Refused runs (BadInput)
-        start nothing and leave no run dir."""
+        start nothing and leave no run dir. `start`: the checks before a start, when the caller
+        made them already (the command layer does, for the dry run's sake): made once a run."""
         from launcher.runner.reproduction import check_before_start
 
         recipe, profile, plan = prepared.recipe, prepared.profile, prepared.plan
-        start = check_before_start(prepared, options)  # the same checks the dry run applies
+        if start is None:
+            start = check_before_start(prepared, options)  # the same checks the dry run applies
         if start.refusals:
             raise BadInput(start.refusals[0])
         budget = start.budget
@@ -137,8 +139,8 @@ class Runner:
             offset_source="size of logs/node.log",
             budget=asdict(budget) if budget is not None else None,
         )
-        if not (rd.path / "node.sh").exists():
-            rd.write_text("node.sh", plan.node_script)
+        if not (rd.path / Files.NODE_SCRIPT).exists():
+            rd.write_text(Files.NODE_SCRIPT, plan.node_script)
         run = self._session(rd, cluster, plan.recipe, budget)
         with follow_lock(rd):
             try:

@@ -562,7 +562,7 @@ class RunSession:
             return None
         from launcher.runner.evaluate import measure_run_dir
 
-        result, verdict = measure_run_dir(self.rd.path, self.recipe)
+        result, verdict = measure_run_dir(self.rd.path, self.recipe, write_page=False)
         diff = verdict.difference_percent
         diff_text = f" ({diff:+.2f}% vs the claim)" if diff is not None else ""
         self.reporter.say(f"verdict: {verdict.status}{diff_text}")

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from launcher.clusters.aws.program import provisioning_calls
 from launcher.clusters.aws.requests import ApiCall, to_jsonable
 from launcher.inputs.profile import AwsProfile
+from launcher.records.rundir import Files
 
 if TYPE_CHECKING:
     from launcher.clusters.aws.cluster import AwsCluster
@@ -62,7 +63,7 @@ def from_plan(
         keep=bool(getattr(options, "keep", False)),
         instance_id=plan.profile.instance_id if isinstance(plan.profile, AwsProfile) else None,
         owner=str(getattr(options, "owner", "unknown")),
-        state_path=Path(run_dir) / "aws.json",
+        state_path=Path(run_dir) / Files.AWS,
         log=log,
     )
 

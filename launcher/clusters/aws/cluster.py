@@ -29,13 +29,14 @@ from launcher.clusters.aws.state import AwsState, state_root, write_launch_recor
 from launcher.clusters.aws.teardown import kept_message, leftover_message, safe, teardown
 from launcher.clusters.base import Node
 from launcher.errors import BadInput, InfraError, ReproduceError
+from launcher.records.rundir import Files
 
 if TYPE_CHECKING:
     from launcher.cost.budget import Budget
     from launcher.inputs.profile import Profile
     from launcher.inputs.recipe import Recipe
 
-CALLS_FILE = "aws-calls.jsonl"
+CALLS_FILE = Files.AWS_CALLS
 RELEASE_ATTEMPTS = 5  # a teardown stopped by something not AWS's (EIO from a print) goes again
 HEALTH_EVERY_S = 10.0  # lost_nodes asks EC2 at most this often (one DescribeInstances)
 
@@ -215,7 +216,7 @@ class AwsCluster:
             # the fingerprints the instance printed on its console (hostkeys.py): any of them
             pinned = " ".join(str(fp) for fp in console)
         elif launched and not known_hosts and self.state_path:
-            known_hosts = str(self.state_path.with_name("aws_known_hosts"))
+            known_hosts = str(self.state_path.with_name(Files.AWS_KNOWN_HOSTS))
         # Built from profile-shaped fields, exactly as the ssh cluster builds its settings.
         settings = SSHSettings.from_mapping(
             {

@@ -27,6 +27,7 @@ from launcher.clusters.base import LaunchOptions, Node
 from launcher.errors import BadInput, InfraError
 from launcher.inputs.profile import RayProfile
 from launcher.plan.node_script import MILES_PYTHONPATH, container_env
+from launcher.records.rundir import Files
 
 if TYPE_CHECKING:
     from launcher.clusters.execution import Place
@@ -175,4 +176,4 @@ def from_plan(plan: Plan, options: LaunchOptions, run_dir: Path) -> RayCluster:
 
 def from_record(record: Mapping[str, Any]) -> RayCluster:
     """The cluster of a recorded run (launcher.clusters.from_record)."""
-    return RayCluster(_address(record.get("address"), "run.json"))
+    return RayCluster(_address(record.get("address"), Files.RUN))

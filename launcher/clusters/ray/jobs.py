@@ -31,11 +31,12 @@ from typing import TYPE_CHECKING, Any
 from launcher.clusters.base import Node
 from launcher.errors import InfraError
 from launcher.plan.protocol import RESULTS_BEGIN, RESULTS_END, parse_collect
+from launcher.records.rundir import Files
 
 if TYPE_CHECKING:
     from launcher.clusters.execution import Place
 
-NODE_SCRIPT = "node.sh"
+NODE_SCRIPT = Files.NODE_SCRIPT
 # The job's states (ray.job_submission.JobStatus values): still going, or how it ended.
 GOING = ("PENDING", "RUNNING")
 STOPPED = "STOPPED"
