@@ -117,7 +117,7 @@ if [ "${REPRODUCE_LINT:-1}" = "1" ]; then
 fi
 
 set +e
-.venv/bin/pytest "$@"
+.venv/bin/pytest --durations=30 "$@"
 status=$?
 set -e
 exit "$status"
