@@ -182,7 +182,7 @@ def test_a_closed_terminal_still_cancels_the_run_and_releases(tmp_path: Path, ru
         signal.signal(signal.SIGINT, signal.SIG_DFL)
 
     proc = subprocess.Popen(
-        [sys.executable, str(REPO / "tests" / "infra" / "drive.py"), str(spec)],
+        [sys.executable, str(REPO / "tests" / "support" / "drive.py"), str(spec)],
         stdin=slave,
         stdout=slave,
         stderr=slave,

@@ -30,7 +30,7 @@ def start_driver(spec: dict, workdir: Path) -> subprocess.Popen:
     path.write_text(json.dumps(spec))
     env = {**os.environ, "PYTHONPATH": f"{REPO}:{REPO / 'tests'}"}
     return subprocess.Popen(
-        [sys.executable, str(REPO / "tests" / "infra" / "drive.py"), str(path)],
+        [sys.executable, str(REPO / "tests" / "support" / "drive.py"), str(path)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         stdin=subprocess.DEVNULL,
