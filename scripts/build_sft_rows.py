@@ -300,7 +300,7 @@ def write_rows(rows: Iterable[tuple[list[int], list[int]]], out: Path) -> tuple[
     batch_ids: list[list[int]] = []
     batch_meta: list[dict[str, Any]] = []
 
-    def flush(writer) -> None:
+    def flush(writer: Any) -> None:
         if batch_ids:
             writer.write_table(
                 pa.table({"messages": batch_ids, "metadata": batch_meta}, schema=schema)

@@ -21,9 +21,11 @@ ready, 1 at the deadline, 2 on bad arguments.
 from __future__ import annotations
 
 import argparse
+import logging
 import socket
 import sys
 import time
+from typing import Any
 
 
 def say(text: str) -> None:
@@ -60,7 +62,7 @@ def wait_head(address: str, timeout_s: float, poll_s: float = 1.0) -> int:
             time.sleep(poll_s)
 
 
-def cluster_state(ray) -> tuple[list[str], float]:
+def cluster_state(ray: Any) -> tuple[list[str], float]:
     """The addresses of the alive nodes, and their GPUs together."""
     alive = [n for n in ray.nodes() if n.get("Alive")]
     addresses = sorted(str(n.get("NodeManagerAddress")) for n in alive)
@@ -78,7 +80,7 @@ def wait_nodes(
 ) -> int:
     import ray
 
-    ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+    ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False)
     try:
         deadline = time.monotonic() + timeout_s
         last = None
