@@ -309,7 +309,7 @@ def instance_problems(gpu_block: dict) -> list[tuple[str, str]]:
     """Where a recipe's `gpu` block contradicts the catalog's facts of its gpu.instance: the GPU
     model, the GPUs per node and the memory per GPU, as (field, message).
 
-    Why in `validate` (launcher/recipe.py calls it for every target): the instance names what
+    Why in `validate` (launcher/inputs/recipe.py calls it for every target): the instance names what
     the figures were measured on and prices them, so an H200 recipe on an H100 instance, or 16
     GPUs per node of an 8-GPU instance, is a claim no node can reproduce and a price of the wrong
     hardware. An instance type the catalog does not know is not checked (no facts, no guess).
