@@ -21,8 +21,8 @@ import yaml
 
 from launcher import catalog
 from launcher.errors import BadInput
-from launcher.resources import data_dir
 from launcher.patches import problems as patch_problems
+from launcher.resources import data_dir
 from launcher.runargs import run_block_problems
 from launcher.yamlschema import (
     FastSafeLoader,
