@@ -6,8 +6,8 @@ would claim more than was measured. The promise (docs/recipe-fields.md):
 
 - the dry run's header says "the claim is a mean of N runs; this run measures 1";
 - without `--runs 1` the verdict of such a claim is never `reproduced` (a run within the band is
-  `incomplete`, with the reason); slower, faster, unstable, failed stay what they are, since one
-  run can show those;
+  `incomplete`, with the reason and no in-band reason); slower, faster, unstable, failed stay
+  what they are, since one run can show those;
 - `--runs 1` is the explicit choice to judge one run against the mean; the verdict then says so
   among its reasons. It is recorded in plan.json (`runs`), so `reproduce measure RUN_DIR` judges
   the run again the same way;
@@ -118,8 +118,9 @@ def apply(verdict: Verdict, recipe: Recipe, accepted: int | None) -> Verdict:
         "reproduce a mean (--runs 1 judges one run against it)"
     )
     if verdict.status == "reproduced":
+        # an incomplete verdict lists no in-band reason: the figure was not judged as a mean
         verdict.status = "incomplete"
-        verdict.reasons.insert(0, reason)
+        verdict.reasons = [reason] + [r for r in verdict.reasons if ", within -" not in r]
     else:
         verdict.reasons.append(reason)
     return verdict

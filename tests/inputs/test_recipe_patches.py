@@ -7,6 +7,7 @@ part is plain bash (node.sh); it is run here for real, with git, against a real 
 
 from __future__ import annotations
 
+from support.paths import TESTS
 import hashlib
 import json
 import subprocess
@@ -16,7 +17,7 @@ import pytest
 import yaml
 from support.cli import SEED, reproduce
 
-from launcher.errors import BadInput
+from launcher.errors import BadInput, InfraError
 from launcher.inputs.patches import Patch, apply_lines
 from launcher.inputs.recipe import load_recipe
 
@@ -171,3 +172,63 @@ def test_a_recipe_without_patches_renders_no_patch_lines():
     res = reproduce(SEED, "--dry-run")
     assert res.code == 0 and "_apply_patch" not in res.out
     assert "# patches   none" in res.out
+
+
+def _standin_patch(old: str, new: str) -> str:
+    """A unified diff of the stand-in's train.py (the image's /root/miles/train.py)."""
+    import difflib
+
+    text = (TESTS / "standin_miles" / "train.py").read_text()
+    assert old in text
+    after = text.replace(old, new, 1)
+    return "".join(
+        difflib.unified_diff(
+            text.splitlines(True), after.splitlines(True), "a/train.py", "b/train.py"
+        )
+    )
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("applies", [True, False])
+def test_the_real_node_script_patches_the_containers_checkout_before_training(
+    test_image, container_run_args, tmp_path, runs_root, applies
+):
+    """The Plan's node.sh on this host's dockerd: the patch reaches the container's /root/miles
+    before the ray stage and training runs the patched code; a patch that does not apply fails
+    the run before any training step, and the host's own copy is never touched."""
+    from support.plan_env import plan_for, seed_raw, write_profile, write_recipe
+
+    from launcher.clusters.local import LocalCluster
+    from launcher.records.rundir import RunDir
+    from launcher.runner.runner import Runner
+
+    anchor = "TRAIN_PID, ROLLOUT_PID = 5123, 5101\n"
+    diff = _standin_patch(anchor, anchor + 'print("STANDIN-PATCHED", file=sys.stderr)\n')
+    if not applies:
+        diff = diff.replace(" TRAIN_PID, ROLLOUT_PID", " TRAIN_PID, ROLLOUT_PID_GONE")
+    raw = seed_raw()
+    raw["patches"] = [{"name": "mark", "checkout": "/root/miles", "diff": diff,
+                       "sha256": sha(diff)}]  # fmt: skip
+    host_copy = (TESTS / "standin_miles" / "train.py").read_text()
+    recipe = write_recipe(tmp_path, test_image, raw=raw)
+    plan = plan_for(recipe, write_profile(tmp_path, {"kind": "local"}, container_run_args))
+    rd = RunDir.create(runs_root, plan.recipe.slug, plan.run_id)
+    if applies:
+        outcome = Runner(poll_s=0.2).execute(plan, rd, LocalCluster())
+    else:
+        with pytest.raises(InfraError, match="the node script failed"):
+            Runner(poll_s=0.2).execute(plan, rd, LocalCluster())
+    node_log = (rd.logs / "node.log").read_text()
+    train_log = (rd.logs / "train.log").read_text()
+    assert (TESTS / "standin_miles" / "train.py").read_text() == host_copy
+    if applies:
+        assert outcome.state == "done", node_log[-3000:]
+        assert "reproduce: patch mark applied to /root/miles" in node_log
+        assert "STANDIN-PATCHED" in train_log and " - step 19: " in train_log
+        assert plan.to_dict()["patches"] == [  # plan.json, as the run directory records it
+            {"name": "mark", "checkout": "/root/miles", "sha256": sha(diff)}
+        ]
+    else:
+        assert rd.timeline().stages[-1]["name"] == "convert"  # stopped before ray and train
+        assert "patch mark does not apply to /root/miles" in node_log
+        assert " - step " not in train_log and "STANDIN-PATCHED" not in node_log
