@@ -17,7 +17,7 @@ from launcher.inputs.recipe import load_recipe
 from launcher.judge.convergence import check, loss_curve
 from launcher.judge.verdict import DEFAULT_TOLERANCE_PERCENT, Tolerance
 from launcher.pages.report import render_convergence, render_summary
-from launcher.runner.evaluate import (
+from launcher.results.evaluate import (
     RECIPE_FILE,
     check_input,
     json_safe,

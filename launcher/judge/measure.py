@@ -4,7 +4,7 @@ Why each formula is what it is: docs/measurement.md. Every formula here reproduc
 recipe's own figures from its own inputs (tests/judge/test_measure.py shows it), so a reproduction
 and a claim can be compared number to number. Measurement is a pure function (no file, no clock, no
 network): re-running it on a saved run directory gives the same answer. Reading and writing run
-directories is launcher/runner/evaluate.py's job.
+directories is launcher/results/evaluate.py's job.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Why this shape: the recipe's card shows one figure per line; the report puts the
 the measured figure on the same line with the signed difference, then the verdict and every
 reason, then where the GPU-hours went, then the plots (loss and step time per step, window
 shaded) that let a reader see *why* a figure moved. Nothing here computes a figure or touches a
-file: launcher/runner/evaluate.py writes what this renders, the command layer prints it. matplotlib
+file: launcher/results/evaluate.py writes what this renders, the command layer prints it. matplotlib
 is
 imported here only, lazily, with the Agg backend, so neither the CLI's start-up nor a headless
 node pays for it.

@@ -1,6 +1,6 @@
 """Reading a run directory's files for a page, tolerantly: nothing missing or broken stops a page.
 
-Why not launcher/runner/evaluate.py's readers: those refuse bad input (a measurement must not go on
+Why not launcher/results/evaluate.py's readers: those refuse bad input (a measurement must not go on
 from
 a broken file), while a page must show whatever is there and say, per file, what is not: "not
 recorded" for a file the run never wrote (a run that failed before training has no result.yaml),

@@ -3,7 +3,7 @@
 Why SQLite: one file, stdlib, safe against two writers (a nightly and a person importing runs),
 and queryable by hand (`sqlite3 runs/history.sqlite 'select * from runs'`). The run directory
 stays the record (docs/architecture.md); a row here is an index of it: `record` reads the files
-the run path and launcher/runner/evaluate.py wrote, and re-recording the same run id replaces its
+the run path and launcher/results/evaluate.py wrote, and re-recording the same run id replaces its
 row,
 so importing a runs tree twice changes nothing (launcher/records/history_rows.py reads a row). Rows
 are

@@ -242,7 +242,7 @@ def _recorded_nodes(record: Mapping[str, Any]) -> list[Node]:
 
 def _recorded_recipe(rd: RunDir) -> Recipe | None:
     """The recipe the run was started with (kept in its run dir), to judge it by; or None."""
-    from launcher.runner.evaluate import RECIPE_FILE, recipe_of
+    from launcher.results.evaluate import RECIPE_FILE, recipe_of
 
     return recipe_of(rd.path) if (rd.path / RECIPE_FILE).is_file() else None
 

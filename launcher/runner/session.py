@@ -560,7 +560,7 @@ class RunSession:
         """Measure the run and judge its claim (writes the verdict and report into the run dir)."""
         if self.recipe is None:
             return None
-        from launcher.runner.evaluate import measure_run_dir
+        from launcher.results.evaluate import measure_run_dir
 
         result, verdict = measure_run_dir(self.rd.path, self.recipe, write_page=False)
         diff = verdict.difference_percent

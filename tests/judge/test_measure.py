@@ -13,7 +13,7 @@ from launcher.catalog import price_per_hour
 from launcher.errors import BadInput
 from launcher.judge.measure import measure, pure_figures, stage_split
 from launcher.judge.parse.miles import StepRecord
-from launcher.runner.evaluate import measure_run_dir
+from launcher.results.evaluate import measure_run_dir
 
 
 def records_with_times(times: dict[int, float], loss: float = 1.0) -> list[StepRecord]:

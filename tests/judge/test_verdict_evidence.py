@@ -18,7 +18,7 @@ from support.measure import REPO, SEED, as_recipe, run_standin, seed_raw, step_t
 
 from launcher.judge.measure import measure
 from launcher.judge.verdict import judge
-from launcher.runner.evaluate import parse_log
+from launcher.results.evaluate import parse_log
 
 CLAIM = 6913.23
 SEED_STEP = step_times_for_tps(CLAIM)

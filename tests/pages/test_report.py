@@ -8,7 +8,7 @@ from launcher.judge.convergence import check
 from launcher.judge.measure import measure
 from launcher.judge.parse.miles import StepRecord
 from launcher.judge.verdict import judge
-from launcher.runner.evaluate import write_report
+from launcher.results.evaluate import write_report
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -325,7 +325,7 @@ def test_import_records_finished_runs_skips_running_ones_and_is_idempotent(tmp_p
 def test_record_reads_what_measure_run_dir_really_writes(tmp_path):
     from support.measure import SEED, run_standin, seed_raw, seed_recipe, step_times_for_tps
 
-    from launcher.runner.evaluate import measure_run_dir
+    from launcher.results.evaluate import measure_run_dir
 
     run_dir = tmp_path / "runs" / SLUG / "20261021T100000Z-0a0b0c"
     assert run_standin(run_dir / "logs" / "train.log", step_time_s=step_times_for_tps(6500.0)) == 0

@@ -1,7 +1,7 @@
 """Run directories for the page tests, made the way a real run makes them.
 
 The training log comes from the stand-in miles (tests/standin_miles/train.py), and steps.jsonl,
-result.yaml and verdict.json from launcher/runner/evaluate.py itself, so the pages are tested on the files
+result.yaml and verdict.json from launcher/results/evaluate.py itself, so the pages are tested on the files
 the launcher really writes; the files the node would send back (timeline, plan, image, stack,
 preflight) are written here in the shapes docs/architecture.md describes.
 """
@@ -121,7 +121,7 @@ def make_run(
     **standin: Any,
 ) -> Path:
     """A run directory under root/runs/<slug>/<name> (or runs_root/<slug>/<name>), measured by
-    launcher/runner/evaluate.py.
+    launcher/results/evaluate.py.
 
     `standin` goes to the stand-in miles (step_time_s, step_times, nan_at, cut_at, ...).
     """
@@ -170,7 +170,7 @@ def make_run(
     _write_json(rd / "stack.json", stack_report(stack_differs))
     _write_json(rd / "preflight.json", preflight_report())
     if measure:
-        from launcher.runner.evaluate import measure_run_dir
+        from launcher.results.evaluate import measure_run_dir
 
         measure_run_dir(rd, write_plots=False, reference=reference)
     return rd
