@@ -30,6 +30,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("cost",),  # estimate, cost gate, budget
     ("clusters",),  # local, ssh, aws, ray: acquire, reach, release; the Execution seam
     ("pages",),  # everything people read: report.md/png, report.html, history pages
+    ("results",),  # a finished run measured and written, attested, verified
     ("prepare", "runner"),  # work before a run (assets, image); driving a Plan to its verdict
     ("commands",),  # the CLI and the command bodies: printing and exit codes
 ]

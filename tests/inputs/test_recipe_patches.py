@@ -7,7 +7,6 @@ part is plain bash (node.sh); it is run here for real, with git, against a real 
 
 from __future__ import annotations
 
-from support.paths import TESTS
 import hashlib
 import json
 import subprocess
@@ -16,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 from support.cli import SEED, reproduce
+from support.paths import TESTS
 
 from launcher.errors import BadInput, InfraError
 from launcher.inputs.patches import Patch, apply_lines

@@ -7,13 +7,13 @@ import statistics
 
 import pytest
 import yaml
-from launcher.results.evaluate import measure_run_dir
 from support.measure import as_recipe, run_standin, seed_raw, step_times_for_tps
 
 from launcher.catalog import price_per_hour
 from launcher.errors import BadInput
 from launcher.judge.measure import measure, pure_figures, stage_split
 from launcher.judge.parse.miles import StepRecord
+from launcher.results.evaluate import measure_run_dir
 
 
 def records_with_times(times: dict[int, float], loss: float = 1.0) -> list[StepRecord]:

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from launcher.results.evaluate import parse_log
 from support.measure import REPO, SEED, as_recipe, run_standin, seed_raw, step_times_for_tps
 
 from launcher.judge.measure import measure
 from launcher.judge.verdict import judge
+from launcher.results.evaluate import parse_log
 
 CLAIM = 6913.23
 SEED_STEP = step_times_for_tps(CLAIM)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from launcher.results.evaluate import write_report
 from support.measure import as_recipe, seed_raw, step_times_for_tps
 
 from launcher.judge.convergence import check
 from launcher.judge.measure import measure
 from launcher.judge.parse.miles import StepRecord
 from launcher.judge.verdict import judge
+from launcher.results.evaluate import write_report
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
