@@ -240,9 +240,8 @@ def log(tmp_path_factory) -> Path:
 
 
 def judged(path: Path, log: Path) -> str:
-    from launcher.results.evaluate import measure_path
-
     from launcher.inputs.recipe import load_recipe
+    from launcher.results.evaluate import measure_path
 
     result, verdict = measure_path(log, load_recipe(path))
     return json.dumps([result.to_dict(), verdict.to_dict()], sort_keys=True, default=str)
