@@ -31,6 +31,7 @@ from typing import Any
 import yaml
 
 from launcher import report
+from launcher.catalog import Price
 from launcher.convergence import check, loss_curve
 from launcher.errors import BadInput
 from launcher.measure import Result, measure, measured_date
@@ -178,6 +179,7 @@ def _judged(
     price_per_hour: float | None,
     region: str | None,
     tolerance: Tolerance | None,
+    price: Price | None = None,
 ) -> tuple[Result, Verdict]:
     result = measure(
         records,
@@ -187,6 +189,7 @@ def _judged(
         region=region,
         parse_stats=stats,
         measured=measured_date(records),
+        price=price,
     )
     return result, judge(result, recipe, tolerance=tolerance)
 
@@ -234,8 +237,11 @@ def measure_run_dir(
         raise BadInput(f"run directory {run_dir} holds no {TRAIN_LOG}: nothing to measure.")
     recipe = recipe if recipe is not None else recipe_of(run_dir)
     records, stats = parse_log(run_dir / TRAIN_LOG)
+    # The price the run used (run.json, decided once when it started) prices its $ figures,
+    # offline too; --price-per-hour or --region given here price it anew.
+    recorded = recorded_price(run_dir) if price_per_hour is None and region is None else None
     result, verdict = _judged(
-        records, stats, recipe, load_timeline(run_dir), price_per_hour, region, tolerance
+        records, stats, recipe, load_timeline(run_dir), price_per_hour, region, tolerance, recorded
     )
     convergence = None
     if reference is not None:
@@ -247,6 +253,16 @@ def measure_run_dir(
 
         write_run_page(run_dir)  # made from the files written above (docs/report.md)
     return result, verdict
+
+
+def recorded_price(run_dir: Path) -> Price | None:
+    """The price a run recorded in run.json (`price`), or None (none recorded, or unreadable:
+    then the catalog prices it, as before prices were recorded)."""
+    try:
+        record = json.loads((Path(run_dir) / "run.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return Price.from_dict(record.get("price")) if isinstance(record, dict) else None
 
 
 def out_dir(path: Path) -> Path:

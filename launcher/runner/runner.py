@@ -78,20 +78,27 @@ class Runner:
         """A new run of a prepared Plan: its run dir, its cluster (by the profile's kind), then
         `execute`; the run joins its recipe's history whatever happens. Refused runs (BadInput)
         start nothing and leave no run dir."""
-        from launcher.reproduction import check_before_start
+        from launcher.reproduction import check_before_start, decide_price
 
         recipe, profile, plan = prepared.recipe, prepared.profile, prepared.plan
         start = check_before_start(prepared, options)  # the same checks the dry run applies
         if start.refusals:
             raise BadInput(start.refusals[0])
         budget = start.budget
-        # Before the run directory and any cloud call: what this machine can check (credentials)
-        # and the cost gate (shown, then confirmed, --yes, or a budget); a refusal leaves nothing.
+        # Before the run directory and any cloud call: what this machine can check (credentials),
+        # the run's price (decided once: looked up live where the backend can, else the
+        # catalog's) and the cost gate (shown, then confirmed, --yes, or a budget); a refusal
+        # leaves nothing.
         clusters.check_ready(profile)
+        decided = decide_price(prepared, self.reporter.warn)
+        if decided.price is not prepared.price:
+            prepared = decided
+            budget = check_before_start(prepared, options).budget  # at the price decided
         gate = pass_gate(prepared, options, self.reporter, attended=not self.settings.unattended)
         root = options.runs_dir or default_runs_root()
         run_dir = RunDir.create(root, recipe.slug, plan.run_id)  # BadInput for a used --run-id
-        run_dir.update_record(cost=gate.to_record())
+        price = prepared.price.to_dict() if prepared.price is not None else None
+        run_dir.update_record(cost=gate.to_record(), price=price)
         run_dir.write_inputs(
             recipe_text=recipe.text,
             profile=profile.path.read_text(encoding="utf-8"),
@@ -99,7 +106,11 @@ class Runner:
             node_script=plan.node_script,
         )
         cluster = clusters.from_plan(
-            plan, LaunchOptions(keep=options.keep, owner=prepared.owner), run_dir.path
+            plan,
+            LaunchOptions(
+                keep=options.keep, owner=prepared.owner, price_per_hour=gate.price_per_hour
+            ),
+            run_dir.path,
         )
         try:
             return self.execute(
