@@ -51,6 +51,28 @@ def console(*fingerprints: str) -> dict:
 
 
 STANDIN_FINGERPRINT = "SHA256:" + "C" * 43  # a launched instance's key in the moto tests
+QUOTA_NAMES = {
+    "L-417A185B": "Running On-Demand P instances",
+    "L-7212CCBC": "All P Spot Instance Requests",
+}
+
+
+def service_quota(params: dict, value: float = 1536.0) -> dict:
+    """GetServiceQuota's answer, shaped as AWS gives it (the service model's fields)."""
+    code = params["QuotaCode"]
+    return {
+        "Quota": {
+            "ServiceCode": "ec2",
+            "ServiceName": "Amazon Elastic Compute Cloud (Amazon EC2)",
+            "QuotaArn": f"arn:aws:servicequotas:us-east-1:123456789012:ec2/{code}",
+            "QuotaCode": code,
+            "QuotaName": QUOTA_NAMES.get(code, code),
+            "Value": value,
+            "Unit": "None",
+            "Adjustable": True,
+            "GlobalQuota": False,
+        }
+    }
 
 
 def client_error(code: str, message: str = "injected", operation: str = "Op") -> Exception:
@@ -162,6 +184,8 @@ class RecordingSession:
             "describe_placement_groups": self.placement_groups.describe,
             # moto's console output is a fixed kernel log without cloud-init's fingerprints
             "get_console_output": console(STANDIN_FINGERPRINT),
+            # moto's Service Quotas know only vpc: an account with room for 8 p5en nodes
+            "get_service_quota": service_quota,
         }
         self.faults: dict[str, Any] = {}
 

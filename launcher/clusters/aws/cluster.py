@@ -475,8 +475,8 @@ def check(
     )
     assert cluster.settings is not None
     cluster.session  # noqa: B018 - credentials and region first
-    log(price_line(recipe, profile, cluster.settings, cluster.session))
     api = Executor(Mode.CHECK, cluster.settings, cluster.client, cluster.poll_s)
+    api.lines.append(price_line(recipe, profile, cluster.settings, cluster.session))
     try:
         program.run(cluster.launch_context(), api)
     finally:
