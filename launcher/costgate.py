@@ -139,6 +139,12 @@ def refuse_unattended(profile: Profile, *, yes: bool, max_usd: float | None, who
         )
 
 
+def refused_unattended(profile: Profile, options: Options, *, unattended: bool) -> bool:
+    """Will the gate refuse this run for want of consent (no terminal, no --yes, no budget)?
+    Then nothing is asked of the cloud before the refusal, not even the price."""
+    return unattended and launches(profile) and not options.yes and options.max_usd is None
+
+
 def decide(prepared: Prepared, options: Options, *, attended: bool) -> CostGate:
     """The gate for one run: its header, and whether to ask, go, or refuse."""
     recipe, profile, plan = prepared.recipe, prepared.profile, prepared.plan

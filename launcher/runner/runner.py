@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from launcher import clusters
 from launcher.budget import Budget
 from launcher.clusters.base import Cluster, LaunchOptions, Node
-from launcher.costgate import pass_gate
+from launcher.costgate import pass_gate, refused_unattended
 from launcher.errors import BadInput, InfraError, ReproduceError
 from launcher.pages import write_run_page_safely
 from launcher.recipe import Recipe
@@ -90,10 +90,13 @@ class Runner:
         # catalog's) and the cost gate (shown, then confirmed, --yes, or a budget); a refusal
         # leaves nothing.
         clusters.check_ready(profile)
-        decided = decide_price(prepared, self.reporter.warn)
-        if decided.price is not prepared.price:
-            prepared = decided
-            budget = check_before_start(prepared, options).budget  # at the price decided
+        if not refused_unattended(profile, options, unattended=self.settings.unattended):
+            # The one cloud call before the gate: a read (the price), never a launch; a run the
+            # gate refuses anyway sends nothing at all.
+            decided = decide_price(prepared, self.reporter.warn)
+            if decided.price is not prepared.price:
+                prepared = decided
+                budget = check_before_start(prepared, options).budget  # at the price decided
         gate = pass_gate(prepared, options, self.reporter, attended=not self.settings.unattended)
         root = options.runs_dir or default_runs_root()
         run_dir = RunDir.create(root, recipe.slug, plan.run_id)  # BadInput for a used --run-id
