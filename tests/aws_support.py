@@ -621,3 +621,47 @@ def moto_aws(monkeypatch, tmp_path):
     finally:
         reset()
         server.stop()
+
+
+class StubbedSession:
+    """A real boto3 session whose clients are botocore Stubbers (one per service; nothing leaves
+    the process): each request is checked against the service model and the expected payload,
+    each answer against the model's response shape. For the calls moto lacks or fakes (Service
+    Quotas for ec2, the Price List)."""
+
+    def __init__(self, region: str = "us-east-1") -> None:
+        import boto3
+
+        self.real = boto3.Session(region_name=region)
+        self.region_name = region
+        self.stubs: dict[str, Any] = {}
+        self.clients: dict[str, Any] = {}
+
+    def stub(self, service: str) -> Any:
+        from botocore.stub import Stubber
+
+        if service not in self.stubs:
+            client = self.real.client(service, region_name=self.region_name)
+            self.clients[service] = client
+            self.stubs[service] = Stubber(client)
+            self.stubs[service].activate()
+        return self.stubs[service]
+
+    def get_credentials(self) -> Any:
+        return self.real.get_credentials()
+
+    def get_available_partitions(self) -> list[str]:
+        return self.real.get_available_partitions()
+
+    def get_available_regions(self, *args: Any, **kw: Any) -> list[str]:
+        return self.real.get_available_regions(*args, **kw)
+
+    def client(self, name: str, **kw: Any) -> Any:
+        if name not in self.clients:
+            raise AssertionError(f"unexpected {name} client: nothing was stubbed for it")
+        return self.clients[name]
+
+    def done(self) -> None:
+        for stub in self.stubs.values():
+            stub.assert_no_pending_responses()
+            stub.deactivate()
