@@ -30,9 +30,7 @@ from typing import Any
 
 import yaml
 
-from launcher import report
 from launcher.catalog import Price
-from launcher.convergence import check, loss_curve
 from launcher.errors import BadInput
 from launcher.inputs.recipe import Recipe, load_recipe
 from launcher.judge.convergence import check, loss_curve
@@ -265,7 +263,7 @@ def recorded_price(run_dir: Path) -> Price | None:
     """The price a run recorded in run.json (`price`), or None (none recorded, or unreadable:
     then the catalog prices it, as before prices were recorded)."""
     try:
-        record = json.loads((Path(run_dir) / "run.json").read_text(encoding="utf-8"))
+        record = json.loads((Path(run_dir) / Files.RUN).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     return Price.from_dict(record.get("price")) if isinstance(record, dict) else None

@@ -6,10 +6,10 @@ profile kind) is printed at the top of the dry run and on stderr."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
-from cli_support import SEED, reproduce
-from support.cli import FIXTURES, SEED, reproduce
+from support.cli import SEED, reproduce
 from support.paths import REPO
 
 NO_CREDENTIALS = {

@@ -17,15 +17,15 @@ from pathlib import Path
 
 import pytest
 import yaml
-from infra.nodescript import plan_running, script
-from measure_support import SEED, run_standin, seed_raw, step_times_for_tps
+from support.measure import SEED, run_standin, seed_raw, step_times_for_tps
+from support.nodescript import plan_running, script
 
 from launcher import catalog
 from launcher.catalog import Price
-from launcher.evaluate import measure_run_dir
-from launcher.reproduction import Options, prepare
+from launcher.records.runs import summarize
+from launcher.runner.evaluate import measure_run_dir
+from launcher.runner.reproduction import Options, prepare
 from launcher.runner.runner import Runner
-from launcher.runs import summarize
 
 CLAIM = seed_raw()["result"]["tokens_per_s_per_gpu"]
 

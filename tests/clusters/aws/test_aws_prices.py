@@ -21,13 +21,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import boto3
 import pytest
-from aws_support import load, seed_recipe, set_fake_env  # noqa: F401 - fixtures
 from botocore.stub import Stubber
-from operator_support import ERROR_XML, SEED, aws_env, run_piped
+from support.aws import load, seed_recipe, set_fake_env
+from support.operator_cli import ERROR_XML, SEED, aws_env, run_piped
 
 from launcher import catalog
 from launcher.clusters.aws.prices import live_price, pricing_region, request
-from launcher.runs import summarize
+from launcher.records.runs import summarize
 
 pytestmark = pytest.mark.aws
 NOW = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)

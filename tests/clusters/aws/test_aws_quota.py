@@ -14,11 +14,8 @@ import random
 from datetime import UTC, datetime
 
 import pytest
-from aws_support import (  # noqa: F401 - fixtures
+from support.aws import (
     StubbedSession,
-    ami,
-    aws,
-    client_error,
     load,
     nodes_recipe,
     seed_recipe,
