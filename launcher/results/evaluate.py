@@ -30,6 +30,7 @@ from typing import Any
 
 import yaml
 
+from launcher.catalog import Price
 from launcher.errors import BadInput
 from launcher.inputs.recipe import Recipe, load_recipe
 from launcher.judge.convergence import check, loss_curve
@@ -180,6 +181,7 @@ def _judged(
     region: str | None,
     tolerance: Tolerance | None,
     runs: int | None = None,
+    price: Price | None = None,
 ) -> tuple[Result, Verdict]:
     from launcher.plan import claimruns
 
@@ -191,6 +193,7 @@ def _judged(
         region=region,
         parse_stats=stats,
         measured=measured_date(records),
+        price=price,
     )
     # the claim's result.runs against this one run (launcher/plan/claimruns.py)
     return result, claimruns.apply(judge(result, recipe, tolerance=tolerance), recipe, runs)
@@ -248,8 +251,19 @@ def measure_run_dir(
     records, stats = parse_log(run_dir / TRAIN_LOG)
     if runs is None:
         runs = accepted_in(run_dir)
+    # The price the run used (run.json, decided once when it started) prices its $ figures,
+    # offline too; --price-per-hour or --region given here price it anew.
+    recorded = recorded_price(run_dir) if price_per_hour is None and region is None else None
     result, verdict = _judged(
-        records, stats, recipe, load_timeline(run_dir), price_per_hour, region, tolerance, runs
+        records,
+        stats,
+        recipe,
+        load_timeline(run_dir),
+        price_per_hour,
+        region,
+        tolerance,
+        runs,
+        price=recorded,
     )
     convergence = None
     if reference is not None:
@@ -261,6 +275,16 @@ def measure_run_dir(
 
         write_run_page(run_dir)  # made from the files written above (docs/report.md)
     return result, verdict
+
+
+def recorded_price(run_dir: Path) -> Price | None:
+    """The price a run recorded in run.json (`price`), or None (none recorded, or unreadable:
+    then the catalog prices it, as before prices were recorded)."""
+    try:
+        record = json.loads((Path(run_dir) / Files.RUN).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return Price.from_dict(record.get("price")) if isinstance(record, dict) else None
 
 
 def out_dir(path: Path) -> Path:
