@@ -23,7 +23,7 @@ from support.nodescript import plan_running, script
 from launcher import catalog
 from launcher.catalog import Price
 from launcher.records.runs import summarize
-from launcher.runner.evaluate import measure_run_dir
+from launcher.results.evaluate import measure_run_dir
 from launcher.runner.reproduction import Options, prepare
 from launcher.runner.runner import Runner
 
