@@ -50,6 +50,9 @@ LAUNCHER_FILES = frozenset(
         "result.yaml",
         "verdict.json",
         "report.md",
+        "measure.json",
+        "attestation.intoto.json",
+        "attestation.pub",
     }
 )
 STATES = (

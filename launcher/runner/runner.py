@@ -22,6 +22,7 @@ from launcher.budget import Budget
 from launcher.clusters.base import Cluster, LaunchOptions, Node
 from launcher.costgate import pass_gate
 from launcher.errors import BadInput, InfraError, ReproduceError
+from launcher.identity import launcher_identity
 from launcher.pages import write_run_page_safely
 from launcher.recipe import Recipe
 from launcher.rundir import FINAL_STATES, RunDir, default_runs_root
@@ -136,6 +137,7 @@ class Runner:
             container=plan.container,
             offset_source="size of logs/node.log",
             budget=asdict(budget) if budget is not None else None,
+            launcher=launcher_identity(),  # which code ran it (an attestation names it)
         )
         if not (rd.path / "node.sh").exists():
             rd.write_text("node.sh", plan.node_script)
