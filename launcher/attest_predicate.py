@@ -110,6 +110,10 @@ def measured_inputs(root: Path, record: dict[str, Any]) -> dict[str, Any]:
         if safe_name(path) and (Path(root) / path).is_file():
             out[role] = {"path": path, "sha256": digest}
             continue
+        dest = Path(root) / INPUTS_DIR / _INPUT_NAMES[role]
+        if dest.is_file() and sha256_file(dest) == digest:  # copied in by an earlier attest
+            out[role] = {"path": f"{INPUTS_DIR}/{_INPUT_NAMES[role]}", "sha256": digest}
+            continue
         source = Path(path)
         if not source.is_absolute() or not source.is_file():
             raise BadInput(
@@ -121,10 +125,8 @@ def measured_inputs(root: Path, record: dict[str, Any]) -> dict[str, Any]:
                 f"the {role} measured into {root} ({path}) changed since it was measured "
                 f"(sha256 {digest[:12]}... then). Measure again, then attest."
             )
-        dest = Path(root) / INPUTS_DIR / _INPUT_NAMES[role]
         dest.parent.mkdir(exist_ok=True)
-        if not dest.is_file() or sha256_file(dest) != digest:
-            shutil.copyfile(source, dest)
+        shutil.copyfile(source, dest)
         out[role] = {"path": f"{INPUTS_DIR}/{_INPUT_NAMES[role]}", "sha256": digest}
     return out
 
@@ -301,7 +303,8 @@ def build_predicate(root: Path, *, now: float | None = None) -> dict[str, Any]:
     if not plan:
         missing["recipe.source"] = "no plan.json: a measurement, not a run; see measurement"
     claim: dict[str, Any] = raw["result"] if isinstance(raw.get("result"), dict) else {}
-    plan_recipe["instance"] = (raw.get("hardware") or {}).get("instance")
+    gpu = raw.get("gpu") if isinstance(raw.get("gpu"), dict) else {}
+    plan_recipe["instance"] = gpu.get("instance")
     stamp = time.time() if now is None else now
     return plain(
         {
@@ -310,7 +313,11 @@ def build_predicate(root: Path, *, now: float | None = None) -> dict[str, Any]:
                 "file": inputs["recipe"]["path"],
                 "sha256": inputs["recipe"]["sha256"],
                 "slug": recipe_slug(raw) if isinstance(raw, dict) else None,
-                "name": raw.get("name"),
+                "model": raw.get("model"),
+                "author": (raw.get("author") or {}).get("name")
+                if isinstance(raw.get("author"), dict)
+                else None,
+                "status": raw.get("status"),
                 "source": plan_recipe.get("path") or record["recipe"].get("path"),
             },
             "claim": {k: claim.get(k) for k in FIGURES if k in claim},
