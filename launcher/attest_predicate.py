@@ -303,7 +303,7 @@ def build_predicate(root: Path, *, now: float | None = None) -> dict[str, Any]:
     if not plan:
         missing["recipe.source"] = "no plan.json: a measurement, not a run; see measurement"
     claim: dict[str, Any] = raw["result"] if isinstance(raw.get("result"), dict) else {}
-    gpu = raw.get("gpu") if isinstance(raw.get("gpu"), dict) else {}
+    gpu: dict[str, Any] = raw["gpu"] if isinstance(raw.get("gpu"), dict) else {}
     plan_recipe["instance"] = gpu.get("instance")
     stamp = time.time() if now is None else now
     return plain(

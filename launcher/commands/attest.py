@@ -64,11 +64,14 @@ def attest(directory: Path, private_key: Any, *, now: float | None = None) -> di
     public = private_key.public_key()
     _write_atomic(directory / PUB_FILE, (public_line(public, "reproduce attest") + "\n").encode())
     _write_atomic(directory / ENVELOPE_FILE, (json.dumps(envelope, indent=2) + "\n").encode())
+    from launcher.attest_verify import verify_dir
+
+    verify_dir(directory, None)  # what was written verifies, as a reader will check it
     page = None
     if (directory / "run.json").is_file() or (directory / "report.html").is_file():
         from launcher.pages import write_run_page
 
-        page = write_run_page(directory)
+        page = write_run_page(directory, verified={"verified": True})
     return {
         "directory": str(directory),
         "attestation": str(directory / ENVELOPE_FILE),
