@@ -147,6 +147,12 @@ def nightly_cmd(
         help="Paid clusters (aws): accept each recipe's cost without a --max-usd budget "
         "(a nightly is unattended: one of the two is required there).",
     ),
+    attest_key: Path | None = typer.Option(
+        None,
+        "--attest-key",
+        help="Attest every measured run with this ed25519 private key (reproduce attest; "
+        "an encrypted key's passphrase from $REPRODUCE_KEY_PASSPHRASE).",
+    ),
 ) -> None:
     """Reproduce each recipe in turn, record it in the history, flag regressions; exit 0 all good, 1 any regression or failed check, 3 infra."""  # noqa: E501 - typer shows its line breaks
     from launcher.commands.history import run_nightly
@@ -160,6 +166,7 @@ def nightly_cmd(
             max_usd=max_usd,
             max_hours=max_hours,
             yes=yes,
+            attest_key=attest_key,
         )
     except ReproduceError as err:
         raise fail(err) from None

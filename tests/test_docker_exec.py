@@ -88,8 +88,8 @@ def test_pull_by_digest_then_ray_and_standin_miles_then_measure(
     from attest_support import keypair
 
     from launcher.attest_keys import load_signing_key
+    from launcher.attest_run import attest_directory as attest
     from launcher.attest_verify import verify_dir
-    from launcher.commands.attest import attest
 
     key, pub = keypair(tmp_path)
     attest(rd.path, load_signing_key(key))

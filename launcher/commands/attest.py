@@ -40,52 +40,12 @@ def _signing_key(key: Path | None) -> tuple[Path, Any]:
     return path, load_signing_key(path)
 
 
-def attest(directory: Path, private_key: Any, *, now: float | None = None) -> dict[str, Any]:
-    """Sign the directory's evidence: check that its figures are what its logs give, write
-    attestation.intoto.json and attestation.pub, refresh report.html. Returns a summary."""
-    from launcher.attest import (
-        ENVELOPE_FILE,
-        PUB_FILE,
-        evidence_files,
-        sign,
-        statement,
-        subjects_of,
-    )
-    from launcher.attest_keys import fingerprint, public_line
-    from launcher.attest_predicate import build_predicate
-    from launcher.attest_verify import check_subjects, remeasure_check
-    from launcher.rundir import _write_atomic
-
-    predicate = build_predicate(directory, now=now)  # may copy a bare log's inputs in
-    stmt = statement(subjects_of(directory, evidence_files(directory)), predicate)
-    check_subjects(directory, stmt)  # a file changing while we read it
-    status, _ = remeasure_check(directory, stmt)  # CheckFailed: nothing is signed
-    envelope = sign(stmt, private_key)
-    public = private_key.public_key()
-    _write_atomic(directory / PUB_FILE, (public_line(public, "reproduce attest") + "\n").encode())
-    _write_atomic(directory / ENVELOPE_FILE, (json.dumps(envelope, indent=2) + "\n").encode())
-    from launcher.attest_verify import verify_dir
-
-    verify_dir(directory, None)  # what was written verifies, as a reader will check it
-    page = None
-    if (directory / "run.json").is_file() or (directory / "report.html").is_file():
-        from launcher.pages import write_run_page
-
-        page = write_run_page(directory, verified={"verified": True})
-    return {
-        "directory": str(directory),
-        "attestation": str(directory / ENVELOPE_FILE),
-        "signed_by": fingerprint(public),
-        "subjects": len(stmt["subject"]),
-        "verdict": status,
-        "page": str(page) if page else None,
-    }
-
-
 def run_attest(ref: str, key: Path | None, runs_root: Path | None, json_out: bool) -> int:
     directory = _directory(ref, runs_root)
     path, private_key = _signing_key(key)
-    summary = attest(directory, private_key)
+    from launcher.attest_run import attest_directory
+
+    summary = attest_directory(directory, private_key)
     if json_out:
         print(json.dumps({**summary, "key": str(path)}))
     else:
