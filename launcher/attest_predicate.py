@@ -287,6 +287,14 @@ def build_predicate(root: Path, *, now: float | None = None) -> dict[str, Any]:
             f"{root} holds no measure.json: it was not measured by this version of reproduce. "
             f"Measure it again (`reproduce measure {root}`), then attest."
         )
+    status = read_json(root, "status.json")
+    from launcher.rundir import FINAL_STATES
+
+    if isinstance(status, dict) and status.get("state") not in FINAL_STATES:
+        raise BadInput(
+            f"run {root} has not ended (state {status.get('state')!r}): its evidence is not "
+            "complete yet. Attest it once it is done, failed or cancelled."
+        )
     verdict = read_json(root, "verdict.json")
     if not isinstance(verdict, dict):
         raise BadInput(f"{root} holds no verdict.json: nothing judged to attest.")

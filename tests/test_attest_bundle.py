@@ -36,6 +36,13 @@ def test_the_bundle_holds_the_attestation_and_each_subject_once(attested):
     assert len(names) == len(set(names)) and f"{top}/report.html" not in names
 
 
+def test_verify_takes_the_bundle_of_a_measure_out_directory_as_it_is(attested):
+    _, pub, bundle = attested
+    proc = cli("verify", bundle, "--key", pub)
+    assert proc.returncode == 0, proc.stderr
+    assert "verified" in proc.stdout and "verdict reproduced" in proc.stdout
+
+
 def test_a_bundle_is_never_overwritten_and_an_unattested_run_is_not_bundled(attested, tmp_path):
     out, _, bundle = attested
     again = cli("bundle", out, "--out", bundle)

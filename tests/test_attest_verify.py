@@ -164,6 +164,10 @@ def test_one_changed_byte_is_exit_1_with_one_clear_message(made, tmp_path):
     assert proc.returncode == 1
     assert "logs/train.log changed since it was attested" in proc.stderr
     assert "Traceback" not in proc.stderr and proc.stdout == ""
+    as_json = cli("verify", d, "--key", made["pub"], "--json")
+    data = json.loads(as_json.stdout)  # one object, on failure too
+    assert as_json.returncode == 1 and data["verified"] is False and data["exit_code"] == 1
+    assert "logs/train.log changed" in data["error"]
 
 
 def test_a_figure_edited_in_result_yaml_is_named_with_both_values_and_the_gap(made, tmp_path):
@@ -263,6 +267,16 @@ def test_a_signer_who_signs_figures_the_log_does_not_give_is_caught_by_the_remea
     message = failure(d, made["pub"])
     assert "the attested figures are not what the log gives" in message
     assert "tokens_per_s_per_gpu: attested 7100.5, re-measured 6913.23 (by -187.27" in message
+
+
+def test_a_run_still_going_on_is_not_attested(made, tmp_path):
+    d = copy_of(made["run"], tmp_path)
+    (d / ENVELOPE_FILE).unlink()
+    status = json.loads((d / "status.json").read_text())
+    (d / "status.json").write_text(json.dumps({**status, "state": "detached"}))
+    proc = cli("attest", d, "--key", made["key"])
+    assert proc.returncode == 2 and "has not ended (state 'detached')" in proc.stderr
+    assert not (d / ENVELOPE_FILE).exists()
 
 
 def test_bad_input_is_exit_2_with_one_paragraph(made, tmp_path):
