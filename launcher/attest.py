@@ -233,9 +233,10 @@ def statement_problem(stmt: Any) -> str | None:
         return "the statement has no subjects."
     for s in subjects:
         name = s.get("name") if isinstance(s, dict) else None
-        digest = (s.get("digest") or {}).get("sha256") if isinstance(s, dict) else None
+        digests = s.get("digest") if isinstance(s, dict) else None
+        digest = digests.get("sha256") if isinstance(digests, dict) else None
         if not isinstance(name, str) or not isinstance(digest, str) or not safe_name(name):
-            return f"subject {s!r} is not a relative file name with a sha256 digest."
+            return f"subject {str(s)[:200]} is not a relative file name with a sha256 digest."
     if not isinstance(stmt.get("predicate"), dict):
         return "the statement has no predicate object."
     return None

@@ -233,6 +233,11 @@ def verify_dir(root: Path, key: Path | None = None) -> Verified:
         status, figures = remeasure_check(root, stmt)
     except BadInput as err:
         raise CheckFailed(f"{root}: the attested inputs cannot be measured again: {err}") from None
+    except (KeyError, TypeError, ValueError, AttributeError) as err:  # a signed, malformed record
+        raise CheckFailed(
+            f"{root}: the attested measurement record or predicate is malformed "
+            f"({type(err).__name__}: {err}); it cannot be measured again."
+        ) from None
     names = {s["name"] for s in stmt["subject"]}
     extra = [n for n in evidence_files(root) if n not in names]
     return Verified(

@@ -313,3 +313,51 @@ def test_a_key_made_by_ssh_keygen_signs_and_its_fingerprint_is_openssh_own(made,
     ).stdout.split()[1]
     assert shown in ok.stdout
     assert cli("verify", d, "--key", f"{key}.pub").returncode == 0
+
+
+def _mutations(stmt: dict) -> list[tuple[str, dict]]:
+    """Statements a hostile signer could sign: wrong shapes where verify reads."""
+    import copy
+
+    out = []
+
+    def case(name, edit):
+        s = copy.deepcopy(stmt)
+        edit(s)
+        out.append((name, s))
+
+    case("subject-not-a-list", lambda s: s.__setitem__("subject", {"a": 1}))
+    case("subject-digest-a-string", lambda s: s["subject"][0].__setitem__("digest", "abc"))
+    case("subject-escapes", lambda s: s["subject"][0].__setitem__("name", "../../etc/passwd"))
+    case("subject-absolute", lambda s: s["subject"][0].__setitem__("name", "/etc/passwd"))
+    case("no-predicate", lambda s: s.__setitem__("predicate", []))
+    case("other-type", lambda s: s.__setitem__("predicateType", "https://slsa.dev/provenance/v1"))
+    case(
+        "policy-other", lambda s: s["predicate"].__setitem__("policy", {"name": "x", "version": 9})
+    )
+    case("policy-list", lambda s: s["predicate"].__setitem__("policy", [1]))
+    case("inputs-list", lambda s: s["predicate"]["measurement"].__setitem__("inputs", [1, 2]))
+    case("measurement-str", lambda s: s["predicate"].__setitem__("measurement", "x"))
+    case(
+        "log-not-subject",
+        lambda s: s["predicate"]["measurement"]["inputs"]["log"].__setitem__("path", "nope.log"),
+    )
+    case("figures-missing", lambda s: s["predicate"].pop("figures"))
+    case("verdict-str", lambda s: s["predicate"].__setitem__("verdict", "reproduced"))
+    return out
+
+
+def test_a_hostile_signer_s_malformed_statements_fail_cleanly_never_a_traceback(made, tmp_path):
+    """Signed with the right key, so only verify's own reading stands between them and a crash."""
+    from launcher.errors import ReproduceError
+
+    d = copy_of(made["run"], tmp_path)
+    key = load_signing_key(made["key"])
+    stmt = statement_of(d)
+    for name, bad in _mutations(stmt):
+        (d / ENVELOPE_FILE).write_text(json.dumps(sign(bad, key)))
+        with pytest.raises(ReproduceError) as info:
+            verify_dir(d, made["pub"])
+        assert info.value.exit_code in (1, 2), name
+    (d / ENVELOPE_FILE).write_text(json.dumps(sign(stmt, key)))
+    verify_dir(d, made["pub"])  # the same statement, well-formed, holds
