@@ -9,6 +9,7 @@ verify it before the page says "verify passed". docs/attestation.md.
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -27,21 +28,33 @@ def attest_directory(
         subjects_of,
     )
     from launcher.attest_keys import fingerprint, public_line
-    from launcher.attest_predicate import build_predicate
-    from launcher.attest_verify import check_subjects, remeasure_check
+    from launcher.attest_predicate import INPUTS_DIR, build_predicate
+    from launcher.attest_verify import check_subjects, remeasure_check, verify_dir
     from launcher.rundir import _write_atomic
 
-    predicate = build_predicate(directory, now=now)  # may copy a bare log's inputs in
-    stmt = statement(subjects_of(directory, evidence_files(directory)), predicate)
-    check_subjects(directory, stmt)  # a file changing while we read it
-    status, _ = remeasure_check(directory, stmt)  # CheckFailed: nothing is signed
-    envelope = sign(stmt, private_key)
-    public = private_key.public_key()
-    _write_atomic(directory / PUB_FILE, (public_line(public, "reproduce attest") + "\n").encode())
-    _write_atomic(directory / ENVELOPE_FILE, (json.dumps(envelope, indent=2) + "\n").encode())
-    from launcher.attest_verify import verify_dir
-
-    verify_dir(directory, None)  # what was written verifies, as a reader will check it
+    inputs = directory / INPUTS_DIR
+    had_inputs, written = inputs.exists(), False
+    try:
+        predicate = build_predicate(directory, now=now)  # may copy a bare log's inputs in
+        stmt = statement(subjects_of(directory, evidence_files(directory)), predicate)
+        check_subjects(directory, stmt)  # a file changing while we read it
+        status, _ = remeasure_check(directory, stmt, files_first=True)  # CheckFailed: unsigned
+        envelope = sign(stmt, private_key)
+        public = private_key.public_key()
+        written = True
+        _write_atomic(
+            directory / PUB_FILE, (public_line(public, "reproduce attest") + "\n").encode()
+        )
+        _write_atomic(directory / ENVELOPE_FILE, (json.dumps(envelope, indent=2) + "\n").encode())
+        verify_dir(directory, None)  # what was written verifies, as a reader will check it
+    except BaseException:
+        # nothing half-done: no copied inputs, and no attestation that would not verify
+        if not had_inputs and inputs.is_dir():
+            shutil.rmtree(inputs, ignore_errors=True)
+        if written:
+            for name in (ENVELOPE_FILE, PUB_FILE):
+                (directory / name).unlink(missing_ok=True)
+        raise
     page = None
     if (directory / "run.json").is_file() or (directory / "report.html").is_file():
         from launcher.pages import write_run_page

@@ -138,10 +138,13 @@ def check_subjects(root: Path, stmt: dict[str, Any]) -> None:
             raise CheckFailed(_subject_changed(root, name, digest, now, stmt["predicate"]))
 
 
-def remeasure_check(root: Path, stmt: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
+def remeasure_check(
+    root: Path, stmt: dict[str, Any], *, files_first: bool = False
+) -> tuple[str | None, dict[str, Any]]:
     """Measure the attested log again with the recorded recipe, timeline and parameters and
-    compare with the predicate and the directory's result.yaml and verdict.json; CheckFailed
-    naming the first difference. Returns (verdict status, figures)."""
+    compare with the predicate, then the directory's result.yaml and verdict.json (`files_first`:
+    the files first, as attest names them); CheckFailed naming the first difference. Returns
+    (verdict status, figures)."""
     from launcher.evaluate import remeasure
     from launcher.recipe import load_recipe
     from launcher.verdict import POLICY_NAME, POLICY_VERSION, Tolerance
@@ -177,34 +180,21 @@ def remeasure_check(root: Path, stmt: dict[str, Any]) -> tuple[str | None, dict[
     )
     again = _norm(result.to_result_yaml())
     judged = _norm(verdict.to_dict())
-    checks = (
-        ("the attested figures", predicate.get("figures"), figures_of(again)),
-        ("the attested verdict", predicate.get("verdict"), verdict_of(judged)),
-    )
-    for where, attested, measured in checks:
-        diff = first_difference(_norm(attested), _norm(measured))
-        if diff:
-            raise CheckFailed(
-                describe(
-                    f"{root}: {where} are not what the log gives", diff, "attested", "re-measured"
-                )
-            )
+    attested = [
+        ("the attested figures are", "attested", predicate.get("figures"), figures_of(again)),
+        ("the attested verdict is", "attested", predicate.get("verdict"), verdict_of(judged)),
+    ]
+    files = []
     if "result.yaml" in names:
-        diff = first_difference(_norm(read_result(root)), again)
-        if diff:
-            raise CheckFailed(
-                describe(
-                    f"{root}/result.yaml is not what the log gives", diff, "file", "re-measured"
-                )
-            )
+        files.append(("result.yaml is", "file", read_result(root), again))
     if "verdict.json" in names:
         on_disk = json.loads((root / "verdict.json").read_text(encoding="utf-8"))
-        diff = first_difference(_norm(on_disk), judged)
+        files.append(("verdict.json is", "file", on_disk, judged))
+    for where, left, recorded, measured in files + attested if files_first else attested + files:
+        diff = first_difference(_norm(recorded), _norm(measured))
         if diff:
             raise CheckFailed(
-                describe(
-                    f"{root}/verdict.json is not what the log gives", diff, "file", "re-measured"
-                )
+                describe(f"{root}: {where} not what the log gives", diff, left, "re-measured")
             )
     if "steps.jsonl" in names:
         lines = "".join(json.dumps(r.to_dict()) + "\n" for r in records)

@@ -256,8 +256,8 @@ def test_a_signer_who_signs_figures_the_log_does_not_give_is_caught_by_the_remea
     result["tokens_per_s_per_gpu"] = 7100.5
     (d / "result.yaml").write_text(yaml.safe_dump(result, sort_keys=False))
     refused = cli("attest", d, "--key", made["key"])  # attest itself will not sign it
-    assert refused.returncode == 1 and "tokens_per_s_per_gpu" in refused.stderr
-    assert "re-measured 6913.23" in refused.stderr
+    assert refused.returncode == 1 and "result.yaml is not what the log gives" in refused.stderr
+    assert "tokens_per_s_per_gpu: file 7100.5, re-measured 6913.23" in refused.stderr
     from launcher.attest import evidence_files, statement, subjects_of
     from launcher.attest_predicate import build_predicate
 
@@ -267,6 +267,18 @@ def test_a_signer_who_signs_figures_the_log_does_not_give_is_caught_by_the_remea
     message = failure(d, made["pub"])
     assert "the attested figures are not what the log gives" in message
     assert "tokens_per_s_per_gpu: attested 7100.5, re-measured 6913.23 (by -187.27" in message
+
+
+def test_a_refused_attest_leaves_nothing_behind(made, tmp_path):
+    d = copy_of(made["unattested"], tmp_path)
+    before = sorted(p.relative_to(d).as_posix() for p in d.rglob("*"))
+    verdict = json.loads((d / "verdict.json").read_text())
+    verdict["difference_percent"] = 0.5
+    (d / "verdict.json").write_text(json.dumps(verdict))
+    proc = cli("attest", d, "--key", made["key"])
+    assert proc.returncode == 1 and "verdict.json is not what the log gives" in proc.stderr
+    assert "difference_percent: file 0.5, re-measured" in proc.stderr
+    assert sorted(p.relative_to(d).as_posix() for p in d.rglob("*")) == before  # no inputs/ left
 
 
 def test_a_run_still_going_on_is_not_attested(made, tmp_path):

@@ -49,11 +49,12 @@ def run_attest(ref: str, key: Path | None, runs_root: Path | None, json_out: boo
     if json_out:
         print(json.dumps({**summary, "key": str(path)}))
     else:
+        pub = f"{path}.pub" if Path(f"{path}.pub").is_file() else "SIGNER.pub"
         print(
             f"attested {directory}: {summary['subjects']} files, verdict {summary['verdict']}, "
             f"signed by {summary['signed_by']} ({path})\n"
             f"  {summary['attestation']}\n"
-            f"  check it: reproduce verify {directory} --key {path}.pub"
+            f"  check it: reproduce verify {directory} --key {pub}"
         )
     return 0
 
