@@ -1055,7 +1055,10 @@ def run_preflight(
         ]
         serials = smi_serials()
         meta["gpus"] = [
-            dict({k: r[k] for k in ("index", "name", "uuid", "pci.bus_id")}, serial=serials.get(r["index"]))
+            dict(
+                {k: r[k] for k in ("index", "name", "uuid", "pci.bus_id")},
+                serial=serials.get(r["index"]),
+            )
             for r in rows
         ]
     log, source = read_kernel_log()

@@ -22,13 +22,13 @@ def _directory(ref: str, runs_root: Path | None) -> Path:
     """A directory given by path (a run directory or a `measure --out` one), or a run id."""
     if Path(ref).is_dir():
         return Path(ref)
-    from launcher.rundir import RunDir
+    from launcher.records.rundir import RunDir
 
     return RunDir.find(ref, runs_root).path
 
 
 def _signing_key(key: Path | None) -> tuple[Path, Any]:
-    from launcher.attest_keys import KEY_ENV, default_key_path, load_signing_key
+    from launcher.results.attest_keys import KEY_ENV, default_key_path, load_signing_key
 
     path = key if key is not None else default_key_path()
     if path is None:
@@ -43,7 +43,7 @@ def _signing_key(key: Path | None) -> tuple[Path, Any]:
 def run_attest(ref: str, key: Path | None, runs_root: Path | None, json_out: bool) -> int:
     directory = _directory(ref, runs_root)
     path, private_key = _signing_key(key)
-    from launcher.attest_run import attest_directory
+    from launcher.results.attest_run import attest_directory
 
     summary = attest_directory(directory, private_key)
     if json_out:
@@ -62,8 +62,8 @@ def run_attest(ref: str, key: Path | None, runs_root: Path | None, json_out: boo
 def verify_target(target: Path, key: Path | None) -> dict[str, Any]:
     """Verify a directory or a bundle; the Verified summary as a dict (CheckFailed/BadInput
     otherwise). A bundle is unpacked into a temporary directory that is removed after."""
-    from launcher.attest import extract_bundle, is_bundle
-    from launcher.attest_verify import verify_dir
+    from launcher.results.attest import extract_bundle, is_bundle
+    from launcher.results.attest_verify import verify_dir
 
     target = Path(target)
     if not target.exists():
@@ -111,8 +111,8 @@ def run_bundle(ref: str, out: Path | None, runs_root: Path | None) -> int:
     """Pack an attested directory, after verifying it, into one .tar.gz."""
     import base64
 
-    from launcher.attest import ENVELOPE_FILE, read_envelope, write_bundle
-    from launcher.attest_verify import verify_dir
+    from launcher.results.attest import ENVELOPE_FILE, read_envelope, write_bundle
+    from launcher.results.attest_verify import verify_dir
 
     directory = _directory(ref, runs_root)
     if not (directory / ENVELOPE_FILE).is_file():
@@ -128,7 +128,7 @@ def run_bundle(ref: str, out: Path | None, runs_root: Path | None) -> int:
 
 
 def run_keygen(path: Path) -> int:
-    from launcher.attest_keys import keygen
+    from launcher.results.attest_keys import keygen
 
     pub, fp = keygen(path)
     print(f"wrote {path} (private, mode 0600) and {pub}\n  fingerprint {fp}")

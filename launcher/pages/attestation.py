@@ -1,9 +1,9 @@
 """The run page's attestation line: is the run signed, by which key, and did `verify` pass.
 
-Why the page never verifies by itself: verifying re-measures the run (launcher/attest_verify.py,
-which reads through launcher/evaluate.py, which writes this page): the page module may not import
-it. `reproduce attest` verifies the directory and hands the result to the page it rewrites; any
-later rendering reads the envelope as it is (unchecked: its keyid and time) and says that it was
+Why the page never verifies by itself: verifying re-measures the run
+(launcher/results/attest_verify.py, which reads through launcher/results/evaluate.py, which writes
+this page): the page module may not import it. `reproduce attest` verifies the directory and
+hands the result to the page it rewrites; any later rendering reads the envelope as it is (unchecked: its keyid and time) and says that it was
 not checked, with the command that checks it. docs/attestation.md.
 """
 
