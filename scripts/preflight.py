@@ -1054,13 +1054,8 @@ def run_preflight(
             check_nvlink(parse_topo(topo_text), [int(r["index"]) for r in rows], links),
         ]
         serials = smi_serials()
-        meta["gpus"] = [
-            dict(
-                {k: r[k] for k in ("index", "name", "uuid", "pci.bus_id")},
-                serial=serials.get(r["index"]),
-            )
-            for r in rows
-        ]
+        keys = ("index", "name", "uuid", "pci.bus_id")
+        meta["gpus"] = [dict({k: r[k] for k in keys}, serial=serials.get(r["index"])) for r in rows]
     log, source = read_kernel_log()
     critical = set(table.get("xid_critical", {}).get("codes", []))
     checks.append(check_xid(None if log is None else parse_xids(log), source, critical))

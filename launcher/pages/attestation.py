@@ -3,8 +3,9 @@
 Why the page never verifies by itself: verifying re-measures the run
 (launcher/results/attest_verify.py, which reads through launcher/results/evaluate.py, which writes
 this page): the page module may not import it. `reproduce attest` verifies the directory and
-hands the result to the page it rewrites; any later rendering reads the envelope as it is (unchecked: its keyid and time) and says that it was
-not checked, with the command that checks it. docs/attestation.md.
+hands the result to the page it rewrites; any later rendering reads the envelope as it is
+(unchecked: its keyid and time) and says that it was not checked, with the command that checks
+it. docs/attestation.md.
 """
 
 from __future__ import annotations
