@@ -294,3 +294,63 @@ def price_per_hour(
     return Price(
         by_region[chosen], f"{entry.price_source}, {entry.name} {chosen}{note}", entry.name, chosen
     )
+
+
+# Memory per GPU as the recipe states it (GB, vendor figures) may differ from the catalog's by
+# rounding (141 vs 140.4, 180 vs 179): more than this is another part.
+MEMORY_TOLERANCE = 0.03
+
+
+def _family(name: str) -> str:
+    return name.split("-")[0]
+
+
+def instance_problems(gpu_block: dict) -> list[tuple[str, str]]:
+    """Where a recipe's `gpu` block contradicts the catalog's facts of its gpu.instance: the GPU
+    model, the GPUs per node and the memory per GPU, as (field, message).
+
+    Why in `validate` (launcher/inputs/recipe.py calls it for every target): the instance names what
+    the figures were measured on and prices them, so an H200 recipe on an H100 instance, or 16
+    GPUs per node of an 8-GPU instance, is a claim no node can reproduce and a price of the wrong
+    hardware. An instance type the catalog does not know is not checked (no facts, no guess).
+    """
+    entry = instance(gpu_block.get("instance"))
+    if entry is None:
+        return []
+    where = f"gpu.instance {gpu_block.get('instance')!r}"
+    problems: list[tuple[str, str]] = []
+    wanted = gpu(gpu_block.get("type"))
+    name = wanted.name if wanted else str(gpu_block.get("type") or "").upper()
+    have = str(entry.gpu).upper()
+    if wanted is not None:
+        same = _family(wanted.name) == _family(entry.gpu)
+    else:
+        same = bool(name) and (name in have or have in name)
+    if not same:
+        problems.append(
+            (
+                "gpu.type",
+                f"{gpu_block.get('type')!r}, but {where} has {entry.gpus} x {entry.gpu} "
+                f"({entry.source}); expected {entry.gpu} or another instance type",
+            )
+        )
+    per_node = gpu_block.get("per_node")
+    if per_node != entry.gpus:
+        problems.append(
+            (
+                "gpu.per_node",
+                f"{per_node}, but {where} has {entry.gpus} GPUs per node; expected "
+                f"{entry.gpus} (a node is a whole instance, and its price pays for all of them)",
+            )
+        )
+    memory, part = gpu_block.get("memory_gb"), GPUS.get(entry.gpu)
+    if same and memory is not None and part is not None and part.memory_gb:
+        if abs(float(memory) - part.memory_gb) > MEMORY_TOLERANCE * part.memory_gb:
+            problems.append(
+                (
+                    "gpu.memory_gb",
+                    f"{memory:g} GB, but the {entry.gpu} GPUs of {where} have "
+                    f"{part.memory_gb:g} GB each; expected {part.memory_gb:g} or null",
+                )
+            )
+    return problems

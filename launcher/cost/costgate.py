@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from launcher.cost.estimate import likely_lines, target_args
 from launcher.errors import BadInput
 from launcher.inputs.profile import AwsProfile, RayProfile, SshProfile
+from launcher.plan.claimruns import claim_lines
 
 if TYPE_CHECKING:
     from launcher.inputs.profile import Profile
@@ -192,6 +193,7 @@ def decide(prepared: Prepared, options: Options, *, attended: bool) -> CostGate:
     if worst is not None:
         lines.append(f"worst     {worst}")
     lines.append(f"budget    {_budget_words(options)}")
+    lines += claim_lines(plan)  # result.runs and patches: what the verdict will say of them
     lines[5:5] = likely_lines(  # after "expected": what it costs with everything included
         recipe, **target_args(profile, price), max_usd=options.max_usd
     )

@@ -29,6 +29,7 @@ from launcher.pages.html import (
     table,
 )
 from launcher.pages.provenance import provenance
+from launcher.pages.recipe_fields import card_section as recipe_card
 from launcher.pages.rundata import RUN_FILES, RunFiles, read_run_dir
 from launcher.records.rundir import Files
 
@@ -96,6 +97,7 @@ def render_run_page(files: RunFiles, attestation: str = "") -> str:
         rs.guard("convergence", "Convergence check", rs.convergence, ctx),
         rs.guard("provenance", "Provenance: what exactly ran", provenance, ctx),
         rs.guard("notes", "Notes and cross-checks", rs.notes, ctx),
+        rs.guard("card", "The recipe card as written", recipe_card, ctx),
         rs.guard("steps", "Every step", rs.steps_table, ctx),
     ]
     return page(

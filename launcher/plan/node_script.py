@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from launcher.inputs.patches import node_lines as patch_lines
 from launcher.inputs.profile import Profile, RayProfile
 from launcher.inputs.recipe import Image, Recipe
 from launcher.inputs.stack import expected_versions
@@ -501,6 +502,7 @@ def render_node_script(
             "_cleanup() { :; }",
             "trap _on_exit EXIT",
             *ctx.exports(),
+            *patch_lines(r),
             "",
             f"# ---- stage ray: {by['ray'].title}",
             "_stage_begin ray",

@@ -178,6 +178,7 @@ def remeasure_check(
         price_per_hour=record.get("price_per_hour"),
         region=record.get("region"),
         tolerance=tolerance,
+        runs=record.get("runs"),
     )
     again = _norm(result.to_result_yaml())
     judged = _norm(verdict.to_dict())

@@ -184,12 +184,15 @@ def remeasure(
     price_per_hour: float | None = None,
     region: str | None = None,
     tolerance: Tolerance | None = None,
+    runs: int | None = None,
 ) -> tuple[list[StepRecord], Result, Verdict]:
     """Parse and judge one log exactly as a measurement does, writing nothing: `reproduce
     verify` checks an attested directory with it (measure into memory, never into the directory
     it checks)."""
     records, stats = parse_log(log)
-    result, verdict = _judged(records, stats, recipe, timeline, price_per_hour, region, tolerance)
+    result, verdict = _judged(
+        records, stats, recipe, timeline, price_per_hour, region, tolerance, runs
+    )
     return records, result, verdict
 
 
@@ -222,6 +225,7 @@ def write_measure_record(
     region: str | None,
     tolerance: Tolerance | None,
     reference: Path | None = None,
+    runs: int | None = None,
 ) -> None:
     """out/measure.json: what this measurement read and how it judged (its record). The timeline
     is kept as it was read: a run's timeline.json gains its release time after the run was
@@ -246,6 +250,7 @@ def write_measure_record(
         "region": region,
         "tolerance": (tolerance if tolerance is not None else Tolerance()).to_dict(),
         "reference": str(reference) if reference is not None else None,
+        "runs": runs,  # fewer measured runs than the claim's mean, accepted (--runs)
         "policy": {"name": POLICY_NAME, "version": POLICY_VERSION},
         "launcher": launcher_identity(),
     }
@@ -260,7 +265,10 @@ def _judged(
     price_per_hour: float | None,
     region: str | None,
     tolerance: Tolerance | None,
+    runs: int | None = None,
 ) -> tuple[Result, Verdict]:
+    from launcher.plan import claimruns
+
     result = measure(
         records,
         recipe,
@@ -270,7 +278,8 @@ def _judged(
         parse_stats=stats,
         measured=measured_date(records),
     )
-    return result, judge(result, recipe, tolerance=tolerance)
+    # the claim's result.runs against this one run (launcher/plan/claimruns.py)
+    return result, claimruns.apply(judge(result, recipe, tolerance=tolerance), recipe, runs)
 
 
 def write_outputs(
@@ -302,6 +311,7 @@ def measure_run_dir(
     write_plots: bool = True,
     reference: Path | None = None,
     out: Path | None = None,
+    runs: int | None = None,
     write_page: bool = True,
 ) -> tuple[Result, Verdict]:
     """Measure a run directory (its logs/train.log) and write its files there, or into `out`
@@ -310,8 +320,11 @@ def measure_run_dir(
     `write_page` is False: the runner writes the page once, at the very end of a run, so that it
     shows the release and the history row too (a page written here would be written again).
 
-    `recipe` defaults to the run directory's own recipe.yaml. Returns (Result, Verdict).
+    `recipe` defaults to the run directory's own recipe.yaml; `runs` (--runs) to what the run
+    was started with (plan.json). Returns (Result, Verdict).
     """
+    from launcher.plan.claimruns import accepted_in
+
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise BadInput(f"run directory {run_dir} does not exist.")
@@ -319,8 +332,12 @@ def measure_run_dir(
         raise BadInput(f"run directory {run_dir} holds no {TRAIN_LOG}: nothing to measure.")
     recipe = recipe if recipe is not None else recipe_of(run_dir)
     records, stats = parse_log(run_dir / TRAIN_LOG)
+    if runs is None:
+        runs = accepted_in(run_dir)
     timeline = load_timeline(run_dir)
-    result, verdict = _judged(records, stats, recipe, timeline, price_per_hour, region, tolerance)
+    result, verdict = _judged(
+        records, stats, recipe, timeline, price_per_hour, region, tolerance, runs
+    )
     convergence = None
     if reference is not None:
         convergence = check(loss_curve(records), loss_curve(load_records(reference)[0]))
@@ -336,6 +353,7 @@ def measure_run_dir(
         region=region,
         tolerance=tolerance,
         reference=reference,
+        runs=runs,
     )
     if target == run_dir and write_page:
         from launcher.pages import write_run_page
@@ -365,6 +383,7 @@ def measure_path(
     tolerance: Tolerance | None = None,
     timeline_path: Path | None = None,
     out: Path | None = None,
+    runs: int | None = None,
 ) -> tuple[Result, Verdict]:
     """Measure a log file or a run directory (check_input). A run directory's files are written
     into it (or `out`); a log's only into `out`, and nowhere when no `out` is given."""
@@ -379,10 +398,13 @@ def measure_path(
             region=region,
             tolerance=tolerance,
             out=out,
+            runs=runs,
         )
     records, stats = parse_log(path)
     timeline = read_timeline(timeline_path) if timeline_path is not None else None
-    result, verdict = _judged(records, stats, recipe, timeline, price_per_hour, region, tolerance)
+    result, verdict = _judged(
+        records, stats, recipe, timeline, price_per_hour, region, tolerance, runs
+    )
     if out is not None:
         write_outputs(out_dir(out), result, verdict, recipe, records)
         write_measure_record(
@@ -394,5 +416,6 @@ def measure_path(
             price_per_hour=price_per_hour,
             region=region,
             tolerance=tolerance,
+            runs=runs,
         )
     return result, verdict

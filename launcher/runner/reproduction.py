@@ -17,6 +17,7 @@ from launcher.cost.costgate import cost_line, worst_case_text
 from launcher.errors import BadInput
 from launcher.inputs.profile import Profile, load_profile
 from launcher.inputs.recipe import Recipe, load_recipe
+from launcher.plan.claimruns import claim_lines
 from launcher.plan.plan import Plan, build_plan
 from launcher.records.rundir import new_run_id, owner
 
@@ -36,6 +37,7 @@ class Options:
     on_interrupt: str = "ask"
     runs_dir: Path | None = None
     yes: bool = False  # the cost gate's question answered in advance (launcher/cost/costgate.py)
+    runs: int | None = None  # --runs: fewer runs than the claim's mean (launcher/plan/claimruns.py)
 
 
 @dataclass(frozen=True)
@@ -123,12 +125,15 @@ def prepare(recipe_path: str | Path, options: Options) -> Prepared:
         provisioning = tuple(
             provisioning_calls(recipe, profile, run_id, owner=who, now=datetime.now(UTC))
         )
+    from launcher.plan import claimruns
+
     plan = build_plan(
         recipe,
         profile,
         run_id=run_id,
         skip_preflight=options.skip_preflight,
         provisioning=provisioning,
+        runs=claimruns.check_option(recipe, options.runs),
     )
     return Prepared(recipe, profile, plan, node_price(recipe, profile), who)
 
@@ -163,6 +168,7 @@ def dry_run_text(
         *_worst_lines(prepared),
         f"# claim     {r.claim['tokens_per_s_per_gpu']:g} tokens/s/GPU over steps "
         f"{r.window[0]}-{r.window[1]} of {r.steps_per_run}",
+        *[f"# {line}" for line in claim_lines(plan)],  # result.runs, patches
         f"# run id    {plan.run_id}; node run dir {plan.node_run_dir}",
         f"# stages    {' -> '.join(s.name for s in plan.stages)}",
     ]
@@ -187,9 +193,11 @@ def dry_run_text(
 
 def expected_split_lines(prepared: Prepared) -> list[str]:
     """Where a cold node, a warm store and a warm cache would spend their GPU-hours."""
-    from launcher.cost.estimate import dry_run_lines, target_args
+    from launcher.cost.estimate import disk_lines, dry_run_lines, target_args
 
-    return dry_run_lines(prepared.recipe, **target_args(prepared.profile, prepared.price))
+    lines = dry_run_lines(prepared.recipe, **target_args(prepared.profile, prepared.price))
+    disk = prepared.profile.preflight.disk_min_gb
+    return lines + disk_lines(prepared.recipe, float(disk) if disk is not None else None)
 
 
 def likely_lines(prepared: Prepared, max_usd: float | None = None) -> list[str]:

@@ -191,7 +191,12 @@ def test_the_schema_states_every_nullable_field_and_the_seed_validates_with_each
             target = target[key]
         target[path[-1]] = None
         if path == ("layout", "max_tokens_per_gpu"):  # the run block states it: drop it there too
-            raw["run"] = raw["run"].replace("    --max-tokens-per-gpu 16384 \\\n", "")
+            assert "  --max-tokens-per-gpu 16384 \\\n" in raw["run"]
+            raw["run"] = raw["run"].replace("  --max-tokens-per-gpu 16384 \\\n", "")
+        if path == ("layout", "recompute"):  # null is "no recomputation": the run block too
+            for line in ("granularity full", "method uniform", "num-layers 1"):
+                assert f"  --recompute-{line} \\\n" in raw["run"]
+                raw["run"] = raw["run"].replace(f"  --recompute-{line} \\\n", "")
         if path == ("layout", "ep"):  # null is "no experts", ep 1: the run block must say so too
             raw["run"] = raw["run"].replace("parallel-size 8", "parallel-size 1")
         file = tmp_path / "r.yaml"
