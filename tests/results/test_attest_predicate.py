@@ -85,7 +85,7 @@ def test_verify_imports_neither_boto3_nor_matplotlib_nor_securesystemslib(tmp_pa
     assert cli("attest", rd, "--key", key).returncode == 0
     code = (
         "import sys\n"
-        "from launcher import cli\n"
+        "from launcher.commands import cli\n"
         f"sys.argv = ['reproduce', 'verify', {str(rd)!r}, '--key', {str(pub)!r}]\n"
         "try:\n    cli.main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
         "heavy = sorted(m for m in ('boto3', 'paramiko', 'ray', 'matplotlib', 'securesystemslib')"
