@@ -16,6 +16,7 @@ from typing import Any
 
 from launcher.pages import run_sections as rs
 from launcher.pages import svg
+from launcher.pages.attestation import attestation_html, read_attestation
 from launcher.pages.html import (
     badge,
     esc,
@@ -56,11 +57,17 @@ def _dollars(v: Any) -> str:
     return "—" if n is None else f"${n:,.2f}"
 
 
-def write_run_page(run_dir: Path, out: Path | None = None) -> Path:
-    """Render the run directory's page and write it (run_dir/report.html unless `out`)."""
+def write_run_page(
+    run_dir: Path, out: Path | None = None, *, verified: dict[str, Any] | None = None
+) -> Path:
+    """Render the run directory's page and write it (run_dir/report.html unless `out`).
+    `verified` ({"verified": bool, "error": str}): what `reproduce attest` just checked."""
     run_dir = Path(run_dir)
     target = Path(out) if out is not None else run_dir / PAGE_NAME
-    text = render_run_page(read_run_dir(run_dir))
+    info = read_attestation(run_dir)
+    if info is not None and verified is not None:
+        info.update(verified)
+    text = render_run_page(read_run_dir(run_dir), attestation=attestation_html(info, str(run_dir)))
     tmp = target.with_name(f".{target.name}.tmp")
     tmp.write_text(text, encoding="utf-8")
     tmp.replace(target)
@@ -78,8 +85,9 @@ def write_run_page_safely(run_dir: Path, warn: Callable[[str], Any] | None = Non
         return None
 
 
-def render_run_page(files: RunFiles) -> str:
-    """The whole page as one HTML string. Pure: the files were read before."""
+def render_run_page(files: RunFiles, attestation: str = "") -> str:
+    """The whole page as one HTML string. Pure: the files were read before (`attestation`: the
+    header's line from launcher/pages/attestation.py)."""
     ctx = rs.Context.of(files)
     parts = [
         rs.guard("verdict", "Verdict", _verdict, ctx),
@@ -93,7 +101,10 @@ def render_run_page(files: RunFiles) -> str:
         rs.guard("steps", "Every step", rs.steps_table, ctx),
     ]
     return page(
-        f"{ctx.title} · reproduction {ctx.run_id}", _header(ctx), "".join(parts), _footer(ctx)
+        f"{ctx.title} · reproduction {ctx.run_id}",
+        _header(ctx) + attestation,
+        "".join(parts),
+        _footer(ctx),
     )
 
 

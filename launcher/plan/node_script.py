@@ -290,8 +290,11 @@ class ScriptContext(Placement):
             "  exit 1",
             "fi",
             *(base_label_check(self.built) if self.built else []),
-            'printf \'{"image": "%s", "digest": "%s", "id": "%s"}\\n\' "$IMAGE" "$IMAGE_DIGEST" '
-            '"$(docker image inspect --format \'{{.Id}}\' "$IMAGE")" > "$NODE_RUN_DIR/image.json"',
+            "# image.json: what ran, as docker has it (an attestation records its RepoDigests)",
+            'printf \'{"image": "%s", "digest": "%s", "id": "%s", "repo_digests": %s}\\n\' '
+            '"$IMAGE" "$IMAGE_DIGEST" "$(docker image inspect --format \'{{.Id}}\' "$IMAGE")" '
+            '"$(docker image inspect --format \'{{json .RepoDigests}}\' "$IMAGE")" '
+            '> "$NODE_RUN_DIR/image.json"',
         ]
         return lines
 

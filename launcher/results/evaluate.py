@@ -9,6 +9,10 @@ and writes what they produce:
     result.yaml        the recipe's `result` block as measured, with provenance
     verdict.json       status, signed difference, every reason
     convergence.json   only when a reference run is given
+    measure.json       what the measurement read and with which parameters (its record: the
+                       log's and recipe's sha256, the timeline as it was then, price, region,
+                       tolerance, the policy's name and version), so that `reproduce verify`
+                       can measure the same inputs again the same way (docs/attestation.md)
     report.md, plots/  claim beside reproduction, loss and step-time plots
     report.html        the same, as one self-contained page (launcher/pages/, docs/report.md)
 
@@ -36,12 +40,13 @@ from launcher.inputs.recipe import Recipe, load_recipe
 from launcher.judge.convergence import check, loss_curve
 from launcher.judge.measure import Result, measure, measured_date
 from launcher.judge.parse.miles import ParseStats, StepRecord, parse_path
-from launcher.judge.verdict import Tolerance, Verdict, judge
+from launcher.judge.verdict import POLICY_NAME, POLICY_VERSION, Tolerance, Verdict, judge
 from launcher.pages import report
 from launcher.records.rundir import Files
 
 RECIPE_FILE = Files.RECIPE  # the recipe as the run used it, kept in its run directory
 RUN_FILE = Files.RUN  # what makes a directory a run directory
+MEASURE_FILE = Files.MEASURE  # the measurement's record: its inputs and parameters
 TRAIN_LOG = Path("logs") / "train.log"
 
 
@@ -172,6 +177,90 @@ def write_report(
     return path
 
 
+def remeasure(
+    log: Path,
+    recipe: Recipe,
+    timeline: dict | None,
+    *,
+    price_per_hour: float | None = None,
+    region: str | None = None,
+    tolerance: Tolerance | None = None,
+    runs: int | None = None,
+    price: Price | None = None,
+) -> tuple[list[StepRecord], Result, Verdict]:
+    """Parse and judge one log exactly as a measurement does, writing nothing: `reproduce
+    verify` checks an attested directory with it (measure into memory, never into the directory
+    it checks)."""
+    records, stats = parse_log(log)
+    result, verdict = _judged(
+        records, stats, recipe, timeline, price_per_hour, region, tolerance, runs, price=price
+    )
+    return records, result, verdict
+
+
+def _file_ref(path: Path | None, out: Path) -> dict | None:
+    """A file the measurement read: its path (relative to `out` when inside it) and sha256."""
+    if path is None:
+        return None
+    import hashlib
+
+    path = Path(path)
+    try:
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        digest = None
+    try:
+        shown = path.resolve().relative_to(Path(out).resolve()).as_posix()
+    except ValueError:
+        shown = str(path.resolve())
+    return {"path": shown, "sha256": digest}
+
+
+def write_measure_record(
+    out: Path,
+    *,
+    log: Path,
+    recipe: Recipe,
+    timeline: dict | None,
+    timeline_source: Path | None,
+    price_per_hour: float | None,
+    region: str | None,
+    tolerance: Tolerance | None,
+    reference: Path | None = None,
+    runs: int | None = None,
+    price: Price | None = None,
+) -> None:
+    """out/measure.json: what this measurement read and how it judged (its record). The timeline
+    is kept as it was read: a run's timeline.json gains its release time after the run was
+    measured, and a re-measure must see what the measurement saw. No clock in it: measuring
+    the same inputs again writes the same bytes."""
+    from launcher.records.identity import launcher_identity
+
+    out = Path(out)
+    recipe_ref = _file_ref(recipe.path, out)
+    own = out / RECIPE_FILE  # the run directory's copy, when it is the recipe measured
+    if recipe_ref is not None and own.is_file():
+        mine = _file_ref(own, out)
+        if mine is not None and mine["sha256"] == recipe_ref["sha256"]:
+            recipe_ref = mine
+    record = {
+        "schema": 1,
+        "log": _file_ref(log, out),
+        "recipe": recipe_ref,
+        "timeline": timeline,
+        "timeline_source": (_file_ref(timeline_source, out) or {}).get("path"),
+        "price_per_hour": price_per_hour,
+        "region": region,
+        "tolerance": (tolerance if tolerance is not None else Tolerance()).to_dict(),
+        "reference": str(reference) if reference is not None else None,
+        "runs": runs,  # fewer measured runs than the claim's mean, accepted (--runs)
+        "price": price.to_dict() if price is not None else None,  # the run's decided price
+        "policy": {"name": POLICY_NAME, "version": POLICY_VERSION},
+        "launcher": launcher_identity(),
+    }
+    _write_json(out / MEASURE_FILE, record)
+
+
 def _judged(
     records: list[StepRecord],
     stats: ParseStats | None,
@@ -254,11 +343,12 @@ def measure_run_dir(
     # The price the run used (run.json, decided once when it started) prices its $ figures,
     # offline too; --price-per-hour or --region given here price it anew.
     recorded = recorded_price(run_dir) if price_per_hour is None and region is None else None
+    timeline = load_timeline(run_dir)
     result, verdict = _judged(
         records,
         stats,
         recipe,
-        load_timeline(run_dir),
+        timeline,
         price_per_hour,
         region,
         tolerance,
@@ -270,6 +360,19 @@ def measure_run_dir(
         convergence = check(loss_curve(records), loss_curve(load_records(reference)[0]))
     target = out_dir(out) if out is not None else run_dir
     write_outputs(target, result, verdict, recipe, records, convergence, plots=write_plots)
+    write_measure_record(
+        target,
+        log=run_dir / TRAIN_LOG,
+        recipe=recipe,
+        timeline=timeline,
+        timeline_source=run_dir / Files.TIMELINE if timeline is not None else None,
+        price_per_hour=price_per_hour,
+        region=region,
+        tolerance=tolerance,
+        reference=reference,
+        runs=runs,
+        price=recorded,
+    )
     if target == run_dir and write_page:
         from launcher.pages import write_run_page
 
@@ -332,4 +435,15 @@ def measure_path(
     )
     if out is not None:
         write_outputs(out_dir(out), result, verdict, recipe, records)
+        write_measure_record(
+            Path(out),
+            log=path,
+            recipe=recipe,
+            timeline=timeline,
+            timeline_source=timeline_path,
+            price_per_hour=price_per_hour,
+            region=region,
+            tolerance=tolerance,
+            runs=runs,
+        )
     return result, verdict

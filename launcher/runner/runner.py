@@ -25,6 +25,7 @@ from launcher.cost.costgate import pass_gate, refused_unattended
 from launcher.errors import BadInput, InfraError, ReproduceError
 from launcher.inputs.recipe import Recipe
 from launcher.pages import write_run_page_safely
+from launcher.records.identity import launcher_identity
 from launcher.records.rundir import FINAL_STATES, Files, RunDir, default_runs_root
 from launcher.records.runs import ended_message
 from launcher.runner.outcome import Outcome
@@ -152,6 +153,7 @@ class Runner:
             container=plan.container,
             offset_source="size of logs/node.log",
             budget=asdict(budget) if budget is not None else None,
+            launcher=launcher_identity(),  # which code ran it (an attestation names it)
         )
         if not (rd.path / Files.NODE_SCRIPT).exists():
             rd.write_text(Files.NODE_SCRIPT, plan.node_script)

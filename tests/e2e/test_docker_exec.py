@@ -74,6 +74,7 @@ def test_pull_by_digest_then_ray_and_standin_miles_then_measure(
     )
     image = json.loads((rd.path / "image.json").read_text())  # collected from the node
     assert image["image"] == test_image.ref and image["digest"] == test_image.digest
+    assert test_image.ref in image["repo_digests"]  # docker's own RepoDigests, for an attestation
     # --network none: only loopback, so Ray binds 127.0.0.1; a client joins the Plan's head (8 GPUs declared)
     assert "Local node IP: 127.0.0.1" in (rd.logs / "ray.log").read_text()
     train_log = (rd.logs / "train.log").read_text()
@@ -83,6 +84,16 @@ def test_pull_by_digest_then_ray_and_standin_miles_then_measure(
     _, verdict = outcome.measurement
     assert (rd.path / "steps.jsonl").read_text().count("\n") == 20
     assert verdict.status == "reproduced"  # the stand-in's default step time is the seed's claim
+    # the run directory of a real pull and container run is attested and verifies
+    from support.attest import keypair
+
+    from launcher.results.attest_keys import load_signing_key
+    from launcher.results.attest_run import attest_directory as attest
+    from launcher.results.attest_verify import verify_dir
+
+    key, pub = keypair(tmp_path)
+    attest(rd.path, load_signing_key(key))
+    assert verify_dir(rd.path, pub).status == "reproduced"
 
 
 @pytest.mark.parametrize("case", ["digest-not-in-registry", "pull-off-and-digest-not-on-node"])
