@@ -1,10 +1,11 @@
-"""Session fixtures with real parts, shared by every area's tests (tests/infra/ holds the code).
+"""Session fixtures with real parts, shared by every area's tests (tests/support/ holds the code).
 
 - `sshd`: an OpenSSH server on 127.0.0.1:<free port> with generated host and user keys.
 - `docker_available`, `registry`, `test_image`: a real dockerd, a real docker-registry on
   127.0.0.1:<free port>, and a tiny image (stand-in miles at /root/miles) pushed there by digest.
   Docker missing is a FAILURE, not a skip, unless REPRODUCE_TEST_NO_DOCKER=1 is set explicitly.
 - `container_run_args`: docker run options lending the container this host's /usr and venv.
+- `reproduce_home` (autouse): every test its own $REPRODUCE_HOME (the user's run index).
 Nothing here connects to any address but loopback.
 """
 
@@ -14,8 +15,25 @@ import os
 from pathlib import Path
 
 import pytest
-from infra.docker import Registry, TestImage, dockerd_running, push_test_image, run_args
-from infra.sshd import SshServer
+from support.docker import Registry, TestImage, dockerd_running, push_test_image, run_args
+from support.sshd import SshServer
+
+# Fixture modules every folder's tests may ask for (AWS on moto, the loopback Hub and S3): registered
+# once here, so no test file imports a fixture by name.
+pytest_plugins = ["support.aws", "support.assets"]
+
+
+@pytest.fixture(autouse=True)
+def reproduce_home(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Path:
+    """Every test gets its own $REPRODUCE_HOME (the user's run index, AWS keys and launch
+    records): no test ever writes to the real ~/.local/state, and no test sees another's runs.
+    Subprocesses inherit it through os.environ."""
+    home = tmp_path_factory.mktemp("reproduce-home")
+    monkeypatch.setenv("REPRODUCE_HOME", str(home))
+    monkeypatch.delenv("REPRODUCE_STATE_DIR", raising=False)
+    return home
 
 
 @pytest.fixture(scope="session")
@@ -51,19 +69,6 @@ def test_image(registry: Registry, tmp_path_factory: pytest.TempPathFactory) -> 
 @pytest.fixture(scope="session")
 def container_run_args() -> list[str]:
     return run_args()
-
-
-@pytest.fixture(autouse=True)
-def reproduce_home(
-    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
-) -> Path:
-    """Every test gets its own $REPRODUCE_HOME (the user's run index, AWS keys and launch
-    records): no test ever writes to the real ~/.local/state, and no test sees another's runs.
-    Subprocesses inherit it through os.environ."""
-    home = tmp_path_factory.mktemp("reproduce-home")
-    monkeypatch.setenv("REPRODUCE_HOME", str(home))
-    monkeypatch.delenv("REPRODUCE_STATE_DIR", raising=False)
-    return home
 
 
 @pytest.fixture

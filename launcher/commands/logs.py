@@ -1,7 +1,7 @@
 """`reproduce logs RUN` and `reproduce ssh RUN`: looking at a run without taking it over.
 
-launcher/runlogs.py reads the log (run directory, then the node by offset) and
-launcher/runshell.py builds the ssh command; this is where their bytes reach the terminal.
+launcher/runner/runlogs.py reads the log (run directory, then the node by offset) and
+launcher/runner/runshell.py builds the ssh command; this is where their bytes reach the terminal.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ def logs_command(
 ) -> int:
     """The run's log (node K's, or one stage's) on stdout; while it runs, up to the node's last
     byte, and with --follow on to the run's end. Never writes the run directory."""
-    from launcher import runlogs
-    from launcher.rundir import RunDir
+    from launcher.records.rundir import RunDir
+    from launcher.runner import runlogs
 
     sink = out or sys.stdout.buffer
     rd = RunDir.find(ref, runs_dir)
@@ -93,8 +93,8 @@ def ssh_command(
     ref: str, runs_dir: Path | None, *, node: int = 0, remote: list[str] | None = None
 ) -> int:
     """Replace this process with ssh to node K of the run (its pinned host key only)."""
-    from launcher import runshell
-    from launcher.rundir import RunDir
+    from launcher.records.rundir import RunDir
+    from launcher.runner import runshell
 
     rd = RunDir.find(ref, runs_dir)
     if shutil.which("ssh") is None:

@@ -1,8 +1,9 @@
 """The bodies of `reproduce runs` (and `--live`) and `reproduce status RUN`: tables and JSON.
 
-launcher/runs.py reads run directories and launcher/runs_live.py asks AWS; this is where their
+launcher/records/runs.py reads run directories and launcher/clusters/aws/live.py asks AWS; this is
+where their
 values meet the console. With `--json` exactly one JSON object goes to stdout, also when the
-input is bad (launcher/cli.py writes the error object).
+input is bad (launcher/commands/cli.py writes the error object).
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from launcher.errors import BadInput
-from launcher.report import fmt, text_table
-from launcher.runs import RunSummary, duration, indexed_runs, list_runs, summarize
+from launcher.pages.report import fmt, text_table
+from launcher.records.rundir import Files
+from launcher.records.runs import RunSummary, duration, indexed_runs, list_runs, summarize
 
 _HEADER = ["run id", "recipe", "target", "state", "verdict", "started", "GPU-h", "cost"]
 _LIVE_HEADER = ["instance", "type", "state", "run id", "recipe", "up", "cost", "expires", "owner"]
@@ -66,7 +68,7 @@ def billing_lines(found: list[RunSummary]) -> list[str]:
 
 def _refresh(found: list[RunSummary]) -> None:
     """--refresh: the cloud's word on every aws run's instances replaces the last known one."""
-    from launcher.billing import refresh
+    from launcher.clusters.aws.billing import refresh
 
     answers = refresh([Path(s.run_dir) for s in found if s.kind == "aws"])
     for s in found:
@@ -89,8 +91,8 @@ def runs_command(
     """`reproduce runs`: every run this user made (the index and ./runs), or those under
     --runs-dir; `--import DIR` first enters DIR's run directories in the index; `--live`: the
     launcher's instances."""
-    from launcher import state
-    from launcher.rundir import default_runs_root
+    from launcher.records import state
+    from launcher.records.rundir import default_runs_root
 
     root = Path(runs_dir) if runs_dir is not None else default_runs_root()
     if live:
@@ -148,7 +150,7 @@ def runs_command(
 
 def _cost(found: list[RunSummary], where: str, json_out: bool) -> int:
     """`runs --cost`: what every run cost, in total, by recipe and by cluster."""
-    from launcher.billing import cost_report
+    from launcher.records.billing import cost_report
 
     report = cost_report(found)
     if json_out:
@@ -193,10 +195,10 @@ def _sum_row(line: dict[str, Any]) -> list[str]:
 
 
 def _live(root: Path, cluster: str, region: str | None, json_out: bool) -> int:
-    from launcher.runs_live import live_instances
+    from launcher.clusters.aws.live import live_instances
 
     if region is None:
-        from launcher.profile import load_profile
+        from launcher.inputs.profile import load_profile
 
         profile = load_profile(cluster)
         if profile.kind != "aws":
@@ -204,7 +206,7 @@ def _live(root: Path, cluster: str, region: str | None, json_out: bool) -> int:
                 f"--cluster {cluster} is of kind {profile.kind}; --live lists the AWS instances "
                 "this tool launched: give an aws profile or --region."
             )
-        region = profile.get("region", None)
+        region = profile.region
     if not region:
         raise BadInput("no region: give --region or an aws profile with a region.")
     found = live_instances(region, runs_root=root)
@@ -242,7 +244,7 @@ def status_command(
 ) -> int:
     """`reproduce status RUN`: where one run is and what it has cost; a run nobody follows is
     read on its node too (the progress it has there, without taking it over)."""
-    from launcher.rundir import RunDir
+    from launcher.records.rundir import RunDir
 
     rd = RunDir.find(run, runs_dir)
     summary = summarize(rd.path)
@@ -262,8 +264,8 @@ def _from_node(rd: Any, summary: RunSummary) -> str | None:
     """A run not over that no reproduce process follows (detached, or its launcher died): its
     step and stage as the node's log has them now. A line saying why not, when the node cannot
     be read; None when there was nothing to read."""
-    from launcher import runlogs
     from launcher.errors import ReproduceError
+    from launcher.runner import runlogs
 
     if summary.followed or not runlogs.is_live(rd):
         return None
@@ -302,6 +304,9 @@ def status_lines(s: RunSummary) -> list[str]:
         f"cost      {_usd(s.cost_usd)}"
         + (" so far" if (not finished or s.holds_node) and s.cost_usd is not None else "")
         + (" (no price recorded)" if s.cost_usd is None else ""),
+        f"price     ${s.price_per_hour:,.3f}/h per node ({s.price_source or 'source not recorded'})"
+        if s.price_per_hour is not None
+        else "price     none recorded",
         f"verdict   {s.verdict or '-'}",
         f"run dir   {s.run_dir}",
         f"logs      {s.logs}/node.log"
@@ -317,7 +322,7 @@ def status_lines(s: RunSummary) -> list[str]:
             + (f", ${rate:,.2f}/h" if rate is not None else ", no price recorded")
             + (f": still billing, end it with `reproduce down {s.run_id}`" if s.holds_node else "")
         )
-    if (Path(s.run_dir) / "report.html").is_file():
+    if (Path(s.run_dir) / Files.REPORT_HTML).is_file():
         lines.append(f"report    {Path(s.run_dir) / 'report.html'}")
     return lines
 

@@ -1,7 +1,7 @@
 """The page of one night: every recipe's outcome, verdict, figures against its claim and trend,
 its regressions, and a small trend line per recipe.
 
-Why the entries are typed by shape (a Protocol) and not by launcher/nightly.py's classes: the
+Why the entries are typed by shape (a Protocol) and not by launcher/runner/nightly.py's classes: the
 nightly writes this page, so this module must not import it (no import cycle, docs/architecture.md);
 anything with the same attributes renders.
 """
@@ -14,11 +14,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from launcher.history import Assessment, History, RunRow
 from launcher.pages import svg
 from launcher.pages.history_page import day, regression_badge
 from launcher.pages.html import badge, esc, num, number, page, section, signed, status_of, table
 from launcher.pages.run_page import PAGE_NAME
+from launcher.records.history import Assessment, History, RunRow
+from launcher.records.rundir import Files
 
 
 class RecipeRunLike(Protocol):
@@ -30,7 +31,8 @@ class RecipeRunLike(Protocol):
 
 
 class NightlyEntryLike(Protocol):
-    """What the page reads of one recipe's night (launcher/nightly.py's NightlyEntry has it)."""
+    """What the page reads of one recipe's night (launcher/runner/nightly.py's NightlyEntry has
+    it)."""
 
     @property
     def recipe(self) -> Path: ...
@@ -100,10 +102,10 @@ def write_nightly_page(
 
 
 def _cost_of(run_dir: str | None) -> float | None:
-    """A run's cost (launcher/runs.py, as `reproduce runs` shows it); None when unknown."""
-    if not run_dir or not (Path(run_dir) / "run.json").is_file():
+    """A run's cost (launcher/records/runs.py, as `reproduce runs` shows it); None when unknown."""
+    if not run_dir or not (Path(run_dir) / Files.RUN).is_file():
         return None
-    from launcher.runs import summarize
+    from launcher.records.runs import summarize
 
     try:
         return summarize(Path(run_dir)).cost_usd

@@ -28,7 +28,7 @@ NAME_KEYS = ("security_group", "placement_group", "key_pair", "key_file")
 
 def state_root() -> Path:
     """Where keys and state live when no run directory is given (never inside a run directory)."""
-    from launcher import state  # $REPRODUCE_HOME: the user's one state directory
+    from launcher.records import state  # $REPRODUCE_HOME: the user's one state directory
 
     explicit = os.environ.get("REPRODUCE_STATE_DIR")  # the older name, for the AWS state only
     return Path(explicit) if explicit else state.home()

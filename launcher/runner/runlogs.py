@@ -1,0 +1,239 @@
+"""A run's log read without taking the run over: `reproduce logs`, and `status` of a detached run.
+
+Why not `attach`: attach takes the run's follow lock, appends to its run directory and releases
+the node at the end. A person who only wants to look must not change the record or who owns the
+run. So this reads the run directory's copy (logs/node.log, or node K's logs/node-K/node.log) and,
+while the run is not over, the rest from the node itself, from the byte where the local copy ends,
+through the cluster's own transport (the node protocol's `read_log`, by offset): nothing is
+written to the run directory, no lock is taken, nothing is released. The local copy plus the
+node's bytes from its size on are the node's log byte for byte, because the follower only ever
+appends what the node wrote at that offset (docs/architecture.md, "The node protocol").
+
+A stage's lines (`--stage NAME`) are those printed while NAME was the innermost open stage, the
+rule of the runner's splitter (launcher/runner/stream.py); the markers themselves are not shown.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from launcher.errors import BadInput, InfraError
+from launcher.records.rundir import FINAL_STATES, Files, RunDir
+
+CHUNK = 1 << 20
+RECONNECT_S = 60.0  # how long --follow keeps trying a node it lost before it gives up
+_SAFE_STAGE = re.compile(r"^(?!node$)(?!\.)[A-Za-z0-9_.-]{1,64}$")  # as the splitter's
+
+
+def recorded_nodes(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """The nodes run.json keeps, node 0 first (a run recorded before node lists: its one node)."""
+    nodes = record.get("nodes") or ([record["node"]] if record.get("node") else [])
+    return [n for n in nodes if isinstance(n, dict)]
+
+
+def local_logs(rd: RunDir, index: int) -> Path:
+    """Where the run directory keeps node `index`'s logs (node 0's are the run's)."""
+    return rd.logs if index == 0 else rd.logs / f"node-{index}"
+
+
+def check_node(rd: RunDir, index: int) -> None:
+    """BadInput unless node `index` is one this run has."""
+    count = len(recorded_nodes(rd.record())) or 1
+    if not 0 <= index < count:
+        raise BadInput(
+            f"--node {index}: run {rd.path.name} has {count} node(s), numbered 0 to {count - 1}."
+        )
+
+
+def is_live(rd: RunDir) -> bool:
+    """Could the node still have bytes the run directory lacks? (Not over, and it reached one.)"""
+    record = rd.record()
+    state = rd.status().get("state")
+    return state not in FINAL_STATES and bool(recorded_nodes(record)) and "cluster" in record
+
+
+def open_execution(rd: RunDir, index: int) -> Any:
+    """The node protocol to node `index` of a recorded run, as attach builds it, but only to
+    read: the caller never stages, cancels or releases through it."""
+    from launcher import clusters
+    from launcher.clusters.base import Node
+    from launcher.clusters.execution import execution_for
+    from launcher.runner.nodes import place_of
+
+    record = rd.record()
+    nodes = [Node(**n) for n in recorded_nodes(record)]
+    cluster = clusters.from_record(record["cluster"])
+    place = place_of(
+        nodes[index],
+        index,
+        len(nodes),
+        str(record.get("run_id") or rd.path.name),
+        str(record["node_run_dir"]),
+        str(record["container"]),
+    )
+    return execution_for(cluster, nodes[index], place)
+
+
+@dataclass
+class StageFilter:
+    """The lines of one stage out of node.log bytes, fed in any pieces (the splitter's rule)."""
+
+    stage: str
+    open_stages: list[str] = field(default_factory=list)
+    _partial: bytes = b""
+
+    def feed(self, data: bytes) -> bytes:
+        from launcher.plan.protocol import parse_marker
+
+        out = bytearray()
+        data = self._partial + data
+        lines = data.split(b"\n")
+        self._partial = lines.pop()
+        for raw in lines:
+            line = raw + b"\n"
+            marker = parse_marker(raw) if len(line) <= 4096 else None
+            if marker is None:
+                if self.open_stages and self.open_stages[-1] == self.stage:
+                    out += line
+                continue
+            name = marker["stage"]
+            if not _SAFE_STAGE.match(name):
+                continue
+            if marker["event"] == "start":
+                self.open_stages.append(name)
+            elif name in self.open_stages:
+                at = len(self.open_stages) - 1 - self.open_stages[::-1].index(name)
+                del self.open_stages[at]
+        return bytes(out)
+
+    def finish(self) -> bytes:
+        """A last line without its newline, when the log ends there."""
+        rest, self._partial = self._partial, b""
+        if rest and self.open_stages and self.open_stages[-1] == self.stage:
+            return rest
+        return b""
+
+
+def check_stage(name: str) -> None:
+    if not _SAFE_STAGE.match(name):
+        raise BadInput(
+            f"--stage {name!r}: expected a stage name (letters, digits, '.', '_', '-'), e.g. "
+            "image, assets, train."
+        )
+
+
+def read_local(path: Path) -> Iterator[bytes]:
+    """A file of the run directory in chunks (a log may be gigabytes)."""
+    try:
+        with open(path, "rb") as fh:
+            yield from iter(lambda: fh.read(CHUNK), b"")
+    except FileNotFoundError:
+        return
+
+
+def read_node(
+    execution: Any,
+    offset: int,
+    *,
+    follow: bool = False,
+    poll_s: float = 1.0,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Iterator[bytes]:
+    """The node's log from byte `offset`: what is there now, or (`follow`) on until the run ends
+    there, a lost connection retried for RECONNECT_S. InfraError when the node cannot be read."""
+    lost_since: float | None = None
+    while True:
+        try:
+            data = execution.read_log(offset, CHUNK)
+            if data:
+                offset += len(data)
+                lost_since = None
+                yield data
+                continue
+            if not follow:
+                return
+            state, _code = execution.poll()
+            lost_since = None
+            if state != "alive":
+                # the end: what it printed after the last read, then stop
+                while data := execution.read_log(offset, CHUNK):
+                    offset += len(data)
+                    yield data
+                return
+        except (InfraError, OSError, EOFError) as err:
+            if not follow:
+                raise _unreadable(err) from err
+            now = time.monotonic()
+            lost_since = now if lost_since is None else lost_since
+            if now - lost_since > RECONNECT_S:
+                raise _unreadable(err) from err
+            close_quietly(execution)
+        sleep(poll_s)
+
+
+def close_quietly(execution: Any) -> None:
+    """Drop the connection; closing a broken one must not fail."""
+    with contextlib.suppress(Exception):
+        execution.close()
+
+
+def _unreadable(err: BaseException) -> InfraError:
+    return InfraError(f"cannot read the log on the node: {err}")
+
+
+@dataclass(frozen=True)
+class NodeProgress:
+    step: int | None  # optimizer steps done, as the node's log has them now
+    stage: str | None  # the innermost stage open there now
+    new_bytes: int  # how much the node had beyond the run directory's copy
+
+
+def node_progress(rd: RunDir, max_bytes: int = 1 << 20) -> NodeProgress:
+    """Where a run nobody follows is, from its node's log as it is now: the run directory's copy
+    plus what the node has beyond it (read, never appended). InfraError when the node cannot be
+    read; BadInput when the run's record cannot reach it."""
+    from launcher.judge.parse.lines import last_step
+    from launcher.plan.protocol import parse_marker
+    from launcher.records.runs import current_stage
+
+    path = local_logs(rd, 0) / "node.log"
+    size = path.stat().st_size if path.exists() else 0
+    execution = open_execution(rd, 0)
+    try:
+        remote = b"".join(read_node(execution, size))
+    finally:
+        close_quietly(execution)
+    tail = remote[-max_bytes:]
+    if len(tail) < max_bytes:
+        try:
+            with open(path, "rb") as fh:
+                fh.seek(max(0, size - (max_bytes - len(tail))))
+                tail = fh.read() + tail
+        except OSError:
+            pass
+    last = last_step(tail)
+    timeline = rd.read_json(Files.TIMELINE, {}) or {}
+    open_stages = [
+        str(s.get("name")) for s in timeline.get("stages") or [] if isinstance(s, dict)
+        and s.get("status") == "running"
+    ]  # fmt: skip
+    last_started = None
+    for line in remote.splitlines():
+        marker = parse_marker(line) if len(line) <= 4096 else None
+        if marker is None or not _SAFE_STAGE.match(marker["stage"]):
+            continue
+        if marker["event"] == "start":
+            open_stages.append(marker["stage"])
+            last_started = marker["stage"]
+        elif marker["stage"] in open_stages:
+            open_stages.reverse()
+            open_stages.remove(marker["stage"])
+            open_stages.reverse()
+    stage = open_stages[-1] if open_stages else (last_started or current_stage(timeline))
+    return NodeProgress(last + 1 if last is not None else None, stage, len(remote))

@@ -1,0 +1,190 @@
+"""`reproduce ssh RUN`: a shell on a node the run holds, trusting only the host key the run pinned.
+
+Why the system ssh: a person wants their own terminal, agent, escape keys and window size, which
+OpenSSH gives and a Python shell loop would imitate badly. Why not the user's known_hosts: the
+run's trust is its own (a profile's pinned fingerprint, its known_hosts file, or for a launched
+instance the keys its console printed: launcher/clusters/aws/hostkeys.py). So the launcher first
+connects with the run's own transport, which checks the node's key exactly as the run did, takes
+the key that passed, and writes it to a known_hosts file of this run alone (under
+$REPRODUCE_HOME/ssh/, mode 0600) under an alias; ssh is then run with StrictHostKeyChecking=yes
+against that file only, with the key's algorithm only, so it connects to that key or not at all.
+A node behind another (a cloud worker behind its head) is reached with a ProxyCommand that is
+the same kind of ssh to the head.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from launcher.errors import BadInput, InfraError
+from launcher.records.rundir import FINAL_STATES, RunDir
+
+# A key type as paramiko names it -> the host key algorithms OpenSSH accepts for it.
+_ALGORITHMS = {
+    "ssh-rsa": "rsa-sha2-512,rsa-sha2-256,ssh-rsa",
+    "ssh-ed25519": "ssh-ed25519",
+    "ecdsa-sha2-nistp256": "ecdsa-sha2-nistp256",
+    "ecdsa-sha2-nistp384": "ecdsa-sha2-nistp384",
+    "ecdsa-sha2-nistp521": "ecdsa-sha2-nistp521",
+}
+
+
+@dataclass(frozen=True)
+class Hop:
+    """One SSH connection of the way to the node: where to dial and the key it must show."""
+
+    dial: str
+    port: int
+    user: str | None
+    identity_file: str | None
+    alias: str  # the name its key is filed under in the run's known_hosts
+    key_type: str
+    key_base64: str
+
+
+def ssh_argv(
+    hops: list[Hop], known_hosts: Path, remote: list[str], *, tty: bool = True
+) -> list[str]:
+    """The ssh command line to the last hop (through the ones before it), trusting only the
+    keys in `known_hosts`. `remote`: the command to run there (empty: a login shell)."""
+    *before, last = hops
+    argv = ["ssh", *_options(last, known_hosts)]
+    if before:
+        jump = ssh_argv(before, known_hosts, [], tty=False)
+        proxy = [*jump[:-1], "-W", f"{last.dial}:{last.port}", jump[-1]]
+        argv += ["-o", f"ProxyCommand={shlex.join(proxy)}"]
+    if tty:
+        argv.append("-t")
+    argv.append(f"{last.user}@{last.dial}" if last.user else last.dial)
+    return argv + list(remote)
+
+
+def _options(hop: Hop, known_hosts: Path) -> list[str]:
+    options = [
+        "-p",
+        str(hop.port),
+        "-o",
+        "StrictHostKeyChecking=yes",
+        "-o",
+        f"UserKnownHostsFile={known_hosts}",
+        "-o",
+        "GlobalKnownHostsFile=/dev/null",
+        "-o",
+        f"HostKeyAlias={hop.alias}",
+        "-o",
+        f"HostKeyAlgorithms={_ALGORITHMS.get(hop.key_type, hop.key_type)}",
+        "-o",
+        "UpdateHostKeys=no",
+    ]
+    if hop.identity_file:
+        options += ["-i", hop.identity_file, "-o", "IdentitiesOnly=yes"]
+    return options
+
+
+def known_hosts_text(hops: list[Hop]) -> str:
+    return "".join(f"{h.alias} {h.key_type} {h.key_base64}\n" for h in hops)
+
+
+def login_command(node_run_dir: str) -> list[str]:
+    """The default: a login shell in the run's directory on the node."""
+    return [f'cd {shlex.quote(node_run_dir)} 2>/dev/null; exec "${{SHELL:-/bin/bash}}" -l']
+
+
+def hops_for(rd: RunDir, index: int) -> tuple[list[Hop], str]:
+    """The verified way to node `index` of the run, and its run directory there. Connects once
+    with the run's own transport (its host key checked as the run checks it); InfraError when
+    the node cannot be reached or shows another key, BadInput when the run has no shell."""
+    from launcher import clusters
+    from launcher.clusters.base import Node
+    from launcher.runner.nodes import place_of
+    from launcher.runner.runlogs import recorded_nodes
+
+    record = rd.record()
+    nodes = [Node(**n) for n in recorded_nodes(record)]
+    if not nodes or "cluster" not in record:
+        raise BadInput(f"run {rd.path.name} never reached a node: there is no shell to open.")
+    if not 0 <= index < len(nodes):
+        raise BadInput(
+            f"--node {index}: run {rd.path.name} has {len(nodes)} node(s), numbered 0 to "
+            f"{len(nodes) - 1}."
+        )
+    kind = (record.get("cluster") or {}).get("kind")
+    place = place_of(
+        nodes[index],
+        index,
+        len(nodes),
+        str(record.get("run_id")),
+        str(record.get("node_run_dir")),
+        str(record.get("container")),
+    )
+    if kind == "local":
+        raise BadInput(
+            f"run {rd.path.name} ran on this host: its directory there is {place.node_run_dir}."
+        )
+    if kind not in ("ssh", "aws"):
+        raise BadInput(
+            f"run {rd.path.name} ran on a {kind} cluster, which gives no shell on its nodes "
+            "(only its job server): use `reproduce logs RUN`."
+        )
+    state = rd.status().get("state")
+    if kind == "aws" and state in FINAL_STATES and not (record.get("cluster") or {}).get("keep"):
+        raise BadInput(
+            f"run {rd.path.name} has ended ({state}) and its instance was ended with it: there "
+            "is no node to open a shell on."
+        )
+    cluster = clusters.from_record(record["cluster"])
+    transport = cluster.transport(nodes[index])
+    try:
+        return _verified_hops(transport, rd.run_id, index), place.node_run_dir
+    finally:
+        transport.close()
+
+
+def _verified_hops(transport: Any, run_id: str, index: int) -> list[Hop]:
+    """Connect through the run's transport (its host-key policy decides) and keep each key that
+    passed, the jump's first."""
+    transport.connect()
+    hops = []
+    chain = []
+    here = transport
+    while here is not None:
+        chain.append(here)
+        here = getattr(here, "jump", None)
+    for depth, hop in enumerate(reversed(chain)):
+        client = getattr(hop, "_client", None)  # the connection connect() just checked
+        link = client.get_transport() if client is not None else None
+        if link is None:
+            raise InfraError(f"no SSH connection to {hop.node.name} to take its host key from")
+        key = link.get_remote_server_key()
+        settings = hop.settings
+        hops.append(
+            Hop(
+                dial=hop.dial,
+                port=int(hop.node.port),
+                user=hop.node.user or settings.user,
+                identity_file=hop.node.identity_file or settings.identity_file,
+                alias=f"reproduce-{run_id}-node{index}-hop{depth}",
+                key_type=key.get_name(),
+                key_base64=key.get_base64(),
+            )
+        )
+    return hops
+
+
+def write_known_hosts(run_id: str, index: int, hops: list[Hop]) -> Path:
+    """The run's known_hosts for node `index` (0600, under $REPRODUCE_HOME/ssh/)."""
+    from launcher.records import state
+
+    folder = state.home() / "ssh"
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path = folder / f"{run_id}-node{index}.known_hosts"
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(known_hosts_text(hops))
+    os.replace(tmp, path)
+    return path
