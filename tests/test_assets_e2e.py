@@ -290,7 +290,10 @@ def test_prepare_then_a_run_converts_once_and_the_next_downloads_and_converts_no
     )
     ok(second)
     assert second.sources()["torch_dist"] == "store"
-    assert hub.requests == []  # not even a listing
+    # no file from the Hub: only the listing the store's checkpoint is checked against (its LFS
+    # sha256 for the pinned commit, docs/assets.md)
+    assert hub.file_requests() == []
+    assert all(r.path.startswith("/api/models/test-org/tiny-model/revision/") for r in hub.requests)
     assert not second.converted()
     converted = tmp_path / "cache-b" / "torch_dist"
     (done,) = converted.iterdir()
