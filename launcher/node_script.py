@@ -421,7 +421,6 @@ def render_node_script(
         f"SFT_DATA={q(ctx.assets.sft_data)}",
         f'REPRODUCE_OUT_DIR="$NODE_RUN_DIR/{OUT_DIR}"  # the only one a container may write',
         "export RUN_ID NODE_RUN_DIR REPRODUCE_OUT_DIR HF_CKPT TORCH_DIST SFT_DATA",
-
         "",
         "# Secrets (HF_TOKEN) arrive in a 0600 file that is read first and deleted; never echoed,"
         " never exported:",

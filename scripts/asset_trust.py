@@ -49,7 +49,7 @@ def _check_rows_pin(path: Path, asset: dict[str, Any], origin: str) -> None:
         field = (asset.get("hash_fields") or {}).get("parquet_sha256", "parquet_sha256")
         raise Failed(
             f"asset rows: MISMATCH {path} from {origin} has sha256 {got}; the recipe's {field} "
-            f"is {want}; it did not take $SFT_DATA's name"
+            f"is {want}; it did not take $SFT_DATA's name (kept where it is)"
         )
 
 
@@ -102,16 +102,32 @@ def adopt(
     bytes it hashed. Anything else stays in SRC, named in the error."""
     asset = asset_spec.assets_by_name(spec)[name]
     dest = Path(asset["path"])
-    item = src / (ROWS_STORE_FILE if asset["kind"] == "rows" else "")
-    bad = safe_io.check_tree(src)
+    if asset["kind"] == "rows":  # only the rows file itself is taken; the rest stays behind
+        bad = []
+        item = src / ROWS_STORE_FILE
+    else:
+        item = src
+        removed = safe_io.prune_links(src)
+        if removed:
+            log(
+                f"{name}: removed {len(removed)} entries that are not regular files from what the "
+                f"container made (never followed): {', '.join(removed[:5])}"
+            )
+        bad = safe_io.check_tree(src)
     if bad:
         raise Failed(
             f"asset {name}: what the container made in {src} is not only regular files of this "
             f"user ({'; '.join(bad[:3])}); nothing was moved into the cache"
         )
     if asset["kind"] == "rows":
-        if safe_io.lstat_regular(item) is None:
+        try:
+            st = safe_io.lstat_regular(item)
+        except OSError as err:
+            raise Failed(f"asset rows: {err}; nothing was moved into the cache") from None
+        if st is None:
             raise Failed(f"asset rows: the build left no {item}")
+        if st.st_nlink != 1:
+            raise Failed(f"asset rows: {item} has {st.st_nlink} names; not moved into the cache")
         _check_rows_pin(item, asset, f"the build in the image ({src})")
         sha = asset_store.file_sha256(item, owned=True)
         summary = _summary_of(src / BUILD_SUMMARY)
@@ -147,13 +163,13 @@ def adopt(
 
 
 def _summary_of(path: Path) -> dict[str, Any]:
-    """The build's own summary (what the container says it did): kept for the record under
-    `container_summary`, never used to decide anything."""
+    """The build's own summary (what the container says it did), for the record only: the host
+    decides nothing by it, and overwrites its parquet_sha256 with the one it computed."""
     try:
         data = json.loads(safe_io.read_text(path, owned=True))
     except (OSError, ValueError):
         return {}
-    return {"container_summary": data if isinstance(data, dict) else None}
+    return data if isinstance(data, dict) else {}
 
 
 def _move_file(src: Path, dest: Path) -> None:

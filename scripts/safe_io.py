@@ -245,3 +245,24 @@ def check_tree(root: PathLike, *, owned: bool = True) -> list:
             if why:
                 bad.append(f"{p.relative_to(root)}: {why}")
     return bad
+
+
+def prune_links(root: PathLike) -> list[str]:
+    """Remove every symlink, FIFO, socket and device under ROOT (unlink: never followed) and
+    return what was removed. Run on what a container made before `check_tree`: such an entry is
+    never part of a checkpoint, and a link named like the manifest the host writes next must not
+    be there when it writes it."""
+    removed = []
+    root = Path(root)
+    for dirpath, dirnames, filenames in os.walk(str(root)):
+        for name in list(dirnames) + filenames:
+            p = Path(dirpath) / name
+            st = os.lstat(str(p))
+            if stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode):
+                continue
+            what = f"a symlink to {os.readlink(str(p))}" if stat.S_ISLNK(st.st_mode) else "special"
+            os.unlink(str(p))
+            if name in dirnames:
+                dirnames.remove(name)
+            removed.append(f"{p.relative_to(root)} ({what})")
+    return removed
