@@ -48,6 +48,8 @@ class UnsafeFile(OSError):
 
 
 def _why(st: os.stat_result, *, owned: bool, single: bool) -> str | None:
+    if stat.S_ISLNK(st.st_mode):
+        return "it is a symlink"
     if not stat.S_ISREG(st.st_mode):
         return "not a regular file"
     if owned and st.st_uid != os.geteuid():

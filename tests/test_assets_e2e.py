@@ -282,7 +282,8 @@ def test_prepare_then_a_run_converts_once_and_the_next_downloads_and_converts_no
         "tokenizer": "not-needed",
         "dataset": "not-needed",
     }
-    assert first.converted() and hub.requests == []
+    assert first.converted() and hub.file_requests() == []  # the Hub's listing only (below)
+    assert all(r.path.startswith("/api/models/test-org/tiny-model/revision/") for r in hub.requests)
     assert any(k.startswith("torch_dist/") for k in s3_manifests(s3))  # kept for the next run
 
     second = Run(
@@ -422,5 +423,5 @@ def test_a_store_object_that_differs_or_is_missing_is_refused(
     assert "model-00001-of-00002.safetensors" in (run.rd / "logs" / "assets.log").read_text()
     for ckpt in (tmp_path / "cache-a" / "hf").glob("test-org--tiny-model@*"):
         assert store_mod.read_local_manifest(ckpt) is None  # the cache was not made to trust it
-    assert hub.requests == []  # the store was the plan: no silent fall-back to the Hub
+    assert hub.file_requests() == []  # the store was the plan: no silent fall-back to the Hub
     assert not run.converted()
