@@ -358,9 +358,10 @@ def test_rows_that_differ_from_the_recipe_stop_the_run_before_the_checkpoint_dow
     log = (run.rd / "logs" / "assets.log").read_text()
     assert f"parquet_sha256: built {tiny[1]['parquet_sha256']}" in log and "e" * 64 in log
     assert run.stages[-1] == ("assets", "failed") and ("ray", "ok") not in run.stages
-    rows = tmp_path / "cache-a" / "rows"
-    assert [p.name.endswith(".mismatch") for p in rows.glob("*.parquet*")].count(True) == 1
-    assert not list(rows.glob("*.parquet"))  # nothing took $SFT_DATA's name
+    # the build's own directory keeps what it made; nothing took $SFT_DATA's name
+    cache = tmp_path / "cache-a"
+    assert len(list(cache.glob(".incoming/*/rows/rows.parquet.mismatch"))) == 1
+    assert not list((cache / "rows").glob("*.parquet*"))
     assert not [r for r in hub.file_requests() if "tiny-model" in r.path and r.range != "bytes=0-0"]
 
 

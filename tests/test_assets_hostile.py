@@ -35,7 +35,7 @@ from test_assets_e2e import Run, node, node_env, profile_file, recipe_file  # no
 from launcher.asset_stages import TEST_ENCODER_ENV
 from launcher.assets.prepare import TEST_DOCKER_ARGS_ENV
 
-pytestmark = [pytest.mark.docker, pytest.mark.ssh]
+pytestmark = [pytest.mark.docker, pytest.mark.ssh, pytest.mark.timeout(900)]
 CANARY_TEXT = "ssh-ed25519 AAAAC3Nza canary@outside\n"
 ENCODER = "builtin:whitespace-test"
 
