@@ -194,7 +194,8 @@ def open_resume(
         fd = -1
     except OSError as err:
         fd = -1
-        if not _remove_unsafe(path, f"not a regular file ({err.strerror})", log):
+        why = "it is a symlink" if err.errno == errno.ELOOP else f"unusable ({err.strerror})"
+        if not _remove_unsafe(path, why, log):
             raise
     if fd >= 0:
         why = _why(os.fstat(fd), owned=True, single=True)
