@@ -203,6 +203,9 @@ class LocalStore(Store):
         target = self.root / key / path
         partial = target.with_name(target.name + ".partial")
         got, resumed = _copy_resuming(src, partial, path, progress, base=self.root)
+        if got != sha256 and resumed:  # an older attempt's bytes: once more from the start
+            os.unlink(str(partial))
+            got, resumed = _copy_resuming(src, partial, path, progress, base=self.root)
         if got != sha256:
             os.unlink(str(partial))
             raise StoreError(
