@@ -156,7 +156,19 @@ def adopt(
         shutil.rmtree(str(dest))  # an unfinished attempt of this very asset (cache_occupant)
     asset_store.write_local_manifest(src, manifest)
     safe_io.make_dirs(dest.parent, base=dest.parent.parent)
-    os.rename(str(src), str(dest))  # the same file system: src is in $CACHE_DIR/.incoming
+    try:
+        os.rename(str(src), str(dest))  # the same file system: src is in $CACHE_DIR/.incoming
+    except OSError as err:
+        if err.errno != 18:  # EXDEV: the profile put $TORCH_DIST on another file system
+            raise
+        tmp = dest.with_name(f".{dest.name}.adopting")
+        shutil.rmtree(str(tmp), ignore_errors=True)
+        shutil.copytree(str(src), str(tmp), symlinks=True)  # src holds no links (checked above)
+        bad = asset_store.verify_tree(tmp, manifest, threads=threads)
+        if bad:
+            raise Failed(f"asset {name}: the copy to {tmp} differs ({bad[0]})") from None
+        os.rename(str(tmp), str(dest))
+        shutil.rmtree(str(src), ignore_errors=True)
     log(f"{name}: {len(manifest['files'])} files, {manifest['total_bytes']} bytes, checked and "
         f"sealed on the host, moved into {dest}")  # fmt: skip
     return manifest
