@@ -19,7 +19,7 @@ from launcher.clusters.base import CommandResult, LaunchOptions, Node
 from launcher.errors import InfraError
 
 if TYPE_CHECKING:
-    from launcher.plan import Plan
+    from launcher.plan.plan import Plan
 
 
 def command_failed(node: str, command: str, result: CommandResult) -> InfraError:

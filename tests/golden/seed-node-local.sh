@@ -89,7 +89,7 @@ _stage_end
 
 # ---- stage resolve: where every asset will come from (cache, store, Hub, build, convert); nothing downloaded, before the image pull
 _stage_begin resolve
-# the node programs' spec (launcher/assets/spec.py) and their plan live in state/, which
+# the node programs' spec (launcher/plan/asset_spec.py) and plan live in state/, which
 # containers read but cannot write; docs/assets.md
 ASSETS_PY="$NODE_RUN_DIR/scripts/node_assets.py"
 ASSET_SPEC="$NODE_RUN_DIR/state/assets.json"
@@ -198,7 +198,8 @@ if ! grep -qxF "$IMAGE" "$NODE_RUN_DIR/image.digests"; then
   echo "image $IMAGE: the local image does not carry digest $IMAGE_DIGEST (RepoDigests: $(tr '\n' ' ' < "$NODE_RUN_DIR/image.digests"))" >&2
   exit 1
 fi
-printf '{"image": "%s", "digest": "%s", "id": "%s"}\n' "$IMAGE" "$IMAGE_DIGEST" "$(docker image inspect --format '{{.Id}}' "$IMAGE")" > "$NODE_RUN_DIR/image.json"
+# image.json: what ran, as docker has it (an attestation records its RepoDigests)
+printf '{"image": "%s", "digest": "%s", "id": "%s", "repo_digests": %s}\n' "$IMAGE" "$IMAGE_DIGEST" "$(docker image inspect --format '{{.Id}}' "$IMAGE")" "$(docker image inspect --format '{{json .RepoDigests}}' "$IMAGE")" > "$NODE_RUN_DIR/image.json"
 _stage_end
 
 # ---- stage preflight-gpu: GPU benchmarks in the image: bf16 matmul, memory bandwidth, NCCL all-reduce

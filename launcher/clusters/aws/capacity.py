@@ -12,12 +12,16 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from launcher.clusters.aws.requests import TAG_RECIPE
 from launcher.clusters.aws.session import make_session, translate
 from launcher.clusters.aws.settings import settings_from
 from launcher.errors import BadInput, InfraError
+
+if TYPE_CHECKING:
+    from launcher.inputs.profile import Profile
+    from launcher.inputs.recipe import Recipe
 
 
 @dataclass(frozen=True)
@@ -64,14 +68,14 @@ def _parse(item: dict[str, Any]) -> Offering:
     )
 
 
-def _target(recipe: Any, profile: Any, nodes: int | None) -> tuple[str, int, str | None]:
+def _target(recipe: Recipe, profile: Profile, nodes: int | None) -> tuple[str, int, str | None]:
     s = settings_from(recipe, profile)
     return s.instance_type, nodes or s.nodes, s.region
 
 
 def list_offerings(
-    recipe: Any,
-    profile: Any,
+    recipe: Recipe,
+    profile: Profile,
     *,
     hours: int = 24,
     nodes: int | None = None,
@@ -121,8 +125,8 @@ def format_offerings(offerings: list[Offering], on_demand_per_hour: float | None
 
 
 def buy(
-    recipe: Any,
-    profile: Any,
+    recipe: Recipe,
+    profile: Profile,
     offering_id: str,
     *,
     hours: int = 24,

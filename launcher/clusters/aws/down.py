@@ -34,6 +34,7 @@ from launcher.clusters.aws.state import (
 )
 from launcher.clusters.aws.teardown import Log, leftover_message, safe, teardown
 from launcher.errors import BadInput, InfraError
+from launcher.records.rundir import Files
 
 IDENTITY = ("run_id", "launch_id", "region", "account")
 
@@ -45,7 +46,7 @@ def _quiet(_line: str) -> None:
 def state_file(run_dir: Path) -> Path:
     """aws.json of a run directory (or the file itself); BadInput when there is none."""
     run_dir = Path(run_dir)
-    path = run_dir if run_dir.is_file() else run_dir / "aws.json"
+    path = run_dir if run_dir.is_file() else run_dir / Files.AWS
     if not path.is_file():
         raise BadInput(
             f"{run_dir}: no aws.json here; this run did not use --cluster aws "
@@ -57,7 +58,7 @@ def state_file(run_dir: Path) -> Path:
 def _run_json(run_dir: Path) -> dict[str, Any]:
     """run.json's run id and cluster record, or {} when it is missing or unreadable."""
     try:
-        data = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
+        data = json.loads((run_dir / Files.RUN).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
     if not isinstance(data, dict):
@@ -170,7 +171,7 @@ def down(
         session.client("sts", region_name=where), "finding the account of these credentials"
     )
     raw = session.client("ec2", region_name=where)
-    ec2 = RecordedClient(raw, "ec2", CallLog(path.with_name("aws-calls.jsonl")))
+    ec2 = RecordedClient(raw, "ec2", CallLog(path.with_name(Files.AWS_CALLS)))
     _adopt_launch(ec2, state, log)
     left = teardown(
         ec2,
