@@ -31,6 +31,7 @@ from typing import Any
 import yaml
 
 from launcher import report
+from launcher.atomic import write_atomic
 from launcher.convergence import check, loss_curve
 from launcher.errors import BadInput
 from launcher.measure import Result, measure, measured_date
@@ -137,13 +138,11 @@ def json_safe(value: Any) -> Any:
 
 
 def _write_json(path: Path, data: Any) -> None:
-    path.write_text(json.dumps(json_safe(data), indent=2) + "\n")
+    write_atomic(path, json.dumps(json_safe(data), indent=2) + "\n")
 
 
 def write_steps_jsonl(path: Path, records: Iterable[StepRecord]) -> None:
-    with open(path, "w") as fh:
-        for rec in records:
-            fh.write(json.dumps(rec.to_dict()) + "\n")
+    write_atomic(path, "".join(json.dumps(rec.to_dict()) + "\n" for rec in records))
 
 
 def write_report(
@@ -163,10 +162,10 @@ def write_report(
         step_time = report.claimed_step_time(result, recipe)
         (run_dir / "plots").mkdir(parents=True, exist_ok=True)
         for name, png in report.render_plots(records, result.window, step_time).items():
-            (run_dir / "plots" / name).write_bytes(png)
+            write_atomic(run_dir / "plots" / name, png)
             names.append(f"plots/{name}")
     path = run_dir / "report.md"
-    path.write_text(report.render_markdown(result, verdict, recipe, records, convergence, names))
+    write_atomic(path, report.render_markdown(result, verdict, recipe, records, convergence, names))
     return path
 
 
@@ -205,7 +204,7 @@ def write_outputs(
     if convergence is not None:
         _write_json(out / "convergence.json", convergence.to_dict())
     write_steps_jsonl(out / "steps.jsonl", records)
-    (out / "result.yaml").write_text(yaml.safe_dump(result.to_result_yaml(), sort_keys=False))
+    write_atomic(out / "result.yaml", yaml.safe_dump(result.to_result_yaml(), sort_keys=False))
     _write_json(out / "verdict.json", verdict.to_dict())
     write_report(out, result, verdict, recipe, records, convergence, plots=plots)
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from launcher.atomic import write_atomic
 from launcher.errors import BadInput, ReproduceError
 from launcher.history import (
     Assessment,
@@ -351,5 +352,5 @@ def write_summary(
         lines.append("")
     root.mkdir(parents=True, exist_ok=True)
     path = root / f"nightly-{date}.md"
-    path.write_text("\n".join(lines))
+    write_atomic(path, "\n".join(lines))
     return path

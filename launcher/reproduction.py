@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from launcher.atomic import write_atomic
 from launcher.costgate import cost_line, worst_case_text
 from launcher.errors import BadInput
 from launcher.plan import Plan, build_plan
@@ -218,7 +219,6 @@ def _worst_lines(prepared: Prepared) -> list[str]:
 
 def write_script(plan: Plan, path: Path) -> None:
     try:
-        path.write_text(plan.node_script, encoding="utf-8")
-        path.chmod(0o755)
+        write_atomic(path, plan.node_script, chmod=0o755)
     except OSError as err:
         raise BadInput(f"--script-out {path}: cannot write: {err.strerror}.") from None

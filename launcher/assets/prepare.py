@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 from launcher.assets.nodelib import node_module
 from launcher.assets.spec import build_spec
+from launcher.atomic import write_atomic
 from launcher.errors import BadInput, CheckFailed, InfraError
 from launcher.recipe import Recipe
 
@@ -99,7 +100,7 @@ def prepare(recipe: Recipe, options: PrepareOptions, events: Events) -> dict[str
     if options.rows_builder == "skip":
         by_name["rows"]["build_problem"] = "--rows-builder skip"
     spec_path = work / "spec.json"
-    spec_path.write_text(json.dumps(spec, indent=1, sort_keys=True) + "\n")
+    write_atomic(spec_path, json.dumps(spec, indent=1, sort_keys=True) + "\n")
 
     events.say(f"resolving {recipe.slug}'s assets against {options.store} ...")
     plan = _run(lambda: resolve_mod.resolve(spec, full=True, threads=options.threads))
@@ -112,7 +113,7 @@ def prepare(recipe: Recipe, options: PrepareOptions, events: Events) -> dict[str
     if problems:
         error = InfraError if plan["infra"] else CheckFailed
         raise error("assets cannot be supplied:\n  " + "\n  ".join(problems))
-    (work / "plan.json").write_text(json.dumps(plan, indent=1, sort_keys=True) + "\n")
+    write_atomic(work / "plan.json", json.dumps(plan, indent=1, sort_keys=True) + "\n")
 
     done: dict[str, str] = {}
     rows_source = plan["assets"]["rows"]["source"]
@@ -234,7 +235,7 @@ def _build_rows(job: _Job) -> None:
     scripts = node_module("node_assets").__file__
     assert scripts is not None
     scripts_dir = str(Path(scripts).parent)
-    (work / "plan.json").write_text(json.dumps(plan, indent=1, sort_keys=True) + "\n")
+    write_atomic(work / "plan.json", json.dumps(plan, indent=1, sort_keys=True) + "\n")
     argv = docker_rows_argv(job.recipe.image.ref, work, scripts_dir, job.spec_path, options.encoder)
     events.say("rows: " + " ".join(argv))
     proc = subprocess.run(argv, check=False)

@@ -7,7 +7,6 @@ launcher only targeted it.
 
 from __future__ import annotations
 
-import os
 import shutil
 import socket
 import subprocess
@@ -15,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from launcher.atomic import write_atomic
 from launcher.clusters.base import CommandResult, LaunchOptions, Node
 from launcher.errors import InfraError
 
@@ -79,14 +79,12 @@ class LocalTransport:
             dest.parent.mkdir(parents=True, exist_ok=True)
             # the mode is set before any byte is written (a secrets file is never readable by
             # others)
-            fd = os.open(
+            write_atomic(
                 dest,
-                os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
-                0o600 if mode is None else mode & 0o700,
+                text,
+                mode=0o600 if mode is None else mode & 0o700,
+                chmod=0o644 if mode is None else mode,
             )
-            with os.fdopen(fd, "w") as fh:
-                os.fchmod(fh.fileno(), 0o644 if mode is None else mode)
-                fh.write(text)
         except OSError as err:
             raise self._failed("write", remote, err) from err
 

@@ -11,14 +11,13 @@ it pulled before any GPU minute. Only json and pathlib here: the dry run reads t
 from __future__ import annotations
 
 import json
-import os
 import re
-import secrets
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from launcher.atomic import write_atomic
 from launcher.errors import BadInput
 from launcher.profile import Profile
 from launcher.recipe import Image, Recipe
@@ -134,12 +133,7 @@ def write_record(path: Path, record: dict[str, Any]) -> None:
     """Atomically: a reader sees the previous record or this one, never half of one."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(json.dumps(record, indent=2) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        write_atomic(path, json.dumps(record, indent=2) + "\n")
     except OSError as err:
         raise BadInput(f"--record {path}: cannot write the image record: {err.strerror}.") from None
 

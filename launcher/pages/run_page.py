@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from launcher.atomic import write_atomic
 from launcher.pages import run_sections as rs
 from launcher.pages import svg
 from launcher.pages.html import (
@@ -59,9 +60,7 @@ def write_run_page(run_dir: Path, out: Path | None = None) -> Path:
     run_dir = Path(run_dir)
     target = Path(out) if out is not None else run_dir / PAGE_NAME
     text = render_run_page(read_run_dir(run_dir))
-    tmp = target.with_name(f".{target.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(target)
+    write_atomic(target, text)
     return target
 
 
