@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from launcher.atomic import write_atomic
 from launcher.clusters.base import CommandResult, LaunchOptions, Node
 from launcher.errors import InfraError
+from launcher.excerpt import excerpt_lines
 
 if TYPE_CHECKING:
     from launcher.plan import Plan
@@ -24,11 +25,12 @@ if TYPE_CHECKING:
 
 def command_failed(node: str, command: str, result: CommandResult) -> InfraError:
     """One wording for a failed node command, whichever transport ran it."""
-    tail = (result.stderr or result.stdout).strip().splitlines()[-5:]
+    tail = excerpt_lines(result.stderr or result.stdout, 5)
     detail = "; ".join(tail) if tail else "no output"
-    first = command.strip().splitlines()[0] if command.strip() else command
+    first = excerpt_lines(command.strip(), 1, 120)
     return InfraError(
-        f"a command on node {node} failed with exit {result.exit_code}: {first[:120]!r}: {detail}"
+        f"a command on node {node} failed with exit {result.exit_code}: "
+        f"{(first[0] if first else command)!r}: {detail}"
     )
 
 

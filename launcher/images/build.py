@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher.errors import BadInput, CheckFailed, InfraError
+from launcher.excerpt import excerpt
 from launcher.images.record import (
     BASE_DIGEST_LABEL,
     DIGEST,
@@ -267,7 +268,7 @@ def docker_login(docker: str, config: Path, login: Login) -> None:
         timeout=120,
     )
     if proc.returncode != 0:
-        raise InfraError(f"docker login {login.server} failed: {proc.stderr.strip()[-500:]}")
+        raise InfraError(f"docker login {login.server} failed: {excerpt(proc.stderr, 3)}")
 
 
 def _pushed_digest(docker: str, target: Target, push_output: Sequence[str]) -> str:
@@ -294,7 +295,7 @@ def _inspect(docker: str, ref: str, fmt: str) -> Any:
         timeout=60,
     )
     if proc.returncode != 0:
-        raise InfraError(f"docker image inspect {ref}: {proc.stderr.strip()[-500:]}")
+        raise InfraError(f"docker image inspect {ref}: {excerpt(proc.stderr, 3)}")
     return json.loads(proc.stdout)
 
 
@@ -323,7 +324,7 @@ def _run(
             lines.append(line)
             say(f"  {line}")
     if proc.returncode != 0:
-        tail = "\n".join(lines[-15:])
+        tail = excerpt("\n".join(lines[-15:]), 15)
         raise InfraError(f"{what} failed (exit {proc.returncode}):\n{tail}")
     return lines
 
