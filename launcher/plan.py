@@ -18,9 +18,10 @@ from launcher.errors import BadInput
 from launcher.images.record import BuiltImage, profile_image
 from launcher.node_script import Assets, Placement, ScriptContext, Stage, render_node_script
 from launcher.profile import Profile
-from launcher.recipe import Recipe
+from launcher.recipe import Recipe, launcher_env_problems
 from launcher.rundir import new_run_id
 from launcher.runner.protocol import RESULT_FILES
+from launcher.yamlschema import format_problems
 
 # secrets.hf_token_env names the launcher-side variable whose value the asset download gets as
 # HF_TOKEN: it must look like a Hugging Face token's name, and nothing like another credential's
@@ -95,6 +96,7 @@ def build_plan(
         )
     _check_profile_fits(recipe, profile)
     _check_secrets(profile)
+    _check_recipe_env(recipe, profile)
     work_dir = profile.get("work_dir").rstrip("/") or "/"
     node_run_dir = f"{work_dir}/runs/{run_id}"
     cache_dir = profile.get("cache_dir").rstrip("/") or "/"
@@ -215,6 +217,17 @@ def _check_secrets(profile: Profile) -> None:
             hint="Name the variable holding your Hugging Face token (HF_TOKEN, "
             "HUGGING_FACE_HUB_TOKEN, ...), or null to send none.",
         )
+
+
+def _check_recipe_env(recipe: Recipe, profile: Profile) -> None:
+    """The recipe's env may not set the variable the profile's `image_digest_env` names (the
+    nodes' own word on their image), beyond the launcher's own names (recipe.py's one list,
+    already refused when the recipe was loaded)."""
+    name = profile.get("image_digest_env") if profile.kind == "ray" else None
+    also = {str(name): f"the profile's image_digest_env ({profile.path})"} if name else {}
+    problems = launcher_env_problems(recipe.env, also)
+    if problems:
+        raise BadInput(format_problems(recipe.path, "recipe", problems))
 
 
 def _check_dirs(profile: Profile, node_run_dir: str, cache_dir: str) -> None:

@@ -61,6 +61,62 @@ AMBIENT_VARIABLES = frozenset(
     }
 )
 
+# Variables the launcher itself sets or reads to check or control a run: a recipe's `env` may set
+# none of them, on any target (docs/architecture.md, "A recipe's environment"). The recipe's env
+# reaches the training container and, on Ray, every process of the job: the image digest probe,
+# the preflights, the stack probe and the asset programs run there too, so a recipe that set
+# REPRODUCE_IMAGE_DIGEST (or CUDA_VISIBLE_DEVICES, HF_ENDPOINT, ...) could vouch for itself. This
+# is the one list; plan.py adds the profile's `image_digest_env` where the profile is known.
+LAUNCHER_ENV_PREFIXES = ("REPRODUCE_", "AWS_")
+LAUNCHER_ENV = frozenset(
+    {
+        *BOUND_VARIABLES,  # the assets the checks verified: HF_CKPT, TORCH_DIST, SFT_DATA
+        "RUN_ID",
+        "NODE_RUN_DIR",
+        "NODE_RANK",
+        "NODE_IP",
+        "HEAD_ADDR",
+        "NODE_ADDRS",
+        "RAY_ADDRESS",  # which cluster the job runs on
+        "RAY_DEDUP_LOGS",  # every step line must reach the log
+        "PYTHONPATH",  # miles' path and the launcher's node programs (the rows' check)
+        "CUDA_VISIBLE_DEVICES",  # which GPUs the preflight sees
+        "HF_TOKEN",  # a secret: never in a recipe (a Ray submission is readable by all)
+        "HF_ENDPOINT",  # where the assets and their pins come from
+        "HF_HUB_OFFLINE",
+    }
+)
+
+
+def launcher_env_problems(
+    env: dict[str, Any], also: dict[str, str] | None = None
+) -> list[tuple[str, str]]:
+    """(field, message) for each name in a recipe's ENV that the launcher uses itself
+    (LAUNCHER_ENV, LAUNCHER_ENV_PREFIXES, and ALSO: name -> where that name comes from)."""
+    also = also or {}
+    problems = []
+    for name in env:
+        name = str(name)
+        if name in also:
+            why = f"the variable {also[name]} names"
+        elif name in LAUNCHER_ENV:
+            why = "a variable the launcher itself sets or reads to check or control the run"
+        elif name.startswith(LAUNCHER_ENV_PREFIXES):
+            prefix = next(p for p in LAUNCHER_ENV_PREFIXES if name.startswith(p))
+            why = f"a {prefix}* variable, which the launcher keeps for itself"
+        else:
+            continue
+        problems.append(
+            (
+                f"env.{name}",
+                f"sets {name}, {why}: a recipe's env reaches the checks (the image digest "
+                "probe, the preflights, the stack probe, the asset programs), so it may not set "
+                "it; expected it removed from env (set what the training needs in the run block)",
+            )
+        )
+    return problems
+
+
 _DIGEST_RE = re.compile(r"sha256:([0-9a-fA-F]+)")
 _REPO_BEFORE_DIGEST_RE = re.compile(
     r"(?P<repo>[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]+)?(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)+)"
@@ -442,6 +498,7 @@ def consistency_problems(raw: dict[str, Any]) -> list[tuple[str, str]]:
     if image_problem:
         problems.append(image_problem)
     problems += _path_problems(raw)
+    problems += launcher_env_problems(raw.get("env") or {})
     problems += run_block_problems(raw)
 
     used, defined = run_variables(raw["run"])
