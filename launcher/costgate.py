@@ -38,6 +38,8 @@ Options = Any
 # Kinds whose backend launches the nodes it runs on, billed by the hour until it ends them.
 PAID_KINDS = frozenset({"aws"})
 QUESTION = "Launch it and start paying? [y/N] "
+# `reproduce capacity --buy` (launcher/clusters/aws/capacity.py) asks with the same rule.
+BUY_QUESTION = "Buy this Capacity Block? It cannot be cancelled. [y/N] "
 
 
 class NotConfirmed(BadInput):
