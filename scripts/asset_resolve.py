@@ -51,7 +51,7 @@ class Throttled:
     """Progress of one asset's transfer: plain lines for a person reading the log (one per file
     every 15 s, and one at 100%), and, inside a node.sh stage (REPRODUCE_STAGE), the protocol's
     progress line for the launcher's live bar and ETA (bytes of the whole asset, about once a
-    second; launcher/runner/protocol.py). Called from several download threads at once."""
+    second; launcher/plan/protocol.py). Called from several download threads at once."""
 
     def __init__(
         self,

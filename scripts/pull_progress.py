@@ -8,7 +8,7 @@ over the layers, and prints
 
     ##reproduce progress stage=image done=N total=M unit=bytes item='3/12 layers'
 
-at most once a second and once at the end (the format: launcher/runner/protocol.py, Progress).
+at most once a second and once at the end (the format: launcher/plan/protocol.py, Progress).
 The image's total comes from its manifest (`docker manifest inspect -v`, the compressed layer
 sizes docker downloads) when the registry answers; otherwise from the layers' own totals once
 docker has shown every one. docker's own status lines are passed on once per change, without the

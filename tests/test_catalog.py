@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from measure_support import as_recipe, seed_raw, step_times_for_tps
+from support.measure import as_recipe, seed_raw, step_times_for_tps
 
 from launcher import catalog
 from launcher.errors import BadInput
-from launcher.measure import measure
-from launcher.parse.miles import StepRecord
-from launcher.preflight import expected_efa_devices
+from launcher.judge.measure import measure
+from launcher.judge.parse.miles import StepRecord
+from launcher.plan.preflight import expected_efa_devices
 
 
 def test_every_instance_names_a_known_gpu_and_where_its_figures_come_from():

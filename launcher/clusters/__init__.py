@@ -22,14 +22,14 @@ from launcher.errors import BadInput
 
 if TYPE_CHECKING:
     from launcher.clusters.base import Cluster, LaunchOptions
-    from launcher.plan import Plan
-    from launcher.profile import Profile
+    from launcher.inputs.profile import Profile
+    from launcher.plan.plan import Plan
 
 BACKENDS: dict[str, str] = {
     "local": "launcher.clusters.local",
     "ssh": "launcher.clusters.ssh",
     "aws": "launcher.clusters.aws",
-    "ray": "launcher.clusters.ray",
+    "ray": "launcher.clusters.ray.cluster",
 }
 # Kinds a real run refuses although the dry run can show their plan (kind -> why).
 DRY_RUN_ONLY: dict[str, str] = {}

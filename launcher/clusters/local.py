@@ -14,13 +14,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from launcher.atomic import write_atomic
 from launcher.clusters.base import CommandResult, LaunchOptions, Node
 from launcher.errors import InfraError
 from launcher.excerpt import excerpt_lines
+from launcher.records.atomic import write_atomic
 
 if TYPE_CHECKING:
-    from launcher.plan import Plan
+    from launcher.plan.plan import Plan
 
 
 def command_failed(node: str, command: str, result: CommandResult) -> InfraError:

@@ -100,10 +100,10 @@ def store_of(store: str | None, cluster: str | None) -> str:
     if store:
         return store
     if cluster:
-        from launcher.profile import load_profile
+        from launcher.inputs.profile import load_profile
 
         profile = load_profile(cluster)
-        value = profile.get("assets.store")
+        value = profile.assets.store
         if value:
             return str(value)
         raise BadInput(f"--cluster {cluster}: its profile sets no assets.store; give --store")
@@ -124,9 +124,9 @@ def prepare_command(
     encoder: str | None = None,
 ) -> int:
     """`reproduce prepare RECIPE --store URL`: exit 0 when every asset is in the store."""
-    from launcher.assets.nodelib import node_module
-    from launcher.assets.prepare import PrepareOptions, prepare
-    from launcher.recipe import load_recipe
+    from launcher.inputs.recipe import load_recipe
+    from launcher.plan.nodelib import node_module
+    from launcher.prepare.assets import PrepareOptions, prepare
 
     if threads < 1:
         raise BadInput("--threads must be at least 1")

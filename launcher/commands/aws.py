@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher.errors import BadInput
+from launcher.records.rundir import Files
 
 Say = Callable[[str], Any]
 
@@ -27,8 +28,8 @@ def down_run(
     from launcher.clusters.aws.down import down
 
     path = Path(ref)
-    if not (path.is_file() or (path / "aws.json").is_file()):
-        from launcher.rundir import RunDir
+    if not (path.is_file() or (path / Files.AWS).is_file()):
+        from launcher.records.rundir import RunDir
 
         path = RunDir.find(ref, runs_root).path
     ended = down(path, log=say, region=region)
@@ -48,7 +49,7 @@ def reap_command(
     from launcher.clusters.aws.session import make_session
 
     if region is None:
-        from launcher.profile import load_profile
+        from launcher.inputs.profile import load_profile
 
         profile = load_profile(cluster)
         if profile.kind != "aws":
@@ -56,7 +57,7 @@ def reap_command(
                 f"--cluster {cluster} is of kind {profile.kind}; reap ends AWS instances, "
                 "give an aws profile."
             )
-        region = profile.get("region")
+        region = profile.region
     if region is None:
         region = make_session(None).region_name
     return reap(str(region), dry_run=dry_run, log=say)
@@ -78,8 +79,8 @@ def capacity_command(
     """`reproduce capacity RECIPE`: list offerings; with --buy ID, buy that one (price first)."""
     from launcher.catalog import price_per_hour
     from launcher.clusters.aws.capacity import buy, format_offerings, list_offerings
-    from launcher.profile import load_profile
-    from launcher.recipe import load_recipe
+    from launcher.inputs.profile import load_profile
+    from launcher.inputs.recipe import load_recipe
 
     recipe = load_recipe(recipe_path)
     profile = load_profile(cluster)
@@ -107,9 +108,7 @@ def capacity_command(
         recipe, profile, hours=hours, nodes=nodes, start_after=after, end_before=before
     )
     try:
-        od = price_per_hour(
-            profile.get("instance_type") or recipe.instance_type, profile.get("region")
-        )
+        od = price_per_hour(profile.instance_type or recipe.instance_type, profile.region)
     except BadInput:
         od = None
     say(format_offerings(offerings, od.value if od else None))

@@ -1,6 +1,7 @@
 """The bodies of `reproduce history` and `reproduce nightly`: printing and exit codes.
 
-launcher/history.py and launcher/nightly.py return values; this is where they meet the console.
+launcher/records/history.py and launcher/runner/nightly.py return values; this is where they meet
+the console.
 """
 
 from __future__ import annotations
@@ -10,14 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from launcher.errors import BadInput
-from launcher.history import (
+from launcher.pages.report import history_report
+from launcher.records.history import (
     History,
     assess_history,
     default_history_path,
     runs_of_recipe,
     slug_of,
 )
-from launcher.report import history_report
 
 
 def run_history(
@@ -99,7 +100,7 @@ def run_nightly(
     from functools import partial
 
     from launcher.commands.run import ConsoleReporter
-    from launcher.nightly import nightly, run_recipe
+    from launcher.runner.nightly import nightly, run_recipe
 
     result = nightly(
         recipes,

@@ -12,9 +12,12 @@ import json
 import sys
 from pathlib import Path
 
-from launcher.convergence import check, loss_curve
 from launcher.errors import BadInput
-from launcher.evaluate import (
+from launcher.inputs.recipe import load_recipe
+from launcher.judge.convergence import check, loss_curve
+from launcher.judge.verdict import DEFAULT_TOLERANCE_PERCENT, Tolerance
+from launcher.pages.report import render_convergence, render_summary
+from launcher.results.evaluate import (
     RECIPE_FILE,
     check_input,
     json_safe,
@@ -22,9 +25,6 @@ from launcher.evaluate import (
     measure_path,
     recipe_identity,
 )
-from launcher.recipe import load_recipe
-from launcher.report import render_convergence, render_summary
-from launcher.verdict import DEFAULT_TOLERANCE_PERCENT, Tolerance
 
 UNREADABLE_EXIT = BadInput.exit_code
 

@@ -2,7 +2,8 @@
 the regressions marked.
 
 Why each run is assessed here against the runs before it: the history module's regression rules
-(launcher/history.py, docs/measurement.md) judge one run against its trailing baseline; applying
+(launcher/records/history.py, docs/measurement.md) judge one run against its trailing baseline;
+applying
 the same `assess` to every run in turn shows when a regression happened, not only whether the
 latest run is one. The rules themselves are not restated here.
 """
@@ -13,8 +14,6 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from launcher.atomic import write_atomic
-from launcher.history import Assessment, RunRow, assess
 from launcher.pages import svg
 from launcher.pages.html import (
     Status,
@@ -33,6 +32,9 @@ from launcher.pages.html import (
 )
 from launcher.pages.run_page import PAGE_NAME
 from launcher.pages.rundata import read_run_dir
+from launcher.records.atomic import write_atomic
+from launcher.records.history import Assessment, RunRow, assess
+from launcher.records.rundir import Files
 
 _TREND_KEYS = ("tokens_per_s_per_gpu", "mfu", "usd_per_million_tokens")
 
@@ -91,7 +93,7 @@ def claims_of(rows: Sequence[RunRow]) -> dict[str, float | None]:
     for r in reversed(rows):
         if not r.run_dir:
             continue
-        verdict = read_run_dir(Path(r.run_dir), ("verdict.json",)).mapping("verdict.json")
+        verdict = read_run_dir(Path(r.run_dir), (Files.VERDICT,)).mapping(Files.VERDICT)
         claimed = verdict.get("claimed")
         if isinstance(claimed, dict):
             return {k: number(claimed.get(k)) for k in _TREND_KEYS}

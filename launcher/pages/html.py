@@ -77,7 +77,8 @@ class Status:
     meaning: str
 
 
-# Every verdict status (launcher/verdict.py, docs/measurement.md), the nightly outcomes and the
+# Every verdict status (launcher/judge/verdict.py, docs/measurement.md), the nightly outcomes and
+# the
 # run states a page can meet. An unknown word is shown as is, in grey: never hidden.
 STATUSES: dict[str, Status] = {
     "reproduced": Status(

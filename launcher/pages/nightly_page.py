@@ -1,7 +1,7 @@
 """The page of one night: every recipe's outcome, verdict, figures against its claim and trend,
 its regressions, and a small trend line per recipe.
 
-Why the entries are typed by shape (a Protocol) and not by launcher/nightly.py's classes: the
+Why the entries are typed by shape (a Protocol) and not by launcher/runner/nightly.py's classes: the
 nightly writes this page, so this module must not import it (no import cycle, docs/architecture.md);
 anything with the same attributes renders.
 """
@@ -13,11 +13,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from launcher.atomic import write_atomic
-from launcher.history import Assessment, History, RunRow
 from launcher.pages import svg
 from launcher.pages.history_page import day, regression_badge, report_links
 from launcher.pages.html import badge, esc, link, num, page, section, signed, status_of, table
+from launcher.records.atomic import write_atomic
+from launcher.records.history import Assessment, History, RunRow
 
 
 class RecipeRunLike(Protocol):
@@ -29,7 +29,8 @@ class RecipeRunLike(Protocol):
 
 
 class NightlyEntryLike(Protocol):
-    """What the page reads of one recipe's night (launcher/nightly.py's NightlyEntry has it)."""
+    """What the page reads of one recipe's night (launcher/runner/nightly.py's NightlyEntry has
+    it)."""
 
     @property
     def recipe(self) -> Path: ...

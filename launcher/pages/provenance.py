@@ -12,8 +12,9 @@ from typing import Any
 
 from launcher.pages.html import code, esc, not_recorded, num, number, table
 from launcher.pages.run_sections import Context
+from launcher.records.rundir import Files
 
-_CHECK_FILES = (("preflight.json", "host preflight"), ("preflight-gpu.json", "GPU preflight"))
+_CHECK_FILES = ((Files.PREFLIGHT, "host preflight"), (Files.PREFLIGHT_GPU, "GPU preflight"))
 
 
 def _map(value: Any) -> dict[str, Any]:
@@ -40,7 +41,7 @@ def provenance(ctx: Context) -> str:
 
 def _facts(ctx: Context) -> str:
     plan, recipe = ctx.plan, ctx.recipe
-    image_facts = ctx.files.mapping("image.json")
+    image_facts = ctx.files.mapping(Files.IMAGE)
     facts: list[tuple[str, str]] = []
     plan_recipe = _map(plan.get("recipe"))
     facts.append(
@@ -83,12 +84,12 @@ def _facts(ctx: Context) -> str:
                 "training image",
                 f"pinned by the recipe: {code(pinned or 'not recorded')}<br>"
                 f"verified on the node: "
-                + (code(verified) if verified else esc(ctx.files.why_not("image.json")))
+                + (code(verified) if verified else esc(ctx.files.why_not(Files.IMAGE)))
                 + (f"<br>{mark}" if mark else ""),
             )
         )
     else:
-        facts.append(("training image", esc(ctx.files.why_not("plan.json"))))
+        facts.append(("training image", esc(ctx.files.why_not(Files.PLAN))))
     price = _map(ctx.prov.get("price"))
     if price:
         facts.append(
@@ -111,7 +112,7 @@ def _facts(ctx: Context) -> str:
                 esc(
                     "none recorded: no $ / 1M tokens"
                     if ctx.result
-                    else ctx.files.why_not("result.yaml")
+                    else ctx.files.why_not(Files.RESULT)
                 ),
             )
         )
@@ -150,11 +151,11 @@ def _facts(ctx: Context) -> str:
 
 
 def _stack(ctx: Context) -> str:
-    stack = ctx.files.mapping("stack.json")
+    stack = ctx.files.mapping(Files.STACK)
     card = _map(ctx.recipe.get("stack"))
     out = []
     if not stack:
-        out.append(not_recorded(ctx.files.why_not("stack.json")))
+        out.append(not_recorded(ctx.files.why_not(Files.STACK)))
     elif stack.get("skipped") or not stack.get("checks"):
         out.append(
             not_recorded(
@@ -209,7 +210,7 @@ def _checks(ctx: Context) -> str:
     for name, label in _CHECK_FILES:
         data = ctx.files.mapping(name)
         if not data:
-            if name == "preflight.json" or ctx.files.problems.get(name, "missing") != "missing":
+            if name == Files.PREFLIGHT or ctx.files.problems.get(name, "missing") != "missing":
                 out.append(
                     f"<p><b>{esc(label)}</b>: "
                     f"<span class='dim'>{esc(ctx.files.why_not(name))}</span></p>"
@@ -300,7 +301,7 @@ def _assets(ctx: Context) -> str:
     else:
         out.append(
             not_recorded(
-                ctx.files.why_not("recipe.yaml")
+                ctx.files.why_not(Files.RECIPE)
                 if not ctx.recipe
                 else "The recipe pins no asset hash."
             )

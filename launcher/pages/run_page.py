@@ -14,7 +14,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from launcher.atomic import write_atomic
 from launcher.pages import run_sections as rs
 from launcher.pages import svg
 from launcher.pages.html import (
@@ -30,8 +29,10 @@ from launcher.pages.html import (
 )
 from launcher.pages.provenance import provenance
 from launcher.pages.rundata import RUN_FILES, RunFiles, read_run_dir
+from launcher.records.atomic import write_atomic
+from launcher.records.rundir import Files
 
-PAGE_NAME = "report.html"
+PAGE_NAME = Files.REPORT_HTML
 # Verdicts whose throughput was compared with the card (the others are not judged on it).
 JUDGED = ("reproduced", "faster", "slower", "unstable")
 
@@ -116,7 +117,7 @@ def _header(ctx: rs.Context) -> str:
 def _verdict(ctx: rs.Context) -> str:
     v = ctx.verdict
     word = v.get("status") if v else None
-    state = ctx.files.mapping("status.json")
+    state = ctx.files.mapping(Files.STATUS)
     if not word:
         # Not judged: say what the run itself reports (failed at a stage, cancelled, ...).
         st = state.get("state")
@@ -169,9 +170,9 @@ def _verdict(ctx: rs.Context) -> str:
 
 def _figures(ctx: rs.Context) -> str:
     claim, result = ctx.claim, ctx.result
-    if not ctx.files.has("result.yaml"):
+    if not ctx.files.has(Files.RESULT):
         head = not_recorded(
-            ctx.files.why_not("result.yaml")
+            ctx.files.why_not(Files.RESULT)
             + ": the run was not measured, so there is nothing to set beside the card."
         )
     else:
@@ -192,7 +193,7 @@ def _figures(ctx: rs.Context) -> str:
         gauge = (
             _gauge(diff, tol, judged) if key == "tokens_per_s_per_gpu" and diff is not None else ""
         )
-        value = show(got) if ctx.files.has("result.yaml") else "—"
+        value = show(got) if ctx.files.has(Files.RESULT) else "—"
         tiles.append(
             f'<div class="tile" data-tile="{key}"><div class="label">{esc(label)}</div>'
             f'<div class="value" title="unrounded: {esc(unrounded.get(key))}">{esc(value)}</div>'
@@ -290,8 +291,8 @@ def _plots(ctx: rs.Context) -> str:
     steps = ctx.files.steps
     if not steps:
         return not_recorded(
-            ctx.files.why_not("steps.jsonl")
-            if not ctx.files.has("steps.jsonl")
+            ctx.files.why_not(Files.STEPS)
+            if not ctx.files.has(Files.STEPS)
             else "steps.jsonl holds no step"
         )
     first, last = ctx.window

@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING
 
 from launcher.errors import CheckFailed, InfraError, Interrupted, ReproduceError
 from launcher.excerpt import MAX_LINES, clip, log_tail
-from launcher.rundir import TRAIN_STAGE, RunDir, Timeline
-from launcher.runner.protocol import ASSET_PLAN_FILE
+from launcher.plan.protocol import ASSET_PLAN_FILE
+from launcher.records.rundir import TRAIN_STAGE, Files, RunDir, Timeline
 
 if TYPE_CHECKING:
-    from launcher.measure import Result
-    from launcher.verdict import Verdict
+    from launcher.judge.measure import Result
+    from launcher.judge.verdict import Verdict
 
 # A failed stage of these is a check of the recipe that said no (exit 1: the image's stack differs
 # from the recipe's, or training failed and was judged). Any other failed stage is the
@@ -66,7 +66,7 @@ def check_detail(rd: RunDir, stage: str | None, where: Path | None = None) -> st
         path = where / f"{stage}.json"
         if not path.exists():
             return None
-        from launcher.preflight import parse_report
+        from launcher.plan.preflight import parse_report
 
         try:
             return parse_report(path.read_text(errors="replace")).summary()
@@ -82,7 +82,7 @@ def check_detail(rd: RunDir, stage: str | None, where: Path | None = None) -> st
             return "the run's assets cannot all be supplied:\n  " + "\n  ".join(problems)
     if stage == "stack":
         try:
-            report = json.loads((where / "stack.json").read_text()) or {}
+            report = json.loads((where / Files.STACK).read_text()) or {}
         except (OSError, ValueError):
             report = {}
         bad = [c for c in report.get("checks", []) if not c.get("ok")]

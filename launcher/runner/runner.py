@@ -18,24 +18,24 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from launcher import clusters
-from launcher.budget import Budget
+from launcher.clusters import staging
 from launcher.clusters.base import Cluster, LaunchOptions, Node
-from launcher.costgate import pass_gate
+from launcher.cost.budget import Budget
+from launcher.cost.costgate import pass_gate
 from launcher.errors import BadInput, InfraError, ReproduceError
+from launcher.inputs.recipe import Recipe
 from launcher.pages import write_run_page_safely
-from launcher.recipe import Recipe
-from launcher.rundir import FINAL_STATES, RunDir, default_runs_root
-from launcher.runner import staging
+from launcher.records.rundir import FINAL_STATES, Files, RunDir, default_runs_root
+from launcher.records.runs import ended_message
 from launcher.runner.outcome import Outcome
 from launcher.runner.reporter import INTERRUPT_CHOICES, FailSafeReporter, QuietReporter, Reporter
 from launcher.runner.session import RunSession, Settings
 from launcher.runner.signals import signals_cancel
 from launcher.runner.stream import follow_lock
-from launcher.runs import ended_message
 
 if TYPE_CHECKING:
-    from launcher.plan import Plan
-    from launcher.reproduction import Options, Prepared
+    from launcher.plan.plan import Plan
+    from launcher.runner.reproduction import Options, Prepared, StartCheck
 
 
 class Runner:
@@ -74,14 +74,16 @@ class Runner:
 
     # --- entry points ----------------------------------------------------------------------------
 
-    def run(self, prepared: Prepared, options: Options) -> Outcome:
+    def run(self, prepared: Prepared, options: Options, start: StartCheck | None = None) -> Outcome:
         """A new run of a prepared Plan: its run dir, its cluster (by the profile's kind), then
         `execute`; the run joins its recipe's history whatever happens. Refused runs (BadInput)
-        start nothing and leave no run dir."""
-        from launcher.reproduction import check_before_start
+        start nothing and leave no run dir. `start`: the checks before a start, when the caller
+        made them already (the command layer does, for the dry run's sake): made once a run."""
+        from launcher.runner.reproduction import check_before_start
 
         recipe, profile, plan = prepared.recipe, prepared.profile, prepared.plan
-        start = check_before_start(prepared, options)  # the same checks the dry run applies
+        if start is None:
+            start = check_before_start(prepared, options)  # the same checks the dry run applies
         if start.refusals:
             raise BadInput(start.refusals[0])
         budget = start.budget
@@ -137,8 +139,8 @@ class Runner:
             offset_source="size of logs/node.log",
             budget=asdict(budget) if budget is not None else None,
         )
-        if not (rd.path / "node.sh").exists():
-            rd.write_text("node.sh", plan.node_script)
+        if not (rd.path / Files.NODE_SCRIPT).exists():
+            rd.write_text(Files.NODE_SCRIPT, plan.node_script)
         run = self._session(rd, cluster, plan.recipe, budget)
         with follow_lock(rd):
             try:
@@ -240,7 +242,7 @@ def _recorded_nodes(record: Mapping[str, Any]) -> list[Node]:
 
 def _recorded_recipe(rd: RunDir) -> Recipe | None:
     """The recipe the run was started with (kept in its run dir), to judge it by; or None."""
-    from launcher.evaluate import RECIPE_FILE, recipe_of
+    from launcher.results.evaluate import RECIPE_FILE, recipe_of
 
     return recipe_of(rd.path) if (rd.path / RECIPE_FILE).is_file() else None
 
@@ -255,7 +257,7 @@ def record_history(
 
     The history lives in the runs root the run directory belongs to (<root>/<slug>/<run id>).
     """
-    from launcher.history import default_history_path, record
+    from launcher.records.history import default_history_path, record
 
     try:
         rd = RunDir(run_dir)

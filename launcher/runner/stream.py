@@ -18,12 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
+from launcher.clusters.execution import Execution
 from launcher.errors import BadInput, InfraError
-from launcher.parse.lines import last_step_time
-from launcher.parse.miles import last_step
-from launcher.rundir import TRAIN_STAGE, RunDir, RunDirUnwritable, Timeline
-from launcher.runner.execution import Execution
-from launcher.runner.protocol import parse_marker, progress_in
+from launcher.judge.parse.lines import last_step_time
+from launcher.judge.parse.miles import last_step
+from launcher.plan.protocol import parse_marker, progress_in
+from launcher.records.rundir import TRAIN_STAGE, RunDir, RunDirUnwritable, Timeline
 from launcher.runner.reporter import Reporter
 
 READ_CHUNK = 1 << 20

@@ -83,7 +83,7 @@ _stage_end
 
 # ---- stage resolve: where every asset will come from (cache, store, Hub, build, convert); nothing downloaded, before the image pull
 _stage_begin resolve
-# the node programs' spec (launcher/assets/spec.py) and their plan live in state/, which
+# the node programs' spec (launcher/plan/asset_spec.py) and plan live in state/, which
 # containers read but cannot write; docs/assets.md
 ASSETS_PY="$NODE_RUN_DIR/scripts/node_assets.py"
 ASSET_SPEC="$NODE_RUN_DIR/state/assets.json"

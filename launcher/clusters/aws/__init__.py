@@ -28,9 +28,12 @@ from typing import TYPE_CHECKING, Any
 
 from launcher.clusters.aws.program import provisioning_calls
 from launcher.clusters.aws.requests import ApiCall, to_jsonable
+from launcher.inputs.profile import AwsProfile
+from launcher.records.rundir import Files
 
 if TYPE_CHECKING:
     from launcher.clusters.aws.cluster import AwsCluster
+    from launcher.inputs.profile import Profile
 
 __all__ = [
     "ApiCall",
@@ -47,7 +50,7 @@ def from_plan(
 ) -> AwsCluster:
     """The cluster for a new run (the backend registry's entry point).
 
-    plan is a launcher.plan.Plan (typed Any: the plan module imports this package); options
+    plan is a launcher.plan.plan.Plan (typed Any: the plan module imports this package); options
     carries keep and owner (the owner the dry run printed). The state goes to run_dir/aws.json
     and the calls sent to run_dir/aws-calls.jsonl; `log` receives the launch's progress lines.
     """
@@ -58,19 +61,19 @@ def from_plan(
         plan.profile,
         plan.run_id,
         keep=bool(getattr(options, "keep", False)),
-        instance_id=plan.profile.get("instance_id"),
+        instance_id=plan.profile.instance_id if isinstance(plan.profile, AwsProfile) else None,
         owner=str(getattr(options, "owner", "unknown")),
-        state_path=Path(run_dir) / "aws.json",
+        state_path=Path(run_dir) / Files.AWS,
         log=log,
     )
 
 
-def check_ready(profile: Any) -> None:
+def check_ready(profile: Profile) -> None:
     """Credentials and a known region, checked before the run directory exists (the backend
     registry's optional hook): without them BadInput, and nothing is made. No AWS call."""
     from launcher.clusters.aws.session import make_session
 
-    make_session(profile.get("region", None))
+    make_session(profile.region)
 
 
 def from_record(record: Mapping[str, Any], *, log: Callable[[str], Any] = print) -> AwsCluster:

@@ -14,13 +14,17 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from launcher.clusters.aws.requests import TAG_RECIPE
 from launcher.clusters.aws.session import make_session, translate
 from launcher.clusters.aws.settings import settings_from
-from launcher.costgate import BUY_QUESTION, NotConfirmed
+from launcher.cost.costgate import BUY_QUESTION, NotConfirmed
 from launcher.errors import BadInput, InfraError
+
+if TYPE_CHECKING:
+    from launcher.inputs.profile import Profile
+    from launcher.inputs.recipe import Recipe
 
 
 @dataclass(frozen=True)
@@ -67,14 +71,14 @@ def _parse(item: dict[str, Any]) -> Offering:
     )
 
 
-def _target(recipe: Any, profile: Any, nodes: int | None) -> tuple[str, int, str | None]:
+def _target(recipe: Recipe, profile: Profile, nodes: int | None) -> tuple[str, int, str | None]:
     s = settings_from(recipe, profile)
     return s.instance_type, nodes or s.nodes, s.region
 
 
 def list_offerings(
-    recipe: Any,
-    profile: Any,
+    recipe: Recipe,
+    profile: Profile,
     *,
     hours: int = 24,
     nodes: int | None = None,
@@ -124,8 +128,8 @@ def format_offerings(offerings: list[Offering], on_demand_per_hour: float | None
 
 
 def buy(
-    recipe: Any,
-    profile: Any,
+    recipe: Recipe,
+    profile: Profile,
     offering_id: str,
     *,
     hours: int = 24,
@@ -140,8 +144,8 @@ def buy(
 ) -> str:
     """Buy the listed offering `offering_id`; return the cr-... id.
 
-    A purchase cannot be cancelled, so it needs the consent a launch needs (launcher/costgate.py):
-    the person at the terminal says yes (`confirm`, asked after the price is shown), `yes`
+    A purchase cannot be cancelled, so it needs the consent a launch needs
+    (launcher/cost/costgate.py): the person at the terminal says yes (`confirm`, asked after the price is shown), `yes`
     (--yes) answers for them, or, with nobody at a terminal, a --max-usd that covers the price.
     Without a terminal and without either it is refused (exit 2) before any AWS call. In this
     order: the offering and its price are shown, --max-usd is checked, the question asked, and

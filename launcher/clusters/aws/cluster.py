@@ -29,11 +29,14 @@ from launcher.clusters.aws.state import AwsState, state_root, write_launch_recor
 from launcher.clusters.aws.teardown import kept_message, leftover_message, safe, teardown
 from launcher.clusters.base import Node
 from launcher.errors import BadInput, InfraError, ReproduceError
+from launcher.records.rundir import Files
 
 if TYPE_CHECKING:
-    from launcher.budget import Budget
+    from launcher.cost.budget import Budget
+    from launcher.inputs.profile import Profile
+    from launcher.inputs.recipe import Recipe
 
-CALLS_FILE = "aws-calls.jsonl"
+CALLS_FILE = Files.AWS_CALLS
 RELEASE_ATTEMPTS = 5  # a teardown stopped by something not AWS's (EIO from a print) goes again
 HEALTH_EVERY_S = 10.0  # lost_nodes asks EC2 at most this often (one DescribeInstances)
 
@@ -45,8 +48,8 @@ class AwsCluster:
 
     def __init__(
         self,
-        recipe: Any,
-        profile: Any,
+        recipe: Recipe | None,
+        profile: Profile | None,
         run_id: str,
         *,
         keep: bool = False,
@@ -66,7 +69,7 @@ class AwsCluster:
         self.run_id = run_id
         self.keep = keep
         self.settings: AwsSettings | None = (
-            settings_from(recipe, profile) if recipe is not None else None
+            settings_from(recipe, profile) if recipe is not None and profile is not None else None
         )
         self.target_id = instance_id or (self.settings.instance_id if self.settings else None)
         self.owner = owner
@@ -145,7 +148,7 @@ class AwsCluster:
             region=self.region,
             run_id=self.run_id,
             launch_id=self.launch_id,
-            recipe=str(self.recipe.slug),
+            recipe=str(self.recipe.slug) if self.recipe else None,
             owner=self.owner,
             keep=self.keep,
             price_per_hour=price_of(s, self.region),
@@ -213,7 +216,7 @@ class AwsCluster:
             # the fingerprints the instance printed on its console (hostkeys.py): any of them
             pinned = " ".join(str(fp) for fp in console)
         elif launched and not known_hosts and self.state_path:
-            known_hosts = str(self.state_path.with_name("aws_known_hosts"))
+            known_hosts = str(self.state_path.with_name(Files.AWS_KNOWN_HOSTS))
         # Built from profile-shaped fields, exactly as the ssh cluster builds its settings.
         settings = SSHSettings.from_mapping(
             {
@@ -444,8 +447,8 @@ class AwsCluster:
 
 
 def check(
-    recipe: Any,
-    profile: Any,
+    recipe: Recipe,
+    profile: Profile,
     run_id: str,
     *,
     owner: str = "unknown",

@@ -34,6 +34,7 @@ from launcher.clusters.aws.state import (
 )
 from launcher.clusters.aws.teardown import Log, leftover_message, safe, teardown
 from launcher.errors import BadInput, InfraError
+from launcher.records.rundir import Files
 
 IDENTITY = ("run_id", "launch_id", "region", "account")
 
@@ -45,7 +46,7 @@ def _quiet(_line: str) -> None:
 def state_file(run_dir: Path) -> Path:
     """aws.json of a run directory (or the file itself); BadInput when there is none."""
     run_dir = Path(run_dir)
-    path = run_dir if run_dir.is_file() else run_dir / "aws.json"
+    path = run_dir if run_dir.is_file() else run_dir / Files.AWS
     if not path.is_file():
         raise BadInput(
             f"{run_dir}: no aws.json here; this run did not use --cluster aws "
@@ -57,7 +58,7 @@ def state_file(run_dir: Path) -> Path:
 def _run_json(run_dir: Path) -> dict[str, Any]:
     """run.json's run id and cluster record, or {} when it is missing or unreadable."""
     try:
-        data = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
+        data = json.loads((run_dir / Files.RUN).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
     if not isinstance(data, dict):
@@ -172,7 +173,7 @@ def down(
     account = caller_account(
         session.client("sts", region_name=where), "finding the account of these credentials"
     )
-    calls = CallLog(path.with_name("aws-calls.jsonl"))
+    calls = CallLog(path.with_name(Files.AWS_CALLS))
     ec2 = RecordedClient(session.client("ec2", region_name=where), "ec2", calls)
     _adopt_launch(ec2, state, log)
     left = teardown(
@@ -241,7 +242,7 @@ def _down_elsewhere(
             key_dir=key_dir or state_root() / "keys",
         )
         if left:
-            raise InfraError(leftover_message(left, state.path or Path("aws.json"), here))
+            raise InfraError(leftover_message(left, state.path or Path(Files.AWS), here))
         ended += list(found.data.get("ended", []))
     if not ended:
         raise InfraError(

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING
 
 from launcher.clusters.aws import hostkeys
 from launcher.clusters.aws import lookups as look
@@ -29,6 +29,10 @@ from launcher.clusters.aws import provision as prov
 from launcher.clusters.aws import requests as rq
 from launcher.clusters.aws.executor import Executor, Launch, Mode
 from launcher.clusters.aws.settings import settings_from
+
+if TYPE_CHECKING:
+    from launcher.inputs.profile import Profile
+    from launcher.inputs.recipe import Recipe
 
 Step = Callable[[Launch, Executor], None]
 
@@ -66,8 +70,8 @@ def run(launch: Launch, api: Executor) -> Launch:
 
 
 def provisioning_calls(
-    recipe: Any,
-    profile: Any,
+    recipe: Recipe,
+    profile: Profile,
     run_id: str,
     *,
     owner: str,

@@ -19,8 +19,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from launcher.atomic import write_atomic
 from launcher.errors import BadInput, InfraError
+from launcher.records.atomic import write_atomic
 
 LIST_KEYS = ("instances", "targeted", "addresses", "nodes", "terminated")
 NAME_KEYS = ("security_group", "placement_group", "key_pair", "key_file")
@@ -51,7 +51,7 @@ class StateNotSaved(InfraError):
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    """launcher/atomic.py's write: a unique temporary file, fsynced, then renamed."""
+    """launcher/records/atomic.py's write: a unique temporary file, fsynced, then renamed."""
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, text)
 

@@ -1,0 +1,110 @@
+"""Small helpers for execution tests: start the runner in a process, wait for node-side facts."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def wait_for(
+    predicate: Callable[[], bool], timeout_s: float = 60.0, what: str = "condition"
+) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(0.05)
+
+
+def start_driver(spec: dict, workdir: Path) -> subprocess.Popen:
+    """The launcher in its own process (its own process group, so signals reach only it)."""
+    path = workdir / "spec.json"
+    path.write_text(json.dumps(spec))
+    env = {**os.environ, "PYTHONPATH": f"{REPO}:{REPO / 'tests'}"}
+    return subprocess.Popen(
+        [sys.executable, str(REPO / "tests" / "support" / "drive.py"), str(path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        env=env,
+        start_new_session=True,
+        text=True,
+        # A test run started in the background (`cmd &`) inherits SIGINT ignored, and Python then
+        # installs no KeyboardInterrupt handler: give the CLI the default a terminal would.
+        preexec_fn=_default_sigint,
+    )
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _cli_env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(REPO)}
+
+
+def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """`reproduce ARGS` as a user runs it (stdin not a terminal)."""
+    return subprocess.run(
+        [sys.executable, "-m", "launcher", *args],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        env=_cli_env(),
+        timeout=timeout,
+    )
+
+
+def start_cli(*args: str) -> subprocess.Popen:
+    """`reproduce ARGS` left running in its own process group (so a test can Ctrl-C or kill it)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "launcher", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        env=_cli_env(),
+        start_new_session=True,
+        text=True,
+    )
+
+
+def group_alive(sid: int) -> bool:
+    """Is a process of the run's session (sid = pgid = wrapper pid) still running (zombies aside)?"""
+    out = subprocess.run(
+        ["ps", "-s", str(sid), "-o", "stat="], capture_output=True, text=True
+    ).stdout.split()
+    return any(not stat.startswith("Z") for stat in out)
+
+
+def processes_mentioning(text: str) -> list[str]:
+    """Command lines of live processes on this host (containers' included) that contain `text`."""
+    out = subprocess.run(
+        ["ps", "-ww", "-eo", "pid=,stat=,args="], capture_output=True, text=True
+    ).stdout
+    found = []
+    for line in out.splitlines():
+        pid, stat, args = (line.split(None, 2) + ["", ""])[:3]
+        if text in args and int(pid) != os.getpid() and not stat.startswith("Z"):
+            found.append(line.strip())
+    return found
+
+
+def slow_script_body(lines: int = 60, delay_s: float = 0.05) -> str:
+    """A train stage printing numbered lines (some long, some without newline flush) over time."""
+    return f"""_mark preflight start; echo "preflight says hello"; _mark preflight end ok
+_mark train start
+for i in $(seq 1 {lines}); do
+  echo "train line $i $(head -c 300 /dev/zero | tr '\\0' x)"
+  printf 'partial-%s' "$i"; sleep {delay_s}; printf ' done\\n'
+done
+_mark train end ok
+echo '{{"ok": true}}' > "$NODE_RUN_DIR/preflight.json"
+"""
