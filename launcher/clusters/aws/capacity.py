@@ -145,11 +145,12 @@ def buy(
     """Buy the listed offering `offering_id`; return the cr-... id.
 
     A purchase cannot be cancelled, so it needs the consent a launch needs
-    (launcher/cost/costgate.py): the person at the terminal says yes (`confirm`, asked after the price is shown), `yes`
-    (--yes) answers for them, or, with nobody at a terminal, a --max-usd that covers the price.
-    Without a terminal and without either it is refused (exit 2) before any AWS call. In this
-    order: the offering and its price are shown, --max-usd is checked, the question asked, and
-    only then is "buying" said and the purchase sent. A refusal never reads as a purchase.
+    (launcher/cost/costgate.py): the person at the terminal says yes (`confirm`, asked after the
+    price is shown), `yes` (--yes) answers for them, or, with nobody at a terminal, a --max-usd that
+    covers the price. Without a terminal and without either it is refused (exit 2) before any AWS
+    call. In this order: the offering and its price are shown, --max-usd is checked, the question
+    asked, and only then is "buying" said and the purchase sent. A refusal never reads as a
+    purchase.
     """
     if max_usd is not None and not 0 < max_usd < math.inf:
         raise BadInput(f"--max-usd must be a positive number, got {max_usd:g}; nothing was bought.")
