@@ -207,7 +207,9 @@ def test_a_recipe_env_that_sets_a_launcher_variable_is_refused(tmp_path, name):
     assert str(path) in str(info.value) and "removed from env" in str(info.value)
 
 
-@pytest.mark.parametrize("profile", sorted(p.name for p in (SEED.parents[3] / "env").glob("*.yaml")))
+@pytest.mark.parametrize(
+    "profile", sorted(p.name for p in (SEED.parents[3] / "env").glob("*.yaml"))
+)
 def test_every_target_refuses_it_with_exit_2_naming_the_field(tmp_path, profile):
     raw = seed()
     raw["env"]["REPRODUCE_IMAGE_DIGEST"] = raw["stack"].get("image", {}).get("digest", "x")

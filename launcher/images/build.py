@@ -176,6 +176,15 @@ def build_and_push(
                 f"{labels.get(BASE_DIGEST_LABEL)!r}, not the recipe's {base.digest}: "
                 f"{dockerfile} does not build FROM the BASE_IMAGE/BASE_DIGEST it is given."
             )
+        base_layers = _base_layers(docker, base.ref, say)
+        built_layers = _inspect(docker, image_id, "{{json .RootFS.Layers}}") or []
+        if not base_layers or built_layers[: len(base_layers)] != base_layers:
+            raise CheckFailed(
+                f"the built image {image_id} carries {BASE_DIGEST_LABEL}={base.digest}, but its "
+                f"layers do not begin with the {len(base_layers)} layer(s) of {base.ref}: "
+                f"{dockerfile} does not build FROM the recipe's image (a label is only text; "
+                "the layers are the content)."
+            )
         config = _login(docker, target, work, say, ecr_client)
         say(f"pushing {target.tagged}")
         try:
@@ -199,6 +208,7 @@ def build_and_push(
         tag=target.tag,
         image_id=image_id,
         recipe=recipe,
+        base_layers=base_layers,
         installer=installer,
         registry=target.to_dict(),
         dockerfile_sha256=file_sha256(dockerfile),
@@ -285,6 +295,16 @@ def _pushed_digest(docker: str, target: Target, push_output: Sequence[str]) -> s
             f"{target.repository} are {mine or 'none'}."
         )
     return digest
+
+
+def _base_layers(docker: str, ref: str, say: Callable[[str], Any]) -> list[str]:
+    """The recipe image's layers (RootFS diff ids: the content, not a label): the build pulled it
+    FROM its digest; a Dockerfile that did not is the case to catch, so pull it then."""
+    try:
+        return list(_inspect(docker, ref, "{{json .RootFS.Layers}}") or [])
+    except InfraError:
+        _run([docker, "pull", ref], say, "docker pull (the recipe's image, to compare layers)")
+        return list(_inspect(docker, ref, "{{json .RootFS.Layers}}") or [])
 
 
 def _inspect(docker: str, ref: str, fmt: str) -> Any:
