@@ -559,6 +559,10 @@ elif argv[:2] == ["image", "inspect"]:
     fmt = argv[argv.index("--format") + 1]
     if "Labels" in fmt:
         print(json.dumps({{{label!r}: {base!r}}}))
+    elif "RootFS" in fmt:  # the built image (by its id) is the base's layers plus one
+        base_layers = ["sha256:" + "a" * 64, "sha256:" + "b" * 64]
+        built = argv[-1] == "sha256:" + "3" * 64
+        print(json.dumps(base_layers + (["sha256:" + "c" * 64] if built else [])))
     else:
         print(json.dumps([{repo!r} + "@" + {digest!r}]))
 elif cmd == "push":
@@ -597,8 +601,9 @@ def test_the_ecr_path_logs_in_pushes_and_pulls_with_a_config_that_is_then_delete
     words = [
         c["argv"][c["argv"].index("--config") + 2 if "--config" in c["argv"] else 0] for c in calls
     ]
-    assert words == ["build", "image", "login", "push", "image", "pull"]
-    build, login, push, pull = calls[0], calls[2], calls[3], calls[5]
+    # the label, the recipe image's layers, the built image's layers; then login, push, pull
+    assert words == ["build", "image", "image", "image", "login", "push", "image", "pull"]
+    build, login, push, pull = calls[0], calls[4], calls[5], calls[7]
     assert build["buildkit"] == "0" and "--config" not in build["argv"]
     assert ["--network", "none"] == build["argv"][1:3]
     assert (
