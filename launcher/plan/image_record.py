@@ -2,10 +2,12 @@
 
 Why a record: a recipe pins its image by digest, and an image built from it (the seed's base with
 the EFA installer added) has another digest. The only claim that makes the built image the
-recipe's is "built FROM the recipe's digest": `reproduce image build` writes it down (this
-record, and the image's own label `org.opencontainers.image.base.digest`), a run refuses a
-profile image whose recorded base is another digest, and the node checks the label of the image
-it pulled before any GPU minute. Only json and pathlib here: the dry run reads this module.
+recipe's is "built FROM the recipe's digest", meaning: its RootFS layers begin with the layers
+of the recipe's image. `reproduce image build` checks it and writes it down (this record, with
+the recipe image's layers, and the image's own label `org.opencontainers.image.base.digest`, which
+is only text), a run refuses a profile image whose recorded base is another digest, and the node
+checks the label and the layers of the image it pulled before any GPU minute. Only json and
+pathlib here: the dry run reads this module.
 """
 
 from __future__ import annotations
