@@ -319,7 +319,7 @@ def test_the_node_refuses_a_pulled_image_whose_layers_are_not_the_recipes(
     """The record is the real build's (its base layers), but the registry serves an impostor
     under the recorded digest's name: it carries the label, so only the layers tell."""
     from launcher.clusters.local import LocalCluster
-    from launcher.rundir import RunDir
+    from launcher.records.rundir import RunDir
     from launcher.runner.runner import Runner
 
     repo = f"{registry.address}/impostor/miles"
