@@ -63,12 +63,14 @@ class Throttled:
         stage: str | None = None,
     ):
         self.label, self.log, self.every_s = label, log, every_s
+        # when each file's last line was shown; absent: never (so its first line always is; a
+        # start of 0.0 hid it on a node up for less than every_s: time.monotonic() counts from boot)
         self.last: dict[str, float] = {}
         self.started = time.monotonic()
         self.total = total  # the asset's bytes, when known before the first file
         self.stage = stage if stage is not None else os.environ.get("REPRODUCE_STAGE", "")
         self.files: dict[str, tuple[int, int]] = {}
-        self.line_at = 0.0
+        self.line_at: float | None = None  # the last progress line; None: none printed yet
         self.lock = threading.Lock()
 
     def __call__(self, name: str, done: int, total: int) -> None:
@@ -78,7 +80,8 @@ class Throttled:
             self.files[name] = (done, total)
             if self.stage:
                 self._progress_line(now)
-            if not finished and now - self.last.get(name, 0.0) < self.every_s:
+            last = self.last.get(name)
+            if not finished and last is not None and now - last < self.every_s:
                 return
             self.last[name] = now
             pct = f" ({100 * done / total:.0f}%)" if total > 0 else ""
@@ -88,7 +91,7 @@ class Throttled:
         done = sum(d for d, _ in self.files.values())
         seen = sum(max(t, 0) for _, t in self.files.values())
         total = max(self.total or 0, seen, done)
-        if done < total and now - self.line_at < 1.0:
+        if done < total and self.line_at is not None and now - self.line_at < 1.0:
             return
         self.line_at = now
         item = f"{self.label}: {len(self.files)} file(s)"

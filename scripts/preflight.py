@@ -584,6 +584,13 @@ def smi_query(fields: Sequence[str]) -> list[dict[str, str]] | None:
         return None
 
 
+def smi_serials() -> dict[str, str | None]:
+    """Each GPU's board serial by index (an attestation names the GPUs it ran on), asked on its
+    own so that a driver without the field changes nothing else; None where it gives none."""
+    got = smi_query(("index", "serial")) or []
+    return {r["index"]: (None if is_na(r["serial"]) else r["serial"]) for r in got}
+
+
 def smi_health(rows: list[dict[str, str]]) -> list[dict[str, str]]:
     """ECC and remapping fields; queried together, else one by one (older drivers lack some)."""
     got = smi_query(("index",) + HEALTH_FIELDS)
@@ -1046,7 +1053,9 @@ def run_preflight(
             check_ecc(smi_health(rows)),
             check_nvlink(parse_topo(topo_text), [int(r["index"]) for r in rows], links),
         ]
-        meta["gpus"] = [{k: r[k] for k in ("index", "name", "uuid", "pci.bus_id")} for r in rows]
+        serials = smi_serials()
+        keys = ("index", "name", "uuid", "pci.bus_id")
+        meta["gpus"] = [dict({k: r[k] for k in keys}, serial=serials.get(r["index"])) for r in rows]
     log, source = read_kernel_log()
     critical = set(table.get("xid_critical", {}).get("codes", []))
     checks.append(check_xid(None if log is None else parse_xids(log), source, critical))

@@ -47,9 +47,11 @@ fi
 #   iproute2, tar, coreutils, util-linux (setsid), bash      present on Debian; listed to be sure
 #   chromium           headless browser                      tests/pages/test_pages_browser.py (tests/support/browser.py)
 #   fonts-dejavu-core, fonts-liberation2  fonts the pages render with in chromium's screenshots
+#   stress-ng          stress-ng                             tests/test_load_e2e.py: the e2e runs again
+#                                                            with this machine's cores kept busy
 PACKAGES=(docker.io docker-registry openssh-server openssh-client iproute2 procps git
           python3 python3-venv python3-pip ca-certificates tar coreutils util-linux bash
-          chromium fonts-dejavu-core fonts-liberation2)
+          chromium fonts-dejavu-core fonts-liberation2 stress-ng)
 missing=()
 for pkg in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

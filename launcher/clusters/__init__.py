@@ -63,6 +63,17 @@ def check_ready(profile: Profile) -> None:
         check(profile)
 
 
+def live_price(recipe: Any, profile: Profile, fallback: Any) -> tuple[Any, str | None]:
+    """The node's price looked up where the backend can (aws: AWS's own prices), and why the
+    fallback (the catalog's price, or None) was kept when it could not. Optional: a backend
+    without `live_price(recipe, profile, fallback)` keeps the fallback, silently."""
+    look = getattr(backend(profile.kind), "live_price", None)
+    if look is None:
+        return fallback, None
+    found: tuple[Any, str | None] = look(recipe, profile, fallback)
+    return found
+
+
 def from_plan(plan: Plan, options: LaunchOptions, run_dir: Path) -> Cluster:
     """The cluster a new run acquires its nodes from (the profile's kind decides)."""
     module = backend(plan.profile.kind)

@@ -11,10 +11,12 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from launcher.commands.throttle import Throttle
 from launcher.errors import BadInput, Interrupted
 
 DEFAULT_WORK_DIR = Path("~/.cache/reproduce/assets")
@@ -23,10 +25,12 @@ DEFAULT_WORK_DIR = Path("~/.cache/reproduce/assets")
 class PlainEvents:
     """Lines on stderr: what a log file or CI shows."""
 
-    def __init__(self, every_s: float = 15.0, stream: Any = None) -> None:
+    def __init__(
+        self, every_s: float = 15.0, stream: Any = None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.every_s = every_s
         self.stream = stream or sys.stderr
-        self.last: dict[tuple[str, str], float] = {}
+        self.throttle = Throttle(every_s, clock)  # each file's first line is always shown
         self.lock = threading.Lock()
 
     def say(self, text: str) -> None:
@@ -34,13 +38,9 @@ class PlainEvents:
             print(text, file=self.stream, flush=True)
 
     def progress(self, asset: str, path: str, done: int, total: int) -> None:
-        now = time.monotonic()
         finished = total > 0 and done >= total
-        key = (asset, path)
-        with self.lock:
-            if not finished and now - self.last.get(key, 0.0) < self.every_s:
-                return
-            self.last[key] = now
+        if not self.throttle.due((asset, path), force=finished):
+            return
         pct = f" ({100 * done / total:.0f}%)" if total > 0 else ""
         self.say(f"{asset}: {path}: {done / 1e6:.1f} of {max(total, 0) / 1e6:.1f} MB{pct}")
 

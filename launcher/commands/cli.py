@@ -109,6 +109,12 @@ def run_cmd(
         help="Accept the cost shown without being asked (a launch without a terminal needs "
         "this or --max-usd).",
     ),
+    runs: int | None = typer.Option(
+        None,
+        "--runs",
+        help="The claim is a mean of result.runs runs; --runs 1 judges this one run against "
+        "that mean (without it such a verdict is never 'reproduced').",
+    ),
 ) -> None:
     """Reproduce RECIPE on a cluster (also: `reproduce RECIPE ...`): provision, check, train,
     measure, judge, release."""
@@ -127,6 +133,7 @@ def run_cmd(
         on_interrupt=on_interrupt,
         runs_dir=runs_dir,
         yes=yes,
+        runs=runs,
     )
     try:
         code = run_command(recipe, options, dry_run=dry_run, check=check, script_out=script_out)
@@ -200,6 +207,12 @@ def measure_cmd(
         help="write steps.jsonl, result.yaml, verdict.json, report.md and plots/ here "
         "(a log file's are written nowhere without it)",
     ),
+    runs: int | None = typer.Option(
+        None,
+        "--runs",
+        help="--runs 1 judges this one run against a claim that is a mean of result.runs runs "
+        "(default: what the run was started with)",
+    ),
 ) -> None:
     """Measure a miles log against the recipe's claim. Exit 0 reproduced, 1 otherwise (mismatch included), 2 bad input or an unreadable log."""  # noqa: E501 - typer shows its line breaks
     try:
@@ -215,6 +228,7 @@ def measure_cmd(
             slower=slower,
             faster=faster,
             out=out,
+            runs=runs,
         )
     except ReproduceError as err:
         raise _fail(err, json_out) from None

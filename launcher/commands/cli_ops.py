@@ -147,6 +147,12 @@ def nightly_cmd(
         help="Paid clusters (aws): accept each recipe's cost without a --max-usd budget "
         "(a nightly is unattended: one of the two is required there).",
     ),
+    attest_key: Path | None = typer.Option(
+        None,
+        "--attest-key",
+        help="Attest every measured run with this ed25519 private key (reproduce attest; "
+        "an encrypted key's passphrase from $REPRODUCE_KEY_PASSPHRASE).",
+    ),
 ) -> None:
     """Reproduce each recipe in turn, record it in the history, flag regressions; exit 0 all good, 1 any regression or failed check, 3 infra."""  # noqa: E501 - typer shows its line breaks
     from launcher.commands.history import run_nightly
@@ -160,6 +166,7 @@ def nightly_cmd(
             max_usd=max_usd,
             max_hours=max_hours,
             yes=yes,
+            attest_key=attest_key,
         )
     except ReproduceError as err:
         raise fail(err) from None
@@ -214,6 +221,78 @@ def status_cmd(
     raise typer.Exit(code)
 
 
+# --- signed evidence: attest, verify, bundle, keygen (launcher/commands/attest.py) ---
+
+_KEY_HELP = (
+    "Signing key: an OpenSSH (or PEM) ed25519 private key "
+    "(default: $REPRODUCE_ATTEST_KEY, else ~/.ssh/id_ed25519)."
+)
+
+
+def attest_cmd(
+    run: str = typer.Argument(
+        ..., help="A run directory, a run id, or a `measure --out` directory."
+    ),
+    key: Path | None = typer.Option(None, "--key", help=_KEY_HELP),
+    runs_dir: Path | None = typer.Option(None, "--runs-dir", help="Where to look for a run id."),
+    json_out: bool = typer.Option(False, "--json", help="One JSON object on stdout."),
+) -> None:
+    """Sign what a run holds and showed (in-toto statement, DSSE envelope, ed25519): writes attestation.intoto.json into it; exit 1 when its figures are not what its logs give."""  # noqa: E501 - typer shows its line breaks
+    from launcher.commands.attest import run_attest
+
+    try:
+        code = run_attest(run, key, runs_dir, json_out)
+    except ReproduceError as err:
+        raise fail(err, json_out) from None
+    raise typer.Exit(code)
+
+
+def verify_cmd(
+    target: Path = typer.Argument(..., help="An attested directory, or a bundle (.tar.gz)."),
+    key: Path | None = typer.Option(
+        None,
+        "--key",
+        help="The signer's public key (OpenSSH .pub line); default: the attestation.pub beside "
+        "it, which checks the files but not who signed.",
+    ),
+    json_out: bool = typer.Option(False, "--json", help="One JSON object on stdout."),
+) -> None:
+    """Check an attestation offline: the signature, every file's sha256, then the figures and verdict measured again from the raw log; exit 0 all hold, 1 the first difference, 2 bad input."""  # noqa: E501 - typer shows its line breaks
+    from launcher.commands.attest import run_verify
+
+    raise typer.Exit(run_verify(target, key, json_out))
+
+
+def bundle_cmd(
+    run: str = typer.Argument(..., help="An attested directory or run id."),
+    out: Path | None = typer.Option(
+        None, "--out", help="The bundle's path (default: beside the directory, .attested.tar.gz)."
+    ),
+    runs_dir: Path | None = typer.Option(None, "--runs-dir", help="Where to look for a run id."),
+) -> None:
+    """Pack an attested run (after verifying it) and its files into one .tar.gz to share; `verify` takes it as it is."""  # noqa: E501 - typer shows its line breaks
+    from launcher.commands.attest import run_bundle
+
+    try:
+        code = run_bundle(run, out, runs_dir)
+    except ReproduceError as err:
+        raise fail(err) from None
+    raise typer.Exit(code)
+
+
+def keygen_cmd(
+    path: Path = typer.Argument(..., help="Where to write the private key (PATH.pub beside)."),
+) -> None:
+    """Make an ed25519 key pair for attestations (OpenSSH format; never overwrites)."""
+    from launcher.commands.attest import run_keygen
+
+    try:
+        code = run_keygen(path)
+    except ReproduceError as err:
+        raise fail(err) from None
+    raise typer.Exit(code)
+
+
 OPS_COMMANDS = (
     ("attach", attach),
     ("cancel", cancel),
@@ -221,4 +300,8 @@ OPS_COMMANDS = (
     ("nightly", nightly_cmd),
     ("runs", runs_cmd),
     ("status", status_cmd),
+    ("attest", attest_cmd),
+    ("verify", verify_cmd),
+    ("bundle", bundle_cmd),
+    ("keygen", keygen_cmd),
 )

@@ -94,6 +94,7 @@ def run_nightly(
     max_usd: float | None = None,
     max_hours: float | None = None,
     yes: bool = False,
+    attest_key: Path | None = None,
 ) -> int:
     """`reproduce nightly`: each recipe's progress and the summary table, line by line (a
     nightly runs unattended: plain lines, no live display, no question)."""
@@ -112,5 +113,6 @@ def run_nightly(
         yes=yes,
         runner=partial(run_recipe, reporter=ConsoleReporter(live=False)),
         echo=print,
+        attest_key=attest_key,
     )
     return result.exit_code

@@ -40,6 +40,7 @@ def run_measure(
     slower: float = DEFAULT_TOLERANCE_PERCENT,
     faster: float = DEFAULT_TOLERANCE_PERCENT,
     out: Path | None = None,
+    runs: int | None = None,
 ) -> int:
     """Print the figures and the verdict; 0 when reproduced, 2 when the log could not be read,
     else 1. BadInput propagates."""
@@ -50,9 +51,13 @@ def run_measure(
                 f"--recipe is required unless LOG is a run directory holding {RECIPE_FILE}."
             )
         recipe = log / RECIPE_FILE
+    from launcher.plan.claimruns import check_option
+
+    loaded = load_recipe(recipe)
     result, verdict = measure_path(
         log,
-        load_recipe(recipe),
+        loaded,
+        runs=check_option(loaded, runs),
         price_per_hour=price_per_hour,
         region=region,
         tolerance=Tolerance(slower_percent=slower, faster_percent=faster),

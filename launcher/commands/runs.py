@@ -160,6 +160,9 @@ def status_lines(s: RunSummary) -> list[str]:
         f"cost      {_usd(s.cost_usd)}"
         + ("" if finished or s.cost_usd is None else " so far")
         + (" (no price recorded)" if s.cost_usd is None else ""),
+        f"price     ${s.price_per_hour:,.3f}/h per node ({s.price_source or 'source not recorded'})"
+        if s.price_per_hour is not None
+        else "price     none recorded",
         f"verdict   {s.verdict or '-'}",
         f"run dir   {s.run_dir}",
         f"logs      {s.logs}/node.log"

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from launcher.cost.estimate import likely_lines, target_args
 from launcher.errors import BadInput
 from launcher.inputs.profile import AwsProfile, RayProfile, SshProfile
+from launcher.plan.claimruns import claim_lines
 
 if TYPE_CHECKING:
     from launcher.inputs.profile import Profile
@@ -115,14 +116,16 @@ def cost_line(recipe: Recipe, price: Any) -> str:
         return "no GPU-hours in the recipe's result; cost unknown"
     node_hours = hours / recipe.gpus_per_node
     if price is None:
+        from launcher.catalog import no_price_reason
+
         return (
-            f"{hours:g} GPU-hours (recipe result.gpu_hours); NO PRICE: the catalog has no "
-            f"on-demand price for {recipe.instance_type or 'this instance type'}, so no cost; "
+            f"{hours:g} GPU-hours (recipe result.gpu_hours); NO PRICE: "
+            f"{no_price_reason(recipe.instance_type)}, so no cost; "
             "set price_per_hour in the profile or pass --price-per-hour"
         )
     return (
         f"{hours:g} GPU-hours (recipe result.gpu_hours) = {node_hours:.3f} node-hours x "
-        f"${price.value:g}/h = ${node_hours * price.value:.2f}  [price: {price.source}]"
+        f"${price.value:g}/h = ${node_hours * price.value:.2f}  [price: {price.describe()}]"
     )
 
 
@@ -157,6 +160,12 @@ def refuse_unattended(profile: Profile, *, yes: bool, max_usd: float | None, who
         )
 
 
+def refused_unattended(profile: Profile, options: Options, *, unattended: bool) -> bool:
+    """Will the gate refuse this run for want of consent (no terminal, no --yes, no budget)?
+    Then nothing is asked of the cloud before the refusal, not even the price."""
+    return unattended and launches(profile) and not options.yes and options.max_usd is None
+
+
 def decide(prepared: Prepared, options: Options, *, attended: bool) -> CostGate:
     """The gate for one run: its header, and whether to ask, go, or refuse."""
     recipe, profile, plan = prepared.recipe, prepared.profile, prepared.plan
@@ -188,12 +197,13 @@ def decide(prepared: Prepared, options: Options, *, attended: bool) -> CostGate:
     elif not paid:
         lines.append(
             f"cost      ${per_hour * recipe.nodes:.2f}/h for {recipe.nodes} node(s) while it "
-            f"runs  [price: {price.source}]"
+            f"runs  [price: {price.describe()}]"
         )
     worst = worst_case_text(prepared)
     if worst is not None:
         lines.append(f"worst     {worst}")
     lines.append(f"budget    {_budget_words(options)}")
+    lines += claim_lines(plan)  # result.runs and patches: what the verdict will say of them
     lines[5:5] = likely_lines(  # after "expected": what it costs with everything included
         recipe, **target_args(profile, price), max_usd=options.max_usd
     )
@@ -208,7 +218,7 @@ def decide(prepared: Prepared, options: Options, *, attended: bool) -> CostGate:
         header=tuple(lines),
         launches=paid,
         price_per_hour=per_hour,
-        price_source=price.source if price is not None else None,
+        price_source=price.describe() if price is not None else None,
         nodes=int(recipe.nodes),
         gpus_per_node=int(recipe.gpus_per_node),
         ttl_hours=ttl,

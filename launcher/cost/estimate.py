@@ -15,6 +15,7 @@ run's result.yaml can be read side by side. Pure: no I/O, nothing imported but t
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -86,10 +87,20 @@ FIGURES: dict[str, Figure] = {
     "release_kept": Figure(2, "s", "assumed: the container removed on a node that stays"),
 }
 
-# Checkpoints whose size a recipe does not state: total parameters (bf16: 2 bytes each).
+# Checkpoints whose size a recipe does not state: TOTAL parameters (bf16: 2 bytes each). A
+# mixture of experts stores every expert, so its checkpoint is sized by its total parameters,
+# never by the active ones the recipe states for MFU (a 235B-A22B model: 470 GB, not 44).
 CHECKPOINTS: dict[str, tuple[float, str]] = {
     "Qwen/Qwen3-30B-A3B": (30.5e9, "30.5B parameters in total (the model card)"),
+    "Qwen/Qwen3-235B-A22B": (
+        235e9,
+        "235B parameters in total, 22B activated (the model card, huggingface.co/Qwen/"
+        "Qwen3-235B-A22B)",
+    ),
 }
+# "<total>B-A<active>B" in a model's name (Qwen3-30B-A3B, Qwen3.5-397B-A17B): the publisher's own
+# rounded total, used when the table above does not know the model.
+_TOTAL_IN_NAME = re.compile(r"(?<![0-9.])([0-9]+(?:\.[0-9]+)?)B-A[0-9]+(?:\.[0-9]+)?B", re.I)
 BF16_BYTES = 2
 SCENARIOS = ("cold node", "warm store", "warm cache")
 
@@ -116,6 +127,15 @@ def checkpoint_bytes(recipe: Recipe) -> tuple[float | None, str]:
     if repo in CHECKPOINTS:
         params, source = CHECKPOINTS[repo]
         return params * BF16_BYTES, f"{repo}: {source} x {BF16_BYTES} bytes (bf16)"
+    for name in (repo.rsplit("/", 1)[-1], str(recipe.model)):
+        m = _TOTAL_IN_NAME.search(name)
+        if m:
+            total = float(m.group(1)) * 1e9
+            return (
+                total * BF16_BYTES,
+                f"{m.group(1)}B parameters in total, read from the model's name {name!r} "
+                f"x {BF16_BYTES} bytes (bf16; the node's resolve reads the Hub's exact sizes)",
+            )
     if recipe.active_params:
         layout = recipe.raw.get("layout") or {}
         experts = int(layout.get("ep") or 1) > 1 or "--num-experts" in recipe.run_script
@@ -127,7 +147,8 @@ def checkpoint_bytes(recipe: Recipe) -> tuple[float | None, str]:
             )
         return (
             recipe.active_params * BF16_BYTES,
-            "result.active_params.count x 2 bytes: a lower bound (a mixture of experts holds more)",
+            "result.active_params.count x 2 bytes: a lower bound, the total parameters are not "
+            "known (a mixture of experts stores every expert, the active ones are a fraction)",
         )
     return None, "unknown: the recipe states no parameter count"
 
@@ -309,6 +330,35 @@ def likely_lines(
                 f"WARNING   --max-usd {max_usd:g} is under this estimate (${likely_usd:.2f}): the "
                 "budget may stop the run before its window is measured"
             )
+    return lines
+
+
+def cache_bytes(recipe: Recipe) -> float:
+    """What a cold node writes to its cache before training: the checkpoint, its conversion, the
+    rows and the dataset (the image is docker's, elsewhere)."""
+    ckpt = checkpoint_bytes(recipe)[0] or 0.0
+    rows = float((recipe.dataset.get("build") or {}).get("parquet_bytes") or 0)
+    converted = ckpt * FIGURES["converted_ratio"].value
+    return ckpt + converted + rows + FIGURES["dataset_bytes"].value
+
+
+def disk_lines(recipe: Recipe, disk_min_gb: float | None) -> list[str]:
+    """The dry run's line on the cache's disk: what a cold node writes there, against the free
+    space the host preflight requires (the profile's preflight.disk_min_gb). A requirement under
+    it is called out: the preflight would pass a disk the downloads then fill, hours in."""
+    need = cache_bytes(recipe) / GB
+    source = checkpoint_bytes(recipe)[1]
+    bound = " at least" if "lower bound" in source else ""
+    lines = [
+        f"#   disk: a cold node writes{bound} {need:.0f} GB to its cache (the checkpoint, its "
+        "conversion, the rows and the dataset)"
+        + (f"; the preflight requires {disk_min_gb:g} GB free" if disk_min_gb is not None else "")
+    ]
+    if disk_min_gb is not None and disk_min_gb < need:
+        lines.append(
+            f"#   WARNING the profile's preflight.disk_min_gb {disk_min_gb:g} is under the "
+            f"{need:.0f} GB a cold node writes: raise it, or the downloads may fill the disk"
+        )
     return lines
 
 

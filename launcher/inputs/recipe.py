@@ -21,6 +21,7 @@ import yaml
 
 from launcher import catalog
 from launcher.errors import BadInput
+from launcher.inputs.patches import problems as patch_problems
 from launcher.inputs.runargs import run_block_problems
 from launcher.inputs.yamlschema import (
     FastSafeLoader,
@@ -324,6 +325,8 @@ def load_recipe(path: str | Path) -> Recipe:
     path = Path(path)
     raw, text = read_yaml_mapping(path, "recipe")
     problems = validate_raw(raw)
+    if not problems:
+        problems = patch_problems(raw, path.parent)  # the patches' files, beside the recipe
     if problems:
         raise BadInput(format_problems(path, "recipe", problems))
     return Recipe(path=path, raw=raw, text=text)
@@ -434,6 +437,8 @@ def consistency_problems(raw: dict[str, Any]) -> list[tuple[str, str]]:
             )
         )
 
+    problems += catalog.instance_problems(gpu)
+
     first, last = result["window"]
     steps = result["steps_per_run"]
     if first > last:
@@ -500,6 +505,7 @@ def consistency_problems(raw: dict[str, Any]) -> list[tuple[str, str]]:
     problems += _path_problems(raw)
     problems += launcher_env_problems(raw.get("env") or {})
     problems += run_block_problems(raw)
+    problems += patch_problems(raw, None)  # inline diffs; load_recipe reads the files
 
     used, defined = run_variables(raw["run"])
     known = defined | set(raw.get("env") or {}) | set(BOUND_VARIABLES) | AMBIENT_VARIABLES

@@ -40,6 +40,12 @@ def _moe(raw: dict[str, Any]) -> bool:
     return int(_layout(raw, "ep", 1)) > 1
 
 
+def _stated_null(raw: dict[str, Any], key: str) -> bool:
+    """The layout writes `key: null`, which the schema defines as "not used" (not "not stated")."""
+    layout = raw.get("layout") or {}
+    return key in layout and layout[key] is None
+
+
 def _recompute(raw: dict[str, Any], key: str) -> Any:
     block = (raw.get("layout") or {}).get("recompute")
     return block.get(key) if isinstance(block, dict) else None
@@ -54,9 +60,15 @@ class Arg:
     field: str  # the recipe field, for messages
     expected: Callable[[dict[str, Any]], Any]  # the field's value (None: not stated, not checked)
     kind: type = int
-    default: Any = None  # the value when the option is absent (None: unknown default, not checked)
+    # the value when the option is absent (None: unknown default, not checked), or a function of
+    # the recipe (etp's default is tp)
+    default: Any = None
     in_log: bool = True  # compared with the printed arguments too
     flag: bool = False  # a store_true switch
+    # a null field that says the option is not used ("null without dynamic batching"), and how
+    # to say so: the run block passing it then contradicts the field
+    null_absent: Callable[[dict[str, Any]], bool] | None = None
+    null_words: str = ""
 
 
 def _nodes(raw: dict[str, Any]) -> int:
@@ -135,12 +147,14 @@ ARGS: tuple[Arg, ...] = (
         "expert_tensor_parallel_size",
         "layout.etp",
         lambda r: _layout(r, "etp") if _moe(r) else None,
+        default=lambda r: _layout(r, "tp", 1),
     ),
     Arg(
         "--num-virtual-stages-per-pipeline-rank",
         "virtual_pipeline_model_parallel_size",
         "layout.vpp",
         lambda r: _layout(r, "vpp", 1),
+        default=1,  # no virtual pipeline
     ),
     # Megatron turns sequence parallelism off where tp is 1: only compared where it applies.
     Arg(
@@ -157,6 +171,8 @@ ARGS: tuple[Arg, ...] = (
         "max_tokens_per_gpu",
         "layout.max_tokens_per_gpu",
         lambda r: _layout(r, "max_tokens_per_gpu"),
+        null_absent=lambda r: _stated_null(r, "max_tokens_per_gpu"),
+        null_words="no dynamic batching",
     ),
     Arg(
         "--recompute-granularity",
@@ -164,6 +180,8 @@ ARGS: tuple[Arg, ...] = (
         "layout.recompute.granularity",
         lambda r: _recompute(r, "granularity"),
         kind=str,
+        null_absent=lambda r: _stated_null(r, "recompute"),
+        null_words="no recomputation",
     ),
     Arg(
         "--recompute-method",
@@ -171,12 +189,16 @@ ARGS: tuple[Arg, ...] = (
         "layout.recompute.method",
         lambda r: _recompute(r, "method"),
         kind=str,
+        null_absent=lambda r: _stated_null(r, "recompute"),
+        null_words="no recomputation",
     ),
     Arg(
         "--recompute-num-layers",
         "recompute_num_layers",
         "layout.recompute.num_layers",
         lambda r: _recompute(r, "num_layers"),
+        null_absent=lambda r: _stated_null(r, "recompute"),
+        null_words="no recomputation",
     ),
 )
 _BY_OPTION = {a.option: a for a in ARGS}
@@ -425,47 +447,79 @@ def run_block_problems(raw: dict[str, Any]) -> list[tuple[str, str]]:
                     "expected the same value",
                 )
             )
+    problems += _layout_problems(raw)
     for line, argv in block.invocations:
         opts = options_of(argv)
         where = f"(run block line {line})"
         for arg in ARGS:
-            expected = arg.expected(raw)
-            if expected is None:
-                continue
-            given = opts.values.get(arg.option, None)
-            if given is OPAQUE:
-                continue  # only the running shell knows it
-            if given is None:
-                if opts.opaque or arg.default is None:
-                    continue  # absent, and the default is not known to hold
-                given_value, how = (
-                    arg.default,
-                    f"does not pass {arg.option} (default {arg.default})",
-                )
-            elif given is True and not arg.flag:
-                problems.append(
-                    (arg.field, f"the run block passes {arg.option} without a value {where}")
-                )
-                continue
-            else:
-                try:
-                    given_value = coerce(given, arg.kind)
-                except ValueError:
-                    problems.append(
-                        (
-                            arg.field,
-                            f"the run block passes {arg.option} {given!r} {where}, "
-                            f"which miles does not read as {_KIND_WORDS[arg.kind]}",
-                        )
-                    )
-                    continue
-                how = f"passes {arg.option} {given if given is not True else ''}".rstrip()
-            if not equal(expected, given_value, arg.kind):
-                problems.append(
-                    (arg.field, f"{expected!r}, but the run block {how} {where}; expected the same")
-                )
+            problem = _arg_problem(arg, raw, opts, where)
+            if problem:
+                problems.append((arg.field, problem))
         problems += _rollout_problems(raw, opts, where)
     return problems
+
+
+def _layout_problems(raw: dict[str, Any]) -> list[tuple[str, str]]:
+    """A layout that states sequence parallelism where Megatron turns it off (tp 1)."""
+    if _layout(raw, "sequence_parallel") is True and int(_layout(raw, "tp", 1)) == 1:
+        return [
+            (
+                "layout.sequence_parallel",
+                "true, but layout.tp is 1, where Megatron turns sequence parallelism off; "
+                "expected false or null",
+            )
+        ]
+    return []
+
+
+def _arg_problem(arg: Arg, raw: dict[str, Any], opts: Options, where: str) -> str | None:
+    """Why one option of one train invocation contradicts its field, or None. Symmetric for the
+    layout: a field that states a value the run block does not pass is refused like a run block
+    that passes a value the field does not state (a null that means "not used" included)."""
+    expected = arg.expected(raw)
+    given = opts.values.get(arg.option, None)
+    if given is OPAQUE:
+        return None  # only the running shell knows it
+    if expected is None:
+        if given is None or arg.null_absent is None or not arg.null_absent(raw):
+            return None  # not stated
+        shown = "" if given is True else f" {given}"
+        return (
+            f"null ({arg.null_words}), but the run block passes {arg.option}{shown} {where}; "
+            "expected the option absent or the field stated"
+        )
+    layout = arg.field.startswith("layout.")
+    if given is None:
+        default = arg.default(raw) if callable(arg.default) else arg.default
+        if not layout and (opts.opaque or default is None):
+            return None  # absent, and the default is not known to hold
+        hidden = (
+            " (a layout field is compared with the run block's own words: words only known at "
+            "run time are not read as the layout)"
+            if opts.opaque
+            else ""
+        )
+        if default is None:
+            return (
+                f"{expected!r}, but the run block does not pass {arg.option} {where}{hidden}; "
+                "expected it passed with the same value"
+            )
+        given_value, how = default, f"does not pass {arg.option} (default {default})"
+        where += hidden
+    elif given is True and not arg.flag:
+        return f"the run block passes {arg.option} without a value {where}"
+    else:
+        try:
+            given_value = coerce(given, arg.kind)
+        except ValueError:
+            return (
+                f"the run block passes {arg.option} {given!r} {where}, "
+                f"which miles does not read as {_KIND_WORDS[arg.kind]}"
+            )
+        how = f"passes {arg.option} {given if given is not True else ''}".rstrip()
+    if not equal(expected, given_value, arg.kind):
+        return f"{expected!r}, but the run block {how} {where}; expected the same"
+    return None
 
 
 def _rollout_problems(raw: dict[str, Any], opts: Options, where: str) -> list[tuple[str, str]]:

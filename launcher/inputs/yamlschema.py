@@ -107,12 +107,58 @@ def _refuse_aliases(path: Path, text: str, what: str) -> None:
         loader.dispose()
 
 
+def duplicate_keys(node: Any, path: tuple[Any, ...] = ()) -> list[tuple[str, int, int]]:
+    """Every key written twice in one mapping of a composed YAML document: (key path, first line,
+    second line), lines 1-based, in document order.
+
+    Why: YAML loaders keep the last of two equal keys without a word, so a reader who sees the
+    first `tokens_per_s_per_gpu` (or the first `gpu:` block) is judged against the hidden second
+    one. A recipe or profile is a document people read: each key is written once."""
+    found: list[tuple[str, int, int]] = []
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[tuple[str, str], int] = {}
+        for key, value in node.value:
+            name = key.value if isinstance(key, yaml.ScalarNode) else None
+            line = key.start_mark.line + 1
+            if name is not None:
+                ident = (key.tag, name)
+                if ident in seen:
+                    found.append((field_path([*path, name]), seen[ident], line))
+                else:
+                    seen[ident] = line
+            found += duplicate_keys(value, (*path, name if name is not None else "?"))
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            found += duplicate_keys(item, (*path, i))
+    return found
+
+
+def _load_checked(path: Path, text: str, what: str) -> Any:
+    """The document, composed once: its duplicate keys refused (both lines named), then built."""
+    loader = _TextDateLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        dups = sorted(duplicate_keys(node), key=lambda d: (d[2], d[1]))
+        if dups:
+            listed = "; ".join(f"{key} at lines {a} and {b}" for key, a, b in dups)
+            raise BadInput(
+                f"{path}: {len(dups)} duplicate key{'s' if len(dups) != 1 else ''} in the {what}: "
+                f"{listed}. YAML would keep the later value silently, so the value a reader sees "
+                "may not be the one used; expected each key once in its mapping."
+            )
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
 def read_yaml_mapping(path: Path, what: str) -> tuple[dict[str, Any], str]:
     """Read a YAML file that must hold a mapping; every failure is a BadInput naming the file."""
     text = read_text_capped(path, what)
     _refuse_aliases(path, text, what)
     try:
-        data = yaml.load(text, Loader=_TextDateLoader)  # noqa: S506 - a SafeLoader subclass
+        data = _load_checked(path, text, what)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" line {mark.line + 1}, column {mark.column + 1}:" if mark else ""

@@ -355,8 +355,12 @@ def measure(
     region: str | None = None,
     parse_stats: ParseStats | None = None,
     measured: str | None = None,
+    price: Price | None = None,
 ) -> Result:
-    """Compute the recipe's `result` figures from parsed steps. Pure: no I/O."""
+    """Compute the recipe's `result` figures from parsed steps. Pure: no I/O.
+
+    `price` is the price the run used (run.json's, decided once when it started); without it,
+    `price_per_hour` (--price-per-hour) or the catalog's for `region` prices the $ figure."""
     raw = recipe.raw
     gpus = int(_require(raw, "gpu", "count"))
     tokens_per_step = int(_require(raw, "workload", "global_batch")) * int(
@@ -402,7 +406,8 @@ def measure(
         notes.append(f"no MFU: no known peak for GPU type {gpu_type!r}")
 
     instance = catalog.instance_type_of((raw.get("gpu") or {}).get("instance"))
-    price = catalog.price_per_hour(instance, region, price_per_hour)
+    if price is None or price_per_hour is not None:
+        price = catalog.price_per_hour(instance, region, price_per_hour)
     if price is None:
         notes.append(
             f"no $/1M tokens: no price known for instance {instance!r}; pass --price-per-hour"

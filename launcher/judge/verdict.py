@@ -39,6 +39,12 @@ JUDGED = ("reproduced", "slower", "faster", "unstable")
 # The throughput tolerance, percent either side of the claim: the one definition that the verdict,
 # the CLI's --tolerance-* defaults and the history's regression test all read.
 DEFAULT_TOLERANCE_PERCENT = 3.0
+# The policy that judges a run: the rules of launcher/judge/measure.py and of this module. An
+# attestation records it and `reproduce verify` re-measures only under the same one
+# (docs/attestation.md).
+# Bump the version whenever a rule changes a figure or a status for the same inputs.
+POLICY_NAME = "reproduce-verdict"
+POLICY_VERSION = 1
 
 
 @dataclass(frozen=True)

@@ -99,7 +99,8 @@ def _facts(ctx: Context) -> str:
                 f"${esc(num(price.get('usd_per_hour'), 3))} per node-hour</span>"
                 + (f" × {esc(ctx.nodes)} node(s)" if ctx.nodes else "")
                 + (
-                    f"<br><span class='dim'>{esc(price.get('source'))}</span>"
+                    f"<br><span class='dim' data-price-source=\"{esc(price.get('source'))}\">"
+                    f"{esc(_price_words(price))}</span>"
                     if price.get("source")
                     else ""
                 ),
@@ -330,3 +331,11 @@ def _assets(ctx: Context) -> str:
             + "</details>"
         )
     return "".join(out)
+
+
+def _price_words(price: dict[str, Any]) -> str:
+    """Where the run's price came from, in the words every $ figure carries (catalog.Price)."""
+    from launcher.catalog import Price
+
+    parsed = Price.from_dict(price)
+    return parsed.describe() if parsed is not None else str(price.get("source"))

@@ -217,7 +217,7 @@ def render_markdown(
         f"| steps per run | {claim.get('steps_per_run')} | {steps_run} | |",
         "",
     ]
-    price = f"${result.price.value}/h, {result.price.source}." if result.price else "unknown."
+    price = f"${result.price.value}/h, {result.price.describe()}." if result.price else "unknown."
     lines += [
         "## How the figures were computed",
         "",
@@ -294,7 +294,7 @@ def render_summary(result: Result, verdict: Verdict) -> str:
             f"{label:<24}{fmt(c.get(key), digits):>14}{fmt(m.get(key), digits):>14}"
             f"{_diff(m.get(key), c.get(key)):>12}"
         )
-    price = f"${result.price.value}/h ({result.price.source})" if result.price else "none known"
+    price = f"${result.price.value}/h ({result.price.describe()})" if result.price else "none known"
     rows += [
         f"window                  steps {result.window[0]}-{result.window[1]}: "
         f"{len(result.window_steps_present)} with a step time, {result.window_tokens:,} tokens",

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from launcher.inputs.patches import node_lines as patch_lines
 from launcher.inputs.profile import Profile, RayProfile
 from launcher.inputs.recipe import Image, Recipe
 from launcher.inputs.stack import expected_versions
@@ -289,8 +290,11 @@ class ScriptContext(Placement):
             "  exit 1",
             "fi",
             *(base_label_check(self.built) if self.built else []),
-            'printf \'{"image": "%s", "digest": "%s", "id": "%s"}\\n\' "$IMAGE" "$IMAGE_DIGEST" '
-            '"$(docker image inspect --format \'{{.Id}}\' "$IMAGE")" > "$NODE_RUN_DIR/image.json"',
+            "# image.json: what ran, as docker has it (an attestation records its RepoDigests)",
+            'printf \'{"image": "%s", "digest": "%s", "id": "%s", "repo_digests": %s}\\n\' '
+            '"$IMAGE" "$IMAGE_DIGEST" "$(docker image inspect --format \'{{.Id}}\' "$IMAGE")" '
+            '"$(docker image inspect --format \'{{json .RepoDigests}}\' "$IMAGE")" '
+            '> "$NODE_RUN_DIR/image.json"',
         ]
         return lines
 
@@ -498,6 +502,7 @@ def render_node_script(
             "_cleanup() { :; }",
             "trap _on_exit EXIT",
             *ctx.exports(),
+            *patch_lines(r),
             "",
             f"# ---- stage ray: {by['ray'].title}",
             "_stage_begin ray",

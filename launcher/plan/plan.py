@@ -15,10 +15,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from launcher.errors import BadInput
+from launcher.inputs import patches
 from launcher.inputs.profile import AwsProfile, Profile, RayProfile, SshProfile
 from launcher.inputs.recipe import Recipe, launcher_env_problems
 from launcher.inputs.yamlschema import format_problems
-from launcher.plan import asset_stages
+from launcher.plan import asset_stages, claimruns
 from launcher.plan.image_record import BuiltImage, profile_image
 from launcher.plan.node_script import Assets, Placement, ScriptContext, Stage, render_node_script
 from launcher.plan.protocol import RESULT_FILES
@@ -43,6 +44,7 @@ class Plan(Placement):
     asset_spec: dict[str, Any] | None = (
         None  # what the node resolves (launcher/plan/asset_stages.py)
     )
+    runs: dict[str, Any] = field(default_factory=dict)  # launcher/plan/claimruns.py record()
 
     @property
     def image_ref(self) -> str:
@@ -76,6 +78,8 @@ class Plan(Placement):
             "asset_spec": self.asset_spec,
             "stages": [s.to_dict() for s in self.stages],
             "provisioning": [asdict(call) for call in self.provisioning],  # aws ApiCalls
+            "runs": self.runs,  # result.runs, the run's one, what --runs accepted
+            "patches": patches.record(self.recipe),  # what the node applies before training
         }
 
 
@@ -90,8 +94,10 @@ def build_plan(
     run_id: str | None = None,
     skip_preflight: bool = False,
     provisioning: tuple[Any, ...] = (),
+    runs: int | None = None,
 ) -> Plan:
-    """The one place that decides what a reproduction does."""
+    """The one place that decides what a reproduction does. `runs`: the --runs accepted
+    (launcher/plan/claimruns.py), recorded in plan.json for the verdict."""
     run_id = run_id or new_run_id()
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", run_id):
         raise BadInput(
@@ -100,6 +106,7 @@ def build_plan(
     _check_profile_fits(recipe, profile)
     _check_secrets(profile)
     _check_recipe_env(recipe, profile)
+    patches.refuse_unappliable(recipe, profile)
     work_dir = profile.work_dir.rstrip("/") or "/"
     node_run_dir = f"{work_dir}/runs/{run_id}"
     cache_dir = profile.cache_dir.rstrip("/") or "/"
@@ -180,6 +187,7 @@ def build_plan(
         tuple(provisioning),
         built,
         on_assets.spec,
+        claimruns.record(recipe, runs),
     )
 
 

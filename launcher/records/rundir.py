@@ -57,6 +57,9 @@ class Files:
     REPORT_MD = "report.md"
     REPORT_HTML = "report.html"
     CONVERGENCE = "convergence.json"
+    MEASURE = "measure.json"  # the measurement's record: its inputs and parameters
+    ATTESTATION = "attestation.intoto.json"  # the signed statement (docs/attestation.md)
+    ATTESTATION_PUB = "attestation.pub"
     LOGS = "logs"
     PLOTS = "plots"
     # what node.sh writes on the node and collection brings back (nothing else is collected)
@@ -94,6 +97,9 @@ LAUNCHER_FILES = frozenset(
         Files.REPORT_MD,
         Files.REPORT_HTML,
         Files.CONVERGENCE,
+        Files.MEASURE,
+        Files.ATTESTATION,
+        Files.ATTESTATION_PUB,
     }
 )
 STATES = (

@@ -3,8 +3,8 @@
 Why from the run directories: they are the record (docs/architecture.md), written while a run is
 followed, so `reproduce runs` and `reproduce status` need no server and no connection to a node,
 and show runs of every recipe (the history is keyed by recipe and only holds finished runs). The
-cost so far is the run's wall-clock node-hours since it was acquired, times the price the cost
-gate showed (run.json `cost`, launcher/cost/costgate.py).
+cost so far is the run's wall-clock node-hours since it was acquired, times the price the run
+decided once and the cost gate showed (run.json `price` and `cost`, launcher/cost/costgate.py).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from launcher.catalog import Price
 from launcher.errors import BadInput
 from launcher.records.rundir import FINAL_STATES, TRAIN_STAGE, Files, RunDir
 
@@ -44,6 +45,8 @@ class RunSummary:
     run_dir: str
     logs: str
     followed: bool  # a reproduce process follows it now (holds its follow lock)
+    price_per_hour: float | None = None  # one node, the price the run used
+    price_source: str | None = None  # where that price came from (launcher.catalog.Price)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -83,7 +86,9 @@ def summarize(path: Path, now: float | None = None) -> RunSummary:
         elapsed = max(0.0, until - acquired)
     nodes = int(cost.get("nodes") or plan.get("nodes") or 1)
     gpus = int(cost.get("gpus_per_node") or plan.get("gpus_per_node") or 0)
-    price = _num(cost.get("price_per_hour"))
+    recorded = Price.from_dict(record.get("price"))  # the price the run decided once
+    price = recorded.value if recorded is not None else _num(cost.get("price_per_hour"))
+    price_source = recorded.describe() if recorded is not None else cost.get("price_source")
     measured = _measured_gpu_hours(rd)
     gpu_hours = measured
     if gpu_hours is None and elapsed is not None and gpus:
@@ -109,6 +114,8 @@ def summarize(path: Path, now: float | None = None) -> RunSummary:
         run_dir=str(rd.path),
         logs=str(rd.logs),
         followed=is_followed(rd.path),
+        price_per_hour=price,
+        price_source=str(price_source) if price_source else None,
     )
 
 

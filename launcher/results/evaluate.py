@@ -9,6 +9,10 @@ and writes what they produce:
     result.yaml        the recipe's `result` block as measured, with provenance
     verdict.json       status, signed difference, every reason
     convergence.json   only when a reference run is given
+    measure.json       what the measurement read and with which parameters (its record: the
+                       log's and recipe's sha256, the timeline as it was then, price, region,
+                       tolerance, the policy's name and version), so that `reproduce verify`
+                       can measure the same inputs again the same way (docs/attestation.md)
     report.md, plots/  claim beside reproduction, loss and step-time plots
     report.html        the same, as one self-contained page (launcher/pages/, docs/report.md)
 
@@ -30,18 +34,20 @@ from typing import Any
 
 import yaml
 
+from launcher.catalog import Price
 from launcher.errors import BadInput
 from launcher.inputs.recipe import Recipe, load_recipe
 from launcher.judge.convergence import check, loss_curve
 from launcher.judge.measure import Result, measure, measured_date
 from launcher.judge.parse.miles import ParseStats, StepRecord, parse_path
-from launcher.judge.verdict import Tolerance, Verdict, judge
+from launcher.judge.verdict import POLICY_NAME, POLICY_VERSION, Tolerance, Verdict, judge
 from launcher.pages import report
 from launcher.records.atomic import write_atomic
 from launcher.records.rundir import Files
 
 RECIPE_FILE = Files.RECIPE  # the recipe as the run used it, kept in its run directory
 RUN_FILE = Files.RUN  # what makes a directory a run directory
+MEASURE_FILE = Files.MEASURE  # the measurement's record: its inputs and parameters
 TRAIN_LOG = Path("logs") / "train.log"
 
 
@@ -170,6 +176,90 @@ def write_report(
     return path
 
 
+def remeasure(
+    log: Path,
+    recipe: Recipe,
+    timeline: dict | None,
+    *,
+    price_per_hour: float | None = None,
+    region: str | None = None,
+    tolerance: Tolerance | None = None,
+    runs: int | None = None,
+    price: Price | None = None,
+) -> tuple[list[StepRecord], Result, Verdict]:
+    """Parse and judge one log exactly as a measurement does, writing nothing: `reproduce
+    verify` checks an attested directory with it (measure into memory, never into the directory
+    it checks)."""
+    records, stats = parse_log(log)
+    result, verdict = _judged(
+        records, stats, recipe, timeline, price_per_hour, region, tolerance, runs, price=price
+    )
+    return records, result, verdict
+
+
+def _file_ref(path: Path | None, out: Path) -> dict | None:
+    """A file the measurement read: its path (relative to `out` when inside it) and sha256."""
+    if path is None:
+        return None
+    import hashlib
+
+    path = Path(path)
+    try:
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        digest = None
+    try:
+        shown = path.resolve().relative_to(Path(out).resolve()).as_posix()
+    except ValueError:
+        shown = str(path.resolve())
+    return {"path": shown, "sha256": digest}
+
+
+def write_measure_record(
+    out: Path,
+    *,
+    log: Path,
+    recipe: Recipe,
+    timeline: dict | None,
+    timeline_source: Path | None,
+    price_per_hour: float | None,
+    region: str | None,
+    tolerance: Tolerance | None,
+    reference: Path | None = None,
+    runs: int | None = None,
+    price: Price | None = None,
+) -> None:
+    """out/measure.json: what this measurement read and how it judged (its record). The timeline
+    is kept as it was read: a run's timeline.json gains its release time after the run was
+    measured, and a re-measure must see what the measurement saw. No clock in it: measuring
+    the same inputs again writes the same bytes."""
+    from launcher.records.identity import launcher_identity
+
+    out = Path(out)
+    recipe_ref = _file_ref(recipe.path, out)
+    own = out / RECIPE_FILE  # the run directory's copy, when it is the recipe measured
+    if recipe_ref is not None and own.is_file():
+        mine = _file_ref(own, out)
+        if mine is not None and mine["sha256"] == recipe_ref["sha256"]:
+            recipe_ref = mine
+    record = {
+        "schema": 1,
+        "log": _file_ref(log, out),
+        "recipe": recipe_ref,
+        "timeline": timeline,
+        "timeline_source": (_file_ref(timeline_source, out) or {}).get("path"),
+        "price_per_hour": price_per_hour,
+        "region": region,
+        "tolerance": (tolerance if tolerance is not None else Tolerance()).to_dict(),
+        "reference": str(reference) if reference is not None else None,
+        "runs": runs,  # fewer measured runs than the claim's mean, accepted (--runs)
+        "price": price.to_dict() if price is not None else None,  # the run's decided price
+        "policy": {"name": POLICY_NAME, "version": POLICY_VERSION},
+        "launcher": launcher_identity(),
+    }
+    _write_json(out / MEASURE_FILE, record)
+
+
 def _judged(
     records: list[StepRecord],
     stats: ParseStats | None,
@@ -178,7 +268,11 @@ def _judged(
     price_per_hour: float | None,
     region: str | None,
     tolerance: Tolerance | None,
+    runs: int | None = None,
+    price: Price | None = None,
 ) -> tuple[Result, Verdict]:
+    from launcher.plan import claimruns
+
     result = measure(
         records,
         recipe,
@@ -187,8 +281,10 @@ def _judged(
         region=region,
         parse_stats=stats,
         measured=measured_date(records),
+        price=price,
     )
-    return result, judge(result, recipe, tolerance=tolerance)
+    # the claim's result.runs against this one run (launcher/plan/claimruns.py)
+    return result, claimruns.apply(judge(result, recipe, tolerance=tolerance), recipe, runs)
 
 
 def write_outputs(
@@ -220,6 +316,7 @@ def measure_run_dir(
     write_plots: bool = True,
     reference: Path | None = None,
     out: Path | None = None,
+    runs: int | None = None,
     write_page: bool = True,
 ) -> tuple[Result, Verdict]:
     """Measure a run directory (its logs/train.log) and write its files there, or into `out`
@@ -228,8 +325,11 @@ def measure_run_dir(
     `write_page` is False: the runner writes the page once, at the very end of a run, so that it
     shows the release and the history row too (a page written here would be written again).
 
-    `recipe` defaults to the run directory's own recipe.yaml. Returns (Result, Verdict).
+    `recipe` defaults to the run directory's own recipe.yaml; `runs` (--runs) to what the run
+    was started with (plan.json). Returns (Result, Verdict).
     """
+    from launcher.plan.claimruns import accepted_in
+
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise BadInput(f"run directory {run_dir} does not exist.")
@@ -237,19 +337,56 @@ def measure_run_dir(
         raise BadInput(f"run directory {run_dir} holds no {TRAIN_LOG}: nothing to measure.")
     recipe = recipe if recipe is not None else recipe_of(run_dir)
     records, stats = parse_log(run_dir / TRAIN_LOG)
+    if runs is None:
+        runs = accepted_in(run_dir)
+    # The price the run used (run.json, decided once when it started) prices its $ figures,
+    # offline too; --price-per-hour or --region given here price it anew.
+    recorded = recorded_price(run_dir) if price_per_hour is None and region is None else None
+    timeline = load_timeline(run_dir)
     result, verdict = _judged(
-        records, stats, recipe, load_timeline(run_dir), price_per_hour, region, tolerance
+        records,
+        stats,
+        recipe,
+        timeline,
+        price_per_hour,
+        region,
+        tolerance,
+        runs,
+        price=recorded,
     )
     convergence = None
     if reference is not None:
         convergence = check(loss_curve(records), loss_curve(load_records(reference)[0]))
     target = out_dir(out) if out is not None else run_dir
     write_outputs(target, result, verdict, recipe, records, convergence, plots=write_plots)
+    write_measure_record(
+        target,
+        log=run_dir / TRAIN_LOG,
+        recipe=recipe,
+        timeline=timeline,
+        timeline_source=run_dir / Files.TIMELINE if timeline is not None else None,
+        price_per_hour=price_per_hour,
+        region=region,
+        tolerance=tolerance,
+        reference=reference,
+        runs=runs,
+        price=recorded,
+    )
     if target == run_dir and write_page:
         from launcher.pages import write_run_page
 
         write_run_page(run_dir)  # made from the files written above (docs/report.md)
     return result, verdict
+
+
+def recorded_price(run_dir: Path) -> Price | None:
+    """The price a run recorded in run.json (`price`), or None (none recorded, or unreadable:
+    then the catalog prices it, as before prices were recorded)."""
+    try:
+        record = json.loads((Path(run_dir) / Files.RUN).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return Price.from_dict(record.get("price")) if isinstance(record, dict) else None
 
 
 def out_dir(path: Path) -> Path:
@@ -273,6 +410,7 @@ def measure_path(
     tolerance: Tolerance | None = None,
     timeline_path: Path | None = None,
     out: Path | None = None,
+    runs: int | None = None,
 ) -> tuple[Result, Verdict]:
     """Measure a log file or a run directory (check_input). A run directory's files are written
     into it (or `out`); a log's only into `out`, and nowhere when no `out` is given."""
@@ -287,10 +425,24 @@ def measure_path(
             region=region,
             tolerance=tolerance,
             out=out,
+            runs=runs,
         )
     records, stats = parse_log(path)
     timeline = read_timeline(timeline_path) if timeline_path is not None else None
-    result, verdict = _judged(records, stats, recipe, timeline, price_per_hour, region, tolerance)
+    result, verdict = _judged(
+        records, stats, recipe, timeline, price_per_hour, region, tolerance, runs
+    )
     if out is not None:
         write_outputs(out_dir(out), result, verdict, recipe, records)
+        write_measure_record(
+            Path(out),
+            log=path,
+            recipe=recipe,
+            timeline=timeline,
+            timeline_source=timeline_path,
+            price_per_hour=price_per_hour,
+            region=region,
+            tolerance=tolerance,
+            runs=runs,
+        )
     return result, verdict

@@ -44,6 +44,7 @@ from launcher.records.history import (
     row_from_run_dir,
     slug_of,
 )
+from launcher.records.rundir import Files
 from launcher.runner.reproduction import Options
 
 if TYPE_CHECKING:
@@ -195,6 +196,7 @@ def nightly(
     yes: bool = False,
     echo: Callable[[str], Any] = lambda _line: None,
     now: float | None = None,
+    attest_key: Path | None = None,
 ) -> NightlyResult:
     """Run every recipe, record each into the history, judge regressions, write the summary.
 
@@ -202,6 +204,10 @@ def nightly(
     is unattended: on a cluster that launches paid nodes it needs `max_usd` (each run stops
     there) or `yes` (the cost accepted without a budget), else it is refused before the first
     recipe (launcher/cost/costgate.py); each run's cost header is still printed.
+
+    `attest_key` (an ed25519 private key): every run that was measured is attested with it
+    (launcher/results/attest_run.py); the key is read before the first recipe, so a bad key is bad
+    input for the whole nightly, and a run that cannot be attested is said so, line by line.
     """
     from launcher.cost.costgate import refuse_unattended
     from launcher.inputs.profile import load_profile
@@ -211,6 +217,11 @@ def nightly(
     recipes = expand_targets(targets)
     profile = load_profile(cluster)  # a bad --cluster is bad input for the whole nightly: exit 2
     refuse_unattended(profile, yes=yes, max_usd=max_usd, who="a nightly")
+    signing_key = None
+    if attest_key is not None:
+        from launcher.results.attest_keys import load_signing_key
+
+        signing_key = load_signing_key(attest_key)  # BadInput now, before anything is paid for
     root = Path(runs_dir) if runs_dir is not None else default_runs_root()
     db_path = Path(history) if history is not None else default_history_path(root)
     result = NightlyResult()
@@ -243,6 +254,8 @@ def nightly(
                     f"unexpected error (a bug in reproduce?): {type(err).__name__}: {err}",
                     crashed=True,
                 )
+            if signing_key is not None:
+                echo(f"[nightly {i}/{len(recipes)}] {_attest(run, signing_key)}")
             row, earlier = _record(db, recipe, run, profile, result)
             assessment = assess(row, earlier)
             entry = NightlyEntry(recipe, run, row, assessment, outcome_of(run, assessment))
@@ -281,6 +294,20 @@ def nightly(
         f"exit {result.exit_code}"
     )
     return result
+
+
+def _attest(run: RecipeRun, key: Any) -> str:
+    """Attest one run's directory; the line that says how it went (never raises: one run's
+    attestation must not end the nightly)."""
+    if run.run_dir is None or not (run.run_dir / Files.VERDICT).is_file():
+        return "not attested: the run was not measured"
+    from launcher.results.attest_run import attest_directory
+
+    try:
+        done = attest_directory(run.run_dir, key)
+    except ReproduceError as err:
+        return f"not attested: {err}"
+    return f"attested: {done['subjects']} files, signed by {done['signed_by']}, verify passes"
 
 
 def _record(

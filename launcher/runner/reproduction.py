@@ -17,6 +17,7 @@ from launcher.cost.costgate import cost_line, worst_case_text
 from launcher.errors import BadInput
 from launcher.inputs.profile import Profile, load_profile
 from launcher.inputs.recipe import Recipe, load_recipe
+from launcher.plan.claimruns import claim_lines
 from launcher.plan.plan import Plan, build_plan
 from launcher.records.atomic import write_atomic
 from launcher.records.rundir import new_run_id, owner
@@ -37,6 +38,7 @@ class Options:
     on_interrupt: str = "ask"
     runs_dir: Path | None = None
     yes: bool = False  # the cost gate's question answered in advance (launcher/cost/costgate.py)
+    runs: int | None = None  # --runs: fewer runs than the claim's mean (launcher/plan/claimruns.py)
 
 
 @dataclass(frozen=True)
@@ -124,24 +126,50 @@ def prepare(recipe_path: str | Path, options: Options) -> Prepared:
         provisioning = tuple(
             provisioning_calls(recipe, profile, run_id, owner=who, now=datetime.now(UTC))
         )
+    from launcher.plan import claimruns
+
     plan = build_plan(
         recipe,
         profile,
         run_id=run_id,
         skip_preflight=options.skip_preflight,
         provisioning=provisioning,
+        runs=claimruns.check_option(recipe, options.runs),
     )
-    return Prepared(recipe, profile, plan, node_price(recipe, profile), who)
+    price = node_price(recipe, profile, options.price_per_hour)
+    return Prepared(recipe, profile, plan, price, who)
 
 
-def node_price(recipe: Recipe, profile: Profile) -> Any:
+def node_price(recipe: Recipe, profile: Profile, option: float | None = None) -> Any:
+    """The price the run starts from, offline: --price-per-hour (source "option"), else the
+    profile's price_per_hour ("profile"), else the catalog's ("catalog"), or None. A real run on
+    AWS then looks the catalog's up live (decide_price); the dry run shows this one."""
     from launcher.catalog import price_per_hour
 
-    return price_per_hour(
-        profile.instance_type or recipe.instance_type,
-        profile.region,
-        profile.price_per_hour,
-    )
+    itype = profile.instance_type or recipe.instance_type
+    region = profile.region
+    if option is not None:
+        return price_per_hour(itype, region, option, override_source="option")
+    return price_per_hour(itype, region, profile.price_per_hour, override_source="profile")
+
+
+def decide_price(prepared: Prepared, warn: Any = None) -> Prepared:
+    """The price of this run, decided once, before the cost is shown: the user's word (option,
+    profile) as it is; else the backend's live price (aws: the Price List API, the spot price
+    history or a Capacity Block offering), the catalog's when a lookup fails (`warn` says why;
+    a lookup never stops a run). Everything after (the cost gate, the budget, run.json,
+    result.yaml, the report, status) uses the price returned here."""
+    from dataclasses import replace
+
+    from launcher import clusters
+
+    price = prepared.price
+    if price is not None and price.source in ("option", "profile"):
+        return prepared
+    found, why = clusters.live_price(prepared.recipe, prepared.profile, price)
+    if why and warn is not None:
+        warn(f"warning: {why}")
+    return prepared if found is price else replace(prepared, price=found)
 
 
 def dry_run_text(
@@ -164,11 +192,13 @@ def dry_run_text(
         *_worst_lines(prepared),
         f"# claim     {r.claim['tokens_per_s_per_gpu']:g} tokens/s/GPU over steps "
         f"{r.window[0]}-{r.window[1]} of {r.steps_per_run}",
+        *[f"# {line}" for line in claim_lines(plan)],  # result.runs, patches
         f"# run id    {plan.run_id}; node run dir {plan.node_run_dir}",
         f"# stages    {' -> '.join(s.name for s in plan.stages)}",
     ]
     lines += [f"# REFUSED   a real run would not start: {why}" for why in refusals]
     lines += ["", *expected_split_lines(prepared)]
+    lines += price_lookup_lines(prepared)
     if plan.provisioning:
         from launcher.clusters.aws import to_jsonable
 
@@ -186,11 +216,36 @@ def dry_run_text(
     return "\n".join(lines)
 
 
+def price_lookup_lines(prepared: Prepared) -> list[str]:
+    """The price lookup a real run sends before its cost is shown (aws, no price given by the
+    user): printed like the provisioning requests, from the same definition."""
+    price, p = prepared.price, prepared.profile
+    if p.kind != "aws" or (price is not None and price.source in ("option", "profile")):
+        return []
+    from launcher.clusters.aws import to_jsonable
+    from launcher.clusters.aws.prices import request
+    from launcher.clusters.aws.settings import settings_from
+
+    s = settings_from(prepared.recipe, p)
+    call = request(
+        s.instance_type, s.region or "<the profile's region>", s.capacity_type, s.nodes, None
+    )
+    have = f"${price.value:g}/h" if price is not None else "NO PRICE"
+    return [
+        "",
+        "# ---- price lookup (sent before the cost is shown; it decides the run's price, "
+        f"recorded in run.json; if it fails: the catalog's {have} above, with a warning) ----",
+        json.dumps(to_jsonable([call]), indent=2, sort_keys=False),
+    ]
+
+
 def expected_split_lines(prepared: Prepared) -> list[str]:
     """Where a cold node, a warm store and a warm cache would spend their GPU-hours."""
-    from launcher.cost.estimate import dry_run_lines, target_args
+    from launcher.cost.estimate import disk_lines, dry_run_lines, target_args
 
-    return dry_run_lines(prepared.recipe, **target_args(prepared.profile, prepared.price))
+    lines = dry_run_lines(prepared.recipe, **target_args(prepared.profile, prepared.price))
+    disk = prepared.profile.preflight.disk_min_gb
+    return lines + disk_lines(prepared.recipe, float(disk) if disk is not None else None)
 
 
 def likely_lines(prepared: Prepared, max_usd: float | None = None) -> list[str]:

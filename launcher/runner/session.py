@@ -44,7 +44,7 @@ from launcher.runner.nodes import (
 )
 from launcher.runner.outcome import Outcome, failure, reattach_hint
 from launcher.runner.reporter import Reporter
-from launcher.runner.signals import Terminated, release_hard, signals_cancel
+from launcher.runner.signals import Terminated, handled, raise_pending, release_hard, signals_cancel
 from launcher.runner.stream import Follower
 
 T = TypeVar("T")
@@ -157,6 +157,7 @@ class RunSession:
                     self.nodes,
                     lambda n: n.execution.stage(node_script, self.settings.scripts_dir, secrets),
                 )
+                raise_pending()  # a Ctrl-C dropped while staging: nothing is launched
                 launched = True  # from here an interrupt cancels on the node (harmless if not)
                 ids = on_each(self.nodes, lambda n: n.execution.launch(self._launch_env(nodes, n)))
             except BaseException:
@@ -171,6 +172,7 @@ class RunSession:
                 f"node script started on {where} (pid {', '.join(ids)}); run dir {self.rd.path}"
             )
         except KeyboardInterrupt as err:
+            handled()
             if launched:
                 self.reporter.say("cancelling the run on the node")
                 self.cancel_or_keep_billing()
@@ -207,6 +209,7 @@ class RunSession:
                 self.rd.set_status("running", pid_file=f"{head_dir}/pid")
                 code = self._follow_nodes()
             except KeyboardInterrupt as err:
+                handled()
                 self._interrupted(err)
             except NodeFailure as err:
                 self._node_failed(err)
@@ -244,6 +247,7 @@ class RunSession:
         # and the node that died is the news.
         order = self.nodes[1:] + self.nodes[:1]
         while True:
+            raise_pending()  # an interrupt whose exception was dropped in a finalizer
             for n in order:
                 if n.ended is not None:
                     continue

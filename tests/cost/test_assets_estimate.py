@@ -47,6 +47,7 @@ def test_the_checkpoint_size_comes_from_its_total_parameters_or_a_lower_bound():
 def test_a_checkpoint_of_unknown_size_is_a_lower_bound(tmp_path):
     raw = yaml.safe_load(SEED.read_text())
     raw["result"]["active_params"]["source"] = "https://huggingface.co/someone/moe"
+    raw["model"] = "moe"  # a name that states no total either ("30B-A3B" would)
     path = tmp_path / "r.yaml"
     path.write_text(yaml.safe_dump(raw))
     size, source = checkpoint_bytes(load_recipe(path))
@@ -107,3 +108,56 @@ def test_the_header_says_what_this_run_likely_costs_and_warns_of_a_budget_under_
     local = reproduce(SEED, "--cluster", "local", "--dry-run")
     likely = next(ln for ln in local.out.splitlines() if ln.startswith("# likely"))
     assert "kept its cache and image" in likely and "new node" not in likely
+
+
+def moe_235b(tmp_path, repo: str = "Qwen/Qwen3-235B-A22B", model: str = "Qwen3-235B-A22B"):
+    raw = yaml.safe_load(SEED.read_text())
+    raw["model"] = model
+    raw["result"]["active_params"] = {
+        "count": 22_000_000_000,
+        "source": f"https://huggingface.co/{repo}",
+        "revision": "main",
+    }
+    raw["result"]["mfu"] = None
+    raw["result"]["measured"] = str(raw["result"]["measured"])
+    raw["correctness"]["component_tests"][0]["date"] = str(
+        raw["correctness"]["component_tests"][0]["date"]
+    )
+    path = tmp_path / "moe.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+def test_a_mixture_of_experts_checkpoint_is_sized_by_its_total_parameters(tmp_path):
+    """The 235B-A22B plan sized its checkpoint from the 22B active parameters (44 GB); its bf16
+    checkpoint is about 470 GB, which the cost estimate and the disk line now use."""
+    recipe = load_recipe(moe_235b(tmp_path))
+    size, source = checkpoint_bytes(recipe)
+    assert size == 470e9 and "235B parameters in total" in source and "lower bound" not in source
+    assert size != recipe.active_params * 2
+
+
+def test_a_models_total_is_read_from_its_name_when_the_table_does_not_know_it(tmp_path):
+    recipe = load_recipe(moe_235b(tmp_path, "someone/Big-397B-A17B", "Big-397B-A17B"))
+    size, source = checkpoint_bytes(recipe)
+    assert size == 794e9 and "from the model's name" in source
+
+
+def test_the_dry_run_warns_when_the_disk_check_is_under_what_a_cold_node_writes(tmp_path):
+    path = moe_235b(tmp_path)
+    res = reproduce(path, "--cluster", "aws", "--dry-run")
+    assert res.code == 0, res.err
+    assert "checkpoint 470.0 GB" in res.out
+    disk = next(ln for ln in res.out.splitlines() if ln.startswith("#   disk:"))
+    assert "writes 942 GB" in disk and "requires 400 GB free" in disk
+    assert "WARNING the profile's preflight.disk_min_gb 400 is under the 942 GB" in res.out
+    seed = reproduce(SEED, "--cluster", "aws", "--dry-run")
+    assert "#   disk: a cold node writes 124 GB" in seed.out and "disk_min_gb 400" not in seed.out
+
+
+def test_an_unknown_mixture_of_experts_says_its_disk_figure_is_a_lower_bound(tmp_path):
+    path = moe_235b(tmp_path, "someone/moe", "moe")
+    res = reproduce(path, "--cluster", "local", "--dry-run")
+    assert res.code == 0, res.err
+    assert "a lower bound, the total parameters are not known" in res.out
+    assert "writes at least" in res.out

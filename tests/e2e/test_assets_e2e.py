@@ -27,7 +27,7 @@ import pytest
 import yaml
 from support.assets import OTHER_REV, aws_cli, tiny_recipe_raw, write_recipe
 from support.docker import docker
-from support.helpers import cli
+from support.helpers import assert_log_collected, cli
 from support.node_scripts import load_script
 from support.ports import free_port
 from support.sshd import SshServer
@@ -151,6 +151,7 @@ class Run:
         )
         (record,) = set(runs.glob("**/run.json")) - before
         self.rd = record.parent
+        assert_log_collected(self.rd)
         self.node_dir = Path(json.loads(record.read_text())["node_run_dir"])
         self.timeline = json.loads((self.rd / "timeline.json").read_text())
         self.stages = [(s["name"], s["status"]) for s in self.timeline["stages"]]

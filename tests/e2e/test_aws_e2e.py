@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from support.aws import NOTHING, REPO, MotoAws, live_resources
 from support.docker import containers_named
+from support.helpers import assert_log_collected
 from support.plan_env import write_profile, write_recipe
 
 pytestmark = [pytest.mark.aws, pytest.mark.docker, pytest.mark.ssh]
@@ -112,6 +113,7 @@ def test_reproduce_on_aws_end_to_end(moto_aws, sshd, test_image, container_run_a
     assert result.returncode == 0, explain(result, rd)
     assert "verdict: reproduced" in result.stderr
     assert "Traceback" not in result.stdout + result.stderr
+    assert_log_collected(rd)
 
     state = state_of(rd)
     [instance] = launched(moto_aws)

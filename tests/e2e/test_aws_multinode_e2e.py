@@ -25,7 +25,7 @@ import pytest
 import yaml
 from support.aws import LOOPBACK_SUBNET, LOOPBACK_VPC, NOTHING, OPERATOR_KEY, live_with_operator_key
 from support.docker import containers_named, docker
-from support.helpers import processes_mentioning, wait_for
+from support.helpers import assert_log_collected, processes_mentioning, wait_for
 from support.multinode import Netns
 from support.paths import TESTS
 from support.plan_env import write_profile, write_recipe
@@ -122,6 +122,7 @@ def test_a_four_node_recipe_runs_on_aws_to_a_verdict(
     rd = run_dir(runs, run_id)
     assert result.returncode == 0, result.stderr[-4000:]
     assert "verdict: reproduced" in result.stderr
+    assert_log_collected(rd)
     record = json.loads((rd / "run.json").read_text())
     assert [n["host"] for n in record["nodes"]] == PRIVATE
     assert [n["via"] for n in record["nodes"]][0] is None

@@ -14,7 +14,14 @@ from pathlib import Path
 
 import pytest
 from support.docker import containers_named, docker
-from support.helpers import cli, group_alive, processes_mentioning, start_cli, wait_for
+from support.helpers import (
+    assert_log_collected,
+    cli,
+    group_alive,
+    processes_mentioning,
+    start_cli,
+    wait_for,
+)
 from support.plan_env import plan_for, seed_raw, write_profile, write_recipe
 
 from launcher.clusters.local import LocalCluster
@@ -53,7 +60,7 @@ def test_pull_by_digest_then_ray_and_standin_miles_then_measure(
         == plan.node_script
         == Path(plan.node_run_dir, "node.sh").read_text()
     )
-    assert (rd.logs / "node.log").read_bytes() == node_log.read_bytes()
+    assert_log_collected(rd.path)
     stages = rd.timeline().stages
     assert [s["name"] for s in stages] == [
         "preflight",
@@ -74,6 +81,7 @@ def test_pull_by_digest_then_ray_and_standin_miles_then_measure(
     )
     image = json.loads((rd.path / "image.json").read_text())  # collected from the node
     assert image["image"] == test_image.ref and image["digest"] == test_image.digest
+    assert test_image.ref in image["repo_digests"]  # docker's own RepoDigests, for an attestation
     # --network none: only loopback, so Ray binds 127.0.0.1; a client joins the Plan's head (8 GPUs declared)
     assert "Local node IP: 127.0.0.1" in (rd.logs / "ray.log").read_text()
     train_log = (rd.logs / "train.log").read_text()
@@ -83,6 +91,16 @@ def test_pull_by_digest_then_ray_and_standin_miles_then_measure(
     _, verdict = outcome.measurement
     assert (rd.path / "steps.jsonl").read_text().count("\n") == 20
     assert verdict.status == "reproduced"  # the stand-in's default step time is the seed's claim
+    # the run directory of a real pull and container run is attested and verifies
+    from support.attest import keypair
+
+    from launcher.results.attest_keys import load_signing_key
+    from launcher.results.attest_run import attest_directory as attest
+    from launcher.results.attest_verify import verify_dir
+
+    key, pub = keypair(tmp_path)
+    attest(rd.path, load_signing_key(key))
+    assert verify_dir(rd.path, pub).status == "reproduced"
 
 
 @pytest.mark.parametrize("case", ["digest-not-in-registry", "pull-off-and-digest-not-on-node"])

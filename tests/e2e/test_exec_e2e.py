@@ -8,11 +8,10 @@ from __future__ import annotations
 import json
 import socket
 import time
-from pathlib import Path
 
 import pytest
 from support.docker import containers_named
-from support.helpers import cli
+from support.helpers import assert_log_collected, cli
 from support.plan_env import write_profile, write_recipe
 
 pytestmark = [pytest.mark.docker, pytest.mark.ssh]
@@ -49,8 +48,7 @@ def test_reproduce_recipe_over_ssh_end_to_end(sshd, test_image, container_run_ar
     ):
         assert (rd / name).is_file(), name
     assert (rd / "recipe.yaml").read_bytes() == recipe.read_bytes()
-    node_dir = json.loads((rd / "run.json").read_text())["node_run_dir"]
-    assert (rd / "logs" / "node.log").read_bytes() == Path(node_dir, "node.log").read_bytes()
+    assert_log_collected(rd)
     stages = json.loads((rd / "timeline.json").read_text())["stages"]
     assert [s["name"] for s in stages] == [
         "preflight",

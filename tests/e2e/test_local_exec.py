@@ -10,7 +10,14 @@ import time
 from pathlib import Path
 
 import pytest
-from support.helpers import cli, group_alive, slow_script_body, start_driver, wait_for
+from support.helpers import (
+    assert_log_collected,
+    cli,
+    group_alive,
+    slow_script_body,
+    start_driver,
+    wait_for,
+)
 from support.nodescript import job
 
 from launcher.clusters.local import LocalCluster
@@ -31,6 +38,7 @@ def _run(tmp_path, runs_root, body, **kw):
     (scripts / "preflight.py").write_text("print('preflight')\n")
     runner = Runner(scripts_dir=scripts, poll_s=0.1, measure=False)
     outcome = runner.execute(plan, rd, LocalCluster(), **kw)
+    assert_log_collected(rd.path)
     return rd, plan.node_run_dir, outcome
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 from support.docker import containers_named, docker
-from support.helpers import cli, processes_mentioning, start_cli, wait_for
+from support.helpers import assert_log_collected, cli, processes_mentioning, start_cli, wait_for
 from support.multinode import Netns, SshHosts
 from support.paths import TESTS
 from support.plan_env import write_profile, write_recipe
@@ -85,6 +85,7 @@ def test_a_four_node_recipe_runs_on_an_ssh_host_list_to_a_verdict(
     )  # fmt: skip
     rd = _run_dir(runs, run_id)
     assert result.returncode == 0, result.stderr[-4000:]
+    assert_log_collected(rd)
     record = json.loads((rd / "run.json").read_text())
     assert [n["host"] for n in record["nodes"]] == [hosts.address(k) for k in range(NODES)]
     for k in range(NODES):  # each node ran in its own work dir

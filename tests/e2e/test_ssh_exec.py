@@ -9,7 +9,14 @@ import time
 from pathlib import Path
 
 import pytest
-from support.helpers import cli, group_alive, slow_script_body, start_driver, wait_for
+from support.helpers import (
+    assert_log_collected,
+    cli,
+    group_alive,
+    slow_script_body,
+    start_driver,
+    wait_for,
+)
 from support.nodescript import job, plan_running
 from support.sshd import SshServer
 
@@ -30,7 +37,9 @@ def _job(tmp_path: Path, runs_root: Path, body: str):
 def _execute(cluster, rd: RunDir, node_dir: str, text: str, **settings):
     """The runner on `cluster`, following the node script `text` in `node_dir`."""
     plan = plan_running(rd.run_id, node_dir, text)
-    return Runner(measure=False, **settings).execute(plan, rd, cluster)
+    outcome = Runner(measure=False, **settings).execute(plan, rd, cluster)
+    assert_log_collected(rd.path)
+    return outcome
 
 
 def _train_bytes(rd: RunDir) -> int:

@@ -1,6 +1,6 @@
 """The family of recipes people publish, not only the seed: a dense model on H100 (p5.48xlarge,
-which the catalog has no price for), an MoE on 4 nodes, a B200 one. Each validates, dry-runs with
-a cost (or says clearly that there is no price), and measures with its own GPU's peak and price.
+priced from the catalog's sourced $55.04/h), an MoE on 4 nodes, a B200 one. Each validates,
+dry-runs with a cost, and measures with its own GPU's peak and price.
 
 Each recipe's own run block is run verbatim on the stand-in miles, so the log's printed arguments
 are those of the recipe (the evidence gate checks them).
@@ -87,17 +87,19 @@ def test_a_dense_recipe_states_what_does_not_apply_as_null():
     assert raw["stack"]["deepep"] is None and raw["result"]["usd_per_million_tokens"] is None
 
 
-def test_the_dense_p5_dry_run_says_no_price_clearly_and_costs_with_a_given_price():
-    assert catalog.price_per_hour("p5.48xlarge", "us-east-1") is None  # the catalog has none
+def test_the_dense_p5_dry_run_shows_its_catalog_price_and_a_given_one_wins():
+    assert catalog.price_per_hour("p5.48xlarge", "us-east-1").value == 55.04
     bare = reproduce(DENSE, "--cluster", "aws", "--dry-run", env=NO_CREDENTIALS)
     assert bare.code == 0, bare.err
-    assert "NO PRICE" in bare.out and "p5.48xlarge" in bare.out and "--price-per-hour" in bare.out
+    # 0.8 GPU-hours / 8 GPUs per node = 0.1 node-hours x $55.04/h (the catalog, sourced)
+    assert "= 0.100 node-hours x $55.04/h = $5.50  [price: catalog:" in bare.out
+    assert "NO PRICE" not in bare.out
     priced = reproduce(
         DENSE, "--cluster", "aws", "--dry-run", "--price-per-hour", "55", env=NO_CREDENTIALS
     )
     assert priced.code == 0, priced.err
-    # 0.8 GPU-hours / 8 GPUs per node = 0.1 node-hours x $55/h
-    assert "= 0.100 node-hours x $55/h = $5.50" in priced.out
+    assert "= 0.100 node-hours x $55/h = $5.50  [price: option:" in priced.out
+    assert "price lookup" not in priced.out  # the user's price is not looked up
 
 
 def test_the_4_node_moe_dry_run_costs_four_nodes_and_a_real_run_would_start():
@@ -134,13 +136,18 @@ def test_each_recipe_measures_with_its_own_peak_and_price(tmp_path, recipe, pric
         assert round(data["mfu"], 4) == r.claim["mfu"]
 
 
-def test_a_dense_recipe_without_a_price_measures_and_says_no_price(tmp_path):
+def test_the_dense_p5_recipe_shows_its_usd_per_million_tokens(tmp_path):
     log = tmp_path / "train.log"
     run_block_log(DENSE, log)
     data = measure(log, DENSE)
-    assert data["usd_per_million_tokens"] is None and data["price"] is None
-    assert any("no price known for instance 'p5.48xlarge'" in n for n in data["notes"])
-    assert round(data["mfu"], 4) == load_recipe(DENSE).claim["mfu"]
+    r = load_recipe(DENSE)
+    claim = r.claim["tokens_per_s_per_gpu"]
+    assert data["price"]["usd_per_hour"] == 55.04 and data["price"]["source"] == "catalog"
+    assert data["usd_per_million_tokens"] == pytest.approx(
+        55.04 / (claim * r.gpu_count * 3600 / 1e6), rel=1e-6
+    )
+    assert not any("no price known" in n for n in data["notes"])
+    assert round(data["mfu"], 4) == r.claim["mfu"]
 
 
 NULLABLE = [
@@ -191,7 +198,12 @@ def test_the_schema_states_every_nullable_field_and_the_seed_validates_with_each
             target = target[key]
         target[path[-1]] = None
         if path == ("layout", "max_tokens_per_gpu"):  # the run block states it: drop it there too
-            raw["run"] = raw["run"].replace("    --max-tokens-per-gpu 16384 \\\n", "")
+            assert "  --max-tokens-per-gpu 16384 \\\n" in raw["run"]
+            raw["run"] = raw["run"].replace("  --max-tokens-per-gpu 16384 \\\n", "")
+        if path == ("layout", "recompute"):  # null is "no recomputation": the run block too
+            for line in ("granularity full", "method uniform", "num-layers 1"):
+                assert f"  --recompute-{line} \\\n" in raw["run"]
+                raw["run"] = raw["run"].replace(f"  --recompute-{line} \\\n", "")
         if path == ("layout", "ep"):  # null is "no experts", ep 1: the run block must say so too
             raw["run"] = raw["run"].replace("parallel-size 8", "parallel-size 1")
         file = tmp_path / "r.yaml"

@@ -27,7 +27,7 @@ def test_seed_mfu_and_cost_from_its_own_tokens_per_second():
     raw = seed_raw()
     claim = raw["result"]
     price = price_per_hour(raw["gpu"]["instance"], "us-east-1")
-    assert price.value == 63.296 and "p5en.48xlarge" in price.source
+    assert price.value == 63.296 and price.source == "catalog" and "p5en.48xlarge" in price.detail
     mfu, usd = pure_figures(
         claim["tokens_per_s_per_gpu"],
         gpus=raw["gpu"]["count"],
@@ -169,16 +169,18 @@ def test_price_override_region_and_unknown_instance():
     raw = seed_raw()
     recs = records_with_times(dict.fromkeys(range(20), 19.0))
     eu = measure(recs, as_recipe(raw), region="eu-north-1")
-    assert eu.price.value == 67.73 and "eu-north-1" in eu.price.source
+    assert eu.price.value == 67.73 and eu.price.region == "eu-north-1"
+    assert eu.price.source == "catalog" and "eu-north-1" in eu.price.describe()
     over = measure(recs, as_recipe(raw), price_per_hour=30.0)
-    assert over.price.value == 30.0 and "override" in over.price.source
+    assert over.price.value == 30.0 and over.price.source == "option"
+    assert "--price-per-hour" in over.price.describe()
     assert over.usd_per_million_tokens == pytest.approx(eu.usd_per_million_tokens * 30.0 / 67.73)
     raw["gpu"]["instance"] = "Azure ND96isr_H200_v5"
     unknown = measure(recs, as_recipe(raw))
     assert unknown.price is None and unknown.usd_per_million_tokens is None
     assert any("price" in n for n in unknown.notes)
     with pytest.raises(BadInput):
-        price_per_hour("p5en.48xlarge", "ap-south-1")
+        price_per_hour("p5en.48xlarge", "af-south-1")  # a region the catalog has no price for
 
 
 def test_recipe_inconsistency_is_reported():

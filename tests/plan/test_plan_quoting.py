@@ -59,6 +59,7 @@ def hostile_inputs(tmp_path: Path) -> tuple[Path, Path, Path]:
     data = yaml.safe_load(SEED.read_text())
     data["env"] = {f"EVIL_{i}": value for i, value in enumerate(EVIL)}
     data["gpu"]["type"] = EVIL[0]
+    data["gpu"]["instance"] = None  # no catalog instance: its GPU model would refuse the type
     data["stack"]["cuda"] = "13.0 " + EVIL[1]
     # the revision and the rows' name name cache paths: the recipe schema keeps them path-safe
     data["result"]["active_params"]["revision"] = "v1.0-evil"

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from support.history import DAY, T0, make_run_dir
 from support.paths import REPO
-from test_history import DAY, T0, make_run_dir
 
 from launcher.errors import BadInput
 from launcher.records.history import History, record, runs, slug_of

@@ -6,9 +6,10 @@ profile kind) is printed at the top of the dry run and on stderr."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
-from support.cli import FIXTURES, SEED, reproduce
+from support.cli import SEED, reproduce
 from support.paths import REPO
 
 NO_CREDENTIALS = {
@@ -18,7 +19,14 @@ NO_CREDENTIALS = {
     "AWS_CONFIG_FILE": "/nonexistent",
     "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent",
 }
-DENSE_P5 = FIXTURES / "llama3.1-8b-h100-p5-dense.yaml"
+P5E = "the seed on p5e.48xlarge"  # sold as Capacity Blocks only: the catalog has no price
+
+
+def p5e_recipe(tmp_path: Path) -> Path:
+    path = tmp_path / "seed-on-p5e.yaml"
+    path.write_text(SEED.read_text().replace("AWS p5en.48xlarge", "AWS p5e.48xlarge"))
+    assert "p5e.48xlarge" in path.read_text()
+    return path
 
 
 @pytest.mark.parametrize(
@@ -28,12 +36,13 @@ DENSE_P5 = FIXTURES / "llama3.1-8b-h100-p5-dense.yaml"
         (SEED, ("--max-hours", "0.0001"), "expected to take"),
         (SEED, ("--max-usd", "1"), "more than --max-usd 1"),
         (SEED, ("--max-usd", "-5"), "-5"),
-        (DENSE_P5, ("--max-usd", "100"), "--max-usd needs a price"),
+        (P5E, ("--max-usd", "100"), "--max-usd needs a price"),
     ],
     ids=["on-interrupt", "max-hours", "max-usd", "negative-max-usd", "max-usd-without-price"],
 )
 def test_the_dry_run_refuses_what_the_real_run_refuses(recipe, args, expected, tmp_path):
     runs = tmp_path / "runs"
+    recipe = p5e_recipe(tmp_path) if recipe == P5E else recipe
     dry = reproduce(recipe, "--cluster", "aws", "--dry-run", *args, env=NO_CREDENTIALS)
     assert dry.code == 2 and expected in dry.err and dry.out == "", dry
     real = reproduce(recipe, "--cluster", "local", "--runs-dir", runs, *args, env=NO_CREDENTIALS)

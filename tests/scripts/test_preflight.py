@@ -462,3 +462,19 @@ def test_preflight_host_pass_needs_no_torch(tmp_path: Path) -> None:
     report = parse_report(p.stdout)
     assert p.returncode == 0, [c for c in report.checks if not c.ok]
     assert report.ok and "torch" not in {c.name for c in report.checks}
+
+
+def test_gpu_serials_are_read_where_the_driver_gives_them_and_null_where_not(monkeypatch) -> None:
+    """An attestation names the GPUs a run used (UUID and board serial): the serial comes from its
+    own nvidia-smi query, [N/A] is null, and a driver that refuses the field leaves every serial
+    null without failing the preflight."""
+    answers = {"--query-gpu=index,serial": "0, 1652423019876\n1, [N/A]\n"}
+
+    def fake(argv, timeout=60.0):
+        out = answers.get(argv[1]) if len(argv) > 1 else None
+        return (0, out, "") if out is not None else (6, "", "Field 'serial' is not a valid field")
+
+    monkeypatch.setattr(pf, "run_cmd", fake)
+    assert pf.smi_serials() == {"0": "1652423019876", "1": None}
+    answers.clear()
+    assert pf.smi_serials() == {}

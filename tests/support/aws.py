@@ -52,6 +52,28 @@ def console(*fingerprints: str) -> dict:
 
 
 STANDIN_FINGERPRINT = "SHA256:" + "C" * 43  # a launched instance's key in the moto tests
+QUOTA_NAMES = {
+    "L-417A185B": "Running On-Demand P instances",
+    "L-7212CCBC": "All P Spot Instance Requests",
+}
+
+
+def service_quota(params: dict, value: float = 1536.0) -> dict:
+    """GetServiceQuota's answer, shaped as AWS gives it (the service model's fields)."""
+    code = params["QuotaCode"]
+    return {
+        "Quota": {
+            "ServiceCode": "ec2",
+            "ServiceName": "Amazon Elastic Compute Cloud (Amazon EC2)",
+            "QuotaArn": f"arn:aws:servicequotas:us-east-1:123456789012:ec2/{code}",
+            "QuotaCode": code,
+            "QuotaName": QUOTA_NAMES.get(code, code),
+            "Value": value,
+            "Unit": "None",
+            "Adjustable": True,
+            "GlobalQuota": False,
+        }
+    }
 
 
 def client_error(code: str, message: str = "injected", operation: str = "Op") -> Exception:
@@ -163,6 +185,8 @@ class RecordingSession:
             "describe_placement_groups": self.placement_groups.describe,
             # moto's console output is a fixed kernel log without cloud-init's fingerprints
             "get_console_output": console(STANDIN_FINGERPRINT),
+            # moto's Service Quotas know only vpc: an account with room for 8 p5en nodes
+            "get_service_quota": service_quota,
         }
         self.faults: dict[str, Any] = {}
 
@@ -598,3 +622,47 @@ def moto_aws(monkeypatch, tmp_path):
     finally:
         reset()
         server.stop()
+
+
+class StubbedSession:
+    """A real boto3 session whose clients are botocore Stubbers (one per service; nothing leaves
+    the process): each request is checked against the service model and the expected payload,
+    each answer against the model's response shape. For the calls moto lacks or fakes (Service
+    Quotas for ec2, the Price List)."""
+
+    def __init__(self, region: str = "us-east-1") -> None:
+        import boto3
+
+        self.real = boto3.Session(region_name=region)
+        self.region_name = region
+        self.stubs: dict[str, Any] = {}
+        self.clients: dict[str, Any] = {}
+
+    def stub(self, service: str) -> Any:
+        from botocore.stub import Stubber
+
+        if service not in self.stubs:
+            client = self.real.client(service, region_name=self.region_name)
+            self.clients[service] = client
+            self.stubs[service] = Stubber(client)
+            self.stubs[service].activate()
+        return self.stubs[service]
+
+    def get_credentials(self) -> Any:
+        return self.real.get_credentials()
+
+    def get_available_partitions(self) -> list[str]:
+        return self.real.get_available_partitions()
+
+    def get_available_regions(self, *args: Any, **kw: Any) -> list[str]:
+        return self.real.get_available_regions(*args, **kw)
+
+    def client(self, name: str, **kw: Any) -> Any:
+        if name not in self.clients:
+            raise AssertionError(f"unexpected {name} client: nothing was stubbed for it")
+        return self.clients[name]
+
+    def done(self) -> None:
+        for stub in self.stubs.values():
+            stub.assert_no_pending_responses()
+            stub.deactivate()

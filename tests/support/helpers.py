@@ -108,3 +108,42 @@ done
 _mark train end ok
 echo '{{"ok": true}}' > "$NODE_RUN_DIR/preflight.json"
 """
+
+
+def assert_log_collected(run_dir: Path | str) -> None:
+    """The run's collected logs/node.log is each node's node.log byte for byte (issue 22): not a
+    byte lost, doubled or changed between the node and the run directory, whatever the load.
+
+    Every node of these tests is this machine (the local host, a loopback sshd, moto's instances
+    reached on a loopback sshd), so the node's copy is read where the run left it: NODE_RUN_DIR,
+    or node K's own work_dir (launcher.runner.nodes.place_of), never removed by the run.
+    """
+    from launcher.clusters.base import Node
+    from launcher.records.rundir import RunDir
+    from launcher.runner.nodes import place_of
+
+    rd = RunDir(Path(run_dir))
+    record = rd.record()
+    nodes = record.get("nodes") or ([record["node"]] if record.get("node") else [])
+    assert nodes, f"{rd.path}: the run never reached a node, so no log was collected"
+    for index, node in enumerate(nodes):
+        place = place_of(
+            Node(**node),
+            index,
+            len(nodes),
+            record["run_id"],
+            record["node_run_dir"],
+            record["container"],
+        )
+        theirs_path = Path(place.node_run_dir) / "node.log"
+        ours_path = rd.logs / ("node.log" if index == 0 else f"node-{index}/node.log")
+        theirs, ours = theirs_path.read_bytes(), ours_path.read_bytes()
+        if ours == theirs:
+            continue
+        at = next((i for i, (a, b) in enumerate(zip(ours, theirs, strict=False)) if a != b), None)
+        at = min(len(ours), len(theirs)) if at is None else at
+        raise AssertionError(
+            f"node {index}: {ours_path} ({len(ours)} bytes) differs from the node's {theirs_path} "
+            f"({len(theirs)} bytes) from byte {at}: ours {ours[at : at + 80]!r}, "
+            f"the node's {theirs[at : at + 80]!r}"
+        )

@@ -15,6 +15,8 @@ The package is split by phase (docs/aws.md has the full picture):
     state.py      run_dir/aws.json, written the moment each resource exists, and the launcher's
                   own record of each launch (outside every run directory)
     capacity.py   Capacity Block offerings and purchase
+    prices.py     the run's price from AWS (Price List API, spot history, a block's fee)
+    quota.py      the account's vCPU quota for the capacity type, read before anything is made
 
 Importing the package (and the dry run's provisioning_calls) imports no boto3 and no paramiko:
 the backend's clients are made only when a real run or `--check` needs them.
@@ -40,6 +42,7 @@ __all__ = [
     "check_ready",
     "from_plan",
     "from_record",
+    "live_price",
     "provisioning_calls",
     "to_jsonable",
 ]
@@ -63,6 +66,7 @@ def from_plan(
         keep=bool(getattr(options, "keep", False)),
         instance_id=plan.profile.instance_id if isinstance(plan.profile, AwsProfile) else None,
         owner=str(getattr(options, "owner", "unknown")),
+        price_per_hour=getattr(options, "price_per_hour", None),
         state_path=Path(run_dir) / Files.AWS,
         log=log,
     )
@@ -74,6 +78,14 @@ def check_ready(profile: Profile) -> None:
     from launcher.clusters.aws.session import make_session
 
     make_session(profile.region)
+
+
+def live_price(recipe: Any, profile: Any, fallback: Any) -> tuple[Any, str | None]:
+    """The run's price looked up from AWS before its cost is shown (the backend registry's
+    optional hook); the catalog's (`fallback`) and why, when the lookup fails."""
+    from launcher.clusters.aws.prices import live_price as look
+
+    return look(recipe, profile, fallback)
 
 
 def from_record(record: Mapping[str, Any], *, log: Callable[[str], Any] = print) -> AwsCluster:

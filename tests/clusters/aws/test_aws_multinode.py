@@ -273,6 +273,23 @@ def test_lost_nodes_names_a_node_aws_no_longer_runs(aws, ami, tmp_path, loopback
     assert live_with_operator_key(ec2_of(aws)) == NOTHING
 
 
+def test_the_first_health_check_asks_ec2_on_a_freshly_booted_launcher(
+    aws, ami, tmp_path, loopback_nodes, monkeypatch
+):
+    """time.monotonic() counts from the boot: on a launcher machine up 2 s, the first look (at
+    most every health_every_s) is still taken, not mistaken for one taken at time 0 (issue 22)."""
+    import launcher.clusters.aws.cluster as cluster_mod
+
+    c = cluster(aws, ami, tmp_path, loopback_nodes)
+    nodes = c.acquire()
+    ec2_of(aws).terminate_instances(InstanceIds=[nodes[1].meta["instance_id"]])
+    monkeypatch.setattr(cluster_mod.time, "monotonic", lambda: 2.0)
+    lost = c.lost_nodes()
+    monkeypatch.undo()
+    assert c.health_every_s > 2.0 and [n.split()[0] for n in lost] == ["node1"]
+    c.release()
+
+
 def test_a_recorded_cluster_reaches_the_workers_through_the_head_again(
     aws, ami, tmp_path, loopback_nodes
 ):

@@ -147,20 +147,31 @@ def test_check_sends_the_same_program_with_dry_run(aws, ami, tmp_path):
         c.operation for c in provisioning_calls(seed_recipe(), profile, "c1", owner="a", now=NOW)
     ]
     lines = check(seed_recipe(), profile, "c1", session=aws)
+    names = aws.calls.names()
+    assert names[0] == "get_products"  # the run's price first (moto has none: a warning)
     checked = [
         "".join(part.title() for part in name.split("_"))
-        for name, _ in aws.calls.log
+        for name in names[1:]
         if name != "describe_security_groups"  # --check only: the VPC's default group stands in
     ]
-    assert checked == [op for op in printed if op in checked]  # a subsequence, in order
-    skipped = set(printed) - set(checked)
-    assert skipped == {
+    # they need what only a real launch creates; DescribeInstances is sent for the quota step
+    # (before anything is created), never as the wait after RunInstances
+    skipped = {
         "AuthorizeSecurityGroupIngress",
         "AssociateAddress",
-        "DescribeInstances",
         "DescribeInstanceStatus",
         "GetConsoleOutput",
-    }  # they need what only a real launch creates
+    }
+    launched = printed.index("RunInstances")
+    expected = [
+        op
+        for i, op in enumerate(printed)
+        if op not in skipped and not (op == "DescribeInstances" and i > launched)
+    ]
+    assert checked == expected
+    assert checked.index("GetServiceQuota") < checked.index("CreateSecurityGroup")
+    assert any(line.startswith("ok   vCPU quota 'Running On-Demand P instances'") for line in lines)
+    assert any(line.startswith("warn price: live price lookup failed") for line in lines)
     assert any(line.startswith("ok   RunInstances (DryRun") for line in lines)
     assert live_resources(aws._real.client("ec2")) == NOTHING
 
