@@ -31,6 +31,7 @@ from launcher.pages.html import (
 from launcher.pages.provenance import provenance
 from launcher.pages.recipe_fields import card_section as recipe_card
 from launcher.pages.rundata import RUN_FILES, RunFiles, read_run_dir
+from launcher.records.atomic import write_atomic
 from launcher.records.rundir import Files
 
 PAGE_NAME = Files.REPORT_HTML
@@ -68,9 +69,7 @@ def write_run_page(
     if info is not None and verified is not None:
         info.update(verified)
     text = render_run_page(read_run_dir(run_dir), attestation=attestation_html(info, str(run_dir)))
-    tmp = target.with_name(f".{target.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(target)
+    write_atomic(target, text)
     return target
 
 

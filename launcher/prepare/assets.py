@@ -32,7 +32,7 @@ from launcher.errors import BadInput, CheckFailed, InfraError
 from launcher.inputs.recipe import Recipe
 from launcher.plan.asset_spec import build_spec
 from launcher.plan.nodelib import node_module
-from launcher.records.rundir import Files
+from launcher.records.atomic import write_atomic
 
 ROWS_BUILDERS = ("auto", "host", "docker", "skip")
 # Tests only: more `docker run` options for the rows build (the test image lends the host's /usr
@@ -109,7 +109,7 @@ def prepare(recipe: Recipe, options: PrepareOptions, events: Events) -> dict[str
     if options.rows_builder == "skip":
         by_name["rows"]["build_problem"] = "--rows-builder skip"
     spec_path = work / "spec.json"
-    spec_path.write_text(json.dumps(spec, indent=1, sort_keys=True) + "\n")
+    write_atomic(spec_path, json.dumps(spec, indent=1, sort_keys=True) + "\n")
 
     events.say(f"resolving {recipe.slug}'s assets against {options.store} ...")
     plan = _run(lambda: resolve_mod.resolve(spec, full=True, threads=options.threads))
@@ -122,7 +122,7 @@ def prepare(recipe: Recipe, options: PrepareOptions, events: Events) -> dict[str
     if problems:
         error = InfraError if plan["infra"] else CheckFailed
         raise error("assets cannot be supplied:\n  " + "\n  ".join(problems))
-    (work / Files.PLAN).write_text(json.dumps(plan, indent=1, sort_keys=True) + "\n")
+    write_atomic(work / "plan.json", json.dumps(plan, indent=1, sort_keys=True) + "\n")
 
     done: dict[str, str] = {}
     rows_source = plan["assets"]["rows"]["source"]
@@ -244,7 +244,7 @@ def _build_rows(job: _Job) -> None:
     scripts = node_module("node_assets").__file__
     assert scripts is not None
     scripts_dir = str(Path(scripts).parent)
-    (work / "plan.json").write_text(json.dumps(plan, indent=1, sort_keys=True) + "\n")
+    write_atomic(work / "plan.json", json.dumps(plan, indent=1, sort_keys=True) + "\n")
     safe_io = node_module("safe_io")
     incoming = safe_io.make_dirs(work / ".incoming", base=work, mode=0o700)
     out = Path(tempfile.mkdtemp(prefix="rows-", dir=incoming))  # fresh and empty, 0700, ours
