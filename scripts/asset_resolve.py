@@ -26,6 +26,7 @@ if _HERE not in sys.path:
 import asset_spec  # noqa: E402 (after the sys.path line above)
 import asset_store  # noqa: E402
 import hf_hub  # noqa: E402
+import safe_io  # noqa: E402
 from asset_spec import describe, identity, store_key  # noqa: E402
 from asset_store import StoreError  # noqa: E402
 
@@ -132,8 +133,9 @@ def cache_occupant(path: Path, want: dict[str, Any]) -> str | None:
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
+    """A small JSON object of ours (a marker, a plan); None when absent, unsafe or damaged."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(safe_io.read_text(path, owned=True))
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
@@ -161,9 +163,10 @@ def _cache_dir(asset: dict[str, Any], full: bool, threads: int) -> tuple[bool, s
 
 
 def _files_in(path: Path, files: dict[str, str]) -> bool:
-    return all(
-        (path / n).is_file() and asset_store.file_sha256(path / n) == h for n, h in files.items()
-    )
+    try:
+        return all(asset_store.file_sha256(path / n, owned=True) == h for n, h in files.items())
+    except OSError:  # absent, or not a regular file of ours
+        return False
 
 
 def _store_lists(store: asset_store.Store, key: str, want: dict[str, Any]) -> tuple[bool, str]:
@@ -175,6 +178,14 @@ def _store_lists(store: asset_store.Store, key: str, want: dict[str, Any]) -> tu
         return False, f"store {store.where(key)}: no manifest"
     if manifest.get("asset") != want:
         return False, f"store {store.where(key)}: holds {json.dumps(manifest.get('asset'))}"
+    pinned = want.get("parquet_sha256") if want.get("kind") == "rows" else None
+    listed = {e["path"]: e["sha256"] for e in manifest["files"]}
+    if pinned and listed.get("rows.parquet") != pinned:  # the recipe's pin, not the store's word
+        return (
+            False,
+            f"store {store.where(key)}: its rows.parquet has sha256 "
+            f"{listed.get('rows.parquet')}, the recipe pins {pinned}",
+        )
     return (
         True,
         f"store {store.where(key)} ({len(manifest['files'])} files, "
@@ -256,8 +267,14 @@ def _resolve_one(
     if kind == "rows":
         path = Path(asset["path"])
         want = asset.get("parquet_sha256")
-        if path.is_file():
-            got = asset_store.file_sha256(path)
+        if os.path.lexists(str(path)):
+            try:
+                got = asset_store.file_sha256(path, owned=True)
+            except OSError as err:
+                raise Failed(
+                    f"asset rows: {err}; remove it or set assets.sft_data elsewhere (nothing "
+                    "was overwritten)"
+                ) from None
             if want is None:
                 return done("cache", f"cache {path} (the recipe pins no parquet_sha256)")
             if got == want:

@@ -18,6 +18,7 @@ from typing import Protocol
 from launcher.clusters import staging
 from launcher.clusters.base import Cluster, Node, Transport
 from launcher.errors import InfraError
+from launcher.excerpt import excerpt
 from launcher.plan import protocol
 
 
@@ -107,7 +108,7 @@ class WrapperExecution:
         if answer is None:  # a broken exchange, not news about the run: the caller retries
             raise InfraError(
                 f"unexpected answer from {self.node.name} while polling (exit {res.exit_code}): "
-                f"{res.stdout.strip()[:200]!r}"
+                f"{excerpt(res.stdout, 3, 200)!r}"
             )
         return answer
 

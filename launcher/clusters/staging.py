@@ -17,6 +17,7 @@ from pathlib import Path
 
 from launcher.clusters.base import Transport
 from launcher.errors import BadInput, InfraError
+from launcher.excerpt import excerpt_lines
 from launcher.inputs.profile import Profile
 from launcher.plan.protocol import (
     RESULT_FILES,
@@ -76,7 +77,7 @@ def stage(
     """Everything the node script needs, in a fresh run directory on the node; the secrets last."""
     prepared = transport.run(prepare_dir_command(node_run_dir), check=False)
     if prepared.exit_code != 0:
-        why = (prepared.stderr or prepared.stdout).strip().splitlines()
+        why = excerpt_lines(prepared.stderr or prepared.stdout, 1)
         raise InfraError(
             f"cannot prepare the run directory {node_run_dir} on the node: "
             f"{why[-1] if why else f'exit {prepared.exit_code}'}"

@@ -6,6 +6,7 @@ this is where those lines reach the terminal.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -72,6 +73,7 @@ def capacity_command(
     end_before: str | None = None,
     buy_id: str | None = None,
     max_usd: float | None = None,
+    yes: bool = False,
     say: Say = print,
 ) -> str | None:
     """`reproduce capacity RECIPE`: list offerings; with --buy ID, buy that one (price first)."""
@@ -99,6 +101,8 @@ def capacity_command(
             start_after=after,
             end_before=before,
             log=say,
+            yes=yes,
+            confirm=_ask if _has_terminal() else None,
         )
     offerings = list_offerings(
         recipe, profile, hours=hours, nodes=nodes, start_after=after, end_before=before
@@ -109,6 +113,22 @@ def capacity_command(
         od = None
     say(format_offerings(offerings, od.value if od else None))
     return None
+
+
+def _has_terminal() -> bool:
+    from launcher.commands.run import has_terminal
+
+    return has_terminal()
+
+
+def _ask(question: str) -> bool:
+    """y/yes buys; anything else, an end of input or Ctrl-C is a no (the launch's rule)."""
+    try:
+        sys.stderr.write(question)
+        sys.stderr.flush()
+        return sys.stdin.readline().strip().lower() in ("y", "yes")
+    except (KeyboardInterrupt, OSError):
+        return False
 
 
 def _when(text: str | None, flag: str) -> datetime | None:

@@ -324,7 +324,13 @@ def capacity(
         help="Buy this offering id. It CANNOT be cancelled; its price is printed first.",
     ),
     max_usd: float | None = typer.Option(
-        None, "--max-usd", help="With --buy: refuse an offering costing more than this."
+        None,
+        "--max-usd",
+        help="With --buy: refuse an offering costing more than this (without a terminal: the "
+        "consent to buy one that costs less).",
+    ),
+    yes: bool = typer.Option(
+        False, "--yes", "-y", help="With --buy: buy without asking (the price is still shown)."
     ),
 ) -> None:
     """List Capacity Block offerings for RECIPE (price, start time); buy one only with --buy OFFERING_ID."""  # noqa: E501 - typer shows its line breaks
@@ -340,6 +346,7 @@ def capacity(
             end_before=end_before,
             buy_id=buy,
             max_usd=max_usd,
+            yes=yes,
         )
     except ReproduceError as err:
         raise _fail(err) from None

@@ -57,6 +57,8 @@ def _target_address(profile: Profile) -> str | None:
 
 
 QUESTION = "Launch it and start paying? [y/N] "
+# `reproduce capacity --buy` (launcher/clusters/aws/capacity.py) asks with the same rule.
+BUY_QUESTION = "Buy this Capacity Block? It cannot be cancelled. [y/N] "
 
 
 class NotConfirmed(BadInput):

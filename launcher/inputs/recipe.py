@@ -62,6 +62,62 @@ AMBIENT_VARIABLES = frozenset(
     }
 )
 
+# Variables the launcher itself sets or reads to check or control a run: a recipe's `env` may set
+# none of them, on any target (docs/architecture.md, "A recipe's environment"). The recipe's env
+# reaches the training container and, on Ray, every process of the job: the image digest probe,
+# the preflights, the stack probe and the asset programs run there too, so a recipe that set
+# REPRODUCE_IMAGE_DIGEST (or CUDA_VISIBLE_DEVICES, HF_ENDPOINT, ...) could vouch for itself. This
+# is the one list; plan.py adds the profile's `image_digest_env` where the profile is known.
+LAUNCHER_ENV_PREFIXES = ("REPRODUCE_", "AWS_")
+LAUNCHER_ENV = frozenset(
+    {
+        *BOUND_VARIABLES,  # the assets the checks verified: HF_CKPT, TORCH_DIST, SFT_DATA
+        "RUN_ID",
+        "NODE_RUN_DIR",
+        "NODE_RANK",
+        "NODE_IP",
+        "HEAD_ADDR",
+        "NODE_ADDRS",
+        "RAY_ADDRESS",  # which cluster the job runs on
+        "RAY_DEDUP_LOGS",  # every step line must reach the log
+        "PYTHONPATH",  # miles' path and the launcher's node programs (the rows' check)
+        "CUDA_VISIBLE_DEVICES",  # which GPUs the preflight sees
+        "HF_TOKEN",  # a secret: never in a recipe (a Ray submission is readable by all)
+        "HF_ENDPOINT",  # where the assets and their pins come from
+        "HF_HUB_OFFLINE",
+    }
+)
+
+
+def launcher_env_problems(
+    env: dict[str, Any], also: dict[str, str] | None = None
+) -> list[tuple[str, str]]:
+    """(field, message) for each name in a recipe's ENV that the launcher uses itself
+    (LAUNCHER_ENV, LAUNCHER_ENV_PREFIXES, and ALSO: name -> where that name comes from)."""
+    also = also or {}
+    problems = []
+    for name in env:
+        name = str(name)
+        if name in also:
+            why = f"the variable {also[name]} names"
+        elif name in LAUNCHER_ENV:
+            why = "a variable the launcher itself sets or reads to check or control the run"
+        elif name.startswith(LAUNCHER_ENV_PREFIXES):
+            prefix = next(p for p in LAUNCHER_ENV_PREFIXES if name.startswith(p))
+            why = f"a {prefix}* variable, which the launcher keeps for itself"
+        else:
+            continue
+        problems.append(
+            (
+                f"env.{name}",
+                f"sets {name}, {why}: a recipe's env reaches the checks (the image digest "
+                "probe, the preflights, the stack probe, the asset programs), so it may not set "
+                "it; expected it removed from env (set what the training needs in the run block)",
+            )
+        )
+    return problems
+
+
 _DIGEST_RE = re.compile(r"sha256:([0-9a-fA-F]+)")
 _REPO_BEFORE_DIGEST_RE = re.compile(
     r"(?P<repo>[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]+)?(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)+)"
@@ -447,6 +503,7 @@ def consistency_problems(raw: dict[str, Any]) -> list[tuple[str, str]]:
     if image_problem:
         problems.append(image_problem)
     problems += _path_problems(raw)
+    problems += launcher_env_problems(raw.get("env") or {})
     problems += run_block_problems(raw)
     problems += patch_problems(raw, None)  # inline diffs; load_recipe reads the files
 
@@ -465,31 +522,78 @@ def consistency_problems(raw: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 _SAFE_PART = re.compile(r"(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_HF_MODEL_URL = re.compile(r"https?://huggingface\.co/([^/\s]+)/([^/\s?#]+)")
+_HF_DATASET_URL = re.compile(r"https?://huggingface\.co/(?:datasets/)?([^/\s]+)/([^/\s?#]+)")
+_OWNER_NAME = re.compile(r"([^/\s]+)/([^/\s]+)")
+PATH_MARK = "x-reaches-path"
+
+
+def path_fields(
+    schema: dict[str, Any], raw: Any, where: tuple[str, ...] = ()
+) -> list[tuple[str, str, Any]]:
+    """(field, kind, value) for every field of RAW whose schema carries `x-reaches-path`: a
+    walk of the schema's properties, so a field marked there is checked without a list here."""
+    found: list[tuple[str, str, Any]] = []
+    if PATH_MARK in schema and raw is not None:
+        found.append((".".join(where), str(schema[PATH_MARK]), raw))
+    if isinstance(raw, dict):
+        for key, sub in (schema.get("properties") or {}).items():
+            if key in raw:
+                found += path_fields(sub, raw[key], (*where, key))
+    return found
+
+
+def _repo_parts(kind: str, text: str) -> tuple[str, str] | None:
+    """(OWNER, NAME) of the repository TEXT names, as the asset spec reads it, or None."""
+    text = text.strip()
+    m = (_HF_MODEL_URL if kind == "hf-url" else _HF_DATASET_URL).match(text)
+    if m is None and kind == "dataset-repo":
+        m = _OWNER_NAME.fullmatch(text)
+    return (m.group(1), m.group(2)) if m else None
 
 
 def _path_problems(raw: dict[str, Any]) -> list[tuple[str, str]]:
-    """Recipe text that names a directory of the node's cache must be one safe path component."""
+    """Recipe text that names a directory of the node's cache or a key of the asset store must be
+    safe path components (no '/', no '..'): every field the schema marks, checked here alone."""
+    problems: list[tuple[str, str]] = []
     params = (raw.get("result") or {}).get("active_params") or {}
-    source = params.get("source") or ""
-    m = re.match(r"https?://huggingface\.co/([^/\s]+)/([^/\s?#]+)", source)
-    if m:
-        bad = [part for part in m.groups() if not _SAFE_PART.fullmatch(part)]
-        if bad:
-            return [
-                (
-                    "result.active_params.source",
-                    f"names the Hugging Face repository {m.group(1)}/{m.group(2)}, whose part "
-                    f"{bad[0]!r} is not a repository name (letters, digits, '.', '_', '-'; no "
-                    "'..'); it would name the checkpoint's cache directory",
+    has_hf_model = bool(_HF_MODEL_URL.match(str(params.get("source") or "")))
+    for field, kind, value in path_fields(recipe_schema(), raw):
+        text = str(value)
+        if kind == "component":
+            if not _SAFE_PART.fullmatch(text):
+                problems.append(
+                    (
+                        field,
+                        f"{text!r} names a directory of the node's cache and a key of the asset "
+                        "store, so it must be one path component: letters, digits, '.', '_', "
+                        "'-', not starting with '.', without '/' or '..'",
+                    )
                 )
-            ]
-    elif not _SAFE_PART.fullmatch(str(raw.get("model") or "")):
-        return [
-            (
-                "model",
-                f"{raw.get('model')!r} names the checkpoint's cache directory (no Hugging Face "
-                "model in result.active_params.source), so it must be letters, digits, '.', '_', "
-                "'-', without '/' or '..'",
-            )
-        ]
-    return []
+        elif kind in ("hf-url", "dataset-repo"):
+            parts = _repo_parts(kind, text)
+            if parts is None:
+                continue  # names no repository (prose, a model without a URL): no path
+            bad = [part for part in parts if not _SAFE_PART.fullmatch(part)]
+            if bad:
+                problems.append(
+                    (
+                        field,
+                        f"names the Hugging Face repository {parts[0]}/{parts[1]}, whose part "
+                        f"{bad[0]!r} is not a repository name (letters, digits, '.', '_', '-'; "
+                        "no '..'); it would name a cache directory and a store key",
+                    )
+                )
+        elif kind == "model-dir":
+            if not has_hf_model and not _SAFE_PART.fullmatch(text):
+                problems.append(
+                    (
+                        field,
+                        f"{text!r} names the checkpoint's cache directory (no Hugging Face model "
+                        "in result.active_params.source), so it must be letters, digits, '.', "
+                        "'_', '-', without '/' or '..'",
+                    )
+                )
+        else:  # a mark this launcher does not know: refuse rather than let a path through
+            problems.append((field, f"the schema marks it {PATH_MARK}: {kind}, an unknown kind"))
+    return problems

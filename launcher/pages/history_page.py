@@ -10,7 +10,6 @@ latest run is one. The rules themselves are not restated here.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -20,10 +19,12 @@ from launcher.pages.html import (
     Status,
     badge,
     esc,
+    link,
     not_recorded,
     num,
     number,
     page,
+    rel_href,
     section,
     signed,
     status_of,
@@ -31,6 +32,7 @@ from launcher.pages.html import (
 )
 from launcher.pages.run_page import PAGE_NAME
 from launcher.pages.rundata import read_run_dir
+from launcher.records.atomic import write_atomic
 from launcher.records.history import Assessment, RunRow, assess
 from launcher.records.rundir import Files
 
@@ -60,7 +62,7 @@ def report_links(rows: Sequence[RunRow], page_dir: Path) -> dict[str, str]:
             continue
         target = Path(r.run_dir) / PAGE_NAME
         if target.is_file():
-            links[r.run_id] = Path(os.path.relpath(target, page_dir)).as_posix()
+            links[r.run_id] = rel_href(target, page_dir)
     return links
 
 
@@ -82,9 +84,7 @@ def write_history_page(
         links=report_links(rows, path.parent.resolve()),
         history_path=history_path,
     )
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    write_atomic(path, text)
     return path
 
 
@@ -207,10 +207,7 @@ def _latest(row: RunRow, a: Assessment, links: Mapping[str, str]) -> str:
 
 
 def _run_link(row: RunRow, links: Mapping[str, str]) -> str:
-    href = links.get(row.run_id)
-    if href:
-        return f'<a href="{esc(href)}" class="mono">{esc(row.run_id)}</a>'
-    return f'<span class="mono">{esc(row.run_id)}</span>'
+    return link(links.get(row.run_id), row.run_id, cls="mono")
 
 
 # Verdicts whose figures are evidence: a run that failed, ended incomplete, did not match the

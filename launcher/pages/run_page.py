@@ -31,6 +31,7 @@ from launcher.pages.html import (
 from launcher.pages.provenance import provenance
 from launcher.pages.recipe_fields import card_section as recipe_card
 from launcher.pages.rundata import RUN_FILES, RunFiles, read_run_dir
+from launcher.records.atomic import write_atomic
 from launcher.records.rundir import Files
 
 PAGE_NAME = Files.REPORT_HTML
@@ -83,9 +84,7 @@ def write_run_page(
             files.data[name] = value
             files.problems.pop(name, None)
     text = render_run_page(files, attestation=attestation_html(info, str(run_dir)))
-    tmp = target.with_name(f".{target.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(target)
+    write_atomic(target, text)
     return target
 
 

@@ -12,7 +12,11 @@ run builds or converts it again.
 
 HF_TOKEN reaches host commands only (resolve, fetch): no container of the run gets it. The spec
 and the resolve plan live in the node run dir's `state/`, which containers see read-only (the
-rows build reads them there), while the host writes them. The rendering is separate from
+rows build reads them there), while the host writes them. The cache is read-only in every
+container: the rows build and the conversion write into a fresh directory of this run's
+($REPRODUCE_NEW_DIR under $ASSET_NEW), which the host checks (`node_assets.py adopt`: no links,
+regular files of its own, the rows against the recipe's parquet_sha256) before it moves the
+result into the cache (docs/architecture.md, "The trust boundary"). The rendering is separate from
 node_script.py so that the node script's other stages and these can change independently.
 """
 
@@ -153,7 +157,7 @@ def _assets_lines(ctx: ScriptContext, names: set[str], store: str | None) -> lis
         f'HOME=/tmp HF_HUB_OFFLINE=1 PYTHONPATH={MILES_PYTHONPATH}:"{scripts}" '
         f'python3 "{scripts}/node_assets.py" build-rows '
         f'--spec "$NODE_RUN_DIR/{STATE_DIR}/assets.json" '
-        f'--plan "$NODE_RUN_DIR/{STATE_DIR}/{PLAN_RESULT}"'
+        f'--plan "$NODE_RUN_DIR/{STATE_DIR}/{PLAN_RESULT}" --out "$REPRODUCE_NEW_DIR"'
     )
     encoder = os.environ.get(TEST_ENCODER_ENV)
     if encoder:
@@ -161,16 +165,21 @@ def _assets_lines(ctx: ScriptContext, names: set[str], store: str | None) -> lis
     lines = [
         "# the rows first (small, CPU): a verified cache, the store, or built from the tokenizer",
         "# and dataset fetched here, in the image (no network, no GPU, no token, the host's uid),",
-        "# checked against the recipe's parquet_sha256 and rows_sha256 before they take $SFT_DATA",
+        "# into a fresh directory of its own; the host checks them against the recipe's",
+        "# parquet_sha256 before they take $SFT_DATA (the build checks rows_sha256 too)",
         f'HF_TOKEN="$HF_TOKEN" {_PY} fetch --spec "$ASSET_SPEC" --plan "$ASSET_PLAN" rows',
-        ctx.in_image(build, gpus=False, host_user=True),
+        f'if [ "$({_PY} source --plan "$ASSET_PLAN" rows)" = build ]; then',
+        '  export REPRODUCE_NEW_DIR="$ASSET_NEW/rows" && mkdir -m 700 "$REPRODUCE_NEW_DIR"',
+        f"  {ctx.in_image(build, gpus=False, host_user=True, makes=True)}",
+        f'  {_PY} adopt --spec "$ASSET_SPEC" rows --from "$REPRODUCE_NEW_DIR"',
     ]
     if store:
-        lines.append(
-            f'if {_node0(ctx)}[ "$({_PY} source --plan "$ASSET_PLAN" rows)" = build ]; then '
+        lines += _on_node0(
+            ctx,
             f'{_PY} push --spec "$ASSET_SPEC" rows '
-            '|| echo "warning: the rows were built but not kept in the store" >&2; fi'
+            '|| echo "warning: the rows were built but not kept in the store" >&2',
         )
+    lines.append("fi")
     lines.append(
         "# every row through the rollout function's own checks (length, loss mask) before a "
         "GPU minute"
@@ -198,24 +207,29 @@ def _assets_lines(ctx: ScriptContext, names: set[str], store: str | None) -> lis
 
 def _convert_lines(ctx: ScriptContext, names: set[str], store: str | None) -> list[str]:
     if "torch_dist" not in names:
-        return ["# nothing to convert: the recipe names no Hugging Face checkpoint at a revision"]
+        return [
+            "# nothing to convert: the recipe names no Hugging Face checkpoint at a revision",
+            'rm -rf "$ASSET_NEW"',
+        ]
     convert = (
         f'cd {MILES_DIR} && MODEL_ARGS_LINE="$(python3 '
         "miles/utils/external_utils/model_args_utils.py "
         f'{q(model_args_name(ctx.recipe))})" && read -ra MODEL_ARGS <<< "$MODEL_ARGS_LINE" && '
         f"PYTHONPATH={MILES_PYTHONPATH} torchrun --nproc-per-node {ctx.recipe.gpus_per_node} "
         f'tools/convert_hf_to_torch_dist.py "${{MODEL_ARGS[@]}}" --hf-checkpoint "$HF_CKPT" '
-        f'--save "$TORCH_DIST"'
+        f'--save "$REPRODUCE_NEW_DIR/torch_dist"'
     )
+    if ctx.docker:  # the container's root made the files: the host's user must own them
+        convert = f'({convert}) && chown -R "$REPRODUCE_HOST_IDS" "$REPRODUCE_NEW_DIR"'
     lines = [
         "# resolve chose: a converted checkpoint from the cache or the store (fetched above), or",
-        "# this conversion; then sealed (its manifest) so later runs on this node trust it",
+        "# this conversion, into a fresh directory of its own (a conversion cut short is redone,",
+        "# never trusted); the host checks it, seals it (its manifest, from the bytes the host",
+        "# hashed) and only then moves it to $TORCH_DIST, so later runs on this node trust it",
         f'if [ "$({_PY} source --plan "$ASSET_PLAN" torch_dist)" = convert ]; then',
-        "  # marked as being made (a conversion cut short is redone, never trusted), and made by",
-        "  # the host so that the manifest can go beside what the container writes",
-        f'  {_PY} begin --spec "$ASSET_SPEC" torch_dist',
-        f"  {ctx.in_image(_with_nvls_off(convert))}",
-        f'  {_PY} seal --spec "$ASSET_SPEC" torch_dist',
+        '  export REPRODUCE_NEW_DIR="$ASSET_NEW/torch_dist" && mkdir -m 700 "$REPRODUCE_NEW_DIR"',
+        f"  {ctx.in_image(_with_nvls_off(convert), makes=True)}",
+        f'  {_PY} adopt --spec "$ASSET_SPEC" torch_dist --from "$REPRODUCE_NEW_DIR/torch_dist"',
     ]
     if store:
         lines += [
@@ -238,6 +252,7 @@ def _convert_lines(ctx: ScriptContext, names: set[str], store: str | None) -> li
             "  PUSH_PIDS+=($!)",
             "fi",
         ]
+    lines.append('rm -rf "$ASSET_NEW"  # what the containers made is in the cache now, checked')
     if store:
         lines.insert(0, "PUSH_PIDS=()")
     return lines

@@ -2,18 +2,18 @@
 
 Why a record: a recipe pins its image by digest, and an image built from it (the seed's base with
 the EFA installer added) has another digest. The only claim that makes the built image the
-recipe's is "built FROM the recipe's digest": `reproduce image build` writes it down (this
-record, and the image's own label `org.opencontainers.image.base.digest`), a run refuses a
-profile image whose recorded base is another digest, and the node checks the label of the image
-it pulled before any GPU minute. Only json and pathlib here: the dry run reads this module.
+recipe's is "built FROM the recipe's digest", meaning: its RootFS layers begin with the layers
+of the recipe's image. `reproduce image build` checks it and writes it down (this record, with
+the recipe image's layers, and the image's own label `org.opencontainers.image.base.digest`, which
+is only text), a run refuses a profile image whose recorded base is another digest, and the node
+checks the label and the layers of the image it pulled before any GPU minute. Only json and
+pathlib here: the dry run reads this module.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
-import secrets
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +22,7 @@ from typing import Any
 from launcher.errors import BadInput
 from launcher.inputs.profile import Profile
 from launcher.inputs.recipe import Image, Recipe
+from launcher.records.atomic import write_atomic
 
 RECORD_SCHEMA = "reproduce-image/1"
 BASE_DIGEST_LABEL = "org.opencontainers.image.base.digest"
@@ -45,6 +46,9 @@ class BuiltImage:
     tag: str | None = None
     origin: str = "profile image"  # where the launcher read it, for messages and node.sh comments
     record_path: str | None = None
+    # the recipe image's RootFS layers as the build saw them: the built image's must begin with
+    # them (content, not a label); () for the profile's inline form, which records none
+    base_layers: tuple[str, ...] = ()
 
     @property
     def ref(self) -> str:
@@ -75,6 +79,7 @@ class BuiltImage:
             "origin": self.origin,
             "record": self.record_path,
             "label_checked_on_node": BASE_DIGEST_LABEL,
+            "base_layers_checked_on_node": len(self.base_layers),
         }
 
 
@@ -94,6 +99,7 @@ def new_record(
     tag: str,
     image_id: str,
     recipe: Recipe,
+    base_layers: list[str],
     installer: dict[str, Any],
     registry: dict[str, Any],
     dockerfile_sha256: str,
@@ -116,6 +122,7 @@ def new_record(
             "ref": base.ref,
             "recipe_field": base.source_field,
             "label": BASE_DIGEST_LABEL,
+            "layers": list(base_layers),  # the built image's layers begin with these
         },
         "recipe": {
             "slug": recipe.slug,
@@ -134,12 +141,7 @@ def write_record(path: Path, record: dict[str, Any]) -> None:
     """Atomically: a reader sees the previous record or this one, never half of one."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(json.dumps(record, indent=2) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        write_atomic(path, json.dumps(record, indent=2) + "\n")
     except OSError as err:
         raise BadInput(f"--record {path}: cannot write the image record: {err.strerror}.") from None
 
@@ -171,6 +173,7 @@ def read_record(path: Path, origin: str, where: str | None = None) -> BuiltImage
             tag=image.get("tag"),
             origin=origin,
             record_path=str(path),
+            base_layers=tuple(str(x) for x in base.get("layers") or ()),
         )
     except (KeyError, TypeError) as err:
         raise BadInput(f"{where}: {path} is not an image record (missing {err}).") from None
@@ -181,7 +184,8 @@ def read_record(path: Path, origin: str, where: str | None = None) -> BuiltImage
 def _check_digests(built: BuiltImage, where: str) -> None:
     if not REPOSITORY.fullmatch(built.repository):
         raise BadInput(f"{where}: {built.repository!r} is not an image repository name.")
-    for name, value in (("digest", built.digest), ("base digest", built.base_digest)):
+    layers = [("base layer", x) for x in built.base_layers]
+    for name, value in (("digest", built.digest), ("base digest", built.base_digest), *layers):
         if not DIGEST.fullmatch(value):
             raise BadInput(f"{where}: the image's {name} {value!r} is not sha256:<64 hex>.")
 
@@ -244,10 +248,12 @@ def profile_image(recipe: Recipe, profile: Profile) -> BuiltImage | None:
 
 
 def base_label_check(built: BuiltImage) -> list[str]:
-    """node.sh lines: the pulled image's own label must name the recipe's digest as its base, so
-    a record (or a registry) that lies is caught before any GPU minute."""
+    """node.sh lines: what the node checks of the pulled image before any GPU minute. Its label
+    must name the recipe's digest as its base (text any image can carry), and, when the record
+    holds the recipe image's layers (`reproduce image build` writes them), the image's own
+    RootFS layers must begin with them: the content the recipe pinned is really underneath."""
     fmt = "{{index .Config.Labels " + json.dumps(BASE_DIGEST_LABEL) + "}}"
-    return [
+    lines = [
         f"# built by `reproduce image build` FROM the recipe's image; its label {BASE_DIGEST_LABEL}"
         " must say so",
         f"IMAGE_BASE_DIGEST={shlex.quote(built.base_digest)}",
@@ -258,3 +264,18 @@ def base_label_check(built: BuiltImage) -> list[str]:
         "  exit 1",
         "fi",
     ]
+    if built.base_layers:
+        prefix = json.dumps(list(built.base_layers), separators=(",", ":"))[:-1]
+        lines += [
+            f"# and its layers begin with the {len(built.base_layers)} layer(s) of the recipe's "
+            "image (the content, not a label)",
+            f"IMAGE_BASE_LAYERS={shlex.quote(prefix)}",
+            'IMAGE_LAYERS="$(docker image inspect --format \'{{json .RootFS.Layers}}\' "$IMAGE")"',
+            'case "$IMAGE_LAYERS" in',
+            '  "$IMAGE_BASE_LAYERS"[],]*) ;;',
+            "  *) echo \"image $IMAGE: its layers do not begin with the layers of the recipe's "
+            'image $IMAGE_BASE_DIGEST: not built FROM it" >&2',
+            "     exit 1 ;;",
+            "esac",
+        ]
+    return lines

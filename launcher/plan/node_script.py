@@ -113,19 +113,29 @@ class ScriptContext(Placement):
         # a Ray cluster's nodes already are the image: its job runs no container
         return self.profile.runtime == "docker" and self.profile.kind != "ray"
 
-    def in_image(self, command: str, *, gpus: bool = True, host_user: bool = False) -> str:
+    def in_image(
+        self, command: str, *, gpus: bool = True, host_user: bool = False, makes: bool = False
+    ) -> str:
         """A one-off command in the training image: docker run, a Ray job, or the host itself.
 
         No container gets HF_TOKEN: the commands that talk to the Hub run on the host
         (launcher/plan/asset_stages.py). `host_user`: the container runs as the host's uid, so what
-        it writes (the rows) the host can later hash, link and upload.
+        it writes (the rows) the host can later hash and move. `makes`: the container may
+        write one directory, $REPRODUCE_NEW_DIR (fresh, empty, this run's), which the host
+        checks before anything in it reaches the cache (docs/architecture.md, "The trust
+        boundary"); every other mount it gets is read-only, the cache included.
         """
         if not self.docker:  # the node (a Ray job's too: the cluster is the image) runs it itself
             return command
         gpu = '"${GPU_ARGS[@]}" ' if gpus else ""
         user = '--user "$(id -u):$(id -g)" ' if host_user else ""
+        new = (
+            '-v "$REPRODUCE_NEW_DIR:$REPRODUCE_NEW_DIR" -e REPRODUCE_NEW_DIR -e REPRODUCE_HOST_IDS '
+            if makes
+            else ""
+        )
         return (
-            f'docker run --rm {gpu}{user}"${{DOCKER_ARGS[@]}}" "${{EFA_ARGS[@]}}" "$IMAGE" '
+            f'docker run --rm {gpu}{user}{new}"${{DOCKER_ARGS[@]}}" "${{EFA_ARGS[@]}}" "$IMAGE" '
             f"bash -c {q(command)}"
         )
 
@@ -150,11 +160,12 @@ class ScriptContext(Placement):
             str(p.docker.shm_size),
         ]
         # The node run dir holds what the host runs and trusts (node.sh, pid, exit_code, the
-        # results): never mounted. A container gets its own output dir, the cache, and scripts/
-        # and the cancel mark's dir read-only (docs/architecture.md, "The node protocol").
+        # results): never mounted. A container gets its own output dir, and read-only the cache
+        # (what a later run trusts), scripts/ and the cancel mark's dir (docs/architecture.md,
+        # "The trust boundary").
         out, state = f"{self.node_run_dir}/{OUT_DIR}", f"{self.node_run_dir}/{STATE_DIR}"
         if multinode.spans_nodes(self.recipe, p):  # the others follow $NODE_RUN_DIR
-            args += ["-v", f"{self.cache_dir}:{self.cache_dir}"]
+            args += ["-v", f"{self.cache_dir}:{self.cache_dir}:ro"]
         else:
             args += [
                 "-v",
@@ -162,7 +173,7 @@ class ScriptContext(Placement):
                 "-v",
                 f"{state}:{state}:ro",
                 "-v",
-                f"{self.cache_dir}:{self.cache_dir}",
+                f"{self.cache_dir}:{self.cache_dir}:ro",
                 "-v",
                 f"{self.node_run_dir}/scripts:{CONTAINER_SCRIPTS}:ro",
             ]
@@ -439,11 +450,19 @@ def render_node_script(
         "# a missing one is made 0700 (on a disk only root can write to, such as the DLAMI's"
         " /opt/dlami/nvme, by sudo -n).",
         TRUSTED_DIR_FN.rstrip("\n"),
-        'for dir in "$NODE_RUN_DIR" "$CACHE_DIR" "$(dirname "$HF_CKPT")" "$(dirname '
-        '"$TORCH_DIST")" '
-        '"$(dirname "$SFT_DATA")"; do',
+        'for dir in "$NODE_RUN_DIR" "$CACHE_DIR" "$CACHE_DIR/.incoming" "$(dirname '
+        '"$HF_CKPT")" "$(dirname "$TORCH_DIST")" "$(dirname "$SFT_DATA")"; do',
         '  _trusted_dir "$dir" || exit 1',
         "done",
+        "# what a container makes for the cache (rows, a conversion) lands in a fresh directory"
+        " of this run's,",
+        "# which the host checks before it moves anything into the cache (read-only in every"
+        " container)",
+        'ASSET_NEW="$CACHE_DIR/.incoming/$RUN_ID-${NODE_RANK:-0}"',
+        'REPRODUCE_HOST_IDS="$(id -u):$(id -g)"',
+        "export REPRODUCE_HOST_IDS",
+        '[ ! -L "$CACHE_DIR/.incoming" ] && mkdir -m 700 "$ASSET_NEW" '
+        '|| { echo "reproduce: cannot make a fresh $ASSET_NEW" >&2; exit 1; }',
         f'mkdir -p -m 700 "$REPRODUCE_OUT_DIR" "$NODE_RUN_DIR/{STATE_DIR}"',
         'cd "$NODE_RUN_DIR"',
         "",

@@ -17,7 +17,8 @@ from typing import Any
 from launcher.errors import BadInput
 from launcher.inputs import patches
 from launcher.inputs.profile import AwsProfile, Profile, RayProfile, SshProfile
-from launcher.inputs.recipe import Recipe
+from launcher.inputs.recipe import Recipe, launcher_env_problems
+from launcher.inputs.yamlschema import format_problems
 from launcher.plan import asset_stages, claimruns
 from launcher.plan.image_record import BuiltImage, profile_image
 from launcher.plan.node_script import Assets, Placement, ScriptContext, Stage, render_node_script
@@ -104,6 +105,7 @@ def build_plan(
         )
     _check_profile_fits(recipe, profile)
     _check_secrets(profile)
+    _check_recipe_env(recipe, profile)
     patches.refuse_unappliable(recipe, profile)
     work_dir = profile.work_dir.rstrip("/") or "/"
     node_run_dir = f"{work_dir}/runs/{run_id}"
@@ -226,6 +228,17 @@ def _check_secrets(profile: Profile) -> None:
             hint="Name the variable holding your Hugging Face token (HF_TOKEN, "
             "HUGGING_FACE_HUB_TOKEN, ...), or null to send none.",
         )
+
+
+def _check_recipe_env(recipe: Recipe, profile: Profile) -> None:
+    """The recipe's env may not set the variable the profile's `image_digest_env` names (the
+    nodes' own word on their image), beyond the launcher's own names (recipe.py's one list,
+    already refused when the recipe was loaded)."""
+    name = profile.image_digest_env if isinstance(profile, RayProfile) else None
+    also = {str(name): f"the profile's image_digest_env ({profile.path})"} if name else {}
+    problems = launcher_env_problems(recipe.env, also)
+    if problems:
+        raise BadInput(format_problems(recipe.path, "recipe", problems))
 
 
 def _check_dirs(profile: Profile, node_run_dir: str, cache_dir: str) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 
 from launcher import catalog
 from launcher.errors import BadInput, InfraError
+from launcher.excerpt import excerpt
 from launcher.resources import data_dir
 
 THRESHOLDS_FILE = "preflight_thresholds.json"
@@ -214,7 +215,7 @@ def parse_report(text: str) -> PreflightReport:
         if isinstance(obj, dict) and isinstance(obj.get("checks"), list):
             found = obj
     if found is None:
-        tail = "\n".join(text.strip().splitlines()[-5:])
+        tail = excerpt(text, 5)
         raise InfraError(
             "the GPU preflight printed no report",
             hint=f"Its last output: {tail!r}" if tail else None,

@@ -8,6 +8,11 @@ hashes), and only then the checkpoint, the biggest download. Each asset is uploa
 manifest as soon as it is complete and verified. A re-run skips what the store already lists,
 keeps what the work directory already holds (re-checked by sha256), resumes partial downloads
 and continues unfinished multipart uploads.
+
+The rows build in the recipe's image (`--rows-builder docker`) sees the work directory read-only
+and writes only into a fresh, empty directory of its own; the host checks what it left (no
+links, regular files of ours, the recipe's parquet_sha256) before the rows take their name
+(docs/architecture.md, "The trust boundary").
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -26,9 +32,12 @@ from launcher.errors import BadInput, CheckFailed, InfraError
 from launcher.inputs.recipe import Recipe
 from launcher.plan.asset_spec import build_spec
 from launcher.plan.nodelib import node_module
-from launcher.records.rundir import Files
+from launcher.records.atomic import write_atomic
 
 ROWS_BUILDERS = ("auto", "host", "docker", "skip")
+# Tests only: more `docker run` options for the rows build (the test image lends the host's /usr
+# and venv through read-only mounts: tests/infra/docker.py). A JSON list of strings.
+TEST_DOCKER_ARGS_ENV = "REPRODUCE_TEST_DOCKER_ARGS"
 
 
 class Events(Protocol):
@@ -102,11 +111,11 @@ def prepare(recipe: Recipe, options: PrepareOptions, events: Events) -> dict[str
     if options.rows_builder == "skip":
         by_name["rows"]["build_problem"] = "--rows-builder skip"
     spec_path = work / "spec.json"
-    spec_path.write_text(json.dumps(spec, indent=1, sort_keys=True) + "\n")
+    write_atomic(spec_path, json.dumps(spec, indent=1, sort_keys=True) + "\n")
 
     events.say(f"resolving {recipe.slug}'s assets against {options.store} ...")
     plan = _run(lambda: resolve_mod.resolve(spec, full=True, threads=options.threads))
-    (work / Files.PLAN).write_text(json.dumps(plan, indent=1, sort_keys=True) + "\n")
+    write_atomic(work / "plan.json", json.dumps(plan, indent=1, sort_keys=True) + "\n")
     unreachable = hub_unreachable(plan)
     for name, step in plan["assets"].items():
         if step["source"]:
@@ -123,7 +132,7 @@ def prepare(recipe: Recipe, options: PrepareOptions, events: Events) -> dict[str
             f"{', '.join(missing)} are neither in the local copy ({work}) nor in the store "
             f"({options.store}). Nothing was downloaded.",
             hint="Run prepare where the Hub can be reached (HF_ENDPOINT names a mirror), or "
-            f"fill the store from such a machine first; every place tried: {work / Files.PLAN}.",
+            f"fill the store from such a machine first; every place tried: {work / 'plan.json'}.",
         )
     if problems:
         error = InfraError if plan["infra"] else CheckFailed
@@ -298,28 +307,50 @@ def _build_rows(job: _Job) -> None:
     scripts = node_module("node_assets").__file__
     assert scripts is not None
     scripts_dir = str(Path(scripts).parent)
-    (work / Files.PLAN).write_text(json.dumps(plan, indent=1, sort_keys=True) + "\n")
-    argv = docker_rows_argv(job.recipe.image.ref, work, scripts_dir, job.spec_path, options.encoder)
+    write_atomic(work / "plan.json", json.dumps(plan, indent=1, sort_keys=True) + "\n")
+    safe_io = node_module("safe_io")
+    incoming = safe_io.make_dirs(work / ".incoming", base=work, mode=0o700)
+    out = Path(tempfile.mkdtemp(prefix="rows-", dir=incoming))  # fresh and empty, 0700, ours
+    argv = docker_rows_argv(
+        job.recipe.image.ref, work, scripts_dir, job.spec_path, options.encoder, out=out
+    )
     events.say("rows: " + " ".join(argv))
     proc = subprocess.run(argv, check=False)
     if proc.returncode == 1:
-        raise CheckFailed("rows: the build in the image failed its checks (see above)")
+        raise CheckFailed(
+            f"rows: the build in the image failed its checks (see above; its output is kept in "
+            f"{out})"
+        )
     if proc.returncode != 0:
         raise InfraError(f"rows: docker run ended with {proc.returncode}")
+    na = node_module("node_assets")
+    _run(lambda: na.adopt(job.spec, "rows", out, log=events.say))
+    shutil.rmtree(out, ignore_errors=True)
 
 
 def docker_rows_argv(
-    image: str, work: Path, scripts_dir: str, spec_path: Path, encoder: str | None = None
+    image: str,
+    work: Path,
+    scripts_dir: str,
+    spec_path: Path,
+    encoder: str | None = None,
+    *,
+    out: Path | None = None,
 ) -> list[str]:
-    """The rows build inside the recipe's image: no network, no GPU, no token, our uid."""
+    """The rows build inside the recipe's image: no network, no GPU, no token, our uid; the
+    work directory read-only, OUT (fresh, empty) the one place it may write."""
+    out = out or work / ".incoming" / "rows"
+    extra = json.loads(os.environ.get(TEST_DOCKER_ARGS_ENV) or "[]")
     argv = [
         "docker", "run", "--rm", "--network", "none",
         "--user", f"{os.getuid()}:{os.getgid()}",
         "-e", "HOME=/tmp", "-e", "HF_HUB_OFFLINE=1",
         "-e", "PYTHONPATH=/root/miles:/root/Megatron-LM",
-        "-v", f"{work}:{work}", "-v", f"{scripts_dir}:/opt/reproduce/scripts:ro",
+        "-v", f"{work}:{work}:ro", "-v", f"{out}:{out}",
+        "-v", f"{scripts_dir}:/opt/reproduce/scripts:ro",
+        *[str(a) for a in extra],
         image, "python3", "/opt/reproduce/scripts/node_assets.py", "build-rows",
-        "--spec", str(spec_path), "--plan", str(work / Files.PLAN),
+        "--spec", str(spec_path), "--plan", str(work / "plan.json"), "--out", str(out),
     ]  # fmt: skip
     return argv + (["--encoder", encoder] if encoder else [])
 

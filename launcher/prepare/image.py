@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher.errors import BadInput, CheckFailed, InfraError
+from launcher.excerpt import excerpt
 from launcher.inputs.recipe import Recipe, load_recipe
 from launcher.plan.image_record import (
     BASE_DIGEST_LABEL,
@@ -175,6 +176,15 @@ def build_and_push(
                 f"{labels.get(BASE_DIGEST_LABEL)!r}, not the recipe's {base.digest}: "
                 f"{dockerfile} does not build FROM the BASE_IMAGE/BASE_DIGEST it is given."
             )
+        base_layers = _base_layers(docker, base.ref, say)
+        built_layers = _inspect(docker, image_id, "{{json .RootFS.Layers}}") or []
+        if not base_layers or built_layers[: len(base_layers)] != base_layers:
+            raise CheckFailed(
+                f"the built image {image_id} carries {BASE_DIGEST_LABEL}={base.digest}, but its "
+                f"layers do not begin with the {len(base_layers)} layer(s) of {base.ref}: "
+                f"{dockerfile} does not build FROM the recipe's image (a label is only text; "
+                "the layers are the content)."
+            )
         config = _login(docker, target, work, say, ecr_client)
         say(f"pushing {target.tagged}")
         try:
@@ -198,6 +208,7 @@ def build_and_push(
         tag=target.tag,
         image_id=image_id,
         recipe=recipe,
+        base_layers=base_layers,
         installer=installer,
         registry=target.to_dict(),
         dockerfile_sha256=file_sha256(dockerfile),
@@ -267,7 +278,7 @@ def docker_login(docker: str, config: Path, login: Login) -> None:
         timeout=120,
     )
     if proc.returncode != 0:
-        raise InfraError(f"docker login {login.server} failed: {proc.stderr.strip()[-500:]}")
+        raise InfraError(f"docker login {login.server} failed: {excerpt(proc.stderr, 3)}")
 
 
 def _pushed_digest(docker: str, target: Target, push_output: Sequence[str]) -> str:
@@ -286,6 +297,16 @@ def _pushed_digest(docker: str, target: Target, push_output: Sequence[str]) -> s
     return digest
 
 
+def _base_layers(docker: str, ref: str, say: Callable[[str], Any]) -> list[str]:
+    """The recipe image's layers (RootFS diff ids: the content, not a label): the build pulled it
+    FROM its digest; a Dockerfile that did not is the case to catch, so pull it then."""
+    try:
+        return list(_inspect(docker, ref, "{{json .RootFS.Layers}}") or [])
+    except InfraError:
+        _run([docker, "pull", ref], say, "docker pull (the recipe's image, to compare layers)")
+        return list(_inspect(docker, ref, "{{json .RootFS.Layers}}") or [])
+
+
 def _inspect(docker: str, ref: str, fmt: str) -> Any:
     proc = subprocess.run(
         [docker, "image", "inspect", "--format", fmt, ref],
@@ -294,7 +315,7 @@ def _inspect(docker: str, ref: str, fmt: str) -> Any:
         timeout=60,
     )
     if proc.returncode != 0:
-        raise InfraError(f"docker image inspect {ref}: {proc.stderr.strip()[-500:]}")
+        raise InfraError(f"docker image inspect {ref}: {excerpt(proc.stderr, 3)}")
     return json.loads(proc.stdout)
 
 
@@ -323,7 +344,7 @@ def _run(
             lines.append(line)
             say(f"  {line}")
     if proc.returncode != 0:
-        tail = "\n".join(lines[-15:])
+        tail = excerpt("\n".join(lines[-15:]), 15)
         raise InfraError(f"{what} failed (exit {proc.returncode}):\n{tail}")
     return lines
 

@@ -55,6 +55,7 @@ from launcher.records.rundir import Files
 
 __all__ = [
     "History",
+    "HistoryDamaged",
     "HistoryUnavailable",
     "RunRow",
     "Assessment",
@@ -123,6 +124,12 @@ class HistoryUnavailable(InfraError):
     timeout, or a read/write failure): the run itself is unaffected."""
 
 
+class HistoryDamaged(BadInput):
+    """The file is a SQLite database whose content is damaged (a page of its table overwritten,
+    a truncated copy): bad input, exit 2, found when it is opened (PRAGMA quick_check), so a
+    nightly refuses before its first paid recipe rather than after it."""
+
+
 _COLUMNS = [f.name for f in fields(RunRow)]
 # The column names are RunRow's own fields, never input: only the values are parameters.
 _INSERT = (
@@ -159,6 +166,10 @@ class History:
         self.conn.row_factory = sqlite3.Row
         try:
             self._ensure_schema()
+            self._check_intact()
+        except HistoryDamaged:
+            self.conn.close()
+            raise
         except sqlite3.OperationalError as err:
             self.conn.close()
             raise self._unavailable(err) from None
@@ -170,6 +181,32 @@ class History:
         except BaseException:
             self.conn.close()
             raise
+
+    def _check_intact(self) -> None:
+        """PRAGMA quick_check: every page of every table and index is read. A schema can read
+        while the table behind it is garbage; that must be said now, not after a paid run."""
+        try:
+            found = [r[0] for r in self.conn.execute("PRAGMA quick_check").fetchall()]
+        except sqlite3.OperationalError:
+            raise  # locked or busy: the caller says "unavailable"
+        except sqlite3.DatabaseError as err:
+            raise self._damaged(err) from None
+        if found != ["ok"]:
+            raise self._damaged("; ".join(str(f) for f in found[:3]))
+
+    def _damaged(self, why: object) -> HistoryDamaged:
+        return HistoryDamaged(
+            f"history database {self.path} is damaged ({why}): its runs cannot be read or "
+            "recorded. Move it aside and rebuild it from the run directories (they are the "
+            "record) with `reproduce history --import RUNS_DIR --history "
+            f"{self.path}`."
+        )
+
+    def _failed(self, err: sqlite3.Error) -> HistoryUnavailable | HistoryDamaged:
+        """A read or write that failed: locked (unavailable) or the file damaged."""
+        if isinstance(err, sqlite3.OperationalError):
+            return self._unavailable(err)
+        return self._damaged(err)
 
     def _unavailable(self, err: sqlite3.Error) -> HistoryUnavailable:
         if "locked" in str(err) or "busy" in str(err):
@@ -235,8 +272,8 @@ class History:
         try:
             with self.conn:
                 self.conn.execute(_INSERT, values)
-        except sqlite3.OperationalError as err:
-            raise self._unavailable(err) from None
+        except sqlite3.DatabaseError as err:
+            raise self._failed(err) from None
         return row
 
     def record(self, run_dir: Path) -> RunRow:
@@ -285,16 +322,16 @@ class History:
             args.append(int(limit))
         try:
             found = self.conn.execute(sql, args).fetchall()
-        except sqlite3.OperationalError as err:
-            raise self._unavailable(err) from None
+        except sqlite3.DatabaseError as err:
+            raise self._failed(err) from None
         rows = [RunRow(**{c: r[c] for c in _COLUMNS}) for r in found]
         return rows[::-1]
 
     def slugs(self) -> list[str]:
         try:
             found = self.conn.execute("SELECT DISTINCT slug FROM runs ORDER BY slug").fetchall()
-        except sqlite3.OperationalError as err:
-            raise self._unavailable(err) from None
+        except sqlite3.DatabaseError as err:
+            raise self._failed(err) from None
         return [r[0] for r in found]
 
 

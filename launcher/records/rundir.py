@@ -32,6 +32,7 @@ from typing import Any
 import yaml
 
 from launcher.errors import BadInput, InfraError
+from launcher.records.atomic import write_atomic
 
 TRAIN_STAGE = "train"
 
@@ -141,21 +142,10 @@ class RunDirUnwritable(InfraError):  # noqa: N818 - named for what happened, as 
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
-    """Readers see the old file or the new one, never half of one; concurrent writers never share
-    a temporary file (each gets its own name); the bytes are on disk before the rename. The mode is
-    0666 less the umask, as for any file the user creates."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    """launcher/records/atomic.py's write (a unique temporary file, fsync, rename), its failure said
+    as the launcher's own disk refusing the write."""
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+        write_atomic(path, data)
     except OSError as err:
         raise RunDirUnwritable(
             f"cannot write {path}: {err.strerror or err}"

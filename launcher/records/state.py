@@ -24,12 +24,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.errors import InfraError
+from launcher.records.atomic import write_atomic
 
 # A run directory's record (launcher.records.rundir.Files.RUN), named here rather than imported:
 # rundir imports this module (RunDir.create indexes every new run), so this one cannot import it.
@@ -87,19 +87,9 @@ def record(run_id: str, run_dir: Path, slug: str, created_at: float | None = Non
         "slug": slug,
         "created_at": time.time() if created_at is None else created_at,
     }
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     try:
         target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(json.dumps(data, indent=2) + "\n")
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, target)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+        write_atomic(target, json.dumps(data, indent=2) + "\n", mode=0o600)
     except OSError as err:
         raise IndexUnwritable(
             f"cannot write the run index entry {target}: {err.strerror or err}",

@@ -42,6 +42,7 @@ from launcher.judge.measure import Result, measure, measured_date
 from launcher.judge.parse.miles import ParseStats, StepRecord, parse_path
 from launcher.judge.verdict import POLICY_NAME, POLICY_VERSION, Tolerance, Verdict, judge
 from launcher.pages import report
+from launcher.records.atomic import write_atomic
 from launcher.records.rundir import Files
 
 RECIPE_FILE = Files.RECIPE  # the recipe as the run used it, kept in its run directory
@@ -144,13 +145,11 @@ def json_safe(value: Any) -> Any:
 
 
 def _write_json(path: Path, data: Any) -> None:
-    path.write_text(json.dumps(json_safe(data), indent=2) + "\n")
+    write_atomic(path, json.dumps(json_safe(data), indent=2) + "\n")
 
 
 def write_steps_jsonl(path: Path, records: Iterable[StepRecord]) -> None:
-    with open(path, "w") as fh:
-        for rec in records:
-            fh.write(json.dumps(rec.to_dict()) + "\n")
+    write_atomic(path, "".join(json.dumps(rec.to_dict()) + "\n" for rec in records))
 
 
 def write_report(
@@ -170,10 +169,10 @@ def write_report(
         step_time = report.claimed_step_time(result, recipe)
         (run_dir / "plots").mkdir(parents=True, exist_ok=True)
         for name, png in report.render_plots(records, result.window, step_time).items():
-            (run_dir / "plots" / name).write_bytes(png)
+            write_atomic(run_dir / "plots" / name, png)
             names.append(f"plots/{name}")
     path = run_dir / Files.REPORT_MD
-    path.write_text(report.render_markdown(result, verdict, recipe, records, convergence, names))
+    write_atomic(path, report.render_markdown(result, verdict, recipe, records, convergence, names))
     return path
 
 
@@ -302,7 +301,7 @@ def write_outputs(
     if convergence is not None:
         _write_json(out / Files.CONVERGENCE, convergence.to_dict())
     write_steps_jsonl(out / Files.STEPS, records)
-    (out / Files.RESULT).write_text(yaml.safe_dump(result.to_result_yaml(), sort_keys=False))
+    write_atomic(out / Files.RESULT, yaml.safe_dump(result.to_result_yaml(), sort_keys=False))
     _write_json(out / Files.VERDICT, verdict.to_dict())
     write_report(out, result, verdict, recipe, records, convergence, plots=plots)
 
@@ -461,7 +460,7 @@ def _write_log_page(out: Path, recipe: Recipe, timeline_path: Path | None) -> No
     from launcher.pages import write_run_page
 
     if not (out / RECIPE_FILE).exists():
-        (out / RECIPE_FILE).write_text(recipe.text, encoding="utf-8")
+        write_atomic(out / RECIPE_FILE, recipe.text)
     if timeline_path is not None and not (out / Files.TIMELINE).exists():
-        (out / Files.TIMELINE).write_bytes(Path(timeline_path).read_bytes())
+        write_atomic(out / Files.TIMELINE, Path(timeline_path).read_bytes())
     write_run_page(out)

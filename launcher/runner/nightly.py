@@ -16,6 +16,9 @@ Exit code, by precedence (the most actionable news wins):
        unexpected error: the recipe could not be measured; or the history database could not be
        used (locked by another writer past its busy timeout): the runs were judged, but not
        recorded or compared with their trend, and the summary says so;
+  2    bad input for the whole nightly, found before the first recipe runs: no recipe, a bad
+       --cluster, a refused cost, or a history database that is damaged (PRAGMA quick_check at
+       open: it could not record the runs it would pay for);
   0    every recipe reproduced without regression.
 """
 
@@ -29,9 +32,11 @@ from typing import TYPE_CHECKING, Any
 
 from launcher.errors import BadInput, ReproduceError
 from launcher.pages.report import fmt, markdown_table, text_table, trend_lines
+from launcher.records.atomic import write_atomic
 from launcher.records.history import (
     Assessment,
     History,
+    HistoryDamaged,
     HistoryUnavailable,
     RunRow,
     default_history_path,
@@ -222,7 +227,7 @@ def nightly(
     result = NightlyResult()
     started = time.time()  # the night's start (its page shows start and end)
     db: History | None = None
-    try:
+    try:  # opened (and checked whole) before the first recipe: a damaged one refuses (exit 2)
         db = History(db_path)
     except HistoryUnavailable as err:
         result.history_error = str(err)
@@ -328,7 +333,7 @@ def _record(
     try:
         db.insert(row)
         rows = db.runs(row.slug, cluster=row.cluster_name)
-    except HistoryUnavailable as err:
+    except (HistoryUnavailable, HistoryDamaged) as err:  # found mid-nightly: the runs go on
         result.history_error = result.history_error or str(err)
         return row, []
     idx = next((n for n, r in enumerate(rows) if r.run_id == row.run_id), len(rows))
@@ -384,5 +389,5 @@ def write_summary(
         lines.append("")
     root.mkdir(parents=True, exist_ok=True)
     path = root / f"nightly-{date}.md"
-    path.write_text("\n".join(lines))
+    write_atomic(path, "\n".join(lines))
     return path

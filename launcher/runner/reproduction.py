@@ -19,6 +19,7 @@ from launcher.inputs.profile import Profile, load_profile
 from launcher.inputs.recipe import Recipe, load_recipe
 from launcher.plan.claimruns import claim_lines
 from launcher.plan.plan import Plan, build_plan
+from launcher.records.atomic import write_atomic
 from launcher.records.rundir import new_run_id, owner
 
 
@@ -264,7 +265,6 @@ def _worst_lines(prepared: Prepared) -> list[str]:
 
 def write_script(plan: Plan, path: Path) -> None:
     try:
-        path.write_text(plan.node_script, encoding="utf-8")
-        path.chmod(0o755)
+        write_atomic(path, plan.node_script, chmod=0o755)
     except OSError as err:
         raise BadInput(f"--script-out {path}: cannot write: {err.strerror}.") from None

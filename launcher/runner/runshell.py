@@ -14,13 +14,13 @@ the same kind of ssh to the head.
 
 from __future__ import annotations
 
-import os
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from launcher.errors import BadInput, InfraError
+from launcher.records.atomic import write_atomic
 from launcher.records.rundir import FINAL_STATES, RunDir
 
 # A key type as paramiko names it -> the host key algorithms OpenSSH accepts for it.
@@ -182,9 +182,5 @@ def write_known_hosts(run_id: str, index: int, hops: list[Hop]) -> Path:
     folder = state.home() / "ssh"
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     path = folder / f"{run_id}-node{index}.known_hosts"
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(known_hosts_text(hops))
-    os.replace(tmp, path)
+    write_atomic(path, known_hosts_text(hops), mode=0o600, chmod=0o600)
     return path

@@ -25,14 +25,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support.assets import OTHER_REV, aws_cli, tiny_recipe_raw, write_recipe
+from support.assets import OTHER_REV, tiny_recipe_raw, write_recipe
 from support.docker import docker
 from support.helpers import assert_log_collected, cli
 from support.node_scripts import load_script
 from support.ports import free_port
 from support.sshd import SshServer
-
-from launcher.plan.asset_stages import TEST_ENCODER_ENV
 
 pytestmark = [pytest.mark.docker, pytest.mark.ssh]
 store_mod = load_script("asset_store")
@@ -48,42 +46,6 @@ NODE_STAGES = [
     "ray",
     "train",
 ]
-
-
-@pytest.fixture
-def node_env(tmp_path, monkeypatch, hub, moto_s3_server):
-    """The environment of the node's SSH sessions, and the launcher's test encoder."""
-    aws = aws_cli()
-    bin_dir = tmp_path / "node-bin"  # the aws CLI, and no python3 with boto3 ahead of the system's
-    bin_dir.mkdir()
-    (bin_dir / "aws").symlink_to(aws)
-    monkeypatch.setenv(TEST_ENCODER_ENV, "builtin:whitespace-test")
-    monkeypatch.setenv("HF_TOKEN", "hf_canary")  # the launcher's; it reaches host commands only
-    return {
-        "HF_ENDPOINT": hub.url,
-        "AWS_ENDPOINT_URL": moto_s3_server,
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_CONFIG_FILE": "/dev/null",
-        "AWS_SHARED_CREDENTIALS_FILE": "/dev/null",
-        "REPRODUCE_RETRY_BASE_S": "0",
-        "REPRODUCE_S3_CLIENT": "aws-cli",  # the DLAMI host's client (its python3 has no boto3)
-        "PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin",
-    }
-
-
-@pytest.fixture
-def node(tmp_path, node_env):
-    """An sshd whose sessions carry node_env (what the node's host environment gives)."""
-    server = SshServer(tmp_path / "sshd")
-    config = server.root / "sshd_config"
-    config.write_text(
-        config.read_text() + "SetEnv " + " ".join(f"{k}={v}" for k, v in node_env.items()) + "\n"
-    )
-    server.start()
-    yield server
-    server.stop()
 
 
 def recipe_file(tmp_path: Path, test_image, tiny, edit=None, run_prefix: str = "") -> Path:
@@ -274,7 +236,8 @@ def test_prepare_then_a_run_converts_once_and_the_next_downloads_and_converts_no
         "tokenizer": "not-needed",
         "dataset": "not-needed",
     }
-    assert first.converted() and hub.requests == []
+    assert first.converted() and hub.file_requests() == []  # the Hub's listing only (below)
+    assert all(r.path.startswith("/api/models/test-org/tiny-model/revision/") for r in hub.requests)
     assert any(k.startswith("torch_dist/") for k in s3_manifests(s3))  # kept for the next run
 
     second = Run(
@@ -282,7 +245,10 @@ def test_prepare_then_a_run_converts_once_and_the_next_downloads_and_converts_no
     )
     ok(second)
     assert second.sources()["torch_dist"] == "store"
-    assert hub.requests == []  # not even a listing
+    # no file from the Hub: only the listing the store's checkpoint is checked against (its LFS
+    # sha256 for the pinned commit, docs/assets.md)
+    assert hub.file_requests() == []
+    assert all(r.path.startswith("/api/models/test-org/tiny-model/revision/") for r in hub.requests)
     assert not second.converted()
     converted = tmp_path / "cache-b" / "torch_dist"
     (done,) = converted.iterdir()
@@ -346,9 +312,10 @@ def test_rows_that_differ_from_the_recipe_stop_the_run_before_the_checkpoint_dow
     log = (run.rd / "logs" / "assets.log").read_text()
     assert f"parquet_sha256: built {tiny[1]['parquet_sha256']}" in log and "e" * 64 in log
     assert run.stages[-1] == ("assets", "failed") and ("ray", "ok") not in run.stages
-    rows = tmp_path / "cache-a" / "rows"
-    assert [p.name.endswith(".mismatch") for p in rows.glob("*.parquet*")].count(True) == 1
-    assert not list(rows.glob("*.parquet"))  # nothing took $SFT_DATA's name
+    # the build's own directory keeps what it made; nothing took $SFT_DATA's name
+    cache = tmp_path / "cache-a"
+    assert len(list(cache.glob(".incoming/*/rows/rows.parquet.mismatch"))) == 1
+    assert not list((cache / "rows").glob("*.parquet*"))
     assert not [r for r in hub.file_requests() if "tiny-model" in r.path and r.range != "bytes=0-0"]
 
 
@@ -411,5 +378,5 @@ def test_a_store_object_that_differs_or_is_missing_is_refused(
     assert "model-00001-of-00002.safetensors" in (run.rd / "logs" / "assets.log").read_text()
     for ckpt in (tmp_path / "cache-a" / "hf").glob("test-org--tiny-model@*"):
         assert store_mod.read_local_manifest(ckpt) is None  # the cache was not made to trust it
-    assert hub.requests == []  # the store was the plan: no silent fall-back to the Hub
+    assert hub.file_requests() == []  # the store was the plan: no silent fall-back to the Hub
     assert not run.converted()

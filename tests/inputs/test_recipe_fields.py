@@ -165,7 +165,7 @@ READS: dict[str, tuple[Callable[[Raw], None] | None, Callable[[Raw], None], str]
                                  to("result.window_tokens", 14 * 128 * 8192)), "verdict"),
     "result.runs": (None, to("result.runs", 3), "plan"),
     "result.gpu_hours": (None, to("result.gpu_hours", 2.5), "plan"),
-    "env.*": (None, to("env.REPRODUCE_FIELD_TEST", "1"), "plan"),
+    "env.*": (None, to("env.FIELD_TEST_VAR", "1"), "plan"),
     "patches[].name": (with_patch, lambda r: r["patches"][0].update(name="b"), "plan"),
     "patches[].checkout": (with_patch, lambda r: r["patches"][0].update(checkout="/root/Megatron-LM"),
                            "plan"),

@@ -177,3 +177,64 @@ def test_a_pass_remembered_before_a_stricter_validator_is_not_reused(tmp_path, m
     monkeypatch.setattr(yamlschema, "_VALIDATOR_VERSION", old)
     with pytest.raises(BadInput, match="expected an integer"):
         load_recipe(write(tmp_path, raw))
+
+
+# --- a recipe's env may not set what the launcher uses to check or control the run (issue 19) ---
+
+RESERVED = [
+    "REPRODUCE_IMAGE_DIGEST",  # the Ray nodes' word on their image
+    "REPRODUCE_OUT_DIR",
+    "REPRODUCE_ROW_TOKENS",  # what the rollout checks the rows against
+    "REPRODUCE_ANYTHING_NEW",  # the whole prefix, not a list of today's names
+    "SFT_DATA",
+    "HF_CKPT",
+    "NODE_RUN_DIR",
+    "RAY_ADDRESS",
+    "RAY_DEDUP_LOGS",
+    "CUDA_VISIBLE_DEVICES",
+    "HF_ENDPOINT",
+    "AWS_ENDPOINT_URL",
+]
+
+
+@pytest.mark.parametrize("name", RESERVED)
+def test_a_recipe_env_that_sets_a_launcher_variable_is_refused(tmp_path, name):
+    raw = seed()
+    raw["env"][name] = "sha256:" + "4" * 64
+    path = write(tmp_path, raw)
+    with pytest.raises(BadInput, match=rf"env\.{name}: sets {name}, ") as info:
+        load_recipe(path)
+    assert str(path) in str(info.value) and "removed from env" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "profile", sorted(p.name for p in (SEED.parents[3] / "env").glob("*.yaml"))
+)
+def test_every_target_refuses_it_with_exit_2_naming_the_field(tmp_path, profile):
+    raw = seed()
+    raw["env"]["REPRODUCE_IMAGE_DIGEST"] = raw["stack"].get("image", {}).get("digest", "x")
+    path = write(tmp_path, raw)
+    res = reproduce(path, "--cluster", SEED.parents[3] / "env" / profile, "--dry-run")
+    assert res.code == 2, res.err
+    assert "env.REPRODUCE_IMAGE_DIGEST" in res.err and "Traceback" not in res.err
+    res = reproduce("validate", path)
+    assert res.code == 2 and "env.REPRODUCE_IMAGE_DIGEST" in res.err
+
+
+def test_the_variable_a_ray_profile_names_for_the_digest_is_refused_too(tmp_path):
+    from support.ray_cluster import ray_profile
+
+    from launcher.inputs.profile import load_profile
+    from launcher.plan.plan import build_plan
+
+    raw = seed()
+    raw["env"]["CLUSTER_IMAGE_SHA"] = "sha256:" + "4" * 64
+    recipe = load_recipe(write(tmp_path, raw))  # another profile may use the name freely
+    profile = load_profile(ray_profile(tmp_path, image_digest_env="CLUSTER_IMAGE_SHA"))
+    with pytest.raises(BadInput, match=r"env\.CLUSTER_IMAGE_SHA: .*image_digest_env"):
+        build_plan(recipe, profile)
+
+
+def test_the_seed_and_every_shipped_recipe_still_load():
+    for path in sorted(SEED.parents[3].glob("recipes/**/*.yaml")):
+        load_recipe(path)

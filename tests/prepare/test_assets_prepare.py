@@ -197,6 +197,13 @@ def test_the_rows_build_in_the_image_runs_without_network_token_or_gpu(tmp_path)
     )
     assert argv[:6] == ["docker", "run", "--rm", "--network", "none", "--user"]
     assert "HF_TOKEN" not in " ".join(argv) and "--gpus" not in argv
+    # the work dir (what the host downloads into and trusts next) is read-only in the image; the
+    # build writes only its own fresh directory, named by --out (docs/architecture.md)
+    volumes = [argv[i + 1] for i, a in enumerate(argv) if a == "-v"]
+    assert f"{tmp_path}:{tmp_path}:ro" in volumes
+    writable = [v for v in volumes if not v.endswith(":ro")]
+    out = str(tmp_path / ".incoming" / "rows")
+    assert writable == [f"{out}:{out}"] and argv[argv.index("--out") + 1] == out
     assert argv[argv.index("reg/miles@sha256:" + "a" * 64) + 1 :][:3] == [
         "python3",
         "/opt/reproduce/scripts/node_assets.py",

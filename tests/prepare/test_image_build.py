@@ -276,6 +276,80 @@ def test_the_node_refuses_an_image_whose_label_does_not_name_the_recipes_digest(
     assert "SHOULD-NOT-RUN" not in (rd.logs / "node.log").read_text()
 
 
+# --- a label is only text: the layers are checked (issue 19) ------------------------------------
+
+IMPOSTOR_DOCKERFILE = f"""FROM reproduce-test/impostor-base:v1
+ARG BASE_DIGEST
+LABEL {BASE_DIGEST_LABEL}=$BASE_DIGEST
+"""
+
+
+@pytest.fixture(scope="module")
+def impostor_base(efa_base, tmp_path_factory) -> str:
+    """Another base (the stand-in rootfs with another marker): not the recipe's image."""
+    work = tmp_path_factory.mktemp("impostor")
+    docker("import", str(build_rootfs(work / "other.tar", marker="impostor")),
+           "reproduce-test/impostor-base:v1")  # fmt: skip
+    return "reproduce-test/impostor-base:v1"
+
+
+@pytest.mark.docker
+def test_a_build_whose_image_carries_the_label_but_another_base_is_refused(
+    efa_base, impostor_base, registry, tmp_path
+):
+    recipe = write_recipe(tmp_path, efa_base)
+    installer, sha = write_installer(tmp_path)
+    dockerfile = tmp_path / "Dockerfile.impostor"
+    dockerfile.write_text(IMPOSTOR_DOCKERFILE)
+    res = cli(
+        "image", "build", str(recipe), "--push", f"{registry.address}/impostor",
+        "--efa-installer", str(installer), "--efa-sha256", sha, "--dockerfile", str(dockerfile),
+        "--record", str(tmp_path / "record.json"), "--network", "none",
+    )  # fmt: skip
+    assert res.returncode == 1, res.stderr[-3000:]
+    assert "layers do not begin with" in res.stderr and "a label is only text" in res.stderr
+    assert not (tmp_path / "record.json").exists()  # nothing recorded, nothing pushed
+    assert "pushing" not in res.stderr
+
+
+@pytest.mark.docker
+def test_the_node_refuses_a_pulled_image_whose_layers_are_not_the_recipes(
+    built, impostor_base, registry, container_run_args, tmp_path, runs_root
+):
+    """The record is the real build's (its base layers), but the registry serves an impostor
+    under the recorded digest's name: it carries the label, so only the layers tell."""
+    from launcher.clusters.local import LocalCluster
+    from launcher.records.rundir import RunDir
+    from launcher.runner.runner import Runner
+
+    repo = f"{registry.address}/impostor/miles"
+    (tmp_path / "Dockerfile").write_text(IMPOSTOR_DOCKERFILE)
+    subprocess.run(
+        ["docker", "build", "--network", "none", "--build-arg", f"BASE_DIGEST={built.base.digest}",
+         "-t", f"{repo}:x", str(tmp_path)],
+        env={**os.environ, "DOCKER_BUILDKIT": "0"}, check=True, capture_output=True, timeout=300,
+    )  # fmt: skip
+    docker("push", f"{repo}:x")
+    digests = json.loads(
+        docker("image", "inspect", "--format", "{{json .RepoDigests}}", f"{repo}:x").stdout
+    )
+    digest = next(d.split("@", 1)[1] for d in digests if d.startswith(repo + "@"))
+    lie = json.loads(built.record.read_text())
+    assert lie["base"]["layers"]  # the real build recorded the recipe image's layers
+    lie["image"].update(repository=repo, digest=digest, ref=f"{repo}@{digest}")
+    record = tmp_path / "lie.json"
+    record.write_text(json.dumps(lie))
+    recipe = write_recipe(tmp_path, built.base, run_prefix="echo SHOULD-NOT-RUN")
+    plan = plan_for(
+        recipe, write_profile(tmp_path, LOCAL, container_run_args, image={"record": str(record)})
+    )
+    rd = RunDir.create(runs_root, plan.recipe.slug, plan.run_id)
+    with pytest.raises(InfraError, match="stage image") as err:
+        Runner(poll_s=0.2).execute(plan, rd, LocalCluster())
+    assert "layers do not begin with the layers of the recipe's image" in str(err.value)
+    assert "SHOULD-NOT-RUN" not in (rd.logs / "node.log").read_text()
+
+
 @pytest.mark.docker
 def test_docker_login_goes_to_a_throwaway_config_with_the_password_on_stdin(registry, tmp_path):
     from launcher.prepare.image import docker_login
@@ -485,6 +559,10 @@ elif argv[:2] == ["image", "inspect"]:
     fmt = argv[argv.index("--format") + 1]
     if "Labels" in fmt:
         print(json.dumps({{{label!r}: {base!r}}}))
+    elif "RootFS" in fmt:  # the built image (by its id) is the base's layers plus one
+        base_layers = ["sha256:" + "a" * 64, "sha256:" + "b" * 64]
+        built = argv[-1] == "sha256:" + "3" * 64
+        print(json.dumps(base_layers + (["sha256:" + "c" * 64] if built else [])))
     else:
         print(json.dumps([{repo!r} + "@" + {digest!r}]))
 elif cmd == "push":
@@ -523,8 +601,9 @@ def test_the_ecr_path_logs_in_pushes_and_pulls_with_a_config_that_is_then_delete
     words = [
         c["argv"][c["argv"].index("--config") + 2 if "--config" in c["argv"] else 0] for c in calls
     ]
-    assert words == ["build", "image", "login", "push", "image", "pull"]
-    build, login, push, pull = calls[0], calls[2], calls[3], calls[5]
+    # the label, the recipe image's layers, the built image's layers; then login, push, pull
+    assert words == ["build", "image", "image", "image", "login", "push", "image", "pull"]
+    build, login, push, pull = calls[0], calls[4], calls[5], calls[7]
     assert build["buildkit"] == "0" and "--config" not in build["argv"]
     assert ["--network", "none"] == build["argv"][1:3]
     assert (

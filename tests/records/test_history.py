@@ -444,3 +444,61 @@ def test_a_locked_database_is_a_clear_error_not_a_traceback(tmp_path, monkeypatc
     finally:
         holder.rollback()
         holder.close()
+
+
+def damage(db: Path, rows: int = 300) -> Path:
+    """A history whose schema still reads but whose runs table is garbage (issue 19): the
+    pages after the schema overwritten, as a disk or a crashed copy leaves it."""
+    with History(db) as hist:
+        for i in range(rows):
+            hist.insert(
+                RunRow(
+                    run_id=f"2026{i:04d}T000000Z-{i:06x}",
+                    slug=SLUG,
+                    cluster_name="local",
+                    started_at=T0 + i,
+                    state="done",
+                    detail="x" * 200,
+                )
+            )
+    con = sqlite3.connect(db)
+    page = con.execute("pragma page_size").fetchone()[0]
+    assert con.execute("select count(*) from sqlite_master").fetchone()[0] >= 3  # schema reads
+    con.close()
+    data = bytearray(db.read_bytes())
+    data[4 * page : 11 * page] = b"\xff" * (7 * page)
+    db.write_bytes(bytes(data))
+    return db
+
+
+def test_a_database_damaged_behind_a_readable_schema_is_bad_input_at_open(tmp_path):
+    db = damage(tmp_path / "h.sqlite")
+    with pytest.raises(BadInput, match="is damaged") as info:
+        History(db)
+    assert str(db) in str(info.value) and "--import" in str(info.value)
+
+
+def test_cli_history_of_a_damaged_database_is_exit_2_without_traceback(tmp_path):
+    db = damage(tmp_path / "h.sqlite")
+    proc = cli("history", SLUG, "--history", db, "--runs-dir", tmp_path / "empty")
+    assert proc.returncode == 2, proc.stderr
+    assert "is damaged" in proc.stderr and "Traceback" not in proc.stderr
+    proc = cli("history", SLUG, "--history", db, "--runs-dir", tmp_path / "empty", "--json")
+    assert proc.returncode == 2 and json.loads(proc.stdout)["exit_code"] == 2
+
+
+def test_damage_found_after_opening_is_a_clear_error_too(tmp_path, monkeypatch):
+    db = tmp_path / "h.sqlite"
+    hist = History(db)
+    damage(tmp_path / "other.sqlite")
+    # the file changes under an open connection: every read and write says so, never a traceback
+    hist.conn.close()
+    hist.conn = sqlite3.connect(tmp_path / "other.sqlite")
+    hist.conn.row_factory = sqlite3.Row
+    from launcher.records.history import HistoryDamaged
+
+    with pytest.raises(HistoryDamaged, match="is damaged"):
+        hist.runs(SLUG)
+    with pytest.raises(HistoryDamaged, match="is damaged"):
+        hist.insert(RunRow(run_id="r-new", slug=SLUG, cluster_name="local", state="done"))
+    hist.close()

@@ -332,3 +332,20 @@ def test_a_locked_history_is_reported_and_the_nightly_still_runs_and_summarises(
     summary = result.summary_path.read_text()
     assert "History not used" in summary and "locked" in summary
     assert any("history not used" in line for line in lines)
+
+
+def test_a_damaged_history_refuses_the_nightly_before_the_first_recipe(recipes, tmp_path):
+    from test_history import damage
+
+    db = damage(tmp_path / "h.sqlite")
+    runner = FakeRunner(dict.fromkeys("abc", (1000.0, 1000.0, "reproduced", 0)))
+    with pytest.raises(BadInput, match="is damaged"):
+        nightly([recipes], "local", runs_dir=tmp_path / "runs", history=db, runner=runner)
+    assert runner.calls == []  # nothing was paid for
+    proc = subprocess.run(
+        [sys.executable, "-m", "launcher", "nightly", str(recipes), "--cluster", "local",
+         "--history", str(db), "--runs-dir", str(tmp_path / "runs")],
+        capture_output=True, text=True, cwd=REPO, stdin=subprocess.DEVNULL, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2 and "is damaged" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").rglob("run.json"))

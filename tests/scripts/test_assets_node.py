@@ -266,7 +266,10 @@ def test_warm_store_second_node_downloads_nothing_from_the_hub_and_converts_noth
         node("build-rows", "--spec", spec_b, "--plan", plan_b).stdout.strip()
         == '{"status": "not built"}'
     )
-    assert hub.requests == []  # not even a listing
+    # no file from the Hub: only the listing the store's checkpoint is checked against (its LFS
+    # sha256 for the pinned commit, docs/assets.md)
+    assert hub.file_requests() == []
+    assert all(r.path.startswith("/api/models/test-org/tiny-model/revision/") for r in hub.requests)
     b = tmp_path / "node-b"
     assert store_mod.file_sha256(b / "rows/rows.parquet") == tiny[1]["parquet_sha256"]
     assert (b / "torch_dist/tiny-model/latest_checkpointed_iteration.txt").read_text() == "release"

@@ -474,7 +474,8 @@ def test_gpu_serials_are_read_where_the_driver_gives_them_and_null_where_not(mon
         out = answers.get(argv[1]) if len(argv) > 1 else None
         return (0, out, "") if out is not None else (6, "", "Field 'serial' is not a valid field")
 
-    monkeypatch.setattr(pf, "run_cmd", fake)
+    # smi_serials asks through run_cmd of its own module (preflight_probes.py): patch it there
+    monkeypatch.setattr(sys.modules[pf.smi_serials.__module__], "run_cmd", fake)
     assert pf.smi_serials() == {"0": "1652423019876", "1": None}
     answers.clear()
     assert pf.smi_serials() == {}

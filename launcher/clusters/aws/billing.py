@@ -9,13 +9,12 @@ records from importing up.
 from __future__ import annotations
 
 import json
-import os
-import secrets
 import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from launcher.records.atomic import write_atomic
 from launcher.records.billing import LIVE_STATES, Billing, aws_facts, billing_of, refresh_path
 from launcher.records.rundir import RunDir
 
@@ -72,10 +71,8 @@ def _keep_answer(run_id: str, region: str, checked: float, states: dict[str, str
     """The cloud's answer for the next plain listing (best effort: a listing never fails on it)."""
     path = refresh_path(run_id)
     body = json.dumps({"checked_at": checked, "region": region, "instances": states}, indent=2)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        tmp.write_text(body + "\n", encoding="utf-8")
-        os.replace(tmp, path)
+        write_atomic(path, body + "\n", mode=0o600)
     except OSError:
-        tmp.unlink(missing_ok=True)
+        pass  # write_atomic removed its temporary file

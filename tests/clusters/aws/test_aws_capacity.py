@@ -108,7 +108,12 @@ def test_buying_prints_the_price_first_and_sends_the_exact_purchase(stubbed, tmp
     )
     printed: list[str] = []
     got = buy(
-        seed_recipe(), load(tmp_path), "cb-0cheap000000000a", session=stubbed, log=printed.append
+        seed_recipe(),
+        load(tmp_path),
+        "cb-0cheap000000000a",
+        session=stubbed,
+        log=printed.append,
+        yes=True,  # consent: --yes (see the consent tests below)
     )
     assert got == "cr-0123456789abcdef0"
     assert "745.20 USD" in printed[0] and "cannot be cancelled" in printed[0]
@@ -138,6 +143,7 @@ def test_an_unlisted_offering_is_not_bought(stubbed, tmp_path):
             "cb-0gone0000000000c",
             session=stubbed,
             log=lambda m: None,
+            yes=True,
         )
 
 
@@ -217,3 +223,84 @@ def test_the_purchase_is_sent_only_after_the_price_was_shown_and_accepted(stubbe
 def test_a_max_usd_that_cannot_refuse_anything_is_refused(stubbed, tmp_path, limit):
     with pytest.raises(BadInput, match="--max-usd"):
         buy(seed_recipe(), load(tmp_path), "cb-0cheap000000000a", max_usd=limit, session=stubbed)
+
+
+# --- consent: a purchase needs what a launch needs (issue 19) --------------------------------------
+
+PURCHASE = {"CapacityReservation": {"CapacityReservationId": "cr-0123456789abcdef0"}}
+
+
+def test_without_a_terminal_yes_or_budget_nothing_is_asked_of_aws(stubbed, tmp_path):
+    # nothing queued on the Stubber: any AWS call (even the listing) would fail the test
+    with pytest.raises(BadInput, match="cannot be cancelled") as info:
+        buy(seed_recipe(), load(tmp_path), "cb-0cheap000000000a", session=stubbed)
+    assert (
+        info.value.exit_code == 2 and "--yes" in str(info.value) and "--max-usd" in str(info.value)
+    )
+
+
+@pytest.mark.parametrize("answer, bought", [(True, True), (False, False)])
+def test_at_a_terminal_the_question_comes_after_the_price(stubbed, tmp_path, answer, bought):
+    from launcher.cost.costgate import NotConfirmed
+
+    stubbed.stub.add_response("describe_capacity_block_offerings", OFFERS, EXPECTED_LIST)
+    if bought:
+        stubbed.stub.add_response("purchase_capacity_block", PURCHASE)
+    events: list[str] = []
+
+    def confirm(question: str) -> bool:
+        events.append(f"asked: {question}")
+        return answer
+
+    kwargs = {"session": stubbed, "log": events.append, "confirm": confirm}
+    if bought:
+        assert buy(seed_recipe(), load(tmp_path), "cb-0cheap000000000a", **kwargs).startswith("cr-")
+    else:
+        with pytest.raises(NotConfirmed, match="not bought"):
+            buy(seed_recipe(), load(tmp_path), "cb-0cheap000000000a", **kwargs)
+    asked = next(i for i, e in enumerate(events) if e.startswith("asked:"))
+    assert "745.20 USD" in events[0] and asked > 0 and "cannot be cancelled" in events[asked]
+    assert any(e.startswith("buying") for e in events) is bought
+
+
+def test_a_terminal_is_asked_even_with_a_budget_and_yes_answers_for_it(stubbed, tmp_path):
+    stubbed.stub.add_response("describe_capacity_block_offerings", OFFERS, EXPECTED_LIST)
+    with pytest.raises(BadInput, match="not bought"):
+        buy(
+            seed_recipe(),
+            load(tmp_path),
+            "cb-0cheap000000000a",
+            max_usd=800,
+            session=stubbed,
+            confirm=lambda q: False,
+        )
+    stubbed.stub.add_response("describe_capacity_block_offerings", OFFERS, EXPECTED_LIST)
+    stubbed.stub.add_response("purchase_capacity_block", PURCHASE)
+    asked: list[str] = []
+    got = buy(
+        seed_recipe(),
+        load(tmp_path),
+        "cb-0cheap000000000a",
+        session=stubbed,
+        yes=True,
+        confirm=lambda q: asked.append(q) or False,
+    )
+    assert got.startswith("cr-") and asked == []
+
+
+def test_the_capacity_command_without_a_terminal_refuses_with_exit_2(tmp_path, monkeypatch):
+    import subprocess
+    import sys
+
+    from support.aws import REPO, fake_env
+
+    env = {**fake_env(), "PATH": "/usr/bin:/bin", "AWS_EC2_METADATA_DISABLED": "true"}
+    env["AWS_ENDPOINT_URL"] = "http://127.0.0.1:9"  # nothing listens: a call would fail, not leak
+    proc = subprocess.run(
+        [sys.executable, "-m", "launcher", "capacity", str(REPO / "recipes/qwen3-30b-a3b/h200/attune-tp1-pp1-ep8-mt16k.yaml"),
+         "--cluster", "aws", "--buy", "cb-0cheap000000000a"],
+        capture_output=True, text=True, cwd=REPO, env=env, stdin=subprocess.DEVNULL, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert "nothing was bought" in proc.stderr and "Traceback" not in proc.stderr
+    assert "buying" not in proc.stderr

@@ -178,6 +178,24 @@ def test_a_cluster_that_is_not_the_recipes_is_refused_before_training(
     assert_cluster_intact(cluster)
 
 
+def test_the_jobs_own_environment_cannot_vouch_for_the_image(cluster, tmp_path):
+    """Issue 19: the job's runtime env said the recipe's digest (here through the profile's env;
+    a recipe's env may not set it at all), the nodes say another: the nodes are believed."""
+    raw = four_node_raw()
+    raw["stack"]["image"].update(digest=SEED_DIGEST)
+    recipe, profile = setup_run(tmp_path, raw, REPRODUCE_IMAGE_DIGEST=SEED_DIGEST)
+    runs = tmp_path / "runs"
+    res = cluster.cli(str(recipe), "--cluster", str(profile), "--runs-dir", str(runs))
+    rd = run_dir_of(runs)
+    assert res.returncode == 3, res.stderr
+    assert f"runs image {DIGEST}, but the recipe pins {SEED_DIGEST}" in res.stderr, res.stderr
+    image = json.loads((rd / "image.json").read_text())
+    assert image["ok"] is False and {n["digest"] for n in image["nodes"]} == {DIGEST}
+    stages = json.loads((rd / "timeline.json").read_text())["stages"]
+    assert "train" not in [s["name"] for s in stages]
+    assert_cluster_intact(cluster)
+
+
 def test_cancel_from_run_json_stops_the_job_not_the_cluster(cluster, tmp_path):
     recipe, profile = setup_run(tmp_path, one_node_raw(), STANDIN_SLEEP_S="3")
     runs = tmp_path / "runs"
