@@ -4,7 +4,7 @@ that are not miles' at all.
 Every fixture is written here from the formats as their source code prints them (no copied
 logs): slime/miles `logger.info(f"perf {rollout_id}: {log_dict}")` under the logging format
 `[%(asctime)s] %(filename)s:%(lineno)d - %(message)s` (with or without milliseconds and a process
-name), older slime's `print(f"perf {rollout_id}: {log_dict}")` with `perf/total_train_loop_time`,
+name), slime v0.1.0's `print(f"perf {rollout_id}: {log_dict}")` with `perf/total_train_time`,
 a dict logged with no marker, dicts pretty-printed over several lines (pprint, json indent=2),
 Ray's actor prefixes, ANSI colours, `[repeated Nx across cluster]`, CRLF line ends, and
 Megatron's `_print_args` listing. Each is read by the file reader and the line reader alike.
@@ -79,15 +79,27 @@ def test_marker_lines_with_and_without_ray_prefix_colours_and_milliseconds(tmp_p
     assert stats.coarse_stamps == 1 and stats.unparseable == 0  # step 1 is stamped to the second
 
 
-def test_older_slime_printed_perf_without_logging_prefix_and_total_train_loop_time(tmp_path):
+def test_slime_v010_printed_perf_without_logging_prefix_and_total_train_time(tmp_path):
+    # slime v0.1.0, slime/backends/megatron_utils/data.py:377: print(f"perf {rollout_id}: ...")
+    # with perf/total_train_time = train_wait_time + train_time (renamed perf/step_time later).
     lines = []
     for n in range(3):
-        d = {"perf/train_wait_time": 0.5, "perf/train_loop_time": 18.5}
-        d["perf/total_train_loop_time"] = 19.0
+        d = {"perf/train_wait_time": 0.5, "perf/train_time": 18.5, "perf/actor_train_time": 18.4}
+        d["perf/total_train_time"] = 19.0
         d["perf/wait_time_ratio"] = 0.5 / 19.0
         lines += [f"step {n}: {step(n)}", f"perf {n}: {d}"]
-    records, _ = both_readers(tmp_path, lines)
+    records, stats = both_readers(tmp_path, lines)
     assert [r.step_time for r in records] == [19.0, 19.0, 19.0]
+    assert stats.coarse_stamps == 0 and stats.no_step_time == 0
+
+
+def test_a_step_time_key_no_version_printed_is_not_taken_without_its_parts(tmp_path):
+    # `perf/total_train_loop_time` was never printed by miles or slime: not a step time.
+    d = {"perf/train_wait_time": 0.5, "perf/actor_train_time": 18.4}
+    d["perf/total_train_loop_time"] = 19.0
+    records, stats = both_readers(tmp_path, [f"step 0: {step(0)}", f"perf 0: {d}"])
+    assert records[0].step_time is None
+    assert stats.no_step_time == 1 and "no step time" in stats.half_read_examples[0]
 
 
 def test_a_dict_logged_without_a_marker_takes_its_step_from_a_field(tmp_path):

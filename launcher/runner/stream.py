@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import IO, Any, TypeVar
 
 from launcher.errors import BadInput, InfraError
-from launcher.parse.lines import last_step_time
+from launcher.parse.shapes import last_step_time
 from launcher.parse.miles import last_step
 from launcher.rundir import TRAIN_STAGE, RunDir, RunDirUnwritable, Timeline
 from launcher.runner.execution import Execution
