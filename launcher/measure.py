@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypeGuard
 
@@ -20,6 +20,7 @@ from launcher import catalog
 from launcher.catalog import Price
 from launcher.errors import BadInput
 from launcher.evidence import Evidence, gather
+from launcher.failures import Findings, find
 from launcher.parse.records import ParseStats, StepRecord
 from launcher.recipe import Recipe
 
@@ -70,6 +71,8 @@ class Result:
     parse_stats: dict | None = None
     measured: str | None = None
     evidence: Evidence = field(default_factory=Evidence)
+    findings: Findings = field(default_factory=Findings)  # launcher/failures.py: fail closed
+    noise_band_percent: float | None = None  # 2 x CV / sqrt(n): a difference inside is noise
     unreadable: str | None = (
         None  # why the log could not be read as miles' (then nothing is judged)
     )
@@ -130,6 +133,8 @@ class Result:
                 "nan_loss_steps": self.nan_loss_steps,
                 "cross_checks": self.cross_checks,
                 "evidence": self.evidence.to_dict(),
+                "findings": asdict(self.findings),
+                "noise_band_percent": self.noise_band_percent,
                 "unreadable": self.unreadable,
                 "notes": self.notes,
                 "parse": self.parse_stats,
@@ -158,6 +163,8 @@ class Result:
             "mean_step_time_s": self.mean_step_time_s,
             "cross_checks": self.cross_checks,
             "evidence": self.evidence.to_dict(),
+            "findings": asdict(self.findings),
+            "noise_band_percent": self.noise_band_percent,
             "unreadable": self.unreadable,
             "notes": self.notes,
             "parse": self.parse_stats,
@@ -435,6 +442,8 @@ def measure(
         )
 
     steps_expected = claim.get("steps_per_run")
+    expected = steps_expected if isinstance(steps_expected, int) else None
+    noise = 2.0 * cv / math.sqrt(len(times)) if cv is not None and len(times) > 1 else None
     return Result(
         tokens_per_s_per_gpu=tps,
         step_time_cv_percent=cv,
@@ -445,7 +454,7 @@ def measure(
         tokens_per_step=tokens_per_step,
         gpus=gpus,
         steps_parsed=len(steps),
-        steps_expected=steps_expected if isinstance(steps_expected, int) else None,
+        steps_expected=expected,
         last_step=steps[-1] if steps else None,
         window_steps_present=present,
         missing_window_steps=missing,
@@ -468,6 +477,8 @@ def measure(
         parse_stats=parse_stats.to_dict() if parse_stats else None,
         measured=measured,
         evidence=evidence,
+        findings=find(recs, parse_stats, expected),
+        noise_band_percent=noise,
         unreadable=unreadable(recs, parse_stats, failed),
     )
 
@@ -482,9 +493,14 @@ def unreadable(
         return None
     if not recs and not stats.recognised:
         what = "no line of it was recognised"
-    elif recs and stats.train_perf_lines == 0 and all(r.step_time is None for r in recs.values()):
+    elif recs and all(r.step_time is None for r in recs.values()) and (
+        stats.train_perf_lines == 0 or stats.no_step_time
+    ):
+        half = "; ".join(stats.half_read_examples[:2])
         what = (
-            f"its {len(recs)} step(s) carry no step time (no train `perf` dict with perf/step_time)"
+            f"its {len(recs)} step(s) carry no step time (no train `perf` dict with a step time "
+            "this launcher knows: perf/step_time, perf/total_train_time, or perf/train_wait_time "
+            "+ perf/train_time)" + (f": {half}" if half else "")
         )
     else:
         return None

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from launcher.errors import BadInput
+from launcher.failures import FROZEN_LOSS_STEPS
 
 if TYPE_CHECKING:
     from launcher.measure import Result
@@ -59,6 +60,43 @@ class Tolerance:
         }
 
 
+# The verdict's rules as one named, versioned policy, recorded in every verdict.json and
+# result.yaml (docs/measurement.md, "The policy"). A change to any rule or default below is a
+# new version, so two verdicts are comparable exactly when their policies are.
+POLICY_NAME = "reproduce-default"
+POLICY_VERSION = 1
+POLICY_RULES = (
+    "unreadable: nothing in the log is miles', or no step carries a step time it knows",
+    "failed: the log shows training failing (NaN/inf loss, grad norm or step time, a loss frozen "
+    f"for {FROZEN_LOSS_STEPS} steps, a skipped optimizer step, an error after which no step "
+    "came, a failed stage, no window step with a step time)",
+    "mismatch: the log is not evidence of this recipe, disagrees with itself, or holds metric "
+    "lines the parser only half understood",
+    "incomplete: window steps missing, the run ended early or was cut, or an error mid-run",
+    "unstable: step-time CV above max(cv_factor x the recipe's CV, cv_floor_percent)",
+    "slower / faster / reproduced: tokens/s per GPU over the window against the claim, "
+    "outside or inside the tolerance",
+)
+
+
+def policy(tolerance: Tolerance | None = None) -> dict:
+    """The policy a verdict was judged under, as recorded beside it; options that differ from
+    the policy's defaults are listed under `overridden`."""
+    tolerance = tolerance if tolerance is not None else Tolerance()
+    default = Tolerance().to_dict()
+    given = tolerance.to_dict()
+    return {
+        "name": POLICY_NAME,
+        "version": POLICY_VERSION,
+        "tolerance": given,
+        "overridden": sorted(k for k in given if given[k] != default[k]),
+        "frozen_loss_steps": FROZEN_LOSS_STEPS,
+        "window": "the recipe's result.window, every step of it required",
+        "noise_band": "2 x step-time CV / sqrt(window steps), percent",
+        "rules": list(POLICY_RULES),
+    }
+
+
 @dataclass
 class Verdict:
     status: str
@@ -67,6 +105,12 @@ class Verdict:
     claimed: dict = field(default_factory=dict)
     measured: dict = field(default_factory=dict)
     tolerance: Tolerance = field(default_factory=Tolerance)
+    noise_band_percent: float | None = None
+    error: str | None = None  # the log line of the error that ended training, when there is one
+
+    @property
+    def policy(self) -> dict:
+        return policy(self.tolerance)
 
     @property
     def reproduced(self) -> bool:
@@ -80,6 +124,9 @@ class Verdict:
             "claimed": self.claimed,
             "measured": self.measured,
             "tolerance": self.tolerance.to_dict(),
+            "policy": self.policy,
+            "noise_band_percent": self.noise_band_percent,
+            "error": self.error,
         }
 
 
@@ -123,8 +170,8 @@ def judge(result: Result, recipe: Recipe, *, tolerance: Tolerance | None = None)
 
     failed: list[str] = []
     incomplete: list[str] = []
-    if result.steps_parsed == 0:
-        failed.append("no training step found in the log")
+    if result.steps_parsed == 0:  # shown as a failure only where the log shows one (below)
+        incomplete.append("no training step found in the log: the run ended before its first")
     if result.nan_loss_steps:
         failed.append(f"NaN/inf loss at step(s) {_steps(result.nan_loss_steps)}")
     if result.nan_step_time_steps:
@@ -132,7 +179,10 @@ def judge(result: Result, recipe: Recipe, *, tolerance: Tolerance | None = None)
     if result.failed_stages:
         failed.append(f"run stage(s) failed: {', '.join(result.failed_stages)}")
     if result.steps_parsed and not result.window_steps_present:
-        failed.append("no step of the window has a step time")
+        incomplete.append("no step of the window has a step time")
+    findings = result.findings
+    failed += findings.failed
+    incomplete += findings.incomplete
 
     if result.missing_window_steps:
         n, total = len(result.missing_window_steps), result.window[1] - result.window[0] + 1
@@ -154,8 +204,9 @@ def judge(result: Result, recipe: Recipe, *, tolerance: Tolerance | None = None)
     if stats.get("truncated"):
         incomplete.append("the log's last line is cut mid-record (the run was killed)")
 
-    mismatch = [d.detail for d in result.evidence.disagreements]
+    mismatch = [d.detail for d in result.evidence.disagreements] + findings.half_read
     not_checked = [f"not checked: {n}" for n in result.evidence.not_checked]
+    not_checked += [f"note: {n}" for n in findings.notes]
     reasons = failed + mismatch + incomplete
     unstable = None
     cv = result.step_time_cv_percent
@@ -172,8 +223,11 @@ def judge(result: Result, recipe: Recipe, *, tolerance: Tolerance | None = None)
             reasons.append(unstable)
 
     speed = None
-    if mismatch:
-        diff = None  # the figure is of another run: no difference from this claim is stated
+    if failed or mismatch or incomplete:
+        # Training failed, stopped, or the figure is of another run: no difference from the
+        # claim is stated, and no in-band reason is listed.
+        diff = None
+    noise = result.noise_band_percent
     if diff is not None:
         against = (
             f"tokens/s per GPU {result.tokens_per_s_per_gpu:.2f} is {diff:+.2f}% "
@@ -188,6 +242,11 @@ def judge(result: Result, recipe: Recipe, *, tolerance: Tolerance | None = None)
             reasons.append(f"{against} (tolerance +{faster:g}%): faster than claimed")
         else:
             reasons.append(f"{against}, within -{slower:g}% / +{faster:g}%")
+        if noise is not None:
+            reasons.append(
+                f"noise band of this run: +-{noise:.2f}% (2 x step-time CV / sqrt of "
+                f"{len(result.window_steps_present)} steps); a difference inside it is noise"
+            )
 
     if failed:
         status = "failed"
@@ -200,11 +259,14 @@ def judge(result: Result, recipe: Recipe, *, tolerance: Tolerance | None = None)
     elif speed:
         status = speed
     elif diff is None:
-        status = "failed"
+        status = "incomplete"
         reasons.append("no throughput could be computed")
     else:
         status = "reproduced"
-    return Verdict(status, diff, reasons + not_checked, claimed, measured, tolerance)
+    error = findings.error if status in ("failed", "incomplete") else None
+    return Verdict(
+        status, diff, reasons + not_checked, claimed, measured, tolerance, noise, error
+    )
 
 
 def _steps(steps: list[int], limit: int = 12) -> str:
