@@ -205,7 +205,9 @@ def write_outputs(
     if convergence is not None:
         _write_json(out / "convergence.json", convergence.to_dict())
     write_steps_jsonl(out / "steps.jsonl", records)
-    (out / "result.yaml").write_text(yaml.safe_dump(result.to_result_yaml(), sort_keys=False))
+    data = result.to_result_yaml()
+    data["provenance"]["policy"] = verdict.policy  # the rules the figures were judged under
+    (out / "result.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
     _write_json(out / "verdict.json", verdict.to_dict())
     write_report(out, result, verdict, recipe, records, convergence, plots=plots)
 
