@@ -33,6 +33,7 @@ import yaml
 from launcher import report
 from launcher.convergence import check, loss_curve
 from launcher.errors import BadInput
+from launcher.gate import LogEvidence, assess
 from launcher.measure import Result, measure, measured_date
 from launcher.parse.miles import ParseStats, StepRecord, parse_path
 from launcher.recipe import Recipe, load_recipe
@@ -82,6 +83,21 @@ def load_records(path: Path) -> tuple[list[StepRecord], ParseStats | None]:
         with open(path / "steps.jsonl") as fh:
             return [StepRecord.from_dict(json.loads(line)) for line in fh if line.strip()], None
     raise BadInput(f"run directory {path} holds neither {TRAIN_LOG} nor steps.jsonl.")
+
+
+def read_log(path: Path) -> LogEvidence:
+    """A log file or a run directory read once, through the gate (launcher/gate.py): what
+    `compare` and a `--reference` use, so they see what `measure` sees."""
+    records, stats = load_records(path)
+    return assess(Path(path), records, stats, recipe_identity(Path(path)))
+
+
+def reference_curve(path: Path) -> dict[int, float]:
+    """The loss curve of a reference run; BadInput when the gate does not pass its log."""
+    ref = read_log(path)
+    if not ref.sound:
+        raise BadInput(f"reference {path}: " + "; ".join(ref.problems()))
+    return loss_curve(ref.records)
 
 
 def read_timeline(path: Path) -> dict:
@@ -241,7 +257,7 @@ def measure_run_dir(
     )
     convergence = None
     if reference is not None:
-        convergence = check(loss_curve(records), loss_curve(load_records(reference)[0]))
+        convergence = check(loss_curve(records), reference_curve(reference))
     target = out_dir(out) if out is not None else run_dir
     write_outputs(target, result, verdict, recipe, records, convergence, plots=write_plots)
     if target == run_dir:

@@ -70,9 +70,7 @@ def find(
     if stats is None:
         return out
     if stats.skipped_optimizer_steps:
-        line = next(
-            (s["line"] for s in stats.signals if s["kind"] == "skipped optimizer step"), ""
-        )
+        line = next((s["line"] for s in stats.signals if s["kind"] == "skipped optimizer step"), "")
         rollouts = sorted(set(stats.skipped_rollouts))
         out.failed.append(
             f"miles skipped {stats.skipped_optimizer_steps} optimizer step(s) (valid_step=false"

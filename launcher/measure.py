@@ -493,8 +493,10 @@ def unreadable(
         return None
     if not recs and not stats.recognised:
         what = "no line of it was recognised"
-    elif recs and all(r.step_time is None for r in recs.values()) and (
-        stats.train_perf_lines == 0 or stats.no_step_time
+    elif (
+        recs
+        and all(r.step_time is None for r in recs.values())
+        and (stats.train_perf_lines == 0 or stats.no_step_time)
     ):
         half = "; ".join(stats.half_read_examples[:2])
         what = (

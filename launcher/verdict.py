@@ -264,9 +264,7 @@ def judge(result: Result, recipe: Recipe, *, tolerance: Tolerance | None = None)
     else:
         status = "reproduced"
     error = findings.error if status in ("failed", "incomplete") else None
-    return Verdict(
-        status, diff, reasons + not_checked, claimed, measured, tolerance, noise, error
-    )
+    return Verdict(status, diff, reasons + not_checked, claimed, measured, tolerance, noise, error)
 
 
 def _steps(steps: list[int], limit: int = 12) -> str:

@@ -146,8 +146,7 @@ def test_a_window_step_without_its_loss_line_is_never_reproduced():
     raw = seed_raw()
     t = step_times_for_tps(CLAIM)
     recs = [
-        StepRecord(step=s, loss=(None if s == 7 else 1.0 / (s + 1)), step_time=t)
-        for s in range(20)
+        StepRecord(step=s, loss=(None if s == 7 else 1.0 / (s + 1)), step_time=t) for s in range(20)
     ]
     v = judge(measure(recs, as_recipe(raw)), as_recipe(raw))
     assert v.status == "incomplete"

@@ -247,7 +247,7 @@ class MilesLogParser:
             stats.metric_lines += 1
             stats.role_step_lines += 1
             return []
-        if not (kind == "step" or is_train_perf(payload)):  # the RolloutManager's perf line, a `rollout N:` line: only checked whole
+        if not (kind == "step" or is_train_perf(payload)):  # the RolloutManager's, `rollout N:`
             if not payload.rstrip().endswith("}"):
                 self._bad(line, last)
                 return []

@@ -103,8 +103,11 @@ SIGNAL_BYTES: tuple[bytes, ...] = tuple(s.encode() for s, _ in SIGNALS)
 
 def maybe_signal(line: str) -> bool:
     """A cheap test (four substrings) that a line may be a failure line; `signal` decides."""
-    return "rror" in line or "Traceback (" in line or "valid_step=false" in line or (
-        "out of memory" in line
+    return (
+        "rror" in line
+        or "Traceback (" in line
+        or "valid_step=false" in line
+        or ("out of memory" in line)
     )
 
 

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import IO, Any, TypeVar
 
 from launcher.errors import BadInput, InfraError
-from launcher.parse.shapes import last_step_time
 from launcher.parse.miles import last_step
+from launcher.parse.shapes import last_step_time
 from launcher.rundir import TRAIN_STAGE, RunDir, RunDirUnwritable, Timeline
 from launcher.runner.execution import Execution
 from launcher.runner.protocol import parse_marker, progress_in
