@@ -14,7 +14,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from launcher.history import Assessment, RunRow, assess
+from launcher.history import JUDGED_VERDICTS, Assessment, RunRow, assess
 from launcher.pages import svg
 from launcher.pages.html import (
     Status,
@@ -220,7 +220,9 @@ def _charts(rows: Sequence[RunRow], judged: Sequence[Assessment], card: Mapping[
         ("mfu", "MFU", 4, ""),
         ("usd_per_million_tokens", "$ / 1M tokens", 3, "$"),
     ):
-        values = [number(getattr(r, key)) for r in rows]
+        # Only a judged run's figure is a point of the trend; a failed, incomplete or mismatched
+        # run is the cross on the axis, whatever figure its log gave (issue 20).
+        values = [number(getattr(r, key)) if r.verdict in JUDGED_VERDICTS else None for r in rows]
         titles = [
             f"{r.run_id} ({day(r.started_at)} UTC, {r.cluster_name or '?'}): "
             + (
