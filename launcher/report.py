@@ -381,6 +381,8 @@ def trend_lines(assessment: Assessment) -> list[str]:
         )
     if assessment.regression:
         verdict = "REGRESSION"
+    elif assessment.suspect:
+        verdict = "SUSPECT (a first miss: a regression when the next judged run misses too)"
     else:
         verdict = "no regression" if assessment.judged else "not judged"
     return [

@@ -161,9 +161,11 @@ def render_history_page(
 
 
 def regression_badge(a: Assessment) -> str:
-    """A short mark for tables: REGRESSION, no, or n/a (not judged)."""
+    """A short mark for tables: REGRESSION, suspect, no, or n/a (not judged)."""
     if a.regression:
         return badge("regression")
+    if a.suspect:  # one miss: flagged, a regression only when the next judged run misses too
+        return badge("suspect")
     if not a.judged:
         return '<span class="dim">n/a</span>'
     s = NO_REGRESSION
