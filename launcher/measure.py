@@ -21,6 +21,7 @@ from launcher.catalog import Price
 from launcher.errors import BadInput
 from launcher.evidence import Evidence, gather
 from launcher.failures import Findings, find
+from launcher.flops import MEGATRON_SOURCE, per_token
 from launcher.parse.records import ParseStats, StepRecord
 from launcher.recipe import Recipe
 
@@ -73,6 +74,10 @@ class Result:
     evidence: Evidence = field(default_factory=Evidence)
     findings: Findings = field(default_factory=Findings)  # launcher/failures.py: fail closed
     noise_band_percent: float | None = None  # 2 x CV / sqrt(n): a difference inside is noise
+    # Megatron-LM's own FLOP count for the same run (launcher/flops.py), beside the recipe's MFU.
+    megatron_flops_per_token: float | None = None
+    megatron_mfu: float | None = None
+    megatron_note: str | None = None  # why there is no Megatron figure
     unreadable: str | None = (
         None  # why the log could not be read as miles' (then nothing is judged)
     )
@@ -91,6 +96,16 @@ class Result:
                 or "no MFU: no throughput"
             )
         return f"{MFU_FORMULA}; peak {self.peak_flops / 1e12:g} TFLOP/s ({self.peak_source})"
+
+    def megatron(self) -> dict:
+        """Megatron's count of the same run, named as such (never the recipe's `mfu`)."""
+        return {
+            "mfu": self.megatron_mfu,
+            "flops_per_token": self.megatron_flops_per_token,
+            "formula": f"{MEGATRON_SOURCE}; x tokens/s per GPU / the same peak",
+            "recipe_flops_per_token": 6.0 * self.active_params if self.active_params else None,
+            "not_computed": self.megatron_note,
+        }
 
     def to_result_yaml(self) -> dict:
         """The recipe's `result` block shape (same keys, same rounding), plus provenance."""
@@ -135,6 +150,7 @@ class Result:
                 "evidence": self.evidence.to_dict(),
                 "findings": asdict(self.findings),
                 "noise_band_percent": self.noise_band_percent,
+                "megatron_flops": self.megatron(),
                 "unreadable": self.unreadable,
                 "notes": self.notes,
                 "parse": self.parse_stats,
@@ -165,6 +181,7 @@ class Result:
             "evidence": self.evidence.to_dict(),
             "findings": asdict(self.findings),
             "noise_band_percent": self.noise_band_percent,
+            "megatron_flops": self.megatron(),
             "unreadable": self.unreadable,
             "notes": self.notes,
             "parse": self.parse_stats,
@@ -431,6 +448,14 @@ def measure(
         )
 
     evidence = gather(raw, recs, present, parse_stats)
+    megatron = per_token(
+        parse_stats.arguments if parse_stats else {}, int(_require(raw, "workload", "row_tokens"))
+    )
+    megatron_mfu = (
+        megatron.flops_per_token * tps / peak
+        if megatron.flops_per_token is not None and tps is not None and peak
+        else None
+    )
 
     gpu_hours = None
     gpu_hours_source = "no run timeline: no GPU-hours"
@@ -479,6 +504,9 @@ def measure(
         evidence=evidence,
         findings=find(recs, parse_stats, expected),
         noise_band_percent=noise,
+        megatron_flops_per_token=megatron.flops_per_token,
+        megatron_mfu=megatron_mfu,
+        megatron_note=megatron.reason,
         unreadable=unreadable(recs, parse_stats, failed),
     )
 

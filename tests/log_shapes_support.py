@@ -97,11 +97,18 @@ def _arguments() -> list[str]:
     spec.loader.exec_module(module)
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        module.print_arguments(recipe_argv(seed_raw(), 20))
+        module.print_arguments(recipe_argv(seed_raw(), 20) + QWEN3_30B_A3B)
     return out.getvalue().splitlines()
 
 
 _ARGS: list[str] = []
+# The model flags the seed's run block passes (miles' model_args_utils.py qwen3-30B-A3B; the same
+# as slime's scripts/models/qwen3-30B-A3B.sh), as the real listing prints them with the rest.
+QWEN3_30B_A3B = (
+    "--num-layers 48 --hidden-size 2048 --ffn-hidden-size 6144 --num-attention-heads 32 "
+    "--group-query-attention --num-query-groups 4 --kv-channels 128 --swiglu "
+    "--vocab-size 151936 --moe-ffn-hidden-size 768 --moe-router-topk 8 --num-experts 128"
+).split()
 
 
 def _perf(run: Run, s: int, wait: float, step_time: float) -> dict:
