@@ -1,0 +1,194 @@
+"""Property tests: logs built from a model of a run (tests/log_shapes_support.py's `Run`: every
+version's shape, steps, times, losses, NaNs, skipped optimizer steps, errors, replayed steps,
+missing keys, noise lines, a critic's steps), drawn at random, against the verdict's promises
+(docs/measurement.md, "Fail closed" and "One gate"):
+
+- never `reproduced` without every window step's evidence (judged on the model, not the parser);
+- never `failed` for a log that shows no failure;
+- `measure` and `compare` never disagree about readability or conflicts, and `compare` never
+  passes a log the gate does not pass.
+
+Bounded (max_examples, no deadline on a loaded 2-core machine) and without a database in the
+repository (database=None), so they run in CI in well under a minute.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import math
+import tempfile
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.configuration import set_hypothesis_home_dir
+from log_shapes_support import FIXTURES, Run, losses_of, render, times_of
+from measure_support import seed_recipe
+
+from launcher.commands.measure import run_compare
+from launcher.errors import BadInput
+from launcher.evaluate import measure_path, read_log
+from launcher.failures import FROZEN_LOSS_STEPS
+from launcher.parse.shapes import SHAPES
+
+# Hypothesis keeps a cache of constants under ./.hypothesis even without an example database:
+# point it at a temporary directory, so nothing is written into the repository.
+set_hypothesis_home_dir(tempfile.mkdtemp(prefix="reproduce-hypothesis-"))
+WINDOW = range(5, 20)
+STEPS_PER_RUN = 20
+SETTINGS = settings(
+    max_examples=40,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+
+@st.composite
+def runs(draw: st.DrawFn) -> Run:
+    # Each fault is drawn about one time in four, so whole runs are drawn too.
+    steps = draw(st.sampled_from([STEPS_PER_RUN] * 3) | st.integers(1, 22))
+    some_step = st.integers(0, steps + 1)
+    maybe = st.one_of(st.none(), st.none(), st.none(), some_step)
+    loss = st.floats(0.05, 5.0, allow_nan=False) | st.just(math.nan)
+    losses = draw(st.lists(loss, min_size=steps, max_size=steps))
+    if draw(st.booleans()):  # mostly realistic curves, sometimes anything (repeats, NaN)
+        losses = [round(2.0 / (s + 1) + 0.5, 6) for s in range(steps)]
+    steps_set = st.one_of(
+        st.just(set()), st.just(set()), st.sets(st.integers(0, steps - 1), max_size=3)
+    )
+    replay_steps = draw(steps_set)
+    return Run(
+        shape=draw(st.sampled_from([s.name for s in SHAPES])),
+        steps=steps,
+        times=draw(
+            st.lists(st.floats(5.0, 40.0), min_size=steps, max_size=steps)
+            | st.just([19.0 + 0.01 * (s % 3) for s in range(steps)])  # a steady run
+        ),
+        losses=losses,
+        print_args=draw(st.booleans()),
+        step_time_key=draw(st.none() | st.just("perf/iteration_time")),
+        no_step_time=draw(steps_set),
+        no_perf=draw(steps_set),
+        nan_grad_from=draw(maybe),
+        skip_from=draw(maybe),
+        error_at=draw(maybe),
+        error=draw(st.sampled_from(["oom", "illegal", "exception"])),
+        replay={s: draw(st.sampled_from([losses[s], 0.123456])) for s in replay_steps},
+        critic=draw(st.booleans()),
+        noise=draw(st.integers(0, 2)),
+    )
+
+
+def ran(run: Run) -> int:
+    """How many steps the log holds."""
+    return run.steps if run.error_at is None else min(run.steps, run.error_at)
+
+
+def errs(run: Run) -> bool:
+    """Whether the model prints its error (before step error_at's lines, if it is reached)."""
+    return run.error_at is not None and run.error_at < run.steps
+
+
+def frozen(losses: list[float]) -> bool:
+    count = 1
+    for a, b in zip(losses, losses[1:], strict=False):
+        count = count + 1 if a == b and math.isfinite(a) else 1
+        if count >= FROZEN_LOSS_STEPS:
+            return True
+    return False
+
+
+def shows_failure(run: Run) -> bool:
+    """What the model puts in the log that says training failed."""
+    n = ran(run)
+    losses = losses_of(run)[:n]
+    if run.skip_from is not None and run.skip_from < n:
+        return True
+    return (
+        errs(run)
+        or (run.nan_grad_from is not None and run.nan_grad_from < n)
+        or any(not math.isfinite(x) for x in losses)
+        or any(not math.isfinite(run.replay[s]) for s in run.replay if s < n)
+        or frozen(losses)
+    )
+
+
+def whole(run: Run) -> bool:
+    """Every window step's evidence is in the log, once, with nothing that says otherwise."""
+    n = ran(run)
+    losses = losses_of(run)
+    return (
+        run.steps == STEPS_PER_RUN
+        and n == STEPS_PER_RUN
+        and not shows_failure(run)
+        and not run.no_step_time
+        and not (set(WINDOW) & run.no_perf)
+        and all(run.replay[s] == losses[s] for s in run.replay)
+    )
+
+
+def judge(run: Run) -> tuple[str, object, int | None]:
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Path(tmp) / "train.log"
+        log.write_text(render(run))
+        _, verdict = measure_path(log, seed_recipe())
+        gate = read_log(log)
+        out = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(out):
+                code: int | None = run_compare(log, FIXTURES / "miles-v0.1.0.log")
+        except BadInput:
+            code = None  # exit 2
+        return verdict.status, (verdict, gate), code
+
+
+@SETTINGS
+@given(runs())
+def test_never_reproduced_without_every_window_steps_evidence(run):
+    status, _, _ = judge(run)
+    if status == "reproduced":
+        assert whole(run), run
+
+
+@SETTINGS
+@given(runs())
+def test_never_failed_for_a_log_that_shows_no_failure(run):
+    status, (verdict, _), _ = judge(run)
+    if status == "failed":
+        assert shows_failure(run), (run, verdict.reasons)
+
+
+@SETTINGS
+@given(runs())
+def test_measure_and_compare_agree_about_readability_and_conflicts(run):
+    status, (verdict, gate), code = judge(run)
+    assert (status == "unreadable") == (gate.unreadable is not None), verdict.reasons
+    if status == "unreadable":
+        assert code is None  # compare: exit 2, as measure
+    one_value = [r for r in verdict.reasons if "two lines give" in r or "disagreeing" in r]
+    assert bool(one_value) == bool(gate.conflicts), (verdict.reasons, gate.conflicts)
+    if not gate.sound:
+        assert code != 0  # compare never passes what the gate does not pass
+        assert status not in ("reproduced", "slower", "faster", "unstable")
+
+
+def test_the_model_is_drawn_widely_enough():
+    # The strategies reach every shape and both sides of each invariant (not a vacuous test).
+    seen: dict[str, set] = {"shape": set(), "status": set()}
+
+    @settings(max_examples=60, deadline=None, database=None)
+    @given(runs())
+    def probe(run):
+        seen["shape"].add(run.shape)
+        seen["status"].add(judge(run)[0])
+
+    probe()
+    assert seen["shape"] == {s.name for s in SHAPES}
+    assert {"reproduced", "failed", "mismatch", "incomplete"} <= seen["status"]
+
+
+def test_times_of_a_drawn_run_are_the_ones_rendered():
+    run = Run(steps=3, times=[10.0, 11.0, 12.0])
+    assert times_of(run) == [10.0, 11.0, 12.0]
