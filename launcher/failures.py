@@ -8,8 +8,8 @@ them in the Result and launcher/verdict.py turns them into the status. Pure: no 
 
 - failed: a NaN or infinite loss or grad norm; a loss frozen (the same value) for
   FROZEN_LOSS_STEPS consecutive steps; an optimizer step miles skipped (`ft op=train_step ...
-  valid_step=false`); an exception, OOM, CUDA or NCCL error after which no step was logged
-  (training stopped there).
+  valid_step=false`); an exception (its traceback), an OOM or a CUDA error after which no step
+  was logged (training stopped there).
 - incomplete: such an error after which the run went on (its window is not one undisturbed run).
 - a note only: an error printed after the recipe's last step (shutdown).
 - half read (the verdict's `mismatch`): metric lines that did not parse, a train perf dict with

@@ -237,3 +237,31 @@ def test_the_standin_prints_the_listing_as_megatron_does(tmp_path):
     text = log.read_text()
     assert "  global_batch_size ............................... 128\n" in text
     assert seed_raw()["workload"]["global_batch"] == 128
+
+
+def test_failure_lines_are_kept_with_their_step_by_both_readers(tmp_path):
+    lines = []
+    for n in range(6):
+        lines += [f"{ACTOR}{stamp(n * 19)} log_utils.py:542 - step {n}: {step(n)}"]
+        lines += [f"{ACTOR}{stamp(n * 19)} train_metric_utils.py:56 - perf {n}: {perf(n)}"]
+        valid = "false" if n >= 4 else "true"
+        lines.append(
+            f"{ACTOR}{stamp(n * 19)} model.py:636 - ft op=train_step rollout={n} step=0 "
+            f"attempt=0 outcome=NORMAL valid_step={valid}"
+        )
+    lines += [
+        f"{ACTOR}Traceback (most recent call last):",
+        f'{ACTOR}  File "/root/miles/train.py", line 92, in <module>',
+        f"{ACTOR}torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 7.50 GiB.",
+        "an error-free line that only mentions an error",
+    ]
+    _, stats = both_readers(tmp_path, lines)
+    assert stats.skipped_optimizer_steps == 2 and stats.skipped_rollouts == [4, 5]
+    kinds = [(s["kind"], s["after_step"]) for s in stats.signals]
+    assert kinds == [
+        ("skipped optimizer step", 4),
+        ("skipped optimizer step", 5),
+        ("exception", 5),
+        ("out of memory", 5),
+    ]
+    assert "OutOfMemoryError" in stats.signals[-1]["line"]

@@ -86,16 +86,17 @@ TRAIN_PERF_KEYS: tuple[str, ...] = ("perf/actor_train_time", *STEP_TIME_KEYS, WA
 PARTS_TOLERANCE = 1e-6
 
 # Lines that say training failed, and what each is. Searched as plain substrings (bytes.find in
-# the file reader): Python's traceback header, PyTorch's OOM exception and message, CUDA's and
-# NCCL's errors, miles' logfmt record of an optimizer step it skipped
+# the file reader): Python's traceback header, PyTorch's OOM message, CUDA's errors, miles' logfmt
+# record of an optimizer step it skipped
 # (miles/backends/megatron_utils/model.py:636 at v0.1.0: `ft op=train_step rollout=R step=S
 # attempt=A outcome=NAME valid_step=false`).
+# Four needles, each one pass of bytes.find over a chunk: PyTorch's OOM line says "CUDA out of
+# memory" (`torch.OutOfMemoryError: CUDA out of memory. Tried to allocate ...`), and an NCCL or
+# any other Python exception comes with its traceback header.
 SIGNALS: tuple[tuple[str, str], ...] = (
     ("Traceback (most recent call last)", "exception"),
-    ("OutOfMemoryError", "out of memory"),
-    ("CUDA out of memory", "out of memory"),
+    ("out of memory", "out of memory"),
     ("CUDA error", "CUDA error"),
-    ("NCCL error", "NCCL error"),
     ("valid_step=false", "skipped optimizer step"),
 )
 SIGNAL_BYTES: tuple[bytes, ...] = tuple(s.encode() for s, _ in SIGNALS)
