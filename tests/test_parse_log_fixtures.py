@@ -127,3 +127,29 @@ def test_two_bare_logs_with_different_printed_arguments_are_not_one_recipe(tmp_p
     same = cli("compare", FIXTURES / "step-time-print.log", FIXTURES / "miles-v0.1.0.log", "--json")
     assert same.returncode == 0
     assert "same printed arguments" in json.loads(same.stdout)["recipes"]["identity"]
+
+
+def test_the_standin_oom_is_failed_naming_the_exception_and_its_step(tmp_path):
+    from measure_support import run_standin
+
+    log = tmp_path / "train.log"
+    assert run_standin(log, 20, oom_at=12) == 1
+    _, verdict = measure_path(log, seed_recipe())
+    assert verdict.status == "failed" and verdict.difference_percent is None
+    assert verdict.error is not None and "OutOfMemoryError" in verdict.error
+    assert any("after step 11" in r for r in verdict.reasons)
+
+
+def test_a_reference_the_gate_does_not_pass_is_refused(tmp_path):
+    import shutil
+
+    from launcher.errors import BadInput
+    from launcher.evaluate import measure_run_dir
+
+    rd = tmp_path / "run"
+    (rd / "logs").mkdir(parents=True)
+    shutil.copyfile(FIXTURES / "miles-v0.1.0.log", rd / "logs" / "train.log")
+    with pytest.raises(BadInput, match="two lines give loss"):
+        measure_run_dir(
+            rd, seed_recipe(), write_plots=False, reference=FIXTURES / "replay-two-losses.log"
+        )
