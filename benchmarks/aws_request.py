@@ -26,8 +26,8 @@ sys.path.insert(0, str(REPO))
 
 def builder(runs: int) -> tuple[float, list[str]]:
     from launcher.clusters.aws import provisioning_calls
-    from launcher.profile import load_profile
-    from launcher.recipe import load_recipe
+    from launcher.inputs.profile import load_profile
+    from launcher.inputs.recipe import load_recipe
 
     leaked = sorted(
         {m.split(".")[0] for m in sys.modules if m.split(".")[0] in ("boto3", "botocore")}
@@ -58,8 +58,8 @@ def cycles(n: int) -> float:
     from moto import mock_aws
 
     from launcher.clusters.aws.cluster import AwsCluster
-    from launcher.profile import load_profile
-    from launcher.recipe import load_recipe
+    from launcher.inputs.profile import load_profile
+    from launcher.inputs.recipe import load_recipe
 
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))

@@ -11,7 +11,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from launcher.rundir import Timeline
+from launcher.records.rundir import Timeline
 from launcher.runner.stream import LogSplitter
 
 

@@ -83,7 +83,7 @@ def generate(path: Path, size_mb: int, dense: bool) -> int:
 
 
 def measure_child(path: str) -> dict:
-    from launcher.parse.miles import ParseStats, iter_file_lines, parse_lines, parse_path
+    from launcher.judge.parse.miles import ParseStats, iter_file_lines, parse_lines, parse_path
 
     stats = ParseStats()
     c0 = time.process_time()

@@ -1,6 +1,6 @@
 """Wall time to stage a run on N nodes over SSH (node.sh, the wrapper, the node programs of
 scripts/): one node after another, and all at once (launcher/runner/nodes.py `on_each`, what the
-runner does). Each "node" is a real sshd on 127.0.0.1 (tests/infra/sshd.py) with its own run dir.
+runner does). Each "node" is a real sshd on 127.0.0.1 (tests/support/sshd.py) with its own run dir.
 
 Usage: .venv/bin/python benchmarks/stage_nodes.py [--nodes 4] [--repeat 3]
 Run as root or a user sshd accepts (the test fixture's rules); loopback only.
@@ -22,9 +22,9 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from infra.sshd import SshServer  # noqa: E402
 
+from launcher.clusters import staging  # noqa: E402
 from launcher.clusters.base import Node  # noqa: E402
 from launcher.clusters.ssh import SSHSettings, SSHTransport  # noqa: E402
-from launcher.runner import staging  # noqa: E402
 from launcher.runner.nodes import on_each  # noqa: E402
 
 

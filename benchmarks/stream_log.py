@@ -17,7 +17,7 @@ from infra.sshd import SshServer  # noqa: E402
 
 from launcher.clusters.local import LocalTransport  # noqa: E402
 from launcher.clusters.ssh import SSHCluster  # noqa: E402
-from launcher.rundir import Timeline  # noqa: E402
+from launcher.records.rundir import Timeline  # noqa: E402
 from launcher.runner.stream import LogSplitter  # noqa: E402
 
 READ = 1 << 20

@@ -1,3 +1,3 @@
-from launcher.cli import main
+from launcher.commands.cli import main
 
 main()

@@ -26,6 +26,7 @@ if _HERE not in sys.path:
 import asset_spec  # noqa: E402 (after the sys.path line above)
 import asset_store  # noqa: E402
 import hf_hub  # noqa: E402
+import safe_io  # noqa: E402
 from asset_spec import describe, identity, store_key  # noqa: E402
 from asset_store import StoreError  # noqa: E402
 
@@ -51,7 +52,7 @@ class Throttled:
     """Progress of one asset's transfer: plain lines for a person reading the log (one per file
     every 15 s, and one at 100%), and, inside a node.sh stage (REPRODUCE_STAGE), the protocol's
     progress line for the launcher's live bar and ETA (bytes of the whole asset, about once a
-    second; launcher/runner/protocol.py). Called from several download threads at once."""
+    second; launcher/plan/protocol.py). Called from several download threads at once."""
 
     def __init__(
         self,
@@ -63,12 +64,14 @@ class Throttled:
         stage: str | None = None,
     ):
         self.label, self.log, self.every_s = label, log, every_s
+        # when each file's last line was shown; absent: never (so its first line always is; a
+        # start of 0.0 hid it on a node up for less than every_s: time.monotonic() counts from boot)
         self.last: dict[str, float] = {}
         self.started = time.monotonic()
         self.total = total  # the asset's bytes, when known before the first file
         self.stage = stage if stage is not None else os.environ.get("REPRODUCE_STAGE", "")
         self.files: dict[str, tuple[int, int]] = {}
-        self.line_at = 0.0
+        self.line_at: float | None = None  # the last progress line; None: none printed yet
         self.lock = threading.Lock()
 
     def __call__(self, name: str, done: int, total: int) -> None:
@@ -78,7 +81,8 @@ class Throttled:
             self.files[name] = (done, total)
             if self.stage:
                 self._progress_line(now)
-            if not finished and now - self.last.get(name, 0.0) < self.every_s:
+            last = self.last.get(name)
+            if not finished and last is not None and now - last < self.every_s:
                 return
             self.last[name] = now
             pct = f" ({100 * done / total:.0f}%)" if total > 0 else ""
@@ -88,7 +92,7 @@ class Throttled:
         done = sum(d for d, _ in self.files.values())
         seen = sum(max(t, 0) for _, t in self.files.values())
         total = max(self.total or 0, seen, done)
-        if done < total and now - self.line_at < 1.0:
+        if done < total and self.line_at is not None and now - self.line_at < 1.0:
             return
         self.line_at = now
         item = f"{self.label}: {len(self.files)} file(s)"
@@ -129,8 +133,9 @@ def cache_occupant(path: Path, want: dict[str, Any]) -> str | None:
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
+    """A small JSON object of ours (a marker, a plan); None when absent, unsafe or damaged."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(safe_io.read_text(path, owned=True))
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
@@ -158,9 +163,10 @@ def _cache_dir(asset: dict[str, Any], full: bool, threads: int) -> tuple[bool, s
 
 
 def _files_in(path: Path, files: dict[str, str]) -> bool:
-    return all(
-        (path / n).is_file() and asset_store.file_sha256(path / n) == h for n, h in files.items()
-    )
+    try:
+        return all(asset_store.file_sha256(path / n, owned=True) == h for n, h in files.items())
+    except OSError:  # absent, or not a regular file of ours
+        return False
 
 
 def _store_lists(store: asset_store.Store, key: str, want: dict[str, Any]) -> tuple[bool, str]:
@@ -172,6 +178,14 @@ def _store_lists(store: asset_store.Store, key: str, want: dict[str, Any]) -> tu
         return False, f"store {store.where(key)}: no manifest"
     if manifest.get("asset") != want:
         return False, f"store {store.where(key)}: holds {json.dumps(manifest.get('asset'))}"
+    pinned = want.get("parquet_sha256") if want.get("kind") == "rows" else None
+    listed = {e["path"]: e["sha256"] for e in manifest["files"]}
+    if pinned and listed.get("rows.parquet") != pinned:  # the recipe's pin, not the store's word
+        return (
+            False,
+            f"store {store.where(key)}: its rows.parquet has sha256 "
+            f"{listed.get('rows.parquet')}, the recipe pins {pinned}",
+        )
     return (
         True,
         f"store {store.where(key)} ({len(manifest['files'])} files, "
@@ -253,8 +267,14 @@ def _resolve_one(
     if kind == "rows":
         path = Path(asset["path"])
         want = asset.get("parquet_sha256")
-        if path.is_file():
-            got = asset_store.file_sha256(path)
+        if os.path.lexists(str(path)):
+            try:
+                got = asset_store.file_sha256(path, owned=True)
+            except OSError as err:
+                raise Failed(
+                    f"asset rows: {err}; remove it or set assets.sft_data elsewhere (nothing "
+                    "was overwritten)"
+                ) from None
             if want is None:
                 return done("cache", f"cache {path} (the recipe pins no parquet_sha256)")
             if got == want:

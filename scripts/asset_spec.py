@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A run's asset spec: what each asset is, where it is cached on the node, its key in the store.
 
-The launcher writes the spec (launcher/assets/spec.py, from the recipe and the profile) as JSON;
+The launcher writes the spec (launcher/plan/asset_spec.py, from the recipe and the profile) as JSON;
 the node programs (node_assets.py) and `reproduce prepare` read it through this module, so an
 asset's identity and its store key are defined here once. Never imports `launcher`.
 

@@ -12,6 +12,11 @@ is written LAST, so a key without a manifest is an unfinished upload. A cache di
 node has the same shape: the files and the same manifest, copied when the files were verified.
 The manifest (docs/assets.md) is one JSON object: `format`, `asset` (what it is: repo, commit,
 ...), `files` ([{path, bytes, sha256}], sorted), `total_bytes`, `created_at`, `origin`.
+
+Every file in a cache directory or a directory store is opened through safe_io.py: never through
+a symlink, written only into a fresh file that is then renamed into place, and, in our own cache,
+only when it is a regular file of ours (docs/architecture.md, "The trust boundary"). What is
+uploaded is hashed as it is read, so a store object never carries a sha256 its bytes do not have.
 """
 
 from __future__ import annotations
@@ -19,12 +24,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
+import stat
 import sys
 import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any, Callable  # typing's: subscripted at run time (python 3.8 hosts)
 
 _HERE = str(Path(__file__).resolve().parent)
@@ -32,14 +37,21 @@ if _HERE not in sys.path:
     sys.path.insert(0, _HERE)  # siblings import by name, also when loaded by path
 
 import hf_hub  # noqa: E402 (after the sys.path line above)
+import safe_io  # noqa: E402
+from store_base import (  # noqa: E402, F401 (re-exported: the store's one vocabulary)
+    FORMAT,
+    MANIFEST,
+    PART_BYTES,
+    Progress,
+    Store,
+    StoreError,
+    parse_manifest,
+    safe_path,
+)
 
-MANIFEST = ".reproduce-manifest.json"
-FORMAT = "reproduce-asset-manifest/1"
 CHUNK = 1 << 20
-PART_BYTES = 64 << 20  # multipart part size (S3 allows 5 MiB .. 5 GiB, at most 10,000 parts)
 SKIP_PARTS = (".partial", ".tmp")
 
-Progress = Callable[[str, int, int], None]  # (file path, bytes done, bytes total)
 Log = Callable[[str], None]
 
 
@@ -47,54 +59,37 @@ def _stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-class StoreError(Exception):
-    """The store cannot be read or written (exit 3), or holds something else (exit 1 via
-    `mismatch`)."""
-
-    def __init__(self, message: str, *, mismatch: bool = False):
-        super().__init__(message)
-        self.mismatch = mismatch
-
-
 # ------------------------------------------------------------------------------------------------
 # Hashing and manifests
 
 
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(CHUNK), b""):
-            h.update(chunk)
-    return h.hexdigest()
+def file_sha256(path: Path, *, owned: bool = False) -> str:
+    """sha256 of a regular file, never read through a symlink (OWNED: ours only)."""
+    return safe_io.sha256_of(path, owned=owned)
 
 
-def hash_files(root: Path, paths: Iterable[str], threads: int = 8) -> dict[str, str]:
+def hash_files(
+    root: Path, paths: Iterable[str], threads: int = 8, *, owned: bool = True
+) -> dict[str, str]:
     """sha256 of each ROOT/path, in parallel (hashlib releases the GIL on large buffers)."""
     paths = list(paths)
     with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
-        return dict(zip(paths, pool.map(lambda p: file_sha256(root / p), paths)))
-
-
-def safe_path(path: str) -> str:
-    """A manifest path, refused unless it stays inside its directory (a store can be tampered
-    with)."""
-    p = PurePosixPath(path)
-    if not path or p.is_absolute() or ".." in p.parts or "\\" in path or "\x00" in path:
-        raise StoreError(f"manifest path {path!r} leaves its directory", mismatch=True)
-    return p.as_posix()
+        return dict(zip(paths, pool.map(lambda p: file_sha256(root / p, owned=owned), paths)))
 
 
 def list_tree(root: Path) -> list[str]:
     """Every file under ROOT (relative, sorted), without our manifest, partial files or hf's
     .cache."""
     out = []
-    for path in sorted(root.rglob("*")):
-        rel = path.relative_to(root)
-        if rel.parts[0] in (MANIFEST, ".cache", ".reproduce-pending", ".reproduce-complete"):
-            continue
-        if path.is_file() and not path.name.endswith(SKIP_PARTS):
-            out.append(rel.as_posix())
-    return out
+    for dirpath, _dirnames, filenames in os.walk(str(root)):  # never into a symlinked directory
+        for name in filenames:
+            path = Path(dirpath) / name
+            rel = path.relative_to(root)
+            if rel.parts[0] in (MANIFEST, ".cache", ".reproduce-pending", ".reproduce-complete"):
+                continue
+            if stat.S_ISREG(os.lstat(str(path)).st_mode) and not name.endswith(SKIP_PARTS):
+                out.append(rel.as_posix())
+    return sorted(out)
 
 
 def make_manifest(
@@ -110,7 +105,9 @@ def make_manifest(
     names = sorted(files) if files is not None else list_tree(root)
     known = dict(known or {})
     known.update(hash_files(root, [n for n in names if n not in known], threads))
-    entries = [{"path": n, "bytes": (root / n).stat().st_size, "sha256": known[n]} for n in names]
+    entries = [
+        {"path": n, "bytes": os.lstat(str(root / n)).st_size, "sha256": known[n]} for n in names
+    ]
     return {
         "format": FORMAT,
         "asset": asset,
@@ -121,44 +118,21 @@ def make_manifest(
     }
 
 
-def parse_manifest(text: str, where: str) -> dict[str, Any]:
-    try:
-        data = json.loads(text)
-    except ValueError:
-        raise StoreError(f"{where}: not JSON", mismatch=True) from None
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise StoreError(f"{where}: not a {FORMAT} manifest", mismatch=True)
-    files = data.get("files")
-    if not isinstance(files, list):
-        raise StoreError(f"{where}: no file list", mismatch=True)
-    for e in files:
-        if not isinstance(e, dict) or not re.fullmatch(r"[0-9a-f]{64}", str(e.get("sha256"))):
-            raise StoreError(f"{where}: a file entry without a sha256: {e!r}", mismatch=True)
-        e["path"] = safe_path(str(e.get("path")))
-        if not isinstance(e.get("bytes"), int) or e["bytes"] < 0:
-            raise StoreError(f"{where}: {e['path']}: no size", mismatch=True)
-    return data
-
-
 def read_local_manifest(root: Path) -> dict[str, Any] | None:
+    """The cache directory's manifest, only when it is a regular file of ours (a link or another
+    user's file there is no manifest: the cache is then not trusted)."""
     path = root / MANIFEST
-    if not path.is_file():
-        return None
     try:
-        return parse_manifest(path.read_text(encoding="utf-8"), str(path))
-    except StoreError:
-        return None  # a damaged cache manifest is no manifest: the cache is not trusted
+        return parse_manifest(safe_io.read_text(path, owned=True), str(path))
+    except (OSError, UnicodeDecodeError, StoreError):
+        return None  # absent, unsafe or damaged: no manifest, the cache is not trusted
 
 
-def write_local_manifest(root: Path, manifest: dict[str, Any]) -> None:
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = root / f"{MANIFEST}.{os.getpid()}.tmp"
-    with tmp.open("w", encoding="utf-8") as f:
-        json.dump(manifest, f, indent=1, sort_keys=True)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, root / MANIFEST)
+def write_local_manifest(root: Path, manifest: dict[str, Any], *, base: Path | None = None) -> None:
+    """The manifest into ROOT through a fresh file and a rename (never through what is there)."""
+    body = json.dumps(manifest, indent=1, sort_keys=True) + "\n"
+    safe_io.make_dirs(root, base=base)
+    safe_io.write_atomic(root / MANIFEST, body.encode("utf-8"))
 
 
 def verify_tree(
@@ -170,10 +144,14 @@ def verify_tree(
     for e in manifest["files"]:
         path = root / e["path"]
         try:
-            size = path.stat().st_size
-        except OSError:
+            st = safe_io.lstat_regular(path, owned=True)
+        except OSError as err:
+            bad.append(f"{e['path']}: {err}")
+            continue
+        if st is None:
             bad.append(f"{e['path']}: missing")
             continue
+        size = st.st_size
         if size != e["bytes"]:
             bad.append(f"{e['path']}: {size} bytes, the manifest says {e['bytes']}")
         else:
@@ -192,32 +170,6 @@ def verify_tree(
 # Stores
 
 
-class Store:
-    """One place assets are kept. Subclasses move single files; fetch/push here do the rest."""
-
-    url = ""
-
-    def where(self, key: str, path: str = "") -> str:
-        return f"{self.url.rstrip('/')}/{key}" + (f"/{path}" if path else "")
-
-    def read_manifest(self, key: str) -> dict[str, Any] | None:
-        raise NotImplementedError
-
-    def stat(self, key: str, path: str) -> tuple[int, str | None] | None:
-        """(size, recorded sha256 or None) of a stored file, None when it is not there."""
-        raise NotImplementedError
-
-    def get_file(self, key: str, path: str, dest: Path, size: int, progress: Progress) -> None:
-        raise NotImplementedError
-
-    def put_file(self, key: str, path: str, src: Path, sha256: str, progress: Progress) -> str:
-        """Upload SRC; returns a word for the log (uploaded, resumed ...)."""
-        raise NotImplementedError
-
-    def put_manifest(self, key: str, manifest: dict[str, Any]) -> None:
-        raise NotImplementedError
-
-
 class LocalStore(Store):
     """A directory, local or shared (NFS, FSx): KEY is a sub-directory shaped like a cache dir."""
 
@@ -227,55 +179,82 @@ class LocalStore(Store):
 
     def read_manifest(self, key: str) -> dict[str, Any] | None:
         path = self.root / key / MANIFEST
-        if not path.is_file():
+        try:
+            text = safe_io.read_text(path, owned=False)  # another writer's: its hashes are checked
+        except FileNotFoundError:
             if not self.root.is_dir():
-                raise StoreError(f"store {self.root}: no such directory")
+                raise StoreError(f"store {self.root}: no such directory") from None
             return None
-        return parse_manifest(path.read_text(encoding="utf-8"), str(path))
+        except (OSError, UnicodeDecodeError) as err:
+            raise StoreError(f"{path}: {err}", mismatch=True) from None
+        return parse_manifest(text, str(path))
 
     def stat(self, key: str, path: str) -> tuple[int, str | None] | None:
         try:
-            return (self.root / key / path).stat().st_size, None
+            st = safe_io.lstat_regular(self.root / key / path, owned=False)
         except OSError:
-            return None
+            return None  # not a regular file (a link ...): as good as absent, pushed again
+        return (st.st_size, None) if st is not None else None
 
     def get_file(self, key: str, path: str, dest: Path, size: int, progress: Progress) -> None:
-        _copy_resuming(self.root / key / path, dest, path, progress)
+        _copy_resuming(self.root / key / path, dest, path, progress, src_owned=False)
 
     def put_file(self, key: str, path: str, src: Path, sha256: str, progress: Progress) -> str:
         target = self.root / key / path
         partial = target.with_name(target.name + ".partial")
-        resumed = partial.exists() and partial.stat().st_size > 0
-        _copy_resuming(src, partial, path, progress)
-        if file_sha256(partial) != sha256:
-            partial.unlink()
-            raise StoreError(f"{target}: the copy's sha256 differs from {src}'s; try again")
-        os.replace(partial, target)
+        got, resumed = _copy_resuming(src, partial, path, progress, base=self.root)
+        if got != sha256 and resumed:  # an older attempt's bytes: once more from the start
+            os.unlink(str(partial))
+            got, resumed = _copy_resuming(src, partial, path, progress, base=self.root)
+        if got != sha256:
+            os.unlink(str(partial))
+            raise StoreError(
+                f"{target}: the bytes read from {src} have sha256 {got}, its manifest says "
+                f"{sha256}; not stored",
+                mismatch=True,
+            )
+        os.replace(str(partial), str(target))  # replaces whatever name was there, never follows
         return "resumed" if resumed else "copied"
 
     def put_manifest(self, key: str, manifest: dict[str, Any]) -> None:
-        write_local_manifest(self.root / key, manifest)
+        write_local_manifest(self.root / key, manifest, base=self.root)
 
 
-def _copy_resuming(src: Path, dest: Path, name: str, progress: Progress) -> None:
-    """SRC into DEST, continuing a DEST left shorter by an interrupted copy."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    total = src.stat().st_size
-    have = dest.stat().st_size if dest.exists() else 0
-    if have > total:
-        dest.unlink()
-        have = 0
-    with src.open("rb") as fin, dest.open("ab" if have else "wb") as fout:
-        fin.seek(have)
-        done = have
-        for chunk in iter(lambda: fin.read(CHUNK), b""):
-            if hf_hub.CANCEL.is_set():
-                raise hf_hub.Cancelled(name)
-            fout.write(chunk)
-            done += len(chunk)
-            progress(name, done, total)
-        fout.flush()
-        os.fsync(fout.fileno())
+def _copy_resuming(
+    src: Path,
+    dest: Path,
+    name: str,
+    progress: Progress,
+    *,
+    src_owned: bool = True,
+    base: Path | None = None,
+) -> tuple[str, bool]:
+    """SRC into DEST, continuing a DEST left shorter by an interrupted copy; returns the sha256
+    of DEST's bytes (hashed as they are read and written) and whether it resumed. Neither name is
+    ever followed as a symlink (safe_io)."""
+    with safe_io.open_read(src, owned=src_owned) as fin:
+        total = os.fstat(fin.fileno()).st_size
+        fout, have = safe_io.open_resume(dest, base=base)
+        with fout:
+            if have > total:
+                fout.truncate(0)
+                have = 0
+            h = hashlib.sha256()
+            fout.seek(0)
+            for chunk in iter(lambda: fout.read(CHUNK), b""):  # what DEST already holds
+                h.update(chunk)
+            fin.seek(have)
+            done = have
+            for chunk in iter(lambda: fin.read(CHUNK), b""):
+                if hf_hub.CANCEL.is_set():
+                    raise hf_hub.Cancelled(name)
+                fout.write(chunk)
+                h.update(chunk)
+                done += len(chunk)
+                progress(name, done, total)
+            fout.flush()
+            os.fsync(fout.fileno())
+    return h.hexdigest(), have > 0
 
 
 def open_store(url: str, *, part_bytes: int = PART_BYTES) -> Store:
@@ -346,22 +325,29 @@ def fetch(
 
     def one(e: dict[str, Any]) -> str:
         target = dest / e["path"]
-        if target.is_file() and target.stat().st_size == e["bytes"]:
-            if file_sha256(target) == e["sha256"]:
+        try:
+            st = safe_io.lstat_regular(target, owned=True)
+        except OSError:
+            st = None  # not a file of ours: replaced below (a rename never follows it)
+        if st is not None and st.st_size == e["bytes"]:
+            if file_sha256(target, owned=True) == e["sha256"]:
                 return "kept"
         partial = target.with_name(target.name + ".partial")
+        safe_io.make_dirs(partial.parent, base=dest)
+        if not isinstance(store, LocalStore):
+            _clear(partial)  # S3 starts over: no name left there to write through
         store.get_file(key, e["path"], partial, e["bytes"], progress)
-        got = file_sha256(partial)
+        got = file_sha256(partial, owned=True)
         if got != e["sha256"]:
-            partial.unlink()
+            os.unlink(str(partial))
             raise StoreError(
                 f"{store.where(key, e['path'])}: sha256 {got}, its manifest says {e['sha256']}",
                 mismatch=True,
             )
-        os.replace(partial, target)
+        os.replace(str(partial), str(target))
         return "fetched"
 
-    dest.mkdir(parents=True, exist_ok=True)
+    safe_io.make_dirs(dest, base=dest.parent)
     with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
         results = list(pool.map(one, entries))
     fetched = results.count("fetched")
@@ -395,12 +381,9 @@ def push(
             "refusing to overwrite it",
             mismatch=True,
         )
-    if existing is not None and _same_files(existing, manifest):
-        log(
-            f"{store.where(key)}: already complete ({len(manifest['files'])} files); "
-            "nothing uploaded"
-        )
-        return {"uploaded": 0, "skipped": len(manifest["files"]), "files": len(manifest["files"])}
+    # No "already complete" from the manifest alone: each object is checked (a directory
+    # store's bytes are hashed, an S3 object's sha256 was recorded from the bytes it was made
+    # of), so a re-push repairs an object whose bytes differ from the manifest.
 
     def one(e: dict[str, Any]) -> str:
         there = store.stat(key, e["path"])
@@ -409,7 +392,11 @@ def push(
             if recorded == e["sha256"]:
                 return "skipped"
             if recorded is None and isinstance(store, LocalStore):
-                if file_sha256(store.root / key / e["path"]) == e["sha256"]:
+                try:
+                    same = file_sha256(store.root / key / e["path"]) == e["sha256"]
+                except OSError:
+                    same = False
+                if same:
                     return "skipped"
         how = store.put_file(key, e["path"], src / e["path"], e["sha256"], progress)
         log(f"  {e['path']}: {how} ({e['bytes']} bytes)")
@@ -426,8 +413,12 @@ def push(
     return {"uploaded": uploaded, "skipped": len(results) - uploaded, "files": len(results)}
 
 
-def _same_files(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    def key(m: dict[str, Any]) -> list[tuple[str, int, str]]:
-        return sorted((e["path"], e["bytes"], e["sha256"]) for e in m["files"])
-
-    return key(a) == key(b)
+def _clear(path: Path) -> None:
+    """Remove a name (a leftover partial, or a link planted there); never follows it."""
+    try:
+        st = os.lstat(str(path))
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        raise safe_io.UnsafeFile(path, "a directory is in its place")
+    os.unlink(str(path))

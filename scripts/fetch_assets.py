@@ -35,6 +35,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+_HERE = str(Path(__file__).resolve().parent)
+if _HERE not in sys.path:
+    sys.path.insert(0, _HERE)  # siblings import by name, also when loaded by path
+
+import safe_io  # noqa: E402 (after the sys.path line above): markers never through a symlink
+
 MARKER = ".reproduce-complete"
 PENDING = ".reproduce-pending"
 HF_METADATA_DIR = (
@@ -85,26 +91,33 @@ def list_files(dest: Path) -> list[dict[str, Any]]:
     """Every file of the snapshot under DEST, sorted, with its size (our and hf's bookkeeping
     excluded)."""
     out = []
-    for path in sorted(dest.rglob("*")):
-        rel = path.relative_to(dest)
-        if rel.parts[0] in (MARKER, PENDING, HF_METADATA_DIR) or not path.is_file():
-            continue
-        out.append({"path": rel.as_posix(), "bytes": path.stat().st_size})
-    return out
+    for dirpath, _dirs, names in os.walk(str(dest)):  # never into a symlinked directory
+        for name in names:
+            path = Path(dirpath) / name
+            rel = path.relative_to(dest)
+            st = os.lstat(str(path))
+            if rel.parts[0] in (MARKER, PENDING, HF_METADATA_DIR) or not _regular(st):
+                continue
+            out.append({"path": rel.as_posix(), "bytes": st.st_size})
+    return sorted(out, key=lambda e: e["path"])
+
+
+def _regular(st: os.stat_result) -> bool:
+    import stat
+
+    return stat.S_ISREG(st.st_mode)
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(safe_io.read_text(path, owned=True))
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
 
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+    safe_io.write_atomic(path, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode())
 
 
 def missing_or_changed(dest: Path, marker: dict[str, Any]) -> list[str]:
@@ -113,7 +126,10 @@ def missing_or_changed(dest: Path, marker: dict[str, Any]) -> list[str]:
     for entry in marker.get("files") or []:
         path = dest / str(entry.get("path", ""))
         try:
-            if path.stat().st_size != entry.get("bytes"):
+            st = safe_io.lstat_regular(path, owned=True)
+            if st is None:
+                raise FileNotFoundError(str(path))
+            if st.st_size != entry.get("bytes"):
                 bad.append(f"{entry['path']} (size changed)")
         except OSError:
             bad.append(f"{entry.get('path')} (missing)")

@@ -8,7 +8,8 @@ to the CDN a download is redirected to, and never appears in a message.
 
 Every file is checked after download: an LFS file against the sha256 the Hub's listing gives, a
 small git-stored file against its git blob id (sha1 of "blob <size>\\0" + content). A download
-resumes from DEST.partial with an HTTP Range request.
+resumes from DEST.partial with an HTTP Range request, and only when DEST.partial is a regular file
+of ours: a symlink or anything else planted there is removed, never written through (safe_io.py).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import json
 import os
 import re
 import socket
+import sys
 import threading
 import time
 import urllib.error
@@ -25,7 +27,13 @@ import urllib.parse
 import urllib.request
 from fnmatch import fnmatch
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, BinaryIO, Callable, Sequence
+
+_HERE = str(Path(__file__).resolve().parent)
+if _HERE not in sys.path:
+    sys.path.insert(0, _HERE)  # siblings import by name, also when loaded by path
+
+import safe_io  # noqa: E402 (after the sys.path line above)
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 USER_AGENT = "reproduce-assets/1"
@@ -220,35 +228,48 @@ def check_access(info: RepoInfo, path: str, token: str | None = None) -> None:
 
 
 def git_blob_sha1(path: Path) -> str:
-    size = path.stat().st_size
-    # git names a blob by this sha1; it identifies the Hub's bytes, it is not a security check
-    h = hashlib.sha1(f"blob {size}\0".encode())  # noqa: S324
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(CHUNK), b""):
-            h.update(chunk)
-    return h.hexdigest()
+    with safe_io.open_read(path, owned=False) as f:
+        return _hashes(f)[1]
 
 
 def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(CHUNK), b""):
-            h.update(chunk)
-    return h.hexdigest()
+    return safe_io.sha256_of(path, owned=False)
 
 
-def verify_remote(path: Path, remote: RemoteFile) -> str | None:
-    """None when PATH is the file the Hub listed, else what differs."""
-    size = path.stat().st_size
+def _hashes(f: BinaryIO) -> tuple[str, str]:
+    """(sha256, git blob sha1) of an open file's bytes, read once from its start."""
+    f.seek(0)
+    size = os.fstat(f.fileno()).st_size
+    sha = hashlib.sha256()
+    # git names a blob by this sha1; it identifies the Hub's bytes, it is not a security check
+    blob = hashlib.sha1(f"blob {size}\0".encode())  # noqa: S324
+    for chunk in iter(lambda: f.read(CHUNK), b""):
+        sha.update(chunk)
+        blob.update(chunk)
+    return sha.hexdigest(), blob.hexdigest()
+
+
+def verify_open(f: BinaryIO, remote: RemoteFile) -> str | None:
+    """None when the open file F holds the file the Hub listed, else what differs."""
+    size = os.fstat(f.fileno()).st_size
     if remote.size >= 0 and size != remote.size:
         return f"{size} bytes, the Hub lists {remote.size}"
+    if not remote.sha256 and not remote.blob_id:
+        return None
+    sha, blob = _hashes(f)
     if remote.sha256:
-        got = file_sha256(path)
-        return None if got == remote.sha256 else f"sha256 {got}, the Hub lists {remote.sha256}"
-    if remote.blob_id:
-        got = git_blob_sha1(path)
-        return None if got == remote.blob_id else f"git blob {got}, the Hub lists {remote.blob_id}"
-    return None
+        return None if sha == remote.sha256 else f"sha256 {sha}, the Hub lists {remote.sha256}"
+    return None if blob == remote.blob_id else f"git blob {blob}, the Hub lists {remote.blob_id}"
+
+
+def verify_remote(path: Path, remote: RemoteFile, *, owned: bool = True) -> str | None:
+    """None when PATH (a regular file, never a symlink; ours when OWNED) is the file the Hub
+    listed, else what differs."""
+    try:
+        with safe_io.open_read(path, owned=owned) as f:
+            return verify_open(f, remote)
+    except OSError as err:
+        return str(err)
 
 
 def download(
@@ -259,22 +280,51 @@ def download(
     *,
     progress: Progress | None = None,
     retries: int = 4,
+    log: Callable[[str], None] | None = None,
+    base: Path | None = None,
 ) -> Path:
-    """REMOTE into DEST, resuming DEST.partial; verified against the listing, then renamed."""
+    """REMOTE into DEST, resuming DEST.partial (only a regular file of ours: anything else there
+    is removed first); verified against the listing through the same open file, then renamed.
+    BASE: the asset's directory, below which no directory may be a symlink."""
     what = f"{info.repo_type} {info.repo}@{info.commit[:12]}: {remote.path}"
-    dest.parent.mkdir(parents=True, exist_ok=True)
     partial = dest.with_name(dest.name + ".partial")
     url = file_url(info.repo, info.commit, remote.path, info.repo_type)
+    out, _ = safe_io.open_resume(partial, log=log, base=base)
+    with out:
+        _download_into(out, url, remote, token, progress, retries, what)
+        bad = verify_open(out, remote)
+        if bad:
+            out.close()
+            os.unlink(str(partial))
+            raise HubError("mismatch", f"{what}: the download has {bad}")
+        out.flush()
+        os.fsync(out.fileno())
+        ino = os.fstat(out.fileno()).st_ino
+    os.replace(str(partial), str(dest))
+    if os.lstat(str(dest)).st_ino != ino:
+        raise safe_io.UnsafeFile(dest, "it changed while it was being written")
+    return dest
+
+
+def _download_into(
+    out: BinaryIO,
+    url: str,
+    remote: RemoteFile,
+    token: str | None,
+    progress: Progress | None,
+    retries: int,
+    what: str,
+) -> None:
     attempt = 0
     while True:
-        have = partial.stat().st_size if partial.exists() else 0
+        have = os.fstat(out.fileno()).st_size
         if remote.size >= 0 and have > remote.size:
-            partial.unlink()
+            out.truncate(0)
             have = 0
         try:
             if remote.size < 0 or have < remote.size:
-                _fetch_into(url, partial, have, remote.size, token, progress, remote.path)
-            break
+                _fetch_into(url, out, have, remote.size, token, progress, remote.path)
+            return
         except urllib.error.HTTPError as err:
             if (err.code < 500 and err.code != 429) or attempt >= retries:
                 raise _hub_error(err, what, token) from None
@@ -288,12 +338,6 @@ def download(
             if attempt > retries:
                 raise _network_error(err, what, token) from None
             _pause(attempt)
-    bad = verify_remote(partial, remote)
-    if bad:
-        partial.unlink()
-        raise HubError("mismatch", f"{what}: the download has {bad}")
-    os.replace(partial, dest)
-    return dest
 
 
 def _pause(attempt: int) -> None:
@@ -303,7 +347,7 @@ def _pause(attempt: int) -> None:
 
 def _fetch_into(
     url: str,
-    partial: Path,
+    out: BinaryIO,
     have: int,
     size: int,
     token: str | None,
@@ -313,18 +357,21 @@ def _fetch_into(
     headers = {"Range": f"bytes={have}-"} if have else {}
     with _request(url, token, headers=headers) as resp:
         if have and resp.status != 206:  # the server ignored the range: start over
+            out.truncate(0)
             have = 0
-        with partial.open("ab" if have else "wb") as out:
-            done = have
-            while True:
-                if CANCEL.is_set():
-                    raise Cancelled(name)
-                chunk = resp.read1(CHUNK)  # what has arrived: a cancel is seen between packets
-                if not chunk:
-                    break
-                out.write(chunk)
-                done += len(chunk)
-                if progress:
-                    progress(name, done, size)
-    if size >= 0 and partial.stat().st_size < size:
-        raise ConnectionError(f"connection closed at {partial.stat().st_size} of {size} bytes")
+        out.seek(0, os.SEEK_END)  # the file is open O_APPEND: writes go to its end
+        done = have
+        while True:
+            if CANCEL.is_set():
+                raise Cancelled(name)
+            chunk = resp.read1(CHUNK)  # what has arrived: a cancel is seen between packets
+            if not chunk:
+                break
+            out.write(chunk)
+            done += len(chunk)
+            if progress:
+                progress(name, done, size)
+        out.flush()
+    got = os.fstat(out.fileno()).st_size
+    if size >= 0 and got < size:
+        raise ConnectionError(f"connection closed at {got} of {size} bytes")

@@ -13,12 +13,18 @@ the training image for `build-rows`; never imports `launcher`. The launcher writ
         GPUs), or not-needed. Exit 1, naming the asset and every source tried, when one cannot
         be supplied; 3 when the reason is a network or store failure.
     node_assets.py fetch --spec SPEC --plan PLAN NAME...   (rows = what the rows need)
-    node_assets.py build-rows --spec SPEC --plan PLAN      (in the image; no network; CPU)
+    node_assets.py build-rows --spec SPEC --plan PLAN [--out DIR]   (in the image; no network)
+    node_assets.py adopt --spec SPEC NAME --from DIR       (what a container made, checked on
+                                                            the host, into the cache)
     node_assets.py source --plan PLAN NAME                 (prints the planned source word)
-    node_assets.py begin --spec SPEC NAME                  (the node starts making NAME here)
     node_assets.py seal --spec SPEC NAME                   (a manifest for what the node made)
     node_assets.py push --spec SPEC NAME                   (cache -> store, manifest last)
     node_assets.py verify --spec SPEC NAME
+
+A container never writes the cache (docs/architecture.md, "The trust boundary"): the rows build
+and the conversion write into a fresh, empty directory of their own (`--out`, `--save`), and
+`adopt` checks it on the host (no links, regular files of ours; the rows against the recipe's
+parquet_sha256) before it moves it into the cache.
 
 Exit codes: 0 done, 1 an asset cannot be supplied or a hash differs, 2 bad arguments or spec,
 3 the network, the store or the disk failed.
@@ -41,6 +47,7 @@ if _HERE not in sys.path:
 import asset_spec  # noqa: E402 (after the sys.path line above)
 import asset_store  # noqa: E402
 import hf_hub  # noqa: E402
+import safe_io  # noqa: E402
 from asset_resolve import (  # noqa: E402
     PENDING,
     PLAN_FORMAT,
@@ -55,9 +62,13 @@ from asset_resolve import (  # noqa: E402
 )
 from asset_spec import SpecError, describe, identity, store_key  # noqa: E402
 from asset_store import StoreError  # noqa: E402
-
-ROWS_STORE_FILE = "rows.parquet"
-
+from asset_trust import (  # noqa: E402
+    BUILD_SUMMARY,
+    ROWS_STORE_FILE,
+    _check_rows_pin,
+    adopt,
+    check_against_hub,
+)
 
 # ------------------------------------------------------------------------------------------------
 # Fetch
@@ -90,18 +101,18 @@ def hub_fetch(
             raise Failed(f"asset {asset['name']}: the Hub no longer lists every pinned file")
     else:
         chosen = info.select(asset.get("include"))
-    dest.mkdir(parents=True, exist_ok=True)
-    (dest / PENDING).write_text(json.dumps(want, sort_keys=True) + "\n")
+    safe_io.make_dirs(dest, base=dest.parent)
+    safe_io.write_atomic(dest / PENDING, (json.dumps(want, sort_keys=True) + "\n").encode())
     progress = progress or Throttled(asset["name"], log, total=sum(max(f.size, 0) for f in chosen))
     known: dict[str, str] = {}
 
     def one(remote: hf_hub.RemoteFile) -> str:
         target = dest / remote.path
-        if target.is_file() and hf_hub.verify_remote(target, remote) is None:
+        if os.path.lexists(str(target)) and hf_hub.verify_remote(target, remote) is None:
             state = "kept"
             progress(remote.path, max(remote.size, 0), max(remote.size, 0))  # already here
         else:
-            hf_hub.download(info, remote, target, token, progress=progress)
+            hf_hub.download(info, remote, target, token, progress=progress, log=log, base=dest)
             state = "downloaded"
         if remote.sha256:
             known[remote.path] = remote.sha256
@@ -122,6 +133,9 @@ def hub_fetch(
         origin=f"{hf_hub.endpoint()} {cand['repo_type']} {cand['repo']}@{info.commit}",
         threads=threads,
     )
+    # the Hub's own pins (LFS sha256) at this commit: a node that later takes this asset from
+    # the store checks the store's files against them, also when it cannot reach the Hub
+    manifest["hub_lfs_sha256"] = {f.path: f.sha256 for f in chosen if f.sha256}
     if asset["kind"] == "hf-files":
         got = {e["path"]: e["sha256"] for e in manifest["files"]}
         wrong = [
@@ -133,7 +147,7 @@ def hub_fetch(
                 f"(pinned by {asset.get('field', 'the recipe')})"
             )
     asset_store.write_local_manifest(dest, manifest)
-    (dest / PENDING).unlink()
+    os.unlink(str(dest / PENDING))
     log(
         f"{asset['name']}: {states.count('downloaded')} file(s) downloaded, "
         f"{states.count('kept')} already there, from {manifest['origin']}; every file checked"
@@ -179,6 +193,7 @@ def fetch_asset(
             asset_store.fetch(
                 store, step["key"], tmp, identity(asset), threads=1, progress=progress, log=log
             )
+            _check_rows_pin(tmp / ROWS_STORE_FILE, asset, store.where(step["key"]))
             os.replace(tmp / ROWS_STORE_FILE, asset["path"])
             shutil.rmtree(tmp, ignore_errors=True)
         elif asset["kind"] == "hf-files":
@@ -199,6 +214,8 @@ def fetch_asset(
             other = cache_occupant(dest, identity(asset))
             if other is not None:
                 raise Failed(f"asset {name}: {dest} holds {other}; nothing was overwritten")
+            if asset["kind"] == "hf-snapshot":
+                check_against_hub(asset, store, step["key"], log)
             asset_store.fetch(
                 store,
                 step["key"],
@@ -217,9 +234,10 @@ def fetch_asset(
 def _use_cache(asset: dict[str, Any], step: dict[str, Any], threads: int, log: Log) -> str:
     if step.get("copy_from"):  # tokenizer files found in the checkpoint's cache: copy them
         dest = Path(asset["path"])
-        dest.mkdir(parents=True, exist_ok=True)
+        safe_io.make_dirs(dest, base=dest.parent)
         for n in asset["files"]:
-            shutil.copyfile(Path(step["copy_from"]) / n, dest / n)
+            data = safe_io.read_bytes(Path(step["copy_from"]) / n, owned=True, limit=1 << 30)
+            safe_io.write_atomic(dest / n, data)
         _seal_files(asset, origin=f"cache {step['copy_from']}")
         return "cache"
     if asset["kind"] in ("hf-snapshot", "converted") and step.get("verified") != "full":
@@ -255,10 +273,17 @@ def _seal_files(asset: dict[str, Any], origin: str) -> None:
 
 
 def build_rows(
-    spec: dict[str, Any], plan: dict[str, Any], *, encoder: str | None = None, log: Log = stderr_log
+    spec: dict[str, Any],
+    plan: dict[str, Any],
+    *,
+    encoder: str | None = None,
+    log: Log = stderr_log,
+    out_dir: Path | None = None,
 ) -> dict[str, Any] | None:
     """Build the rows from the cached tokenizer and dataset (no network), checked against the
-    recipe's hashes before they take $SFT_DATA's name. None when the plan does not build them."""
+    recipe's hashes before they take $SFT_DATA's name. None when the plan does not build them.
+    OUT_DIR (a container's build): the rows and their summary go there, into an empty directory
+    of the build's own, for the host to `adopt`; the cache is read-only to it."""
     by_name = asset_spec.assets_by_name(spec)
     rows = by_name["rows"]
     if (plan["assets"].get("rows") or {}).get("source") != "build":
@@ -278,6 +303,9 @@ def build_rows(
     import build_sft_rows as b
 
     out = Path(rows["path"])
+    summary_path = Path(str(out) + ".build.json")
+    if out_dir is not None:
+        out, summary_path = out_dir / ROWS_STORE_FILE, out_dir / BUILD_SUMMARY
     building = out.with_name(f".{out.name}.building")
     try:
         enc = b.make_encoder(encoder or tok["path"], rows.get("loss_mask") or "qwen3")
@@ -306,7 +334,7 @@ def build_rows(
             field = (rows.get("hash_fields") or {}).get(key, key)
             wrong.append(f"{key}: built {summary[key]} ({made_of}); the recipe's {field} is {want}")
     summary["made_of"] = made_of
-    Path(str(out) + ".build.json").write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
+    summary_path.write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
     if wrong:
         os.replace(building, str(out) + ".mismatch")
         raise Failed(
@@ -319,18 +347,6 @@ def build_rows(
     return summary
 
 
-def begin(spec: dict[str, Any], name: str) -> None:
-    """Mark NAME's directory as being made (the conversion), so that a run cut short leaves an
-    unfinished attempt the next resolve converts again, not files no manifest describes."""
-    asset = asset_spec.assets_by_name(spec)[name]
-    path = Path(asset["path"])
-    other = cache_occupant(path, identity(asset))
-    if other is not None:
-        raise Failed(f"asset {name}: {path} holds {other}; nothing was overwritten")
-    path.mkdir(parents=True, exist_ok=True)
-    (path / PENDING).write_text(json.dumps(identity(asset), sort_keys=True) + "\n")
-
-
 def seal(
     spec: dict[str, Any], name: str, *, threads: int = 8, log: Log = stderr_log
 ) -> dict[str, Any]:
@@ -338,7 +354,7 @@ def seal(
     trust its cache and `push` can upload it."""
     asset = asset_spec.assets_by_name(spec)[name]
     path = Path(asset["path"])
-    if asset["kind"] == "rows" or not path.is_dir():
+    if asset["kind"] == "rows" or not path.is_dir() or path.is_symlink():
         raise Failed(f"asset {name}: {path} is not a directory to seal")
     current = asset_store.read_local_manifest(path)
     if current is not None and current.get("asset") != identity(asset):
@@ -431,11 +447,20 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--spec", type=Path, required=True)
     b.add_argument("--plan", type=Path, required=True)
     b.add_argument("--encoder", help="builtin:whitespace-test (tests ONLY: no real model's ids)")
+    b.add_argument(
+        "--out",
+        type=Path,
+        help="an empty directory of this build's own for the rows (a container's build: the "
+        "host adopts them from there)",
+    )
+    a = sub.add_parser("adopt", help="check what a container made and move it into the cache")
+    a.add_argument("--spec", type=Path, required=True)
+    a.add_argument("name", choices=asset_spec.NAMES, metavar="NAME")
+    a.add_argument("--from", dest="src", type=Path, required=True, help="the container's dir")
     s = sub.add_parser("source", help="print the planned source of NAME")
     s.add_argument("--plan", type=Path, required=True)
     s.add_argument("name", choices=asset_spec.NAMES, metavar="NAME")
     for cmd, text in (
-        ("begin", "mark an asset's directory as being made here (the conversion)"),
         ("seal", "record the manifest of what this node made"),
         ("push", "upload a cached asset to the store"),
         ("verify", "check a cached asset against its manifest"),
@@ -478,11 +503,11 @@ def run(args: argparse.Namespace) -> int:
             fetch_asset(spec, plan, name, threads=args.threads)
         return 0
     if args.command == "build-rows":
-        summary = build_rows(spec, _load_plan(args.plan), encoder=args.encoder)
+        summary = build_rows(spec, _load_plan(args.plan), encoder=args.encoder, out_dir=args.out)
         print(json.dumps(summary or {"status": "not built"}, sort_keys=True))
         return 0
-    if args.command == "begin":
-        begin(spec, args.name)
+    if args.command == "adopt":
+        adopt(spec, args.name, args.src, threads=args.threads)
         return 0
     if args.command == "seal":
         seal(spec, args.name, threads=args.threads)

@@ -191,6 +191,11 @@ def check_parquet(path: str, row_tokens: int | None) -> dict[str, Any]:
         raise ValueError("pyarrow is not installed (pip install pyarrow)") from None
 
     class _Row:
+        """A sample as miles hands it over; prepare_sample sets tokens and loss_mask on it."""
+
+        tokens: list[int]
+        loss_mask: list[int]
+
         def __init__(self, prompt: Any, metadata: Any):
             self.prompt, self.metadata = prompt, metadata
 

@@ -8,7 +8,7 @@ over the layers, and prints
 
     ##reproduce progress stage=image done=N total=M unit=bytes item='3/12 layers'
 
-at most once a second and once at the end (the format: launcher/runner/protocol.py, Progress).
+at most once a second and once at the end (the format: launcher/plan/protocol.py, Progress).
 The image's total comes from its manifest (`docker manifest inspect -v`, the compressed layer
 sizes docker downloads) when the registry answers; otherwise from the layers' own totals once
 docker has shown every one. docker's own status lines are passed on once per change, without the
@@ -17,6 +17,7 @@ redrawn bars, so the stage log reads like a plain pull. The exit status is docke
 Usage: pull_progress.py IMAGE [--stage NAME]   (python 3.8+, the standard library only)
 """
 
+import codecs
 import json
 import os
 import platform
@@ -181,8 +182,10 @@ def pull(image: str, stage: str = "image", docker: str = "docker") -> int:
         [docker, "pull", image], stdin=subprocess.DEVNULL, stdout=slave, stderr=slave
     )
     os.close(slave)
-    last = 0.0
+    last = None  # the last progress line's time; None: none yet (the first is shown at once)
     pending = ""
+    # a read may end inside a multi-byte character: its bytes wait for the rest of it
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     while True:
         try:
             data = os.read(master, 65536)
@@ -190,16 +193,16 @@ def pull(image: str, stage: str = "image", docker: str = "docker") -> int:
             data = b""
         if not data:
             break
-        text = pending + data.decode(errors="replace")
+        text = pending + decoder.decode(data)
         cut = max(text.rfind("\n"), text.rfind("\r"))
         pending, text = text[cut + 1 :], text[: cut + 1]
         for line in state.feed(text):
             emit(line)
         now = time.monotonic()
-        if now - last >= INTERVAL_S and state.done:
+        if (last is None or now - last >= INTERVAL_S) and state.done:
             emit(state.line())
             last = now
-    for line in state.feed(pending):
+    for line in state.feed(pending + decoder.decode(b"", final=True)):
         emit(line)
     os.close(master)
     code = proc.wait()

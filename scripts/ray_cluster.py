@@ -13,8 +13,12 @@ RAY_ADDRESS is set; it needs `ray`, which every node of a Ray cluster has, and n
 alive nodes with exactly --gpus-per-node GPUs, of --gpu-type where Ray knows the type, then asks
 every such node, with a task pinned to it, for the image digest its environment carries in
 --digest-env (the cluster's nodes say which image they run: a pod spec's env, or the environment
-`ray start` ran in). Each node that differs, or does not say, is a problem. One JSON report on
-stdout (kept as image.json); every problem on stderr, one line each; exit 1 when there is one.
+`ray start` ran in). The value is read from the node's own environment, that of its raylet (the
+task's parent), never from the task's: a task's environment is the node's plus the job's runtime
+env, which the submitter (the recipe, the profile) writes, so a job could otherwise vouch for
+itself. Each node that differs, does not say, or whose raylet cannot be read is a problem. One
+JSON report on stdout (kept as image.json); every problem on stderr, one line each; exit 1 when
+there is one.
 
 `each` runs a program from the job's working_dir (the launcher's node programs) on every such node
 at once, each in a task that holds the node's GPUs (so it sees exactly those), with the --env
@@ -105,8 +109,41 @@ def _pinned(node):
     return NodeAffinitySchedulingStrategy(node_id=node["NodeID"], soft=False)
 
 
+RAYLET = b"raylet"
+
+
+def _parent(pid):
+    """The parent pid of PID (from /proc/PID/stat, after the command name's closing paren)."""
+    with open(f"/proc/{pid}/stat", "rb") as fh:
+        return int(fh.read().rsplit(b")", 1)[1].split()[1])
+
+
 def _node_env(name):
-    return os.environ.get(name)
+    """(raylet found, NAME's value in its environment or None), read in a task on the node.
+
+    The raylet starts the workers, so it is the task's parent (an ancestor, allowing for a
+    wrapper): its environment is what `ray start` ran with, the node's own; the job's runtime
+    env (env_vars) is added only to the workers'."""
+    pid = os.getppid()
+    for _ in range(8):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                argv0 = fh.read().split(b"\0", 1)[0]
+            if os.path.basename(argv0) == RAYLET:
+                with open(f"/proc/{pid}/environ", "rb") as fh:
+                    environ = fh.read()
+                want = name.encode()
+                for item in environ.split(b"\0"):
+                    key, sep, value = item.partition(b"=")
+                    if sep and key == want:
+                        return True, value.decode(errors="replace")
+                return True, None
+            pid = _parent(pid)
+        except (OSError, ValueError, IndexError):
+            break
+        if pid <= 1:
+            break
+    return False, None
 
 
 def check(args):
@@ -117,6 +154,7 @@ def check(args):
         "image": args.image,
         "digest": args.digest,
         "digest_env": args.digest_env,
+        "digest_from": "each node's raylet environment (never the job's runtime env)",
         "nodes_expected": args.nodes,
         "gpus_per_node": args.gpus_per_node,
         "nodes": [],
@@ -129,13 +167,20 @@ def check(args):
             pending.append(
                 remote.options(num_cpus=0, scheduling_strategy=strategy).remote(args.digest_env)
             )
-        for node, digest in zip(fit, ray.get(pending, timeout=max(60.0, args.wait_s))):
-            ok = digest == args.digest
+        for node, (seen, digest) in zip(fit, ray.get(pending, timeout=max(60.0, args.wait_s))):
+            ok = seen and digest == args.digest
             report["nodes"].append(
                 {"address": node["NodeManagerAddress"], "node_id": node["NodeID"],
                  "gpus": _gpus(node), "accelerator": _types(node), "digest": digest, "ok": ok}
             )  # fmt: skip
-            if digest is None:
+            if not seen:
+                problems.append(
+                    f"Ray node {node['NodeManagerAddress']}: its raylet's environment cannot be "
+                    f"read from a task (/proc), so the image digest it says ({args.digest_env}) "
+                    "cannot be told apart from what the job itself set; set image_digest_env: "
+                    "null in the profile to rely on the stack check alone"
+                )
+            elif digest is None:
                 problems.append(
                     f"Ray node {node['NodeManagerAddress']} does not say which image it runs: "
                     f"its environment has no {args.digest_env} (set it to the image's digest where "

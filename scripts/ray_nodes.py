@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 r"""The Ray cluster of a multi-node run, assembled: node 0 waits for every node, node K for node 0.
 
-Runs ON the node, inside the training container, in the ray stage of node.sh (launcher/multinode.py
+Runs ON the node, inside the training container, in the ray stage of node.sh
+(launcher/plan/multinode.py
 renders the calls); standard library only, except `ray` for wait-nodes (the image has it). Never
 imports `launcher`.
 
@@ -20,9 +21,11 @@ ready, 1 at the deadline, 2 on bad arguments.
 from __future__ import annotations
 
 import argparse
+import logging
 import socket
 import sys
 import time
+from typing import Any
 
 
 def say(text: str) -> None:
@@ -59,7 +62,7 @@ def wait_head(address: str, timeout_s: float, poll_s: float = 1.0) -> int:
             time.sleep(poll_s)
 
 
-def cluster_state(ray) -> tuple[list[str], float]:
+def cluster_state(ray: Any) -> tuple[list[str], float]:
     """The addresses of the alive nodes, and their GPUs together."""
     alive = [n for n in ray.nodes() if n.get("Alive")]
     addresses = sorted(str(n.get("NodeManagerAddress")) for n in alive)
@@ -77,7 +80,7 @@ def wait_nodes(
 ) -> int:
     import ray
 
-    ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+    ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False)
     try:
         deadline = time.monotonic() + timeout_s
         last = None

@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
 """S3 as an asset store: boto3 (the launcher, images with it) or the `aws` CLI (the DLAMI host).
 
-Loaded by asset_store.open_store; never imports `launcher`. Objects carry their sha256 as user
-metadata (x-amz-meta-sha256), so a re-run skips what is already stored without reading it back.
+Loaded by asset_store.open_store; imports store_base (never asset_store, which loads this file)
+and never `launcher`. Objects carry their sha256 as user metadata (x-amz-meta-content-sha256),
+computed from the very bytes uploaded as they were read (an upload whose bytes are not the
+manifest's is aborted or removed), so a re-run skips what is already stored without reading it
+back. Objects of older pushes, which recorded the sealed hash without reading it, carry only
+x-amz-meta-sha256, which is not trusted: they are uploaded again.
 Big files go up in parts (boto3: our own multipart loop, which continues an unfinished upload of
 the same key, keeping every part whose MD5 matches the local bytes; the CLI: its own multipart).
 Both honour AWS_ENDPOINT_URL (the tests' moto server).
@@ -13,17 +17,40 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Callable  # typing's: subscripted at run time (python 3.8 hosts)
 
-import hf_hub
-from asset_store import MANIFEST, PART_BYTES, Progress, Store, StoreError, parse_manifest
+_HERE = str(Path(__file__).resolve().parent)
+if _HERE not in sys.path:
+    sys.path.insert(0, _HERE)  # siblings import by name, also when loaded by path
+
+import hf_hub  # noqa: E402 (after the sys.path line above)
+import safe_io  # noqa: E402
+from store_base import (  # noqa: E402
+    MANIFEST,
+    PART_BYTES,
+    Progress,
+    Store,
+    StoreError,
+    parse_manifest,
+)
 
 MAX_PARTS = 10_000
+SHA_META = "content-sha256"  # x-amz-meta-content-sha256: hashed from the uploaded bytes
+
+
+def _mismatch(where: str, got: str, want: str) -> StoreError:
+    return StoreError(
+        f"upload to {where}: the bytes read have sha256 {got}, the manifest says {want} (the "
+        "file changed after it was sealed); not stored",
+        mismatch=True,
+    )
 
 
 def split_s3(url: str) -> tuple[str, str]:
@@ -77,7 +104,7 @@ class Boto3S3(S3Store):
             if _missing(err):
                 return None
             raise self._error(err, f"store {self.where(key, path)}") from None
-        return int(head["ContentLength"]), (head.get("Metadata") or {}).get("sha256")
+        return int(head["ContentLength"]), (head.get("Metadata") or {}).get(SHA_META)
 
     def get_file(self, key: str, path: str, dest: Path, size: int, progress: Progress) -> None:
         from boto3.s3.transfer import TransferConfig
@@ -153,11 +180,30 @@ def upload_resuming(
     progress: Callable[[int, int], None] = lambda done, total: None,
 ) -> str:
     """Upload SRC to s3://BUCKET/KEY (multipart when big), continuing an unfinished multipart
-    upload of the same key: parts already there whose MD5 matches the local bytes are kept."""
-    size = src.stat().st_size
-    meta = {"sha256": sha256}
+    upload of the same key: parts already there whose MD5 matches the local bytes are kept.
+    Every byte is hashed as it is read (from one open file, never through a symlink); bytes
+    that are not SHA256 abort the upload before the object exists."""
+    with safe_io.open_read(src, owned=True) as f:
+        return _upload_open(client, bucket, key, f, sha256, part_bytes, progress)
+
+
+def _upload_open(
+    client: Any,
+    bucket: str,
+    key: str,
+    f: Any,
+    sha256: str,
+    part_bytes: int,
+    progress: Callable[[int, int], None],
+) -> str:
+    size = os.fstat(f.fileno()).st_size
+    meta = {SHA_META: sha256}
+    where = f"s3://{bucket}/{key}"
     if size <= part_bytes:
-        data = src.read_bytes()
+        data = f.read(size + 1)
+        got = hashlib.sha256(data).hexdigest()
+        if got != sha256:
+            raise _mismatch(where, got, sha256)
         client.put_object(
             Bucket=bucket, Key=key, Body=data, ContentMD5=_md5_b64(data)[1], Metadata=meta
         )
@@ -173,26 +219,30 @@ def upload_resuming(
     etags: list[dict[str, Any]] = []
     reused = 0
     done = 0
-    with src.open("rb") as f:
-        for number in range(1, count + 1):
-            if hf_hub.CANCEL.is_set():
-                raise hf_hub.Cancelled(key)
-            data = f.read(part_bytes)
-            md5_hex, md5_b64 = _md5_b64(data)
-            if have.get(number) == md5_hex:
-                reused += 1
-            else:
-                client.upload_part(
-                    Bucket=bucket,
-                    Key=key,
-                    UploadId=upload_id,
-                    PartNumber=number,
-                    Body=data,
-                    ContentMD5=md5_b64,
-                )
-            etags.append({"PartNumber": number, "ETag": f'"{md5_hex}"'})
-            done += len(data)
-            progress(done, size)
+    whole = hashlib.sha256()
+    for number in range(1, count + 1):
+        if hf_hub.CANCEL.is_set():
+            raise hf_hub.Cancelled(key)
+        data = f.read(part_bytes)
+        whole.update(data)
+        md5_hex, md5_b64 = _md5_b64(data)
+        if have.get(number) == md5_hex:
+            reused += 1
+        else:
+            client.upload_part(
+                Bucket=bucket,
+                Key=key,
+                UploadId=upload_id,
+                PartNumber=number,
+                Body=data,
+                ContentMD5=md5_b64,
+            )
+        etags.append({"PartNumber": number, "ETag": f'"{md5_hex}"'})
+        done += len(data)
+        progress(done, size)
+    if f.read(1) or whole.hexdigest() != sha256:
+        client.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id)
+        raise _mismatch(where, whole.hexdigest(), sha256)
     client.complete_multipart_upload(
         Bucket=bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": etags}
     )
@@ -267,7 +317,7 @@ class CliS3(S3Store):
         if out is None:
             return None
         head = json.loads(out)
-        return int(head["ContentLength"]), (head.get("Metadata") or {}).get("sha256")
+        return int(head["ContentLength"]), (head.get("Metadata") or {}).get(SHA_META)
 
     def get_file(self, key: str, path: str, dest: Path, size: int, progress: Progress) -> None:
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -278,12 +328,37 @@ class CliS3(S3Store):
         progress(path, size, size)
 
     def put_file(self, key: str, path: str, src: Path, sha256: str, progress: Progress) -> str:
+        """The CLI reads our stdin, which we feed from one open file, hashing as we read; an
+        object whose bytes turn out not to be SHA256 is removed again before anything names it."""
         url = f"s3://{self.bucket}/{self.object_key(key, path)}"
-        args = ["s3", "cp", "--only-show-errors", "--metadata", f"sha256={sha256}", str(src), url]
-        if self._run(args, f"upload to {url}") is None:
-            raise StoreError(f"upload to {url} failed")
-        size = src.stat().st_size
-        progress(path, size, size)
+        with safe_io.open_read(src, owned=True) as f, tempfile.TemporaryFile() as err:
+            size = os.fstat(f.fileno()).st_size
+            args = [str(self.aws), "s3", "cp", "--only-show-errors", "--metadata",
+                    f"{SHA_META}={sha256}", "--expected-size", str(size), "-", url]  # fmt: skip
+            proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=err, stderr=err)
+            h = hashlib.sha256()
+            done = 0
+            try:
+                assert proc.stdin is not None
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    if hf_hub.CANCEL.is_set():
+                        proc.kill()
+                        raise hf_hub.Cancelled(path)
+                    h.update(chunk)
+                    proc.stdin.write(chunk)
+                    done += len(chunk)
+                    progress(path, done, size)
+                proc.stdin.close()
+            except BrokenPipeError:
+                pass
+            rc = proc.wait(timeout=24 * 3600)
+            if rc != 0:
+                err.seek(0)
+                last = err.read().decode("utf-8", "replace").strip().splitlines()[-1:]
+                raise StoreError(f"upload to {url}: aws s3 cp failed: {last}")
+        if h.hexdigest() != sha256:
+            self._run(["s3", "rm", "--only-show-errors", url], f"removal of {url}")
+            raise _mismatch(url, h.hexdigest(), sha256)
         return "uploaded"
 
     def put_manifest(self, key: str, manifest: dict[str, Any]) -> None:

@@ -6,7 +6,7 @@ and DeepEP are imported, each in its own try, only to read their versions; never
 package). It reads the miles and Megatron-LM commits and whether their trees carry local changes,
 the versions of Transformer Engine, PyTorch, CUDA (PyTorch's build), NCCL, DeepEP and Python, and
 compares each with the expectation that the launcher derived from the recipe's `stack` block
-(launcher/stack.py, `expected_versions`).
+(launcher/inputs/stack.py, `expected_versions`).
 
     python3 stack_probe.py --json --policy fail \
         --expect '{"torch": "2.11.0", "miles_commit": "78527b91"}'

@@ -1,4 +1,4 @@
-"""Session fixtures with real parts, shared by every area's tests (tests/infra/ holds the code).
+"""Session fixtures with real parts, shared by every area's tests (tests/support/ holds the code).
 
 - `sshd`: an OpenSSH server on 127.0.0.1:<free port> with generated host and user keys.
 - `docker_available`, `registry`, `test_image`: a real dockerd, a real docker-registry on
@@ -14,8 +14,12 @@ import os
 from pathlib import Path
 
 import pytest
-from infra.docker import Registry, TestImage, dockerd_running, push_test_image, run_args
-from infra.sshd import SshServer
+from support.docker import Registry, TestImage, dockerd_running, push_test_image, run_args
+from support.sshd import SshServer
+
+# Fixture modules every folder's tests may ask for (AWS on moto, the loopback Hub and S3): registered
+# once here, so no test file imports a fixture by name.
+pytest_plugins = ["support.aws", "support.assets"]
 
 
 @pytest.fixture(scope="session")

@@ -36,20 +36,22 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 # --- system packages, only the missing ones ---
-# Every program the tests, their fixtures (tests/infra/) and the code under test call:
-#   docker.io          docker, dockerd (+ containerd, runc)  tests/infra/docker.py, the local backend
-#   docker-registry    /usr/bin/docker-registry              tests/infra/docker.py
-#   openssh-server     /usr/sbin/sshd                        tests/infra/sshd.py
-#   openssh-client     ssh-keygen                            tests/infra/sshd.py
-#   procps             ps, pkill                             tests/infra/, the node wrapper (runner)
-#   git                git                                   tests/test_node_scripts_stack_probe.py
+# Every program the tests, their fixtures (tests/support/) and the code under test call:
+#   docker.io          docker, dockerd (+ containerd, runc)  tests/support/docker.py, the local backend
+#   docker-registry    /usr/bin/docker-registry              tests/support/docker.py
+#   openssh-server     /usr/sbin/sshd                        tests/support/sshd.py
+#   openssh-client     ssh-keygen                            tests/support/sshd.py
+#   procps             ps, pkill                             tests/support/, the node wrapper (runner)
+#   git                git                                   tests/scripts/test_node_scripts_stack_probe.py
 #   python3, python3-venv, python3-pip, ca-certificates      .venv and pip over HTTPS
 #   iproute2, tar, coreutils, util-linux (setsid), bash      present on Debian; listed to be sure
-#   chromium           headless browser                      tests/test_pages_browser.py (tests/infra/browser.py)
+#   chromium           headless browser                      tests/pages/test_pages_browser.py (tests/support/browser.py)
 #   fonts-dejavu-core, fonts-liberation2  fonts the pages render with in chromium's screenshots
+#   stress-ng          stress-ng                             tests/test_load_e2e.py: the e2e runs again
+#                                                            with this machine's cores kept busy
 PACKAGES=(docker.io docker-registry openssh-server openssh-client iproute2 procps git
           python3 python3-venv python3-pip ca-certificates tar coreutils util-linux bash
-          chromium fonts-dejavu-core fonts-liberation2)
+          chromium fonts-dejavu-core fonts-liberation2 stress-ng)
 missing=()
 for pkg in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
@@ -117,7 +119,7 @@ if [ "${REPRODUCE_LINT:-1}" = "1" ]; then
 fi
 
 set +e
-.venv/bin/pytest "$@"
+.venv/bin/pytest --durations=30 "$@"
 status=$?
 set -e
 exit "$status"

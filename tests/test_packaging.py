@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from cli_support import REPO, SEED
+from support.cli import REPO, SEED
 
 
 def test_wheel_carries_profiles_schemas_and_node_scripts(tmp_path: Path) -> None:

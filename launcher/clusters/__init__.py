@@ -22,14 +22,14 @@ from launcher.errors import BadInput
 
 if TYPE_CHECKING:
     from launcher.clusters.base import Cluster, LaunchOptions
-    from launcher.plan import Plan
-    from launcher.profile import Profile
+    from launcher.inputs.profile import Profile
+    from launcher.plan.plan import Plan
 
 BACKENDS: dict[str, str] = {
     "local": "launcher.clusters.local",
     "ssh": "launcher.clusters.ssh",
     "aws": "launcher.clusters.aws",
-    "ray": "launcher.clusters.ray",
+    "ray": "launcher.clusters.ray.cluster",
 }
 # Kinds a real run refuses although the dry run can show their plan (kind -> why).
 DRY_RUN_ONLY: dict[str, str] = {}
@@ -61,6 +61,17 @@ def check_ready(profile: Profile) -> None:
     check = getattr(backend(profile.kind), "check_ready", None)
     if check is not None:
         check(profile)
+
+
+def live_price(recipe: Any, profile: Profile, fallback: Any) -> tuple[Any, str | None]:
+    """The node's price looked up where the backend can (aws: AWS's own prices), and why the
+    fallback (the catalog's price, or None) was kept when it could not. Optional: a backend
+    without `live_price(recipe, profile, fallback)` keeps the fallback, silently."""
+    look = getattr(backend(profile.kind), "live_price", None)
+    if look is None:
+        return fallback, None
+    found: tuple[Any, str | None] = look(recipe, profile, fallback)
+    return found
 
 
 def from_plan(plan: Plan, options: LaunchOptions, run_dir: Path) -> Cluster:

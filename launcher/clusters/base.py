@@ -42,6 +42,7 @@ class LaunchOptions:
 
     keep: bool = False  # leave launched nodes running after the run (aws --keep)
     owner: str = "unknown"  # who launches: tags and names carry it, as the dry run printed
+    price_per_hour: float | None = None  # one node's price decided for the run (aws.json, --keep)
 
 
 @dataclass(frozen=True)

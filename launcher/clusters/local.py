@@ -7,7 +7,6 @@ launcher only targeted it.
 
 from __future__ import annotations
 
-import os
 import shutil
 import socket
 import subprocess
@@ -17,18 +16,21 @@ from typing import TYPE_CHECKING, Any
 
 from launcher.clusters.base import CommandResult, LaunchOptions, Node
 from launcher.errors import InfraError
+from launcher.excerpt import excerpt_lines
+from launcher.records.atomic import write_atomic
 
 if TYPE_CHECKING:
-    from launcher.plan import Plan
+    from launcher.plan.plan import Plan
 
 
 def command_failed(node: str, command: str, result: CommandResult) -> InfraError:
     """One wording for a failed node command, whichever transport ran it."""
-    tail = (result.stderr or result.stdout).strip().splitlines()[-5:]
+    tail = excerpt_lines(result.stderr or result.stdout, 5)
     detail = "; ".join(tail) if tail else "no output"
-    first = command.strip().splitlines()[0] if command.strip() else command
+    first = excerpt_lines(command.strip(), 1, 120)
     return InfraError(
-        f"a command on node {node} failed with exit {result.exit_code}: {first[:120]!r}: {detail}"
+        f"a command on node {node} failed with exit {result.exit_code}: "
+        f"{(first[0] if first else command)!r}: {detail}"
     )
 
 
@@ -79,14 +81,12 @@ class LocalTransport:
             dest.parent.mkdir(parents=True, exist_ok=True)
             # the mode is set before any byte is written (a secrets file is never readable by
             # others)
-            fd = os.open(
+            write_atomic(
                 dest,
-                os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
-                0o600 if mode is None else mode & 0o700,
+                text,
+                mode=0o600 if mode is None else mode & 0o700,
+                chmod=0o644 if mode is None else mode,
             )
-            with os.fdopen(fd, "w") as fh:
-                os.fchmod(fh.fileno(), 0o644 if mode is None else mode)
-                fh.write(text)
         except OSError as err:
             raise self._failed("write", remote, err) from err
 

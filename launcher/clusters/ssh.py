@@ -33,7 +33,7 @@ from launcher.clusters.local import command_failed
 from launcher.errors import BadInput, InfraError
 
 if TYPE_CHECKING:
-    from launcher.plan import Plan
+    from launcher.plan.plan import Plan
 
 DEFAULT_CONNECT_TIMEOUT_S = 20.0
 DEFAULT_IO_TIMEOUT_S = 60.0

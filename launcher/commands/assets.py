@@ -11,10 +11,12 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from launcher.commands.throttle import Throttle
 from launcher.errors import BadInput, Interrupted
 
 DEFAULT_WORK_DIR = Path("~/.cache/reproduce/assets")
@@ -23,10 +25,12 @@ DEFAULT_WORK_DIR = Path("~/.cache/reproduce/assets")
 class PlainEvents:
     """Lines on stderr: what a log file or CI shows."""
 
-    def __init__(self, every_s: float = 15.0, stream: Any = None) -> None:
+    def __init__(
+        self, every_s: float = 15.0, stream: Any = None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.every_s = every_s
         self.stream = stream or sys.stderr
-        self.last: dict[tuple[str, str], float] = {}
+        self.throttle = Throttle(every_s, clock)  # each file's first line is always shown
         self.lock = threading.Lock()
 
     def say(self, text: str) -> None:
@@ -34,13 +38,9 @@ class PlainEvents:
             print(text, file=self.stream, flush=True)
 
     def progress(self, asset: str, path: str, done: int, total: int) -> None:
-        now = time.monotonic()
         finished = total > 0 and done >= total
-        key = (asset, path)
-        with self.lock:
-            if not finished and now - self.last.get(key, 0.0) < self.every_s:
-                return
-            self.last[key] = now
+        if not self.throttle.due((asset, path), force=finished):
+            return
         pct = f" ({100 * done / total:.0f}%)" if total > 0 else ""
         self.say(f"{asset}: {path}: {done / 1e6:.1f} of {max(total, 0) / 1e6:.1f} MB{pct}")
 
@@ -100,10 +100,10 @@ def store_of(store: str | None, cluster: str | None) -> str:
     if store:
         return store
     if cluster:
-        from launcher.profile import load_profile
+        from launcher.inputs.profile import load_profile
 
         profile = load_profile(cluster)
-        value = profile.get("assets.store")
+        value = profile.assets.store
         if value:
             return str(value)
         raise BadInput(f"--cluster {cluster}: its profile sets no assets.store; give --store")
@@ -124,9 +124,9 @@ def prepare_command(
     encoder: str | None = None,
 ) -> int:
     """`reproduce prepare RECIPE --store URL`: exit 0 when every asset is in the store."""
-    from launcher.assets.nodelib import node_module
-    from launcher.assets.prepare import PrepareOptions, prepare
-    from launcher.recipe import load_recipe
+    from launcher.inputs.recipe import load_recipe
+    from launcher.plan.nodelib import node_module
+    from launcher.prepare.assets import PrepareOptions, prepare
 
     if threads < 1:
         raise BadInput("--threads must be at least 1")

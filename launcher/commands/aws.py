@@ -6,12 +6,14 @@ this is where those lines reach the terminal.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from launcher.errors import BadInput
+from launcher.records.rundir import Files
 
 Say = Callable[[str], Any]
 
@@ -26,8 +28,8 @@ def down_run(
     from launcher.clusters.aws.down import down
 
     path = Path(ref)
-    if not (path.is_file() or (path / "aws.json").is_file()):
-        from launcher.rundir import RunDir
+    if not (path.is_file() or (path / Files.AWS).is_file()):
+        from launcher.records.rundir import RunDir
 
         path = RunDir.find(ref, runs_root).path
     ended = down(path, log=say, region=region)
@@ -47,7 +49,7 @@ def reap_command(
     from launcher.clusters.aws.session import make_session
 
     if region is None:
-        from launcher.profile import load_profile
+        from launcher.inputs.profile import load_profile
 
         profile = load_profile(cluster)
         if profile.kind != "aws":
@@ -55,7 +57,7 @@ def reap_command(
                 f"--cluster {cluster} is of kind {profile.kind}; reap ends AWS instances, "
                 "give an aws profile."
             )
-        region = profile.get("region")
+        region = profile.region
     if region is None:
         region = make_session(None).region_name
     return reap(str(region), dry_run=dry_run, log=say)
@@ -71,13 +73,14 @@ def capacity_command(
     end_before: str | None = None,
     buy_id: str | None = None,
     max_usd: float | None = None,
+    yes: bool = False,
     say: Say = print,
 ) -> str | None:
     """`reproduce capacity RECIPE`: list offerings; with --buy ID, buy that one (price first)."""
     from launcher.catalog import price_per_hour
     from launcher.clusters.aws.capacity import buy, format_offerings, list_offerings
-    from launcher.profile import load_profile
-    from launcher.recipe import load_recipe
+    from launcher.inputs.profile import load_profile
+    from launcher.inputs.recipe import load_recipe
 
     recipe = load_recipe(recipe_path)
     profile = load_profile(cluster)
@@ -98,18 +101,34 @@ def capacity_command(
             start_after=after,
             end_before=before,
             log=say,
+            yes=yes,
+            confirm=_ask if _has_terminal() else None,
         )
     offerings = list_offerings(
         recipe, profile, hours=hours, nodes=nodes, start_after=after, end_before=before
     )
     try:
-        od = price_per_hour(
-            profile.get("instance_type") or recipe.instance_type, profile.get("region")
-        )
+        od = price_per_hour(profile.instance_type or recipe.instance_type, profile.region)
     except BadInput:
         od = None
     say(format_offerings(offerings, od.value if od else None))
     return None
+
+
+def _has_terminal() -> bool:
+    from launcher.commands.run import has_terminal
+
+    return has_terminal()
+
+
+def _ask(question: str) -> bool:
+    """y/yes buys; anything else, an end of input or Ctrl-C is a no (the launch's rule)."""
+    try:
+        sys.stderr.write(question)
+        sys.stderr.flush()
+        return sys.stdin.readline().strip().lower() in ("y", "yes")
+    except (KeyboardInterrupt, OSError):
+        return False
 
 
 def _when(text: str | None, flag: str) -> datetime | None:

@@ -5,7 +5,7 @@ time, the running cost, a transfer's bytes with its rate and ETA, step N of M wi
 tokens/s) and the events above it; in a log, CI or a nightly's mail, a redrawn line is noise, so
 the same events become plain lines, transfers throttled to one line every PLAIN_EVERY_S seconds.
 Events come from the runner through the Reporter protocol (launcher/runner/reporter.py); the
-cost gate's header and question are shown here too (launcher/costgate.py).
+cost gate's header and question are shown here too (launcher/cost/costgate.py).
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """The bodies of `reproduce history` and `reproduce nightly`: printing and exit codes.
 
-launcher/history.py and launcher/nightly.py return values; this is where they meet the console.
+launcher/records/history.py and launcher/runner/nightly.py return values; this is where they meet
+the console.
 """
 
 from __future__ import annotations
@@ -10,14 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from launcher.errors import BadInput
-from launcher.history import (
+from launcher.pages.report import history_report
+from launcher.records.history import (
     History,
     assess_history,
     default_history_path,
     runs_of_recipe,
     slug_of,
 )
-from launcher.report import history_report
 
 
 def run_history(
@@ -93,13 +94,14 @@ def run_nightly(
     max_usd: float | None = None,
     max_hours: float | None = None,
     yes: bool = False,
+    attest_key: Path | None = None,
 ) -> int:
     """`reproduce nightly`: each recipe's progress and the summary table, line by line (a
     nightly runs unattended: plain lines, no live display, no question)."""
     from functools import partial
 
     from launcher.commands.run import ConsoleReporter
-    from launcher.nightly import nightly, run_recipe
+    from launcher.runner.nightly import nightly, run_recipe
 
     result = nightly(
         recipes,
@@ -111,5 +113,6 @@ def run_nightly(
         yes=yes,
         runner=partial(run_recipe, reporter=ConsoleReporter(live=False)),
         echo=print,
+        attest_key=attest_key,
     )
     return result.exit_code

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from launcher.images.build import BuildRequest, build_and_push
+from launcher.prepare.image import BuildRequest, build_and_push
 
 
 def _say(text: str) -> None:

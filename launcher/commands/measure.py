@@ -12,13 +12,19 @@ import json
 import sys
 from pathlib import Path
 
-from launcher.convergence import check, loss_curve
 from launcher.errors import BadInput
-from launcher.evaluate import RECIPE_FILE, check_input, json_safe, measure_path, read_log
-from launcher.gate import LogEvidence, argument_differences
-from launcher.recipe import load_recipe
-from launcher.report import render_convergence, render_summary
-from launcher.verdict import DEFAULT_TOLERANCE_PERCENT, Tolerance
+from launcher.inputs.recipe import load_recipe
+from launcher.judge.convergence import check, loss_curve
+from launcher.judge.gate import LogEvidence, argument_differences
+from launcher.judge.verdict import DEFAULT_TOLERANCE_PERCENT, Tolerance
+from launcher.pages.report import render_convergence, render_summary
+from launcher.results.evaluate import (
+    RECIPE_FILE,
+    check_input,
+    json_safe,
+    measure_path,
+    read_log,
+)
 
 UNREADABLE_EXIT = BadInput.exit_code
 
@@ -34,6 +40,7 @@ def run_measure(
     slower: float = DEFAULT_TOLERANCE_PERCENT,
     faster: float = DEFAULT_TOLERANCE_PERCENT,
     out: Path | None = None,
+    runs: int | None = None,
 ) -> int:
     """Print the figures and the verdict; 0 when reproduced, 2 when the log could not be read,
     else 1. BadInput propagates."""
@@ -44,9 +51,13 @@ def run_measure(
                 f"--recipe is required unless LOG is a run directory holding {RECIPE_FILE}."
             )
         recipe = log / RECIPE_FILE
+    from launcher.plan.claimruns import check_option
+
+    loaded = load_recipe(recipe)
     result, verdict = measure_path(
         log,
-        load_recipe(recipe),
+        loaded,
+        runs=check_option(loaded, runs),
         price_per_hour=price_per_hour,
         region=region,
         tolerance=Tolerance(slower_percent=slower, faster_percent=faster),
@@ -112,7 +123,7 @@ def run_compare(
 ) -> int:
     """Print every figure of the convergence check; return 0 on pass, 1 on fail.
 
-    Both logs are read through the gate (launcher/gate.py), as `measure` reads them: an
+    Both logs are read through the gate (launcher/judge/gate.py), as `measure` reads them: an
     unreadable log is bad input (exit 2, as `measure` says), and a log whose steps carry two
     different values, or lines only half understood, never passes. Two runs of different recipes
     (by their recipe.yaml, or by the arguments both printed) are refused (BadInput) unless

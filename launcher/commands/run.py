@@ -5,7 +5,7 @@ console.py) is the one a person sees: the cost before anything is paid for (and 
 at a terminal), stage starts and ends, transfers, training steps and the verdict on stderr, and
 the question after Ctrl-C when there is a terminal to ask on. Without a terminal the run is
 unattended: a node lost for longer than the reconnect window is cancelled and released, since
-nobody is there to reattach, and a paid launch needs --yes or --max-usd (launcher/costgate.py).
+nobody is there to reattach, and a paid launch needs --yes or --max-usd (launcher/cost/costgate.py).
 """
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ from typing import Any
 
 from launcher.commands.console import ConsoleReporter
 from launcher.errors import BadInput
-from launcher.reproduction import (
+from launcher.runner.reproduction import (
     Options,
     Prepared,
+    StartCheck,
     check_before_start,
     dry_run_text,
     prepare,
@@ -47,18 +48,21 @@ def run_command(
         return 0
     if check:
         return _check(prepared)
-    return run_prepared(prepared, options)
+    return run_prepared(prepared, options, start=start)
 
 
-def run_prepared(prepared: Prepared, options: Options, reporter: Any = None) -> int:
-    """A real run with its progress on the console; the exit code (failures raise)."""
+def run_prepared(
+    prepared: Prepared, options: Options, reporter: Any = None, start: StartCheck | None = None
+) -> int:
+    """A real run with its progress on the console; the exit code (failures raise). `start`:
+    the checks before the start already made (check_before_start runs once a run)."""
     from launcher.runner.outcome import exit_code_of
     from launcher.runner.runner import Runner
 
     console = reporter or ConsoleReporter()
     runner = Runner(console, on_interrupt=options.on_interrupt, unattended=not has_terminal())
     try:
-        return exit_code_of(runner.run(prepared, options))
+        return exit_code_of(runner.run(prepared, options, start))
     finally:
         _close(console)
 
@@ -89,7 +93,7 @@ def _check(prepared: Prepared) -> int:
 
 def attach_command(run: str, runs_dir: Path | None, on_interrupt: str) -> int:
     """Follow a run in progress again to its end; the exit code a run ending so would have had."""
-    from launcher.rundir import RunDir
+    from launcher.records.rundir import RunDir
     from launcher.runner.outcome import exit_code_of
     from launcher.runner.runner import Runner
 

@@ -1,8 +1,9 @@
 """The bodies of `reproduce runs` (and `--live`) and `reproduce status RUN`: tables and JSON.
 
-launcher/runs.py reads run directories and launcher/runs_live.py asks AWS; this is where their
+launcher/records/runs.py reads run directories and launcher/clusters/aws/live.py asks AWS; this is
+where their
 values meet the console. With `--json` exactly one JSON object goes to stdout, also when the
-input is bad (launcher/cli.py writes the error object).
+input is bad (launcher/commands/cli.py writes the error object).
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from launcher.errors import BadInput
-from launcher.report import fmt, text_table
-from launcher.runs import RunSummary, duration, list_runs, summarize
+from launcher.pages.report import fmt, text_table
+from launcher.records.rundir import Files
+from launcher.records.runs import RunSummary, duration, list_runs, summarize
 
 _HEADER = ["run id", "recipe", "target", "state", "verdict", "started", "GPU-h", "cost"]
 _LIVE_HEADER = ["instance", "type", "state", "run id", "recipe", "up", "cost", "expires", "owner"]
@@ -51,7 +53,7 @@ def runs_command(
     region: str | None = None,
 ) -> int:
     """`reproduce runs`: every run under the runs root; `--live`: the launcher's instances."""
-    from launcher.rundir import default_runs_root
+    from launcher.records.rundir import default_runs_root
 
     root = Path(runs_dir) if runs_dir is not None else default_runs_root()
     if live:
@@ -80,10 +82,10 @@ def runs_command(
 
 
 def _live(root: Path, cluster: str, region: str | None, json_out: bool) -> int:
-    from launcher.runs_live import live_instances
+    from launcher.clusters.aws.live import live_instances
 
     if region is None:
-        from launcher.profile import load_profile
+        from launcher.inputs.profile import load_profile
 
         profile = load_profile(cluster)
         if profile.kind != "aws":
@@ -91,7 +93,7 @@ def _live(root: Path, cluster: str, region: str | None, json_out: bool) -> int:
                 f"--cluster {cluster} is of kind {profile.kind}; --live lists the AWS instances "
                 "this tool launched: give an aws profile or --region."
             )
-        region = profile.get("region", None)
+        region = profile.region
     if not region:
         raise BadInput("no region: give --region or an aws profile with a region.")
     found = live_instances(region, runs_root=root)
@@ -126,7 +128,7 @@ def _live(root: Path, cluster: str, region: str | None, json_out: bool) -> int:
 
 def status_command(run: str, runs_dir: Path | None, *, json_out: bool = False) -> int:
     """`reproduce status RUN`: where one run is and what it has cost."""
-    from launcher.rundir import RunDir
+    from launcher.records.rundir import RunDir
 
     summary = summarize(RunDir.find(run, runs_dir).path)
     if json_out:
@@ -158,6 +160,9 @@ def status_lines(s: RunSummary) -> list[str]:
         f"cost      {_usd(s.cost_usd)}"
         + ("" if finished or s.cost_usd is None else " so far")
         + (" (no price recorded)" if s.cost_usd is None else ""),
+        f"price     ${s.price_per_hour:,.3f}/h per node ({s.price_source or 'source not recorded'})"
+        if s.price_per_hour is not None
+        else "price     none recorded",
         f"verdict   {s.verdict or '-'}",
         f"run dir   {s.run_dir}",
         f"logs      {s.logs}/node.log"
@@ -165,7 +170,7 @@ def status_lines(s: RunSummary) -> list[str]:
     ]
     if not finished and s.state != "created":
         lines.append(f"follower  {follower[s.followed]}")
-    if (Path(s.run_dir) / "report.html").is_file():
+    if (Path(s.run_dir) / Files.REPORT_HTML).is_file():
         lines.append(f"report    {Path(s.run_dir) / 'report.html'}")
     return lines
 

@@ -2,28 +2,29 @@
 the regressions marked.
 
 Why each run is assessed here against the runs before it: the history module's regression rules
-(launcher/history.py, docs/measurement.md) judge one run against its trailing baseline; applying
+(launcher/records/history.py, docs/measurement.md) judge one run against its trailing baseline;
+applying
 the same `assess` to every run in turn shows when a regression happened, not only whether the
 latest run is one. The rules themselves are not restated here.
 """
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from launcher.history import JUDGED_VERDICTS, Assessment, RunRow, assess
 from launcher.pages import svg
 from launcher.pages.html import (
     Status,
     badge,
     esc,
+    link,
     not_recorded,
     num,
     number,
     page,
+    rel_href,
     section,
     signed,
     status_of,
@@ -31,6 +32,9 @@ from launcher.pages.html import (
 )
 from launcher.pages.run_page import PAGE_NAME
 from launcher.pages.rundata import read_run_dir
+from launcher.records.atomic import write_atomic
+from launcher.records.history import JUDGED_VERDICTS, Assessment, RunRow, assess
+from launcher.records.rundir import Files
 
 _TREND_KEYS = ("tokens_per_s_per_gpu", "mfu", "usd_per_million_tokens")
 
@@ -58,7 +62,7 @@ def report_links(rows: Sequence[RunRow], page_dir: Path) -> dict[str, str]:
             continue
         target = Path(r.run_dir) / PAGE_NAME
         if target.is_file():
-            links[r.run_id] = Path(os.path.relpath(target, page_dir)).as_posix()
+            links[r.run_id] = rel_href(target, page_dir)
     return links
 
 
@@ -80,9 +84,7 @@ def write_history_page(
         links=report_links(rows, path.parent.resolve()),
         history_path=history_path,
     )
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    write_atomic(path, text)
     return path
 
 
@@ -91,7 +93,7 @@ def claims_of(rows: Sequence[RunRow]) -> dict[str, float | None]:
     for r in reversed(rows):
         if not r.run_dir:
             continue
-        verdict = read_run_dir(Path(r.run_dir), ("verdict.json",)).mapping("verdict.json")
+        verdict = read_run_dir(Path(r.run_dir), (Files.VERDICT,)).mapping(Files.VERDICT)
         claimed = verdict.get("claimed")
         if isinstance(claimed, dict):
             return {k: number(claimed.get(k)) for k in _TREND_KEYS}
@@ -207,10 +209,7 @@ def _latest(row: RunRow, a: Assessment, links: Mapping[str, str]) -> str:
 
 
 def _run_link(row: RunRow, links: Mapping[str, str]) -> str:
-    href = links.get(row.run_id)
-    if href:
-        return f'<a href="{esc(href)}" class="mono">{esc(row.run_id)}</a>'
-    return f'<span class="mono">{esc(row.run_id)}</span>'
+    return link(links.get(row.run_id), row.run_id, cls="mono")
 
 
 def _charts(rows: Sequence[RunRow], judged: Sequence[Assessment], card: Mapping[str, float]) -> str:

@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import html
 import math
+import os
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from launcher import __version__
 
@@ -20,6 +24,47 @@ from launcher import __version__
 def esc(value: Any) -> str:
     """Text for HTML (quotes included, so the result is also safe inside an attribute)."""
     return html.escape("" if value is None else str(value), quote=True)
+
+
+# Links (every <a href> of every page is built by `link`): a page links only to files beside it
+# (a relative path, each segment percent-encoded, so a run directory named "javascript:..." stays
+# a file name), to an anchor of itself, or to a web page (http, https, mailto). Anything else,
+# and any href with a control character or a space (browsers drop those before reading the
+# scheme: "java\tscript:" is javascript:), is shown as text, never as a link.
+SAFE_SCHEMES = frozenset({"http", "https", "mailto"})
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*):")
+_UNSAFE_IN_HREF = re.compile(r"[\x00-\x20\x7f-\x9f\\]")
+
+
+def rel_href(target: Path, page_dir: Path) -> str:
+    """The href from a page in PAGE_DIR to the file TARGET: relative, percent-encoded, and
+    starting with "./" or "../", so its first segment can never be read as a scheme."""
+    rel = Path(os.path.relpath(target, page_dir)).as_posix()
+    encoded = "/".join(quote(part, safe="") for part in rel.split("/"))
+    return encoded if encoded.startswith("../") else f"./{encoded}"
+
+
+def safe_href(href: str | None) -> str | None:
+    """HREF when a page may link to it (see above), else None."""
+    if not href or _UNSAFE_IN_HREF.search(href) or href.startswith("//"):
+        return None
+    m = _SCHEME.match(href)
+    if m and m.group(1).lower() not in SAFE_SCHEMES:
+        return None
+    if m and m.group(1).lower() != "mailto" and not href[m.end() :].startswith("//"):
+        return None  # "http:host" is read as http://host from a page that is a file
+    if not m and ":" in href.split("/", 1)[0].split("#", 1)[0].split("?", 1)[0]:
+        return None  # "a:b/..." has no valid scheme, but a reader might still take it for one
+    return href
+
+
+def link(href: str | None, text: Any, *, cls: str = "") -> str:
+    """<a href> to HREF when it is safe (escaped); otherwise TEXT alone, in a <span>."""
+    klass = f' class="{esc(cls)}"' if cls else ""
+    safe = safe_href(href)
+    if safe is None:
+        return f"<span{klass}>{esc(text)}</span>"
+    return f'<a href="{esc(safe)}"{klass}>{esc(text)}</a>'
 
 
 @dataclass(frozen=True)
@@ -32,7 +77,8 @@ class Status:
     meaning: str
 
 
-# Every verdict status (launcher/verdict.py, docs/measurement.md), the nightly outcomes and the
+# Every verdict status (launcher/judge/verdict.py, docs/measurement.md), the nightly outcomes and
+# the
 # run states a page can meet. An unknown word is shown as is, in grey: never hidden.
 STATUSES: dict[str, Status] = {
     "reproduced": Status(

@@ -1,24 +1,23 @@
 """The page of one night: every recipe's outcome, verdict, figures against its claim and trend,
 its regressions, and a small trend line per recipe.
 
-Why the entries are typed by shape (a Protocol) and not by launcher/nightly.py's classes: the
+Why the entries are typed by shape (a Protocol) and not by launcher/runner/nightly.py's classes: the
 nightly writes this page, so this module must not import it (no import cycle, docs/architecture.md);
 anything with the same attributes renders.
 """
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from launcher.history import Assessment, History, RunRow
 from launcher.pages import svg
-from launcher.pages.history_page import day, regression_badge
-from launcher.pages.html import badge, esc, num, page, section, signed, status_of, table
-from launcher.pages.run_page import PAGE_NAME
+from launcher.pages.history_page import day, regression_badge, report_links
+from launcher.pages.html import badge, esc, link, num, page, section, signed, status_of, table
+from launcher.records.atomic import write_atomic
+from launcher.records.history import Assessment, History, RunRow
 
 
 class RecipeRunLike(Protocol):
@@ -30,7 +29,8 @@ class RecipeRunLike(Protocol):
 
 
 class NightlyEntryLike(Protocol):
-    """What the page reads of one recipe's night (launcher/nightly.py's NightlyEntry has it)."""
+    """What the page reads of one recipe's night (launcher/runner/nightly.py's NightlyEntry has
+    it)."""
 
     @property
     def recipe(self) -> Path: ...
@@ -73,11 +73,7 @@ def write_nightly_page(
                     histories[e.row.slug] = hist.runs(
                         e.row.slug, limit=30, cluster=e.row.cluster_name
                     )
-    links = {}
-    for e in entries:
-        if e.row.run_dir and (Path(e.row.run_dir) / PAGE_NAME).is_file():
-            target = Path(e.row.run_dir) / PAGE_NAME
-            links[e.row.run_id] = Path(os.path.relpath(target, path.parent.resolve())).as_posix()
+    links = report_links([e.row for e in entries], path.parent.resolve())
     text = render_nightly_page(
         entries,
         cluster=cluster,
@@ -87,9 +83,7 @@ def write_nightly_page(
         histories=histories,
         links=links,
     )
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    write_atomic(path, text)
     return path
 
 
@@ -174,16 +168,11 @@ def _table(
             else '<span class="dim">—</span>'
         )
         href = links.get(r.run_id)
-        report = (
-            f'<br><a href="{esc(href)}" class="dim">run report</a>'
-            if href
-            else '<br><span class="dim">no run report</span>'
-        )
+        report = "<br>" + link(href, "run report" if href else "no run report", cls="dim")
         reg = regression_badge(a)
         body.append(
             [
-                f'<span class="recipe"><a href="#r-{esc(r.run_id)}">{esc(r.slug)}</a>'
-                f"{report}</span>",
+                f'<span class="recipe">{link(f"#r-{r.run_id}", r.slug)}{report}</span>',
                 badge(e.outcome, attr=f' data-outcome="{esc(e.outcome)}"'),
                 badge(r.verdict) if r.verdict else '<span class="dim">—</span>',
                 f'<span data-figure="tokens_per_s_per_gpu">'
@@ -216,7 +205,7 @@ def _detail(e: NightlyEntryLike, links: Mapping[str, str]) -> str:
     r, a = e.row, e.assessment
     href = links.get(r.run_id)
     where = (
-        f'in <a href="{esc(href)}">{esc(r.run_dir)}</a>'
+        f"in {link(href, r.run_dir)}"
         if href
         else (f"in <code>{esc(r.run_dir)}</code>" if r.run_dir else "(no run directory)")
     )

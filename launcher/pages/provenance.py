@@ -12,8 +12,9 @@ from typing import Any
 
 from launcher.pages.html import code, esc, not_recorded, num, number, table
 from launcher.pages.run_sections import Context
+from launcher.records.rundir import Files
 
-_CHECK_FILES = (("preflight.json", "host preflight"), ("preflight-gpu.json", "GPU preflight"))
+_CHECK_FILES = ((Files.PREFLIGHT, "host preflight"), (Files.PREFLIGHT_GPU, "GPU preflight"))
 
 
 def _map(value: Any) -> dict[str, Any]:
@@ -40,7 +41,7 @@ def provenance(ctx: Context) -> str:
 
 def _facts(ctx: Context) -> str:
     plan, recipe = ctx.plan, ctx.recipe
-    image_facts = ctx.files.mapping("image.json")
+    image_facts = ctx.files.mapping(Files.IMAGE)
     facts: list[tuple[str, str]] = []
     plan_recipe = _map(plan.get("recipe"))
     facts.append(
@@ -83,12 +84,12 @@ def _facts(ctx: Context) -> str:
                 "training image",
                 f"pinned by the recipe: {code(pinned or 'not recorded')}<br>"
                 f"verified on the node: "
-                + (code(verified) if verified else esc(ctx.files.why_not("image.json")))
+                + (code(verified) if verified else esc(ctx.files.why_not(Files.IMAGE)))
                 + (f"<br>{mark}" if mark else ""),
             )
         )
     else:
-        facts.append(("training image", esc(ctx.files.why_not("plan.json"))))
+        facts.append(("training image", esc(ctx.files.why_not(Files.PLAN))))
     price = _map(ctx.prov.get("price"))
     if price:
         facts.append(
@@ -98,7 +99,8 @@ def _facts(ctx: Context) -> str:
                 f"${esc(num(price.get('usd_per_hour'), 3))} per node-hour</span>"
                 + (f" × {esc(ctx.nodes)} node(s)" if ctx.nodes else "")
                 + (
-                    f"<br><span class='dim'>{esc(price.get('source'))}</span>"
+                    f"<br><span class='dim' data-price-source=\"{esc(price.get('source'))}\">"
+                    f"{esc(_price_words(price))}</span>"
                     if price.get("source")
                     else ""
                 ),
@@ -111,7 +113,7 @@ def _facts(ctx: Context) -> str:
                 esc(
                     "none recorded: no $ / 1M tokens"
                     if ctx.result
-                    else ctx.files.why_not("result.yaml")
+                    else ctx.files.why_not(Files.RESULT)
                 ),
             )
         )
@@ -150,11 +152,11 @@ def _facts(ctx: Context) -> str:
 
 
 def _stack(ctx: Context) -> str:
-    stack = ctx.files.mapping("stack.json")
+    stack = ctx.files.mapping(Files.STACK)
     card = _map(ctx.recipe.get("stack"))
     out = []
     if not stack:
-        out.append(not_recorded(ctx.files.why_not("stack.json")))
+        out.append(not_recorded(ctx.files.why_not(Files.STACK)))
     elif stack.get("skipped") or not stack.get("checks"):
         out.append(
             not_recorded(
@@ -209,7 +211,7 @@ def _checks(ctx: Context) -> str:
     for name, label in _CHECK_FILES:
         data = ctx.files.mapping(name)
         if not data:
-            if name == "preflight.json" or ctx.files.problems.get(name, "missing") != "missing":
+            if name == Files.PREFLIGHT or ctx.files.problems.get(name, "missing") != "missing":
                 out.append(
                     f"<p><b>{esc(label)}</b>: "
                     f"<span class='dim'>{esc(ctx.files.why_not(name))}</span></p>"
@@ -300,7 +302,7 @@ def _assets(ctx: Context) -> str:
     else:
         out.append(
             not_recorded(
-                ctx.files.why_not("recipe.yaml")
+                ctx.files.why_not(Files.RECIPE)
                 if not ctx.recipe
                 else "The recipe pins no asset hash."
             )
@@ -329,3 +331,11 @@ def _assets(ctx: Context) -> str:
             + "</details>"
         )
     return "".join(out)
+
+
+def _price_words(price: dict[str, Any]) -> str:
+    """Where the run's price came from, in the words every $ figure carries (catalog.Price)."""
+    from launcher.catalog import Price
+
+    parsed = Price.from_dict(price)
+    return parsed.describe() if parsed is not None else str(price.get("source"))

@@ -16,6 +16,7 @@ from typing import Any
 
 from launcher.pages import run_sections as rs
 from launcher.pages import svg
+from launcher.pages.attestation import attestation_html, read_attestation
 from launcher.pages.html import (
     badge,
     esc,
@@ -28,9 +29,12 @@ from launcher.pages.html import (
     table,
 )
 from launcher.pages.provenance import provenance
+from launcher.pages.recipe_fields import card_section as recipe_card
 from launcher.pages.rundata import RUN_FILES, RunFiles, read_run_dir
+from launcher.records.atomic import write_atomic
+from launcher.records.rundir import Files
 
-PAGE_NAME = "report.html"
+PAGE_NAME = Files.REPORT_HTML
 # Verdicts whose throughput was compared with the card (the others are not judged on it).
 JUDGED = ("reproduced", "faster", "slower", "unstable")
 
@@ -54,14 +58,18 @@ def _dollars(v: Any) -> str:
     return "—" if n is None else f"${n:,.2f}"
 
 
-def write_run_page(run_dir: Path, out: Path | None = None) -> Path:
-    """Render the run directory's page and write it (run_dir/report.html unless `out`)."""
+def write_run_page(
+    run_dir: Path, out: Path | None = None, *, verified: dict[str, Any] | None = None
+) -> Path:
+    """Render the run directory's page and write it (run_dir/report.html unless `out`).
+    `verified` ({"verified": bool, "error": str}): what `reproduce attest` just checked."""
     run_dir = Path(run_dir)
     target = Path(out) if out is not None else run_dir / PAGE_NAME
-    text = render_run_page(read_run_dir(run_dir))
-    tmp = target.with_name(f".{target.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(target)
+    info = read_attestation(run_dir)
+    if info is not None and verified is not None:
+        info.update(verified)
+    text = render_run_page(read_run_dir(run_dir), attestation=attestation_html(info, str(run_dir)))
+    write_atomic(target, text)
     return target
 
 
@@ -76,8 +84,9 @@ def write_run_page_safely(run_dir: Path, warn: Callable[[str], Any] | None = Non
         return None
 
 
-def render_run_page(files: RunFiles) -> str:
-    """The whole page as one HTML string. Pure: the files were read before."""
+def render_run_page(files: RunFiles, attestation: str = "") -> str:
+    """The whole page as one HTML string. Pure: the files were read before (`attestation`: the
+    header's line from launcher/pages/attestation.py)."""
     ctx = rs.Context.of(files)
     parts = [
         rs.guard("verdict", "Verdict", _verdict, ctx),
@@ -87,10 +96,14 @@ def render_run_page(files: RunFiles) -> str:
         rs.guard("convergence", "Convergence check", rs.convergence, ctx),
         rs.guard("provenance", "Provenance: what exactly ran", provenance, ctx),
         rs.guard("notes", "Notes and cross-checks", rs.notes, ctx),
+        rs.guard("card", "The recipe card as written", recipe_card, ctx),
         rs.guard("steps", "Every step", rs.steps_table, ctx),
     ]
     return page(
-        f"{ctx.title} · reproduction {ctx.run_id}", _header(ctx), "".join(parts), _footer(ctx)
+        f"{ctx.title} · reproduction {ctx.run_id}",
+        _header(ctx) + attestation,
+        "".join(parts),
+        _footer(ctx),
     )
 
 
@@ -117,7 +130,7 @@ def _header(ctx: rs.Context) -> str:
 def _verdict(ctx: rs.Context) -> str:
     v = ctx.verdict
     word = v.get("status") if v else None
-    state = ctx.files.mapping("status.json")
+    state = ctx.files.mapping(Files.STATUS)
     if not word:
         # Not judged: say what the run itself reports (failed at a stage, cancelled, ...).
         st = state.get("state")
@@ -175,9 +188,9 @@ def _verdict(ctx: rs.Context) -> str:
 
 def _figures(ctx: rs.Context) -> str:
     claim, result = ctx.claim, ctx.result
-    if not ctx.files.has("result.yaml"):
+    if not ctx.files.has(Files.RESULT):
         head = not_recorded(
-            ctx.files.why_not("result.yaml")
+            ctx.files.why_not(Files.RESULT)
             + ": the run was not measured, so there is nothing to set beside the card."
         )
     else:
@@ -200,7 +213,7 @@ def _figures(ctx: rs.Context) -> str:
         gauge = (
             _gauge(diff, tol, judged) if key == "tokens_per_s_per_gpu" and diff is not None else ""
         )
-        value = show(got) if ctx.files.has("result.yaml") else "—"
+        value = show(got) if ctx.files.has(Files.RESULT) else "—"
         tiles.append(
             f'<div class="tile" data-tile="{key}"><div class="label">{esc(label)}</div>'
             f'<div class="value" title="unrounded: {esc(unrounded.get(key))}">{esc(value)}</div>'
@@ -298,8 +311,8 @@ def _plots(ctx: rs.Context) -> str:
     steps = ctx.files.steps
     if not steps:
         return not_recorded(
-            ctx.files.why_not("steps.jsonl")
-            if not ctx.files.has("steps.jsonl")
+            ctx.files.why_not(Files.STEPS)
+            if not ctx.files.has(Files.STEPS)
             else "steps.jsonl holds no step"
         )
     first, last = ctx.window

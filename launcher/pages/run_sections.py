@@ -14,11 +14,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from launcher.measure import gpu_hours_from_timeline, stage_split
+from launcher.judge.measure import gpu_hours_from_timeline, stage_split
+from launcher.judge.verdict import DEFAULT_TOLERANCE_PERCENT
 from launcher.pages import svg
 from launcher.pages.html import badge, duration, esc, not_recorded, num, number, section, table
 from launcher.pages.rundata import RunFiles
-from launcher.verdict import DEFAULT_TOLERANCE_PERCENT
+from launcher.records.rundir import Files
 
 
 def _map(value: Any) -> dict[str, Any]:
@@ -51,13 +52,13 @@ class Context:
 
     @classmethod
     def of(cls, files: RunFiles) -> Context:
-        recipe = files.mapping("recipe.yaml")
-        verdict = files.mapping("verdict.json")
+        recipe = files.mapping(Files.RECIPE)
+        verdict = files.mapping(Files.VERDICT)
         claim = _map(recipe.get("result")) or _map(verdict.get("claimed"))
-        result = files.mapping("result.yaml")
+        result = files.mapping(Files.RESULT)
         prov = _map(result.get("provenance"))
-        run = files.mapping("run.json")
-        plan = files.mapping("plan.json")
+        run = files.mapping(Files.RUN)
+        plan = files.mapping(Files.PLAN)
         gpu = _map(recipe.get("gpu"))
         slug = str(
             run.get("slug") or _map(plan.get("recipe")).get("slug") or files.path.parent.name
@@ -82,7 +83,7 @@ class Context:
             prov=prov,
             unrounded=_map(prov.get("unrounded")),
             verdict=verdict,
-            timeline=files.mapping("timeline.json"),
+            timeline=files.mapping(Files.TIMELINE),
             plan=plan,
             slug=slug,
             run_id=str(run.get("run_id") or plan.get("run_id") or files.path.name),
@@ -256,7 +257,7 @@ def stage_rows(
 
 def stages(ctx: Context) -> str:
     if not ctx.timeline:
-        return not_recorded(ctx.files.why_not("timeline.json"))
+        return not_recorded(ctx.files.why_not(Files.TIMELINE))
     window_gh = number(ctx.prov.get("window_gpu_hours"))
     window_s = window_gh * 3600 / ctx.gpus if window_gh is not None and ctx.gpus else None
     rows = stage_rows(ctx.timeline, window_s)
@@ -342,10 +343,10 @@ def stages(ctx: Context) -> str:
 
 def convergence(ctx: Context) -> str:
     card = _map(_map(ctx.recipe.get("correctness")).get("convergence"))
-    conv = ctx.files.mapping("convergence.json")
+    conv = ctx.files.mapping(Files.CONVERGENCE)
     if not conv:
         text = (
-            ctx.files.why_not("convergence.json")
+            ctx.files.why_not(Files.CONVERGENCE)
             + ": this run was measured without a reference run."
         )
         if card:
@@ -513,7 +514,7 @@ def notes(ctx: Context) -> str:
         )
     if not parts:
         return not_recorded(
-            "No notes." if ctx.files.has("result.yaml") else ctx.files.why_not("result.yaml")
+            "No notes." if ctx.files.has(Files.RESULT) else ctx.files.why_not(Files.RESULT)
         )
     return "".join(parts)
 
@@ -527,8 +528,8 @@ def steps_table(ctx: Context) -> str:
     steps = ctx.files.steps
     if not steps:
         return not_recorded(
-            ctx.files.why_not("steps.jsonl")
-            if not ctx.files.has("steps.jsonl")
+            ctx.files.why_not(Files.STEPS)
+            if not ctx.files.has(Files.STEPS)
             else "No step was parsed."
         )
     first, last = ctx.window

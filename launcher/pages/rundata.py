@@ -1,6 +1,7 @@
 """Reading a run directory's files for a page, tolerantly: nothing missing or broken stops a page.
 
-Why not launcher/evaluate.py's readers: those refuse bad input (a measurement must not go on from
+Why not launcher/results/evaluate.py's readers: those refuse bad input (a measurement must not go on
+from
 a broken file), while a page must show whatever is there and say, per file, what is not: "not
 recorded" for a file the run never wrote (a run that failed before training has no result.yaml),
 "unreadable" with the reason for one that is damaged. Only regular files under a size cap are
@@ -16,21 +17,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from launcher.records.rundir import Files
+
 # The files a run page is made from, in the order the page's footer lists them.
 RUN_FILES = (
-    "result.yaml",
-    "verdict.json",
-    "steps.jsonl",
-    "timeline.json",
-    "stack.json",
-    "preflight.json",
-    "preflight-gpu.json",
-    "plan.json",
-    "convergence.json",
-    "recipe.yaml",
-    "run.json",
-    "status.json",
-    "image.json",
+    Files.RESULT,
+    Files.VERDICT,
+    Files.STEPS,
+    Files.TIMELINE,
+    Files.STACK,
+    Files.PREFLIGHT,
+    Files.PREFLIGHT_GPU,
+    Files.PLAN,
+    Files.CONVERGENCE,
+    Files.RECIPE,
+    Files.RUN,
+    Files.STATUS,
+    Files.IMAGE,
 )
 MAX_BYTES = 32 * 1024 * 1024
 MAX_STEPS = 200_000
@@ -64,7 +67,7 @@ class RunFiles:
 
     @property
     def steps(self) -> list[dict[str, Any]]:
-        value = self.data.get("steps.jsonl")
+        value = self.data.get(Files.STEPS)
         return value if isinstance(value, list) else []
 
 

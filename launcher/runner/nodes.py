@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from launcher.clusters.base import Node
+from launcher.clusters.execution import Execution, Place
 from launcher.errors import ReproduceError
-from launcher.rundir import Timeline
-from launcher.runner.execution import Execution, Place
+from launcher.records.rundir import Timeline
 from launcher.runner.outcome import CHECK_STAGES, failed_stage, tail_of
 from launcher.runner.stream import Ended, Follower
 

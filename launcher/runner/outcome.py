@@ -9,18 +9,18 @@ ReproduceError; a run that ended returns an Outcome.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from launcher.errors import CheckFailed, InfraError, Interrupted, ReproduceError
-from launcher.rundir import TRAIN_STAGE, RunDir, Timeline
-from launcher.runner.protocol import ASSET_PLAN_FILE
+from launcher.excerpt import MAX_LINES, clip, log_tail
+from launcher.plan.protocol import ASSET_PLAN_FILE
+from launcher.records.rundir import TRAIN_STAGE, Files, RunDir, Timeline
 
 if TYPE_CHECKING:
-    from launcher.measure import Result
-    from launcher.verdict import Verdict
+    from launcher.judge.measure import Result
+    from launcher.judge.verdict import Verdict
 
 # A failed stage of these is a check of the recipe that said no (exit 1: the image's stack differs
 # from the recipe's, or training failed and was judged). Any other failed stage is the
@@ -32,7 +32,6 @@ CHECK_STAGES = frozenset({"stack", TRAIN_STAGE})
 # store or the disk failed (infrastructure); docs/assets.md, "The node programs".
 CHECK_ON_EXIT_1 = frozenset({"resolve", "assets"})
 _TAIL_LINES = 8
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 @dataclass
@@ -67,7 +66,7 @@ def check_detail(rd: RunDir, stage: str | None, where: Path | None = None) -> st
         path = where / f"{stage}.json"
         if not path.exists():
             return None
-        from launcher.preflight import parse_report
+        from launcher.plan.preflight import parse_report
 
         try:
             return parse_report(path.read_text(errors="replace")).summary()
@@ -78,18 +77,19 @@ def check_detail(rd: RunDir, stage: str | None, where: Path | None = None) -> st
             plan = json.loads((where / ASSET_PLAN_FILE).read_text()) or {}
         except (OSError, ValueError):
             plan = {}
-        problems = [str(p) for p in plan.get("problems") or []]
+        problems = [clip(str(p)) for p in (plan.get("problems") or [])[:MAX_LINES]]
         if problems:
             return "the run's assets cannot all be supplied:\n  " + "\n  ".join(problems)
     if stage == "stack":
         try:
-            report = json.loads((where / "stack.json").read_text()) or {}
+            report = json.loads((where / Files.STACK).read_text()) or {}
         except (OSError, ValueError):
             report = {}
         bad = [c for c in report.get("checks", []) if not c.get("ok")]
         if bad:
             return "the image's software differs from the recipe's stack: " + "; ".join(
-                f"{c.get('name')}: {c.get('value')} (expected {c.get('expected')})" for c in bad
+                clip(f"{c.get('name')}: {c.get('value')} (expected {c.get('expected')})")
+                for c in bad[:MAX_LINES]
             )
     return None
 
@@ -138,11 +138,9 @@ def report_of(rd: RunDir, stage: str | None, logs: Path) -> Path | None:
 
 def tail_of(log: Path) -> str:
     """The last lines of a log, indented on lines of their own ("" when there are none)."""
-    if not log.exists():
-        return ""
-    lines = log.read_bytes().decode(errors="replace").rstrip("\n").splitlines()[-_TAIL_LINES:]
-    # the node's bytes reach the user's terminal: no control sequences among them
-    lines = [_CONTROL.sub("?", line) for line in lines]
+    # bounded (launcher/excerpt.py): read from the log's end, each line clipped, no control
+    # sequences (the node's bytes reach the user's terminal)
+    lines = log_tail(log, _TAIL_LINES)
     return "\n  " + "\n  ".join(lines) if lines else ""
 
 

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from launcher.runner.protocol import Progress
+    from launcher.plan.protocol import Progress
 
 INTERRUPT_CHOICES = ("ask", "cancel", "detach")
 
@@ -35,7 +35,7 @@ class Reporter(Protocol):
 
     def cost(self, gate: Any) -> None:
         """Before anything is paid for: the plan's header, its cost and its worst case
-        (`gate` is a launcher.costgate.CostGate; typed loosely: the gate imports the run's
+        (`gate` is a launcher.cost.costgate.CostGate; typed loosely: the gate imports the run's
         front half, which imports this module)."""
 
     def confirm(self, question: str) -> bool:

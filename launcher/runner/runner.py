@@ -18,24 +18,25 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from launcher import clusters
-from launcher.budget import Budget
+from launcher.clusters import staging
 from launcher.clusters.base import Cluster, LaunchOptions, Node
-from launcher.costgate import pass_gate
+from launcher.cost.budget import Budget
+from launcher.cost.costgate import pass_gate, refused_unattended
 from launcher.errors import BadInput, InfraError, ReproduceError
+from launcher.inputs.recipe import Recipe
 from launcher.pages import write_run_page_safely
-from launcher.recipe import Recipe
-from launcher.rundir import FINAL_STATES, RunDir, default_runs_root
-from launcher.runner import staging
+from launcher.records.identity import launcher_identity
+from launcher.records.rundir import FINAL_STATES, Files, RunDir, default_runs_root
+from launcher.records.runs import ended_message
 from launcher.runner.outcome import Outcome
 from launcher.runner.reporter import INTERRUPT_CHOICES, FailSafeReporter, QuietReporter, Reporter
 from launcher.runner.session import RunSession, Settings
 from launcher.runner.signals import signals_cancel
 from launcher.runner.stream import follow_lock
-from launcher.runs import ended_message
 
 if TYPE_CHECKING:
-    from launcher.plan import Plan
-    from launcher.reproduction import Options, Prepared
+    from launcher.plan.plan import Plan
+    from launcher.runner.reproduction import Options, Prepared, StartCheck
 
 
 class Runner:
@@ -74,24 +75,36 @@ class Runner:
 
     # --- entry points ----------------------------------------------------------------------------
 
-    def run(self, prepared: Prepared, options: Options) -> Outcome:
+    def run(self, prepared: Prepared, options: Options, start: StartCheck | None = None) -> Outcome:
         """A new run of a prepared Plan: its run dir, its cluster (by the profile's kind), then
         `execute`; the run joins its recipe's history whatever happens. Refused runs (BadInput)
-        start nothing and leave no run dir."""
-        from launcher.reproduction import check_before_start
+        start nothing and leave no run dir. `start`: the checks before a start, when the caller
+        made them already (the command layer does, for the dry run's sake): made once a run."""
+        from launcher.runner.reproduction import check_before_start, decide_price
 
         recipe, profile, plan = prepared.recipe, prepared.profile, prepared.plan
-        start = check_before_start(prepared, options)  # the same checks the dry run applies
+        if start is None:
+            start = check_before_start(prepared, options)  # the same checks the dry run applies
         if start.refusals:
             raise BadInput(start.refusals[0])
         budget = start.budget
-        # Before the run directory and any cloud call: what this machine can check (credentials)
-        # and the cost gate (shown, then confirmed, --yes, or a budget); a refusal leaves nothing.
+        # Before the run directory and any cloud call: what this machine can check (credentials),
+        # the run's price (decided once: looked up live where the backend can, else the
+        # catalog's) and the cost gate (shown, then confirmed, --yes, or a budget); a refusal
+        # leaves nothing.
         clusters.check_ready(profile)
+        if not refused_unattended(profile, options, unattended=self.settings.unattended):
+            # The one cloud call before the gate: a read (the price), never a launch; a run the
+            # gate refuses anyway sends nothing at all.
+            decided = decide_price(prepared, self.reporter.warn)
+            if decided.price is not prepared.price:
+                prepared = decided
+                budget = check_before_start(prepared, options).budget  # at the price decided
         gate = pass_gate(prepared, options, self.reporter, attended=not self.settings.unattended)
         root = options.runs_dir or default_runs_root()
         run_dir = RunDir.create(root, recipe.slug, plan.run_id)  # BadInput for a used --run-id
-        run_dir.update_record(cost=gate.to_record())
+        price = prepared.price.to_dict() if prepared.price is not None else None
+        run_dir.update_record(cost=gate.to_record(), price=price)
         run_dir.write_inputs(
             recipe_text=recipe.text,
             profile=profile.path.read_text(encoding="utf-8"),
@@ -99,7 +112,11 @@ class Runner:
             node_script=plan.node_script,
         )
         cluster = clusters.from_plan(
-            plan, LaunchOptions(keep=options.keep, owner=prepared.owner), run_dir.path
+            plan,
+            LaunchOptions(
+                keep=options.keep, owner=prepared.owner, price_per_hour=gate.price_per_hour
+            ),
+            run_dir.path,
         )
         try:
             return self.execute(
@@ -136,9 +153,10 @@ class Runner:
             container=plan.container,
             offset_source="size of logs/node.log",
             budget=asdict(budget) if budget is not None else None,
+            launcher=launcher_identity(),  # which code ran it (an attestation names it)
         )
-        if not (rd.path / "node.sh").exists():
-            rd.write_text("node.sh", plan.node_script)
+        if not (rd.path / Files.NODE_SCRIPT).exists():
+            rd.write_text(Files.NODE_SCRIPT, plan.node_script)
         run = self._session(rd, cluster, plan.recipe, budget)
         with follow_lock(rd):
             try:
@@ -240,7 +258,7 @@ def _recorded_nodes(record: Mapping[str, Any]) -> list[Node]:
 
 def _recorded_recipe(rd: RunDir) -> Recipe | None:
     """The recipe the run was started with (kept in its run dir), to judge it by; or None."""
-    from launcher.evaluate import RECIPE_FILE, recipe_of
+    from launcher.results.evaluate import RECIPE_FILE, recipe_of
 
     return recipe_of(rd.path) if (rd.path / RECIPE_FILE).is_file() else None
 
@@ -255,7 +273,7 @@ def record_history(
 
     The history lives in the runs root the run directory belongs to (<root>/<slug>/<run id>).
     """
-    from launcher.history import default_history_path, record
+    from launcher.records.history import default_history_path, record
 
     try:
         rd = RunDir(run_dir)

@@ -1,7 +1,7 @@
 """One run's state while the Runner drives it: its nodes, its timeline, whether the cluster is kept.
 
 A new run, an attach and a cancel each make a RunSession from the run directory's record. The
-nodes are a list, each driven through an Execution (launcher/runner/execution.py): staging,
+nodes are a list, each driven through an Execution (launcher/clusters/execution.py): staging,
 launching, following, cancelling, cleaning up and collecting are loops over it. Node 0's log and
 markers are the run's (logs/, timeline.json); node K's go to logs/node-K/.
 
@@ -23,12 +23,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn, TypeVar
 
-from launcher.budget import Budget
 from launcher.clusters.base import Cluster, Node
+from launcher.clusters.execution import execution_for, node_env
+from launcher.cost.budget import Budget
 from launcher.errors import CheckFailed, InfraError, Interrupted, ReproduceError
-from launcher.recipe import Recipe
-from launcher.rundir import TRAIN_STAGE, RunDir, RunDirUnwritable, Timeline
-from launcher.runner.execution import execution_for, node_env
+from launcher.inputs.recipe import Recipe
+from launcher.records.rundir import TRAIN_STAGE, RunDir, RunDirUnwritable, Timeline
 from launcher.runner.nodes import (
     HEALTH_EVERY_S,
     NodeFailure,
@@ -44,7 +44,7 @@ from launcher.runner.nodes import (
 )
 from launcher.runner.outcome import Outcome, failure, reattach_hint
 from launcher.runner.reporter import Reporter
-from launcher.runner.signals import Terminated, release_hard, signals_cancel
+from launcher.runner.signals import Terminated, handled, raise_pending, release_hard, signals_cancel
 from launcher.runner.stream import Follower
 
 T = TypeVar("T")
@@ -54,8 +54,8 @@ CANCEL_TIMEOUT_S = 120.0
 LOST_CANCEL_TIMEOUT_S = 30.0
 
 if TYPE_CHECKING:
-    from launcher.measure import Result
-    from launcher.verdict import Verdict
+    from launcher.judge.measure import Result
+    from launcher.judge.verdict import Verdict
 
 
 class BudgetExceeded(Exception):  # noqa: N818 - an event of the run, not a program error
@@ -157,6 +157,7 @@ class RunSession:
                     self.nodes,
                     lambda n: n.execution.stage(node_script, self.settings.scripts_dir, secrets),
                 )
+                raise_pending()  # a Ctrl-C dropped while staging: nothing is launched
                 launched = True  # from here an interrupt cancels on the node (harmless if not)
                 ids = on_each(self.nodes, lambda n: n.execution.launch(self._launch_env(nodes, n)))
             except BaseException:
@@ -171,6 +172,7 @@ class RunSession:
                 f"node script started on {where} (pid {', '.join(ids)}); run dir {self.rd.path}"
             )
         except KeyboardInterrupt as err:
+            handled()
             if launched:
                 self.reporter.say("cancelling the run on the node")
                 self.cancel_or_keep_billing()
@@ -207,6 +209,7 @@ class RunSession:
                 self.rd.set_status("running", pid_file=f"{head_dir}/pid")
                 code = self._follow_nodes()
             except KeyboardInterrupt as err:
+                handled()
                 self._interrupted(err)
             except NodeFailure as err:
                 self._node_failed(err)
@@ -244,6 +247,7 @@ class RunSession:
         # and the node that died is the news.
         order = self.nodes[1:] + self.nodes[:1]
         while True:
+            raise_pending()  # an interrupt whose exception was dropped in a finalizer
             for n in order:
                 if n.ended is not None:
                     continue
@@ -560,9 +564,9 @@ class RunSession:
         """Measure the run and judge its claim (writes the verdict and report into the run dir)."""
         if self.recipe is None:
             return None
-        from launcher.evaluate import measure_run_dir
+        from launcher.results.evaluate import measure_run_dir
 
-        result, verdict = measure_run_dir(self.rd.path, self.recipe)
+        result, verdict = measure_run_dir(self.rd.path, self.recipe, write_page=False)
         diff = verdict.difference_percent
         diff_text = f" ({diff:+.2f}% vs the claim)" if diff is not None else ""
         self.reporter.say(f"verdict: {verdict.status}{diff_text}")

@@ -8,6 +8,13 @@ runs, a Ctrl-C does not stop it: the first presses only say that teardown is in 
 third abandons it, and then what is left and the command that ends it are reported. SIGTERM and
 SIGHUP never stop a release at all: they come from no person (a closed terminal may send SIGHUP
 more than once), and the release is what they asked for.
+
+An interrupt is never lost. Python raises a signal's exception in whatever Python code runs when
+its handler does, and when that is a finalizer (`Popen.__del__` runs after every node command; any
+`__del__`), the exception is printed as "Exception ignored in ..." and dropped: the launcher would
+go on following a run nobody wants any more. So the handlers installed here also record the signal,
+and the loops that follow a run call `raise_pending()` at every turn: a signal whose exception was
+dropped is raised there; `handled()` marks it received where it is caught.
 """
 
 from __future__ import annotations
@@ -53,14 +60,43 @@ def _restore(previous: dict[int, Any]) -> None:
         signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
 
 
-def _raise_terminated(signum: int, frame: FrameType | None) -> None:
-    raise Terminated(signal.Signals(signum).name)
+# The signal received while a run is followed whose exception may not have reached the code yet
+# (one at most: the first; a second Ctrl-C while it is handled means the same).
+_pending: list[str] = []
+
+
+def _interruption(signame: str) -> KeyboardInterrupt:
+    return KeyboardInterrupt() if signame == "SIGINT" else Terminated(signame)
+
+
+def _raise_interruption(signum: int, frame: FrameType | None) -> None:
+    name = signal.Signals(signum).name
+    if not _pending:
+        _pending.append(name)
+    raise _interruption(name)
+
+
+def raise_pending() -> None:
+    """Raise the interrupt received but dropped on its way (its exception raised in a finalizer);
+    nothing when there is none. Called by every loop that waits on a node."""
+    if _pending:
+        raise _interruption(_pending.pop())
+
+
+def handled() -> None:
+    """The interrupt reached the code that acts on it: it is no longer pending."""
+    _pending.clear()
 
 
 @contextmanager
 def signals_cancel() -> Iterator[None]:
-    """Within the block SIGTERM and SIGHUP raise Terminated; the previous handlers come back."""
-    previous = _install(CANCELLING, _raise_terminated)
+    """Within the block Ctrl-C raises KeyboardInterrupt and SIGTERM/SIGHUP raise Terminated, each
+    recorded until handled (never lost: raise_pending); the previous handlers come back."""
+    handled()
+    # A Ctrl-C ignored on purpose (a background job of a script: its shell ignores SIGINT for it)
+    # stays ignored; otherwise it is recorded like the others.
+    ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    previous = _install(CANCELLING if ignored else ("SIGINT",) + CANCELLING, _raise_interruption)
     try:
         yield
     finally:

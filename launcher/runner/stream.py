@@ -18,15 +18,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
+from launcher.clusters.execution import Execution
 from launcher.errors import BadInput, InfraError
-from launcher.parse.miles import last_step
-from launcher.parse.shapes import last_step_time
-from launcher.rundir import TRAIN_STAGE, RunDir, RunDirUnwritable, Timeline
-from launcher.runner.execution import Execution
-from launcher.runner.protocol import parse_marker, progress_in
+from launcher.judge.parse.miles import last_step
+from launcher.judge.parse.shapes import last_step_time
+from launcher.plan.protocol import parse_marker, progress_in
+from launcher.records.rundir import TRAIN_STAGE, RunDir, RunDirUnwritable, Timeline
 from launcher.runner.reporter import Reporter
+from launcher.runner.signals import raise_pending
 
 READ_CHUNK = 1 << 20
+# A drain while the run goes on reads at most this many times (the next poll goes on from there).
+MAX_DRAIN_READS = 64
+# The console is shown whole lines only; a line longer than this is nothing it shows (not kept).
+MAX_SHOWN_LINE = 1 << 16
 # A marker line is short; a longer line is never one, so it is written on as it arrives instead of
 # being held (a long unterminated line costs linear time and bounded memory).
 MAX_MARKER_LINE = 4096
@@ -211,10 +216,21 @@ class Follower:
         self.poll_s = poll_s
         self.reconnect_s = reconnect_s
         self.last_step: int | None = None
+        self._shown_carry = b""  # the start of a line the console has not seen whole yet
         logs.mkdir(parents=True, exist_ok=True)
         self.splitter = LogSplitter(logs, timeline, on_marker=on_marker)
 
-    def _on_data(self, chunk: bytes) -> None:
+    def _on_data(self, data: bytes) -> None:
+        """What the console is shown comes from whole lines only: a read may end anywhere, and a
+        step time cut after its first digit would show a speed ten times too high."""
+        chunk = self._shown_carry + data
+        cut = chunk.rfind(b"\n") + 1
+        # the cut line waits for its end (bounded: a line that long is nothing the console shows)
+        self._shown_carry = chunk[cut:] if len(chunk) - cut <= MAX_SHOWN_LINE else b""
+        if cut:
+            self._show(chunk[:cut])
+
+    def _show(self, chunk: bytes) -> None:
         for progress in progress_in(chunk):  # a long stage's transfer (protocol.Progress)
             self.reporter.progress(progress)
         timed = last_step_time(chunk)  # the current speed, shown with the step
@@ -225,20 +241,30 @@ class Follower:
             self.last_step = step
             self.reporter.step(step + 1, self.steps_total)
 
-    def drain(self) -> int:
-        """Copy every byte the node has that we do not; returns how many."""
-        total = 0
-        while True:
+    def drain(self, *, to_end: bool = False) -> int:
+        """Copy every byte the node has that we do not; returns how many.
+
+        Only an empty read is the end: a transport may return fewer bytes than asked while more
+        are there (an SFTP read cut short, a job server's tail), and after the script ended
+        (`to_end`) a short read taken for the end would lose the log's last lines. While the run
+        goes on, one drain stops after MAX_DRAIN_READS reads so a fast writer cannot hold the
+        loop (the next poll goes on from the offset).
+        """
+        total = reads = 0
+        while to_end or reads < MAX_DRAIN_READS:
             data = self.execution.read_log(self.splitter.offset(), READ_CHUNK)
+            reads += 1
             if not data:
                 break
             self._keep(data)
             self._on_data(data)
             total += len(data)
-            if len(data) < READ_CHUNK:
-                break
         self._keep(b"")
         return total
+
+    def drain_to_end(self) -> int:
+        """After the script ended: every byte node.log will ever have."""
+        return self.drain(to_end=True)
 
     def _keep(self, data: bytes) -> None:
         """Bytes from the node into the run dir; a local write that fails is the launcher's disk,
@@ -255,7 +281,7 @@ class Follower:
     def drain_quietly(self) -> None:
         """Drain what can still be drained; at the end of a cancel a lost node changes nothing."""
         try:
-            self.drain()
+            self.drain(to_end=True)
         except (InfraError, OSError, EOFError):
             pass
 
@@ -288,6 +314,7 @@ class Follower:
                     )
                     warned = True
                 self.execution.close()
+                raise_pending()  # a Ctrl-C while the node does not answer is never lost
                 time.sleep(min(2.0, max(0.2, self.poll_s)))
 
     def check(self) -> Ended | None:
@@ -296,11 +323,11 @@ class Follower:
         state, code = self.with_reconnect(self.poll)
         if state == "alive":
             return None
-        self.with_reconnect(self.drain)
+        self.with_reconnect(self.drain_to_end)
         if state == "gone":
             state, code = self.with_reconnect(self.poll)  # it may have just finished
             if state == "exit":
-                self.with_reconnect(self.drain)
+                self.with_reconnect(self.drain_to_end)
         return Ended(code if state == "exit" else None)
 
     def finish_logs(self, stage_status: str) -> None:

@@ -47,9 +47,15 @@ _trusted_dir() {
     return 1
   fi
 }
-for dir in "$NODE_RUN_DIR" "$CACHE_DIR" "$(dirname "$HF_CKPT")" "$(dirname "$TORCH_DIST")" "$(dirname "$SFT_DATA")"; do
+for dir in "$NODE_RUN_DIR" "$CACHE_DIR" "$CACHE_DIR/.incoming" "$(dirname "$HF_CKPT")" "$(dirname "$TORCH_DIST")" "$(dirname "$SFT_DATA")"; do
   _trusted_dir "$dir" || exit 1
 done
+# what a container makes for the cache (rows, a conversion) lands in a fresh directory of this run's,
+# which the host checks before it moves anything into the cache (read-only in every container)
+ASSET_NEW="$CACHE_DIR/.incoming/$RUN_ID-${NODE_RANK:-0}"
+REPRODUCE_HOST_IDS="$(id -u):$(id -g)"
+export REPRODUCE_HOST_IDS
+[ ! -L "$CACHE_DIR/.incoming" ] && mkdir -m 700 "$ASSET_NEW" || { echo "reproduce: cannot make a fresh $ASSET_NEW" >&2; exit 1; }
 mkdir -p -m 700 "$REPRODUCE_OUT_DIR" "$NODE_RUN_DIR/state"
 cd "$NODE_RUN_DIR"
 
@@ -69,7 +75,7 @@ trap _on_exit EXIT
 
 # flags of every docker run below (miles' documented ones; mounts of the run's out and state dirs, the cache, scripts)
 GPU_ARGS=(--gpus all)
-DOCKER_ARGS=(--ipc host --network host --ulimit memlock=-1 --ulimit stack=67108864 --shm-size 32g -v /var/tmp/reproduce/runs/20261201T120000Z-golden/out:/var/tmp/reproduce/runs/20261201T120000Z-golden/out -v /var/tmp/reproduce/runs/20261201T120000Z-golden/state:/var/tmp/reproduce/runs/20261201T120000Z-golden/state:ro -v /var/tmp/reproduce-cache:/var/tmp/reproduce-cache -v /var/tmp/reproduce/runs/20261201T120000Z-golden/scripts:/opt/reproduce/scripts:ro -e RUN_ID -e NODE_RUN_DIR -e REPRODUCE_OUT_DIR -e HF_CKPT -e TORCH_DIST -e SFT_DATA)
+DOCKER_ARGS=(--ipc host --network host --ulimit memlock=-1 --ulimit stack=67108864 --shm-size 32g -v /var/tmp/reproduce/runs/20261201T120000Z-golden/out:/var/tmp/reproduce/runs/20261201T120000Z-golden/out -v /var/tmp/reproduce/runs/20261201T120000Z-golden/state:/var/tmp/reproduce/runs/20261201T120000Z-golden/state:ro -v /var/tmp/reproduce-cache:/var/tmp/reproduce-cache:ro -v /var/tmp/reproduce/runs/20261201T120000Z-golden/scripts:/opt/reproduce/scripts:ro -e RUN_ID -e NODE_RUN_DIR -e REPRODUCE_OUT_DIR -e HF_CKPT -e TORCH_DIST -e SFT_DATA)
 # EFA devices go into the container when the node has them (p5en: 16)
 EFA_ARGS=()
 for dev in /dev/infiniband/*; do
@@ -83,7 +89,7 @@ _stage_end
 
 # ---- stage resolve: where every asset will come from (cache, store, Hub, build, convert); nothing downloaded, before the image pull
 _stage_begin resolve
-# the node programs' spec (launcher/assets/spec.py) and their plan live in state/, which
+# the node programs' spec (launcher/plan/asset_spec.py) and plan live in state/, which
 # containers read but cannot write; docs/assets.md
 ASSETS_PY="$NODE_RUN_DIR/scripts/node_assets.py"
 ASSET_SPEC="$NODE_RUN_DIR/state/assets.json"
@@ -192,7 +198,8 @@ if ! grep -qxF "$IMAGE" "$NODE_RUN_DIR/image.digests"; then
   echo "image $IMAGE: the local image does not carry digest $IMAGE_DIGEST (RepoDigests: $(tr '\n' ' ' < "$NODE_RUN_DIR/image.digests"))" >&2
   exit 1
 fi
-printf '{"image": "%s", "digest": "%s", "id": "%s"}\n' "$IMAGE" "$IMAGE_DIGEST" "$(docker image inspect --format '{{.Id}}' "$IMAGE")" > "$NODE_RUN_DIR/image.json"
+# image.json: what ran, as docker has it (an attestation records its RepoDigests)
+printf '{"image": "%s", "digest": "%s", "id": "%s", "repo_digests": %s}\n' "$IMAGE" "$IMAGE_DIGEST" "$(docker image inspect --format '{{.Id}}' "$IMAGE")" "$(docker image inspect --format '{{json .RepoDigests}}' "$IMAGE")" > "$NODE_RUN_DIR/image.json"
 _stage_end
 
 # ---- stage preflight-gpu: GPU benchmarks in the image: bf16 matmul, memory bandwidth, NCCL all-reduce
@@ -209,9 +216,14 @@ _stage_end
 _stage_begin assets
 # the rows first (small, CPU): a verified cache, the store, or built from the tokenizer
 # and dataset fetched here, in the image (no network, no GPU, no token, the host's uid),
-# checked against the recipe's parquet_sha256 and rows_sha256 before they take $SFT_DATA
+# into a fresh directory of its own; the host checks them against the recipe's
+# parquet_sha256 before they take $SFT_DATA (the build checks rows_sha256 too)
 HF_TOKEN="$HF_TOKEN" python3 "$ASSETS_PY" fetch --spec "$ASSET_SPEC" --plan "$ASSET_PLAN" rows
-docker run --rm --user "$(id -u):$(id -g)" "${DOCKER_ARGS[@]}" "${EFA_ARGS[@]}" "$IMAGE" bash -c 'HOME=/tmp HF_HUB_OFFLINE=1 PYTHONPATH=/root/miles:/root/Megatron-LM:"/opt/reproduce/scripts" python3 "/opt/reproduce/scripts/node_assets.py" build-rows --spec "$NODE_RUN_DIR/state/assets.json" --plan "$NODE_RUN_DIR/state/assets-plan.json"'
+if [ "$(python3 "$ASSETS_PY" source --plan "$ASSET_PLAN" rows)" = build ]; then
+  export REPRODUCE_NEW_DIR="$ASSET_NEW/rows" && mkdir -m 700 "$REPRODUCE_NEW_DIR"
+  docker run --rm --user "$(id -u):$(id -g)" -v "$REPRODUCE_NEW_DIR:$REPRODUCE_NEW_DIR" -e REPRODUCE_NEW_DIR -e REPRODUCE_HOST_IDS "${DOCKER_ARGS[@]}" "${EFA_ARGS[@]}" "$IMAGE" bash -c 'HOME=/tmp HF_HUB_OFFLINE=1 PYTHONPATH=/root/miles:/root/Megatron-LM:"/opt/reproduce/scripts" python3 "/opt/reproduce/scripts/node_assets.py" build-rows --spec "$NODE_RUN_DIR/state/assets.json" --plan "$NODE_RUN_DIR/state/assets-plan.json" --out "$REPRODUCE_NEW_DIR"'
+  python3 "$ASSETS_PY" adopt --spec "$ASSET_SPEC" rows --from "$REPRODUCE_NEW_DIR"
+fi
 # every row through the rollout function's own checks (length, loss mask) before a GPU minute
 docker run --rm "${DOCKER_ARGS[@]}" "${EFA_ARGS[@]}" "$IMAGE" bash -c 'python3 "/opt/reproduce/scripts/pretokenized_sft_rollout.py" --check "$SFT_DATA" --row-tokens 8192'
 # then the checkpoint (and a converted one when the cache or the store has it), each
@@ -222,14 +234,15 @@ _stage_end
 # ---- stage convert: the checkpoint converted for Megatron on the GPUs, only when no converted one could be fetched
 _stage_begin convert
 # resolve chose: a converted checkpoint from the cache or the store (fetched above), or
-# this conversion; then sealed (its manifest) so later runs on this node trust it
+# this conversion, into a fresh directory of its own (a conversion cut short is redone,
+# never trusted); the host checks it, seals it (its manifest, from the bytes the host
+# hashed) and only then moves it to $TORCH_DIST, so later runs on this node trust it
 if [ "$(python3 "$ASSETS_PY" source --plan "$ASSET_PLAN" torch_dist)" = convert ]; then
-  # marked as being made (a conversion cut short is redone, never trusted), and made by
-  # the host so that the manifest can go beside what the container writes
-  python3 "$ASSETS_PY" begin --spec "$ASSET_SPEC" torch_dist
-  docker run --rm "${GPU_ARGS[@]}" "${DOCKER_ARGS[@]}" "${EFA_ARGS[@]}" "$IMAGE" bash -c 'export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1; cd /root/miles && MODEL_ARGS_LINE="$(python3 miles/utils/external_utils/model_args_utils.py qwen3-30B-A3B)" && read -ra MODEL_ARGS <<< "$MODEL_ARGS_LINE" && PYTHONPATH=/root/miles:/root/Megatron-LM torchrun --nproc-per-node 8 tools/convert_hf_to_torch_dist.py "${MODEL_ARGS[@]}" --hf-checkpoint "$HF_CKPT" --save "$TORCH_DIST"'
-  python3 "$ASSETS_PY" seal --spec "$ASSET_SPEC" torch_dist
+  export REPRODUCE_NEW_DIR="$ASSET_NEW/torch_dist" && mkdir -m 700 "$REPRODUCE_NEW_DIR"
+  docker run --rm "${GPU_ARGS[@]}" -v "$REPRODUCE_NEW_DIR:$REPRODUCE_NEW_DIR" -e REPRODUCE_NEW_DIR -e REPRODUCE_HOST_IDS "${DOCKER_ARGS[@]}" "${EFA_ARGS[@]}" "$IMAGE" bash -c 'export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1; (cd /root/miles && MODEL_ARGS_LINE="$(python3 miles/utils/external_utils/model_args_utils.py qwen3-30B-A3B)" && read -ra MODEL_ARGS <<< "$MODEL_ARGS_LINE" && PYTHONPATH=/root/miles:/root/Megatron-LM torchrun --nproc-per-node 8 tools/convert_hf_to_torch_dist.py "${MODEL_ARGS[@]}" --hf-checkpoint "$HF_CKPT" --save "$REPRODUCE_NEW_DIR/torch_dist") && chown -R "$REPRODUCE_HOST_IDS" "$REPRODUCE_NEW_DIR"'
+  python3 "$ASSETS_PY" adopt --spec "$ASSET_SPEC" torch_dist --from "$REPRODUCE_NEW_DIR/torch_dist"
 fi
+rm -rf "$ASSET_NEW"  # what the containers made is in the cache now, checked
 _stage_end
 
 # ---- stages ray + train, inside the training container (this text runs verbatim there)

@@ -12,7 +12,7 @@ import os
 import re
 import sys
 import time
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 
 TRAIN_PID, ROLLOUT_PID = 5123, 5101
 

@@ -15,6 +15,8 @@ The package is split by phase (docs/aws.md has the full picture):
     state.py      run_dir/aws.json, written the moment each resource exists, and the launcher's
                   own record of each launch (outside every run directory)
     capacity.py   Capacity Block offerings and purchase
+    prices.py     the run's price from AWS (Price List API, spot history, a block's fee)
+    quota.py      the account's vCPU quota for the capacity type, read before anything is made
 
 Importing the package (and the dry run's provisioning_calls) imports no boto3 and no paramiko:
 the backend's clients are made only when a real run or `--check` needs them.
@@ -28,15 +30,19 @@ from typing import TYPE_CHECKING, Any
 
 from launcher.clusters.aws.program import provisioning_calls
 from launcher.clusters.aws.requests import ApiCall, to_jsonable
+from launcher.inputs.profile import AwsProfile
+from launcher.records.rundir import Files
 
 if TYPE_CHECKING:
     from launcher.clusters.aws.cluster import AwsCluster
+    from launcher.inputs.profile import Profile
 
 __all__ = [
     "ApiCall",
     "check_ready",
     "from_plan",
     "from_record",
+    "live_price",
     "provisioning_calls",
     "to_jsonable",
 ]
@@ -47,7 +53,7 @@ def from_plan(
 ) -> AwsCluster:
     """The cluster for a new run (the backend registry's entry point).
 
-    plan is a launcher.plan.Plan (typed Any: the plan module imports this package); options
+    plan is a launcher.plan.plan.Plan (typed Any: the plan module imports this package); options
     carries keep and owner (the owner the dry run printed). The state goes to run_dir/aws.json
     and the calls sent to run_dir/aws-calls.jsonl; `log` receives the launch's progress lines.
     """
@@ -58,19 +64,28 @@ def from_plan(
         plan.profile,
         plan.run_id,
         keep=bool(getattr(options, "keep", False)),
-        instance_id=plan.profile.get("instance_id"),
+        instance_id=plan.profile.instance_id if isinstance(plan.profile, AwsProfile) else None,
         owner=str(getattr(options, "owner", "unknown")),
-        state_path=Path(run_dir) / "aws.json",
+        price_per_hour=getattr(options, "price_per_hour", None),
+        state_path=Path(run_dir) / Files.AWS,
         log=log,
     )
 
 
-def check_ready(profile: Any) -> None:
+def check_ready(profile: Profile) -> None:
     """Credentials and a known region, checked before the run directory exists (the backend
     registry's optional hook): without them BadInput, and nothing is made. No AWS call."""
     from launcher.clusters.aws.session import make_session
 
-    make_session(profile.get("region", None))
+    make_session(profile.region)
+
+
+def live_price(recipe: Any, profile: Any, fallback: Any) -> tuple[Any, str | None]:
+    """The run's price looked up from AWS before its cost is shown (the backend registry's
+    optional hook); the catalog's (`fallback`) and why, when the lookup fails."""
+    from launcher.clusters.aws.prices import live_price as look
+
+    return look(recipe, profile, fallback)
 
 
 def from_record(record: Mapping[str, Any], *, log: Callable[[str], Any] = print) -> AwsCluster:

@@ -2,7 +2,9 @@
 
 Why so careful: a Capacity Block cannot be cancelled once bought, and costs thousands of dollars.
 So listing is the default, a purchase needs the offering's id as an explicit flag, its price and
-start time are printed before the purchase call, and `--max-usd` refuses a block that costs more.
+start time are printed before the purchase call, `--max-usd` refuses a block that costs more, and
+the purchase needs the consent a launch needs (a yes at the terminal, --yes, or a covering
+--max-usd when nobody is at a terminal).
 After buying, the reservation id goes into the profile (capacity: {type: capacity-block, ...}).
 """
 
@@ -12,12 +14,17 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from launcher.clusters.aws.requests import TAG_RECIPE
 from launcher.clusters.aws.session import make_session, translate
 from launcher.clusters.aws.settings import settings_from
+from launcher.cost.costgate import BUY_QUESTION, NotConfirmed
 from launcher.errors import BadInput, InfraError
+
+if TYPE_CHECKING:
+    from launcher.inputs.profile import Profile
+    from launcher.inputs.recipe import Recipe
 
 
 @dataclass(frozen=True)
@@ -64,14 +71,14 @@ def _parse(item: dict[str, Any]) -> Offering:
     )
 
 
-def _target(recipe: Any, profile: Any, nodes: int | None) -> tuple[str, int, str | None]:
+def _target(recipe: Recipe, profile: Profile, nodes: int | None) -> tuple[str, int, str | None]:
     s = settings_from(recipe, profile)
     return s.instance_type, nodes or s.nodes, s.region
 
 
 def list_offerings(
-    recipe: Any,
-    profile: Any,
+    recipe: Recipe,
+    profile: Profile,
     *,
     hours: int = 24,
     nodes: int | None = None,
@@ -121,8 +128,8 @@ def format_offerings(offerings: list[Offering], on_demand_per_hour: float | None
 
 
 def buy(
-    recipe: Any,
-    profile: Any,
+    recipe: Recipe,
+    profile: Profile,
     offering_id: str,
     *,
     hours: int = 24,
@@ -132,14 +139,28 @@ def buy(
     end_before: datetime | None = None,
     session: Any = None,
     log: Callable[[str], Any] = lambda _line: None,
+    yes: bool = False,
+    confirm: Callable[[str], bool] | None = None,
 ) -> str:
     """Buy the listed offering `offering_id`; return the cr-... id.
 
-    In this order: the offering and its price are shown, --max-usd is checked, and only then is
-    "buying" said and the purchase sent. A refusal never reads as a purchase.
+    A purchase cannot be cancelled, so it needs the consent a launch needs
+    (launcher/cost/costgate.py): the person at the terminal says yes (`confirm`, asked after the
+    price is shown), `yes` (--yes) answers for them, or, with nobody at a terminal, a --max-usd that
+    covers the price. Without a terminal and without either it is refused (exit 2) before any AWS
+    call. In this order: the offering and its price are shown, --max-usd is checked, the question
+    asked, and only then is "buying" said and the purchase sent. A refusal never reads as a
+    purchase.
     """
     if max_usd is not None and not 0 < max_usd < math.inf:
         raise BadInput(f"--max-usd must be a positive number, got {max_usd:g}; nothing was bought.")
+    if not yes and confirm is None and max_usd is None:
+        raise BadInput(
+            f"a Capacity Block ({offering_id}) cannot be cancelled once bought, and nobody is at "
+            "a terminal to confirm its price, so nothing was bought.",
+            hint="Pass --max-usd N (the purchase is refused above N dollars), or --yes to buy it "
+            "at the price shown.",
+        )
     offerings = list_offerings(
         recipe,
         profile,
@@ -162,6 +183,8 @@ def buy(
             f"offering {offer.id} costs {offer.upfront_usd:,.2f} {offer.currency}, "
             f"more than --max-usd {max_usd:g}; nothing was bought."
         )
+    if not yes and confirm is not None and not confirm(BUY_QUESTION):
+        raise NotConfirmed(f"not confirmed, so {offer.id} was not bought.")
     log(f"buying {offer.id} for {offer.upfront_usd:,.2f} {offer.currency}")
     _, _, region = _target(recipe, profile, nodes)
     session = make_session(region, session)

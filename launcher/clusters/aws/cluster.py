@@ -29,11 +29,14 @@ from launcher.clusters.aws.state import AwsState, state_root, write_launch_recor
 from launcher.clusters.aws.teardown import kept_message, leftover_message, safe, teardown
 from launcher.clusters.base import Node
 from launcher.errors import BadInput, InfraError, ReproduceError
+from launcher.records.rundir import Files
 
 if TYPE_CHECKING:
-    from launcher.budget import Budget
+    from launcher.cost.budget import Budget
+    from launcher.inputs.profile import Profile
+    from launcher.inputs.recipe import Recipe
 
-CALLS_FILE = "aws-calls.jsonl"
+CALLS_FILE = Files.AWS_CALLS
 RELEASE_ATTEMPTS = 5  # a teardown stopped by something not AWS's (EIO from a print) goes again
 HEALTH_EVERY_S = 10.0  # lost_nodes asks EC2 at most this often (one DescribeInstances)
 
@@ -45,8 +48,8 @@ class AwsCluster:
 
     def __init__(
         self,
-        recipe: Any,
-        profile: Any,
+        recipe: Recipe | None,
+        profile: Profile | None,
         run_id: str,
         *,
         keep: bool = False,
@@ -60,13 +63,15 @@ class AwsCluster:
         key_dir: Path | None = None,
         poll_s: float = 5.0,
         now: Callable[[], datetime] | None = None,
+        price_per_hour: float | None = None,
     ) -> None:
         self.recipe = recipe
+        self.price_per_hour = price_per_hour  # the run's decided price (else the catalog's)
         self.profile = profile
         self.run_id = run_id
         self.keep = keep
         self.settings: AwsSettings | None = (
-            settings_from(recipe, profile) if recipe is not None else None
+            settings_from(recipe, profile) if recipe is not None and profile is not None else None
         )
         self.target_id = instance_id or (self.settings.instance_id if self.settings else None)
         self.owner = owner
@@ -98,7 +103,7 @@ class AwsCluster:
         self._transports: list[Any] = []
         self.nodes: list[Node] = []
         self.health_every_s = HEALTH_EVERY_S
-        self._health_at = 0.0
+        self._health_at: float | None = None  # the last DescribeInstances; None: never asked
         self._lost: list[str] = []
 
     # --- clients -------------------------------------------------------------------------------
@@ -145,10 +150,10 @@ class AwsCluster:
             region=self.region,
             run_id=self.run_id,
             launch_id=self.launch_id,
-            recipe=str(self.recipe.slug),
+            recipe=str(self.recipe.slug) if self.recipe else None,
             owner=self.owner,
             keep=self.keep,
-            price_per_hour=price_of(s, self.region),
+            price_per_hour=self.price_per_hour or price_of(s, self.region),
             nodes_wanted=s.nodes,
             state_path=str(self.state_path) if self.state_path else None,
         )
@@ -213,7 +218,7 @@ class AwsCluster:
             # the fingerprints the instance printed on its console (hostkeys.py): any of them
             pinned = " ".join(str(fp) for fp in console)
         elif launched and not known_hosts and self.state_path:
-            known_hosts = str(self.state_path.with_name("aws_known_hosts"))
+            known_hosts = str(self.state_path.with_name(Files.AWS_KNOWN_HOSTS))
         # Built from profile-shaped fields, exactly as the ssh cluster builds its settings.
         settings = SSHSettings.from_mapping(
             {
@@ -243,7 +248,8 @@ class AwsCluster:
         offline) is no news."""
         ids = {str(n.meta["instance_id"]): n for n in self.nodes if n.meta.get("instance_id")}
         at = time.monotonic()
-        if not ids or self._lost or (not now and at - self._health_at < self.health_every_s):
+        recent = self._health_at is not None and at - self._health_at < self.health_every_s
+        if not ids or self._lost or (not now and recent):
             return list(self._lost)
         self._health_at = at
         try:
@@ -444,8 +450,8 @@ class AwsCluster:
 
 
 def check(
-    recipe: Any,
-    profile: Any,
+    recipe: Recipe,
+    profile: Profile,
     run_id: str,
     *,
     owner: str = "unknown",
@@ -474,12 +480,32 @@ def check(
     assert cluster.settings is not None
     cluster.session  # noqa: B018 - credentials and region first
     api = Executor(Mode.CHECK, cluster.settings, cluster.client, cluster.poll_s)
+    api.lines.append(price_line(recipe, profile, cluster.settings, cluster.session))
     try:
         program.run(cluster.launch_context(), api)
     finally:
         for line in api.lines:
             log(line)
     return api.lines
+
+
+def price_line(recipe: Any, profile: Any, s: AwsSettings, session: Any) -> str:
+    """`--check`'s line for the run's price: the lookup a real run makes before its cost is
+    shown, sent (a failure is a warning: the catalog's price stands in)."""
+    from launcher.catalog import price_per_hour
+    from launcher.clusters.aws.prices import live_price
+
+    if s.price_per_hour is not None:
+        return f"ok   price ${s.price_per_hour:g}/h per node: given (profile or --price-per-hour)"
+    try:
+        fallback = price_per_hour(s.instance_type, s.region or session.region_name)
+    except BadInput:
+        fallback = None
+    price, why = live_price(recipe, profile, fallback, session=session)
+    if why:
+        return f"warn price: {why}"
+    assert price is not None
+    return f"ok   price ${price.value:g}/h per node ({price.describe()})"
 
 
 def price_of(s: AwsSettings, region: str | None) -> float | None:

@@ -34,6 +34,7 @@ from launcher.clusters.aws.state import (
 )
 from launcher.clusters.aws.teardown import Log, leftover_message, safe, teardown
 from launcher.errors import BadInput, InfraError
+from launcher.records.rundir import Files
 
 IDENTITY = ("run_id", "launch_id", "region", "account")
 
@@ -45,7 +46,7 @@ def _quiet(_line: str) -> None:
 def state_file(run_dir: Path) -> Path:
     """aws.json of a run directory (or the file itself); BadInput when there is none."""
     run_dir = Path(run_dir)
-    path = run_dir if run_dir.is_file() else run_dir / "aws.json"
+    path = run_dir if run_dir.is_file() else run_dir / Files.AWS
     if not path.is_file():
         raise BadInput(
             f"{run_dir}: no aws.json here; this run did not use --cluster aws "
@@ -57,7 +58,7 @@ def state_file(run_dir: Path) -> Path:
 def _run_json(run_dir: Path) -> dict[str, Any]:
     """run.json's run id and cluster record, or {} when it is missing or unreadable."""
     try:
-        data = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
+        data = json.loads((run_dir / Files.RUN).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
     if not isinstance(data, dict):
@@ -162,6 +163,9 @@ def down(
             f"aws: {', '.join(state.data['targeted'])} was only targeted by this run; "
             "the launcher never ends it"
         )
+    # no record of the launcher's own and an aws.json it cannot read: the region came from
+    # run.json or the command line, so nothing found there is not proof of anything
+    guessed = launch_record_for(path) is None and not _readable(path)
     where = state.data.get("region") or region
     session = make_session(where, session)
     where = where or session.region_name
@@ -169,8 +173,8 @@ def down(
     account = caller_account(
         session.client("sts", region_name=where), "finding the account of these credentials"
     )
-    raw = session.client("ec2", region_name=where)
-    ec2 = RecordedClient(raw, "ec2", CallLog(path.with_name("aws-calls.jsonl")))
+    calls = CallLog(path.with_name(Files.AWS_CALLS))
+    ec2 = RecordedClient(session.client("ec2", region_name=where), "ec2", calls)
     _adopt_launch(ec2, state, log)
     left = teardown(
         ec2,
@@ -182,7 +186,74 @@ def down(
     )
     if left:
         raise InfraError(leftover_message(left, path, where))
-    return list(state.data.get("ended", []))
+    ended = list(state.data.get("ended", []))
+    if not ended and guessed:
+        ended = _down_elsewhere(session, state, str(where), account, log, poll_s, key_dir, calls)
+    return ended
+
+
+def _readable(path: Path) -> bool:
+    try:
+        AwsState.load(path)
+    except CorruptState:
+        return False
+    return True
+
+
+def _down_elsewhere(
+    session: Any,
+    state: AwsState,
+    looked: str,
+    account: str | None,
+    log: Log,
+    poll_s: float,
+    key_dir: Path | None,
+    calls: CallLog,
+) -> list[str]:
+    """The run's resources found by its run-id tag in every other region, ended there; an
+    InfraError when none carries it anywhere (never "gone": nothing was seen end)."""
+    run_id = str(state.data["run_id"])
+    log(f"aws: nothing carrying run {run_id}'s tags in {looked}; looking in every region")
+    try:
+        regions = [
+            r["RegionName"]
+            for r in session.client("ec2", region_name=looked).describe_regions()["Regions"]
+        ]
+    except Exception as err:  # noqa: BLE001
+        raise translate(err, "listing the regions") from err
+    ended: list[str] = []
+    for here in sorted(set(regions) - {looked}):
+        ec2 = RecordedClient(session.client("ec2", region_name=here), "ec2", calls)
+        try:
+            if not ownership.launches_of_run(ec2, run_id):
+                continue
+        except Exception as err:  # noqa: BLE001 - a region this account cannot use
+            log(f"aws: {here}: {translate(err, 'finding the run by its tag')}")
+            continue
+        log(f"aws: run {run_id} has instances in {here}: ending what carries its tags there")
+        found = AwsState(None, {**dict(state.data), "region": here, "launch_id": None})
+        _adopt_launch(ec2, found, log)
+        left = teardown(
+            ec2,
+            found,
+            account=account,
+            log=log,
+            poll_s=poll_s,
+            key_dir=key_dir or state_root() / "keys",
+        )
+        if left:
+            raise InfraError(leftover_message(left, state.path or Path(Files.AWS), here))
+        ended += list(found.data.get("ended", []))
+    if not ended:
+        raise InfraError(
+            f"found no resource tagged with run {run_id} in any region ({len(regions)} "
+            f"regions of account {account}); nothing was ended, and with its aws.json "
+            "unreadable and no launch record here, this run's resources are not seen gone "
+            "either.",
+            hint="If the run id is another one (see the run directory's name), give it: "
+            "`reproduce down RUN --run-id ID --region REGION`.",
+        )
+    return ended
 
 
 # ------------------------------------------------------------------------------------------------

@@ -12,8 +12,9 @@ program, three modes"):
   create (the ingress rule, the address association, the waits) are skipped.
 - SEND (the launch): everything is sent, each id written to aws.json the moment it exists.
 
-The steps live in lookups.py (what is read before anything is created), provision.py (what
-is created, then waited for) and hostkeys.py (the SSH host key pin); the modes in executor.py.
+The steps live in lookups.py and quota.py (what is read before anything is created),
+provision.py (what is created, then waited for) and hostkeys.py (the SSH host key pin); the
+modes in executor.py.
 Nothing here imports boto3: the executor is handed a function that returns clients.
 """
 
@@ -21,14 +22,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING
 
-from launcher.clusters.aws import hostkeys
+from launcher.clusters.aws import hostkeys, quota
 from launcher.clusters.aws import lookups as look
 from launcher.clusters.aws import provision as prov
 from launcher.clusters.aws import requests as rq
 from launcher.clusters.aws.executor import Executor, Launch, Mode
 from launcher.clusters.aws.settings import settings_from
+
+if TYPE_CHECKING:
+    from launcher.inputs.profile import Profile
+    from launcher.inputs.recipe import Recipe
 
 Step = Callable[[Launch, Executor], None]
 
@@ -40,6 +45,7 @@ def launch_program(launch: Launch) -> list[Step]:
     return [
         look.account,
         look.instance_type,
+        quota.vcpu_quota,  # before anything is created: the account's quota can hold the nodes
         look.ami,
         look.reservation_zone,
         look.subnets,
@@ -66,8 +72,8 @@ def run(launch: Launch, api: Executor) -> Launch:
 
 
 def provisioning_calls(
-    recipe: Any,
-    profile: Any,
+    recipe: Recipe,
+    profile: Profile,
     run_id: str,
     *,
     owner: str,

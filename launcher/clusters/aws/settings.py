@@ -11,10 +11,14 @@ import ipaddress
 import math
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from launcher.catalog import InstanceType
 from launcher.errors import BadInput
+from launcher.inputs.profile import AwsProfile, Profile
+
+if TYPE_CHECKING:
+    from launcher.inputs.recipe import Recipe
 
 DEFAULT_USER = "ubuntu"  # the DLAMI's login user
 DEFAULT_AMI = (
@@ -68,71 +72,71 @@ class AwsSettings:
         return self.ami[len("ssm:") :]
 
 
-def settings_from(recipe: Any, profile: Any) -> AwsSettings:
+def settings_from(recipe: Recipe, profile: Profile) -> AwsSettings:
     """Read and check the aws fields; BadInput names the field for anything that cannot work."""
-    get = profile.get
     where = f"profile {profile.path}"
-    instance_type = get("instance_type") or recipe.instance_type
+    if not isinstance(profile, AwsProfile):
+        raise BadInput(f"{where}: kind {profile.kind}; expected a profile of kind aws.")
+    instance_type = profile.instance_type or recipe.instance_type
     if not instance_type:
         raise BadInput(
             f"{recipe.path}: gpu.instance names no instance type and the profile sets no "
             "instance_type; expected e.g. `instance_type: p5en.48xlarge` in the aws profile."
         )
     provider = getattr(recipe, "provider", None)
-    if not get("instance_type") and provider not in (None, "aws"):
+    if not profile.instance_type and provider not in (None, "aws"):
         raise BadInput(
             f"{recipe.path}: gpu.instance is {recipe.raw['gpu'].get('instance')!r}, not an AWS "
             "instance; set instance_type in the aws profile to the EC2 type to use."
         )
-    ami = get("ami") or DEFAULT_AMI
+    ami = profile.ami or DEFAULT_AMI
     if not (re.fullmatch(r"ami-[0-9a-f]{8,17}", ami) or re.fullmatch(r"ssm:/\S+", ami)):
         raise BadInput(f"{where}: ami {ami!r}; expected ami-<hex> or ssm:/<public parameter name>.")
-    capacity = dict(get("capacity", {}) or {})
-    ctype = capacity.get("type") or "on-demand"
-    reservation_id = capacity.get("reservation_id")
+    ctype = profile.capacity.type
+    reservation_id = profile.capacity.reservation_id
     _check_capacity(where, ctype, reservation_id)
-    layout = get("efa_layout")
+    layout = profile.efa_layout
     if layout not in EFA_LAYOUTS:
         raise BadInput(f"{where}: efa_layout {layout!r}; expected one of {', '.join(EFA_LAYOUTS)}.")
-    cidr = get("ssh_cidr")
+    cidr = profile.ssh_cidr
     if cidr is not None:
         cidr = _check_cidr(str(cidr), f"{where}: ssh_cidr")
-    if get("instance_id") and int(recipe.nodes) > 1:
+    if profile.instance_id and int(recipe.nodes) > 1:
         raise BadInput(
             f"{where}: instance_id targets one existing instance, but the recipe needs "
             f"{recipe.nodes} nodes; leave instance_id out to launch them (one placement group)."
         )
-    price = get("price_per_hour")
-    ttl_hours = _finite(where, "ttl_hours", get("ttl_hours"), above=0.0, at_most=MAX_TTL_HOURS)
+    price = profile.price_per_hour
+    ttl_hours = _finite(where, "ttl_hours", profile.ttl_hours, above=0.0, at_most=MAX_TTL_HOURS)
     return AwsSettings(
-        region=get("region"),
+        region=profile.region,
         instance_type=str(instance_type),
         nodes=int(recipe.nodes),
         ami=str(ami),
-        subnet_id=get("subnet_id"),
-        key_name=get("key_name"),
-        identity_file=get("identity_file"),
+        subnet_id=profile.subnet_id,
+        key_name=profile.key_name,
+        identity_file=profile.identity_file,
         ssh_cidr=cidr,
         capacity_type=ctype,
         reservation_id=reservation_id,
-        max_spot_price=_finite(where, "capacity.max_spot_price", capacity.get("max_spot_price")),
+        max_spot_price=_finite(where, "capacity.max_spot_price", profile.capacity.max_spot_price),
         ttl_hours=ttl_hours,
-        root_volume_gb=int(get("root_volume_gb")),
+        root_volume_gb=int(profile.root_volume_gb),
         efa_layout=layout,
-        extra_tags={str(k): str(v) for k, v in (get("tags") or {}).items()},
-        port=int(get("port")),
-        user=get("user") or DEFAULT_USER,
-        connect_host=get("connect_host"),
-        connect_timeout_s=_finite(where, "connect_timeout_s", get("connect_timeout_s")),
-        elastic_ip=bool(get("elastic_ip", True)),
-        self_terminate=bool(get("self_terminate", True)),
-        ready_timeout_s=_finite(where, "ready_timeout_s", get("ready_timeout_s", 1800)),
+        extra_tags={str(k): str(v) for k, v in (profile.tags or {}).items()},
+        port=int(profile.port),
+        user=profile.user or DEFAULT_USER,
+        connect_host=profile.connect_host,
+        connect_timeout_s=_finite(where, "connect_timeout_s", profile.connect_timeout_s),
+        elastic_ip=bool(profile.elastic_ip),
+        self_terminate=bool(profile.self_terminate),
+        ready_timeout_s=_finite(where, "ready_timeout_s", profile.ready_timeout_s),
         price_per_hour=_finite(where, "price_per_hour", price),
-        instance_id=get("instance_id"),
-        known_hosts=get("known_hosts"),
-        host_key_fingerprint=get("host_key_fingerprint"),
-        accept_unknown_host=bool(get("accept_unknown_host", False)),
-        host_key_wait_s=_finite(where, "host_key_wait_s", get("host_key_wait_s", 120), above=-1),
+        instance_id=profile.instance_id,
+        known_hosts=profile.known_hosts,
+        host_key_fingerprint=profile.host_key_fingerprint,
+        accept_unknown_host=bool(profile.accept_unknown_host),
+        host_key_wait_s=_finite(where, "host_key_wait_s", profile.host_key_wait_s, above=-1),
     )
 
 

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 from pathlib import Path
 from typing import Any
 
 from launcher.errors import BadInput, InfraError
+from launcher.records.atomic import write_atomic
 
 LIST_KEYS = ("instances", "targeted", "addresses", "nodes", "terminated")
 NAME_KEYS = ("security_group", "placement_group", "key_pair", "key_file")
@@ -51,21 +51,9 @@ class StateNotSaved(InfraError):
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    """A unique temporary file, fsynced, then renamed: a reader never sees half a record."""
+    """launcher/records/atomic.py's write: a unique temporary file, fsynced, then renamed."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    write_atomic(path, text)
 
 
 class AwsState:

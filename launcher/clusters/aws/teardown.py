@@ -106,8 +106,13 @@ def teardown(
             f"aws: {state.path} could not be updated ({state.save_error}): it may still list "
             "what is gone (`reproduce down` checks each against AWS before ending anything)"
         )
-    if not left:
-        log("aws: everything this run created is gone")
+    if not left and targets:  # said only of what was seen: found, ended, and seen ended
+        log(f"aws: everything this run created is gone (in {state.data.get('region')})")
+    elif not left:
+        log(
+            f"aws: AWS shows nothing carrying run {state.data.get('run_id')}'s tags in "
+            f"{state.data.get('region')}: nothing was ended there"
+        )
     return left
 
 

@@ -1,0 +1,136 @@
+"""The bodies of `reproduce attest`, `verify`, `bundle` and `keygen` (docs/attestation.md).
+
+Exit codes: 0 done (verify: everything holds); 1 verify found a difference, or attest found that
+the directory's figures are not what its logs give (it signs nothing then); 2 bad input (no such
+directory, no measurement in it, a key that cannot be read, a bundle that is not one). Loaded
+only when one of these commands runs: cryptography and securesystemslib stay out of the CLI's
+start-up.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from launcher.errors import BadInput, ReproduceError
+
+
+def _directory(ref: str, runs_root: Path | None) -> Path:
+    """A directory given by path (a run directory or a `measure --out` one), or a run id."""
+    if Path(ref).is_dir():
+        return Path(ref)
+    from launcher.records.rundir import RunDir
+
+    return RunDir.find(ref, runs_root).path
+
+
+def _signing_key(key: Path | None) -> tuple[Path, Any]:
+    from launcher.results.attest_keys import KEY_ENV, default_key_path, load_signing_key
+
+    path = key if key is not None else default_key_path()
+    if path is None:
+        raise BadInput(
+            f"no signing key: pass --key KEY (an OpenSSH ed25519 private key), set {KEY_ENV}, "
+            "or have ~/.ssh/id_ed25519.",
+            hint="`reproduce keygen PATH` makes a key for the purpose.",
+        )
+    return path, load_signing_key(path)
+
+
+def run_attest(ref: str, key: Path | None, runs_root: Path | None, json_out: bool) -> int:
+    directory = _directory(ref, runs_root)
+    path, private_key = _signing_key(key)
+    from launcher.results.attest_run import attest_directory
+
+    summary = attest_directory(directory, private_key)
+    if json_out:
+        print(json.dumps({**summary, "key": str(path)}))
+    else:
+        pub = f"{path}.pub" if Path(f"{path}.pub").is_file() else "SIGNER.pub"
+        print(
+            f"attested {directory}: {summary['subjects']} files, verdict {summary['verdict']}, "
+            f"signed by {summary['signed_by']} ({path})\n"
+            f"  {summary['attestation']}\n"
+            f"  check it: reproduce verify {directory} --key {pub}"
+        )
+    return 0
+
+
+def verify_target(target: Path, key: Path | None) -> dict[str, Any]:
+    """Verify a directory or a bundle; the Verified summary as a dict (CheckFailed/BadInput
+    otherwise). A bundle is unpacked into a temporary directory that is removed after."""
+    from launcher.results.attest import extract_bundle, is_bundle
+    from launcher.results.attest_verify import verify_dir
+
+    target = Path(target)
+    if not target.exists():
+        raise BadInput(f"{target} does not exist; expected an attested directory or a bundle.")
+    if target.is_dir():
+        return verify_dir(target, key).to_dict()
+    if not is_bundle(target):
+        raise BadInput(f"{target} is neither a directory nor a bundle (a .tar.gz from bundle).")
+    with tempfile.TemporaryDirectory(prefix="reproduce-verify-") as tmp:
+        inner = extract_bundle(target, Path(tmp))
+        out = verify_dir(inner, key).to_dict()
+    out["directory"] = f"{target} ({inner.name}/)"
+    return out
+
+
+def run_verify(target: Path, key: Path | None, json_out: bool) -> int:
+    try:
+        out = verify_target(target, key)
+    except ReproduceError as err:
+        if json_out:
+            print(json.dumps({"verified": False, "error": str(err), "exit_code": err.exit_code}))
+        print(f"error: {err}", file=sys.stderr)
+        return err.exit_code
+    if json_out:
+        print(json.dumps(out))
+        return 0
+    who = out["signed_by"] + (
+        " (the key given)"
+        if out["key_given"]
+        else " (the key found beside the attestation: pass --key to check who signed)"
+    )
+    print(
+        f"verified {out['directory']}: signed by {who}; {out['subjects']} files as attested; "
+        f"re-measured from the log: verdict {out['verdict']}, "
+        f"{out['figures'].get('tokens_per_s_per_gpu')} tokens/s/GPU, as attested "
+        f"({out['seconds']:.2f} s)"
+    )
+    if out["unattested"]:
+        shown = ", ".join(out["unattested"][:8]) + (" ..." if len(out["unattested"]) > 8 else "")
+        print(f"  not attested (ignored): {shown}")
+    return 0
+
+
+def run_bundle(ref: str, out: Path | None, runs_root: Path | None) -> int:
+    """Pack an attested directory, after verifying it, into one .tar.gz."""
+    import base64
+
+    from launcher.results.attest import ENVELOPE_FILE, read_envelope, write_bundle
+    from launcher.results.attest_verify import verify_dir
+
+    directory = _directory(ref, runs_root)
+    if not (directory / ENVELOPE_FILE).is_file():
+        raise BadInput(f"{directory} is not attested: `reproduce attest {directory}` first.")
+    verify_dir(directory)  # never bundle what would not verify
+    payload = json.loads(base64.b64decode(read_envelope(directory / ENVELOPE_FILE)["payload"]))
+    names = [s["name"] for s in payload["subject"]]
+    target = out if out is not None else directory.parent / f"{directory.name}.attested.tar.gz"
+    path = write_bundle(directory, names, target)
+    print(f"bundle {path}: the attestation and its {len(names)} files")
+    print(f"  check it anywhere: reproduce verify {path} --key SIGNER.pub")
+    return 0
+
+
+def run_keygen(path: Path) -> int:
+    from launcher.results.attest_keys import keygen
+
+    pub, fp = keygen(path)
+    print(f"wrote {path} (private, mode 0600) and {pub}\n  fingerprint {fp}")
+    print(f"  sign: reproduce attest RUN --key {path}; share {pub} with those who verify")
+    return 0

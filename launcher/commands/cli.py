@@ -1,0 +1,517 @@
+"""The `reproduce` command line. Thin: parse arguments, call one function, map errors to exit codes.
+
+Heavy libraries (boto3, paramiko, ray, matplotlib) are imported inside the commands that use
+them, so `reproduce ... --dry-run` starts fast.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import typer
+
+from launcher.catalog import DEFAULT_REGION
+from launcher.commands.cli_ops import OPS_COMMANDS, show_version
+from launcher.commands.cli_ops import fail as _fail
+from launcher.errors import ReproduceError
+from launcher.judge.verdict import DEFAULT_TOLERANCE_PERCENT
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Reproduce a published GPU training recipe and judge whether its numbers hold.",
+    pretty_exceptions_enable=False,
+)
+
+
+@app.callback()
+def _options(
+    version: bool = typer.Option(
+        False,
+        "--version",
+        is_eager=True,
+        callback=show_version,
+        help="Print the version and exit.",
+    ),
+) -> None:
+    """Reproduce a published GPU training recipe and judge whether its numbers hold."""
+
+
+# --- commands are added below; keep each body a call into a module, imports lazy ---
+
+
+# --- run (the default command): launcher/commands/run.py; validate: launcher/inputs/recipe.py ---
+
+
+@app.command("run")
+def run_cmd(
+    recipe: Path = typer.Argument(..., help="Recipe file (OpenRecipes YAML, schema_version 1)."),
+    cluster: str = typer.Option(
+        "local",
+        "--cluster",
+        "-c",
+        help="Profile name from env/ (local, ssh, aws, ray) or a path to a profile file.",
+    ),
+    dry_run: bool = typer.Option(
+        False,
+        "--dry-run",
+        help="Print the plan (header, provisioning request, node script) and exit; "
+        "needs no credentials or network.",
+    ),
+    check: bool = typer.Option(
+        False,
+        "--check",
+        help="aws: send the launch's calls with DryRun=True (needs credentials); "
+        "nothing is created.",
+    ),
+    script_out: Path | None = typer.Option(
+        None, "--script-out", help="Also write the node script alone to this file."
+    ),
+    run_id: str | None = typer.Option(
+        None, "--run-id", help="Run id (default: UTC timestamp + random suffix)."
+    ),
+    skip_preflight: bool = typer.Option(
+        False, "--skip-preflight", help="Do not run the GPU preflight before training."
+    ),
+    instance_id: str | None = typer.Option(
+        None, "--instance-id", help="aws: target this existing instance (never terminated)."
+    ),
+    price_per_hour: float | None = typer.Option(
+        None,
+        "--price-per-hour",
+        help="US$ per node-hour for cost figures (overrides the profile and the price table).",
+    ),
+    keep: bool = typer.Option(
+        False,
+        "--keep",
+        help="aws: keep the instance after the run (prints its cost per hour and how to end it).",
+    ),
+    max_usd: float | None = typer.Option(
+        None, "--max-usd", help="Stop the run when its cost would exceed this many US$."
+    ),
+    max_hours: float | None = typer.Option(
+        None, "--max-hours", help="Stop the run after this many wall-clock hours."
+    ),
+    on_interrupt: str = typer.Option(
+        "ask", "--on-interrupt", help="On Ctrl-C: ask, cancel, or detach."
+    ),
+    runs_dir: Path | None = typer.Option(
+        None,
+        "--runs-dir",
+        help="Where run directories go (default: $REPRODUCE_RUNS_DIR or ./runs).",
+    ),
+    yes: bool = typer.Option(
+        False,
+        "--yes",
+        "-y",
+        help="Accept the cost shown without being asked (a launch without a terminal needs "
+        "this or --max-usd).",
+    ),
+    runs: int | None = typer.Option(
+        None,
+        "--runs",
+        help="The claim is a mean of result.runs runs; --runs 1 judges this one run against "
+        "that mean (without it such a verdict is never 'reproduced').",
+    ),
+) -> None:
+    """Reproduce RECIPE on a cluster (also: `reproduce RECIPE ...`): provision, check, train,
+    measure, judge, release."""
+    from launcher.commands.run import run_command
+    from launcher.runner.reproduction import Options
+
+    options = Options(
+        cluster=cluster,
+        run_id=run_id,
+        skip_preflight=skip_preflight,
+        instance_id=instance_id,
+        price_per_hour=price_per_hour,
+        keep=keep,
+        max_usd=max_usd,
+        max_hours=max_hours,
+        on_interrupt=on_interrupt,
+        runs_dir=runs_dir,
+        yes=yes,
+        runs=runs,
+    )
+    try:
+        code = run_command(recipe, options, dry_run=dry_run, check=check, script_out=script_out)
+    except ReproduceError as err:
+        raise _fail(err) from None
+    raise typer.Exit(code)
+
+
+@app.command()
+def validate(
+    recipes: list[Path] = typer.Argument(..., help="Recipe files to check."),
+) -> None:
+    """Check recipes against the schema and against themselves; exit 2 when any is invalid."""
+    from launcher.errors import BadInput
+    from launcher.inputs.recipe import load_recipe
+
+    bad = 0
+    for path in recipes:
+        try:
+            recipe = load_recipe(path)
+        except BadInput as err:
+            bad += 1
+            print(f"error: {err}", file=sys.stderr)
+            continue
+        print(
+            f"ok: {path} ({recipe.model}, {recipe.nodes} x {recipe.gpus_per_node} "
+            f"{recipe.gpu_type}, image {recipe.image.ref})"
+        )
+    if bad:
+        raise typer.Exit(2)
+
+
+# --- measurement, verdict and report: `measure`, `compare` (launcher/commands/measure.py) ---
+
+
+@app.command("measure")
+def measure_cmd(
+    log: Path = typer.Argument(
+        ...,
+        help="one miles log file, or a run directory (one with run.json; its artifacts are "
+        "written there)",
+    ),
+    recipe: Path | None = typer.Option(
+        None,
+        "--recipe",
+        help="the recipe whose claim is judged (default: a run directory's recipe.yaml)",
+    ),
+    json_out: bool = typer.Option(False, "--json", help="print exactly one JSON object on stdout"),
+    price_per_hour: float | None = typer.Option(
+        None, "--price-per-hour", help="override the $/h price"
+    ),
+    region: str | None = typer.Option(
+        None, "--region", help=f"price region (default {DEFAULT_REGION})"
+    ),
+    timeline: Path | None = typer.Option(
+        None, "--timeline", help="timeline.json for GPU-hours (log file only)"
+    ),
+    slower: float = typer.Option(
+        DEFAULT_TOLERANCE_PERCENT,
+        "--tolerance-slower",
+        help="percent below the claim still 'reproduced'",
+    ),
+    faster: float = typer.Option(
+        DEFAULT_TOLERANCE_PERCENT,
+        "--tolerance-faster",
+        help="percent above the claim still 'reproduced'",
+    ),
+    out: Path | None = typer.Option(
+        None,
+        "--out",
+        help="write steps.jsonl, result.yaml, verdict.json, report.md and plots/ here "
+        "(a log file's are written nowhere without it)",
+    ),
+    runs: int | None = typer.Option(
+        None,
+        "--runs",
+        help="--runs 1 judges this one run against a claim that is a mean of result.runs runs "
+        "(default: what the run was started with)",
+    ),
+) -> None:
+    """Measure a miles log against the recipe's claim. Exit 0 reproduced, 1 otherwise (mismatch included), 2 bad input or an unreadable log."""  # noqa: E501 - typer shows its line breaks
+    try:
+        from launcher.commands.measure import run_measure
+
+        code = run_measure(
+            log,
+            recipe,
+            json_out=json_out,
+            price_per_hour=price_per_hour,
+            region=region,
+            timeline=timeline,
+            slower=slower,
+            faster=faster,
+            out=out,
+            runs=runs,
+        )
+    except ReproduceError as err:
+        raise _fail(err, json_out) from None
+    raise typer.Exit(code)
+
+
+@app.command("compare")
+def compare_cmd(
+    candidate: Path = typer.Argument(..., help="candidate run directory or log"),
+    reference: Path = typer.Argument(..., help="reference run directory or log"),
+    json_out: bool = typer.Option(False, "--json", help="print exactly one JSON object on stdout"),
+    allow_different: bool = typer.Option(
+        False,
+        "--allow-different-recipes",
+        help="compare runs of two different recipes (refused otherwise)",
+    ),
+) -> None:
+    """Loss-curve convergence check of CANDIDATE against REFERENCE. Exit 0 pass, 1 fail, 2 bad input or two different recipes."""  # noqa: E501 - typer shows its line breaks
+    try:
+        from launcher.commands.measure import run_compare
+
+        code = run_compare(
+            candidate, reference, json_out=json_out, allow_different_recipes=allow_different
+        )
+    except ReproduceError as err:
+        raise _fail(err, json_out) from None
+    raise typer.Exit(code)
+
+
+# --- aws: `down`, `reap`, `capacity` (launcher/commands/aws.py) ---
+
+
+@app.command()
+def down(
+    run: str = typer.Argument(
+        ..., help="Run directory (or its aws.json), or a run id found under the runs root."
+    ),
+    runs_dir: Path | None = typer.Option(
+        None, "--runs-dir", help="Runs root (default: $REPRODUCE_RUNS_DIR or ./runs)."
+    ),
+    region: str | None = typer.Option(
+        None, "--region", help="Region to search when the run's aws.json cannot be read."
+    ),
+) -> None:
+    """End what an aws run launched (a --keep node, or what a crash left): instances, Elastic IPs, groups, key pair."""  # noqa: E501 - typer shows its line breaks
+    from launcher.commands.aws import down_run
+
+    try:
+        down_run(run, runs_root=runs_dir, region=region)
+    except ReproduceError as err:
+        raise _fail(err) from None
+
+
+@app.command()
+def reap(
+    cluster: str = typer.Option(
+        "aws", "--cluster", "-c", help="aws profile whose region is searched."
+    ),
+    region: str | None = typer.Option(
+        None, "--region", help="Region to search (overrides the profile's)."
+    ),
+    dry_run: bool = typer.Option(False, "--dry-run", help="List what would be ended; end nothing."),
+) -> None:
+    """End every instance (and its Elastic IPs, groups, key pair) the launcher tagged whose expires-at has passed."""  # noqa: E501 - typer shows its line breaks
+    from launcher.commands.aws import reap_command
+
+    try:
+        reap_command(cluster, region, dry_run=dry_run)
+    except ReproduceError as err:
+        raise _fail(err) from None
+
+
+@app.command()
+def capacity(
+    recipe: Path = typer.Argument(
+        ..., help="Recipe whose instance type and node count are wanted."
+    ),
+    cluster: str = typer.Option(
+        "aws", "--cluster", "-c", help="aws profile (region, instance_type)."
+    ),
+    hours: int = typer.Option(24, "--hours", help="Block length: whole days (24, 48, ...)."),
+    nodes: int | None = typer.Option(
+        None, "--nodes", help="Instances in the block (default: the recipe's nodes)."
+    ),
+    start_after: str | None = typer.Option(
+        None, "--start-after", help="Earliest start (ISO, UTC)."
+    ),
+    end_before: str | None = typer.Option(None, "--end-before", help="Latest end (ISO, UTC)."),
+    buy: str | None = typer.Option(
+        None,
+        "--buy",
+        help="Buy this offering id. It CANNOT be cancelled; its price is printed first.",
+    ),
+    max_usd: float | None = typer.Option(
+        None,
+        "--max-usd",
+        help="With --buy: refuse an offering costing more than this (without a terminal: the "
+        "consent to buy one that costs less).",
+    ),
+    yes: bool = typer.Option(
+        False, "--yes", "-y", help="With --buy: buy without asking (the price is still shown)."
+    ),
+) -> None:
+    """List Capacity Block offerings for RECIPE (price, start time); buy one only with --buy OFFERING_ID."""  # noqa: E501 - typer shows its line breaks
+    from launcher.commands.aws import capacity_command
+
+    try:
+        capacity_command(
+            str(recipe),
+            cluster,
+            hours=hours,
+            nodes=nodes,
+            start_after=start_after,
+            end_before=end_before,
+            buy_id=buy,
+            max_usd=max_usd,
+            yes=yes,
+        )
+    except ReproduceError as err:
+        raise _fail(err) from None
+
+
+# --- prepare: a recipe's assets into a store (launcher/commands/assets.py) ---
+
+
+@app.command("prepare")
+def prepare_cmd(
+    recipe: Path = typer.Argument(..., help="Recipe whose assets go into the store."),
+    store: str | None = typer.Option(
+        None, "--store", help="s3://BUCKET/PREFIX or a directory (local or shared)."
+    ),
+    cluster: str | None = typer.Option(
+        None, "--cluster", "-c", help="Take the store from this profile's assets.store."
+    ),
+    work_dir: Path | None = typer.Option(
+        None, "--work-dir", help="Local copy of the assets (default ~/.cache/reproduce/assets)."
+    ),
+    rows: Path | None = typer.Option(
+        None, "--rows", help="Rows built elsewhere: uploaded if their sha256 is the recipe's."
+    ),
+    rows_builder: str = typer.Option(
+        "auto", "--rows-builder", help="auto, host (miles here), docker (the image), or skip."
+    ),
+    threads: int = typer.Option(8, "--threads", help="Files transferred in parallel."),
+    test_encoder: str | None = typer.Option(None, "--test-encoder", hidden=True),
+) -> None:
+    """Fetch RECIPE's checkpoint and dataset at their pinned revisions, build its rows, verify every hash, upload with a manifest; no GPU; resumable."""  # noqa: E501 - typer shows its line breaks
+    from launcher.commands.assets import prepare_command
+
+    try:
+        code = prepare_command(
+            recipe,
+            store=store,
+            cluster=cluster,
+            work_dir=work_dir,
+            rows_file=rows,
+            rows_builder=rows_builder,
+            threads=threads,
+            encoder=test_encoder,
+        )
+    except ReproduceError as err:
+        raise _fail(err) from None
+    raise typer.Exit(code)
+
+
+# --- attach, cancel, history, nightly, runs, status: declared in launcher/commands/cli_ops.py ---
+for _name, _command in OPS_COMMANDS:
+    app.command(_name)(_command)
+
+
+# --- image: the recipe's image built for multi-node (launcher/commands/image.py) ---
+
+image_app = typer.Typer(
+    no_args_is_help=True,
+    help="The recipe's image with the EFA installer added: build, push, record (docs/image.md).",
+)
+app.add_typer(image_app, name="image")
+
+
+@image_app.command("build")
+def image_build_cmd(
+    recipe: Path = typer.Argument(..., help="Recipe whose image (pinned by digest) is the base."),
+    push: str = typer.Option(
+        ..., "--push", help="REGISTRY or REGISTRY/NAMESPACE: ECR (login via boto3) or any other."
+    ),
+    efa_installer: Path = typer.Option(
+        ..., "--efa-installer", help="The EFA installer tarball, downloaded and verified."
+    ),
+    efa_sha256: str = typer.Option(
+        ..., "--efa-sha256", help="The installer's pinned SHA256; a file that differs is refused."
+    ),
+    tag: str | None = typer.Option(
+        None, "--tag", help="Tag to push (default: <base tag>-efa<version>)."
+    ),
+    efa_version: str | None = typer.Option(
+        None, "--efa-version", help="Installer version when its file name does not say it."
+    ),
+    record: Path | None = typer.Option(
+        None, "--record", help="Record file (default: images/<recipe slug>.json beside runs/)."
+    ),
+    network: str = typer.Option(
+        "default", "--network", help="docker build --network for RUN steps: none, default, host."
+    ),
+    dockerfile: Path | None = typer.Option(
+        None, "--dockerfile", help="Another Dockerfile (default: the repository's)."
+    ),
+) -> None:
+    """Build the Dockerfile FROM RECIPE's image by digest, push it, record the pushed digest and the base digest."""  # noqa: E501 - typer shows its line breaks
+    from launcher.commands.image import build_command
+    from launcher.prepare.image import BuildRequest
+
+    try:
+        code = build_command(
+            BuildRequest(
+                recipe=recipe,
+                push=push,
+                efa_installer=efa_installer,
+                efa_sha256=efa_sha256,
+                tag=tag,
+                efa_version=efa_version,
+                record=record,
+                network=network,
+                dockerfile=dockerfile,
+            )
+        )
+    except ReproduceError as err:
+        raise _fail(err) from None
+    raise typer.Exit(code)
+
+
+def _default_to_run(argv: list[str]) -> list[str]:
+    """`reproduce RECIPE ...` means `reproduce run RECIPE ...`: the first word is a file."""
+    if not argv:
+        return argv
+    first = argv[0]
+    names = {c.name or (c.callback.__name__ if c.callback else "") for c in app.registered_commands}
+    names |= {g.name for g in app.registered_groups if g.name}
+    if first.startswith("-") or first in names:
+        return argv
+    return ["run", *argv]
+
+
+def main() -> None:
+    """Console entry point: one clear paragraph and the documented exit code on any failure."""
+    args = _default_to_run(sys.argv[1:])
+    try:
+        if "--json" in args:
+            sys.exit(_main_json(args))
+        app(args=args, prog_name="reproduce")
+    except ReproduceError as err:  # raised outside a command body (rare)
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(err.exit_code)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)
+    finally:
+        from launcher.runner.signals import settle_streams
+
+        settle_streams()  # a reader gone (closed terminal, `| head`) must not make it 120
+
+
+def _main_json(args: list[str]) -> int:
+    """A `--json` command line: a usage error (an unknown option, a missing argument) is one
+    JSON object on stdout too, besides the usual message on stderr."""
+    # typer may vendor click: its usage errors derive from the ClickException behind BadParameter
+    usage_error: type[Exception] = next(
+        c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException"
+    )
+    try:
+        code = app(args=args, prog_name="reproduce", standalone_mode=False)
+    except usage_error as err:
+        exit_code = int(getattr(err, "exit_code", 2))
+        print(json.dumps({"error": _usage_text(err), "exit_code": exit_code}), flush=True)
+        show = getattr(err, "show", None)
+        if callable(show):
+            show()
+        return exit_code
+    except typer.Abort:
+        print("interrupted", file=sys.stderr)
+        return 130
+    return code if isinstance(code, int) else 0
+
+
+def _usage_text(err: Exception) -> str:
+    message = getattr(err, "format_message", None)
+    return str(message() if callable(message) else err)

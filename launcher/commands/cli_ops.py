@@ -1,0 +1,307 @@
+"""More of the `reproduce` command line: following runs (attach, cancel, runs, status) and their
+history (history, nightly). Declarations only, as in launcher/commands/cli.py, which registers them
+(OPS_COMMANDS); kept apart so that neither file grows past a screenful of commands.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from launcher.errors import ReproduceError
+
+
+def fail(err: ReproduceError, json_out: bool = False) -> typer.Exit:
+    """The error on stderr; with --json also one JSON object on stdout (its `error` field), so a
+    script reading stdout always gets an object."""
+    try:
+        if json_out:
+            from launcher.commands.runs import error_object
+
+            print(error_object(err, err.exit_code), flush=True)
+        print(f"error: {err}", file=sys.stderr)
+    except OSError:  # the terminal is gone (SIGHUP, EIO): the exit code still tells
+        pass
+    return typer.Exit(err.exit_code)
+
+
+def show_version(value: bool) -> None:
+    if value:
+        from launcher import __version__
+
+        print(f"reproduce {__version__}")
+        raise typer.Exit(0)
+
+
+# --- attach / cancel (launcher/commands/run.py) ---
+
+_ON_INTERRUPT_HELP = (
+    "On Ctrl-C: ask (default when interactive; cancel otherwise), cancel, or detach."
+)
+
+
+def attach(
+    run: str = typer.Argument(..., help="Run directory, or a run id found under the runs root."),
+    runs_dir: Path | None = typer.Option(
+        None, "--runs-dir", help="Runs root (default: $REPRODUCE_RUNS_DIR or ./runs)."
+    ),
+    on_interrupt: str = typer.Option("ask", "--on-interrupt", help=_ON_INTERRUPT_HELP),
+) -> None:
+    """Reattach to a run in progress: continue collecting its log where it stopped, then measure."""
+    from launcher.commands.run import attach_command
+
+    try:
+        code = attach_command(run, runs_dir, on_interrupt)
+    except ReproduceError as err:
+        raise fail(err) from None
+    raise typer.Exit(code)
+
+
+def cancel(
+    run: str = typer.Argument(..., help="Run directory, or a run id found under the runs root."),
+    runs_dir: Path | None = typer.Option(
+        None, "--runs-dir", help="Runs root (default: $REPRODUCE_RUNS_DIR or ./runs)."
+    ),
+) -> None:
+    """Stop a run on its node: its processes and its container (with Ray inside); nothing else."""
+    from launcher.commands.run import cancel_command
+
+    try:
+        code = cancel_command(run, runs_dir)
+    except ReproduceError as err:
+        raise fail(err) from None
+    raise typer.Exit(code)
+
+
+# --- history and nightly (launcher/commands/history.py) ---
+
+_HISTORY_HELP = "History database (default: $REPRODUCE_HISTORY or <runs dir>/history.sqlite)."
+
+
+def history_cmd(
+    recipe: str | None = typer.Argument(
+        None, help="Recipe file or slug (e.g. qwen3-30b-a3b/h200/attune-tp1-pp1-ep8-mt16k)."
+    ),
+    import_dir: Path | None = typer.Option(
+        None, "--import", help="First index every finished run directory under this runs tree."
+    ),
+    json_out: bool = typer.Option(False, "--json", help="Print exactly one JSON object on stdout."),
+    limit: int = typer.Option(
+        20, "--limit", help="Show the last N runs (the trend uses all of them)."
+    ),
+    cluster: str | None = typer.Option(
+        None, "--cluster", "-c", help="Only runs on this cluster profile name."
+    ),
+    history: Path | None = typer.Option(None, "--history", help=_HISTORY_HELP),
+    runs_dir: Path | None = typer.Option(
+        None, "--runs-dir", help="Runs root (default: $REPRODUCE_RUNS_DIR or ./runs)."
+    ),
+    html: Path | None = typer.Option(
+        None, "--html", help="Also write the history as one self-contained HTML page to PATH."
+    ),
+) -> None:
+    """Past runs of a recipe, the trend and whether the latest run is a regression (exit 1 when it is)."""  # noqa: E501 - typer shows its line breaks
+    from launcher.commands.history import run_history
+
+    try:
+        code = run_history(
+            recipe,
+            import_dir=import_dir,
+            json_out=json_out,
+            limit=limit,
+            db=history,
+            runs_dir=runs_dir,
+            cluster=cluster,
+            html_out=html,
+        )
+    except ReproduceError as err:
+        raise fail(err, json_out) from None
+    raise typer.Exit(code)
+
+
+def nightly_cmd(
+    recipes: list[Path] = typer.Argument(
+        ..., help="Recipe files, or directories (every *.yaml under them, sorted)."
+    ),
+    cluster: str = typer.Option(
+        ..., "--cluster", "-c", help="Profile name from env/ or a path to a profile file."
+    ),
+    runs_dir: Path | None = typer.Option(
+        None,
+        "--runs-dir",
+        help="Where run directories and nightly-<date>.md go "
+        "(default: $REPRODUCE_RUNS_DIR or ./runs).",
+    ),
+    history: Path | None = typer.Option(None, "--history", help=_HISTORY_HELP),
+    max_usd: float | None = typer.Option(
+        None, "--max-usd", help="Per recipe: stop a run when its cost would exceed this many US$."
+    ),
+    max_hours: float | None = typer.Option(
+        None, "--max-hours", help="Per recipe: stop a run after this many wall-clock hours."
+    ),
+    yes: bool = typer.Option(
+        False,
+        "--yes",
+        help="Paid clusters (aws): accept each recipe's cost without a --max-usd budget "
+        "(a nightly is unattended: one of the two is required there).",
+    ),
+    attest_key: Path | None = typer.Option(
+        None,
+        "--attest-key",
+        help="Attest every measured run with this ed25519 private key (reproduce attest; "
+        "an encrypted key's passphrase from $REPRODUCE_KEY_PASSPHRASE).",
+    ),
+) -> None:
+    """Reproduce each recipe in turn, record it in the history, flag regressions; exit 0 all good, 1 any regression or failed check, 3 infra."""  # noqa: E501 - typer shows its line breaks
+    from launcher.commands.history import run_nightly
+
+    try:
+        code = run_nightly(
+            recipes,
+            cluster,
+            runs_dir=runs_dir,
+            history=history,
+            max_usd=max_usd,
+            max_hours=max_hours,
+            yes=yes,
+            attest_key=attest_key,
+        )
+    except ReproduceError as err:
+        raise fail(err) from None
+    raise typer.Exit(code)
+
+
+# --- what was run and what runs now: `runs`, `status` (launcher/commands/runs.py) ---
+
+
+def runs_cmd(
+    runs_dir: Path | None = typer.Option(
+        None, "--runs-dir", help="Runs root (default: $REPRODUCE_RUNS_DIR or ./runs)."
+    ),
+    json_out: bool = typer.Option(False, "--json", help="Print exactly one JSON object on stdout."),
+    live: bool = typer.Option(
+        False,
+        "--live",
+        help="Instead: the instances this tool launched that still exist (by tag, in the "
+        "aws profile's region).",
+    ),
+    cluster: str = typer.Option(
+        "aws", "--cluster", "-c", help="--live: the aws profile whose region is searched."
+    ),
+    region: str | None = typer.Option(
+        None, "--region", help="--live: the region to search (overrides the profile's)."
+    ),
+) -> None:
+    """Every run under the runs root: id, recipe, target, state, verdict, started, GPU-hours, cost so far."""  # noqa: E501 - typer shows its line breaks
+    from launcher.commands.runs import runs_command
+
+    try:
+        code = runs_command(runs_dir, json_out=json_out, live=live, cluster=cluster, region=region)
+    except ReproduceError as err:
+        raise fail(err, json_out) from None
+    raise typer.Exit(code)
+
+
+def status_cmd(
+    run: str = typer.Argument(..., help="Run directory, or a run id found under the runs root."),
+    runs_dir: Path | None = typer.Option(
+        None, "--runs-dir", help="Runs root (default: $REPRODUCE_RUNS_DIR or ./runs)."
+    ),
+    json_out: bool = typer.Option(False, "--json", help="Print exactly one JSON object on stdout."),
+) -> None:
+    """Where a run is: its stage, step N of M, elapsed time, cost so far, and where its logs are."""
+    from launcher.commands.runs import status_command
+
+    try:
+        code = status_command(run, runs_dir, json_out=json_out)
+    except ReproduceError as err:
+        raise fail(err, json_out) from None
+    raise typer.Exit(code)
+
+
+# --- signed evidence: attest, verify, bundle, keygen (launcher/commands/attest.py) ---
+
+_KEY_HELP = (
+    "Signing key: an OpenSSH (or PEM) ed25519 private key "
+    "(default: $REPRODUCE_ATTEST_KEY, else ~/.ssh/id_ed25519)."
+)
+
+
+def attest_cmd(
+    run: str = typer.Argument(
+        ..., help="A run directory, a run id, or a `measure --out` directory."
+    ),
+    key: Path | None = typer.Option(None, "--key", help=_KEY_HELP),
+    runs_dir: Path | None = typer.Option(None, "--runs-dir", help="Where to look for a run id."),
+    json_out: bool = typer.Option(False, "--json", help="One JSON object on stdout."),
+) -> None:
+    """Sign what a run holds and showed (in-toto statement, DSSE envelope, ed25519): writes attestation.intoto.json into it; exit 1 when its figures are not what its logs give."""  # noqa: E501 - typer shows its line breaks
+    from launcher.commands.attest import run_attest
+
+    try:
+        code = run_attest(run, key, runs_dir, json_out)
+    except ReproduceError as err:
+        raise fail(err, json_out) from None
+    raise typer.Exit(code)
+
+
+def verify_cmd(
+    target: Path = typer.Argument(..., help="An attested directory, or a bundle (.tar.gz)."),
+    key: Path | None = typer.Option(
+        None,
+        "--key",
+        help="The signer's public key (OpenSSH .pub line); default: the attestation.pub beside "
+        "it, which checks the files but not who signed.",
+    ),
+    json_out: bool = typer.Option(False, "--json", help="One JSON object on stdout."),
+) -> None:
+    """Check an attestation offline: the signature, every file's sha256, then the figures and verdict measured again from the raw log; exit 0 all hold, 1 the first difference, 2 bad input."""  # noqa: E501 - typer shows its line breaks
+    from launcher.commands.attest import run_verify
+
+    raise typer.Exit(run_verify(target, key, json_out))
+
+
+def bundle_cmd(
+    run: str = typer.Argument(..., help="An attested directory or run id."),
+    out: Path | None = typer.Option(
+        None, "--out", help="The bundle's path (default: beside the directory, .attested.tar.gz)."
+    ),
+    runs_dir: Path | None = typer.Option(None, "--runs-dir", help="Where to look for a run id."),
+) -> None:
+    """Pack an attested run (after verifying it) and its files into one .tar.gz to share; `verify` takes it as it is."""  # noqa: E501 - typer shows its line breaks
+    from launcher.commands.attest import run_bundle
+
+    try:
+        code = run_bundle(run, out, runs_dir)
+    except ReproduceError as err:
+        raise fail(err) from None
+    raise typer.Exit(code)
+
+
+def keygen_cmd(
+    path: Path = typer.Argument(..., help="Where to write the private key (PATH.pub beside)."),
+) -> None:
+    """Make an ed25519 key pair for attestations (OpenSSH format; never overwrites)."""
+    from launcher.commands.attest import run_keygen
+
+    try:
+        code = run_keygen(path)
+    except ReproduceError as err:
+        raise fail(err) from None
+    raise typer.Exit(code)
+
+
+OPS_COMMANDS = (
+    ("attach", attach),
+    ("cancel", cancel),
+    ("history", history_cmd),
+    ("nightly", nightly_cmd),
+    ("runs", runs_cmd),
+    ("status", status_cmd),
+    ("attest", attest_cmd),
+    ("verify", verify_cmd),
+    ("bundle", bundle_cmd),
+    ("keygen", keygen_cmd),
+)

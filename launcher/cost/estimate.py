@@ -1,0 +1,372 @@
+"""The GPU-hours a run is expected to spend, stage by stage, before it is paid for.
+
+Why: on a fresh node most of a reproduction's bill can go to provisioning, downloads and the
+checkpoint's conversion, not to the training the recipe claims. The dry run shows, from stated
+sizes and bandwidths, where a cold node, a node fed by a warm asset store and a node with a warm
+cache land against the recipe's claim, so a user sees what `reproduce prepare` and
+`assets.store` save before paying (docs/measurement.md, "Where the GPU-hours go").
+
+Every figure below says where it comes from; most are assumptions (nobody measured them for this
+launcher yet), and they are written as such. Sizes come from the recipe where it states them
+(the rows' parquet_bytes), from CHECKPOINTS (a model's total parameters x 2 bytes in bf16), or
+are assumptions. The stages are the measured split's (measure.stage_split), so an estimate and a
+run's result.yaml can be read side by side. Pure: no I/O, nothing imported but the recipe.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from launcher.inputs.profile import AwsProfile
+from launcher.inputs.recipe import Recipe
+
+if TYPE_CHECKING:
+    from launcher.inputs.profile import Profile
+
+GB = 1e9
+
+
+@dataclass(frozen=True)
+class Figure:
+    value: float
+    unit: str
+    source: str  # where the figure comes from; "assumed: ..." when nobody measured it
+
+
+FIGURES: dict[str, Figure] = {
+    "provision": Figure(
+        600,
+        "s",
+        "assumed: an on-demand p5en from RunInstances to SSH (DLAMI boot, status checks); "
+        "docs/aws.md notes that it can take up to 30 minutes",
+    ),
+    "staging": Figure(20, "s", "assumed: SSH connect, node.sh and scripts/ copied, launch"),
+    "preflight": Figure(10, "s", "assumed: nvidia-smi, disk and EFA listing, no benchmark"),
+    "resolve": Figure(10, "s", "assumed: manifests, the Hub's listings, one byte per repo"),
+    "image_bytes": Figure(
+        20 * GB, "B", "assumed: the training image, compressed; recipes do not state its size"
+    ),
+    "pull": Figure(0.15 * GB, "B/s", "assumed: docker pull with layer extraction (disk-bound)"),
+    "image_present": Figure(5, "s", "assumed: docker pull of an image the node holds"),
+    "preflight-gpu": Figure(
+        30,
+        "s",
+        "7-13 s measured on 1-2 H200 (docs/benchmarks.md); 30 s assumed on 8 with the "
+        "container's start",
+    ),
+    "stack": Figure(20, "s", "assumed: a container start and the imports of torch, TE, Megatron"),
+    "hub": Figure(
+        0.2 * GB,
+        "B/s",
+        "assumed: the Hugging Face Hub's CDN to one host, 8 files at a time; varies widely",
+    ),
+    "s3": Figure(
+        1.0 * GB,
+        "B/s",
+        "assumed: S3 in the node's region, 8-10 transfers at a time (AWS quotes up to 100 Gb/s "
+        "per instance with enough parallel connections)",
+    ),
+    "nvme": Figure(
+        2.0 * GB, "B/s", "assumed: reading and sha256 (8 threads) on the instance-store NVMe"
+    ),
+    "dataset_bytes": Figure(
+        1.5 * GB, "B", "assumed: the dataset's parquet files; recipes do not state their size"
+    ),
+    "rows_build": Figure(
+        5e5, "tokens/s", "assumed: miles' loss-mask generator on the host's CPUs, in the image"
+    ),
+    "convert_fixed": Figure(120, "s", "assumed: the converter's start and model set-up"),
+    "convert": Figure(0.5 * GB, "B/s", "assumed: checkpoint read, converted and written"),
+    "converted_ratio": Figure(
+        1.0, "x", "assumed: the converted checkpoint is the bf16 weights again (no optimizer)"
+    ),
+    "collect": Figure(20, "s", "assumed: cleanup, result files back, the run's record"),
+    "release": Figure(60, "s", "assumed: TerminateInstances and the run's network removed"),
+    "release_kept": Figure(2, "s", "assumed: the container removed on a node that stays"),
+}
+
+# Checkpoints whose size a recipe does not state: TOTAL parameters (bf16: 2 bytes each). A
+# mixture of experts stores every expert, so its checkpoint is sized by its total parameters,
+# never by the active ones the recipe states for MFU (a 235B-A22B model: 470 GB, not 44).
+CHECKPOINTS: dict[str, tuple[float, str]] = {
+    "Qwen/Qwen3-30B-A3B": (30.5e9, "30.5B parameters in total (the model card)"),
+    "Qwen/Qwen3-235B-A22B": (
+        235e9,
+        "235B parameters in total, 22B activated (the model card, huggingface.co/Qwen/"
+        "Qwen3-235B-A22B)",
+    ),
+}
+# "<total>B-A<active>B" in a model's name (Qwen3-30B-A3B, Qwen3.5-397B-A17B): the publisher's own
+# rounded total, used when the table above does not know the model.
+_TOTAL_IN_NAME = re.compile(r"(?<![0-9.])([0-9]+(?:\.[0-9]+)?)B-A[0-9]+(?:\.[0-9]+)?B", re.I)
+BF16_BYTES = 2
+SCENARIOS = ("cold node", "warm store", "warm cache")
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Seconds per stage for each scenario, the GPUs they are paid for, and the sizes used."""
+
+    seconds: dict[str, dict[str, float]]  # scenario -> stage -> seconds
+    gpus: int
+    sizes: list[str]  # "what: size (where from)"
+    claim_hours: float | None
+
+    def gpu_hours(self, scenario: str) -> dict[str, float]:
+        return {k: self.gpus * v / 3600.0 for k, v in self.seconds[scenario].items()}
+
+    def total(self, scenario: str) -> float:
+        return sum(self.gpu_hours(scenario).values())
+
+
+def checkpoint_bytes(recipe: Recipe) -> tuple[float | None, str]:
+    """The Hugging Face checkpoint's size in bytes, and where that figure comes from."""
+    repo = (recipe.hf_model or ("", None))[0]
+    if repo in CHECKPOINTS:
+        params, source = CHECKPOINTS[repo]
+        return params * BF16_BYTES, f"{repo}: {source} x {BF16_BYTES} bytes (bf16)"
+    for name in (repo.rsplit("/", 1)[-1], str(recipe.model)):
+        m = _TOTAL_IN_NAME.search(name)
+        if m:
+            total = float(m.group(1)) * 1e9
+            return (
+                total * BF16_BYTES,
+                f"{m.group(1)}B parameters in total, read from the model's name {name!r} "
+                f"x {BF16_BYTES} bytes (bf16; the node's resolve reads the Hub's exact sizes)",
+            )
+    if recipe.active_params:
+        layout = recipe.raw.get("layout") or {}
+        experts = int(layout.get("ep") or 1) > 1 or "--num-experts" in recipe.run_script
+        if not experts:
+            return (
+                recipe.active_params * BF16_BYTES,
+                "result.active_params.count x 2 bytes (layout.ep 1 and no --num-experts: read "
+                "as a dense model, every parameter active)",
+            )
+        return (
+            recipe.active_params * BF16_BYTES,
+            "result.active_params.count x 2 bytes: a lower bound, the total parameters are not "
+            "known (a mixture of experts stores every expert, the active ones are a fraction)",
+        )
+    return None, "unknown: the recipe states no parameter count"
+
+
+def _train_seconds(recipe: Recipe) -> tuple[float, float] | None:
+    """(ray + train outside the window, the window) from the recipe's claim: its GPU-hours with
+    the assets on the node, and the window's steps at the claimed throughput."""
+    hours = recipe.claimed_gpu_hours
+    tps = recipe.claim.get("tokens_per_s_per_gpu")
+    if not hours or not tps:
+        return None
+    first, last = recipe.window
+    window = (last - first + 1) * recipe.tokens_per_step / (float(tps) * recipe.gpu_count)
+    total = float(hours) * 3600.0 / recipe.gpu_count
+    return max(0.0, total - window), min(window, total)
+
+
+def estimate(recipe: Recipe, *, fresh_instance: bool) -> Estimate:
+    """Seconds per stage for a cold node (nothing cached, no store), a warm store (the store
+    holds the rows, the checkpoint and its conversion: they come over S3, nothing is built or
+    converted) and a warm cache (a node that kept its cache and image: nothing moves).
+    `fresh_instance`: the cluster launches the node (provisioning is paid)."""
+    f = {k: v.value for k, v in FIGURES.items()}
+    ckpt, ckpt_from = checkpoint_bytes(recipe)
+    ckpt = ckpt or 0.0
+    converted = ckpt * f["converted_ratio"]
+    build = recipe.dataset.get("build") or {}
+    rows = float(build.get("parquet_bytes") or 0)
+    tokens = float(build.get("rows") or 0) * float(build.get("row_tokens") or recipe.row_tokens)
+    train = _train_seconds(recipe)
+    sizes = [
+        f"checkpoint {ckpt / GB:.1f} GB ({ckpt_from})",
+        f"converted {converted / GB:.1f} GB ({FIGURES['converted_ratio'].source})",
+        f"rows {rows / 1e6:.1f} MB (workload.dataset.build.parquet_bytes)"
+        if rows
+        else "rows: size not stated",
+        f"dataset {f['dataset_bytes'] / GB:.1f} GB, image {f['image_bytes'] / GB:.0f} GB (assumed)",
+    ]
+    acquire = (f["provision"] if fresh_instance else 0.0) + f["staging"]
+    common = {
+        "acquire": acquire,
+        "preflight": f["preflight"],
+        "resolve": f["resolve"],
+        "image": f["image_bytes"] / f["pull"],
+        "preflight-gpu": f["preflight-gpu"],
+        "stack": f["stack"],
+    }
+    tail = {
+        "collect": f["collect"],
+        "release": f["release"] if fresh_instance else f["release_kept"],
+    }
+    if train is not None:
+        middle = {"ray+train": train[0], "window": train[1]}
+    else:
+        middle = {}
+    hashed = min(f["s3"], f["nvme"])
+    cold = {
+        **common,
+        "assets": f["dataset_bytes"] / f["hub"] + tokens / f["rows_build"] + ckpt / f["hub"],
+        "convert": f["convert_fixed"] + ckpt / f["convert"],
+        **middle,
+        **tail,
+    }
+    store = {
+        **common,
+        "assets": (rows + ckpt + converted) / hashed,
+        "convert": 0.0,
+        **middle,
+        **tail,
+    }
+    cache = {
+        **common,
+        "acquire": f["staging"],
+        "image": f["image_present"],
+        "assets": (rows + ckpt + converted) / f["nvme"],
+        "convert": 0.0,
+        **middle,
+        "collect": f["collect"],
+        "release": f["release_kept"],
+    }
+    return Estimate(
+        {"cold node": cold, "warm store": store, "warm cache": cache},
+        recipe.gpu_count,
+        sizes,
+        float(recipe.claimed_gpu_hours) if recipe.claimed_gpu_hours else None,
+    )
+
+
+def dry_run_lines(
+    recipe: Recipe, *, fresh_instance: bool, store: str | None, usd_per_hour: float | None
+) -> list[str]:
+    """The dry run's table: GPU-hours per stage and scenario, the totals against the claim."""
+    est = estimate(recipe, fresh_instance=fresh_instance)
+    hours = {s: est.gpu_hours(s) for s in SCENARIOS}
+    lines = [
+        "# ---- expected GPU-hours by stage, before paying (estimates: launcher/cost/estimate.py "
+        "says "
+        "where each figure comes from) ----",
+        "#   stage           " + "".join(f"{s:>12}" for s in SCENARIOS),
+    ]
+    for stage in hours["cold node"]:
+        lines.append(f"#   {stage:<15} " + "".join(f"{hours[s][stage]:>12.3f}" for s in SCENARIOS))
+    totals = [est.total(s) for s in SCENARIOS]
+    lines.append("#   total           " + "".join(f"{t:>12.2f}" for t in totals))
+    if usd_per_hour is not None:
+        nodes = recipe.nodes
+        cost = [t / recipe.gpus_per_node * usd_per_hour for t in totals]
+        lines.append(
+            "#   cost            "
+            + "".join(f"{'$' + format(c, '.2f'):>12}" for c in cost)
+            + f"   ({nodes} node(s) x ${usd_per_hour:g}/h)"
+        )
+    claim = (
+        f"the recipe claims {est.claim_hours:g} GPU-hours with its assets already on the node "
+        "(ray+train and window above)"
+        if est.claim_hours
+        else "the recipe claims no GPU-hours: Ray, training and the window are not estimated"
+    )
+    lines += [
+        f"#   {claim}",
+        "#   cold node: "
+        + ("a new instance, " if fresh_instance else "")
+        + "rows built, the checkpoint from the Hub and converted on the GPUs; warm store: the "
+        "rows, the checkpoint and its conversion from the store, nothing converted; warm "
+        "cache: a node that kept its cache and image (no provisioning)",
+        "#   store: "
+        + (
+            f"{store} (after a conversion the node keeps it there)"
+            if store
+            else "none (profile assets.store; `reproduce prepare RECIPE --store ...` fills one)"
+        ),
+        "#   sizes: " + "; ".join(est.sizes),
+        "#   bandwidths (assumed): Hub "
+        f"{FIGURES['hub'].value / GB:g} GB/s, S3 in-region {FIGURES['s3'].value / GB:g} GB/s, "
+        f"NVMe read + sha256 {FIGURES['nvme'].value / GB:g} GB/s, image pull "
+        f"{FIGURES['pull'].value / GB:g} GB/s",
+    ]
+    return lines
+
+
+def likely_lines(
+    recipe: Recipe,
+    *,
+    fresh_instance: bool,
+    store: str | None,
+    usd_per_hour: float | None,
+    max_usd: float | None = None,
+) -> list[str]:
+    """What this run will likely cost, all stages included (the claim counts none of the
+    provisioning and downloads), and a warning when a --max-usd budget is under it: a budget
+    that stops the run before its window is measured buys nothing. Lines without the '# '."""
+    est = estimate(recipe, fresh_instance=fresh_instance)
+    cold, warm_store, warm_cache = (est.total(s) for s in SCENARIOS)
+
+    def cost(hours: float) -> str:
+        if usd_per_hour is None:
+            return f"{hours:.2f} GPU-hours"
+        return f"{hours:.2f} GPU-hours (${hours / recipe.gpus_per_node * usd_per_hour:.2f})"
+
+    if fresh_instance and store:
+        main = warm_store
+        text = (
+            f"{cost(warm_store)} on a new node with the asset store warm, {cost(cold)} if it is not"
+        )
+    elif fresh_instance:
+        main = cold
+        text = (
+            f"{cost(cold)} on a new node (provisioning, the image, the assets from the Hub and "
+            f"the conversion); with a warm asset store {cost(warm_store)}"
+        )
+    else:
+        main = cold
+        text = f"{cost(warm_cache)} if the node kept its cache and image, up to {cost(cold)} cold"
+    lines = [f"likely    {text}  [estimate by stage: launcher/cost/estimate.py, the dry run]"]
+    if max_usd is not None and usd_per_hour is not None:
+        likely_usd = main / recipe.gpus_per_node * usd_per_hour
+        if max_usd < likely_usd:
+            lines.append(
+                f"WARNING   --max-usd {max_usd:g} is under this estimate (${likely_usd:.2f}): the "
+                "budget may stop the run before its window is measured"
+            )
+    return lines
+
+
+def cache_bytes(recipe: Recipe) -> float:
+    """What a cold node writes to its cache before training: the checkpoint, its conversion, the
+    rows and the dataset (the image is docker's, elsewhere)."""
+    ckpt = checkpoint_bytes(recipe)[0] or 0.0
+    rows = float((recipe.dataset.get("build") or {}).get("parquet_bytes") or 0)
+    converted = ckpt * FIGURES["converted_ratio"].value
+    return ckpt + converted + rows + FIGURES["dataset_bytes"].value
+
+
+def disk_lines(recipe: Recipe, disk_min_gb: float | None) -> list[str]:
+    """The dry run's line on the cache's disk: what a cold node writes there, against the free
+    space the host preflight requires (the profile's preflight.disk_min_gb). A requirement under
+    it is called out: the preflight would pass a disk the downloads then fill, hours in."""
+    need = cache_bytes(recipe) / GB
+    source = checkpoint_bytes(recipe)[1]
+    bound = " at least" if "lower bound" in source else ""
+    lines = [
+        f"#   disk: a cold node writes{bound} {need:.0f} GB to its cache (the checkpoint, its "
+        "conversion, the rows and the dataset)"
+        + (f"; the preflight requires {disk_min_gb:g} GB free" if disk_min_gb is not None else "")
+    ]
+    if disk_min_gb is not None and disk_min_gb < need:
+        lines.append(
+            f"#   WARNING the profile's preflight.disk_min_gb {disk_min_gb:g} is under the "
+            f"{need:.0f} GB a cold node writes: raise it, or the downloads may fill the disk"
+        )
+    return lines
+
+
+def target_args(profile: Profile, price: Any) -> dict[str, Any]:
+    """What the estimate needs of a target: whether the run launches its node (provisioning is
+    paid), the profile's asset store, and the node's price (launcher.catalog.Price or None)."""
+    return {
+        "fresh_instance": isinstance(profile, AwsProfile) and not profile.instance_id,
+        "store": profile.assets.store,
+        "usd_per_hour": price.value if price is not None else None,
+    }

@@ -1,0 +1,599 @@
+"""Load a recipe file, validate it, and expose the facts the launcher needs.
+
+Validation has two layers: the shape (schema/recipe.schema.yaml, the single source of truth, checked
+with jsonschema) and the recipe's consistency with itself (the window inside the run, the tokens of
+the window, the layout fitting the GPUs, the variables the `run` block uses). Both report every
+problem at once, each naming the file, the field path and what was expected, so a recipe author
+fixes a file in one pass.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from functools import cache, cached_property
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from launcher import catalog
+from launcher.errors import BadInput
+from launcher.inputs.patches import problems as patch_problems
+from launcher.inputs.runargs import run_block_problems
+from launcher.inputs.yamlschema import (
+    FastSafeLoader,
+    format_problems,
+    read_yaml_mapping,
+    schema_problems,
+)
+from launcher.resources import data_dir
+
+SUPPORTED_SCHEMA_VERSIONS = (1,)
+
+# Variables the launcher binds for the `run` block (docs/miles-log.md).
+BOUND_VARIABLES = ("HF_CKPT", "TORCH_DIST", "SFT_DATA")
+# Variables the `run` block may read without defining them: the container's own environment and
+# what the launcher exports around the recipe.
+AMBIENT_VARIABLES = frozenset(
+    {
+        "HOME",
+        "PATH",
+        "PWD",
+        "USER",
+        "HOSTNAME",
+        "PYTHONPATH",
+        "LD_LIBRARY_PATH",
+        "CUDA_VISIBLE_DEVICES",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "NODE_RANK",
+        "NNODES",
+        "WORLD_SIZE",
+        "RAY_ADDRESS",
+        "RANDOM",
+        "SECONDS",
+        "BASH_SOURCE",
+        "RUN_ID",
+        "NODE_RUN_DIR",
+        "IFS",
+    }
+)
+
+# Variables the launcher itself sets or reads to check or control a run: a recipe's `env` may set
+# none of them, on any target (docs/architecture.md, "A recipe's environment"). The recipe's env
+# reaches the training container and, on Ray, every process of the job: the image digest probe,
+# the preflights, the stack probe and the asset programs run there too, so a recipe that set
+# REPRODUCE_IMAGE_DIGEST (or CUDA_VISIBLE_DEVICES, HF_ENDPOINT, ...) could vouch for itself. This
+# is the one list; plan.py adds the profile's `image_digest_env` where the profile is known.
+LAUNCHER_ENV_PREFIXES = ("REPRODUCE_", "AWS_")
+LAUNCHER_ENV = frozenset(
+    {
+        *BOUND_VARIABLES,  # the assets the checks verified: HF_CKPT, TORCH_DIST, SFT_DATA
+        "RUN_ID",
+        "NODE_RUN_DIR",
+        "NODE_RANK",
+        "NODE_IP",
+        "HEAD_ADDR",
+        "NODE_ADDRS",
+        "RAY_ADDRESS",  # which cluster the job runs on
+        "RAY_DEDUP_LOGS",  # every step line must reach the log
+        "PYTHONPATH",  # miles' path and the launcher's node programs (the rows' check)
+        "CUDA_VISIBLE_DEVICES",  # which GPUs the preflight sees
+        "HF_TOKEN",  # a secret: never in a recipe (a Ray submission is readable by all)
+        "HF_ENDPOINT",  # where the assets and their pins come from
+        "HF_HUB_OFFLINE",
+    }
+)
+
+
+def launcher_env_problems(
+    env: dict[str, Any], also: dict[str, str] | None = None
+) -> list[tuple[str, str]]:
+    """(field, message) for each name in a recipe's ENV that the launcher uses itself
+    (LAUNCHER_ENV, LAUNCHER_ENV_PREFIXES, and ALSO: name -> where that name comes from)."""
+    also = also or {}
+    problems = []
+    for name in env:
+        name = str(name)
+        if name in also:
+            why = f"the variable {also[name]} names"
+        elif name in LAUNCHER_ENV:
+            why = "a variable the launcher itself sets or reads to check or control the run"
+        elif name.startswith(LAUNCHER_ENV_PREFIXES):
+            prefix = next(p for p in LAUNCHER_ENV_PREFIXES if name.startswith(p))
+            why = f"a {prefix}* variable, which the launcher keeps for itself"
+        else:
+            continue
+        problems.append(
+            (
+                f"env.{name}",
+                f"sets {name}, {why}: a recipe's env reaches the checks (the image digest "
+                "probe, the preflights, the stack probe, the asset programs), so it may not set "
+                "it; expected it removed from env (set what the training needs in the run block)",
+            )
+        )
+    return problems
+
+
+_DIGEST_RE = re.compile(r"sha256:([0-9a-fA-F]+)")
+_REPO_BEFORE_DIGEST_RE = re.compile(
+    r"(?P<repo>[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]+)?(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)+)"
+    r"(?:[ :@](?P<tag>v?[0-9][A-Za-z0-9_.-]*))?"
+)
+_VAR_REF_RE = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
+_VAR_DEF_RE = re.compile(
+    r"(?:^|[\s;(])(?:export\s+|local\s+|declare\s+(?:-\w+\s+)*)?([A-Za-z_][A-Za-z0-9_]*)="
+)
+_READ_DEF_RE = re.compile(r"\bread\s+(?:-\w+\s+)*([A-Za-z_][A-Za-z0-9_ ]*)")
+_FOR_DEF_RE = re.compile(r"\bfor\s+([A-Za-z_][A-Za-z0-9_]*)\s+in\b")
+
+
+@dataclass(frozen=True)
+class Image:
+    """The training image, always addressed by digest."""
+
+    repository: str
+    digest: str  # "sha256:<64 hex>"
+    tag: str | None = None
+    source_field: str = "stack.image"
+
+    @property
+    def ref(self) -> str:
+        """What `docker pull` gets: repository@digest (a tag alone is never trusted)."""
+        return f"{self.repository}@{self.digest}"
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A validated recipe. `raw` is the mapping as written; the properties are derived facts."""
+
+    path: Path
+    raw: dict[str, Any]
+    text: str
+
+    # --- identity ---------------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return self.path.stem
+
+    @cached_property
+    def content_hash(self) -> str:
+        """SHA-256 of the recipe's content (its fields, canonically ordered), not of its bytes."""
+        return content_hash(self.raw)
+
+    @cached_property
+    def slug(self) -> str:
+        """The recipe's identity: `<model>/<gpu>/<layout label>-<10 hex of its content>`.
+
+        Derived from what the recipe says, never from where the file lies: two recipes with the
+        same file name get two slugs, and one recipe copied anywhere keeps its slug. A comment or
+        formatting change keeps it; any change of a field makes another recipe (another history).
+        """
+        return recipe_slug(self.raw)
+
+    @property
+    def model(self) -> str:
+        return self.raw["model"]
+
+    # --- hardware ---------------------------------------------------------------------------------
+    @property
+    def gpu_type(self) -> str:
+        return self.raw["gpu"]["type"]
+
+    @property
+    def gpu_memory_gb(self) -> float | None:
+        return self.raw["gpu"].get("memory_gb")
+
+    @property
+    def gpu_count(self) -> int:
+        return self.raw["gpu"]["count"]
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.raw["gpu"]["per_node"]
+
+    @property
+    def nodes(self) -> int:
+        return self.gpu_count // self.gpus_per_node
+
+    @property
+    def provider(self) -> str | None:
+        """ "aws" for "AWS p5en.48xlarge"; None when gpu.instance names no provider."""
+        return catalog.split_instance(self.raw["gpu"].get("instance"))[0]
+
+    @property
+    def instance_type(self) -> str | None:
+        """ "p5en.48xlarge" for "AWS p5en.48xlarge"."""
+        return catalog.split_instance(self.raw["gpu"].get("instance"))[1]
+
+    @property
+    def gpu_spec(self) -> catalog.Gpu | None:
+        """The catalog's entry for gpu.type (its peak is MFU's denominator); None when unknown."""
+        return catalog.gpu(self.raw["gpu"].get("type"))
+
+    # --- workload and claim ---------------------------------------------------------------------
+    @property
+    def global_batch(self) -> int:
+        return self.raw["workload"]["global_batch"]
+
+    @property
+    def row_tokens(self) -> int:
+        return self.raw["workload"]["row_tokens"]
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.global_batch * self.row_tokens
+
+    @property
+    def window(self) -> tuple[int, int]:
+        first, last = self.raw["result"]["window"]
+        return first, last
+
+    @property
+    def steps_per_run(self) -> int:
+        return self.raw["result"]["steps_per_run"]
+
+    @property
+    def claim(self) -> dict[str, Any]:
+        return self.raw["result"]
+
+    @property
+    def claimed_gpu_hours(self) -> float | None:
+        return self.raw["result"].get("gpu_hours")
+
+    @property
+    def active_params(self) -> int | None:
+        """result.active_params.count: N in MFU = 6 x N x tokens/s per GPU / peak."""
+        params = (self.raw.get("result") or {}).get("active_params")
+        return params.get("count") if isinstance(params, dict) else None
+
+    @property
+    def env(self) -> dict[str, str]:
+        return dict(self.raw.get("env") or {})
+
+    @property
+    def run_script(self) -> str:
+        return self.raw["run"]
+
+    @property
+    def cuda(self) -> str | None:
+        value = self.raw["stack"].get("cuda")
+        return str(value) if value is not None else None
+
+    @cached_property
+    def image(self) -> Image:
+        image = extract_image(self.raw["stack"])
+        assert image is not None  # validate() refuses recipes without one
+        return image
+
+    @property
+    def hf_model(self) -> tuple[str, str | None] | None:
+        """(repo id, revision) of the Hugging Face checkpoint, from result.active_params."""
+        params = self.raw["result"].get("active_params") or {}
+        source = params.get("source") or ""
+        m = re.match(r"https?://huggingface\.co/([^/\s]+/[^/\s?#]+)", source)
+        if not m:
+            return None
+        return m.group(1), params.get("revision")
+
+    @property
+    def dataset(self) -> dict[str, Any]:
+        return dict(self.raw["workload"].get("dataset") or {})
+
+
+# ------------------------------------------------------------------------------------------------
+# Identity
+
+SLUG_HASH_CHARS = 10
+
+
+def content_hash(raw: dict[str, Any]) -> str:
+    blob = json.dumps(raw, sort_keys=True, separators=(",", ":"), default=str, ensure_ascii=False)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def _slug_part(text: Any, fallback: str) -> str:
+    part = re.sub(r"[^a-z0-9.]+", "-", str(text or "").lower()).strip("-.")
+    return part or fallback
+
+
+def recipe_slug(raw: dict[str, Any]) -> str:
+    """See Recipe.slug. The layout part is its label, else tp/pp/cp/ep/dp spelled out."""
+    layout = raw.get("layout") or {}
+    label = layout.get("label") or "-".join(
+        f"{k}{layout.get(k) or 1}" for k in ("tp", "pp", "cp", "ep", "dp")
+    )
+    gpu = raw.get("gpu") or {}
+    return "/".join(
+        (
+            _slug_part(raw.get("model"), "model"),
+            _slug_part(gpu.get("type"), "gpu"),
+            f"{_slug_part(label, 'layout')}-{content_hash(raw)[:SLUG_HASH_CHARS]}",
+        )
+    )
+
+
+# ------------------------------------------------------------------------------------------------
+# Loading
+
+
+def load_recipe(path: str | Path) -> Recipe:
+    """Read and fully validate a recipe; raise BadInput listing every problem found."""
+    path = Path(path)
+    raw, text = read_yaml_mapping(path, "recipe")
+    problems = validate_raw(raw)
+    if not problems:
+        problems = patch_problems(raw, path.parent)  # the patches' files, beside the recipe
+    if problems:
+        raise BadInput(format_problems(path, "recipe", problems))
+    return Recipe(path=path, raw=raw, text=text)
+
+
+# ------------------------------------------------------------------------------------------------
+# Validation
+
+
+@cache
+def recipe_schema() -> dict[str, Any]:
+    path = data_dir("schema") / "recipe.schema.yaml"
+    return yaml.load(path.read_text(encoding="utf-8"), Loader=FastSafeLoader)  # noqa: S506
+
+
+def validate_raw(raw: dict[str, Any]) -> list[tuple[str, str]]:
+    """All problems of a recipe mapping as (field path, message); empty when valid."""
+    version = raw.get("schema_version")
+    if version is None:
+        return [
+            ("schema_version", f"missing; expected one of the supported versions {_versions()}")
+        ]
+    if isinstance(version, bool) or version not in SUPPORTED_SCHEMA_VERSIONS:
+        return [
+            (
+                "schema_version",
+                f"unsupported version {version!r}; this reproduce supports {_versions()}",
+            )
+        ]
+    problems = schema_problems(raw, recipe_schema())
+    if problems:
+        return problems
+    return consistency_problems(raw)
+
+
+def _versions() -> str:
+    return ", ".join(str(v) for v in SUPPORTED_SCHEMA_VERSIONS)
+
+
+def extract_image(stack: dict[str, Any]) -> Image | None:
+    """The training image: stack.image when given, else repository and digest named in stack.source.
+
+    The seed names its image only in prose ("radixark/miles v0.1.0 (amd64 digest sha256:...)"), so
+    the repository is the last image-like name before the digest in that text.
+    """
+    image = stack.get("image")
+    if isinstance(image, dict) and image.get("repository") and image.get("digest"):
+        return Image(image["repository"], image["digest"], image.get("tag"), "stack.image")
+    source = stack.get("source")
+    if not isinstance(source, str):
+        return None
+    m = _DIGEST_RE.search(source)
+    if not m or not re.fullmatch(r"[0-9a-f]{64}", m.group(1)):
+        return None
+    before = source[: m.start()]
+    candidates = list(_REPO_BEFORE_DIGEST_RE.finditer(before))
+    if not candidates:
+        return None
+    last = candidates[-1]
+    return Image(last.group("repo"), f"sha256:{m.group(1)}", last.group("tag"), "stack.source")
+
+
+def _image_problem(stack: dict[str, Any]) -> tuple[str, str] | None:
+    if extract_image(stack) is not None:
+        return None
+    source = stack.get("source") or ""
+    m = _DIGEST_RE.search(source) if isinstance(source, str) else None
+    if m and not re.fullmatch(r"[0-9a-f]{64}", m.group(1)):
+        return (
+            "stack.source",
+            f"names digest 'sha256:{m.group(1)}', which is not a full digest; "
+            "expected sha256: followed by 64 lowercase hex characters",
+        )
+    if m:
+        return (
+            "stack.source",
+            "names a digest but no image repository before it; expected "
+            "'<repository> ... sha256:<64 hex>' or a structured stack.image",
+        )
+    return (
+        "stack.image",
+        "missing, and stack.source names no image digest; expected stack.image "
+        "{repository, digest: sha256:<64 hex>} or '<repository> ... sha256:<64 hex>' "
+        "in stack.source",
+    )
+
+
+def run_variables(run: str) -> tuple[set[str], set[str]]:
+    """(variables the run block reads, variables it defines itself)."""
+    used = set(_VAR_REF_RE.findall(run))
+    defined = set(_VAR_DEF_RE.findall(run)) | set(_FOR_DEF_RE.findall(run))
+    for names in _READ_DEF_RE.findall(run):
+        defined.update(n for n in names.split() if n)
+    return used, defined
+
+
+def consistency_problems(raw: dict[str, Any]) -> list[tuple[str, str]]:
+    """Checks that relate fields to each other (run only on a recipe of the right shape)."""
+    problems: list[tuple[str, str]] = []
+    gpu, result, layout, workload = raw["gpu"], raw["result"], raw["layout"], raw["workload"]
+
+    if gpu["count"] % gpu["per_node"]:
+        problems.append(
+            (
+                "gpu.count",
+                f"{gpu['count']} GPUs is not a whole number of nodes of "
+                f"gpu.per_node={gpu['per_node']}; expected a multiple of per_node",
+            )
+        )
+
+    problems += catalog.instance_problems(gpu)
+
+    first, last = result["window"]
+    steps = result["steps_per_run"]
+    if first > last:
+        problems.append(
+            (
+                "result.window",
+                f"[{first}, {last}] starts after it ends; "
+                "expected [first, last] with first <= last",
+            )
+        )
+    elif last >= steps:
+        problems.append(
+            (
+                "result.window",
+                f"[{first}, {last}] ends outside the run; steps are 0..{steps - 1} "
+                f"(result.steps_per_run={steps}), so expected last <= {steps - 1}",
+            )
+        )
+    elif "window_tokens" in result:
+        expected = (last - first + 1) * workload["global_batch"] * workload["row_tokens"]
+        if result["window_tokens"] != expected:
+            problems.append(
+                (
+                    "result.window_tokens",
+                    f"{result['window_tokens']} does not match the window: "
+                    f"{last - first + 1} steps x global_batch {workload['global_batch']} "
+                    f"x row_tokens {workload['row_tokens']} = {expected}",
+                )
+            )
+
+    product = layout["tp"] * layout["pp"] * layout["cp"] * layout["dp"]
+    if product != gpu["count"]:
+        problems.append(
+            (
+                "layout",
+                f"tp x pp x cp x dp = {layout['tp']} x {layout['pp']} x {layout['cp']} x "
+                f"{layout['dp']} = {product}, but gpu.count is {gpu['count']}; expected them equal",
+            )
+        )
+    ep, etp = layout.get("ep") or 1, layout.get("etp") or 1
+    per_stage = gpu["count"] // layout["pp"] if gpu["count"] % layout["pp"] == 0 else None
+    if per_stage is None or per_stage % (ep * etp):
+        problems.append(
+            (
+                "layout.ep",
+                f"ep x etp = {ep * etp} does not divide the {gpu['count']} GPUs / pp "
+                f"{layout['pp']}; expected a divisor",
+            )
+        )
+
+    build_rows = ((workload.get("dataset") or {}).get("build") or {}).get("row_tokens")
+    if build_rows is not None and build_rows != workload["row_tokens"]:
+        problems.append(
+            (
+                "workload.dataset.build.row_tokens",
+                f"{build_rows} differs from workload.row_tokens "
+                f"{workload['row_tokens']}; expected the same",
+            )
+        )
+
+    image_problem = _image_problem(raw["stack"])
+    if image_problem:
+        problems.append(image_problem)
+    problems += _path_problems(raw)
+    problems += launcher_env_problems(raw.get("env") or {})
+    problems += run_block_problems(raw)
+    problems += patch_problems(raw, None)  # inline diffs; load_recipe reads the files
+
+    used, defined = run_variables(raw["run"])
+    known = defined | set(raw.get("env") or {}) | set(BOUND_VARIABLES) | AMBIENT_VARIABLES
+    for name in sorted(used - known):
+        problems.append(
+            (
+                "run",
+                f"uses ${name}, which neither the run block, the env block nor the launcher "
+                "defines; expected one of the launcher's "
+                f"{', '.join('$' + v for v in BOUND_VARIABLES)} or a variable set in env",
+            )
+        )
+    return problems
+
+
+_SAFE_PART = re.compile(r"(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_HF_MODEL_URL = re.compile(r"https?://huggingface\.co/([^/\s]+)/([^/\s?#]+)")
+_HF_DATASET_URL = re.compile(r"https?://huggingface\.co/(?:datasets/)?([^/\s]+)/([^/\s?#]+)")
+_OWNER_NAME = re.compile(r"([^/\s]+)/([^/\s]+)")
+PATH_MARK = "x-reaches-path"
+
+
+def path_fields(
+    schema: dict[str, Any], raw: Any, where: tuple[str, ...] = ()
+) -> list[tuple[str, str, Any]]:
+    """(field, kind, value) for every field of RAW whose schema carries `x-reaches-path`: a
+    walk of the schema's properties, so a field marked there is checked without a list here."""
+    found: list[tuple[str, str, Any]] = []
+    if PATH_MARK in schema and raw is not None:
+        found.append((".".join(where), str(schema[PATH_MARK]), raw))
+    if isinstance(raw, dict):
+        for key, sub in (schema.get("properties") or {}).items():
+            if key in raw:
+                found += path_fields(sub, raw[key], (*where, key))
+    return found
+
+
+def _repo_parts(kind: str, text: str) -> tuple[str, str] | None:
+    """(OWNER, NAME) of the repository TEXT names, as the asset spec reads it, or None."""
+    text = text.strip()
+    m = (_HF_MODEL_URL if kind == "hf-url" else _HF_DATASET_URL).match(text)
+    if m is None and kind == "dataset-repo":
+        m = _OWNER_NAME.fullmatch(text)
+    return (m.group(1), m.group(2)) if m else None
+
+
+def _path_problems(raw: dict[str, Any]) -> list[tuple[str, str]]:
+    """Recipe text that names a directory of the node's cache or a key of the asset store must be
+    safe path components (no '/', no '..'): every field the schema marks, checked here alone."""
+    problems: list[tuple[str, str]] = []
+    params = (raw.get("result") or {}).get("active_params") or {}
+    has_hf_model = bool(_HF_MODEL_URL.match(str(params.get("source") or "")))
+    for field, kind, value in path_fields(recipe_schema(), raw):
+        text = str(value)
+        if kind == "component":
+            if not _SAFE_PART.fullmatch(text):
+                problems.append(
+                    (
+                        field,
+                        f"{text!r} names a directory of the node's cache and a key of the asset "
+                        "store, so it must be one path component: letters, digits, '.', '_', "
+                        "'-', not starting with '.', without '/' or '..'",
+                    )
+                )
+        elif kind in ("hf-url", "dataset-repo"):
+            parts = _repo_parts(kind, text)
+            if parts is None:
+                continue  # names no repository (prose, a model without a URL): no path
+            bad = [part for part in parts if not _SAFE_PART.fullmatch(part)]
+            if bad:
+                problems.append(
+                    (
+                        field,
+                        f"names the Hugging Face repository {parts[0]}/{parts[1]}, whose part "
+                        f"{bad[0]!r} is not a repository name (letters, digits, '.', '_', '-'; "
+                        "no '..'); it would name a cache directory and a store key",
+                    )
+                )
+        elif kind == "model-dir":
+            if not has_hf_model and not _SAFE_PART.fullmatch(text):
+                problems.append(
+                    (
+                        field,
+                        f"{text!r} names the checkpoint's cache directory (no Hugging Face model "
+                        "in result.active_params.source), so it must be letters, digits, '.', "
+                        "'_', '-', without '/' or '..'",
+                    )
+                )
+        else:  # a mark this launcher does not know: refuse rather than let a path through
+            problems.append((field, f"the schema marks it {PATH_MARK}: {kind}, an unknown kind"))
+    return problems

@@ -1,0 +1,395 @@
+"""Reading YAML files and explaining schema violations, shared by recipes and cluster profiles.
+
+Why its own module: a recipe and a profile are both a YAML mapping checked against a JSON Schema
+(schema/*.schema.yaml), and an author should get the same kind of message from both: the file,
+the field path, what was expected. Nothing here knows what a recipe or a profile means.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import stat
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from launcher.errors import BadInput
+
+# libyaml's loader when present (faster), else PyYAML's; safe either way.
+FastSafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _TextDateLoader(FastSafeLoader):  # type: ignore[misc,valid-type]
+    """SafeLoader that keeps dates as text: a recipe's `measured: 2026-10-21` is a string field."""
+
+
+_TextDateLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+
+
+# A recipe or profile is a page of text; a file far larger than that is not one (and reading it
+# whole would cost memory for nothing).
+MAX_FILE_BYTES = 1 << 20
+# Bump when the validator's semantics change, so a pass remembered by an older one is not reused.
+_VALIDATOR_VERSION = 2
+
+
+def read_text_capped(path: Path, what: str, limit: int = MAX_FILE_BYTES) -> str:
+    """A regular file's text, at most `limit` bytes; BadInput for anything else.
+
+    Opened without blocking and checked on the open descriptor, so a FIFO or a device (which
+    would block or never end) is refused at once, and a path swapped after a check cannot slip
+    through.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise BadInput(f"{path}: no such {what} file.") from None
+    except IsADirectoryError:
+        raise BadInput(f"{path}: is a directory; expected a {what} file (YAML).") from None
+    except OSError as err:
+        raise BadInput(f"{path}: cannot read the {what} file: {err.strerror}.") from None
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise BadInput(f"{path}: is a directory; expected a {what} file (YAML).")
+        if not stat.S_ISREG(info.st_mode):
+            raise BadInput(
+                f"{path}: not a regular file (a FIFO, socket or device); expected a {what} file."
+            )
+        if info.st_size > limit:
+            raise BadInput(f"{path}: {info.st_size} bytes; a {what} file is at most {limit} bytes.")
+        with os.fdopen(fd, "rb", closefd=True) as fh:
+            fd = -1
+            data = fh.read(limit + 1)
+    except OSError as err:
+        raise BadInput(f"{path}: cannot read the {what} file: {err.strerror}.") from None
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    if len(data) > limit:  # it grew while being read
+        raise BadInput(f"{path}: more than {limit} bytes; a {what} file is at most {limit} bytes.")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise BadInput(
+            f"{path}: not UTF-8 text ({err.reason} at byte {err.start}); expected a {what} in YAML."
+        ) from None
+
+
+def _refuse_aliases(path: Path, text: str, what: str) -> None:
+    """Anchors and aliases are refused: a few lines of them can stand for billions of nodes (an
+    "alias bomb"), and a recipe is data a person reads, where one value written twice is clearer
+    than a reference. Checked on the token stream, before anything is composed."""
+    if "&" not in text and "*" not in text:
+        return
+    loader = FastSafeLoader(text)
+    try:
+        while loader.check_token():
+            token = loader.get_token()
+            if isinstance(token, (yaml.AnchorToken, yaml.AliasToken)):
+                kind = "anchor" if isinstance(token, yaml.AnchorToken) else "alias"
+                mark = token.start_mark
+                raise BadInput(
+                    f"{path}: line {mark.line + 1}, column {mark.column + 1}: a YAML {kind} "
+                    f"(&name / *name); a {what} may not use anchors or aliases: write the value "
+                    "out."
+                )
+    except yaml.YAMLError:
+        return  # the loader reports the syntax error, with its position
+    finally:
+        loader.dispose()
+
+
+def duplicate_keys(node: Any, path: tuple[Any, ...] = ()) -> list[tuple[str, int, int]]:
+    """Every key written twice in one mapping of a composed YAML document: (key path, first line,
+    second line), lines 1-based, in document order.
+
+    Why: YAML loaders keep the last of two equal keys without a word, so a reader who sees the
+    first `tokens_per_s_per_gpu` (or the first `gpu:` block) is judged against the hidden second
+    one. A recipe or profile is a document people read: each key is written once."""
+    found: list[tuple[str, int, int]] = []
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[tuple[str, str], int] = {}
+        for key, value in node.value:
+            name = key.value if isinstance(key, yaml.ScalarNode) else None
+            line = key.start_mark.line + 1
+            if name is not None:
+                ident = (key.tag, name)
+                if ident in seen:
+                    found.append((field_path([*path, name]), seen[ident], line))
+                else:
+                    seen[ident] = line
+            found += duplicate_keys(value, (*path, name if name is not None else "?"))
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            found += duplicate_keys(item, (*path, i))
+    return found
+
+
+def _load_checked(path: Path, text: str, what: str) -> Any:
+    """The document, composed once: its duplicate keys refused (both lines named), then built."""
+    loader = _TextDateLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        dups = sorted(duplicate_keys(node), key=lambda d: (d[2], d[1]))
+        if dups:
+            listed = "; ".join(f"{key} at lines {a} and {b}" for key, a, b in dups)
+            raise BadInput(
+                f"{path}: {len(dups)} duplicate key{'s' if len(dups) != 1 else ''} in the {what}: "
+                f"{listed}. YAML would keep the later value silently, so the value a reader sees "
+                "may not be the one used; expected each key once in its mapping."
+            )
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+def read_yaml_mapping(path: Path, what: str) -> tuple[dict[str, Any], str]:
+    """Read a YAML file that must hold a mapping; every failure is a BadInput naming the file."""
+    text = read_text_capped(path, what)
+    _refuse_aliases(path, text, what)
+    try:
+        data = _load_checked(path, text, what)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}:" if mark else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise BadInput(
+            f"{path}:{where} not valid YAML ({problem}); expected a {what} mapping."
+        ) from None
+    if data is None:
+        raise BadInput(f"{path}: the file is empty; expected a {what}: a YAML mapping of fields.")
+    if not isinstance(data, dict):
+        raise BadInput(
+            f"{path}: the document is a {_yaml_type(data)}; "
+            f"expected a {what}: a YAML mapping of fields."
+        )
+    return data, text
+
+
+def format_problems(path: Path, what: str, problems: list[tuple[str, str]]) -> str:
+    lines = [f"{path}: invalid {what}, {len(problems)} problem{'s' if len(problems) != 1 else ''}:"]
+    lines += [f"  - {field or '(top level)'}: {message}" for field, message in problems]
+    return "\n".join(lines)
+
+
+def _cache_dir() -> Path | None:
+    if os.environ.get("REPRODUCE_NO_CACHE"):
+        return None
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "reproduce" / "schema-valid"
+
+
+def _validity_key(raw: dict[str, Any], schema: dict[str, Any]) -> str:
+    from launcher import __version__
+
+    blob = json.dumps([__version__, _VALIDATOR_VERSION, schema, raw], sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def schema_problems(raw: dict[str, Any], schema: dict[str, Any]) -> list[tuple[str, str]]:
+    """jsonschema errors turned into (field path, what was expected) pairs.
+
+    A document that once passed (same content, same schema, same launcher version) is remembered
+    in the user's cache, so a repeated command skips importing jsonschema (~70 ms of a dry run's
+    start). Only passes are cached: every failure is computed and reported afresh.
+    """
+    cache = _cache_dir()
+    key = _validity_key(raw, schema) if cache else ""
+    if cache and (cache / key).exists():
+        return []
+    problems = _jsonschema_problems(raw, schema)
+    if cache and not problems:
+        try:
+            cache.mkdir(parents=True, exist_ok=True)
+            (cache / key).touch()
+        except OSError:
+            pass  # a read-only home only costs the speed-up
+    return problems
+
+
+def _strict_validator(schema: dict[str, Any]) -> Any:
+    """Draft 2020-12, read as strictly as the files are meant:
+
+    - an integer is an integer: JSON Schema counts 8.0 as one, but `--num-gpus 8.0` is not a
+      count a program accepts;
+    - a pattern's final `$` is the end of the text, as in the ECMA-262 regular expressions JSON
+      Schema specifies; Python's `$` also matches before a final newline, which let an env key
+      "NCCL_DEBUG\\n" through.
+    """
+    from jsonschema import Draft202012Validator, validators
+    from jsonschema import _keywords as keywords  # the stock pattern keyword, reused
+
+    def is_integer(_checker: Any, instance: Any) -> bool:
+        return isinstance(instance, int) and not isinstance(instance, bool)
+
+    def pattern(validator: Any, patrn: str, instance: Any, schema: Any) -> Any:
+        strict = patrn[:-1] + r"\Z" if patrn.endswith("$") and not patrn.endswith(r"\$") else patrn
+        yield from keywords.pattern(validator, strict, instance, schema)
+
+    checker = Draft202012Validator.TYPE_CHECKER.redefine("integer", is_integer)
+    cls = validators.extend(
+        Draft202012Validator, validators={"pattern": pattern}, type_checker=checker
+    )
+    return cls(schema)
+
+
+def _jsonschema_problems(raw: dict[str, Any], schema: dict[str, Any]) -> list[tuple[str, str]]:
+    validator = _strict_validator(schema)
+    out: list[tuple[str, str]] = []
+    for err in sorted(
+        validator.iter_errors(raw), key=lambda e: (list(map(str, e.absolute_path)), e.message)
+    ):
+        out.extend(_explain(err))
+    return out
+
+
+def field_path(parts: Any) -> str:
+    text = ""
+    for part in parts:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+def _explain(err: Any) -> list[tuple[str, str]]:
+    path = field_path(err.absolute_path)
+    kind = err.validator
+    if "propertyNames" in err.absolute_schema_path:
+        return [
+            (
+                field_path([*err.absolute_path, str(err.instance)]),
+                "not a shell variable name; expected letters, "
+                "digits and _, not starting with a digit",
+            )
+        ]
+    if kind == "additionalProperties" and isinstance(err.instance, dict):
+        allowed = sorted((err.schema.get("properties") or {}).keys())
+        extra = [k for k in err.instance if k not in allowed]
+        hint = f"; expected one of: {', '.join(allowed)}" if allowed else ""
+        return [(field_path([*err.absolute_path, k]), f"unknown field{hint}") for k in extra]
+    if kind == "required":
+        missing = re.findall(r"'([^']+)' is a required property", err.message)
+        name = missing[0] if missing else "?"
+        desc = ((err.schema.get("properties") or {}).get(name) or {}).get("description", "")
+        return [
+            (
+                field_path([*err.absolute_path, name]),
+                "missing required field" + (f" ({_short(desc)})" if desc else ""),
+            )
+        ]
+    if kind == "type":
+        return [
+            (
+                path,
+                f"expected {_type_words(err.validator_value)}, "
+                f"got {_yaml_type(err.instance)} {_show(err.instance)}",
+            )
+        ]
+    if kind in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"):
+        op = {"minimum": ">=", "exclusiveMinimum": ">", "maximum": "<=", "exclusiveMaximum": "<"}[
+            kind
+        ]
+        return [(path, f"expected a number {op} {err.validator_value}, got {_show(err.instance)}")]
+    if kind == "pattern":
+        desc = err.schema.get("description") or f"text matching {err.validator_value}"
+        return [(path, f"got {_show(err.instance)}; expected {_short(desc)}")]
+    if kind == "enum":
+        return [
+            (
+                path,
+                f"got {_show(err.instance)}; "
+                f"expected one of {', '.join(map(str, err.validator_value))}",
+            )
+        ]
+    if kind == "const":
+        return [(path, f"got {_show(err.instance)}; expected {err.validator_value!r}")]
+    if kind in ("minLength",):
+        return [(path, "expected non-empty text")]
+    if kind in ("minItems", "maxItems", "items", "prefixItems"):
+        return [
+            (
+                path,
+                f"got {_show(err.instance)}; "
+                f"expected {_short(err.schema.get('description', err.message))}",
+            )
+        ]
+    if kind in ("oneOf", "anyOf") and err.context:
+        # The branch the value was meant for is the one of its type: "host: {..., colour: x}"
+        # is a mapping with an unknown field, not "not text" (the other branch's complaint).
+        # jsonschema's relative_schema_path starts with the branch's index.
+        branches: dict[Any, list[Any]] = {}
+        for sub in err.context:
+            branches.setdefault(sub.relative_schema_path[0], []).append(sub)
+        own_type = [
+            subs
+            for subs in branches.values()
+            if not any(e.validator == "type" and not list(e.relative_path) for e in subs)
+        ]
+        if len(own_type) == 1:
+            return [found for sub in own_type[0] for found in _explain(sub)]
+        types = [
+            e.validator_value
+            for subs in branches.values()
+            for e in subs
+            if e.validator == "type" and not list(e.relative_path)
+        ]
+        if types and len(types) == len(branches):
+            words = " or ".join(_type_words(t) for t in types)
+            return [
+                (path, f"expected {words}, got {_yaml_type(err.instance)} {_show(err.instance)}")
+            ]
+        best = min(err.context, key=lambda e: len(list(e.absolute_path)))
+        return [(path, best.message)]
+    return [(path, err.message)]
+
+
+def _type_words(value: Any) -> str:
+    names = {
+        "object": "a mapping",
+        "array": "a list",
+        "string": "text",
+        "integer": "an integer",
+        "number": "a number",
+        "boolean": "true or false",
+        "null": "null",
+    }
+    if isinstance(value, list):
+        return " or ".join(names.get(v) or str(v) for v in value)
+    return names.get(value, str(value))
+
+
+def _yaml_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "text"
+    if isinstance(value, list):
+        return "list"
+    if isinstance(value, dict):
+        return "mapping"
+    if value is None:
+        return "null"
+    return type(value).__name__
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _short(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= 160 else text[:157] + "..."

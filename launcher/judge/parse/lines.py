@@ -1,0 +1,238 @@
+"""One line of a miles log at a time: the metric marker, the payload dict, the logging stamp, the
+arguments listing. The parser (launcher/judge/parse/miles.py) assembles steps from these.
+
+Why a module of its own: these are the shapes miles and slime print across versions, each read
+by one small function that the file reader and the line reader share, so both read a log the same
+way (docs/miles-log.md, "What the parser reads").
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from datetime import UTC, datetime
+from typing import Any
+
+# A metric line: `step 7: {`, `perf 7: {`, `rollout 7: {`, anywhere in the line, so any prefix
+# (Ray, ANSI, the logging prefix, a fragment of another process's line) is allowed before it.
+KINDS = ("step", "perf", "rollout")
+# `{role}-step N: {...}` (slime 843c94e9 on, miles: log_utils.py `role_tag`): another model's
+# optimizer step (PPO's critic), never the actor's.
+ROLE_STEP = "role-step"
+# The train actor's perf dict, its keys and its step time by version:
+# launcher/judge/parse/shapes.py.
+# A dict logged without a marker: `train.py:88 - {'perf/step_time': ...}` (the logging prefix's
+# ` - ` followed directly by the dict).
+BARE = " - {"
+# Megatron's arguments listing: `---- arguments ----`, `  name ..... value` lines, `---- end of
+# arguments ----` (megatron/training/arguments.py, _print_args; miles' parse_args calls it).
+# The title is searched by its right half, as Megatron prints it (24 dashes): a long needle is
+# what keeps the scan for it cheap on a log that has none.
+ARGS_BEGIN, ARGS_END = "arguments ------------------------", "end of arguments"
+_ARG_RE = re.compile(r"^ {2}([A-Za-z_][A-Za-z0-9_]*) (?:\.+ | )(.*)$")
+
+# The logging prefix `[2026-10-21 10:00:00.123 actor_cell0_rank0]`; some versions print no
+# fraction and no process name (`[2026-10-21 10:00:00]`).
+_STAMP_RE = re.compile(
+    r"\[(\d{4})-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,6}))?(?: [^\]\s]+)?\]"
+)
+# Ray prints the suffix in colour, with a one-time hint after it (DedupState.formatted):
+# `<line>\x1b[32m [repeated 3x across cluster] (Ray deduplicates logs ...)\x1b[0m`.
+REPEATED_RE = re.compile(r"\s*(?:\x1b\[[0-9;?]*[A-Za-z])*\s*\[repeated (\d+)x across cluster\].*$")
+REPEATED_BYTES_RE = re.compile(rb"\[repeated (\d+)x across cluster\]")
+ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+# Ray's prefix of an actor's output line, `(MegatronTrainRayActor pid=5123, ip=10.0.0.2) `.
+_RAY_PREFIX_RE = re.compile(
+    r"^(?:\x1b\[[0-9;?]*[A-Za-z])*\([^()]*pid=\d+[^()]*\)(?:\x1b\[[0-9;?]*[A-Za-z])* ?"
+)
+
+# Flat dict of string keys to numbers: the shape of every metric payload miles prints.
+_NUM = r"[-+]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf)"
+_VAL = (
+    rf"(?:np\.float(?:64|32|16)\(({_NUM})\)|np\.int(?:64|32)\(({_NUM})\)|({_NUM})"
+    r"|(True|False|None))"
+)
+# A pair must end at `,` or `}`: a value such as `2.3.4` then matches nothing, the pair count
+# falls short of the `': ` count, and the payload goes to the strict reader (which rejects it).
+_PAIR_RE = re.compile(rf"'([^'\\]*)': {_VAL}(?=\s*[,}}])")
+_CONSTS = {"True": 1.0, "False": 0.0, "None": None}
+_NAMES: dict[str, Any] = {
+    "nan": float("nan"),
+    "NaN": float("nan"),
+    "inf": float("inf"),
+    "Infinity": float("inf"),
+}
+_NAMES.update({"true": True, "false": False, "null": None})  # a JSON-style dump
+
+
+def literal(node: ast.AST | None) -> Any:
+    """ast.literal_eval, extended with nan / inf, JSON's true/false/null and numpy scalar
+    wrappers such as np.float64(x)."""
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Dict):
+        return {literal(k): literal(v) for k, v in zip(node.keys, node.values, strict=True)}
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return [literal(e) for e in node.elts]
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        value = literal(node.operand)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return -value if isinstance(node.op, ast.USub) else value
+    if isinstance(node, ast.Name) and node.id in _NAMES:
+        return _NAMES[node.id]
+    if (
+        isinstance(node, ast.Call)
+        and len(node.args) == 1
+        and not node.keywords
+        and isinstance(node.func, ast.Attribute)
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id in ("np", "numpy")
+    ):
+        return literal(node.args[0])
+    raise ValueError(f"not a literal: {ast.dump(node)[:80] if node is not None else node}")
+
+
+def parse_payload(text: str) -> dict:
+    """Read one metric dict as miles prints it (Python repr, one line or several). Raises
+    ValueError when it cannot."""
+    text = text.strip()
+    if text.startswith("{") and text.endswith("}"):
+        pairs = _PAIR_RE.findall(text)
+        if (
+            pairs
+            and len(pairs) == text.count("': ")
+            and "{" not in text[1:]
+            and "[" not in text
+            and '"' not in text
+        ):
+            out = {}
+            for key, f64, i64, num, const in pairs:
+                raw = f64 or i64 or num
+                out[key] = float(raw) if raw else _CONSTS[const]
+            return out
+    try:
+        tree = ast.parse(text, mode="eval")
+    except SyntaxError as err:
+        raise ValueError(f"syntax: {err.msg}") from None
+    value = literal(tree.body)
+    if not isinstance(value, dict):
+        raise ValueError("payload is not a dict")
+    return value
+
+
+def marker(line: str) -> tuple[str, int, str] | None:
+    """(kind, N, payload) of the first `<kind> N: {` in the line, or None. A role-tagged step
+    line (`critic-step N: {`) has kind ROLE_STEP."""
+    i = line.find(": {")
+    while i >= 0:
+        j = line.rfind(" ", 0, i)
+        num = line[j + 1 : i]
+        if j > 0 and num.isdigit() and num.isascii():
+            for kind in KINDS:
+                k = j - len(kind)
+                if not line.startswith(kind, k, j):
+                    continue
+                if k == 0 or not (line[k - 1].isalnum() or line[k - 1] in "_/-"):
+                    return kind, int(num), line[i + 2 :]
+                if kind == "step" and line[k - 1] == "-":  # `critic-step N:`: not the actor's
+                    return ROLE_STEP, int(num), line[i + 2 :]
+        i = line.find(": {", i + 3)
+    return None
+
+
+def bare(line: str) -> str | None:
+    """The payload of a dict logged without a marker (`... - {...}`), or None."""
+    i = line.find(BARE)
+    return line[i + 3 :] if i >= 0 else None
+
+
+def depth(text: str) -> int:
+    """Braces and brackets opened minus closed, outside quoted strings."""
+    level, quote, escaped = 0, "", False
+    for c in text:
+        if quote:
+            if escaped:
+                escaped = False
+            elif c == "\\":
+                escaped = True
+            elif c == quote:
+                quote = ""
+        elif c in "'\"":
+            quote = c
+        elif c in "{[(":
+            level += 1
+        elif c in "}])":
+            level -= 1
+    return level
+
+
+def strip_prefix(line: str) -> str:
+    """A line without Ray's actor prefix, colour codes and a carriage return."""
+    line = _RAY_PREFIX_RE.sub("", line, count=1)
+    if "\x1b" in line:
+        line = ANSI_RE.sub("", line)
+    return line.rstrip("\r\n")
+
+
+def continues_dict(line: str) -> bool:
+    """Whether a line (prefix stripped) can be the next line of a dict printed over several:
+    pretty printers indent them, or close the dict; a new log record cannot be one."""
+    return bool(line) and line[0] in " \t}])" and not stamp(line)
+
+
+def argument(line: str) -> tuple[str, str] | None:
+    """(name, value as printed) of one line of the arguments listing, or None."""
+    m = _ARG_RE.match(strip_prefix(line))
+    return (m.group(1), m.group(2)) if m else None
+
+
+def stamp(line: str) -> tuple[float, bool] | None:
+    """(epoch seconds UTC, whether to the millisecond) of the logging prefix, or None."""
+    m = _STAMP_RE.search(line)
+    if not m:
+        return None
+    y, mo, d, h, mi, s, frac = m.group(1, 2, 3, 4, 5, 6, 7)
+    micro = int(frac.ljust(6, "0")) if frac else 0
+    try:
+        dt = datetime(int(y), int(mo), int(d), int(h), int(mi), int(s), micro, tzinfo=UTC)
+    except ValueError:
+        return None
+    return dt.timestamp(), frac is not None
+
+
+def as_float(value: Any) -> float | None:
+    """A metric's value as a float; None for a missing value, a bool or text."""
+    if value.__class__ is float:
+        return float(value)  # the common case first
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    return None
+
+
+def number(metrics: dict, *keys: str) -> float | None:
+    """The first of `keys` that holds a number (bools and text are not numbers here)."""
+    for key in keys:
+        value = metrics.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    return None
+
+
+def shown(line: str, limit: int = 160) -> str:
+    """A line as a person can read it in a message: control bytes escaped, length capped."""
+    text = line.rstrip("\r\n")
+    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def last_step(data: bytes) -> int | None:
+    """N of the last `step N: {` line in a chunk of the log (None when it has none).
+
+    The runner's progress reads the log through this, so a step line is recognised in one place.
+    """
+    last = None
+    for line in data.decode(errors="replace").splitlines():
+        found = marker(line)
+        if found is not None and found[0] == "step":
+            last = found[1]
+    return last

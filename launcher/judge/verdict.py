@@ -1,0 +1,275 @@
+"""Judge a measured Result against the recipe's claim.
+
+Why the order of the checks: a figure is only worth comparing when the log could be read, the
+run that produced it is whole, and the log is evidence of THIS recipe. So a log that could not be
+read is "unreadable" (never "failed": nothing says training failed); a run that failed (NaN
+loss, no step times, a failed stage) is "failed"; a log whose evidence disagrees with the recipe
+or with itself (launcher/judge/evidence.py) is "mismatch"; a run that is incomplete (window steps
+missing, ended early) is never "reproduced"; then an unstable run (step-time CV well above the
+recipe's); only then is the throughput compared, with the tolerance of docs/measurement.md (-3% /
++3% by default). Only consistent evidence can be reproduced, slower, faster or unstable. Every
+finding is listed in `reasons`, not only the one that decided the status, and every check that
+could not run is listed too.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from launcher.errors import BadInput
+from launcher.judge.failures import FROZEN_LOSS_STEPS
+
+if TYPE_CHECKING:
+    from launcher.inputs.recipe import Recipe
+    from launcher.judge.measure import Result
+
+STATUSES = (
+    "reproduced",
+    "slower",
+    "faster",
+    "unstable",
+    "incomplete",
+    "mismatch",
+    "failed",
+    "unreadable",
+)
+# The statuses that judge the throughput: only consistent, whole evidence reaches them.
+JUDGED = ("reproduced", "slower", "faster", "unstable")
+# The throughput tolerance, percent either side of the claim: the one definition that the verdict,
+# the CLI's --tolerance-* defaults and the history's regression test all read.
+DEFAULT_TOLERANCE_PERCENT = 3.0
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Verdict thresholds (percent). Defaults: docs/measurement.md."""
+
+    slower_percent: float = DEFAULT_TOLERANCE_PERCENT  # below the claim by more: "slower"
+    faster_percent: float = DEFAULT_TOLERANCE_PERCENT  # above the claim by more: "faster"
+    cv_factor: float = 2.0  # CV above cv_factor x the recipe's CV ...
+    cv_floor_percent: float = 2.0  # ... and above this: "unstable"
+
+    def to_dict(self) -> dict:
+        return {
+            "slower_percent": self.slower_percent,
+            "faster_percent": self.faster_percent,
+            "cv_factor": self.cv_factor,
+            "cv_floor_percent": self.cv_floor_percent,
+        }
+
+
+# The policy that judges a run: the rules of launcher/judge/measure.py and of this module, as one
+# named, versioned policy. Every verdict.json and result.yaml records it (docs/measurement.md,
+# "The policy"), an attestation records it in measure.json and `reproduce verify` re-measures
+# only under the same one (docs/attestation.md). Bump the version whenever a rule or default
+# changes a figure or a status for the same inputs, so two verdicts are comparable exactly when
+# their policies are.
+POLICY_NAME = "reproduce-verdict"
+POLICY_VERSION = 1
+POLICY_RULES = (
+    "unreadable: nothing in the log is miles', or no step carries a step time it knows",
+    "failed: the log shows training failing (NaN/inf loss, grad norm or step time, a loss frozen "
+    f"for {FROZEN_LOSS_STEPS} steps, a skipped optimizer step, an error after which no step "
+    "came, a failed stage, no window step with a step time)",
+    "mismatch: the log is not evidence of this recipe, disagrees with itself, or holds metric "
+    "lines the parser only half understood",
+    "incomplete: window steps missing, the run ended early or was cut, or an error mid-run",
+    "unstable: step-time CV above max(cv_factor x the recipe's CV, cv_floor_percent)",
+    "slower / faster / reproduced: tokens/s per GPU over the window against the claim, "
+    "outside or inside the tolerance",
+)
+
+
+def policy(tolerance: Tolerance | None = None) -> dict:
+    """The policy a verdict was judged under, as recorded beside it; options that differ from
+    the policy's defaults are listed under `overridden`."""
+    tolerance = tolerance if tolerance is not None else Tolerance()
+    default = Tolerance().to_dict()
+    given = tolerance.to_dict()
+    return {
+        "name": POLICY_NAME,
+        "version": POLICY_VERSION,
+        "tolerance": given,
+        "overridden": sorted(k for k in given if given[k] != default[k]),
+        "frozen_loss_steps": FROZEN_LOSS_STEPS,
+        "window": "the recipe's result.window, every step of it required",
+        "noise_band": "2 x step-time CV / sqrt(window steps), percent",
+        "rules": list(POLICY_RULES),
+    }
+
+
+@dataclass
+class Verdict:
+    status: str
+    difference_percent: float | None  # signed: (measured - claimed) / claimed x 100
+    reasons: list[str] = field(default_factory=list)
+    claimed: dict = field(default_factory=dict)
+    measured: dict = field(default_factory=dict)
+    tolerance: Tolerance = field(default_factory=Tolerance)
+    noise_band_percent: float | None = None
+    error: str | None = None  # the log line of the error that ended training, when there is one
+
+    @property
+    def policy(self) -> dict:
+        return policy(self.tolerance)
+
+    @property
+    def reproduced(self) -> bool:
+        return self.status == "reproduced"
+
+    def to_dict(self) -> dict:
+        return {
+            "status": self.status,
+            "difference_percent": self.difference_percent,
+            "reasons": list(self.reasons),
+            "claimed": self.claimed,
+            "measured": self.measured,
+            "tolerance": self.tolerance.to_dict(),
+            "policy": self.policy,
+            "noise_band_percent": self.noise_band_percent,
+            "error": self.error,
+        }
+
+
+def _rel(measured: float | None, claimed: float | None) -> float | None:
+    if measured is None or claimed in (None, 0) or not math.isfinite(measured):
+        return None
+    return 100.0 * (measured - claimed) / claimed
+
+
+def judge(result: Result, recipe: Recipe, *, tolerance: Tolerance | None = None) -> Verdict:
+    """The verdict: one status of STATUSES, the signed difference, and every reason."""
+    tolerance = tolerance if tolerance is not None else Tolerance()
+    claim = recipe.raw.get("result") or {}
+    claimed_tps = claim.get("tokens_per_s_per_gpu")
+    if not isinstance(claimed_tps, (int, float)) or claimed_tps <= 0:
+        raise BadInput("recipe has no positive result.tokens_per_s_per_gpu to judge against.")
+    claimed_cv = claim.get("step_time_cv_percent")
+
+    claimed = {
+        k: claim.get(k)
+        for k in (
+            "tokens_per_s_per_gpu",
+            "step_time_cv_percent",
+            "mfu",
+            "usd_per_million_tokens",
+            "gpu_hours",
+            "window",
+        )
+    }
+    measured = {
+        "tokens_per_s_per_gpu": result.tokens_per_s_per_gpu,
+        "step_time_cv_percent": result.step_time_cv_percent,
+        "mfu": result.mfu,
+        "usd_per_million_tokens": result.usd_per_million_tokens,
+        "gpu_hours": result.gpu_hours,
+        "window": list(result.window),
+    }
+    diff = _rel(result.tokens_per_s_per_gpu, claimed_tps)
+    if result.unreadable:
+        return Verdict("unreadable", None, [result.unreadable], claimed, measured, tolerance)
+
+    failed: list[str] = []
+    incomplete: list[str] = []
+    if result.steps_parsed == 0:  # shown as a failure only where the log shows one (below)
+        incomplete.append("no training step found in the log: the run ended before its first")
+    if result.nan_loss_steps:
+        failed.append(f"NaN/inf loss at step(s) {_steps(result.nan_loss_steps)}")
+    if result.nan_step_time_steps:
+        failed.append(f"NaN/inf step time at step(s) {_steps(result.nan_step_time_steps)}")
+    if result.failed_stages:
+        failed.append(f"run stage(s) failed: {', '.join(result.failed_stages)}")
+    if result.steps_parsed and not result.window_steps_present:
+        incomplete.append("no step of the window has a step time")
+    findings = result.findings
+    failed += findings.failed
+    incomplete += findings.incomplete
+
+    if result.missing_window_steps:
+        n, total = len(result.missing_window_steps), result.window[1] - result.window[0] + 1
+        incomplete.append(
+            f"{n} of {total} window steps missing: {_steps(result.missing_window_steps)}"
+        )
+    if result.no_loss_window_steps:
+        incomplete.append(
+            "no loss logged (no `step N:` line) for window step(s) "
+            f"{_steps(result.no_loss_window_steps)}"
+        )
+    if result.ended_early:
+        last = "no step" if result.last_step is None else f"step {result.last_step}"
+        incomplete.append(
+            f"run ended early: last step logged is {last}, "
+            f"the recipe runs {result.steps_expected} steps"
+        )
+    stats = result.parse_stats or {}
+    if stats.get("truncated"):
+        incomplete.append("the log's last line is cut mid-record (the run was killed)")
+
+    mismatch = [d.detail for d in result.evidence.disagreements] + findings.half_read
+    not_checked = [f"not checked: {n}" for n in result.evidence.not_checked]
+    not_checked += [f"note: {n}" for n in findings.notes]
+    reasons = failed + mismatch + incomplete
+    unstable = None
+    cv = result.step_time_cv_percent
+    if cv is not None:
+        limit = tolerance.cv_floor_percent
+        if isinstance(claimed_cv, (int, float)):
+            limit = max(limit, tolerance.cv_factor * claimed_cv)
+        if cv > limit:
+            unstable = (
+                f"step-time CV {cv:.2f}% exceeds {limit:.2f}% "
+                f"(max of {tolerance.cv_factor:g} x the recipe's {claimed_cv}% "
+                f"and {tolerance.cv_floor_percent:g}%)"
+            )
+            reasons.append(unstable)
+
+    speed = None
+    if failed or mismatch or incomplete:
+        # Training failed, stopped, or the figure is of another run: no difference from the
+        # claim is stated, and no in-band reason is listed.
+        diff = None
+    noise = result.noise_band_percent
+    if diff is not None:
+        against = (
+            f"tokens/s per GPU {result.tokens_per_s_per_gpu:.2f} is {diff:+.2f}% "
+            f"against the claimed {claimed_tps}"
+        )
+        slower, faster = tolerance.slower_percent, tolerance.faster_percent
+        if diff < -slower:
+            speed = "slower"
+            reasons.append(f"{against} (tolerance -{slower:g}%)")
+        elif diff > faster:
+            speed = "faster"
+            reasons.append(f"{against} (tolerance +{faster:g}%): faster than claimed")
+        else:
+            reasons.append(f"{against}, within -{slower:g}% / +{faster:g}%")
+        if noise is not None:
+            reasons.append(
+                f"noise band of this run: +-{noise:.2f}% (2 x step-time CV / sqrt of "
+                f"{len(result.window_steps_present)} steps); a difference inside it is noise"
+            )
+
+    if failed:
+        status = "failed"
+    elif mismatch:
+        status = "mismatch"
+    elif incomplete:
+        status = "incomplete"
+    elif unstable:
+        status = "unstable"
+    elif speed:
+        status = speed
+    elif diff is None:
+        status = "incomplete"
+        reasons.append("no throughput could be computed")
+    else:
+        status = "reproduced"
+    error = findings.error if status in ("failed", "incomplete") else None
+    return Verdict(status, diff, reasons + not_checked, claimed, measured, tolerance, noise, error)
+
+
+def _steps(steps: list[int], limit: int = 12) -> str:
+    shown = ", ".join(str(s) for s in steps[:limit])
+    return shown + (f", ... ({len(steps)} in all)" if len(steps) > limit else "")

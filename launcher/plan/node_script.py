@@ -1,0 +1,559 @@
+"""The node script: a Plan's stages rendered as one plain bash program (node.sh).
+
+The renderer's inputs are a Placement (where the run lives) and the Stages; its output is the text
+the dry run prints and the node runs, byte for byte (golden files under tests/golden/). Every value
+that came from a recipe or a profile reaches the shell through `shlex.quote`, except the recipe's
+`run` block, which is code by definition and runs verbatim inside a quoted heredoc. The stage
+markers come from launcher/plan/protocol.py, where the runner's parser for them lives too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from launcher.inputs.patches import node_lines as patch_lines
+from launcher.inputs.profile import Profile, RayProfile
+from launcher.inputs.recipe import Image, Recipe
+from launcher.inputs.stack import expected_versions
+from launcher.plan import multinode
+from launcher.plan.image_record import BuiltImage, base_label_check
+from launcher.plan.protocol import (
+    DONE_LINE,
+    MARKER_HELP,
+    OUT_DIR,
+    SECRETS_FILE,
+    STAGE_FUNCTIONS,
+    STATE_DIR,
+    TRUSTED_DIR_FN,
+    collect_command,
+    results_block,
+)
+
+CONTAINER_SCRIPTS = "/opt/reproduce/scripts"
+MILES_DIR = "/root/miles"
+MILES_PYTHONPATH = "/root/miles:/root/Megatron-LM"
+NVLS_OFF = (
+    ("NCCL_NVLS_ENABLE", "0"),
+    ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"),
+    ("NVSHMEM_DISABLE_NVLS", "1"),
+)
+
+q = shlex.quote
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One step of a reproduction. `where`: launcher (this machine), node (host) or container."""
+
+    name: str
+    title: str
+    where: str
+    commands: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "title": self.title,
+            "where": self.where,
+            "commands": list(self.commands),
+        }
+
+
+@dataclass(frozen=True)
+class Assets:
+    hf_ckpt: str
+    torch_dist: str
+    sft_data: str
+    hf_repo: str | None
+    hf_revision: str | None
+    parquet_sha256: str | None
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one run lives: the facts both the Plan and its renderer work from."""
+
+    recipe: Recipe
+    profile: Profile
+    run_id: str
+    node_run_dir: str
+    cache_dir: str
+    container: str
+    assets: Assets
+
+
+# ------------------------------------------------------------------------------------------------
+# Rendering the node script
+
+
+@dataclass(frozen=True)
+class ScriptContext(Placement):
+    """The renderer: a Placement plus the shell text each stage needs."""
+
+    built: BuiltImage | None = None  # the profile's image built FROM the recipe's (images/)
+
+    @property
+    def image(self) -> Image:
+        """What every container of the run uses: the profile's built image, else the recipe's."""
+        return self.built.as_image() if self.built else self.recipe.image
+
+    @property
+    def _ray_profile(self) -> RayProfile:
+        """The `kind: ray` profile, for the parts rendered only for a Ray job."""
+        assert isinstance(self.profile, RayProfile), "a Ray job's part rendered for another kind"
+        return self.profile
+
+    @property
+    def docker(self) -> bool:
+        # a Ray cluster's nodes already are the image: its job runs no container
+        return self.profile.runtime == "docker" and self.profile.kind != "ray"
+
+    def in_image(
+        self, command: str, *, gpus: bool = True, host_user: bool = False, makes: bool = False
+    ) -> str:
+        """A one-off command in the training image: docker run, a Ray job, or the host itself.
+
+        No container gets HF_TOKEN: the commands that talk to the Hub run on the host
+        (launcher/plan/asset_stages.py). `host_user`: the container runs as the host's uid, so what
+        it writes (the rows) the host can later hash and move. `makes`: the container may
+        write one directory, $REPRODUCE_NEW_DIR (fresh, empty, this run's), which the host
+        checks before anything in it reaches the cache (docs/architecture.md, "The trust
+        boundary"); every other mount it gets is read-only, the cache included.
+        """
+        if not self.docker:  # the node (a Ray job's too: the cluster is the image) runs it itself
+            return command
+        gpu = '"${GPU_ARGS[@]}" ' if gpus else ""
+        user = '--user "$(id -u):$(id -g)" ' if host_user else ""
+        new = (
+            '-v "$REPRODUCE_NEW_DIR:$REPRODUCE_NEW_DIR" -e REPRODUCE_NEW_DIR -e REPRODUCE_HOST_IDS '
+            if makes
+            else ""
+        )
+        return (
+            f'docker run --rm {gpu}{user}{new}"${{DOCKER_ARGS[@]}}" "${{EFA_ARGS[@]}}" "$IMAGE" '
+            f"bash -c {q(command)}"
+        )
+
+    def gpu_args(self) -> list[str]:
+        gpus = self.profile.docker.gpus
+        return ["--gpus", str(gpus)] if gpus else []
+
+    def docker_args(self) -> list[str]:
+        """Every `docker run` of the run shares these (GPU and EFA flags are added where needed)."""
+        p = self.profile
+        args: list[str] = []
+        if p.docker.ipc_host:
+            args += ["--ipc", "host"]
+        network = p.docker.network or ("host" if p.docker.network_host else "none")
+        args += ["--network", network]
+        if p.docker.memlock_unlimited:
+            args += ["--ulimit", "memlock=-1"]
+        args += [
+            "--ulimit",
+            f"stack={int(p.docker.stack_bytes)}",
+            "--shm-size",
+            str(p.docker.shm_size),
+        ]
+        # The node run dir holds what the host runs and trusts (node.sh, pid, exit_code, the
+        # results): never mounted. A container gets its own output dir, and read-only the cache
+        # (what a later run trusts), scripts/ and the cancel mark's dir (docs/architecture.md,
+        # "The trust boundary").
+        out, state = f"{self.node_run_dir}/{OUT_DIR}", f"{self.node_run_dir}/{STATE_DIR}"
+        if multinode.spans_nodes(self.recipe, p):  # the others follow $NODE_RUN_DIR
+            args += ["-v", f"{self.cache_dir}:{self.cache_dir}:ro"]
+        else:
+            args += [
+                "-v",
+                f"{out}:{out}",
+                "-v",
+                f"{state}:{state}:ro",
+                "-v",
+                f"{self.cache_dir}:{self.cache_dir}:ro",
+                "-v",
+                f"{self.node_run_dir}/scripts:{CONTAINER_SCRIPTS}:ro",
+            ]
+        # names only: docker copies the values from the node script's environment (secrets never
+        # on a command line; HF_TOKEN to no container)
+        names = ["RUN_ID", "NODE_RUN_DIR", "REPRODUCE_OUT_DIR", "HF_CKPT", "TORCH_DIST", "SFT_DATA"]
+        for name in names + multinode.env_names(self):
+            args += ["-e", name]
+        args += multinode.env_args(self)  # the EFA environment, when the profile asks for it
+        args += [str(a) for a in p.docker.extra_args]
+        return args
+
+    @property
+    def scripts(self) -> str:
+        """Where scripts/ is, as text safe in double quotes on the side that runs the command."""
+        if self.profile.kind == "ray":
+            return "$REPRODUCE_SCRIPTS"
+        return CONTAINER_SCRIPTS if self.docker else "$NODE_RUN_DIR/scripts"
+
+    def _preflight_args(self, *, bench: bool) -> str:
+        from launcher.plan.preflight import (
+            driver_min_for_cuda,
+            expected_efa_devices,
+            preflight_argv,
+        )
+
+        r, p = self.recipe, self.profile
+        argv = preflight_argv(
+            gpu_type=r.gpu_type,
+            gpus_per_node=r.gpus_per_node,
+            gpu_memory_gb=r.gpu_memory_gb,
+            driver_min=driver_min_for_cuda(r.cuda),
+            cuda=r.cuda,
+            efa_expected=expected_efa_devices(p.instance_type or r.instance_type)
+            if p.kind == "aws"
+            else None,
+            disk_path=self.cache_dir,
+            disk_min_gb=float(p.preflight.disk_min_gb),
+            thresholds=dict(p.preflight.thresholds),
+        )
+        if not bench:
+            argv.append("--no-bench")
+        return shlex.join(argv)
+
+    def host_preflight(self) -> str:
+        cmd = f'python3 "$NODE_RUN_DIR/scripts/preflight.py" {self._preflight_args(bench=False)}'
+        if self.profile.kind == "ray":
+            cmd = self._on_ray_nodes(f"preflight.py {self._preflight_args(bench=False)}")
+        return f'{cmd} > "$NODE_RUN_DIR/preflight.json"'
+
+    def gpu_preflight(self) -> str:
+        if self.profile.kind == "ray":
+            nvls_off = " ".join(f"--env {k}={v}" for k, v in NVLS_OFF)
+            each = self._on_ray_nodes(f"preflight.py {self._preflight_args(bench=True)}", nvls_off)
+            return f'{each} > "$NODE_RUN_DIR/preflight-gpu.json"'
+        inner = (
+            f'python3 "{self.scripts}/preflight.py" {self._preflight_args(bench=True)}'
+            f"{multinode.preflight_args(self)}"
+        )
+        return f'{self.in_image(_with_nvls_off(inner))} > "$NODE_RUN_DIR/preflight-gpu.json"'
+
+    def _ray_nodes_args(self) -> str:
+        """What the recipe needs of a Ray cluster (scripts/ray_cluster.py): nodes, GPUs each."""
+        r = self.recipe
+        wait = float(self._ray_profile.nodes_wait_s)
+        return (
+            f"--nodes {r.nodes} --gpus-per-node {r.gpus_per_node} --gpu-type {q(r.gpu_type)} "
+            f"--wait-s {wait:g}"
+        )
+
+    def _on_ray_nodes(self, program_and_args: str, options: str = "") -> str:
+        """A node program on every GPU node the recipe uses, each holding that node's GPUs."""
+        extra = f" {options}" if options else ""
+        return (
+            f'python3 "{self.scripts}/ray_cluster.py" each {self._ray_nodes_args()}{extra} '
+            f"-- {program_and_args}"
+        )
+
+    def ray_cluster_check(self) -> list[str]:
+        """The cluster the job runs on must be the recipe's: its nodes and GPUs, and the image
+        every GPU node says it runs (the digest from `image_digest_env`)."""
+        env = self._ray_profile.image_digest_env
+        digest = f' --digest "$IMAGE_DIGEST" --digest-env {q(env)}' if env else ""
+        return [
+            _comment(
+                f"# the Ray cluster at {self._ray_profile.address} is the image: every GPU node "
+                f"must say it runs $IMAGE_DIGEST (in ${env})"
+                if env
+                else "# image_digest_env: null - the digest is not checked; the stack check is"
+            ),
+            f'python3 "{self.scripts}/ray_cluster.py" check {self._ray_nodes_args()} '
+            f'--image "$IMAGE"{digest} > "$NODE_RUN_DIR/image.json"',
+        ]
+
+    def image_lines(self) -> list[str]:
+        image = self.image
+        if self.profile.kind == "ray":
+            return self.ray_cluster_check()
+        if not self.docker:
+            return [
+                "# runtime: host - the node is the image; the stack check below verifies its "
+                "versions"
+            ]
+        lines = [
+            "command -v docker >/dev/null || { echo 'docker is not installed on this node (profile "
+            "runtime: docker)' >&2; "
+            "exit 1; }"
+        ]
+        if self.profile.docker.pull:
+            lines += [
+                "# docker pull under a pseudo-terminal, its bytes printed as progress lines "
+                "(scripts/pull_progress.py)",
+                'if command -v python3 >/dev/null; then python3 "$NODE_RUN_DIR/scripts/'
+                'pull_progress.py" "$IMAGE"; else docker pull "$IMAGE"; fi',
+            ]
+        lines += [
+            f"# the pulled image must carry the recipe's digest (from {image.source_field}); a tag "
+            "alone is never trusted",
+            "docker image inspect --format '{{range .RepoDigests}}{{println .}}{{end}}' \"$IMAGE\" "
+            '> "$NODE_RUN_DIR/image.digests"',
+            'if ! grep -qxF "$IMAGE" "$NODE_RUN_DIR/image.digests"; then',
+            '  echo "image $IMAGE: the local image does not carry digest $IMAGE_DIGEST '
+            "(RepoDigests: "
+            "$(tr '\\n' ' ' < \"$NODE_RUN_DIR/image.digests\"))\" >&2",
+            "  exit 1",
+            "fi",
+            *(base_label_check(self.built) if self.built else []),
+            "# image.json: what ran, as docker has it (an attestation records its RepoDigests)",
+            'printf \'{"image": "%s", "digest": "%s", "id": "%s", "repo_digests": %s}\\n\' '
+            '"$IMAGE" "$IMAGE_DIGEST" "$(docker image inspect --format \'{{.Id}}\' "$IMAGE")" '
+            '"$(docker image inspect --format \'{{json .RepoDigests}}\' "$IMAGE")" '
+            '> "$NODE_RUN_DIR/image.json"',
+        ]
+        return lines
+
+    def stack_check(self) -> str:
+        expect = expected_versions(self.recipe.raw["stack"])
+        import json
+
+        policy = self.profile.stack_check
+        args = f"--json --policy {q(policy)} --expect {q(json.dumps(expect, sort_keys=True))}"
+        if self.profile.kind == "ray":
+            return f'{self._on_ray_nodes(f"stack_probe.py {args}")} > "$NODE_RUN_DIR/stack.json"'
+        probe = f'python3 "{self.scripts}/stack_probe.py" {args}'
+        return f'{self.in_image(probe, gpus=True)} > "$NODE_RUN_DIR/stack.json"'
+
+    def ray_lines(self) -> list[str]:
+        """Start the head Ray controlled by this run; its stop joins the container's cleanup."""
+        if self.profile.kind == "ray":
+            return [
+                _comment(
+                    f"# the existing cluster at {self._ray_profile.address}: the job joins it, "
+                    "no ray start"
+                )
+            ]
+        if multinode.spans_nodes(self.recipe, self.profile):
+            return multinode.ray_lines(self)
+        port = int(self.profile.ray.port)
+        gpus = self.recipe.gpus_per_node
+        dash = (
+            "--include-dashboard=true"
+            if self.profile.ray.dashboard
+            else "--include-dashboard=false"
+        )
+        ip = self.profile.ray.node_ip_address or "127.0.0.1"
+        # --log-color false: Ray's CLI colours its output even into a file; logs/ray.log stays text
+        return [
+            f"NODE_IP={q(ip)}",
+            "_cleanup() { ray stop --force >/dev/null 2>&1 || true; }",
+            f'ray start --head --node-ip-address "$NODE_IP" --port {port} --num-gpus {gpus} '
+            f"--disable-usage-stats --log-color false {dash}",
+            f'export RAY_ADDRESS="$NODE_IP:{port}"',
+        ]
+
+    def exports(self) -> list[str]:
+        """Container environment: miles' PYTHONPATH, the profile's env, the recipe's env in
+        order, the assets."""
+        lines = [
+            f'export PYTHONPATH={MILES_PYTHONPATH}:"{self.scripts}"',
+            "# every step line reaches the log: Ray's dedup would fold lines that differ only in "
+            "numbers",
+            "export RAY_DEDUP_LOGS=0",
+        ]
+        lines += [f"export {k}={q(v)}" for k, v in container_env(self.recipe, self.profile)]
+        lines += [
+            f"export HF_CKPT={q(self.assets.hf_ckpt)}",
+            f"export TORCH_DIST={q(self.assets.torch_dist)}",
+            f"export SFT_DATA={q(self.assets.sft_data)}",
+            f"export REPRODUCE_ROW_TOKENS={self.recipe.row_tokens}  # checked by "
+            "pretokenized_sft_rollout",
+        ]
+        return lines
+
+
+def container_env(recipe: Recipe, profile: Profile) -> list[tuple[str, str]]:
+    """The training environment the recipe and the profile set, in order (a later value wins): the
+    EFA environment when asked for, the profile's env, the recipe's env, then NVLink multicast off
+    when the profile says so. node.sh exports it in the container; a Ray job's runtime env carries
+    it to every worker of the job, on every node."""
+    pairs = multinode.efa_env(recipe, profile)  # first: the profile's and the recipe's win
+    pairs += [(str(k), str(v)) for k, v in (profile.env or {}).items()]
+    pairs += [(str(k), str(v)) for k, v in recipe.env.items()]
+    if profile.disable_nvlink_multicast:
+        pairs += list(NVLS_OFF)
+    return pairs
+
+
+def _comment(text: Any) -> str:
+    """Text safe inside a `# ...` line: a newline in a recipe value would end the comment."""
+    return re.sub(r"[\x00-\x1f\x7f]+", " ", str(text))
+
+
+def _with_nvls_off(command: str) -> str:
+    """Launcher-side helpers (preflight, conversion) never use NVLink multicast, whatever the
+    profile says."""
+    return "export " + " ".join(f"{k}={v}" for k, v in NVLS_OFF) + "; " + command
+
+
+def _heredoc_tag(body: str, base: str) -> str:
+    tag, n = base, 0
+    lines = set(body.splitlines())
+    while tag in lines:
+        n += 1
+        tag = f"{base}_{n}"
+    return tag
+
+
+def render_node_script(
+    ctx: ScriptContext, stages: list[Stage], after_training: Sequence[str] = ()
+) -> str:
+    """node.sh: the header, the node's stages in order, then ray and train in the container;
+    `after_training` runs once the container ended (the asset uploads finish: asset_stages)."""
+    r, p = ctx.recipe, ctx.profile
+    by = {s.name: s for s in stages}
+    digest = hashlib.sha256(r.text.encode()).hexdigest()
+    head = [
+        "#!/usr/bin/env bash",
+        _comment(f"# reproduce node script for {r.slug}"),
+        f"#   recipe file sha256 {digest}",
+        _comment(
+            f"#   run {ctx.run_id} on cluster profile {p.name} (kind {p.kind}), {r.nodes} x "
+            f"{r.gpus_per_node} {r.gpu_type}"
+        ),
+        "# Plain bash, runnable by hand on the node: bash node.sh",
+        MARKER_HELP,
+        "# bash reads the whole { ... } group before running any of it: text added to this file"
+        " later never runs.",
+        "{",
+        "set -euo pipefail",
+        "",
+        f"RUN_ID={q(ctx.run_id)}",
+        multinode.run_dir_line(ctx),
+        f"CACHE_DIR={q(ctx.cache_dir)}",
+        f"IMAGE={q(ctx.image.ref)}",
+        f"IMAGE_DIGEST={q(ctx.image.digest)}",
+        multinode.container_line(ctx),
+        f"HF_CKPT={q(ctx.assets.hf_ckpt)}",
+        f"TORCH_DIST={q(ctx.assets.torch_dist)}",
+        f"SFT_DATA={q(ctx.assets.sft_data)}",
+        f'REPRODUCE_OUT_DIR="$NODE_RUN_DIR/{OUT_DIR}"  # the only one a container may write',
+        "export RUN_ID NODE_RUN_DIR REPRODUCE_OUT_DIR HF_CKPT TORCH_DIST SFT_DATA",
+        "",
+        "# Secrets (HF_TOKEN) arrive in a 0600 file that is read first and deleted; never echoed,"
+        " never exported:",
+        "# only the host's asset commands (resolve, fetch) get HF_TOKEN, no container does.",
+        'HF_TOKEN="${HF_TOKEN:-}"',
+        "export -n HF_TOKEN",
+        f'if [ -f "$NODE_RUN_DIR/{SECRETS_FILE}" ]; then . "$NODE_RUN_DIR/{SECRETS_FILE}"; '
+        f'rm -f "$NODE_RUN_DIR/{SECRETS_FILE}"; fi',
+        *multinode.header_lines(ctx),
+        "",
+        "# The directories the run writes to and trusts must be ours and writable by no one else"
+        " (shared hosts);",
+        "# a missing one is made 0700 (on a disk only root can write to, such as the DLAMI's"
+        " /opt/dlami/nvme, by sudo -n).",
+        TRUSTED_DIR_FN.rstrip("\n"),
+        'for dir in "$NODE_RUN_DIR" "$CACHE_DIR" "$CACHE_DIR/.incoming" "$(dirname '
+        '"$HF_CKPT")" "$(dirname "$TORCH_DIST")" "$(dirname "$SFT_DATA")"; do',
+        '  _trusted_dir "$dir" || exit 1',
+        "done",
+        "# what a container makes for the cache (rows, a conversion) lands in a fresh directory"
+        " of this run's,",
+        "# which the host checks before it moves anything into the cache (read-only in every"
+        " container)",
+        'ASSET_NEW="$CACHE_DIR/.incoming/$RUN_ID-${NODE_RANK:-0}"',
+        'REPRODUCE_HOST_IDS="$(id -u):$(id -g)"',
+        "export REPRODUCE_HOST_IDS",
+        '[ ! -L "$CACHE_DIR/.incoming" ] && mkdir -m 700 "$ASSET_NEW" '
+        '|| { echo "reproduce: cannot make a fresh $ASSET_NEW" >&2; exit 1; }',
+        f'mkdir -p -m 700 "$REPRODUCE_OUT_DIR" "$NODE_RUN_DIR/{STATE_DIR}"',
+        'cd "$NODE_RUN_DIR"',
+        "",
+        STAGE_FUNCTIONS,
+    ]
+    if ctx.docker:
+        head += [
+            '_cleanup() { docker rm -f "$CONTAINER" >/dev/null 2>&1 || true; }',
+            "trap _on_exit EXIT",
+            "",
+            "# flags of every docker run below (miles' documented ones; mounts of the run's out"
+            " and state dirs, the cache, scripts)",
+            f"GPU_ARGS=({shlex.join(ctx.gpu_args())})",
+            f"DOCKER_ARGS=({shlex.join(ctx.docker_args())})",
+            *multinode.mount_words(ctx, CONTAINER_SCRIPTS),
+            "# EFA devices go into the container when the node has them (p5en: 16)",
+            "EFA_ARGS=()",
+        ]
+        mode = p.docker.efa_devices
+        if mode != "never":
+            head += [
+                "for dev in /dev/infiniband/*; do",
+                '  [ -e "$dev" ] && EFA_ARGS+=(--device "$dev")',
+                "done",
+            ]
+            if mode == "always":
+                head += [
+                    "[ ${#EFA_ARGS[@]} -gt 0 ] || { echo 'profile says efa_devices: always, but "
+                    "the node has "
+                    "no /dev/infiniband devices' >&2; exit 1; }"
+                ]
+    else:
+        head += ["_cleanup() { :; }", "trap _on_exit EXIT", "EFA_ARGS=()"]
+    if p.kind == "ray":  # the launcher reads only the job's log: the result files end it
+        head += [
+            ': "${REPRODUCE_SCRIPTS:?the directory of node.sh and the node programs '
+            '(the job sets it)}"',
+            "# the node programs where the host's own commands look for them too",
+            'mkdir -p -m 700 "$NODE_RUN_DIR/scripts" && '
+            'cp -R "$REPRODUCE_SCRIPTS/." "$NODE_RUN_DIR/scripts/"',
+            *results_block(collect_command(ctx.node_run_dir)),
+            "_cleanup() { _results; }",
+        ]
+
+    body: list[str] = []
+    for name in ("preflight", "resolve", "image", "preflight-gpu", "stack", "assets", "convert"):
+        stage = by[name]
+        body += ["", _comment(f"# ---- stage {name}: {stage.title}"), f"_stage_begin {name}"]
+        body += list(stage.commands)
+        body += ["_stage_end"]
+
+    container_body = "\n".join(
+        [
+            "set -euo pipefail",
+            STAGE_FUNCTIONS,
+            "_cleanup() { :; }",
+            "trap _on_exit EXIT",
+            *ctx.exports(),
+            *patch_lines(r),
+            "",
+            f"# ---- stage ray: {by['ray'].title}",
+            "_stage_begin ray",
+            *by["ray"].commands,
+            "_stage_end",
+            "",
+            f"# ---- stage train: {by['train'].title}",
+            "_stage_begin train",
+            f"cd {MILES_DIR}",
+            "# ----- recipe run block (verbatim) -----",
+            by["train"].commands[0],
+            "# ----- end of recipe run block -----",
+            "_stage_end",
+        ]
+    )
+    tag = _heredoc_tag(container_body, "REPRODUCE_CONTAINER_SCRIPT")
+    body += [
+        "",
+        "# ---- stages ray + train, inside the training container (this text runs verbatim there)",
+        f"IFS= read -r -d '' CONTAINER_SCRIPT <<'{tag}' || true",
+        container_body,
+        tag,
+    ]
+    if ctx.docker:
+        body += [
+            "# the container is named after the run so `reproduce cancel` can find it; --rm "
+            "removes it at the end",
+            'docker run --rm --name "$CONTAINER" "${GPU_ARGS[@]}" "${DOCKER_ARGS[@]}" '
+            '"${EFA_ARGS[@]}" '
+            '"$IMAGE" bash -c "$CONTAINER_SCRIPT"',
+        ]
+    else:
+        body += ['bash -c "$CONTAINER_SCRIPT"']
+    body += [*after_training, "", DONE_LINE, "exit", "}", ""]
+    return "\n".join(head + body)

@@ -1,0 +1,329 @@
+"""Recipe + Profile -> Plan: every stage of a reproduction with its exact commands.
+
+The Plan is built once. `--dry-run` prints it; the real run executes the very same object
+(`Plan.node_script` is what lands on the node as node.sh, byte for byte;
+launcher/plan/node_script.py
+renders it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import posixpath
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from launcher.errors import BadInput
+from launcher.inputs import patches
+from launcher.inputs.profile import AwsProfile, Profile, RayProfile, SshProfile
+from launcher.inputs.recipe import Recipe, launcher_env_problems
+from launcher.inputs.yamlschema import format_problems
+from launcher.plan import asset_stages, claimruns
+from launcher.plan.image_record import BuiltImage, profile_image
+from launcher.plan.node_script import Assets, Placement, ScriptContext, Stage, render_node_script
+from launcher.plan.protocol import RESULT_FILES
+from launcher.records.rundir import new_run_id
+
+# secrets.hf_token_env names the launcher-side variable whose value the asset download gets as
+# HF_TOKEN: it must look like a Hugging Face token's name, and nothing like another credential's
+# (a typo there would ship, say, the AWS secret key to the node).
+_HF_TOKEN_NAME = re.compile(r"(?=.*(HF|HUGGING_?FACE))(?=.*TOKEN)[A-Z_][A-Z0-9_]*", re.IGNORECASE)
+_RESULT_STEMS = ",".join(name.removesuffix(".json") for name in RESULT_FILES)
+_NOT_HF = ("AWS", "SECRET", "PASSWORD", "PASSWD", "PRIVATE", "CREDENTIAL", "SSH", "KEY")
+
+
+@dataclass(frozen=True)
+class Plan(Placement):
+    stages: tuple[Stage, ...]
+    node_script: str
+    provisioning: tuple[Any, ...] = field(
+        default_factory=tuple
+    )  # ApiCall objects (aws), printed by the dry run
+    built_image: BuiltImage | None = None  # the profile's image, built FROM the recipe's
+    asset_spec: dict[str, Any] | None = (
+        None  # what the node resolves (launcher/plan/asset_stages.py)
+    )
+    runs: dict[str, Any] = field(default_factory=dict)  # launcher/plan/claimruns.py record()
+
+    @property
+    def image_ref(self) -> str:
+        return self.built_image.ref if self.built_image else self.recipe.image.ref
+
+    def stage(self, name: str) -> Stage:
+        return next(s for s in self.stages if s.name == name)
+
+    def to_dict(self) -> dict[str, Any]:
+        """plan.json: what ran, in a form a person or a script can audit later."""
+        return {
+            "run_id": self.run_id,
+            "recipe": {
+                "path": str(self.recipe.path),
+                "slug": self.recipe.slug,
+                "sha256": hashlib.sha256(self.recipe.text.encode()).hexdigest(),
+            },
+            "profile": {
+                "name": self.profile.name,
+                "kind": self.profile.kind,
+                "path": str(self.profile.path),
+            },
+            "image": self.image_ref,
+            **({"built_image": self.built_image.to_dict(self.recipe)} if self.built_image else {}),
+            "nodes": self.recipe.nodes,
+            "gpus_per_node": self.recipe.gpus_per_node,
+            "node_run_dir": self.node_run_dir,
+            "cache_dir": self.cache_dir,
+            "container": self.container,
+            "assets": self.assets.__dict__,
+            "asset_spec": self.asset_spec,
+            "stages": [s.to_dict() for s in self.stages],
+            "provisioning": [asdict(call) for call in self.provisioning],  # aws ApiCalls
+            "runs": self.runs,  # result.runs, the run's one, what --runs accepted
+            "patches": patches.record(self.recipe),  # what the node applies before training
+        }
+
+
+# ------------------------------------------------------------------------------------------------
+# Building
+
+
+def build_plan(
+    recipe: Recipe,
+    profile: Profile,
+    *,
+    run_id: str | None = None,
+    skip_preflight: bool = False,
+    provisioning: tuple[Any, ...] = (),
+    runs: int | None = None,
+) -> Plan:
+    """The one place that decides what a reproduction does. `runs`: the --runs accepted
+    (launcher/plan/claimruns.py), recorded in plan.json for the verdict."""
+    run_id = run_id or new_run_id()
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", run_id):
+        raise BadInput(
+            f"--run-id {run_id!r}: expected letters, digits, '.', '_' or '-' (at most 64)."
+        )
+    _check_profile_fits(recipe, profile)
+    _check_secrets(profile)
+    _check_recipe_env(recipe, profile)
+    patches.refuse_unappliable(recipe, profile)
+    work_dir = profile.work_dir.rstrip("/") or "/"
+    node_run_dir = f"{work_dir}/runs/{run_id}"
+    cache_dir = profile.cache_dir.rstrip("/") or "/"
+    _check_dirs(profile, node_run_dir, cache_dir)
+    container = f"reproduce-{run_id}"
+    assets = _assets(recipe, profile, cache_dir)
+    preflight_on = profile.preflight.enabled and not skip_preflight
+    built = profile_image(recipe, profile)  # BadInput when it is not built FROM the recipe's
+
+    ctx = ScriptContext(recipe, profile, run_id, node_run_dir, cache_dir, container, assets, built)
+    on_assets = asset_stages.render(ctx)
+    stages = [
+        Stage("acquire", "acquire the node(s)", "launcher", tuple(_acquire_lines(profile, recipe))),
+        Stage(
+            "preflight",
+            "node health before any download: GPUs, driver, ECC, Xid, NVLink, EFA, disk",
+            "node",
+            (ctx.host_preflight(),)
+            if preflight_on
+            else ("# skipped (--skip-preflight or preflight.enabled: false)",),
+        ),
+        on_assets.resolve,
+        Stage(
+            "image",
+            "pull the training image by digest and verify the digest",
+            "node",
+            tuple(ctx.image_lines()),
+        ),
+        Stage(
+            "preflight-gpu",
+            "GPU benchmarks in the image: bf16 matmul, memory bandwidth, NCCL all-reduce",
+            "container",
+            (ctx.gpu_preflight(),)
+            if preflight_on
+            else ("# skipped (--skip-preflight or preflight.enabled: false)",),
+        ),
+        Stage(
+            "stack",
+            "check the image's software versions against the recipe's stack",
+            "container",
+            (ctx.stack_check(),),
+        ),
+        on_assets.assets,
+        on_assets.convert,
+        Stage("ray", "start Ray in the training container", "container", tuple(ctx.ray_lines())),
+        Stage(
+            "train",
+            "the recipe's run block, verbatim, from the miles checkout",
+            "container",
+            (recipe.run_script.rstrip("\n"),),
+        ),
+        *([on_assets.push] if on_assets.push else []),
+        Stage(
+            "collect",
+            "stream the node log by byte offset; fetch result files; measure and judge",
+            "launcher",
+            (
+                f"stream {node_run_dir}/node.log -> logs/ (by byte offset)",
+                f"fetch {node_run_dir}/{{{_RESULT_STEMS}}}.json",
+                "parse logs/train.log -> steps.jsonl, result.yaml, verdict.json, report.md",
+            ),
+        ),
+        Stage(
+            "release", "release what this run acquired", "launcher", tuple(_release_lines(profile))
+        ),
+    ]
+    script = render_node_script(ctx, stages, on_assets.after_training)
+    return Plan(
+        recipe,
+        profile,
+        run_id,
+        node_run_dir,
+        cache_dir,
+        container,
+        assets,
+        tuple(stages),
+        script,
+        tuple(provisioning),
+        built,
+        on_assets.spec,
+        claimruns.record(recipe, runs),
+    )
+
+
+def _check_profile_fits(recipe: Recipe, profile: Profile) -> None:
+    """A profile that names its nodes (local, ssh) must name as many as the recipe needs."""
+    if profile.kind not in ("local", "ssh"):
+        return
+    hosts = (profile.hosts if isinstance(profile, SshProfile) else None) or []
+    given = len(hosts) if hosts else 1
+    if given == recipe.nodes:
+        return
+    need = (
+        f"{recipe.path}: gpu.count {recipe.gpu_count} / per_node {recipe.gpus_per_node} = "
+        f"{recipe.nodes} node{'s' if recipe.nodes != 1 else ''}"
+    )
+    if profile.kind == "ssh":
+        raise BadInput(
+            f"{need}, but the ssh profile {profile.path} gives {given}.",
+            hint="List one host per node under `hosts:`, node 0 (the Ray head) first "
+            "(README, 'Several nodes').",
+        )
+    raise BadInput(
+        f"{need}, but a profile of kind local ({profile.path}) gives one node; use an ssh profile "
+        "with a host per node (`hosts:`), --cluster aws or a ray cluster."
+    )
+
+
+def _check_secrets(profile: Profile) -> None:
+    name = profile.secrets.hf_token_env
+    if name is None:
+        return
+    text = str(name)
+    upper = text.upper()
+    if not _HF_TOKEN_NAME.fullmatch(text) or any(word in upper for word in _NOT_HF):
+        raise BadInput(
+            f"{profile.path}: secrets.hf_token_env is {text!r}, which is not the name of a Hugging "
+            "Face token variable; its value would be sent to the node as HF_TOKEN.",
+            hint="Name the variable holding your Hugging Face token (HF_TOKEN, "
+            "HUGGING_FACE_HUB_TOKEN, ...), or null to send none.",
+        )
+
+
+def _check_recipe_env(recipe: Recipe, profile: Profile) -> None:
+    """The recipe's env may not set the variable the profile's `image_digest_env` names (the
+    nodes' own word on their image), beyond the launcher's own names (recipe.py's one list,
+    already refused when the recipe was loaded)."""
+    name = profile.image_digest_env if isinstance(profile, RayProfile) else None
+    also = {str(name): f"the profile's image_digest_env ({profile.path})"} if name else {}
+    problems = launcher_env_problems(recipe.env, also)
+    if problems:
+        raise BadInput(format_problems(recipe.path, "recipe", problems))
+
+
+def _check_dirs(profile: Profile, node_run_dir: str, cache_dir: str) -> None:
+    """The cache is mounted writable into every container; the node run dir (what the host runs
+    and trusts) must not be inside it."""
+    run_dir, cache = posixpath.normpath(node_run_dir), posixpath.normpath(cache_dir)
+    if run_dir == cache or run_dir.startswith(cache.rstrip("/") + "/"):
+        raise BadInput(
+            f"{profile.path}: work_dir ({profile.work_dir}) is inside cache_dir "
+            f"({cache_dir}), which the containers can write to: they could then change what the "
+            "node runs. Put them side by side (the defaults: /var/tmp/reproduce and "
+            "/var/tmp/reproduce-cache)."
+        )
+
+
+def _assets(recipe: Recipe, profile: Profile, cache_dir: str) -> Assets:
+    hf = recipe.hf_model
+    repo, rev = hf if hf else (None, None)
+    tag = f"{repo.replace('/', '--')}@{(rev or 'main')[:12]}" if repo else recipe.model
+    build = recipe.dataset.get("build") or {}
+    parquet_sha = build.get("parquet_sha256")
+    rows_name = build.get("name") or re.sub(
+        r"[^A-Za-z0-9_.-]+", "-", recipe.dataset.get("name", "rows")
+    )
+    rows_file = f"{rows_name}-{parquet_sha[:12]}.parquet" if parquet_sha else f"{rows_name}.parquet"
+    return Assets(
+        hf_ckpt=profile.assets.hf_ckpt or f"{cache_dir}/hf/{tag}",
+        torch_dist=profile.assets.torch_dist or f"{cache_dir}/torch_dist/{tag}",
+        sft_data=profile.assets.sft_data or f"{cache_dir}/rows/{rows_file}",
+        hf_repo=repo,
+        hf_revision=rev,
+        parquet_sha256=parquet_sha if profile.assets.verify_sha256 else None,
+    )
+
+
+def _acquire_lines(profile: Profile, recipe: Recipe) -> list[str]:
+    kind = profile.kind
+    if kind == "local":
+        return ["# this host: nothing to provision"]
+    if isinstance(profile, SshProfile):
+        hosts = profile.hosts
+        if not hosts:
+            return [_ssh_line(dict(profile.raw), profile)]
+        return [
+            _ssh_line({"host": h} if isinstance(h, str) else dict(h), profile, f"node {i}: ")
+            for i, h in enumerate(hosts)
+        ]
+    if isinstance(profile, AwsProfile):
+        if profile.instance_id:
+            return [
+                f"# target existing instance {profile.instance_id} (never terminated by reproduce)"
+            ]
+        return [
+            f"# provision {recipe.nodes} x {profile.instance_type or recipe.instance_type} "
+            "in "
+            f"{profile.region}: the API calls are printed above"
+        ]
+    address = profile.address if isinstance(profile, RayProfile) else None
+    return [f"# submit to the existing Ray cluster at {address}"]
+
+
+def _ssh_line(host: dict[str, Any], profile: SshProfile, prefix: str = "") -> str:
+    """One host of an ssh profile as the dry run shows it (its own fields over the profile's)."""
+
+    def get(key: str) -> Any:
+        return host[key] if host.get(key) is not None else getattr(profile, key)
+
+    dial = get("connect_host") or get("host")
+    key = get("host_key_fingerprint") or get("known_hosts") or "~/.ssh/known_hosts"
+    return _comment_safe(
+        f"# {prefix}ssh {get('user') or '$USER'}@{get('host')} (dialled at "
+        f"{dial}:{get('port')}), host key checked against {key}"
+    )
+
+
+def _comment_safe(text: str) -> str:
+    """A value from the profile inside a `# ...` line: a newline would end the comment."""
+    return re.sub(r"[\x00-\x1f\x7f]+", " ", text)
+
+
+def _release_lines(profile: Profile) -> list[str]:
+    if isinstance(profile, AwsProfile) and not profile.instance_id:
+        return [
+            "# terminate the instance(s) launched for this run, then delete their Elastic IPs, "
+            "security group, "
+            "placement group and key pair (also on error, Ctrl-C and SIGTERM; --keep keeps them)"
+        ]
+    return ["# stop this run's container and Ray; nothing else on the node is touched"]

@@ -1,0 +1,208 @@
+"""A run directory as the history keeps it: one row, read from the files the run left.
+
+Why its own module: the history (launcher/records/history.py) is SQLite and the regression rules;
+what a
+row says about a run, and which recipe the run belongs to, is read here from the run directory,
+which stays the record (docs/architecture.md).
+
+A recipe's identity is its content-derived slug (launcher/inputs/recipe.py, `Recipe.slug`). Runs
+made by
+an older launcher were named by the recipe file's path; such a name is kept as `legacy_slug`, and
+the row is keyed on the slug of the recipe.yaml the run kept, when it has one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from launcher.errors import BadInput
+from launcher.records.rundir import Files
+
+# A content-derived slug ends with the recipe's short content hash (launcher/inputs/recipe.py).
+_CONTENT_SLUG = re.compile(r"^[^/]+/[^/]+/[^/]+-[0-9a-f]{10}$")
+
+
+@dataclass
+class RunRow:
+    """One run as the history keeps it (the columns of the `runs` table)."""
+
+    run_id: str
+    slug: str
+    recipe_sha256: str | None = None
+    run_dir: str | None = None
+    cluster_name: str | None = None
+    cluster_kind: str | None = None
+    started_at: float | None = None
+    ended_at: float | None = None
+    state: str | None = None  # status.json's state: done | failed | cancelled | ...
+    verdict: str | None = None  # verdict.json's status, None when the run was never judged
+    difference_percent: float | None = None  # signed, vs the recipe's claim
+    claimed_tokens_per_s_per_gpu: float | None = None
+    tolerance_percent: float | None = None  # the verdict's slower tolerance
+    tokens_per_s_per_gpu: float | None = None
+    step_time_cv_percent: float | None = None
+    mfu: float | None = None
+    usd_per_million_tokens: float | None = None
+    gpu_hours: float | None = None
+    image: str | None = None  # repository@sha256:... (verified on the node when image.json exists)
+    detail: str | None = None  # status.json's detail, or why the run never started
+    recorded_at: float = 0.0
+    legacy_slug: str | None = None  # the name an older launcher gave the recipe (its file path)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, IsADirectoryError):
+        return None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise BadInput(f"{path} is not valid JSON: {err}") from None
+
+
+def _read_yaml(path: Path) -> Any:
+    import yaml
+
+    try:
+        return yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        return None
+    except yaml.YAMLError as err:
+        raise BadInput(f"{path} is not valid YAML: {str(err).splitlines()[0]}") from None
+
+
+def num(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def db_value(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def file_sha256(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def row_from_run_dir(run_dir: Path) -> RunRow:
+    """The history row of a run directory, from the files the run path and evaluate write:
+    run.json (id, slug), status.json (state), plan.json (recipe sha256, profile, image),
+    timeline.json (acquired/released), result.yaml (figures, unrounded), verdict.json (status,
+    difference, tolerance), image.json (the digest verified on the node), recipe.yaml.
+    """
+    run_dir = Path(run_dir)
+    run = read_json(run_dir / Files.RUN)
+    if not isinstance(run, dict) or not run.get("run_id"):
+        raise BadInput(f"{run_dir} is not a run directory (no run.json with a run_id).")
+    status = read_json(run_dir / Files.STATUS) or {}
+    plan = read_json(run_dir / Files.PLAN) or {}
+    timeline = read_json(run_dir / Files.TIMELINE) or {}
+    verdict = read_json(run_dir / Files.VERDICT) or {}
+    image_facts = read_json(run_dir / Files.IMAGE) or {}
+    result = _read_yaml(run_dir / Files.RESULT) or {}
+    unrounded = (
+        ((result.get("provenance") or {}).get("unrounded") or {})
+        if isinstance(result, dict)
+        else {}
+    )
+
+    def figure(key: str) -> float | None:
+        value = num(unrounded.get(key))
+        return (
+            value
+            if value is not None
+            else num(result.get(key) if isinstance(result, dict) else None)
+        )
+
+    plan_recipe = plan.get("recipe") or {}
+    profile = plan.get("profile") or {}
+    cluster = run.get("cluster") or {}
+    state = status.get("state")
+    started = num(timeline.get("acquired_at")) or num(run.get("created_at"))
+    ended = num(timeline.get("released_at"))
+    if ended is None and state in ("done", "failed", "cancelled"):
+        ended = num(status.get("updated_at"))
+    image = plan.get("image")
+    if image_facts.get("image"):
+        image = image_facts["image"]
+    claimed = (verdict.get("claimed") or {}).get("tokens_per_s_per_gpu")
+    tolerance = (verdict.get("tolerance") or {}).get("slower_percent")
+    slug, legacy = identity(
+        run_dir, str(run.get("slug") or plan_recipe.get("slug") or run_dir.parent.name)
+    )
+    return RunRow(
+        run_id=str(run["run_id"]),
+        slug=slug,
+        legacy_slug=legacy,
+        recipe_sha256=plan_recipe.get("sha256") or file_sha256(run_dir / Files.RECIPE),
+        run_dir=str(run_dir.resolve()),
+        cluster_name=profile.get("name") or cluster.get("name"),
+        cluster_kind=profile.get("kind") or cluster.get("kind"),
+        started_at=started,
+        ended_at=ended,
+        state=state,
+        verdict=verdict.get("status"),
+        difference_percent=num(verdict.get("difference_percent")),
+        claimed_tokens_per_s_per_gpu=num(claimed),
+        tolerance_percent=num(tolerance),
+        tokens_per_s_per_gpu=figure("tokens_per_s_per_gpu"),
+        step_time_cv_percent=figure("step_time_cv_percent"),
+        mfu=figure("mfu"),
+        usd_per_million_tokens=figure("usd_per_million_tokens"),
+        gpu_hours=figure("gpu_hours"),
+        image=image,
+        detail=status.get("detail"),
+    )
+
+
+def is_content_slug(slug: str) -> bool:
+    return bool(_CONTENT_SLUG.match(slug))
+
+
+def recipe_file_slug(path: Path) -> str | None:
+    """The content slug of a recipe file, read without validating it (an old or invalid recipe
+    still has an identity); None when the file is not a YAML mapping at all."""
+    from launcher.inputs.recipe import recipe_slug
+    from launcher.inputs.yamlschema import read_yaml_mapping
+
+    try:
+        raw, _ = read_yaml_mapping(Path(path), "recipe")
+    except BadInput:
+        return None
+    return recipe_slug(raw)
+
+
+def identity(run_dir: Path, recorded: str) -> tuple[str, str | None]:
+    """(slug, legacy slug) of a run: the slug it recorded when that is content-derived; else
+    the slug of the recipe.yaml it kept, the recorded path-derived name becoming its legacy."""
+    if is_content_slug(recorded):
+        return recorded, None
+    content = recipe_file_slug(Path(run_dir) / Files.RECIPE)
+    return (content, recorded) if content and content != recorded else (recorded, None)
+
+
+def slug_of(recipe_or_slug: str) -> str:
+    """A recipe file's slug (its content's; a file that is no YAML mapping gets one from its
+    name and bytes, so even a broken recipe has a history), or the argument itself as a slug."""
+    path = Path(recipe_or_slug)
+    if path.is_file():
+        found = recipe_file_slug(path)
+        if found is not None:
+            return found
+        digest = file_sha256(path) or "0" * 10
+        return f"unreadable-recipe/{re.sub(r'[^a-z0-9.]+', '-', path.stem.lower())}-{digest[:10]}"
+    return recipe_or_slug.strip("/").removesuffix(".yaml")

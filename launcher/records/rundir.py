@@ -1,0 +1,368 @@
+"""The run directory: the record of one run (docs/architecture.md, "Run directory").
+
+    runs/<recipe-slug>/<UTC-timestamp>-<run id>/
+      recipe.yaml profile.yaml plan.json node.sh   what was asked, byte for byte
+      run.json      what attach/cancel need: cluster record, node facts, node run dir, container
+      status.json   state: created|acquiring|staging|running|collecting|
+                    done|failed|cancelled|detached
+      timeline.json acquired_at, released_at and stage start/end times from the node's markers
+      logs/node.log everything the node script printed, appended by byte offset
+      logs/<stage>.log  the same bytes split by stage marker; logs/train.log always exists
+
+Stage logs and the timeline are pure functions of node.log (plus acquire/release times); the
+runner streams and splits them (launcher/runner/stream.py) and rebuilds them from node.log on
+attach.
+"""
+
+from __future__ import annotations
+
+import errno
+import getpass
+import json
+import os
+import re
+import secrets
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from launcher.errors import BadInput, InfraError
+from launcher.records.atomic import write_atomic
+
+TRAIN_STAGE = "train"
+
+
+class Files:
+    """Every file a run directory holds, each name written once (docs/architecture.md, "Run
+    directory"). Readers and writers everywhere name a file by these; the node's result files
+    are here too, since collection puts them beside the launcher's own."""
+
+    RECIPE = "recipe.yaml"  # the recipe as the run used it, byte for byte
+    PROFILE = "profile.yaml"
+    PLAN = "plan.json"
+    NODE_SCRIPT = "node.sh"
+    RUN = "run.json"  # what makes a directory a run directory
+    STATUS = "status.json"
+    TIMELINE = "timeline.json"
+    AWS = "aws.json"
+    AWS_CALLS = "aws-calls.jsonl"
+    AWS_KNOWN_HOSTS = "aws_known_hosts"
+    STEPS = "steps.jsonl"
+    RESULT = "result.yaml"
+    VERDICT = "verdict.json"
+    REPORT_MD = "report.md"
+    REPORT_HTML = "report.html"
+    CONVERGENCE = "convergence.json"
+    MEASURE = "measure.json"  # the measurement's record: its inputs and parameters
+    ATTESTATION = "attestation.intoto.json"  # the signed statement (docs/attestation.md)
+    ATTESTATION_PUB = "attestation.pub"
+    LOGS = "logs"
+    PLOTS = "plots"
+    # what node.sh writes on the node and collection brings back (nothing else is collected)
+    PREFLIGHT = "preflight.json"
+    PREFLIGHT_GPU = "preflight-gpu.json"
+    IMAGE = "image.json"
+    STACK = "stack.json"
+    ASSET_PLAN = "assets-plan.json"  # where each asset came from (the resolve stage's plan)
+
+
+NODE_RESULT_FILES = (
+    Files.PREFLIGHT,
+    Files.PREFLIGHT_GPU,
+    Files.IMAGE,
+    Files.STACK,
+    Files.ASSET_PLAN,
+)
+# Files the launcher writes into a run directory itself: nothing that comes from the node may take
+# one of these names (launcher/clusters/staging.py checks its result files against them).
+LAUNCHER_FILES = frozenset(
+    {
+        Files.RECIPE,
+        Files.PROFILE,
+        Files.PLAN,
+        Files.NODE_SCRIPT,
+        Files.RUN,
+        Files.STATUS,
+        Files.TIMELINE,
+        Files.AWS,
+        Files.AWS_CALLS,
+        Files.AWS_KNOWN_HOSTS,
+        Files.STEPS,
+        Files.RESULT,
+        Files.VERDICT,
+        Files.REPORT_MD,
+        Files.REPORT_HTML,
+        Files.CONVERGENCE,
+        Files.MEASURE,
+        Files.ATTESTATION,
+        Files.ATTESTATION_PUB,
+    }
+)
+STATES = (
+    "created",
+    "acquiring",
+    "staging",
+    "running",
+    "collecting",
+    "done",
+    "failed",
+    "cancelled",
+    "detached",
+)
+FINAL_STATES = ("done", "failed", "cancelled")
+_STAMPED = re.compile(r"^\d{8}T\d{6}Z-")
+
+
+def owner() -> str:
+    """Who makes this run (the run's tags and records name them): the login name, or $USER where
+    the process has no passwd entry (some containers)."""
+    try:
+        return getpass.getuser()
+    except Exception:  # noqa: BLE001 - no passwd entry in some containers
+        return os.environ.get("USER", "unknown")
+
+
+def new_run_id(now: datetime | None = None) -> str:
+    """Sortable and unique, safe in a container name and a path: UTC time + 6 random hex digits."""
+    now = now or datetime.now(UTC)
+    return f"{now.strftime('%Y%m%dT%H%M%SZ')}-{secrets.token_hex(3)}"
+
+
+def default_runs_root() -> Path:
+    return Path(os.environ.get("REPRODUCE_RUNS_DIR", "runs"))
+
+
+class RunDirUnwritable(InfraError):  # noqa: N818 - named for what happened, as InfraError is
+    """The launcher's own disk refused a write (full, read-only): not a problem of the node."""
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    """launcher/records/atomic.py's write (a unique temporary file, fsync, rename), its failure said
+    as the launcher's own disk refusing the write."""
+    try:
+        write_atomic(path, data)
+    except OSError as err:
+        raise RunDirUnwritable(
+            f"cannot write {path}: {err.strerror or err}"
+            + (" (the launcher's disk is full)" if err.errno == errno.ENOSPC else "")
+        ) from err
+
+
+@dataclass
+class Timeline:
+    """Stage times from the node's markers; GPU-hours are measured from acquired_at..released_at."""
+
+    acquired_at: float | None = None
+    released_at: float | None = None
+    stages: list[dict[str, Any]] = field(default_factory=list)
+    # when the release began: before it the launcher was collecting (GPU-hours by stage)
+    release_started_at: float | None = None
+
+    def releasing(self) -> None:
+        """The release begins now (the first time it is asked for)."""
+        if self.acquired_at is not None and self.release_started_at is None:
+            self.release_started_at = time.time()
+
+    def on_marker(self, marker: dict[str, str]) -> None:
+        name = marker["stage"]
+        try:
+            t = float(marker.get("t", "nan"))
+        except ValueError:
+            t = float("nan")
+        t_value = None if t != t else t
+        if marker["event"] == "start":
+            self.stages.append({"name": name, "start": t_value, "end": None, "status": "running"})
+            return
+        for stage in reversed(self.stages):
+            if stage["name"] == name and stage["end"] is None and stage["status"] == "running":
+                stage["end"] = t_value
+                stage["status"] = marker.get("status", "ok")
+                return
+        self.stages.append(
+            {"name": name, "start": None, "end": t_value, "status": marker.get("status", "ok")}
+        )
+
+    def close_open(self, status: str) -> None:
+        """At the end of a run a stage still `running` never ended: say how it ended instead."""
+        for stage in self.stages:
+            if stage["status"] == "running":
+                stage["status"] = status
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "acquired_at": self.acquired_at,
+            "released_at": self.released_at,
+            "release_started_at": self.release_started_at,
+            "stages": self.stages,
+        }
+
+
+class RunDir:
+    """One run's directory; every file the run writes goes through here."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+
+    # --- creating and finding ---
+
+    @classmethod
+    def create(cls, root: Path, slug: str, run_id: str | None = None) -> RunDir:
+        run_id = run_id or new_run_id()
+        # A run id that already starts with a UTC timestamp (the Plan's) names the directory alone.
+        if _STAMPED.match(run_id):
+            name = run_id
+        else:
+            name = f"{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}-{run_id}"
+        path = Path(root) / slug / name
+        cls.refuse_existing(root, run_id)
+        try:
+            path.mkdir(parents=True, exist_ok=False)
+        except FileExistsError:
+            raise BadInput(f"--run-id {run_id}: the run directory {path} exists already.") from None
+        (path / Files.LOGS).mkdir()
+        (path / Files.LOGS / f"{TRAIN_STAGE}.log").touch()
+        rd = cls(path)
+        rd.write_json(Files.RUN, {"run_id": run_id, "slug": slug, "created_at": time.time()})
+        rd.set_status("created")
+        return rd
+
+    @staticmethod
+    def existing(root: Path, run_id: str) -> list[Path]:
+        """Run directories under `root` of `run_id` (named `<stamp>-<id>` or `<id>`)."""
+        root = Path(root)
+        if not root.is_dir() or "/" in run_id:
+            return []
+        return sorted(
+            {
+                p.parent
+                for pattern in (f"**/*-{run_id}/run.json", f"**/{run_id}/run.json")
+                for p in root.glob(pattern)
+            }
+        )
+
+    @classmethod
+    def refuse_existing(cls, root: Path, run_id: str) -> None:
+        """BadInput when `run_id` was used before under `root`: names on the node and in the cloud
+        derive from it, so a second run with it could take over (or end) the first one's."""
+        found = cls.existing(root, run_id)
+        if found:
+            raise BadInput(
+                f"--run-id {run_id} was used before: {found[0]}. Nothing was started.",
+                hint=f"Leave --run-id out (a new id is made) or choose one not used under {root}/.",
+            )
+
+    @classmethod
+    def find(cls, ref: str, root: Path | None = None) -> RunDir:
+        """A run by its directory path or its run id (searched under the runs root)."""
+        as_path = Path(ref)
+        if (as_path / Files.RUN).is_file():
+            return cls(as_path)
+        root = Path(root) if root else default_runs_root()
+        hits = cls.existing(root, ref)
+        if not hits:
+            raise BadInput(f"no run {ref!r}: give a run directory or a run id found under {root}/")
+        if len(hits) > 1:
+            raise BadInput(
+                f"run id {ref!r} matches several runs: {', '.join(map(str, hits))}; "
+                "give the directory"
+            )
+        return cls(hits[0])
+
+    # --- files ---
+
+    @property
+    def logs(self) -> Path:
+        return self.path / Files.LOGS
+
+    @property
+    def run_id(self) -> str:
+        return self.record()["run_id"]
+
+    def write_text(self, name: str, text: str) -> Path:
+        return self.write_bytes(name, text.encode())
+
+    def write_bytes(self, name: str, data: bytes) -> Path:
+        target = self.path / name
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise RunDirUnwritable(f"cannot create {target.parent}: {err.strerror}") from err
+        _write_atomic(target, data)
+        return target
+
+    def write_json(self, name: str, data: Any) -> Path:
+        return self.write_text(name, json.dumps(data, indent=2, sort_keys=False) + "\n")
+
+    def write_yaml(self, name: str, data: Any) -> Path:
+        return self.write_text(name, yaml.safe_dump(data, sort_keys=False))
+
+    def read_json(self, name: str, default: Any = None) -> Any:
+        """The file's JSON; `default` when it is missing; BadInput naming it when it is not JSON."""
+        target = self.path / name
+        if not target.exists():
+            return default
+        try:
+            return json.loads(target.read_text())
+        except (ValueError, UnicodeDecodeError) as err:
+            raise BadInput(
+                f"{target} is not valid JSON ({err}); the run's record is damaged.",
+                hint="Restore the file from a backup, or look at the run directory by hand.",
+            ) from None
+
+    def write_inputs(self, *, recipe_text: str, profile: Any, plan: Any, node_script: str) -> None:
+        """recipe.yaml (byte for byte), profile.yaml, plan.json and node.sh: what was asked."""
+        self.write_text(Files.RECIPE, recipe_text)
+        self.write_text(
+            Files.PROFILE,
+            profile if isinstance(profile, str) else yaml.safe_dump(profile, sort_keys=False),
+        )
+        self.write_text(
+            Files.PLAN,
+            plan if isinstance(plan, str) else json.dumps(plan, indent=2, default=str) + "\n",
+        )
+        self.write_text(Files.NODE_SCRIPT, node_script)
+
+    # --- run.json and status.json ---
+
+    def record(self) -> dict[str, Any]:
+        return self.read_json(Files.RUN, {}) or {}
+
+    def update_record(self, **fields: Any) -> dict[str, Any]:
+        data = self.record()
+        data.update(fields)
+        self.write_json(Files.RUN, data)
+        return data
+
+    def status(self) -> dict[str, Any]:
+        return self.read_json(Files.STATUS, {"state": "unknown"})
+
+    def set_status(self, state: str, detail: str | None = None, **extra: Any) -> None:
+        """The run's state; anything but `done` says the record is not complete."""
+        if state not in STATES:
+            raise ValueError(f"unknown run state {state!r}")
+        data = {
+            "state": state,
+            "complete": state == "done",
+            "updated_at": time.time(),
+            "detail": detail,
+        }
+        data.update(extra)
+        self.write_json(Files.STATUS, data)
+
+    # --- timeline ---
+
+    def timeline(self) -> Timeline:
+        data = self.read_json(Files.TIMELINE, {}) or {}
+        return Timeline(
+            data.get("acquired_at"),
+            data.get("released_at"),
+            list(data.get("stages", [])),
+            data.get("release_started_at"),
+        )
+
+    def write_timeline(self, timeline: Timeline) -> None:
+        self.write_json(Files.TIMELINE, timeline.to_json())

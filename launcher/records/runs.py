@@ -1,0 +1,228 @@
+"""What was run and what is running: every run directory under a runs root, read back.
+
+Why from the run directories: they are the record (docs/architecture.md), written while a run is
+followed, so `reproduce runs` and `reproduce status` need no server and no connection to a node,
+and show runs of every recipe (the history is keyed by recipe and only holds finished runs). The
+cost so far is the run's wall-clock node-hours since it was acquired, times the price the run
+decided once and the cost gate showed (run.json `price` and `cost`, launcher/cost/costgate.py).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from launcher.catalog import Price
+from launcher.errors import BadInput
+from launcher.records.rundir import FINAL_STATES, TRAIN_STAGE, Files, RunDir
+
+TAIL_BYTES = 1 << 20  # the end of train.log read for the last step (a log may be gigabytes)
+
+
+@dataclass
+class RunSummary:
+    """One run as `reproduce runs` lists it and `reproduce status` describes it."""
+
+    run_id: str
+    recipe: str
+    target: str | None  # the cluster profile's name
+    kind: str | None
+    state: str
+    verdict: str | None
+    started_at: float | None  # acquired (or created, before that)
+    ended_at: float | None
+    elapsed_s: float | None  # since acquired: until released, or until now while it runs
+    gpu_hours: float | None  # measured when judged, else wall-clock so far
+    cost_usd: float | None  # so far (or in all, once released); None: no price recorded
+    stage: str | None  # the stage running now (or the last one)
+    step: int | None  # optimizer steps done (from train.log)
+    steps_total: int | None
+    detail: str | None
+    run_dir: str
+    logs: str
+    followed: bool  # a reproduce process follows it now (holds its follow lock)
+    price_per_hour: float | None = None  # one node, the price the run used
+    price_source: str | None = None  # where that price came from (launcher.catalog.Price)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def run_dirs(root: Path) -> list[Path]:
+    """Every run directory under the runs root (<root>/<recipe slug>/<run>/run.json), oldest
+    first by name (run directory names start with their UTC start time)."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    return sorted((p.parent for p in root.glob("**/run.json")), key=lambda p: (p.name, str(p)))
+
+
+def summarize(path: Path, now: float | None = None) -> RunSummary:
+    """A run directory's summary; BadInput when it is not one (no run.json with a run id)."""
+    rd = RunDir(Path(path))
+    record = rd.record()
+    if not record.get("run_id"):
+        raise BadInput(f"{path} is not a run directory (no run.json with a run_id).")
+    now = time.time() if now is None else now
+    status = rd.status()
+    state = str(status.get("state") or "unknown")
+    timeline = rd.read_json(Files.TIMELINE, {}) or {}
+    plan = rd.read_json(Files.PLAN, {}) or {}
+    verdict = rd.read_json(Files.VERDICT, {}) or {}
+    cost = record.get("cost") or {}
+    profile = plan.get("profile") or {}
+    acquired = _num(timeline.get("acquired_at"))
+    released = _num(timeline.get("released_at"))
+    ended = released
+    if ended is None and state in FINAL_STATES:
+        ended = _num(status.get("updated_at"))
+    elapsed = None
+    if acquired is not None:
+        until = released if released is not None else (ended if ended is not None else now)
+        elapsed = max(0.0, until - acquired)
+    nodes = int(cost.get("nodes") or plan.get("nodes") or 1)
+    gpus = int(cost.get("gpus_per_node") or plan.get("gpus_per_node") or 0)
+    recorded = Price.from_dict(record.get("price"))  # the price the run decided once
+    price = recorded.value if recorded is not None else _num(cost.get("price_per_hour"))
+    price_source = recorded.describe() if recorded is not None else cost.get("price_source")
+    measured = _measured_gpu_hours(rd)
+    gpu_hours = measured
+    if gpu_hours is None and elapsed is not None and gpus:
+        gpu_hours = elapsed / 3600.0 * nodes * gpus
+    usd = None if price is None or elapsed is None else elapsed / 3600.0 * nodes * price
+    step, total = train_progress(rd)
+    return RunSummary(
+        run_id=str(record["run_id"]),
+        recipe=str(record.get("slug") or (plan.get("recipe") or {}).get("slug") or "?"),
+        target=profile.get("name") or (record.get("cluster") or {}).get("kind"),
+        kind=profile.get("kind") or (record.get("cluster") or {}).get("kind"),
+        state=state,
+        verdict=verdict.get("status"),
+        started_at=acquired if acquired is not None else _num(record.get("created_at")),
+        ended_at=ended,
+        elapsed_s=elapsed,
+        gpu_hours=gpu_hours,
+        cost_usd=usd,
+        stage=current_stage(timeline),
+        step=step,
+        steps_total=total,
+        detail=status.get("detail"),
+        run_dir=str(rd.path),
+        logs=str(rd.logs),
+        followed=is_followed(rd.path),
+        price_per_hour=price,
+        price_source=str(price_source) if price_source else None,
+    )
+
+
+def list_runs(root: Path, now: float | None = None) -> tuple[list[RunSummary], list[str]]:
+    """Every run under the root, and a line for each directory that could not be read."""
+    found, skipped = [], []
+    for path in run_dirs(root):
+        try:
+            found.append(summarize(path, now))
+        except BadInput as err:
+            skipped.append(f"{path}: {err}")
+    return found, skipped
+
+
+def current_stage(timeline: dict[str, Any]) -> str | None:
+    """The innermost stage still running, else the last stage that started."""
+    stages = [s for s in timeline.get("stages") or [] if isinstance(s, dict) and s.get("name")]
+    running = [s for s in stages if s.get("status") == "running"]
+    chosen = running[-1] if running else (stages[-1] if stages else None)
+    return str(chosen["name"]) if chosen else None
+
+
+def train_progress(rd: RunDir) -> tuple[int | None, int | None]:
+    """(steps done, steps the recipe runs): the last step line of train.log's tail."""
+    from launcher.judge.parse.lines import last_step
+
+    log = rd.logs / f"{TRAIN_STAGE}.log"
+    step = None
+    try:
+        with open(log, "rb") as fh:
+            size = fh.seek(0, 2)
+            fh.seek(max(0, size - TAIL_BYTES))
+            last = last_step(fh.read())
+            step = last + 1 if last is not None else None
+    except OSError:
+        pass
+    return step, _steps_per_run(rd.path / Files.RECIPE)
+
+
+def is_followed(path: Path) -> bool:
+    """Does a reproduce process follow this run now? (It holds the run's follow lock.)"""
+    lock = Path(path) / ".follow.lock"
+    if not lock.exists():
+        return False
+    try:
+        with open(lock, "rb") as fh:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            fcntl.flock(fh, fcntl.LOCK_UN)
+    except OSError:
+        return False
+    return False
+
+
+def ended_message(rd: RunDir, record: dict[str, Any], status: dict[str, Any]) -> str:
+    """What `reproduce cancel` says of a run that already ended: nothing was stopped."""
+    state = status.get("state")
+    when = _num(status.get("updated_at"))
+    ago = f" {_ago(time.time() - when)} ago" if when is not None else ""
+    detail = f" ({status['detail']})" if status.get("detail") else ""
+    text = f"run {rd.path} had already ended{ago}: {state}{detail}; nothing was stopped."
+    cluster = record.get("cluster") or {}
+    if cluster.get("kind") == "aws" and cluster.get("keep"):
+        text += f" Its instance was kept (--keep): `reproduce down {rd.path}` ends it."
+    return text
+
+
+def _ago(seconds: float) -> str:
+    return duration(max(0.0, seconds))
+
+
+def duration(seconds: float | None) -> str:
+    """12s, 4m05s, 3h07m: the elapsed times of the listings."""
+    if seconds is None or not math.isfinite(seconds):
+        return "-"
+    s = int(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+
+
+def _measured_gpu_hours(rd: RunDir) -> float | None:
+    import yaml
+
+    try:
+        data = yaml.safe_load((rd.path / Files.RESULT).read_text())
+    except (OSError, yaml.YAMLError, UnicodeDecodeError):
+        return None
+    return _num(data.get("gpu_hours")) if isinstance(data, dict) else None
+
+
+def _steps_per_run(recipe_file: Path) -> int | None:
+    import yaml
+
+    try:
+        raw = yaml.safe_load(recipe_file.read_text())
+        value = raw["result"]["steps_per_run"]
+    except (OSError, yaml.YAMLError, UnicodeDecodeError, KeyError, TypeError):
+        return None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _num(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None

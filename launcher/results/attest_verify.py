@@ -1,0 +1,246 @@
+"""`reproduce verify`: the signature, every subject's bytes, then the figures measured again.
+
+Why re-measure: a valid signature and unchanged files only say that the signer saw these bytes.
+What a reader wants is that these logs, judged by the recorded policy, give the published figures
+and verdict. So the raw log is parsed and judged again here, in memory (nothing is written into
+the directory checked), with the recipe, the timeline and the parameters that the measurement
+recorded (measure.json, itself a subject), and every figure and the verdict must come out equal,
+exactly (not within a tolerance: measurement is a pure function of those inputs).
+
+The order of the checks is the order of trust: signature (who, and that the statement is as
+signed), then each subject's sha256 (the files are the ones signed), then the policy (this
+launcher judges the same way), then the re-measure. The first thing that does not hold is the
+answer (CheckFailed, exit 1), named: which file changed, which figure differs and by how much.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from launcher.catalog import Price
+from launcher.errors import BadInput, CheckFailed
+from launcher.records.rundir import Files
+from launcher.results.attest import (
+    ENVELOPE_FILE,
+    PUB_FILE,
+    evidence_files,
+    open_envelope,
+    read_envelope,
+    sha256_file,
+)
+from launcher.results.attest_predicate import figures_of, plain, read_result, verdict_of
+
+
+@dataclass
+class Verified:
+    """What held: who signed (and whether that key was given or only found beside the
+    attestation), how many files, the verdict re-measured, files present but not attested."""
+
+    root: Path
+    fingerprint: str
+    pinned: bool
+    subjects: int
+    status: str | None
+    figures: dict[str, Any]
+    unattested: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "verified": True,
+            "directory": str(self.root),
+            "signed_by": self.fingerprint,
+            "key_given": self.pinned,
+            "subjects": self.subjects,
+            "verdict": self.status,
+            "figures": self.figures,
+            "unattested": self.unattested,
+            "seconds": round(self.seconds, 4),
+        }
+
+
+def _norm(value: Any) -> Any:
+    return plain(value)
+
+
+def first_difference(a: Any, b: Any, path: str = "") -> tuple[str, Any, Any] | None:
+    """The first place (a dotted path) where two JSON values differ, with both values."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in list(a) + [k for k in b if k not in a]:
+            if key not in a or key not in b:
+                return (f"{path}{key}", a.get(key), b.get(key))
+            found = first_difference(a[key], b[key], f"{path}{key}.")
+            if found:
+                return found
+        return None
+    if isinstance(a, list) and isinstance(b, list):
+        for i, (x, y) in enumerate(zip(a, b, strict=False)):
+            found = first_difference(x, y, f"{path}{i}.")
+            if found:
+                return found
+        if len(a) != len(b):
+            return (f"{path.rstrip('.')} (length)", len(a), len(b))
+        return None
+    same = a == b and type(a) is type(b) or (_number(a) and _number(b) and a == b)
+    return None if same else (path.rstrip(".") or "(value)", a, b)
+
+
+def _number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def describe(where: str, diff: tuple[str, Any, Any], left: str, right: str) -> str:
+    """`where`: PATH: LEFT x, RIGHT y (+d, +p%) - the figure, both values and the gap."""
+    path, a, b = diff
+    text = f"{where}: {path}: {left} {a!r}, {right} {b!r}"
+    if _number(a) and _number(b) and math.isfinite(a) and math.isfinite(b):
+        text += f" (by {b - a:+.6g}"
+        text += f", {100.0 * (b - a) / a:+.4g}%)" if a else ")"
+    return text
+
+
+def _subject_changed(root: Path, name: str, digest: str, now: str, predicate: dict) -> str:
+    base = f"{root / name} changed since it was attested (sha256 {digest[:16]}... attested, "
+    base += f"{now[:16]}... now)"
+    try:
+        if name == Files.RESULT:
+            diff = first_difference(
+                _norm(predicate.get("figures")), _norm(figures_of(read_result(root)))
+            )
+        elif name == Files.VERDICT:
+            edited = json.loads((root / name).read_text(encoding="utf-8"))
+            diff = first_difference(
+                _norm(predicate.get("verdict")), _norm(verdict_of(edited if edited else {}))
+            )
+        else:
+            diff = None
+    except (BadInput, OSError, ValueError, AttributeError):
+        diff = None
+    if diff is None:
+        return base + "."
+    return describe(base, diff, "attested", "now") + "."
+
+
+def check_subjects(root: Path, stmt: dict[str, Any]) -> None:
+    """Every subject is present, a regular file, and has its attested sha256."""
+    for subject in stmt["subject"]:
+        name, digest = subject["name"], subject["digest"]["sha256"]
+        path = root / name
+        if path.is_symlink() or (path.exists() and not path.is_file()):
+            raise CheckFailed(f"subject {name} in {root} is not a regular file (a link?).")
+        if not path.is_file():
+            raise CheckFailed(f"subject {name} is missing from {root} (attested, now gone).")
+        now = sha256_file(path)
+        if now != digest:
+            raise CheckFailed(_subject_changed(root, name, digest, now, stmt["predicate"]))
+
+
+def remeasure_check(
+    root: Path, stmt: dict[str, Any], *, files_first: bool = False
+) -> tuple[str | None, dict[str, Any]]:
+    """Measure the attested log again with the recorded recipe, timeline and parameters and
+    compare with the predicate, then the directory's result.yaml and verdict.json (`files_first`:
+    the files first, as attest names them); CheckFailed naming the first difference. Returns
+    (verdict status, figures)."""
+    from launcher.inputs.recipe import load_recipe
+    from launcher.judge.verdict import POLICY_NAME, POLICY_VERSION, Tolerance
+    from launcher.results.evaluate import remeasure
+
+    predicate = stmt["predicate"]
+    names = {s["name"] for s in stmt["subject"]}
+    policy = predicate.get("policy") or {}
+    if (policy.get("name"), policy.get("version")) != (POLICY_NAME, POLICY_VERSION):
+        from launcher import __version__
+
+        raise CheckFailed(
+            f"{root}: judged by policy {policy.get('name')} v{policy.get('version')}; this "
+            f"launcher (reproduce {__version__}) judges by {POLICY_NAME} v{POLICY_VERSION}, so it "
+            "cannot re-measure it the same way. Verify with the launcher that measured it "
+            "(predicate launcher.measured)."
+        )
+    inputs = (predicate.get("measurement") or {}).get("inputs") or {}
+    for role in ("log", "recipe"):
+        ref = inputs.get(role) or {}
+        if ref.get("path") not in names:
+            raise CheckFailed(f"{root}: the measured {role} ({ref.get('path')}) is not a subject.")
+    if "measure.json" not in names:
+        raise CheckFailed(f"{root}: measure.json (the measurement's record) is not a subject.")
+    record = json.loads((root / "measure.json").read_text(encoding="utf-8"))
+    tolerance = Tolerance(**record["tolerance"]) if record.get("tolerance") else None
+    records, result, verdict = remeasure(
+        root / inputs["log"]["path"],
+        load_recipe(root / inputs["recipe"]["path"]),
+        record.get("timeline"),
+        price_per_hour=record.get("price_per_hour"),
+        region=record.get("region"),
+        tolerance=tolerance,
+        runs=record.get("runs"),
+        price=Price.from_dict(record.get("price")),
+    )
+    again = _norm(result.to_result_yaml())
+    judged = _norm(verdict.to_dict())
+    attested = [
+        ("the attested figures are", "attested", predicate.get("figures"), figures_of(again)),
+        ("the attested verdict is", "attested", predicate.get("verdict"), verdict_of(judged)),
+    ]
+    files = []
+    if Files.RESULT in names:
+        files.append(("result.yaml is", "file", read_result(root), again))
+    if Files.VERDICT in names:
+        on_disk = json.loads((root / Files.VERDICT).read_text(encoding="utf-8"))
+        files.append(("verdict.json is", "file", on_disk, judged))
+    for where, left, recorded, measured in files + attested if files_first else attested + files:
+        diff = first_difference(_norm(recorded), _norm(measured))
+        if diff:
+            raise CheckFailed(
+                describe(f"{root}: {where} not what the log gives", diff, left, "re-measured")
+            )
+    if Files.STEPS in names:
+        lines = "".join(json.dumps(r.to_dict()) + "\n" for r in records)
+        if (root / Files.STEPS).read_text(encoding="utf-8") != lines:
+            raise CheckFailed(f"{root}/steps.jsonl is not the steps the log gives.")
+    return verdict.status, figures_of(again)
+
+
+def verify_dir(root: Path, key: Path | None = None) -> Verified:
+    """Verify an attested directory (see the module's docstring). `key`: the signer's public key
+    (OpenSSH .pub); without it the directory's attestation.pub is used, which proves the files
+    are as signed by that key, not who holds it (the result says so)."""
+    from launcher.results.attest_keys import fingerprint, load_public_key
+
+    started = time.perf_counter()
+    root = Path(root)
+    if not root.is_dir():
+        raise BadInput(f"{root} is neither a directory nor a bundle (.tar.gz) to verify.")
+    envelope = read_envelope(root / ENVELOPE_FILE)
+    if key is None and not (root / PUB_FILE).is_file():
+        raise BadInput(f"{root} holds no {PUB_FILE}: pass the signer's public key with --key.")
+    public = load_public_key(key if key is not None else root / PUB_FILE)
+    stmt = open_envelope(envelope, public, root / ENVELOPE_FILE)
+    check_subjects(root, stmt)
+    try:
+        status, figures = remeasure_check(root, stmt)
+    except BadInput as err:
+        raise CheckFailed(f"{root}: the attested inputs cannot be measured again: {err}") from None
+    except (KeyError, TypeError, ValueError, AttributeError) as err:  # a signed, malformed record
+        raise CheckFailed(
+            f"{root}: the attested measurement record or predicate is malformed "
+            f"({type(err).__name__}: {err}); it cannot be measured again."
+        ) from None
+    names = {s["name"] for s in stmt["subject"]}
+    extra = [n for n in evidence_files(root) if n not in names]
+    return Verified(
+        root,
+        fingerprint(public),
+        key is not None,
+        len(names),
+        status,
+        figures,
+        extra,
+        time.perf_counter() - started,
+    )

@@ -1,0 +1,466 @@
+"""Measuring a run directory: the one place that reads logs and writes the measurement's files.
+
+Why a module of its own: measure, verdict, convergence and report are pure (values in, values or
+text out), so they are tested on hand-built inputs and give the same answer on a saved run; this
+module is their only door to the file system. It finds and parses the logs, calls them in order
+and writes what they produce:
+
+    steps.jsonl        one parsed step per line (NaN and inf as strings)
+    result.yaml        the recipe's `result` block as measured, with provenance
+    verdict.json       status, signed difference, every reason
+    convergence.json   only when a reference run is given
+    measure.json       what the measurement read and with which parameters (its record: the
+                       log's and recipe's sha256, the timeline as it was then, price, region,
+                       tolerance, the policy's name and version), so that `reproduce verify`
+                       can measure the same inputs again the same way (docs/attestation.md)
+    report.md, plots/  claim beside reproduction, loss and step-time plots
+    report.html        the same, as one self-contained page (launcher/pages/, docs/report.md)
+
+The runner calls `measure_run_dir` once the logs are collected; `reproduce measure` calls
+`measure_path`, which takes one log file or one run directory (a directory holding run.json) and
+nothing else: a directory of assorted logs is not one run, and merging them would pick among
+conflicting values without saying so. Outputs go to the run directory, or to the directory the
+caller names for a bare log, never next to an arbitrary input. docs/architecture.md shows the
+whole run directory.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from launcher.catalog import Price
+from launcher.errors import BadInput
+from launcher.inputs.recipe import Recipe, load_recipe
+from launcher.judge.convergence import check, loss_curve
+from launcher.judge.gate import LogEvidence, assess
+from launcher.judge.measure import Result, measure, measured_date
+from launcher.judge.parse.miles import ParseStats, StepRecord, parse_path
+from launcher.judge.verdict import POLICY_NAME, POLICY_VERSION, Tolerance, Verdict, judge
+from launcher.pages import report
+from launcher.records.atomic import write_atomic
+from launcher.records.rundir import Files
+
+RECIPE_FILE = Files.RECIPE  # the recipe as the run used it, kept in its run directory
+RUN_FILE = Files.RUN  # what makes a directory a run directory
+MEASURE_FILE = Files.MEASURE  # the measurement's record: its inputs and parameters
+TRAIN_LOG = Path("logs") / "train.log"
+
+
+def is_run_dir(path: Path) -> bool:
+    return Path(path).is_dir() and (Path(path) / RUN_FILE).is_file()
+
+
+def check_input(path: Path) -> Path:
+    """A log file or a run directory; BadInput naming what was given otherwise."""
+    path = Path(path)
+    if not path.exists():
+        raise BadInput(f"{path} does not exist; expected a log file or a run directory.")
+    if path.is_dir() and not is_run_dir(path):
+        raise BadInput(
+            f"{path} is a directory without {RUN_FILE}, so not a run directory; expected one "
+            "log file (e.g. its logs/train.log) or a run directory made by `reproduce`."
+        )
+    if not path.is_dir() and not path.is_file():
+        raise BadInput(f"{path} is not a regular file; expected a log file or a run directory.")
+    return path
+
+
+def parse_log(path: Path) -> tuple[list[StepRecord], ParseStats]:
+    """One log's steps and the parser's counters (its arguments listing among them)."""
+    stats = ParseStats()
+    try:
+        return list(parse_path(path, stats)), stats
+    except OSError as err:
+        raise BadInput(f"{path}: cannot read the log: {err.strerror}.") from None
+
+
+def load_records(path: Path) -> tuple[list[StepRecord], ParseStats | None]:
+    """Steps of a log file, or of a run directory (its logs/train.log, else its steps.jsonl)."""
+    path = check_input(path)
+    if path.is_file():
+        return parse_log(path)
+    if (path / TRAIN_LOG).is_file():
+        return parse_log(path / TRAIN_LOG)
+    if (path / Files.STEPS).is_file():
+        with open(path / Files.STEPS) as fh:
+            return [StepRecord.from_dict(json.loads(line)) for line in fh if line.strip()], None
+    raise BadInput(f"run directory {path} holds neither {TRAIN_LOG} nor steps.jsonl.")
+
+
+def read_log(path: Path) -> LogEvidence:
+    """A log file or a run directory read once, through the gate (launcher/judge/gate.py): what
+    `compare` and a `--reference` use, so they see what `measure` sees."""
+    records, stats = load_records(path)
+    return assess(Path(path), records, stats, recipe_identity(Path(path)))
+
+
+def reference_curve(path: Path) -> dict[int, float]:
+    """The loss curve of a reference run; BadInput when the gate does not pass its log."""
+    ref = read_log(path)
+    if not ref.sound:
+        raise BadInput(f"reference {path}: " + "; ".join(ref.problems()))
+    return loss_curve(ref.records)
+
+
+def read_timeline(path: Path) -> dict:
+    """A timeline.json (the run's stage times, for GPU-hours); BadInput when unreadable."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise BadInput(f"timeline {path} does not exist.") from None
+    except json.JSONDecodeError as err:
+        raise BadInput(f"{path} is not valid JSON: {err}") from None
+    if not isinstance(data, dict):
+        raise BadInput(f"{path} is not a timeline object.")
+    return data
+
+
+def load_timeline(run_dir: Path) -> dict | None:
+    """run_dir/timeline.json, or None when the run directory has none."""
+    path = Path(run_dir) / Files.TIMELINE
+    return read_timeline(path) if path.is_file() else None
+
+
+def recipe_of(run_dir: Path) -> Recipe:
+    """The recipe a run directory was run with (its recipe.yaml), validated."""
+    path = Path(run_dir) / RECIPE_FILE
+    if not path.is_file():
+        raise BadInput(f"{run_dir} holds no {RECIPE_FILE}: give the recipe to measure against.")
+    return load_recipe(path)
+
+
+def recipe_identity(path: Path) -> str | None:
+    """The slug of the recipe a run directory ran (from its recipe.yaml's content), or None for
+    a bare log, which does not say. Read without validating: an old run's recipe may predate
+    today's schema, and its identity is still its content."""
+    from launcher.inputs.recipe import recipe_slug
+    from launcher.inputs.yamlschema import read_yaml_mapping
+
+    file = Path(path) / RECIPE_FILE
+    if not (Path(path).is_dir() and file.is_file()):
+        return None
+    raw, _ = read_yaml_mapping(file, "recipe")
+    return recipe_slug(raw)
+
+
+def json_safe(value: Any) -> Any:
+    """Non-finite floats become None so the output is strict JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
+
+
+def _write_json(path: Path, data: Any) -> None:
+    write_atomic(path, json.dumps(json_safe(data), indent=2) + "\n")
+
+
+def write_steps_jsonl(path: Path, records: Iterable[StepRecord]) -> None:
+    write_atomic(path, "".join(json.dumps(rec.to_dict()) + "\n" for rec in records))
+
+
+def write_report(
+    run_dir: Path,
+    result: Result,
+    verdict: Verdict,
+    recipe: Recipe,
+    records: Sequence[StepRecord],
+    convergence: Any = None,
+    *,
+    plots: bool = True,
+) -> Path:
+    """Write run_dir/report.md and run_dir/plots/*.png; return the report's path."""
+    run_dir = Path(run_dir)
+    names: list[str] = []
+    if plots:
+        step_time = report.claimed_step_time(result, recipe)
+        (run_dir / "plots").mkdir(parents=True, exist_ok=True)
+        for name, png in report.render_plots(records, result.window, step_time).items():
+            write_atomic(run_dir / "plots" / name, png)
+            names.append(f"plots/{name}")
+    path = run_dir / Files.REPORT_MD
+    write_atomic(path, report.render_markdown(result, verdict, recipe, records, convergence, names))
+    return path
+
+
+def remeasure(
+    log: Path,
+    recipe: Recipe,
+    timeline: dict | None,
+    *,
+    price_per_hour: float | None = None,
+    region: str | None = None,
+    tolerance: Tolerance | None = None,
+    runs: int | None = None,
+    price: Price | None = None,
+) -> tuple[list[StepRecord], Result, Verdict]:
+    """Parse and judge one log exactly as a measurement does, writing nothing: `reproduce
+    verify` checks an attested directory with it (measure into memory, never into the directory
+    it checks)."""
+    records, stats = parse_log(log)
+    result, verdict = _judged(
+        records, stats, recipe, timeline, price_per_hour, region, tolerance, runs, price=price
+    )
+    return records, result, verdict
+
+
+def _file_ref(path: Path | None, out: Path) -> dict | None:
+    """A file the measurement read: its path (relative to `out` when inside it) and sha256."""
+    if path is None:
+        return None
+    import hashlib
+
+    path = Path(path)
+    try:
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        digest = None
+    try:
+        shown = path.resolve().relative_to(Path(out).resolve()).as_posix()
+    except ValueError:
+        shown = str(path.resolve())
+    return {"path": shown, "sha256": digest}
+
+
+def write_measure_record(
+    out: Path,
+    *,
+    log: Path,
+    recipe: Recipe,
+    timeline: dict | None,
+    timeline_source: Path | None,
+    price_per_hour: float | None,
+    region: str | None,
+    tolerance: Tolerance | None,
+    reference: Path | None = None,
+    runs: int | None = None,
+    price: Price | None = None,
+) -> None:
+    """out/measure.json: what this measurement read and how it judged (its record). The timeline
+    is kept as it was read: a run's timeline.json gains its release time after the run was
+    measured, and a re-measure must see what the measurement saw. No clock in it: measuring
+    the same inputs again writes the same bytes."""
+    from launcher.records.identity import launcher_identity
+
+    out = Path(out)
+    recipe_ref = _file_ref(recipe.path, out)
+    own = out / RECIPE_FILE  # the run directory's copy, when it is the recipe measured
+    if recipe_ref is not None and own.is_file():
+        mine = _file_ref(own, out)
+        if mine is not None and mine["sha256"] == recipe_ref["sha256"]:
+            recipe_ref = mine
+    record = {
+        "schema": 1,
+        "log": _file_ref(log, out),
+        "recipe": recipe_ref,
+        "timeline": timeline,
+        "timeline_source": (_file_ref(timeline_source, out) or {}).get("path"),
+        "price_per_hour": price_per_hour,
+        "region": region,
+        "tolerance": (tolerance if tolerance is not None else Tolerance()).to_dict(),
+        "reference": str(reference) if reference is not None else None,
+        "runs": runs,  # fewer measured runs than the claim's mean, accepted (--runs)
+        "price": price.to_dict() if price is not None else None,  # the run's decided price
+        "policy": {"name": POLICY_NAME, "version": POLICY_VERSION},
+        "launcher": launcher_identity(),
+    }
+    _write_json(out / MEASURE_FILE, record)
+
+
+def _judged(
+    records: list[StepRecord],
+    stats: ParseStats | None,
+    recipe: Recipe,
+    timeline: dict | None,
+    price_per_hour: float | None,
+    region: str | None,
+    tolerance: Tolerance | None,
+    runs: int | None = None,
+    price: Price | None = None,
+) -> tuple[Result, Verdict]:
+    from launcher.plan import claimruns
+
+    result = measure(
+        records,
+        recipe,
+        timeline=timeline,
+        price_per_hour=price_per_hour,
+        region=region,
+        parse_stats=stats,
+        measured=measured_date(records),
+        price=price,
+    )
+    # the claim's result.runs against this one run (launcher/plan/claimruns.py)
+    return result, claimruns.apply(judge(result, recipe, tolerance=tolerance), recipe, runs)
+
+
+def write_outputs(
+    out: Path,
+    result: Result,
+    verdict: Verdict,
+    recipe: Recipe,
+    records: Sequence[StepRecord],
+    convergence: Any = None,
+    *,
+    plots: bool = True,
+) -> None:
+    """steps.jsonl, result.yaml, verdict.json, report.md, plots/ (and convergence.json) in `out`."""
+    if convergence is not None:
+        _write_json(out / Files.CONVERGENCE, convergence.to_dict())
+    write_steps_jsonl(out / Files.STEPS, records)
+    data = result.to_result_yaml()
+    data["provenance"]["policy"] = verdict.policy  # the rules the figures were judged under
+    write_atomic(out / Files.RESULT, yaml.safe_dump(data, sort_keys=False))
+    _write_json(out / Files.VERDICT, verdict.to_dict())
+    write_report(out, result, verdict, recipe, records, convergence, plots=plots)
+
+
+def measure_run_dir(
+    run_dir: Path,
+    recipe: Recipe | None = None,
+    *,
+    price_per_hour: float | None = None,
+    region: str | None = None,
+    tolerance: Tolerance | None = None,
+    write_plots: bool = True,
+    reference: Path | None = None,
+    out: Path | None = None,
+    runs: int | None = None,
+    write_page: bool = True,
+) -> tuple[Result, Verdict]:
+    """Measure a run directory (its logs/train.log) and write its files there, or into `out`
+    (steps.jsonl, result.yaml, verdict.json, report.md, plots/, and convergence.json when a
+    `reference` run dir or log is given), and report.html in the run directory itself unless
+    `write_page` is False: the runner writes the page once, at the very end of a run, so that it
+    shows the release and the history row too (a page written here would be written again).
+
+    `recipe` defaults to the run directory's own recipe.yaml; `runs` (--runs) to what the run
+    was started with (plan.json). Returns (Result, Verdict).
+    """
+    from launcher.plan.claimruns import accepted_in
+
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise BadInput(f"run directory {run_dir} does not exist.")
+    if not (run_dir / TRAIN_LOG).is_file():
+        raise BadInput(f"run directory {run_dir} holds no {TRAIN_LOG}: nothing to measure.")
+    recipe = recipe if recipe is not None else recipe_of(run_dir)
+    records, stats = parse_log(run_dir / TRAIN_LOG)
+    if runs is None:
+        runs = accepted_in(run_dir)
+    # The price the run used (run.json, decided once when it started) prices its $ figures,
+    # offline too; --price-per-hour or --region given here price it anew.
+    recorded = recorded_price(run_dir) if price_per_hour is None and region is None else None
+    timeline = load_timeline(run_dir)
+    result, verdict = _judged(
+        records,
+        stats,
+        recipe,
+        timeline,
+        price_per_hour,
+        region,
+        tolerance,
+        runs,
+        price=recorded,
+    )
+    convergence = None
+    if reference is not None:
+        convergence = check(loss_curve(records), reference_curve(reference))
+    target = out_dir(out) if out is not None else run_dir
+    write_outputs(target, result, verdict, recipe, records, convergence, plots=write_plots)
+    write_measure_record(
+        target,
+        log=run_dir / TRAIN_LOG,
+        recipe=recipe,
+        timeline=timeline,
+        timeline_source=run_dir / Files.TIMELINE if timeline is not None else None,
+        price_per_hour=price_per_hour,
+        region=region,
+        tolerance=tolerance,
+        reference=reference,
+        runs=runs,
+        price=recorded,
+    )
+    if target == run_dir and write_page:
+        from launcher.pages import write_run_page
+
+        write_run_page(run_dir)  # made from the files written above (docs/report.md)
+    return result, verdict
+
+
+def recorded_price(run_dir: Path) -> Price | None:
+    """The price a run recorded in run.json (`price`), or None (none recorded, or unreadable:
+    then the catalog prices it, as before prices were recorded)."""
+    try:
+        record = json.loads((Path(run_dir) / Files.RUN).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return Price.from_dict(record.get("price")) if isinstance(record, dict) else None
+
+
+def out_dir(path: Path) -> Path:
+    """The directory a measurement is written to, made when missing; BadInput when impossible."""
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise BadInput(f"--out {path} exists and is not a directory.") from None
+    except OSError as err:
+        raise BadInput(f"--out {path}: cannot make the directory: {err.strerror}.") from None
+    return path
+
+
+def measure_path(
+    path: Path,
+    recipe: Recipe,
+    *,
+    price_per_hour: float | None = None,
+    region: str | None = None,
+    tolerance: Tolerance | None = None,
+    timeline_path: Path | None = None,
+    out: Path | None = None,
+    runs: int | None = None,
+) -> tuple[Result, Verdict]:
+    """Measure a log file or a run directory (check_input). A run directory's files are written
+    into it (or `out`); a log's only into `out`, and nowhere when no `out` is given."""
+    path = check_input(path)
+    if path.is_dir():
+        if timeline_path is not None:
+            raise BadInput("--timeline is for a log file; a run directory has its timeline.json.")
+        return measure_run_dir(
+            path,
+            recipe,
+            price_per_hour=price_per_hour,
+            region=region,
+            tolerance=tolerance,
+            out=out,
+            runs=runs,
+        )
+    records, stats = parse_log(path)
+    timeline = read_timeline(timeline_path) if timeline_path is not None else None
+    result, verdict = _judged(
+        records, stats, recipe, timeline, price_per_hour, region, tolerance, runs
+    )
+    if out is not None:
+        write_outputs(out_dir(out), result, verdict, recipe, records)
+        write_measure_record(
+            Path(out),
+            log=path,
+            recipe=recipe,
+            timeline=timeline,
+            timeline_source=timeline_path,
+            price_per_hour=price_per_hour,
+            region=region,
+            tolerance=tolerance,
+            runs=runs,
+        )
+    return result, verdict

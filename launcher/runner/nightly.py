@@ -1,0 +1,396 @@
+"""`reproduce nightly`: re-measure a set of recipes, keep the history, flag regressions.
+
+Each recipe runs exactly as `reproduce RECIPE --cluster NAME` runs it
+(launcher.runner.reproduction.prepare, then launcher.runner.runner.Runner.run: no second run path),
+one
+after the other. Whatever happens to one recipe (invalid file, budget refusal, a node that never
+came up, a failed check) is recorded in the history as that recipe's run and the nightly goes on
+with the next: one bad recipe must not hide the others' numbers. Ctrl-C stops the nightly (the
+run in progress is cancelled by the run path).
+
+Exit code, by precedence (the most actionable news wins):
+  130  interrupted;
+  1    any recipe regressed (below its claim, or below its trend), failed a check (verdict not
+       "reproduced", failed preflight/stack check) or could not be loaded (invalid recipe);
+  3    otherwise, any recipe hit an infrastructure failure (provisioning, connection, node) or an
+       unexpected error: the recipe could not be measured; or the history database could not be
+       used (locked by another writer past its busy timeout): the runs were judged, but not
+       recorded or compared with their trend, and the summary says so;
+  2    bad input for the whole nightly, found before the first recipe runs: no recipe, a bad
+       --cluster, a refused cost, or a history database that is damaged (PRAGMA quick_check at
+       open: it could not record the runs it would pay for);
+  0    every recipe reproduced without regression; a first miss of speed (below the claim or
+       the trend) is "suspect", flagged in the summary but not raised: a regression is two
+       misses in a row (docs/measurement.md).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from launcher.errors import BadInput, ReproduceError
+from launcher.pages.report import fmt, markdown_table, text_table, trend_lines
+from launcher.records.atomic import write_atomic
+from launcher.records.history import (
+    Assessment,
+    History,
+    HistoryDamaged,
+    HistoryUnavailable,
+    RunRow,
+    default_history_path,
+    file_sha256,
+    row_from_run_dir,
+    slug_of,
+)
+from launcher.records.rundir import Files
+from launcher.runner.reproduction import Options
+
+if TYPE_CHECKING:
+    from launcher.inputs.profile import Profile
+
+
+@dataclass
+class RecipeRun:
+    """How one recipe's reproduction ended: the exit code `reproduce RECIPE` would have given."""
+
+    recipe: Path
+    code: int
+    run_dir: Path | None = None
+    error: str | None = None
+    crashed: bool = False  # an unexpected exception, not one of reproduce's errors
+
+
+@dataclass
+class NightlyEntry:
+    recipe: Path
+    run: RecipeRun
+    row: RunRow
+    assessment: Assessment
+    # reproduced | suspect | regression | check failed | invalid | infra | error | interrupted
+    outcome: str
+
+    @property
+    def failed(self) -> bool:
+        return self.outcome != "reproduced"
+
+
+@dataclass
+class NightlyResult:
+    entries: list[NightlyEntry] = field(default_factory=list)
+    summary_path: Path | None = None
+    page_path: Path | None = None  # nightly-<date>.html (launcher/pages/)
+    exit_code: int = 0
+    history_error: str | None = None  # why the history could not be used (the runs went on)
+
+
+Runner = Callable[[Path, Options], RecipeRun]
+
+
+def run_recipe(recipe: Path, options: Options, reporter: Any = None) -> RecipeRun:
+    """One reproduction through the real run path (prepare -> Runner.run), errors caught and kept.
+
+    `reporter` (launcher.runner.reporter.Reporter) shows the run's progress; None shows nothing.
+    """
+    from launcher.records.rundir import RunDir, default_runs_root
+    from launcher.runner.reproduction import prepare
+
+    try:
+        prepared = prepare(recipe, options)
+    except ReproduceError as err:
+        return RecipeRun(recipe, err.exit_code, None, str(err))
+    from launcher.runner.outcome import exit_code_of
+    from launcher.runner.runner import Runner as RunPath
+
+    try:
+        runner = RunPath(reporter, on_interrupt=options.on_interrupt, unattended=True)
+        outcome = runner.run(prepared, options)
+        code, error = exit_code_of(outcome), None
+    except ReproduceError as err:
+        code, error = err.exit_code, str(err)
+    run_dir = None
+    try:
+        run_dir = RunDir.find(prepared.plan.run_id, options.runs_dir or default_runs_root()).path
+    except BadInput:
+        pass  # refused before a run directory was made (budget, unsupported recipe)
+    return RecipeRun(recipe, code, run_dir, error)
+
+
+def expand_targets(targets: Sequence[Path]) -> list[Path]:
+    """Files as given; a directory means every *.yaml under it (recursively), sorted."""
+    out: list[Path] = []
+    for target in targets:
+        target = Path(target)
+        if target.is_dir():
+            found = sorted(p for p in target.rglob("*.yaml") if p.is_file())
+            if not found:
+                raise BadInput(f"{target}: no *.yaml recipe under this directory.")
+            out += found
+        elif target.is_file():
+            out.append(target)
+        else:
+            raise BadInput(
+                f"{target} does not exist (give recipe files or directories of recipes)."
+            )
+    return out
+
+
+def failure_row(recipe: Path, cluster_name: str, cluster_kind: str | None, message: str) -> RunRow:
+    """The history row of a recipe that made no run directory (invalid, refused before launch)."""
+    from launcher.records.rundir import new_run_id
+
+    now = time.time()
+    return RunRow(
+        run_id=new_run_id(),
+        slug=slug_of(str(recipe)),
+        recipe_sha256=file_sha256(recipe),
+        cluster_name=cluster_name,
+        cluster_kind=cluster_kind,
+        started_at=now,
+        ended_at=now,
+        state="failed",
+        detail=_first_line(message),
+    )
+
+
+def _first_line(text: str | None) -> str | None:
+    return text.strip().splitlines()[0] if text and text.strip() else None
+
+
+def _indented(text: str, prefix: str = "    ") -> str:
+    """A multi-line reason kept whole (an invalid recipe lists every problem), indented."""
+    return "\n".join(prefix + line for line in text.strip().splitlines())
+
+
+def outcome_of(run: RecipeRun, assessment: Assessment) -> str:
+    if run.code == 130:
+        return "interrupted"
+    if assessment.regression:
+        return "regression"
+    if assessment.suspect and run.code in (0, 1):
+        return "suspect"  # one miss of speed: flagged, not raised (two in a row raise it)
+    if run.crashed:
+        return "error"
+    return {0: "reproduced", 1: "check failed", 2: "invalid", 3: "infra"}.get(run.code, "error")
+
+
+def exit_code_of(entries: Sequence[NightlyEntry]) -> int:
+    """Precedence: 130 interrupted > 1 regression/check/invalid > 3 infra/error > 0."""
+    outcomes = {e.outcome for e in entries}
+    if "interrupted" in outcomes:
+        return 130
+    if outcomes & {"regression", "check failed", "invalid"}:
+        return 1
+    if outcomes & {"infra", "error"}:
+        return 3
+    return 0
+
+
+def nightly(
+    targets: Sequence[Path],
+    cluster: str,
+    *,
+    runs_dir: Path | None = None,
+    history: Path | None = None,
+    runner: Runner = run_recipe,
+    max_usd: float | None = None,
+    max_hours: float | None = None,
+    yes: bool = False,
+    echo: Callable[[str], Any] = lambda _line: None,
+    now: float | None = None,
+    attest_key: Path | None = None,
+) -> NightlyResult:
+    """Run every recipe, record each into the history, judge regressions, write the summary.
+
+    `echo` receives the progress and summary lines (the command layer passes print). A nightly
+    is unattended: on a cluster that launches paid nodes it needs `max_usd` (each run stops
+    there) or `yes` (the cost accepted without a budget), else it is refused before the first
+    recipe (launcher/cost/costgate.py); each run's cost header is still printed.
+
+    `attest_key` (an ed25519 private key): every run that was measured is attested with it
+    (launcher/results/attest_run.py); the key is read before the first recipe, so a bad key is bad
+    input for the whole nightly, and a run that cannot be attested is said so, line by line.
+    """
+    from launcher.cost.costgate import refuse_unattended
+    from launcher.inputs.profile import load_profile
+    from launcher.records.history import assess
+    from launcher.records.rundir import default_runs_root, new_run_id
+
+    recipes = expand_targets(targets)
+    profile = load_profile(cluster)  # a bad --cluster is bad input for the whole nightly: exit 2
+    refuse_unattended(profile, yes=yes, max_usd=max_usd, who="a nightly")
+    signing_key = None
+    if attest_key is not None:
+        from launcher.results.attest_keys import load_signing_key
+
+        signing_key = load_signing_key(attest_key)  # BadInput now, before anything is paid for
+    root = Path(runs_dir) if runs_dir is not None else default_runs_root()
+    db_path = Path(history) if history is not None else default_history_path(root)
+    result = NightlyResult()
+    db: History | None = None
+    try:  # opened (and checked whole) before the first recipe: a damaged one refuses (exit 2)
+        db = History(db_path)
+    except HistoryUnavailable as err:
+        result.history_error = str(err)
+        echo(f"warning: {err} The recipes run anyway; none is recorded.")
+    base = Options(
+        cluster=cluster,
+        runs_dir=root,
+        on_interrupt="cancel",
+        max_usd=max_usd,
+        max_hours=max_hours,
+        yes=yes,
+    )
+    try:
+        for i, recipe in enumerate(recipes, 1):
+            echo(f"[nightly {i}/{len(recipes)}] {recipe}")
+            try:
+                run = runner(recipe, replace(base, run_id=new_run_id()))
+            except KeyboardInterrupt:
+                run = RecipeRun(recipe, 130, None, "interrupted by the user")
+            except Exception as err:  # noqa: BLE001 - one recipe's crash must not end the nightly
+                run = RecipeRun(
+                    recipe,
+                    3,
+                    None,
+                    f"unexpected error (a bug in reproduce?): {type(err).__name__}: {err}",
+                    crashed=True,
+                )
+            if signing_key is not None:
+                echo(f"[nightly {i}/{len(recipes)}] {_attest(run, signing_key)}")
+            row, earlier = _record(db, recipe, run, profile, result)
+            assessment = assess(row, earlier)
+            entry = NightlyEntry(recipe, run, row, assessment, outcome_of(run, assessment))
+            result.entries.append(entry)
+            echo(f"[nightly {i}/{len(recipes)}] {row.slug}: {entry.outcome}")
+            if run.error and entry.outcome != "regression":  # the whole reason, every line
+                echo(_indented(run.error))
+            if run.code == 130:
+                break
+    finally:
+        if db is not None:
+            db.close()
+    result.exit_code = exit_code_of(result.entries)
+    if result.history_error and result.exit_code == 0:
+        result.exit_code = 3  # nothing regressed that could be seen, but the trend was not checked
+    stamp = now if now is not None else time.time()
+    result.summary_path = write_summary(root, result, profile.name, db_path, stamp)
+    echo(summary_text(result.entries))
+    if result.history_error:
+        echo(f"history not used: {result.history_error}")
+    from launcher.pages import write_nightly_page
+
+    try:
+        result.page_path = write_nightly_page(
+            root,
+            result.entries,
+            cluster=profile.name,
+            stamp=stamp,
+            exit_code=result.exit_code,
+            history_path=None if result.history_error else db_path,
+        )
+    except Exception as err:  # noqa: BLE001 - the page is a view; the summary above is the record
+        echo(f"warning: the nightly page was not written: {err}")
+    echo(
+        f"summary: {result.summary_path}; page: {result.page_path}; history: {db_path}; "
+        f"exit {result.exit_code}"
+    )
+    return result
+
+
+def _attest(run: RecipeRun, key: Any) -> str:
+    """Attest one run's directory; the line that says how it went (never raises: one run's
+    attestation must not end the nightly)."""
+    if run.run_dir is None or not (run.run_dir / Files.VERDICT).is_file():
+        return "not attested: the run was not measured"
+    from launcher.results.attest_run import attest_directory
+
+    try:
+        done = attest_directory(run.run_dir, key)
+    except ReproduceError as err:
+        return f"not attested: {err}"
+    return f"attested: {done['subjects']} files, signed by {done['signed_by']}, verify passes"
+
+
+def _record(
+    db: History | None, recipe: Path, run: RecipeRun, profile: Profile, result: NightlyResult
+) -> tuple[RunRow, list[RunRow]]:
+    """The run's row (its run directory's, else a failure row), recorded in the history when it
+    can be, and the earlier runs it is judged against. A history that cannot be used (locked)
+    is noted in the result and the row judged on its own: the nightly goes on."""
+    row = None
+    if run.run_dir is not None:
+        try:
+            row = row_from_run_dir(run.run_dir)
+        except BadInput as err:
+            run.error = run.error or str(err)
+    if row is None:
+        row = failure_row(recipe, profile.name, profile.kind, run.error or f"exit {run.code}")
+    elif run.error and not row.detail:
+        row.detail = _first_line(run.error)
+    if db is None:
+        return row, []
+    try:
+        db.insert(row)
+        rows = db.runs(row.slug, cluster=row.cluster_name)
+    except (HistoryUnavailable, HistoryDamaged) as err:  # found mid-nightly: the runs go on
+        result.history_error = result.history_error or str(err)
+        return row, []
+    idx = next((n for n, r in enumerate(rows) if r.run_id == row.run_id), len(rows))
+    return row, rows[:idx]
+
+
+_HEADER = ["recipe", "outcome", "verdict", "tokens/s/GPU", "vs claim", "vs trend", "regression"]
+
+
+def _cells(e: NightlyEntry) -> list[str]:
+    r, a = e.row, e.assessment
+    tps = fmt(r.tokens_per_s_per_gpu, missing="-")
+    claim = fmt(r.difference_percent, "+.2f", missing="-", suffix="%")
+    if a.trend.difference_percent is not None and a.judged:
+        trend = fmt(a.trend.difference_percent, "+.2f", suffix="%")
+    else:
+        trend = "n/a" if a.judged else "-"
+    reg = "yes" if a.regression else ("suspect" if a.suspect else ("no" if a.judged else "n/a"))
+    return [r.slug, e.outcome, r.verdict or "-", tps, claim, trend, reg]
+
+
+def summary_text(entries: Sequence[NightlyEntry]) -> str:
+    return text_table(_HEADER, [_cells(e) for e in entries])
+
+
+def write_summary(
+    root: Path, result: NightlyResult, cluster: str, db_path: Path, stamp: float
+) -> Path:
+    """runs/nightly-<UTC date>.md (a second nightly on the same date replaces it)."""
+    date = time.strftime("%Y-%m-%d", time.gmtime(stamp))
+    lines = [
+        f"# Nightly {date} (cluster {cluster})",
+        "",
+        f"Started {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(stamp))} UTC; history {db_path}; "
+        f"exit code {result.exit_code}.",
+        "",
+        *([f"**History not used**: {result.history_error}", ""] if result.history_error else []),
+        markdown_table(_HEADER, [_cells(e) for e in result.entries]),
+        "",
+    ]
+    for e in result.entries:
+        lines += [
+            f"## {e.row.slug}",
+            "",
+            f"- recipe: `{e.recipe}`",
+            f"- run: `{e.row.run_id}`"
+            + (f" in `{e.row.run_dir}`" if e.row.run_dir else " (no run directory)"),
+            f"- outcome: {e.outcome} (exit {e.run.code})",
+        ]
+        if e.run.error:  # whole: an invalid recipe's reason is the list of its problems
+            lines += ["- error:", "", "  ```text", _indented(e.run.error, "  "), "  ```", ""]
+        lines += [f"- {line.strip()}" for line in trend_lines(e.assessment)]
+        lines.append("")
+    root.mkdir(parents=True, exist_ok=True)
+    path = root / f"nightly-{date}.md"
+    write_atomic(path, "\n".join(lines))
+    return path

@@ -1,0 +1,240 @@
+"""The pure request builder behind `--dry-run` for aws: exact payloads, placeholders, no boto3."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from datetime import UTC, datetime
+
+import pytest
+from support.aws import REPO, load, seed_recipe, two_node_recipe
+
+from launcher.clusters.aws import provisioning_calls, to_jsonable
+from launcher.clusters.aws.requests import (
+    TAG_EXPIRES,
+    TAG_OWNER,
+    TAG_RECIPE,
+    TAG_RUN_ID,
+    is_placeholder,
+)
+from launcher.errors import BadInput
+
+pytestmark = pytest.mark.aws
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+
+
+def calls_for(tmp_path, recipe=None, **fields):
+    return provisioning_calls(
+        recipe or seed_recipe(), load(tmp_path, **fields), "r1", owner="alice@laptop", now=NOW
+    )
+
+
+def run_instances(calls):
+    [call] = [c for c in calls if c.operation == "RunInstances"]
+    return call.params
+
+
+def test_p5en_gets_16_efa_interfaces_one_per_network_card(tmp_path):
+    nics = run_instances(calls_for(tmp_path))["NetworkInterfaces"]
+    assert [n["NetworkCardIndex"] for n in nics] == list(range(16))
+    assert nics[0]["InterfaceType"] == "efa" and nics[0]["DeviceIndex"] == 0
+    assert {n["InterfaceType"] for n in nics[1:]} == {"efa-only"}
+    assert all(n["DeviceIndex"] == 0 for n in nics)
+    assert all(
+        n["Groups"] == [nics[0]["Groups"][0]] and n["SubnetId"] == nics[0]["SubnetId"] for n in nics
+    )
+
+
+def test_ena_primary_layout_follows_aws_current_advice(tmp_path):
+    nics = run_instances(calls_for(tmp_path, efa_layout="ena-primary"))["NetworkInterfaces"]
+    assert (nics[0]["NetworkCardIndex"], nics[0]["DeviceIndex"], nics[0]["InterfaceType"]) == (
+        0,
+        0,
+        "interface",
+    )
+    assert (nics[1]["NetworkCardIndex"], nics[1]["DeviceIndex"], nics[1]["InterfaceType"]) == (
+        0,
+        1,
+        "efa-only",
+    )
+    assert [(n["NetworkCardIndex"], n["DeviceIndex"]) for n in nics[2:]] == [
+        (c, 0) for c in range(1, 16)
+    ]
+    assert sum(n["InterfaceType"] in ("efa", "efa-only") for n in nics) == 16
+
+
+def test_run_instances_is_hardened_and_tagged(tmp_path):
+    req = run_instances(calls_for(tmp_path, root_volume_gb=800, ttl_hours=2, tags={"team": "ml"}))
+    assert req["InstanceType"] == "p5en.48xlarge" and req["MinCount"] == req["MaxCount"] == 1
+    assert req["MetadataOptions"]["HttpTokens"] == "required"
+    ebs = req["BlockDeviceMappings"][0]["Ebs"]
+    assert ebs == {
+        "VolumeSize": 800,
+        "VolumeType": "gp3",
+        "Encrypted": True,
+        "DeleteOnTermination": True,
+    }
+    assert "SubnetId" not in req and "SecurityGroupIds" not in req  # they live on each interface
+    assert (
+        req["InstanceInitiatedShutdownBehavior"] == "terminate"
+        and "shutdown -h +120" in req["UserData"]
+    )
+    kinds = {spec["ResourceType"] for spec in req["TagSpecifications"]}
+    assert kinds == {"instance", "volume", "network-interface"}
+    tags = {t["Key"]: t["Value"] for t in req["TagSpecifications"][0]["Tags"]}
+    assert tags[TAG_RECIPE] == seed_recipe().slug  # model/gpu/layout-<content hash>
+    assert tags[TAG_RUN_ID] == "r1" and tags[TAG_OWNER] == "alice@laptop"
+    assert (
+        tags[TAG_EXPIRES] == "2026-11-29T14:00:00Z"
+        and tags["team"] == "ml"
+        and tags["Name"] == "reproduce-r1"
+    )
+    assert "Placement" not in req and "InstanceMarketOptions" not in req
+
+
+def test_unresolved_values_are_explicit_placeholders_and_in_order(tmp_path):
+    calls = calls_for(tmp_path, ssh_cidr=None)
+    ops = [c.operation for c in calls]
+    assert (
+        ops.index("GetParameter")
+        < ops.index("CreateSecurityGroup")
+        < ops.index("AuthorizeSecurityGroupIngress")
+    )
+    assert (
+        ops.index("CreateKeyPair")
+        < ops.index("RunInstances")
+        < ops.index("AllocateAddress")
+        < ops.index("AssociateAddress")
+    )
+    assert "CreatePlacementGroup" not in ops  # one node
+    req = run_instances(calls)
+    assert is_placeholder(req["ImageId"]) and "ssm:/aws/service/deeplearning" in req["ImageId"]
+    assert is_placeholder(req["NetworkInterfaces"][0]["Groups"][0])
+    ingress = next(c for c in calls if c.operation == "AuthorizeSecurityGroupIngress").params
+    ssh = [p for p in ingress["IpPermissions"] if p["IpProtocol"] == "tcp"][0]
+    assert is_placeholder(
+        ssh["IpRanges"][0]["CidrIp"]
+    )  # looked up at launch, never during the dry run
+    assert (
+        ingress["IpPermissions"][0]["UserIdGroupPairs"][0]["GroupId"] == ingress["GroupId"]
+    )  # open to itself
+    json.dumps(to_jsonable(calls))  # printable as is
+
+
+def test_pinned_ami_operator_cidr_and_key_appear_as_given(tmp_path):
+    calls = calls_for(
+        tmp_path, ami="ami-0123456789abcdef0", key_name="mine", ssh_cidr="203.0.113.7/32"
+    )
+    ops = [c.operation for c in calls]
+    assert "GetParameter" not in ops and "CreateKeyPair" not in ops
+    req = run_instances(calls)
+    assert req["ImageId"] == "ami-0123456789abcdef0" and req["KeyName"] == "mine"
+    ingress = next(c for c in calls if c.operation == "AuthorizeSecurityGroupIngress").params
+    assert ingress["IpPermissions"][1]["IpRanges"][0]["CidrIp"] == "203.0.113.7/32"
+
+
+def test_two_nodes_get_one_cluster_placement_group(tmp_path):
+    calls = calls_for(tmp_path, recipe=two_node_recipe(tmp_path))
+    pg = next(c for c in calls if c.operation == "CreatePlacementGroup").params
+    assert pg["Strategy"] == "cluster"
+    req = run_instances(calls)
+    assert (
+        req["Placement"] == {"GroupName": pg["GroupName"]}
+        and req["MinCount"] == req["MaxCount"] == 2
+    )
+    # one Elastic IP, the head's: the other node is reached through it (default quota: 5/region)
+    assert len([c for c in calls if c.operation == "AllocateAddress"]) == 1
+
+
+@pytest.mark.parametrize(
+    "capacity, market, target",
+    [
+        (
+            {"type": "reservation", "reservation_id": "cr-0123456789abcdef0"},
+            None,
+            "cr-0123456789abcdef0",
+        ),
+        (
+            {"type": "capacity-block", "reservation_id": "cr-0fedcba9876543210"},
+            {"MarketType": "capacity-block"},
+            "cr-0fedcba9876543210",
+        ),
+        (
+            {"type": "spot", "max_spot_price": 30},
+            {
+                "MarketType": "spot",
+                "SpotOptions": {
+                    "SpotInstanceType": "one-time",
+                    "InstanceInterruptionBehavior": "terminate",
+                    "MaxPrice": "30.0000",
+                },
+            },
+            None,
+        ),
+    ],
+)
+def test_capacity_options_reach_the_request(tmp_path, capacity, market, target):
+    calls = calls_for(tmp_path, capacity=capacity)
+    req = run_instances(calls)
+    assert req.get("InstanceMarketOptions") == market
+    if target:
+        assert req["CapacityReservationSpecification"] == {
+            "CapacityReservationTarget": {"CapacityReservationId": target}
+        }
+        assert any(c.operation == "DescribeCapacityReservations" for c in calls)
+    else:
+        assert "CapacityReservationSpecification" not in req
+
+
+def test_targeting_an_instance_creates_nothing(tmp_path):
+    calls = calls_for(tmp_path, instance_id="i-0123456789abcdef0")
+    # read-only: the instance, then its type's GPUs (checked against the recipe), as a launch does
+    assert [c.operation for c in calls] == ["DescribeInstances", "DescribeInstanceTypes"]
+    assert is_placeholder(calls[1].params["InstanceTypes"][0])
+
+
+@pytest.mark.parametrize(
+    "fields, words",
+    [
+        ({"instance_type": "p5.48xlarge"}, "H100"),
+        ({"instance_type": "p4d.24xlarge"}, "A100"),
+        ({"capacity": {"type": "reservation"}}, "reservation_id"),
+        (
+            {"capacity": {"type": "on-demand", "reservation_id": "cr-0123456789abcdef0"}},
+            "capacity.type",
+        ),
+        ({"ami": "ubuntu-latest"}, "ami"),
+        ({"ssh_cidr": "not-a-cidr"}, "ssh_cidr"),
+    ],
+)
+def test_bad_input_is_refused_with_the_field_named(tmp_path, fields, words):
+    with pytest.raises(BadInput) as err:
+        calls_for(tmp_path, **fields)
+    assert words in str(err.value) and err.value.exit_code == 2
+
+
+def test_no_secret_reaches_the_printed_calls(tmp_path, monkeypatch):
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s3cr3t-never-printed")
+    text = json.dumps(to_jsonable(calls_for(tmp_path)))
+    assert "s3cr3t" not in text and "KeyMaterial" not in text
+
+
+def test_the_dry_run_builder_imports_no_boto3():
+    code = (
+        "import sys, datetime; sys.path.insert(0, 'tests');"
+        "from support.aws import seed_recipe; from launcher.inputs.profile import load_profile;"
+        "from launcher.clusters.aws import provisioning_calls;"
+        "provisioning_calls(seed_recipe(), load_profile('aws'), 'r', owner='o', now=datetime.datetime.now());"
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('boto3', 'botocore', 'moto')];"
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_an_ipv6_operator_address_gets_an_ipv6_rule(tmp_path):
+    calls = calls_for(tmp_path, ssh_cidr="2001:db8::7/128")
+    ingress = next(c for c in calls if c.operation == "AuthorizeSecurityGroupIngress").params
+    assert ingress["IpPermissions"][1]["Ipv6Ranges"][0]["CidrIpv6"] == "2001:db8::7/128"
+    assert "IpRanges" not in ingress["IpPermissions"][1]

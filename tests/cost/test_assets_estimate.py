@@ -1,0 +1,163 @@
+"""The GPU-hours a run is expected to spend by stage (launcher/cost/estimate.py), as the dry run prints
+them: a cold node, a warm store and a warm cache against the seed's claim of 1.25 GPU-hours with
+its assets on the node; every figure says where it comes from."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from support.cli import FIXTURES, SEED, reproduce
+
+from launcher.cost.estimate import CHECKPOINTS, FIGURES, SCENARIOS, checkpoint_bytes, estimate
+from launcher.inputs.recipe import load_recipe
+
+
+def test_every_figure_says_where_it_comes_from():
+    for name, figure in FIGURES.items():
+        assert figure.source and figure.unit, name
+        assert figure.value > 0, name
+    for repo, (params, source) in CHECKPOINTS.items():
+        assert "/" in repo and params > 0 and source
+
+
+def test_the_seed_on_a_fresh_instance():
+    recipe = load_recipe(SEED)
+    est = estimate(recipe, fresh_instance=True)
+    cold, store, cache = (est.gpu_hours(s) for s in SCENARIOS)
+    # the claim (assets on the node, from admission) is the training part of every scenario
+    for split in (cold, store, cache):
+        assert split["ray+train"] + split["window"] == pytest.approx(1.25)
+    # the window: 15 steps of 128 x 8192 tokens at 6913.23 tokens/s on each of 8 GPUs
+    assert cold["window"] == pytest.approx(8 * 15 * 1048576 / (6913.23 * 8) / 3600)
+    # provisioning is paid on a fresh instance; a warm cache is a node that stayed
+    assert cold["acquire"] == store["acquire"] > 1.0 > cache["acquire"]
+    # the store saves the conversion and the Hub; the cache saves the transfers too
+    assert cold["convert"] > 0 and store["convert"] == cache["convert"] == 0
+    assert cold["assets"] > store["assets"] > cache["assets"]
+    assert est.total("cold node") > est.total("warm store") > est.total("warm cache") > 1.25
+    # the split adds up
+    assert est.total("warm store") == pytest.approx(sum(store.values()))
+
+
+def test_the_checkpoint_size_comes_from_its_total_parameters_or_a_lower_bound():
+    size, source = checkpoint_bytes(load_recipe(SEED))
+    assert size == 61e9 and "30.5B" in source and "bf16" in source
+
+
+def test_a_checkpoint_of_unknown_size_is_a_lower_bound(tmp_path):
+    raw = yaml.safe_load(SEED.read_text())
+    raw["result"]["active_params"]["source"] = "https://huggingface.co/someone/moe"
+    raw["model"] = "moe"  # a name that states no total either ("30B-A3B" would)
+    path = tmp_path / "r.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    size, source = checkpoint_bytes(load_recipe(path))
+    assert size == 3041656832 * 2 and "lower bound" in source  # ep 8: experts
+
+
+def test_a_dense_models_checkpoint_is_all_its_active_parameters():
+    recipe = load_recipe(FIXTURES / "llama3.1-8b-h100-p5-dense.yaml")
+    size, source = checkpoint_bytes(recipe)
+    assert size == recipe.active_params * 2 and "dense" in source and "lower bound" not in source
+
+
+def test_a_recipe_without_a_gpu_hours_claim_says_so(tmp_path):
+    raw = yaml.safe_load(SEED.read_text())
+    del raw["result"]["gpu_hours"]
+    path = tmp_path / "r.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    est = estimate(load_recipe(path), fresh_instance=False)
+    assert "window" not in est.gpu_hours("cold node")
+
+
+@pytest.mark.parametrize("cluster, provisioned", [("aws", True), ("local", False)])
+def test_the_dry_run_prints_the_split_for_each_scenario(cluster, provisioned):
+    res = reproduce(SEED, "--cluster", cluster, "--dry-run")
+    assert res.code == 0, res.err
+    lines = res.out.splitlines()
+    head = next(i for i, line in enumerate(lines) if "expected GPU-hours by stage" in line)
+    assert lines[head + 1].split()[1:] == [
+        "stage",
+        "cold",
+        "node",
+        "warm",
+        "store",
+        "warm",
+        "cache",
+    ]
+    rows = {
+        ln.split()[1]: ln.split()[2:] for ln in lines[head + 2 : head + 20] if ln.count(".") >= 3
+    }
+    assert list(rows)[:3] == ["acquire", "preflight", "resolve"] and "window" in rows
+    acquire_cold = float(rows["acquire"][0])
+    assert (acquire_cold > 1.0) == provisioned  # 10 minutes of 8 GPUs, assumed, on aws only
+    text = "\n".join(lines[head : head + 24])
+    assert "claims 1.25 GPU-hours" in text and "assumed" in text and "S3 in-region" in text
+    assert "checkpoint 61.0 GB" in text and "88.8 MB" in text
+
+
+def test_the_header_says_what_this_run_likely_costs_and_warns_of_a_budget_under_it():
+    """The claim counts no provisioning and no downloads; the header's `likely` line does, and a
+    --max-usd under it is called out before anything is paid for."""
+    aws = reproduce(SEED, "--cluster", "aws", "--dry-run", "--max-usd", "20")
+    assert aws.code == 0, aws.err
+    likely = next(ln for ln in aws.out.splitlines() if ln.startswith("# likely"))
+    assert "on a new node" in likely and "$37.37" in likely and "warm asset store" in likely
+    assert "# WARNING   --max-usd 20 is under this estimate ($37.37)" in aws.out
+    enough = reproduce(SEED, "--cluster", "aws", "--dry-run", "--max-usd", "60")
+    assert enough.code == 0 and "# likely" in enough.out and "WARNING" not in enough.out
+    local = reproduce(SEED, "--cluster", "local", "--dry-run")
+    likely = next(ln for ln in local.out.splitlines() if ln.startswith("# likely"))
+    assert "kept its cache and image" in likely and "new node" not in likely
+
+
+def moe_235b(tmp_path, repo: str = "Qwen/Qwen3-235B-A22B", model: str = "Qwen3-235B-A22B"):
+    raw = yaml.safe_load(SEED.read_text())
+    raw["model"] = model
+    raw["result"]["active_params"] = {
+        "count": 22_000_000_000,
+        "source": f"https://huggingface.co/{repo}",
+        "revision": "main",
+    }
+    raw["result"]["mfu"] = None
+    raw["result"]["measured"] = str(raw["result"]["measured"])
+    raw["correctness"]["component_tests"][0]["date"] = str(
+        raw["correctness"]["component_tests"][0]["date"]
+    )
+    path = tmp_path / "moe.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+def test_a_mixture_of_experts_checkpoint_is_sized_by_its_total_parameters(tmp_path):
+    """The 235B-A22B plan sized its checkpoint from the 22B active parameters (44 GB); its bf16
+    checkpoint is about 470 GB, which the cost estimate and the disk line now use."""
+    recipe = load_recipe(moe_235b(tmp_path))
+    size, source = checkpoint_bytes(recipe)
+    assert size == 470e9 and "235B parameters in total" in source and "lower bound" not in source
+    assert size != recipe.active_params * 2
+
+
+def test_a_models_total_is_read_from_its_name_when_the_table_does_not_know_it(tmp_path):
+    recipe = load_recipe(moe_235b(tmp_path, "someone/Big-397B-A17B", "Big-397B-A17B"))
+    size, source = checkpoint_bytes(recipe)
+    assert size == 794e9 and "from the model's name" in source
+
+
+def test_the_dry_run_warns_when_the_disk_check_is_under_what_a_cold_node_writes(tmp_path):
+    path = moe_235b(tmp_path)
+    res = reproduce(path, "--cluster", "aws", "--dry-run")
+    assert res.code == 0, res.err
+    assert "checkpoint 470.0 GB" in res.out
+    disk = next(ln for ln in res.out.splitlines() if ln.startswith("#   disk:"))
+    assert "writes 942 GB" in disk and "requires 400 GB free" in disk
+    assert "WARNING the profile's preflight.disk_min_gb 400 is under the 942 GB" in res.out
+    seed = reproduce(SEED, "--cluster", "aws", "--dry-run")
+    assert "#   disk: a cold node writes 124 GB" in seed.out and "disk_min_gb 400" not in seed.out
+
+
+def test_an_unknown_mixture_of_experts_says_its_disk_figure_is_a_lower_bound(tmp_path):
+    path = moe_235b(tmp_path, "someone/moe", "moe")
+    res = reproduce(path, "--cluster", "local", "--dry-run")
+    assert res.code == 0, res.err
+    assert "a lower bound, the total parameters are not known" in res.out
+    assert "writes at least" in res.out

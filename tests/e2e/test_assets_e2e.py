@@ -1,0 +1,382 @@
+"""The whole asset path of a run, end to end on this machine: `reproduce RECIPE --cluster <ssh
+profile>` against a real sshd (the node), a real dockerd and the test image, a loopback Hub
+stand-in (tests/support/assets.py, which counts every request), moto's S3 server on 127.0.0.1 as
+the store, and a recipe of tiny real assets whose pins are their real hashes.
+
+The node's host is this machine reached over SSH: its sessions carry what a GPU node's would
+(sshd `SetEnv`: the Hub and S3 endpoints, S3 credentials as an instance role would give them, a
+PATH with the `aws` CLI ahead of the system's python3, and REPRODUCE_S3_CLIENT=aws-cli: the
+node's S3 client is the aws CLI, as on the DLAMI). Containers get the stand-in torchrun and converter
+(tests/standin_miles/bin, tools/), so the conversion runs for real, and converts nothing.
+
+What is shown: a cold node builds the rows in the image and converts, and fills the store; after
+`reproduce prepare`, a run converts once and the next run downloads nothing from the Hub and
+converts nothing; an asset nobody can supply fails in stage resolve, in seconds, before the
+image pull and any download, naming the asset and every source tried; rows that differ from the
+recipe stop the run before the checkpoint download; a cache holding another revision is named
+and left alone; a store object whose bytes changed, or that is missing, is refused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from support.assets import OTHER_REV, tiny_recipe_raw, write_recipe
+from support.docker import docker
+from support.helpers import assert_log_collected, cli
+from support.node_scripts import load_script
+from support.ports import free_port
+from support.sshd import SshServer
+
+pytestmark = [pytest.mark.docker, pytest.mark.ssh]
+store_mod = load_script("asset_store")
+CONVERTED = "standin-converted"  # what the stand-in converter leaves in the run's out/
+NODE_STAGES = [
+    "preflight",
+    "resolve",
+    "image",
+    "preflight-gpu",
+    "stack",
+    "assets",
+    "convert",
+    "ray",
+    "train",
+]
+
+
+def recipe_file(tmp_path: Path, test_image, tiny, edit=None, run_prefix: str = "") -> Path:
+    raw = tiny_recipe_raw(*tiny)
+    raw["stack"]["image"] = {"repository": test_image.repo, "digest": test_image.digest}
+    if run_prefix:
+        raw["run"] = run_prefix.rstrip("\n") + "\n" + raw["run"]
+    if edit:
+        edit(raw)
+    return write_recipe(
+        tmp_path / "recipes" / f"tiny-{hashlib.sha1(repr(raw).encode()).hexdigest()[:8]}.yaml", raw
+    )
+
+
+def profile_file(
+    tmp_path: Path,
+    server: SshServer,
+    container_run_args: list[str],
+    name: str,
+    *,
+    store: str | None = None,
+    assets: dict | None = None,
+) -> Path:
+    """An ssh profile for one node with an empty cache of its own (a fresh node)."""
+    args = list(container_run_args)
+    at = next(i for i, a in enumerate(args) if a.startswith("PATH="))
+    args[at] = "PATH=/root/miles/bin:" + args[at][len("PATH=") :]  # the stand-in torchrun
+    data = {
+        **server.profile(),
+        "work_dir": str(tmp_path / f"work-{name}"),
+        "cache_dir": str(tmp_path / f"cache-{name}"),
+        "price_per_hour": 63.296,
+        "docker": {
+            "gpus": None,
+            "shm_size": "256m",
+            "extra_args": args,
+            "network_host": False,
+            "memlock_unlimited": False,
+        },
+        "preflight": {"enabled": False},
+        "stack_check": "skip",
+        "assets": {"store": store, **(assets or {})},
+        "ray": {"node_ip_address": "127.0.0.1", "port": free_port()},
+        "env": {"STANDIN_NOISE_LINES": "1"},
+    }
+    path = tmp_path / f"profile-{name}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+class Run:
+    """One `reproduce RECIPE --cluster PROFILE` and what it left."""
+
+    def __init__(self, recipe: Path, profile: Path, runs: Path) -> None:
+        before = set(runs.glob("**/run.json"))
+        self.result = cli(
+            str(recipe),
+            "--cluster",
+            str(profile),
+            "--runs-dir",
+            str(runs),
+            "--on-interrupt",
+            "cancel",
+            timeout=400,
+        )
+        (record,) = set(runs.glob("**/run.json")) - before
+        self.rd = record.parent
+        assert_log_collected(self.rd)
+        self.node_dir = Path(json.loads(record.read_text())["node_run_dir"])
+        self.timeline = json.loads((self.rd / "timeline.json").read_text())
+        self.stages = [(s["name"], s["status"]) for s in self.timeline["stages"]]
+
+    @property
+    def node_log(self) -> str:
+        return (self.rd / "logs" / "node.log").read_text()
+
+    def why(self) -> str:
+        return self.result.stderr + self.node_log[-5000:]
+
+    def sources(self) -> dict[str, str | None]:
+        plan = json.loads((self.rd / "assets-plan.json").read_text())  # collected from the node
+        return {name: step["source"] for name, step in plan["assets"].items()}
+
+    def converted(self) -> bool:
+        return (self.node_dir / "out" / CONVERTED).exists()
+
+    def stage_seconds(self, name: str) -> float:
+        stage = next(s for s in self.timeline["stages"] if s["name"] == name)
+        return stage["end"] - stage["start"]
+
+
+def s3_manifests(url: str) -> dict[str, dict]:
+    import boto3
+
+    bucket, prefix = url[5:].split("/", 1)
+    client = boto3.client("s3")
+    out = {}
+    for obj in client.list_objects_v2(Bucket=bucket, Prefix=prefix).get("Contents", []):
+        if obj["Key"].endswith(store_mod.MANIFEST):
+            body = client.get_object(Bucket=bucket, Key=obj["Key"])["Body"].read()
+            out[obj["Key"][len(prefix) + 1 : -len(store_mod.MANIFEST) - 1]] = json.loads(body)
+    return out
+
+
+def ok(run: Run) -> None:
+    assert run.result.returncode == 0, run.why()
+    assert "verdict: reproduced" in run.result.stderr
+    # with a store: stage push waits for the uploads started in stage convert
+    assert run.stages == [(name, "ok") for name in [*NODE_STAGES, "push"]], run.stages
+
+
+# ---- the store: a cold node fills it; after prepare, the second run downloads and converts nothing
+
+
+def test_a_cold_node_builds_the_rows_in_the_image_converts_and_fills_the_store(
+    node, hub, tiny, s3, test_image, container_run_args, tmp_path
+):
+    recipe = recipe_file(
+        tmp_path,
+        test_image,
+        tiny,
+        run_prefix='echo "token-in-training=$(printenv HF_TOKEN || echo absent)"',
+    )
+    run = Run(
+        recipe, profile_file(tmp_path, node, container_run_args, "a", store=s3), tmp_path / "runs"
+    )
+    ok(run)
+    assert run.sources() == {
+        "rows": "build",
+        "tokenizer": "hub",
+        "dataset": "hub",
+        "hf_ckpt": "hub",
+        "torch_dist": "convert",
+    }
+    cache = tmp_path / "cache-a"
+    (rows,) = (cache / "rows").glob("*.parquet")
+    assert store_mod.file_sha256(rows) == tiny[1]["parquet_sha256"]  # built in the image, checked
+    assert "built on this node" in json.loads(Path(f"{rows}.build.json").read_text())["made_of"]
+    assert run.converted()
+    # where the GPU-hours went: every stage, the window inside training, collect and release,
+    # adding up to the run's GPU-hours (result.yaml and report.md)
+    result = yaml.safe_load((run.rd / "result.yaml").read_text())
+    split = result["provenance"]["gpu_hours_by_stage"]
+    want = ["acquire", *NODE_STAGES, "window", "push", "collect", "release"]
+    assert [k for k in split if k != "between"] == want, split
+    assert sum(split.values()) == pytest.approx(result["provenance"]["unrounded"]["gpu_hours"])
+    report = (run.rd / "report.md").read_text()
+    assert "## Where the GPU-hours went" in report and "| convert |" in report
+    # the node kept what it built and converted, and the checkpoint it fetched, in the store
+    keys = sorted(s3_manifests(s3))
+    assert [k.split("/")[0] for k in keys] == ["hf", "rows", "torch_dist"], keys
+    assert "warning" not in run.node_log
+    # HF_TOKEN reached the host's Hub requests, never the CDN, and no container
+    assert {r.auth for r in hub.requests if r.server == "hub"} == {"Bearer hf_canary"}
+    assert {r.auth for r in hub.requests if r.server == "cdn"} == {None}
+    assert "token-in-training=absent" in (run.rd / "logs" / "train.log").read_text()
+    assert "-e HF_TOKEN" not in (run.rd / "node.sh").read_text()
+    # the rows (CPU) came before the checkpoint's download
+    order = [r for r in hub.file_requests() if r.range != "bytes=0-0"]
+    shard = {
+        hashlib.sha256(d).hexdigest() for n, d in tiny[0].checkpoint.items() if "safetensors" in n
+    }
+    shards = [i for i, r in enumerate(order) if r.path[len("/blob/") :] in shard]
+    inputs = [i for i, r in enumerate(order) if "tiny-sft" in r.path or "tiny-tokenizer" in r.path]
+    assert shards and inputs and max(inputs) < min(shards)
+
+
+def test_prepare_then_a_run_converts_once_and_the_next_downloads_and_converts_nothing(
+    node, hub, tiny, s3, test_image, container_run_args, tmp_path
+):
+    recipe = recipe_file(tmp_path, test_image, tiny)
+    prepared = cli(
+        "prepare", str(recipe), "--store", s3, "--work-dir", str(tmp_path / "prepare"),
+        "--test-encoder", "builtin:whitespace-test",
+    )  # fmt: skip
+    assert prepared.returncode == 0, prepared.stderr
+    assert "torch_dist" not in "".join(s3_manifests(s3))  # prepare converts nothing (no GPU)
+    hub.requests.clear()
+
+    first = Run(
+        recipe, profile_file(tmp_path, node, container_run_args, "a", store=s3), tmp_path / "runs"
+    )
+    ok(first)
+    assert first.sources() == {
+        "rows": "store",
+        "hf_ckpt": "store",
+        "torch_dist": "convert",
+        "tokenizer": "not-needed",
+        "dataset": "not-needed",
+    }
+    assert first.converted() and hub.file_requests() == []  # the Hub's listing only (below)
+    assert all(r.path.startswith("/api/models/test-org/tiny-model/revision/") for r in hub.requests)
+    assert any(k.startswith("torch_dist/") for k in s3_manifests(s3))  # kept for the next run
+
+    second = Run(
+        recipe, profile_file(tmp_path, node, container_run_args, "b", store=s3), tmp_path / "runs"
+    )
+    ok(second)
+    assert second.sources()["torch_dist"] == "store"
+    # no file from the Hub: only the listing the store's checkpoint is checked against (its LFS
+    # sha256 for the pinned commit, docs/assets.md)
+    assert hub.file_requests() == []
+    assert all(r.path.startswith("/api/models/test-org/tiny-model/revision/") for r in hub.requests)
+    assert not second.converted()
+    converted = tmp_path / "cache-b" / "torch_dist"
+    (done,) = converted.iterdir()
+    assert (done / "latest_checkpointed_iteration.txt").read_text() == "release"
+
+
+# ---- failing early, and cheaply
+
+
+@pytest.mark.parametrize(
+    "case, code, needle",
+    [
+        ("no-such-revision", 1, "the revision does not exist"),
+        ("gated-without-token", 1, "gated repository and no HF_TOKEN"),
+        ("hub-down-store-empty", 3, "no manifest"),
+    ],
+)
+def test_an_asset_nobody_can_supply_fails_in_resolve_before_the_image_pull(
+    node, hub, tiny, s3, test_image, container_run_args, tmp_path, monkeypatch, case, code, needle
+):
+    def edit(raw):
+        if case == "no-such-revision":
+            raw["result"]["active_params"]["revision"] = "f" * 40
+
+    if case == "gated-without-token":
+        hub.repos[("model", "test-org/tiny-model")].gated = "manual"
+        monkeypatch.delenv("HF_TOKEN")
+    if case == "hub-down-store-empty":
+        hub.stop()  # nothing answers at HF_ENDPOINT any more
+    docker("rmi", "-f", test_image.ref, check=False)
+    recipe = recipe_file(tmp_path, test_image, tiny, edit)
+    run = Run(
+        recipe, profile_file(tmp_path, node, container_run_args, "a", store=s3), tmp_path / "runs"
+    )
+    assert run.result.returncode == code, run.why()
+    err = run.result.stderr
+    assert (
+        "in stage resolve" in err and "asset hf_ckpt (result.active_params.source/revision)" in err
+    )
+    assert "tried:" in err and "store s3://" in err and needle in err
+    assert run.stages == [("preflight", "ok"), ("resolve", "failed")]  # no image stage
+    assert run.stage_seconds("resolve") < 60
+    assert docker("image", "inspect", test_image.ref, check=False).returncode != 0  # no pull
+    assert {r.range for r in hub.file_requests()} <= {"bytes=0-0"}  # nothing downloaded
+    assert not any((tmp_path / "cache-a").rglob("*.safetensors"))
+
+
+def test_rows_that_differ_from_the_recipe_stop_the_run_before_the_checkpoint_download(
+    node, hub, tiny, test_image, container_run_args, tmp_path
+):
+    def edit(raw):
+        raw["workload"]["dataset"]["build"]["parquet_sha256"] = "e" * 64
+
+    run = Run(
+        recipe_file(tmp_path, test_image, tiny, edit),
+        profile_file(tmp_path, node, container_run_args, "a"),
+        tmp_path / "runs",
+    )
+    assert run.result.returncode == 1, run.why()
+    assert "in stage assets" in run.result.stderr
+    log = (run.rd / "logs" / "assets.log").read_text()
+    assert f"parquet_sha256: built {tiny[1]['parquet_sha256']}" in log and "e" * 64 in log
+    assert run.stages[-1] == ("assets", "failed") and ("ray", "ok") not in run.stages
+    # the build's own directory keeps what it made; nothing took $SFT_DATA's name
+    cache = tmp_path / "cache-a"
+    assert len(list(cache.glob(".incoming/*/rows/rows.parquet.mismatch"))) == 1
+    assert not list((cache / "rows").glob("*.parquet*"))
+    assert not [r for r in hub.file_requests() if "tiny-model" in r.path and r.range != "bytes=0-0"]
+
+
+def test_a_cache_holding_another_revision_is_named_and_left_alone(
+    node, hub, tiny, test_image, container_run_args, tmp_path
+):
+    other = tmp_path / "elsewhere" / "tiny-model"
+    other.mkdir(parents=True)
+    (other / "config.json").write_text("{}")
+    identity = {
+        "kind": "hf-snapshot",
+        "repo_type": "model",
+        "repo": "test-org/tiny-model",
+        "revision": OTHER_REV,
+        "include": None,
+    }
+    store_mod.write_local_manifest(other, store_mod.make_manifest(other, identity))
+    before = sorted((p.name, p.read_bytes()) for p in other.iterdir())
+    profile = profile_file(tmp_path, node, container_run_args, "a", assets={"hf_ckpt": str(other)})
+    run = Run(recipe_file(tmp_path, test_image, tiny), profile, tmp_path / "runs")
+    assert run.result.returncode == 1, run.why()
+    assert run.stages == [("preflight", "ok"), ("resolve", "failed")]
+    assert "holds" in run.result.stderr and OTHER_REV in run.result.stderr
+    assert sorted((p.name, p.read_bytes()) for p in other.iterdir()) == before
+
+
+# ---- a store that lies
+
+
+@pytest.fixture
+def prepared_dir_store(hub, tiny, test_image, tmp_path):
+    """A directory store filled by `reproduce prepare` (tampered with by the tests below)."""
+    store = tmp_path / "store"
+    recipe = recipe_file(tmp_path, test_image, tiny)
+    done = cli(
+        "prepare", str(recipe), "--store", str(store), "--work-dir", str(tmp_path / "prepare"),
+        "--test-encoder", "builtin:whitespace-test",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    hub.requests.clear()
+    return recipe, store
+
+
+@pytest.mark.parametrize("how, code", [("bytes-changed", 1), ("object-missing", 3)])
+def test_a_store_object_that_differs_or_is_missing_is_refused(
+    node, hub, prepared_dir_store, test_image, container_run_args, tmp_path, how, code
+):
+    recipe, store = prepared_dir_store
+    (shard,) = store.glob("hf/models/*/model-00001-of-00002.safetensors")
+    if how == "bytes-changed":
+        data = bytearray(shard.read_bytes())
+        data[100] ^= 1
+        shard.write_bytes(bytes(data))  # same size: only the sha256 tells
+    else:
+        shard.unlink()
+    profile = profile_file(tmp_path, node, container_run_args, "a", store=str(store))
+    run = Run(recipe, profile, tmp_path / "runs")
+    assert run.result.returncode == code, run.why()
+    assert "in stage assets" in run.result.stderr and run.stages[-1] == ("assets", "failed")
+    assert "model-00001-of-00002.safetensors" in (run.rd / "logs" / "assets.log").read_text()
+    for ckpt in (tmp_path / "cache-a" / "hf").glob("test-org--tiny-model@*"):
+        assert store_mod.read_local_manifest(ckpt) is None  # the cache was not made to trust it
+    assert hub.file_requests() == []  # the store was the plan: no silent fall-back to the Hub
+    assert not run.converted()

@@ -1,0 +1,240 @@
+"""Input hardening of recipe and profile files: whatever the file, a quick, bounded, clear refusal.
+
+- a YAML alias bomb (a few KB standing for billions of nodes) is refused before anything expands
+  it, the validation cache's key included;
+- a FIFO, a device or a huge file is refused without reading it (a FIFO would hang the reader);
+- schema patterns match the whole text: an env key "NCCL_DEBUG\\n" is not a variable name;
+- an integer is an integer: `count: 8.0` is refused;
+- text that names a cache directory on the node (the checkpoint revision, the rows' build name,
+  the Hugging Face repository, the model when no repository is named) cannot climb out with `..`.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import tracemalloc
+from pathlib import Path
+
+import pytest
+import yaml
+from support.cli import SEED, reproduce
+
+from launcher.errors import BadInput
+from launcher.inputs.recipe import load_recipe
+from launcher.inputs.yamlschema import MAX_FILE_BYTES
+
+
+def seed() -> dict:
+    return yaml.safe_load(SEED.read_text())
+
+
+def write(tmp_path: Path, raw: dict | str, name: str = "recipe.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(raw if isinstance(raw, str) else yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+def alias_bomb() -> str:
+    """Nine levels of nine aliases each: 9 KB of text, 9**9 (387 million) leaves when expanded."""
+    lines = ["schema_version: 1", "a0: &a0 [" + ", ".join(["x" * 90] * 9) + "]"]
+    for i in range(1, 10):
+        lines.append(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]")
+    return "\n".join(lines) + "\n" + "#" * (9000 - sum(map(len, lines))) + "\n"
+
+
+def test_an_alias_bomb_is_refused_quickly_with_bounded_memory(tmp_path):
+    path = write(tmp_path, alias_bomb())
+    assert 8_000 < path.stat().st_size < 10_500
+    tracemalloc.start()
+    started = time.monotonic()
+    with pytest.raises(BadInput, match="anchors or aliases"):
+        load_recipe(path)
+    elapsed = time.monotonic() - started
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert elapsed < 1.0 and peak < 20 * 2**20
+    res = reproduce("validate", path)  # the CLI, cache and all
+    assert res.code == 2 and "line 2" in res.err and "Traceback" not in res.err
+
+
+def test_a_single_alias_is_refused_too_naming_its_line(tmp_path):
+    text = SEED.read_text().replace(
+        "  count: 8\n  per_node: 8\n", "  count: &n 8\n  per_node: *n\n"
+    )
+    res = reproduce("validate", write(tmp_path, text))
+    assert res.code == 2 and "anchor" in res.err and "write the value out" in res.err
+
+
+def test_a_fifo_is_refused_at_once_instead_of_hanging(tmp_path):
+    fifo = tmp_path / "recipe.yaml"
+    os.mkfifo(fifo)
+    done: list[object] = []
+    worker = threading.Thread(target=lambda: done.append(_load(fifo)), daemon=True)
+    worker.start()
+    worker.join(5)
+    assert done and isinstance(done[0], BadInput) and "not a regular file" in str(done[0])
+    res = reproduce("validate", fifo, timeout=20)
+    assert res.code == 2 and "not a regular file" in res.err
+
+
+def _load(path: Path) -> object:
+    try:
+        return load_recipe(path)
+    except BadInput as err:
+        return err
+
+
+def test_a_file_over_the_size_cap_is_refused_unread(tmp_path):
+    path = tmp_path / "recipe.yaml"
+    with open(path, "wb") as fh:
+        fh.truncate(MAX_FILE_BYTES + 1)  # sparse: nothing to read, and nothing is read
+    res = reproduce("validate", path)
+    assert res.code == 2 and f"at most {MAX_FILE_BYTES} bytes" in res.err
+    res = reproduce(SEED, "--cluster", path, "--dry-run")  # profiles are read the same way
+    assert res.code == 2 and f"at most {MAX_FILE_BYTES} bytes" in res.err
+
+
+def test_an_env_key_with_a_trailing_newline_is_not_a_variable_name(tmp_path):
+    raw = seed()
+    raw["env"]["NCCL_DEBUG\n"] = "WARN"
+    res = reproduce("validate", write(tmp_path, raw))
+    assert res.code == 2 and "not a shell variable name" in res.err
+
+
+def test_a_digest_with_a_trailing_newline_is_refused(tmp_path):
+    raw = seed()
+    raw["stack"]["image"] = {"repository": "radixark/miles", "digest": "sha256:" + "a" * 64 + "\n"}
+    res = reproduce("validate", write(tmp_path, raw))
+    assert res.code == 2 and "- stack.image.digest:" in res.err
+
+
+@pytest.mark.parametrize(
+    "where, value",
+    [(("gpu", "count"), 8.0), (("gpu", "per_node"), 8.0), (("result", "steps_per_run"), 20.0)],
+)
+def test_a_float_with_no_fraction_is_not_an_integer(tmp_path, where, value):
+    raw = seed()
+    raw[where[0]][where[1]] = value
+    res = reproduce("validate", write(tmp_path, raw))
+    assert res.code == 2 and f"- {'.'.join(where)}: expected an integer" in res.err, res.err
+
+
+@pytest.mark.parametrize(
+    "where, value, field",
+    [
+        (("result", "active_params", "revision"), "../../../etc", "result.active_params.revision"),
+        (("result", "active_params", "revision"), "main/../x", "result.active_params.revision"),
+        (("result", "active_params", "source"), "https://huggingface.co/../..", None),
+        (("workload", "dataset", "build", "name"), "../rows", "workload.dataset.build.name"),
+    ],
+)
+def test_names_that_reach_cache_paths_cannot_climb_out(tmp_path, where, value, field):
+    raw = seed()
+    node = raw
+    for key in where[:-1]:
+        node = node[key]
+    node[where[-1]] = value
+    res = reproduce("validate", write(tmp_path, raw))
+    assert res.code == 2 and "Traceback" not in res.err, res
+    assert f"- {field or '.'.join(where)}:" in res.err, res.err
+
+
+def test_the_model_names_the_cache_directory_when_no_repository_does(tmp_path):
+    raw = seed()
+    raw["result"]["active_params"]["source"] = "measured by hand"
+    raw["model"] = "../../qwen"
+    res = reproduce("validate", write(tmp_path, raw))
+    assert res.code == 2 and "- model:" in res.err
+    raw["model"] = "Qwen3-30B-A3B"
+    assert reproduce("validate", write(tmp_path, raw)).code == 0
+
+
+def test_a_commit_revision_and_a_tag_are_accepted(tmp_path):
+    raw = seed()
+    for revision in ("ad44e777bcd18fa416d9da3bd8f70d33ebb85d39", "v1.0", None):
+        raw["result"]["active_params"]["revision"] = revision
+        assert reproduce("validate", write(tmp_path, raw)).code == 0, revision
+
+
+def test_a_pass_remembered_before_a_stricter_validator_is_not_reused(tmp_path, monkeypatch):
+    """The validation cache is keyed on the validator's version: 8.0 once passed as an integer."""
+    from launcher.inputs import yamlschema
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("REPRODUCE_NO_CACHE", raising=False)
+    raw = seed()
+    raw["gpu"]["count"] = 8.0
+    old = yamlschema._VALIDATOR_VERSION
+    monkeypatch.setattr(yamlschema, "_VALIDATOR_VERSION", old - 1)
+    cache = yamlschema._cache_dir()
+    assert cache is not None
+    cache.mkdir(parents=True)
+    from launcher.inputs.recipe import recipe_schema
+
+    (cache / yamlschema._validity_key(raw, recipe_schema())).touch()  # an older pass
+    monkeypatch.setattr(yamlschema, "_VALIDATOR_VERSION", old)
+    with pytest.raises(BadInput, match="expected an integer"):
+        load_recipe(write(tmp_path, raw))
+
+
+# --- a recipe's env may not set what the launcher uses to check or control the run (issue 19) ---
+
+RESERVED = [
+    "REPRODUCE_IMAGE_DIGEST",  # the Ray nodes' word on their image
+    "REPRODUCE_OUT_DIR",
+    "REPRODUCE_ROW_TOKENS",  # what the rollout checks the rows against
+    "REPRODUCE_ANYTHING_NEW",  # the whole prefix, not a list of today's names
+    "SFT_DATA",
+    "HF_CKPT",
+    "NODE_RUN_DIR",
+    "RAY_ADDRESS",
+    "RAY_DEDUP_LOGS",
+    "CUDA_VISIBLE_DEVICES",
+    "HF_ENDPOINT",
+    "AWS_ENDPOINT_URL",
+]
+
+
+@pytest.mark.parametrize("name", RESERVED)
+def test_a_recipe_env_that_sets_a_launcher_variable_is_refused(tmp_path, name):
+    raw = seed()
+    raw["env"][name] = "sha256:" + "4" * 64
+    path = write(tmp_path, raw)
+    with pytest.raises(BadInput, match=rf"env\.{name}: sets {name}, ") as info:
+        load_recipe(path)
+    assert str(path) in str(info.value) and "removed from env" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "profile", sorted(p.name for p in (SEED.parents[3] / "env").glob("*.yaml"))
+)
+def test_every_target_refuses_it_with_exit_2_naming_the_field(tmp_path, profile):
+    raw = seed()
+    raw["env"]["REPRODUCE_IMAGE_DIGEST"] = raw["stack"].get("image", {}).get("digest", "x")
+    path = write(tmp_path, raw)
+    res = reproduce(path, "--cluster", SEED.parents[3] / "env" / profile, "--dry-run")
+    assert res.code == 2, res.err
+    assert "env.REPRODUCE_IMAGE_DIGEST" in res.err and "Traceback" not in res.err
+    res = reproduce("validate", path)
+    assert res.code == 2 and "env.REPRODUCE_IMAGE_DIGEST" in res.err
+
+
+def test_the_variable_a_ray_profile_names_for_the_digest_is_refused_too(tmp_path):
+    from support.ray_cluster import ray_profile
+
+    from launcher.inputs.profile import load_profile
+    from launcher.plan.plan import build_plan
+
+    raw = seed()
+    raw["env"]["CLUSTER_IMAGE_SHA"] = "sha256:" + "4" * 64
+    recipe = load_recipe(write(tmp_path, raw))  # another profile may use the name freely
+    profile = load_profile(ray_profile(tmp_path, image_digest_env="CLUSTER_IMAGE_SHA"))
+    with pytest.raises(BadInput, match=r"env\.CLUSTER_IMAGE_SHA: .*image_digest_env"):
+        build_plan(recipe, profile)
+
+
+def test_the_seed_and_every_shipped_recipe_still_load():
+    for path in sorted(SEED.parents[3].glob("recipes/**/*.yaml")):
+        load_recipe(path)

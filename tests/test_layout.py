@@ -1,0 +1,195 @@
+"""The layout's promises (docs/architecture.md, "Module map"), checked on the code as it is.
+
+- Folders are layers, in the order a recipe becomes a verdict and a page; no import runs back up:
+  a module never imports from a folder above its own, function-level and TYPE_CHECKING imports
+  included (a lazy import is still a dependency), and two folders of one layer never import each
+  other.
+- No import cycle between modules.
+- No module over 600 lines; at most 6 modules at the top of launcher/.
+Each failure names the file and line, so the fix is found without reading this test.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PKG = REPO / "launcher"
+
+# Bottom to top. A module may import its own folder and any folder of a LOWER layer, never one of
+# its own layer's other folders or a higher one. "" is the ground: launcher/*.py at the top.
+LAYERS: list[tuple[str, ...]] = [
+    ("",),  # errors, resources, catalog: what everything stands on
+    ("inputs",),  # recipe, profile, run block, stack, YAML/schema loading
+    ("judge",),  # pure: parse, evidence, measure, verdict, convergence
+    ("records",),  # the run directory, runs read back, the history database
+    ("plan",),  # Recipe + Profile -> Plan, the node script, the node protocol's text
+    ("cost",),  # estimate, cost gate, budget
+    ("clusters",),  # local, ssh, aws, ray: acquire, reach, release; the Execution seam
+    ("pages",),  # everything people read: report.md/png, report.html, history pages
+    ("results",),  # a finished run measured and written, attested, verified
+    ("prepare", "runner"),  # work before a run (assets, image); driving a Plan to its verdict
+    ("commands",),  # the CLI and the command bodies: printing and exit codes
+]
+ENTRY_POINTS = {"launcher/__main__.py"}  # `python -m launcher` is the CLI: it sits above all
+
+
+def _rank() -> dict[str, int]:
+    return {folder: i for i, layer in enumerate(LAYERS) for folder in layer}
+
+
+def _modules() -> dict[str, Path]:
+    mods = {}
+    for path in PKG.rglob("*.py"):
+        parts = list(path.relative_to(REPO).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        mods[".".join(parts)] = path
+    return mods
+
+
+def _type_only_lines(tree: ast.Module) -> set[int]:
+    """Lines of imports under `if TYPE_CHECKING:`: a dependency (layering), never executed."""
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for inner in node.body:
+                for sub in ast.walk(inner):
+                    if isinstance(sub, (ast.Import, ast.ImportFrom)):
+                        lines.add(sub.lineno)
+    return lines
+
+
+def _imports(
+    path: Path, name: str, mods: dict[str, Path], *, executed_only: bool = False
+) -> list[tuple[int, str]]:
+    """Every launcher module `path` imports, wherever the import statement stands (only those
+    that run, with `executed_only`: not the ones under TYPE_CHECKING)."""
+    is_pkg = path.name == "__init__.py"
+    package = name if is_pkg else name.rpartition(".")[0]
+    found: list[tuple[int, str]] = []
+    tree = ast.parse(path.read_text(), str(path))
+    skip = _type_only_lines(tree) if executed_only else set()
+    for node in ast.walk(tree):
+        if getattr(node, "lineno", None) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names if a.name.startswith("launcher")]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if not target.startswith("launcher"):
+                continue
+            for alias in node.names:
+                sub = f"{target}.{alias.name}"
+                found.append((node.lineno, sub if sub in mods else target))
+    return found
+
+
+def _folder(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 or (len(parts) == 2 and (PKG / parts[1]).is_dir()) else ""
+
+
+def test_no_import_runs_back_up_the_layers():
+    rank, mods = _rank(), _modules()
+    unknown = sorted({_folder(m) for m in mods} - set(rank))
+    assert not unknown, f"folders of launcher/ in no layer of this test's LAYERS: {unknown}"
+    wrong = []
+    for name, path in sorted(mods.items()):
+        rel = str(path.relative_to(REPO))
+        if rel in ENTRY_POINTS:
+            continue
+        here = _folder(name)
+        for line, target in _imports(path, name, mods):
+            there = _folder(target)
+            if there == here:
+                continue
+            if rank[there] >= rank[here]:
+                wrong.append(f"{rel}:{line}: {here or 'launcher/'} imports {target} ({there})")
+    assert not wrong, "imports that run up or across the layers:\n" + "\n".join(wrong)
+
+
+def test_no_import_cycle():
+    """Imports that run (function-level ones included) form no circle; a type-only import under
+    TYPE_CHECKING never runs, so two modules may name each other's types."""
+    mods = _modules()
+    graph = {
+        name: {
+            t for _, t in _imports(path, name, mods, executed_only=True) if t in mods and t != name
+        }
+        for name, path in mods.items()
+    }
+    cycles = [scc for scc in _sccs(graph) if len(scc) > 1]
+    assert not cycles, "import cycles: " + "; ".join(" -> ".join(sorted(c)) for c in cycles)
+
+
+def _sccs(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Tarjan's strongly connected components, iterative (no recursion limit to meet)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+    counter = 0
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on.discard(w)
+                    comp.append(w)
+                    if w == node:
+                        break
+                out.append(comp)
+    return out
+
+
+@pytest.mark.parametrize("tree", ["launcher", "scripts"])
+def test_no_module_over_600_lines(tree):
+    long = [
+        f"{p.relative_to(REPO)}: {n} lines"
+        for p in sorted((REPO / tree).rglob("*.py"))
+        if (n := len(p.read_text().splitlines())) > 600
+    ]
+    assert not long, "modules over 600 lines (split them by job):\n" + "\n".join(long)
+
+
+def test_the_top_of_launcher_holds_at_most_six_modules():
+    top = sorted(p.name for p in PKG.glob("*.py"))
+    assert len(top) <= 6, f"launcher/ has {len(top)} modules at its top: {top}"
+
+
+def test_the_tiny_cycle_finder_finds_a_cycle():
+    """The cycle check can fail: a two-module circle is found, a chain is not."""
+    assert [sorted(c) for c in _sccs({"a": {"b"}, "b": {"a"}}) if len(c) > 1] == [["a", "b"]]
+    assert not [c for c in _sccs({"a": {"b"}, "b": set()}) if len(c) > 1]
