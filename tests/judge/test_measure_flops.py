@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from log_shapes_support import FIXTURES
+from support.log_shapes import FIXTURES
 from support.measure import seed_recipe
 
 from launcher.judge.flops import per_token

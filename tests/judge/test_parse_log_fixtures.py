@@ -1,5 +1,5 @@
 """One fixture log per shape of step and perf line that a tagged miles or slime release prints,
-and per failure shape, each measured to the figures its model gives (tests/log_shapes_support.py;
+and per failure shape, each measured to the figures its model gives (tests/support/log_shapes.py;
 docs/miles-log.md, "Which version prints what").
 
 Issue 20's cases are here: a slime v0.1.0 log (`perf/total_train_time`) is measured, not FAILED;
@@ -17,7 +17,7 @@ import sys
 
 import pytest
 import yaml
-from log_shapes_support import FIXTURE_RUNS, FIXTURES, REPO, expected, render
+from support.log_shapes import FIXTURE_RUNS, FIXTURES, REPO, expected, render
 from support.measure import SEED, seed_recipe
 
 from launcher.judge.parse.shapes import SHAPES
@@ -42,7 +42,7 @@ def test_every_shape_of_the_table_has_a_fixture():
 
 @pytest.mark.parametrize("name", NAMES)
 def test_the_fixture_is_its_model_rendered(name):
-    # The files are what the model renders (regenerate: python tests/log_shapes_support.py).
+    # The files are what the model renders (regenerate: python tests/support/log_shapes.py).
     run = FIXTURE_RUNS[name]
     assert (FIXTURES / f"{name}.log").read_text() == render(run)
     assert yaml.safe_load((FIXTURES / f"{name}.expected.yaml").read_text()) == expected(run)

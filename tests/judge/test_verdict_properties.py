@@ -1,4 +1,4 @@
-"""Property tests: logs built from a model of a run (tests/log_shapes_support.py's `Run`: every
+"""Property tests: logs built from a model of a run (tests/support/log_shapes.py's `Run`: every
 version's shape, steps, times, losses, NaNs, skipped optimizer steps, errors, replayed steps,
 missing keys, noise lines, a critic's steps), drawn at random, against the verdict's promises
 (docs/measurement.md, "Fail closed" and "One gate"):
@@ -23,7 +23,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.configuration import set_hypothesis_home_dir
-from log_shapes_support import FIXTURES, Run, losses_of, render, times_of
+from support.log_shapes import FIXTURES, Run, losses_of, render, times_of
 from support.measure import seed_recipe
 
 from launcher.commands.measure import run_compare

@@ -1,13 +1,13 @@
 """Logs of miles and slime, written from a model of a run in each version's shape.
 
 Why a model and not copied logs: every line here is printed the way the source prints it (the
-shape table is launcher/judge/parse/shapes.py; docs/miles-log.md, "Which version prints what", names the
-file and commit of each fact), from a run described by `Run`: its steps, times, losses, the
+shape table is launcher/judge/parse/shapes.py; docs/miles-log.md, "Which version prints what",
+names the file and commit of each fact), from a run described by `Run`: its steps, times, losses, the
 version's shape, and what went wrong (NaN, skipped optimizer steps, an OOM, a replayed step with
 another loss, missing keys, noise lines, a critic's steps). The fixtures under tests/data/logs/
-are `Run`s rendered by this module (regenerate: `python tests/log_shapes_support.py`), each with
+are `Run`s rendered by this module (regenerate: `python tests/support/log_shapes.py`), each with
 its expected figures computed here from the model, never by the launcher; the property tests
-(tests/test_verdict_properties.py) draw `Run`s at random.
+(tests/judge/test_verdict_properties.py) draw `Run`s at random.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]  # runnable as a script too: not via support.paths
 FIXTURES = REPO / "tests" / "data" / "logs"
 START = 1792576800.0  # 2026-10-21 10:00:00 UTC
 TOKENS_PER_STEP = 128 * 8192  # the seed's global batch x row tokens
