@@ -65,9 +65,10 @@ class Tolerance:
 # "The policy"), an attestation records it in measure.json and `reproduce verify` re-measures
 # only under the same one (docs/attestation.md). Bump the version whenever a rule or default
 # changes a figure or a status for the same inputs, so two verdicts are comparable exactly when
-# their policies are.
+# their policies are. v2: issue 20's fail-closed rules (an error that ended training, a frozen
+# loss, a skipped optimizer step, half-read lines; a run with no step is incomplete, not failed).
 POLICY_NAME = "reproduce-verdict"
-POLICY_VERSION = 1
+POLICY_VERSION = 2
 POLICY_RULES = (
     "unreadable: nothing in the log is miles', or no step carries a step time it knows",
     "failed: the log shows training failing (NaN/inf loss, grad norm or step time, a loss frozen "
