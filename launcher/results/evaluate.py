@@ -192,6 +192,14 @@ def write_report(
     return path
 
 
+def result_yaml(result: Result, verdict: Verdict) -> dict:
+    """result.yaml's content: the result's figures and provenance, with the policy they were
+    judged under. One function, so the file written and the one `verify` re-measures agree."""
+    data = result.to_result_yaml()
+    data["provenance"]["policy"] = verdict.policy
+    return data
+
+
 def remeasure(
     log: Path,
     recipe: Recipe,
@@ -317,9 +325,7 @@ def write_outputs(
     if convergence is not None:
         _write_json(out / Files.CONVERGENCE, convergence.to_dict())
     write_steps_jsonl(out / Files.STEPS, records)
-    data = result.to_result_yaml()
-    data["provenance"]["policy"] = verdict.policy  # the rules the figures were judged under
-    write_atomic(out / Files.RESULT, yaml.safe_dump(data, sort_keys=False))
+    write_atomic(out / Files.RESULT, yaml.safe_dump(result_yaml(result, verdict), sort_keys=False))
     _write_json(out / Files.VERDICT, verdict.to_dict())
     write_report(out, result, verdict, recipe, records, convergence, plots=plots)
 
