@@ -15,15 +15,15 @@ from pathlib import Path
 from launcher.errors import BadInput
 from launcher.inputs.recipe import load_recipe
 from launcher.judge.convergence import check, loss_curve
+from launcher.judge.gate import LogEvidence, argument_differences
 from launcher.judge.verdict import DEFAULT_TOLERANCE_PERCENT, Tolerance
 from launcher.pages.report import render_convergence, render_summary
 from launcher.results.evaluate import (
     RECIPE_FILE,
     check_input,
     json_safe,
-    load_records,
     measure_path,
-    recipe_identity,
+    read_log,
 )
 
 UNREADABLE_EXIT = BadInput.exit_code
@@ -79,6 +79,40 @@ def run_measure(
     return 0 if verdict.reproduced else 1
 
 
+def _identity(cand: LogEvidence, ref: LogEvidence, allow_different: bool) -> str:
+    """What says the two logs are runs of one recipe: the recipes of run directories, and the
+    arguments both logs printed (Megatron's listing). BadInput when they differ, unless asked."""
+    hint = "Pass --allow-different-recipes to compare them anyway."
+    if cand.recipe and ref.recipe and cand.recipe != ref.recipe and not allow_different:
+        raise BadInput(
+            f"{cand.path} is a run of {cand.recipe}, {ref.path} a run of {ref.recipe}: "
+            "different recipes, whose loss curves say nothing about each other.",
+            hint=hint,
+        )
+    differ = argument_differences(cand, ref)
+    if differ and not allow_different:
+        raise BadInput(
+            f"{cand.path} and {ref.path} printed different arguments ({'; '.join(differ[:6])}): "
+            "runs of different recipes, whose loss curves say nothing about each other.",
+            hint=hint,
+        )
+    compared = len(set(cand.arguments) & set(ref.arguments))
+    printed = f"; printed arguments: {compared} compared, {len(differ)} differ" if compared else ""
+    if cand.recipe and ref.recipe:
+        if cand.recipe != ref.recipe:
+            return f"different recipes, compared as asked: {cand.recipe} and {ref.recipe}{printed}"
+        return f"the same recipe: {cand.recipe}{printed}"
+    if compared and not differ:
+        return f"the same printed arguments ({compared} compared); no recipe.yaml says which recipe"
+    if differ:
+        return f"different printed arguments, compared as asked: {'; '.join(differ[:6])}"
+    bare = " and ".join(str(e.path) for e in (cand, ref) if e.recipe is None)
+    return (
+        f"not checked: {bare} does not say which recipe it ran (a log, or no recipe.yaml), and "
+        "the two logs do not both print an arguments listing"
+    )
+
+
 def run_compare(
     candidate: Path,
     reference: Path,
@@ -89,34 +123,28 @@ def run_compare(
 ) -> int:
     """Print every figure of the convergence check; return 0 on pass, 1 on fail.
 
-    Two runs of different recipes are refused (BadInput) unless allowed: their loss curves
-    passing the check would say nothing about either recipe. A bare log does not say which
-    recipe it ran, and the output says that this was not checked.
+    Both logs are read through the gate (launcher/judge/gate.py), as `measure` reads them: an
+    unreadable log is bad input (exit 2, as `measure` says), and a log whose steps carry two
+    different values, or lines only half understood, never passes. Two runs of different recipes
+    (by their recipe.yaml, or by the arguments both printed) are refused (BadInput) unless
+    allowed: their loss curves passing the check would say nothing about either recipe.
     """
-    ids = {"candidate": recipe_identity(check_input(candidate))}
-    ids["reference"] = recipe_identity(check_input(reference))
-    known = [v for v in ids.values() if v is not None]
-    if len(known) == 2 and known[0] != known[1] and not allow_different_recipes:
-        raise BadInput(
-            f"{candidate} is a run of {ids['candidate']}, {reference} a run of "
-            f"{ids['reference']}: different recipes, whose loss curves say nothing about "
-            "each other.",
-            hint="Pass --allow-different-recipes to compare them anyway.",
-        )
-    if len(known) < 2:
-        bare = " and ".join(
-            str(p) for p, v in zip((candidate, reference), ids.values(), strict=True) if v is None
-        )
-        identity = (
-            f"not checked: {bare} does not say which recipe it ran (a log, or no recipe.yaml)"
-        )
-    elif known[0] != known[1]:
-        identity = f"different recipes, compared as asked: {known[0]} and {known[1]}"
-    else:
-        identity = f"the same recipe: {known[0]}"
-    cand_records, _ = load_records(candidate)
-    ref_records, _ = load_records(reference)
-    result = check(loss_curve(cand_records), loss_curve(ref_records), **thresholds)
+    cand = read_log(check_input(candidate))
+    ref = read_log(check_input(reference))
+    for ev in (cand, ref):
+        if ev.unreadable:
+            raise BadInput(f"{ev.path}: {ev.unreadable}")
+    identity = _identity(cand, ref, allow_different_recipes)
+    result = check(loss_curve(cand.records), loss_curve(ref.records), **thresholds)
+    unsound = [
+        f"{role} {ev.path}: {p}"
+        for role, ev in (("candidate", cand), ("reference", ref))
+        for p in ev.problems()
+    ]
+    if unsound:  # the gate's findings decide before any figure: never a pass
+        result.passed = False
+        result.reasons[:0] = unsound
+    ids = {"candidate": cand.recipe, "reference": ref.recipe}
     if json_out:
         payload = result.to_dict()
         payload["recipes"] = {**ids, "identity": identity}

@@ -325,3 +325,11 @@ def _one_value(ev: Evidence, stats: ParseStats | None) -> None:
                 "checked against them (two logs joined into one?)",
             )
         )
+
+
+def one_value(stats: ParseStats | None) -> list[Disagreement]:
+    """Check 5 alone (two lines for one step that differ, two listings that differ, late lines
+    not checked): what `compare` asks of each log, by the same rule as the verdict."""
+    ev = Evidence()
+    _one_value(ev, stats)
+    return ev.disagreements

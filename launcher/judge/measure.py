@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypeGuard
 
@@ -21,6 +21,8 @@ from launcher.catalog import Price
 from launcher.errors import BadInput
 from launcher.inputs.recipe import Recipe
 from launcher.judge.evidence import Evidence, gather
+from launcher.judge.failures import Findings, find
+from launcher.judge.flops import MEGATRON_SOURCE, per_token
 from launcher.judge.parse.records import ParseStats, StepRecord
 
 MFU_FORMULA = "6 x N_active x tokens/s per GPU / peak (no attention term)"
@@ -70,6 +72,13 @@ class Result:
     parse_stats: dict | None = None
     measured: str | None = None
     evidence: Evidence = field(default_factory=Evidence)
+    findings: Findings = field(default_factory=Findings)  # launcher/judge/failures.py: fail closed
+    noise_band_percent: float | None = None  # 2 x CV / sqrt(n): a difference inside is noise
+    # Megatron-LM's own FLOP count for the same run (launcher/judge/flops.py), beside the
+    # recipe's MFU.
+    megatron_flops_per_token: float | None = None
+    megatron_mfu: float | None = None
+    megatron_note: str | None = None  # why there is no Megatron figure
     unreadable: str | None = (
         None  # why the log could not be read as miles' (then nothing is judged)
     )
@@ -88,6 +97,16 @@ class Result:
                 or "no MFU: no throughput"
             )
         return f"{MFU_FORMULA}; peak {self.peak_flops / 1e12:g} TFLOP/s ({self.peak_source})"
+
+    def megatron(self) -> dict:
+        """Megatron's count of the same run, named as such (never the recipe's `mfu`)."""
+        return {
+            "mfu": self.megatron_mfu,
+            "flops_per_token": self.megatron_flops_per_token,
+            "formula": f"{MEGATRON_SOURCE}; x tokens/s per GPU / the same peak",
+            "recipe_flops_per_token": 6.0 * self.active_params if self.active_params else None,
+            "not_computed": self.megatron_note,
+        }
 
     def to_result_yaml(self) -> dict:
         """The recipe's `result` block shape (same keys, same rounding), plus provenance."""
@@ -130,6 +149,9 @@ class Result:
                 "nan_loss_steps": self.nan_loss_steps,
                 "cross_checks": self.cross_checks,
                 "evidence": self.evidence.to_dict(),
+                "findings": asdict(self.findings),
+                "noise_band_percent": self.noise_band_percent,
+                "megatron_flops": self.megatron(),
                 "unreadable": self.unreadable,
                 "notes": self.notes,
                 "parse": self.parse_stats,
@@ -158,6 +180,9 @@ class Result:
             "mean_step_time_s": self.mean_step_time_s,
             "cross_checks": self.cross_checks,
             "evidence": self.evidence.to_dict(),
+            "findings": asdict(self.findings),
+            "noise_band_percent": self.noise_band_percent,
+            "megatron_flops": self.megatron(),
             "unreadable": self.unreadable,
             "notes": self.notes,
             "parse": self.parse_stats,
@@ -429,6 +454,14 @@ def measure(
         )
 
     evidence = gather(raw, recs, present, parse_stats)
+    megatron = per_token(
+        parse_stats.arguments if parse_stats else {}, int(_require(raw, "workload", "row_tokens"))
+    )
+    megatron_mfu = (
+        megatron.flops_per_token * tps / peak
+        if megatron.flops_per_token is not None and tps is not None and peak
+        else None
+    )
 
     gpu_hours = None
     gpu_hours_source = "no run timeline: no GPU-hours"
@@ -440,6 +473,8 @@ def measure(
         )
 
     steps_expected = claim.get("steps_per_run")
+    expected = steps_expected if isinstance(steps_expected, int) else None
+    noise = 2.0 * cv / math.sqrt(len(times)) if cv is not None and len(times) > 1 else None
     return Result(
         tokens_per_s_per_gpu=tps,
         step_time_cv_percent=cv,
@@ -450,7 +485,7 @@ def measure(
         tokens_per_step=tokens_per_step,
         gpus=gpus,
         steps_parsed=len(steps),
-        steps_expected=steps_expected if isinstance(steps_expected, int) else None,
+        steps_expected=expected,
         last_step=steps[-1] if steps else None,
         window_steps_present=present,
         missing_window_steps=missing,
@@ -473,6 +508,11 @@ def measure(
         parse_stats=parse_stats.to_dict() if parse_stats else None,
         measured=measured,
         evidence=evidence,
+        findings=find(recs, parse_stats, expected),
+        noise_band_percent=noise,
+        megatron_flops_per_token=megatron.flops_per_token,
+        megatron_mfu=megatron_mfu,
+        megatron_note=megatron.reason,
         unreadable=unreadable(recs, parse_stats, failed),
     )
 
@@ -487,9 +527,16 @@ def unreadable(
         return None
     if not recs and not stats.recognised:
         what = "no line of it was recognised"
-    elif recs and stats.train_perf_lines == 0 and all(r.step_time is None for r in recs.values()):
+    elif (
+        recs
+        and all(r.step_time is None for r in recs.values())
+        and (stats.train_perf_lines == 0 or stats.no_step_time)
+    ):
+        half = "; ".join(stats.half_read_examples[:2])
         what = (
-            f"its {len(recs)} step(s) carry no step time (no train `perf` dict with perf/step_time)"
+            f"its {len(recs)} step(s) carry no step time (no train `perf` dict with a step time "
+            "this launcher knows: perf/step_time, perf/total_train_time, or perf/train_wait_time "
+            "+ perf/train_time)" + (f": {half}" if half else "")
         )
     else:
         return None

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from launcher.errors import BadInput
+from launcher.judge.failures import FROZEN_LOSS_STEPS
 
 if TYPE_CHECKING:
     from launcher.inputs.recipe import Recipe
@@ -39,12 +40,6 @@ JUDGED = ("reproduced", "slower", "faster", "unstable")
 # The throughput tolerance, percent either side of the claim: the one definition that the verdict,
 # the CLI's --tolerance-* defaults and the history's regression test all read.
 DEFAULT_TOLERANCE_PERCENT = 3.0
-# The policy that judges a run: the rules of launcher/judge/measure.py and of this module. An
-# attestation records it and `reproduce verify` re-measures only under the same one
-# (docs/attestation.md).
-# Bump the version whenever a rule changes a figure or a status for the same inputs.
-POLICY_NAME = "reproduce-verdict"
-POLICY_VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -65,6 +60,47 @@ class Tolerance:
         }
 
 
+# The policy that judges a run: the rules of launcher/judge/measure.py and of this module, as one
+# named, versioned policy. Every verdict.json and result.yaml records it (docs/measurement.md,
+# "The policy"), an attestation records it in measure.json and `reproduce verify` re-measures
+# only under the same one (docs/attestation.md). Bump the version whenever a rule or default
+# changes a figure or a status for the same inputs, so two verdicts are comparable exactly when
+# their policies are. v2: issue 20's fail-closed rules (an error that ended training, a frozen
+# loss, a skipped optimizer step, half-read lines; a run with no step is incomplete, not failed).
+POLICY_NAME = "reproduce-verdict"
+POLICY_VERSION = 2
+POLICY_RULES = (
+    "unreadable: nothing in the log is miles', or no step carries a step time it knows",
+    "failed: the log shows training failing (NaN/inf loss, grad norm or step time, a loss frozen "
+    f"for {FROZEN_LOSS_STEPS} steps, a skipped optimizer step, an error after which no step "
+    "came, a failed stage, no window step with a step time)",
+    "mismatch: the log is not evidence of this recipe, disagrees with itself, or holds metric "
+    "lines the parser only half understood",
+    "incomplete: window steps missing, the run ended early or was cut, or an error mid-run",
+    "unstable: step-time CV above max(cv_factor x the recipe's CV, cv_floor_percent)",
+    "slower / faster / reproduced: tokens/s per GPU over the window against the claim, "
+    "outside or inside the tolerance",
+)
+
+
+def policy(tolerance: Tolerance | None = None) -> dict:
+    """The policy a verdict was judged under, as recorded beside it; options that differ from
+    the policy's defaults are listed under `overridden`."""
+    tolerance = tolerance if tolerance is not None else Tolerance()
+    default = Tolerance().to_dict()
+    given = tolerance.to_dict()
+    return {
+        "name": POLICY_NAME,
+        "version": POLICY_VERSION,
+        "tolerance": given,
+        "overridden": sorted(k for k in given if given[k] != default[k]),
+        "frozen_loss_steps": FROZEN_LOSS_STEPS,
+        "window": "the recipe's result.window, every step of it required",
+        "noise_band": "2 x step-time CV / sqrt(window steps), percent",
+        "rules": list(POLICY_RULES),
+    }
+
+
 @dataclass
 class Verdict:
     status: str
@@ -73,6 +109,12 @@ class Verdict:
     claimed: dict = field(default_factory=dict)
     measured: dict = field(default_factory=dict)
     tolerance: Tolerance = field(default_factory=Tolerance)
+    noise_band_percent: float | None = None
+    error: str | None = None  # the log line of the error that ended training, when there is one
+
+    @property
+    def policy(self) -> dict:
+        return policy(self.tolerance)
 
     @property
     def reproduced(self) -> bool:
@@ -86,6 +128,9 @@ class Verdict:
             "claimed": self.claimed,
             "measured": self.measured,
             "tolerance": self.tolerance.to_dict(),
+            "policy": self.policy,
+            "noise_band_percent": self.noise_band_percent,
+            "error": self.error,
         }
 
 
@@ -129,8 +174,8 @@ def judge(result: Result, recipe: Recipe, *, tolerance: Tolerance | None = None)
 
     failed: list[str] = []
     incomplete: list[str] = []
-    if result.steps_parsed == 0:
-        failed.append("no training step found in the log")
+    if result.steps_parsed == 0:  # shown as a failure only where the log shows one (below)
+        incomplete.append("no training step found in the log: the run ended before its first")
     if result.nan_loss_steps:
         failed.append(f"NaN/inf loss at step(s) {_steps(result.nan_loss_steps)}")
     if result.nan_step_time_steps:
@@ -138,7 +183,10 @@ def judge(result: Result, recipe: Recipe, *, tolerance: Tolerance | None = None)
     if result.failed_stages:
         failed.append(f"run stage(s) failed: {', '.join(result.failed_stages)}")
     if result.steps_parsed and not result.window_steps_present:
-        failed.append("no step of the window has a step time")
+        incomplete.append("no step of the window has a step time")
+    findings = result.findings
+    failed += findings.failed
+    incomplete += findings.incomplete
 
     if result.missing_window_steps:
         n, total = len(result.missing_window_steps), result.window[1] - result.window[0] + 1
@@ -160,8 +208,9 @@ def judge(result: Result, recipe: Recipe, *, tolerance: Tolerance | None = None)
     if stats.get("truncated"):
         incomplete.append("the log's last line is cut mid-record (the run was killed)")
 
-    mismatch = [d.detail for d in result.evidence.disagreements]
+    mismatch = [d.detail for d in result.evidence.disagreements] + findings.half_read
     not_checked = [f"not checked: {n}" for n in result.evidence.not_checked]
+    not_checked += [f"note: {n}" for n in findings.notes]
     reasons = failed + mismatch + incomplete
     unstable = None
     cv = result.step_time_cv_percent
@@ -178,8 +227,11 @@ def judge(result: Result, recipe: Recipe, *, tolerance: Tolerance | None = None)
             reasons.append(unstable)
 
     speed = None
-    if mismatch:
-        diff = None  # the figure is of another run: no difference from this claim is stated
+    if failed or mismatch or incomplete:
+        # Training failed, stopped, or the figure is of another run: no difference from the
+        # claim is stated, and no in-band reason is listed.
+        diff = None
+    noise = result.noise_band_percent
     if diff is not None:
         against = (
             f"tokens/s per GPU {result.tokens_per_s_per_gpu:.2f} is {diff:+.2f}% "
@@ -194,6 +246,11 @@ def judge(result: Result, recipe: Recipe, *, tolerance: Tolerance | None = None)
             reasons.append(f"{against} (tolerance +{faster:g}%): faster than claimed")
         else:
             reasons.append(f"{against}, within -{slower:g}% / +{faster:g}%")
+        if noise is not None:
+            reasons.append(
+                f"noise band of this run: +-{noise:.2f}% (2 x step-time CV / sqrt of "
+                f"{len(result.window_steps_present)} steps); a difference inside it is noise"
+            )
 
     if failed:
         status = "failed"
@@ -206,11 +263,12 @@ def judge(result: Result, recipe: Recipe, *, tolerance: Tolerance | None = None)
     elif speed:
         status = speed
     elif diff is None:
-        status = "failed"
+        status = "incomplete"
         reasons.append("no throughput could be computed")
     else:
         status = "reproduced"
-    return Verdict(status, diff, reasons + not_checked, claimed, measured, tolerance)
+    error = findings.error if status in ("failed", "incomplete") else None
+    return Verdict(status, diff, reasons + not_checked, claimed, measured, tolerance, noise, error)
 
 
 def _steps(steps: list[int], limit: int = 12) -> str:

@@ -33,7 +33,7 @@ from launcher.pages.html import (
 from launcher.pages.run_page import PAGE_NAME
 from launcher.pages.rundata import read_run_dir
 from launcher.records.atomic import write_atomic
-from launcher.records.history import Assessment, RunRow, assess
+from launcher.records.history import JUDGED_VERDICTS, Assessment, RunRow, assess
 from launcher.records.rundir import Files
 
 _TREND_KEYS = ("tokens_per_s_per_gpu", "mfu", "usd_per_million_tokens")
@@ -163,9 +163,11 @@ def render_history_page(
 
 
 def regression_badge(a: Assessment) -> str:
-    """A short mark for tables: REGRESSION, no, or n/a (not judged)."""
+    """A short mark for tables: REGRESSION, suspect, no, or n/a (not judged)."""
     if a.regression:
         return badge("regression")
+    if a.suspect:  # one miss: flagged, a regression only when the next judged run misses too
+        return badge("suspect")
     if not a.judged:
         return '<span class="dim">n/a</span>'
     s = NO_REGRESSION
@@ -248,7 +250,14 @@ def _charts(rows: Sequence[RunRow], judged: Sequence[Assessment], card: Mapping[
     ):
         scale = _percent if key == "mfu" else (lambda v: v)
         suffix = "%" if key == "mfu" else ""
-        values = [scale(number(getattr(r, key))) if has_figures(r) else None for r in rows]
+        # Only a judged run's figure is a point of the trend; a failed, incomplete or mismatched
+        # run is the cross on the axis, whatever figure its log gave (issue 20).
+        values = [
+            scale(number(getattr(r, key)))
+            if has_figures(r) and r.verdict in JUDGED_VERDICTS
+            else None
+            for r in rows
+        ]
         titles = [
             f"{r.run_id} ({day(r.started_at)} UTC, {r.cluster_name or '?'}): "
             + (

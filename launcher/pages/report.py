@@ -228,6 +228,7 @@ def render_markdown(
         f"{fmt(result.mean_step_time_s, 3)} s.",
         f"- MFU = {measured['mfu_formula']}; N = {result.active_params}, peak = "
         f"{_peak(result.peak_flops)} ({result.peak_source}).",
+        f"- {megatron_line(result)}",
         "- $ per 1M tokens = hourly price / (tokens/s per GPU x GPUs x 3600 / 1e6); price " + price,
         f"- GPU-hours: {result.gpu_hours_source}.",
         "",
@@ -285,6 +286,22 @@ def render_markdown(
 # Terminal text of `reproduce measure` and `reproduce compare`
 
 
+def megatron_line(result: Result) -> str:
+    """Megatron's FLOP count of the same run, named as such, beside the recipe's 6 x N x tokens."""
+    mg = result.megatron()
+    if mg["mfu"] is None:
+        return f"Megatron's count: not computed ({mg['not_computed'] or 'no throughput'})"
+    ratio = (
+        f", {mg['flops_per_token'] / mg['recipe_flops_per_token']:.2f} x the recipe's 6 x N"
+        if mg["recipe_flops_per_token"]
+        else ""
+    )
+    return (
+        f"Megatron's count: MFU {mg['mfu']:.4f} from {mg['flops_per_token']:.4g} FLOP per token"
+        f"{ratio} ({mg['formula']})"
+    )
+
+
 def render_summary(result: Result, verdict: Verdict) -> str:
     """Every figure, how it was made, the verdict."""
     m, c = result.to_dict(), verdict.claimed
@@ -301,6 +318,7 @@ def render_summary(result: Result, verdict: Verdict) -> str:
         f"steps parsed            {result.steps_parsed} (last step {result.last_step})",
         f"step-time std           {STD_KIND}",
         f"MFU                     {m['mfu_formula']}, peak {_peak(result.peak_flops)}",
+        f"Megatron's MFU          {megatron_line(result)}",
         f"price used              {price}",
         f"GPU-hours               {result.gpu_hours_source}",
     ]
@@ -382,6 +400,8 @@ def trend_lines(assessment: Assessment) -> list[str]:
         )
     if assessment.regression:
         verdict = "REGRESSION"
+    elif assessment.suspect:
+        verdict = "SUSPECT (a first miss: a regression when the next judged run misses too)"
     else:
         verdict = "no regression" if assessment.judged else "not judged"
     return [

@@ -175,6 +175,11 @@ def _verdict(ctx: rs.Context) -> str:
                 f'<p class="dim" style="margin:0" data-difference="{esc(diff)}">Throughput seen: '
                 f"tokens/s per GPU {esc(signed(diff))} against the card, not counted.</p>"
             )
+    error = v.get("error") if v else None
+    if isinstance(error, str) and error:
+        lines.append(
+            f'<p class="what" data-error="1">The error that ended it: <code>{esc(error)}</code></p>'
+        )
     reasons = [r for r in (v.get("reasons") or []) if isinstance(r, str)] if v else []
     if reasons:
         lines.append("<ul>" + "".join(f"<li>{esc(r)}</li>" for r in reasons) + "</ul>")
@@ -217,6 +222,8 @@ def _figures(ctx: rs.Context) -> str:
         ):
             diff = number(ctx.verdict.get("difference_percent"))
         judged = ctx.verdict.get("status") in JUDGED
+        if ctx.verdict.get("status") in ("failed", "incomplete") and key == "tokens_per_s_per_gpu":
+            diff = None  # training stopped: no place against the band, no mark (issue 20)
         chip = _chip(key, diff, tol, judged)
         gauge = (
             _gauge(diff, tol, judged) if key == "tokens_per_s_per_gpu" and diff is not None else ""

@@ -392,11 +392,17 @@ class Assessment:
     trend_regression: bool
     trend: Trend
     reasons: list[str] = field(default_factory=list)
+    suspect: bool = False  # one miss (claim or trend): a regression needs two in a row
+
+    @property
+    def miss(self) -> bool:
+        return self.claim_regression or self.trend_regression
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "run_id": self.run_id,
             "regression": self.regression,
+            "suspect": self.suspect,
             "judged": self.judged,
             "claim_regression": self.claim_regression,
             "trend_regression": self.trend_regression,
@@ -453,8 +459,44 @@ def assess(
     """Is `latest` a regression? `earlier`: the runs before it (oldest first), same recipe and
     cluster.
 
-    The tolerance is the verdict's own slower tolerance when recorded, else 3%.
+    A miss (below the claim, or below the trend) is a regression only when the judged run before
+    it missed too (as the PyTorch benchmark bot confirms a regression on a second run); a first
+    miss is `suspect`. Runs without a figure in between are passed over: they judge no speed.
     """
+    opts: dict[str, Any] = {"k": k, "tolerance_percent": tolerance_percent, "min_good": min_good}
+    now = _assess_once(latest, earlier, **opts)
+    if not now.miss:
+        return now
+    before = [i for i, r in enumerate(earlier) if _judged(r)]
+    prev = _assess_once(earlier[before[-1]], earlier[: before[-1]], **opts) if before else None
+    if prev is not None and prev.miss:
+        now.regression = True
+        now.reasons.append(
+            f"the judged run before it ({prev.run_id}) missed too: two misses in a row, a "
+            "regression"
+        )
+    else:
+        now.regression, now.suspect = False, True
+        now.reasons.append(
+            "suspect: a first miss; a regression is raised when the next judged run misses too"
+        )
+    return now
+
+
+def _judged(row: RunRow) -> bool:
+    return row.verdict in JUDGED_VERDICTS and num(row.tokens_per_s_per_gpu) is not None
+
+
+def _assess_once(
+    latest: RunRow,
+    earlier: Sequence[RunRow],
+    *,
+    k: int = DEFAULT_K,
+    tolerance_percent: float | None = None,
+    min_good: int = MIN_GOOD,
+) -> Assessment:
+    """One run's misses, claim and trend (assess adds the two-in-a-row rule). The tolerance is
+    the verdict's own slower tolerance when recorded, else 3%."""
     tol = (
         tolerance_percent
         if tolerance_percent is not None

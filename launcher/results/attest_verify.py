@@ -149,7 +149,7 @@ def remeasure_check(
     (verdict status, figures)."""
     from launcher.inputs.recipe import load_recipe
     from launcher.judge.verdict import POLICY_NAME, POLICY_VERSION, Tolerance
-    from launcher.results.evaluate import remeasure
+    from launcher.results.evaluate import remeasure, result_yaml
 
     predicate = stmt["predicate"]
     names = {s["name"] for s in stmt["subject"]}
@@ -182,7 +182,7 @@ def remeasure_check(
         runs=record.get("runs"),
         price=Price.from_dict(record.get("price")),
     )
-    again = _norm(result.to_result_yaml())
+    again = _norm(result_yaml(result, verdict))
     judged = _norm(verdict.to_dict())
     attested = [
         ("the attested figures are", "attested", predicate.get("figures"), figures_of(again)),

@@ -38,6 +38,7 @@ from launcher.catalog import Price
 from launcher.errors import BadInput
 from launcher.inputs.recipe import Recipe, load_recipe
 from launcher.judge.convergence import check, loss_curve
+from launcher.judge.gate import LogEvidence, assess
 from launcher.judge.measure import Result, measure, measured_date
 from launcher.judge.parse.miles import ParseStats, StepRecord, parse_path
 from launcher.judge.verdict import POLICY_NAME, POLICY_VERSION, Tolerance, Verdict, judge
@@ -90,6 +91,21 @@ def load_records(path: Path) -> tuple[list[StepRecord], ParseStats | None]:
         with open(path / Files.STEPS) as fh:
             return [StepRecord.from_dict(json.loads(line)) for line in fh if line.strip()], None
     raise BadInput(f"run directory {path} holds neither {TRAIN_LOG} nor steps.jsonl.")
+
+
+def read_log(path: Path) -> LogEvidence:
+    """A log file or a run directory read once, through the gate (launcher/judge/gate.py): what
+    `compare` and a `--reference` use, so they see what `measure` sees."""
+    records, stats = load_records(path)
+    return assess(Path(path), records, stats, recipe_identity(Path(path)))
+
+
+def reference_curve(path: Path) -> dict[int, float]:
+    """The loss curve of a reference run; BadInput when the gate does not pass its log."""
+    ref = read_log(path)
+    if not ref.sound:
+        raise BadInput(f"reference {path}: " + "; ".join(ref.problems()))
+    return loss_curve(ref.records)
 
 
 def read_timeline(path: Path) -> dict:
@@ -174,6 +190,14 @@ def write_report(
     path = run_dir / Files.REPORT_MD
     write_atomic(path, report.render_markdown(result, verdict, recipe, records, convergence, names))
     return path
+
+
+def result_yaml(result: Result, verdict: Verdict) -> dict:
+    """result.yaml's content: the result's figures and provenance, with the policy they were
+    judged under. One function, so the file written and the one `verify` re-measures agree."""
+    data = result.to_result_yaml()
+    data["provenance"]["policy"] = verdict.policy
+    return data
 
 
 def remeasure(
@@ -301,7 +325,7 @@ def write_outputs(
     if convergence is not None:
         _write_json(out / Files.CONVERGENCE, convergence.to_dict())
     write_steps_jsonl(out / Files.STEPS, records)
-    write_atomic(out / Files.RESULT, yaml.safe_dump(result.to_result_yaml(), sort_keys=False))
+    write_atomic(out / Files.RESULT, yaml.safe_dump(result_yaml(result, verdict), sort_keys=False))
     _write_json(out / Files.VERDICT, verdict.to_dict())
     write_report(out, result, verdict, recipe, records, convergence, plots=plots)
 
@@ -356,7 +380,7 @@ def measure_run_dir(
     )
     convergence = None
     if reference is not None:
-        convergence = check(loss_curve(records), loss_curve(load_records(reference)[0]))
+        convergence = check(loss_curve(records), reference_curve(reference))
     target = out_dir(out) if out is not None else run_dir
     write_outputs(target, result, verdict, recipe, records, convergence, plots=write_plots)
     write_measure_record(

@@ -19,7 +19,9 @@ Exit code, by precedence (the most actionable news wins):
   2    bad input for the whole nightly, found before the first recipe runs: no recipe, a bad
        --cluster, a refused cost, or a history database that is damaged (PRAGMA quick_check at
        open: it could not record the runs it would pay for);
-  0    every recipe reproduced without regression.
+  0    every recipe reproduced without regression; a first miss of speed (below the claim or
+       the trend) is "suspect", flagged in the summary but not raised: a regression is two
+       misses in a row (docs/measurement.md).
 """
 
 from __future__ import annotations
@@ -68,7 +70,8 @@ class NightlyEntry:
     run: RecipeRun
     row: RunRow
     assessment: Assessment
-    outcome: str  # reproduced | regression | check failed | invalid | infra | error | interrupted
+    # reproduced | suspect | regression | check failed | invalid | infra | error | interrupted
+    outcome: str
 
     @property
     def failed(self) -> bool:
@@ -167,6 +170,8 @@ def outcome_of(run: RecipeRun, assessment: Assessment) -> str:
         return "interrupted"
     if assessment.regression:
         return "regression"
+    if assessment.suspect and run.code in (0, 1):
+        return "suspect"  # one miss of speed: flagged, not raised (two in a row raise it)
     if run.crashed:
         return "error"
     return {0: "reproduced", 1: "check failed", 2: "invalid", 3: "infra"}.get(run.code, "error")
@@ -351,7 +356,7 @@ def _cells(e: NightlyEntry) -> list[str]:
         trend = fmt(a.trend.difference_percent, "+.2f", suffix="%")
     else:
         trend = "n/a" if a.judged else "-"
-    reg = "yes" if a.regression else ("no" if a.judged else "n/a")
+    reg = "yes" if a.regression else ("suspect" if a.suspect else ("no" if a.judged else "n/a"))
     return [r.slug, e.outcome, r.verdict or "-", tps, claim, trend, reg]
 
 

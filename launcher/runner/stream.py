@@ -20,8 +20,8 @@ from typing import IO, Any, TypeVar
 
 from launcher.clusters.execution import Execution
 from launcher.errors import BadInput, InfraError
-from launcher.judge.parse.lines import last_step_time
 from launcher.judge.parse.miles import last_step
+from launcher.judge.parse.shapes import last_step_time
 from launcher.plan.protocol import parse_marker, progress_in
 from launcher.records.rundir import TRAIN_STAGE, RunDir, RunDirUnwritable, Timeline
 from launcher.runner.reporter import Reporter

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import yaml
-from support.measure import REPO, SEED, run_standin, seed_raw
+from support.measure import REPO, SEED, run_standin, seed_raw, step_times_for_tps
 
 OUTPUTS = ("steps.jsonl", "result.yaml", "verdict.json", "report.md")
 
@@ -108,5 +108,11 @@ def test_compare_of_the_same_recipe_anywhere_and_of_bare_logs_says_what_it_knows
     (b / "recipe.yaml").write_text(SEED.read_text())  # the same recipe, other bytes and place
     same = cli("compare", a, b)
     assert same.returncode == 0 and "recipes: the same recipe" in same.stdout
+    # a bare log is identified by the arguments it printed (Megatron's listing), as `measure` does
     bare = cli("compare", a / "logs" / "train.log", b)
-    assert bare.returncode == 0 and "not checked" in bare.stdout
+    assert bare.returncode == 0 and "the same printed arguments" in bare.stdout
+    # ... and only a log that prints none leaves the identity unchecked
+    unlisted = tmp_path / "unlisted.log"
+    run_standin(unlisted, 20, step_time_s=step_times_for_tps(6913.23), print_args=0)
+    blind = cli("compare", unlisted, b)
+    assert blind.returncode == 0 and "not checked" in blind.stdout

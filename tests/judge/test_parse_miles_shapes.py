@@ -4,7 +4,7 @@ that are not miles' at all.
 Every fixture is written here from the formats as their source code prints them (no copied
 logs): slime/miles `logger.info(f"perf {rollout_id}: {log_dict}")` under the logging format
 `[%(asctime)s] %(filename)s:%(lineno)d - %(message)s` (with or without milliseconds and a process
-name), older slime's `print(f"perf {rollout_id}: {log_dict}")` with `perf/total_train_loop_time`,
+name), slime v0.1.0's `print(f"perf {rollout_id}: {log_dict}")` with `perf/total_train_time`,
 a dict logged with no marker, dicts pretty-printed over several lines (pprint, json indent=2),
 Ray's actor prefixes, ANSI colours, `[repeated Nx across cluster]`, CRLF line ends, and
 Megatron's `_print_args` listing. Each is read by the file reader and the line reader alike.
@@ -79,15 +79,27 @@ def test_marker_lines_with_and_without_ray_prefix_colours_and_milliseconds(tmp_p
     assert stats.coarse_stamps == 1 and stats.unparseable == 0  # step 1 is stamped to the second
 
 
-def test_older_slime_printed_perf_without_logging_prefix_and_total_train_loop_time(tmp_path):
+def test_slime_v010_printed_perf_without_logging_prefix_and_total_train_time(tmp_path):
+    # slime v0.1.0, slime/backends/megatron_utils/data.py:377: print(f"perf {rollout_id}: ...")
+    # with perf/total_train_time = train_wait_time + train_time (renamed perf/step_time later).
     lines = []
     for n in range(3):
-        d = {"perf/train_wait_time": 0.5, "perf/train_loop_time": 18.5}
-        d["perf/total_train_loop_time"] = 19.0
+        d = {"perf/train_wait_time": 0.5, "perf/train_time": 18.5, "perf/actor_train_time": 18.4}
+        d["perf/total_train_time"] = 19.0
         d["perf/wait_time_ratio"] = 0.5 / 19.0
         lines += [f"step {n}: {step(n)}", f"perf {n}: {d}"]
-    records, _ = both_readers(tmp_path, lines)
+    records, stats = both_readers(tmp_path, lines)
     assert [r.step_time for r in records] == [19.0, 19.0, 19.0]
+    assert stats.coarse_stamps == 0 and stats.no_step_time == 0
+
+
+def test_a_step_time_key_no_version_printed_is_not_taken_without_its_parts(tmp_path):
+    # `perf/total_train_loop_time` was never printed by miles or slime: not a step time.
+    d = {"perf/train_wait_time": 0.5, "perf/actor_train_time": 18.4}
+    d["perf/total_train_loop_time"] = 19.0
+    records, stats = both_readers(tmp_path, [f"step 0: {step(0)}", f"perf 0: {d}"])
+    assert records[0].step_time is None
+    assert stats.no_step_time == 1 and "no step time" in stats.half_read_examples[0]
 
 
 def test_a_dict_logged_without_a_marker_takes_its_step_from_a_field(tmp_path):
@@ -225,3 +237,31 @@ def test_the_standin_prints_the_listing_as_megatron_does(tmp_path):
     text = log.read_text()
     assert "  global_batch_size ............................... 128\n" in text
     assert seed_raw()["workload"]["global_batch"] == 128
+
+
+def test_failure_lines_are_kept_with_their_step_by_both_readers(tmp_path):
+    lines = []
+    for n in range(6):
+        lines += [f"{ACTOR}{stamp(n * 19)} log_utils.py:542 - step {n}: {step(n)}"]
+        lines += [f"{ACTOR}{stamp(n * 19)} train_metric_utils.py:56 - perf {n}: {perf(n)}"]
+        valid = "false" if n >= 4 else "true"
+        lines.append(
+            f"{ACTOR}{stamp(n * 19)} model.py:636 - ft op=train_step rollout={n} step=0 "
+            f"attempt=0 outcome=NORMAL valid_step={valid}"
+        )
+    lines += [
+        f"{ACTOR}Traceback (most recent call last):",
+        f'{ACTOR}  File "/root/miles/train.py", line 92, in <module>',
+        f"{ACTOR}torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 7.50 GiB.",
+        "an error-free line that only mentions an error",
+    ]
+    _, stats = both_readers(tmp_path, lines)
+    assert stats.skipped_optimizer_steps == 2 and stats.skipped_rollouts == [4, 5]
+    kinds = [(s["kind"], s["after_step"]) for s in stats.signals]
+    assert kinds == [
+        ("skipped optimizer step", 4),
+        ("skipped optimizer step", 5),
+        ("exception", 5),
+        ("out of memory", 5),
+    ]
+    assert "OutOfMemoryError" in stats.signals[-1]["line"]

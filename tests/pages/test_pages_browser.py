@@ -141,7 +141,8 @@ def test_run_page_of_a_run_that_never_trained(browser, shots, tmp_path):
 
 def test_history_page_in_chromium(browser, shots, tmp_path):
     runs = []
-    for i, step in enumerate((18.96, 18.99, 18.93, 19.02, 18.95, 19.9, 18.97)):
+    # two slow runs in a row (5: suspect, 6: the regression)
+    for i, step in enumerate((18.96, 18.99, 18.93, 19.02, 18.95, 19.9, 19.9)):
         rd = make_run(tmp_path, f"2026102{i}T094500Z-{i:06x}", step_time_s=step)
         write_run_page(rd)
         runs.append(rd)
@@ -177,7 +178,7 @@ def test_history_and_nightly_pages_of_a_long_history(browser, shots, tmp_path):
     nightly = tmp_path / "nightly.html"
     nightly.write_text(
         render_nightly_page(
-            [Entry(11, "reproduced"), Entry(9, "regression"), Entry(5, "infra", "no capacity")],
+            [Entry(11, "reproduced"), Entry(10, "regression"), Entry(5, "infra", "no capacity")],
             cluster="aws-p5en",
             stamp=time.time(),
             exit_code=1,

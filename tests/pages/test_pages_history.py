@@ -50,8 +50,9 @@ def row(i: int, tps: float | None, verdict: str | None, cluster: str = "aws-p5en
 
 
 def history_rows() -> list[RunRow]:
-    """Twelve nightly runs: steady, one failed, one regression at index 9, then back."""
-    tps = [6905, 6921, 6899, 6930, 6910, None, 6915, 6902, 6924, 6512, 6911, 6918]
+    """Twelve nightly runs: steady, one failed, two misses in a row (9: suspect, 10: the
+    regression), then back."""
+    tps = [6905, 6921, 6899, 6930, 6910, None, 6915, 6902, 6924, 6512, 6490, 6918]
     return [
         row(i, t, "failed" if t is None else ("slower" if t < 6700 else "reproduced"))
         for i, t in enumerate(tps)
@@ -61,7 +62,8 @@ def history_rows() -> list[RunRow]:
 def test_each_run_is_assessed_against_the_runs_before_it_as_history_does():
     rows = history_rows()
     judged = assess_each(rows)
-    assert [a.regression for a in judged] == [i == 9 for i in range(12)]
+    assert [a.regression for a in judged] == [i == 10 for i in range(12)]
+    assert [a.suspect for a in judged] == [i == 9 for i in range(12)]
     assert not judged[5].judged  # the failed run
     # the last one is exactly what `reproduce history` assesses
     assert judged[-1].to_dict() == assess(rows[-1], rows[:-1]).to_dict()
@@ -97,7 +99,7 @@ def _run_figures(html: str) -> list[tuple[dict, str]]:
 
 
 def test_history_page_of_a_latest_regression_and_of_no_runs():
-    rows = history_rows()[:10]
+    rows = history_rows()[:11]
     html = render_history_page(SLUG, rows)
     c = parse(html)
     assert any(d.get("data-regression") == "yes" for _, d in c.attrs)
@@ -181,7 +183,7 @@ def test_nightly_page_shows_every_recipe_with_its_outcome(tmp_path, recipes):
     c = parse(html)
     outcomes = [d["data-outcome"] for _, d in c.attrs if d.get("data-outcome")]
     assert outcomes == [e.outcome for e in result.entries]
-    assert {"reproduced", "regression", "invalid"} <= set(outcomes)
+    assert {"reproduced", "suspect", "invalid"} <= set(outcomes)  # b: a first miss
     hrefs = {d["href"] for tag, d in c.attrs if tag == "a" and d.get("href", "").endswith(".html")}
     assert len(hrefs) == 2 and all((path.parent / h).is_file() for h in hrefs)
     text = "".join(c.text)
@@ -201,7 +203,7 @@ def test_nightly_page_renders_from_plain_values():
             self.outcome = "regression" if a.regression else "reproduced"
 
     html = render_nightly_page(
-        [Entry(rows[9], judged[9]), Entry(rows[11], judged[11])],
+        [Entry(rows[10], judged[10]), Entry(rows[11], judged[11])],
         cluster="aws-p5en",
         stamp=T0,
         exit_code=1,

@@ -74,14 +74,30 @@ def test_spread_is_1_4826_mad_as_percent_of_the_median():
 def test_steady_history_then_a_5_percent_drop_is_a_trend_regression():
     earlier = history_of(STEADY)
     # 950 is within the claim's tolerance (claim 960: -1.0%), so only the trend can catch it.
-    latest = row(7, 950.0, claim=960.0)
-    a = assess(latest, earlier)
-    assert a.judged and a.regression and a.trend_regression and not a.claim_regression
+    first = row(7, 950.0, claim=960.0)
+    once = assess(first, earlier)  # a first miss: suspect, not yet a regression
+    assert once.judged and once.suspect and not once.regression and once.trend_regression
+    assert any("suspect" in r for r in once.reasons)
+    second = assess(row(8, 950.0, claim=960.0), [*earlier, first])  # a second miss raises it
+    assert second.judged and second.regression and not second.suspect
+    assert any("missed too" in r for r in second.reasons)
+    a = once
     assert a.trend.median == 1000.0
     assert a.trend.difference_percent == pytest.approx(-5.0)
     assert a.trend.threshold_percent == 3.0  # the spread (~0.15%) is below the tolerance
     assert [r for r, _ in a.trend.points] == [f"r{i:03d}" for i in range(7)]
     assert any("below the trend" in r for r in a.reasons)
+
+
+def test_a_miss_after_a_good_run_is_suspect_again_and_failed_runs_between_misses_pass_over():
+    earlier = history_of(STEADY)
+    miss = row(7, 950.0, claim=960.0)
+    good = row(8, 1000.0, claim=960.0)
+    again = assess(row(9, 950.0, claim=960.0), [*earlier, miss, good])
+    assert again.suspect and not again.regression
+    failed = row(8, None, "failed", state="failed")
+    raised = assess(row(9, 950.0, claim=960.0), [*earlier, miss, failed])
+    assert raised.regression and not raised.suspect
 
 
 def test_noisy_history_the_same_drop_is_within_3_mad_and_not_a_regression():
@@ -102,8 +118,9 @@ def test_fewer_than_3_good_runs_skip_the_trend_test_with_a_reason():
         and "2 good run" in a.trend.skipped
     )
     assert not a.trend_regression
-    # the claim test still runs: -47.9% against the claim is a regression without any history
-    assert a.claim_regression and a.regression
+    # the claim test still runs: -47.9% against the claim is a miss without any history (a
+    # first one: suspect)
+    assert a.claim_regression and a.suspect and not a.regression
 
 
 def test_no_history_and_a_reproduced_run_is_not_a_regression():
@@ -296,15 +313,16 @@ def build_history(tmp_path: Path, values: list[float], last: float, claim: float
 
 
 def test_cli_history_flags_a_regression_with_exit_1_and_shows_the_trend(tmp_path):
-    root = build_history(tmp_path, [1000.0, 1002.0, 998.0, 1001.0], 950.0, claim=1000.0)
+    # two misses in a row (-5% against the claim): the second is a regression
+    root = build_history(tmp_path, [1000.0, 1002.0, 998.0, 1001.0, 950.0], 950.0, claim=1000.0)
     db = tmp_path / "h.sqlite"
     proc = cli("history", "--import", root, "--history", db)
     assert proc.returncode == 0, proc.stderr
-    assert "recorded 5 run(s)" in proc.stdout
+    assert "recorded 6 run(s)" in proc.stdout
     proc = cli("history", SLUG, "--history", db, "--runs-dir", tmp_path / "empty")
     assert proc.returncode == 1, proc.stderr
     out = proc.stdout
-    assert "20260104T000000Z-000004" in out and "REGRESSION" in out
+    assert "20260105T000000Z-000005" in out and "REGRESSION" in out
     assert "median 1,000.50" in out and "[1,000.0, 1,002.0, 998.0, 1,001.0]" in out
     assert "below the recipe's claim: -5.00%" in out
     proc = cli(
@@ -313,8 +331,8 @@ def test_cli_history_flags_a_regression_with_exit_1_and_shows_the_trend(tmp_path
     data = json.loads(proc.stdout)
     assert proc.returncode == 1
     assert [r["run_id"] for r in data["runs"]] == [
-        "20260103T000000Z-000003",
         "20260104T000000Z-000004",
+        "20260105T000000Z-000005",
     ]
     assert data["latest"]["regression"] and data["latest"]["claim_regression"]
     assert (
@@ -353,13 +371,13 @@ def test_cli_history_unknown_slug_is_bad_input_without_traceback(tmp_path):
 
 def test_cli_history_indexes_the_recipes_own_run_directories_first(tmp_path):
     """Runs made by plain `reproduce RECIPE` (never recorded) show up: <runs dir>/<slug>/ is indexed."""
-    root = build_history(tmp_path, [1000.0, 1002.0, 998.0], 700.0, claim=1000.0)
+    root = build_history(tmp_path, [1000.0, 1002.0, 998.0, 700.0], 700.0, claim=1000.0)
     proc = cli(
         "history", SLUG, "--runs-dir", root, "--json"
     )  # default history: <runs dir>/history.sqlite
     assert proc.returncode == 1, proc.stderr
     data = json.loads(proc.stdout)
-    assert len(data["runs"]) == 4 and data["history"] == str(root / "history.sqlite")
+    assert len(data["runs"]) == 5 and data["history"] == str(root / "history.sqlite")
     assert data["latest"]["claim_regression"] and data["latest"]["trend_regression"]
 
 

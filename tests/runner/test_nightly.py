@@ -104,10 +104,12 @@ def test_nightly_runs_every_recipe_records_each_and_flags_the_trend_regression(r
     assert len({o.run_id for o in opts}) == 3
 
     outcomes = {e.row.slug: e.outcome for e in result.entries}
-    assert outcomes == {sa: "regression", sb: "reproduced", sc: "infra"}
-    assert result.exit_code == 1  # a regression outranks an infrastructure failure
+    # a first miss of the trend is suspect, not raised: the infrastructure failure decides
+    assert outcomes == {sa: "suspect", sb: "reproduced", sc: "infra"}
+    assert result.exit_code == 3
     a = result.entries[0].assessment
     assert a.trend_regression and not a.claim_regression and a.trend.median == 1000.0
+    assert a.suspect and not a.regression
     assert "not enough history" in result.entries[1].assessment.trend.skipped
 
     # every recipe is in the history, the infra failure too, with its reason
@@ -120,10 +122,24 @@ def test_nightly_runs_every_recipe_records_each_and_flags_the_trend_regression(r
 
     summary = (runs_dir / "nightly-2026-10-21.md").read_text()
     assert result.summary_path == runs_dir / "nightly-2026-10-21.md"
-    assert f"| {sa} | regression | reproduced | 950.00 | -1.04% | -5.00% | yes |" in summary
+    assert f"| {sa} | suspect | reproduced | 950.00 | -1.04% | -5.00% | suspect |" in summary
     assert f"| {sb} | reproduced | reproduced | 1,000.00 | +0.00% | n/a | no |" in summary
     assert f"| {sc} | infra | - | - | - | - | n/a |" in summary
-    assert "lost the connection to the node" in summary and "exit code 1" in summary
+    assert "lost the connection to the node" in summary and "exit code 3" in summary
+
+    # the next night misses again: two misses in a row are a regression, which outranks infra
+    again = nightly(
+        [recipes],
+        "local",
+        runs_dir=runs_dir,
+        history=db,
+        runner=runner,
+        echo=lines.append,
+        now=NOW + 86400,
+    )
+    outcomes = {e.row.slug: e.outcome for e in again.entries}
+    assert outcomes[sa] == "regression" and again.exit_code == 1
+    assert len(runs(sa, db=db)) == 7
     printed = "\n".join(lines)
     assert "regression" in printed and sc in printed and "exit 1" in printed
 
@@ -133,7 +149,8 @@ def test_nightly_runs_every_recipe_records_each_and_flags_the_trend_regression(r
     [
         ({"a": (1000.0, 1000.0, "reproduced", 0), "b": (1010.0, 1000.0, "reproduced", 0)}, 0),
         ({"a": (1000.0, 1000.0, "reproduced", 0), "b": (3, "node never came up")}, 3),
-        ({"a": (700.0, 1000.0, "slower", 1), "b": (3, "node never came up")}, 1),
+        # a first slower run is a suspect miss: the infrastructure failure decides
+        ({"a": (700.0, 1000.0, "slower", 1), "b": (3, "node never came up")}, 3),
         ({"a": (1000.0, 1000.0, "incomplete", 1), "b": (1000.0, 1000.0, "reproduced", 0)}, 1),
         ({"a": (2, "invalid recipe"), "b": (1000.0, 1000.0, "reproduced", 0)}, 1),
         ({"a": RuntimeError("boom"), "b": (1000.0, 1000.0, "reproduced", 0)}, 3),

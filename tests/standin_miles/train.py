@@ -216,6 +216,14 @@ def main(argv):
         _env_int("STANDIN_CUT_AT"),
     )
     noise = int(_env_float("STANDIN_NOISE_LINES", 3))
+    # Failure shapes (docs/miles-log.md): a NaN grad norm from a step on; miles skipping the
+    # optimizer step from a step on (valid_step=false: the loss then stays where it was); a
+    # CUDA OOM at a step (PyTorch's exception through a traceback; the run exits 1).
+    nan_grad_at, skip_from, oom_at = (
+        _env_int("STANDIN_NAN_GRAD_AT"),
+        _env_int("STANDIN_SKIP_FROM"),
+        _env_int("STANDIN_OOM_AT"),
+    )
     times = step_times(args.num_rollout)
 
     clock = Clock(_env_float("STANDIN_START_EPOCH", time.time()))
@@ -251,6 +259,15 @@ def main(argv):
             )
             sys.stderr.flush()
             return 1
+        if oom_at is not None and step == oom_at:
+            sys.stderr.write(
+                "Traceback (most recent call last):\n"
+                '  File "/root/miles/miles/backends/megatron_utils/model.py", line 560, in train\n'
+                "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 7.50 GiB. GPU 0 "
+                "has a total capacity of 139.81 GiB of which 3.12 GiB is free. (stand-in)\n"
+            )
+            sys.stderr.flush()
+            return 1
         wait = 0.4 + (startup if step == 0 else 0.0)
         step_time = times[step] + (startup if step == 0 else 0.0)
         train_time = step_time - wait
@@ -273,8 +290,12 @@ def main(argv):
             log.actor("fused_adam.py:11", f"UserWarning: deprecated kernel path taken ({i})")
         clock.advance(step_time)
         nan = nan_at is not None and step >= nan_at
-        loss = "nan" if nan else repr(round(loss_at(step, scale), 6))
+        skipped = skip_from is not None and step >= skip_from
+        loss_step = min(step, skip_from) if skipped and skip_from is not None else step
+        loss = "nan" if nan else repr(round(loss_at(loss_step, scale), 6))
         grad = "nan" if nan else repr(round(2.5 * math.exp(-step / 10.0) + 0.3, 6))
+        if (nan_grad_at is not None and step >= nan_grad_at) or skipped:
+            grad = "nan"
         lr = 1e-5 * min(1.0, (step + 1) / max(1, int(0.1 * args.num_rollout)))
         payload = (
             f"{{'train/loss': {loss}, 'train/grad_norm': {grad}, 'train/lr-pg_0': {lr!r}, "
@@ -300,8 +321,12 @@ def main(argv):
             "train.py:120",
             "[Rank 0] Memory-Usage after clear_memory: {'gpu': 0, 'used_GB': 21.0}",
         )
-        sys.stderr.write(
-            f"ft op=train_step rollout={step} step=0 rank=0 elapsed={train_time:.3f}\n"
+        # miles/backends/megatron_utils/model.py:636 (v0.1.0): log_structured(logger.info,
+        # op="train_step", rollout=, step=, attempt=, outcome=, valid_step=) -> logfmt after "ft ".
+        log.actor(
+            "model.py:636",
+            f"ft op=train_step rollout={step} step=0 attempt=0 outcome=NORMAL "
+            f"valid_step={'false' if skipped else 'true'}",
         )
     log.main("train.py:140", "training finished")
     return 0

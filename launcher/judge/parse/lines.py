@@ -9,7 +9,6 @@ way (docs/miles-log.md, "What the parser reads").
 from __future__ import annotations
 
 import ast
-import math
 import re
 from datetime import UTC, datetime
 from typing import Any
@@ -17,10 +16,11 @@ from typing import Any
 # A metric line: `step 7: {`, `perf 7: {`, `rollout 7: {`, anywhere in the line, so any prefix
 # (Ray, ANSI, the logging prefix, a fragment of another process's line) is allowed before it.
 KINDS = ("step", "perf", "rollout")
-# The train actor's perf dict: the keys that say so, and the step time (the second name: older
-# slime, the same sum of train wait and train time).
-TRAIN_PERF_KEYS = ("perf/actor_train_time", "perf/step_time", "perf/total_train_loop_time")
-STEP_TIME_KEYS = ("perf/step_time", "perf/total_train_loop_time")
+# `{role}-step N: {...}` (slime 843c94e9 on, miles: log_utils.py `role_tag`): another model's
+# optimizer step (PPO's critic), never the actor's.
+ROLE_STEP = "role-step"
+# The train actor's perf dict, its keys and its step time by version:
+# launcher/judge/parse/shapes.py.
 # A dict logged without a marker: `train.py:88 - {'perf/step_time': ...}` (the logging prefix's
 # ` - ` followed directly by the dict).
 BARE = " - {"
@@ -121,7 +121,8 @@ def parse_payload(text: str) -> dict:
 
 
 def marker(line: str) -> tuple[str, int, str] | None:
-    """(kind, N, payload) of the first `<kind> N: {` in the line, or None."""
+    """(kind, N, payload) of the first `<kind> N: {` in the line, or None. A role-tagged step
+    line (`critic-step N: {`) has kind ROLE_STEP."""
     i = line.find(": {")
     while i >= 0:
         j = line.rfind(" ", 0, i)
@@ -129,10 +130,12 @@ def marker(line: str) -> tuple[str, int, str] | None:
         if j > 0 and num.isdigit() and num.isascii():
             for kind in KINDS:
                 k = j - len(kind)
-                if line.startswith(kind, k, j) and (
-                    k == 0 or not (line[k - 1].isalnum() or line[k - 1] in "_/")
-                ):
+                if not line.startswith(kind, k, j):
+                    continue
+                if k == 0 or not (line[k - 1].isalnum() or line[k - 1] in "_/-"):
                     return kind, int(num), line[i + 2 :]
+                if kind == "step" and line[k - 1] == "-":  # `critic-step N:`: not the actor's
+                    return ROLE_STEP, int(num), line[i + 2 :]
         i = line.find(": {", i + 3)
     return None
 
@@ -232,26 +235,4 @@ def last_step(data: bytes) -> int | None:
         found = marker(line)
         if found is not None and found[0] == "step":
             last = found[1]
-    return last
-
-
-def last_step_time(data: bytes) -> tuple[int, float] | None:
-    """(N, seconds) of the last train `perf N: {...}` line in a chunk with a step time, or None.
-
-    The runner's live speed (tokens/s while training) reads the log through this.
-    """
-    if b"perf " not in data:
-        return None
-    last = None
-    for line in data.decode(errors="replace").splitlines():
-        found = marker(line)
-        if found is None or found[0] != "perf":
-            continue
-        try:
-            metrics = parse_payload(found[2])
-        except (ValueError, RecursionError):
-            continue
-        seconds = number(metrics, *STEP_TIME_KEYS)
-        if seconds is not None and seconds > 0 and math.isfinite(seconds):
-            last = (found[1], seconds)
     return last

@@ -4,30 +4,12 @@ Why a text parser: the recipe is run as published, and the published `run` block
 miles for its JSONL debug events, so the text log (every process's stderr and stdout, gathered by
 Ray) is the only record of the step times the verdict rests on (docs/miles-log.md).
 
-What real logs of miles and slime contain across versions, and how each is handled (the line-level
-readers are in launcher/judge/parse/lines.py):
-
-- Ray prefixes `(MegatronTrainRayActor pid=5123) ` or `(..., ip=10.0.0.2) `, ANSI colours, CRLF
-  line ends: ignored; the metric marker is searched anywhere in the line.
-- `step N: {...}` printed twice with identical content: the second is a duplicate. Two lines for
-  one step that DIFFER are a conflict: counted, with examples, and never resolved by picking one
-  (the verdict then says `mismatch`).
-- `perf N: {...}` from the train actor (it has `perf/actor_train_time` or a step time) gives the
-  step time; the RolloutManager's is recognised and counted. Older slime names the step time
-  `perf/total_train_loop_time` (train wait + train loop, the same sum).
-- A dict logged with no marker (`train.py:88 - {'perf/step_time': ...}`): its kind comes from its
-  keys, its step from a step field (`rollout/step`, `train/step`, `step`) or else from the order
-  of such lines.
-- A dict pretty-printed over several lines: its lines are joined until the braces close.
-- `rollout N: {...}`: recognised and counted. `nan`, `inf`, `np.float64(x)`: floats.
-- `[repeated Nx across cluster]` suffixes: stripped and counted.
-- Megatron's arguments listing (`---- arguments ----` ... `---- end of arguments ----`): read into
-  `ParseStats.arguments`, so measuring can compare the run's arguments with the recipe.
-- Interleaved lines of several processes: records are assembled by step number and released
-  once the log has moved a few steps past them, so memory stays bounded by that lag (plus one
-  small fingerprint per released step, to recognise a late line that contradicts it).
-- Garbage lines, and metric lines whose payload does not parse: counted, never fatal. A last
-  line cut mid-dict (a killed run) is counted as `truncated`, not as unparseable.
+Every peculiarity of real logs (Ray prefixes, the doubled step line, conflicts, the versions'
+shapes, dicts with no marker or over several lines, `[repeated Nx across cluster]`, the
+arguments listing, interleaved processes, garbage, a cut last line, failure lines) and how it is
+read: docs/miles-log.md, "What the parser reads". The shapes themselves, version by version, are
+one table: launcher/judge/parse/shapes.py. Two lines for one step that DIFFER are a conflict, never
+resolved by picking one; what is only half understood is counted and shown (fail closed).
 
 Speed: cheap substring tests reject almost every line before any regular expression runs; flat
 numeric dicts (the common case) are read by one regular expression, and only other payloads go
@@ -49,22 +31,29 @@ from launcher.judge.parse.lines import (
     BARE,
     REPEATED_BYTES_RE,
     REPEATED_RE,
-    STEP_TIME_KEYS,
-    TRAIN_PERF_KEYS,
+    ROLE_STEP,
     argument,
-    as_float,
     bare,
     continues_dict,
     depth,
     last_step,
     marker,
-    number,
     parse_payload,
     shown,
     stamp,
     strip_prefix,
 )
 from launcher.judge.parse.records import ParseResult, ParseStats, StepRecord, same
+from launcher.judge.parse.shapes import (
+    SignalScan,
+    apply_perf,
+    apply_step,
+    is_train_perf,
+    kind_of,
+    maybe_signal,
+    signal,
+    skipped_rollout,
+)
 
 __all__ = [
     "StepRecord",
@@ -124,8 +113,25 @@ class MilesLogParser:
         if self.busy:
             return self.continuation(line, last)
         if ": {" not in line and BARE not in line and ARGS_BEGIN not in line:
+            if maybe_signal(line):
+                self.failure(line)
             return []  # the cheap pre-filter: no metric dict, no arguments listing
         return self.candidate(line, last)
+
+    def failure(self, line: str) -> None:
+        """A line that may say training failed (shapes.SIGNALS): kept with the step before it."""
+        kind = signal(line)
+        if kind is None:
+            return
+        stats = self.stats
+        stats.signal_lines += 1
+        if kind == "skipped optimizer step":
+            stats.skipped_optimizer_steps += 1
+            rollout = skipped_rollout(line)
+            if rollout is not None and len(stats.skipped_rollouts) < _KEEP_DONE:
+                stats.skipped_rollouts.append(rollout)
+        if len(stats.signals) < 2 * _EXAMPLES:
+            stats.signals.append({"kind": kind, "after_step": self._max_step, "line": shown(line)})
 
     def candidate(self, line: str, last: bool = False) -> list[StepRecord]:
         """A line that passed the pre-filter. Does not count it in `lines`."""
@@ -144,6 +150,7 @@ class MilesLogParser:
                 return []
             payload_or_none = bare(line)
             if payload_or_none is None:
+                self.failure(line)
                 return []
             kind, step, payload = None, None, payload_or_none
         if "\x1b" in payload:
@@ -165,6 +172,8 @@ class MilesLogParser:
             self._abandon()  # the dict never closed; this line is read afresh
             if ": {" in line or BARE in line or ARGS_BEGIN in line:
                 return self.candidate(line, last)
+            if maybe_signal(line):
+                self.failure(line)
             return []
         self._open.append(text)
         self._open_depth += depth(text)
@@ -218,7 +227,7 @@ class MilesLogParser:
                 if "perf/" in payload or "train/" in payload:
                     self._bad(line, last)
                 return []
-            kind = self._kind_of(metrics)
+            kind = kind_of(metrics)
             if kind is None:
                 return []  # some other dict (Memory-Usage, ...): not ours
             stats.unmarked += 1
@@ -231,13 +240,14 @@ class MilesLogParser:
                 stats.duplicates += 1
                 return []
             return self._apply(kind, step, metrics, payload.strip(), line)
-        train = (
-            kind == "step"
-            or "perf/actor_train_time" in payload
-            or "perf/step_time" in payload
-            or "perf/total_train_loop_time" in payload
-        )
-        if not train:  # the RolloutManager's perf line, a `rollout N:` line: only checked whole
+        if kind == ROLE_STEP:  # a critic's step: checked whole, counted, not the actor's
+            if not payload.rstrip().endswith("}"):
+                self._bad(line, last)
+                return []
+            stats.metric_lines += 1
+            stats.role_step_lines += 1
+            return []
+        if not (kind == "step" or is_train_perf(payload)):  # the RolloutManager's, `rollout N:`
             if not payload.rstrip().endswith("}"):
                 self._bad(line, last)
                 return []
@@ -258,16 +268,6 @@ class MilesLogParser:
             return []
         return self._apply(kind, step, metrics, text, line)
 
-    @staticmethod
-    def _kind_of(metrics: dict) -> str | None:
-        if any(k in metrics for k in TRAIN_PERF_KEYS):
-            return "perf"
-        if "train/loss" in metrics:
-            return "step"
-        if any(str(k).startswith(("perf/", "rollout/")) for k in metrics):
-            return "rollout-perf"
-        return None
-
     def _unmarked_step(self, kind: str, metrics: dict, text: str) -> int | None:
         """The step of a dict logged without a marker: its step field, else its place in the
         order of such dicts. None for a repeat of the previous one (the doubled line)."""
@@ -286,11 +286,11 @@ class MilesLogParser:
     def _apply(self, kind: str, step: int, metrics: dict, text: str, line: str) -> list[StepRecord]:
         stats = self.stats
         perf = kind == "perf"
-        apply = self._apply_perf if perf else self._apply_step
+        apply = self._apply_perf if perf else apply_step
         key = step << 1 | perf
         if step <= self._released_upto or key in self._texts:
             probe = StepRecord(step=step)
-            apply(probe, metrics)
+            (apply_perf if perf else apply_step)(probe, metrics)
             if step > self._released_upto:  # a second, different line for this step
                 self._compare(self._values(self._pending[step]), probe, kind)
                 return []
@@ -366,27 +366,20 @@ class MilesLogParser:
             rec = self._pending[step] = StepRecord(step=step)
         return rec
 
-    @staticmethod
-    def _apply_step(rec: StepRecord, metrics: dict) -> None:
-        rec.loss = as_float(metrics.get("train/loss"))
-        rec.grad_norm = as_float(metrics.get("train/grad_norm"))
-        lr = as_float(metrics.get("train/lr-pg_0"))
-        if lr is None:
-            lr = next((number(metrics, k) for k in metrics if str(k).startswith("train/lr")), None)
-        rec.lr = lr
-
-    @staticmethod
-    def _apply_perf(rec: StepRecord, metrics: dict) -> None:
-        step_time = as_float(metrics.get("perf/step_time"))
-        rec.step_time = step_time if step_time is not None else number(metrics, *STEP_TIME_KEYS)
-        rec.actor_train_time = as_float(metrics.get("perf/actor_train_time"))
-        rec.tflops = as_float(metrics.get("perf/actor_train_tflops"))
-        rec.logged_mfu = as_float(metrics.get("perf/actor_train_mfu"))
-        rec.logged_peak_tflops = as_float(metrics.get("perf/mfu_peak_tflops"))
-        tok_per_s = as_float(metrics.get("perf/actor_train_tok_per_s"))
-        if tok_per_s is not None and rec.actor_train_time is not None:
-            tokens = tok_per_s * rec.actor_train_time
-            rec.tokens = round(tokens) if math.isfinite(tokens) else None
+    def _apply_perf(self, rec: StepRecord, metrics: dict) -> None:
+        """The train perf dict into `rec`, fail closed: a dict with no step time this parser
+        knows, or one whose step time is not its parts' sum, is counted and shown."""
+        problem = apply_perf(rec, metrics)
+        stats = self.stats
+        if problem is None and rec.step_time is None:
+            keys = ", ".join(sorted(str(k) for k in metrics))[:160]
+            problem = f"step {rec.step}: a train perf dict with no step time known here ({keys})"
+            stats.no_step_time += 1
+        elif problem is not None:
+            problem = f"step {rec.step}: {problem}"
+            stats.inconsistent += 1
+        if problem is not None and len(stats.half_read_examples) < _EXAMPLES:
+            stats.half_read_examples.append(problem)
 
     def _release(self, upto: int) -> list[StepRecord]:
         if upto <= self._released_upto or not self._pending:
@@ -467,6 +460,8 @@ def parse_lines(lines: Iterable[str], stats: ParseStats | None = None) -> Iterat
         elif ": {" in prev or unmarked in prev or listing in prev:
             released = candidate(prev)
         else:
+            if maybe_signal(prev):
+                parser.failure(prev)
             prev = line
             continue
         if released:
@@ -479,6 +474,8 @@ def parse_lines(lines: Iterable[str], stats: ParseStats | None = None) -> Iterat
         yield from continuation(prev, last=True)
     elif _wanted(prev):
         yield from candidate(prev, last=True)
+    elif maybe_signal(prev):
+        parser.failure(prev)
     stats.lines += count
     yield from parser.finish()
 
@@ -535,6 +532,7 @@ def parse_path(path: str | Path, stats: ParseStats | None = None) -> Iterator[St
             # Next position of `: {` (a marker has a digit before it), of a dict logged without
             # a marker and of an arguments listing; `cut` when there is none left in the chunk.
             pos, unmarked, listing = 0, -1, -1
+            signals = SignalScan(buf, cut)
             while True:
                 while parser.busy and pos < cut:  # lines of an open dict or listing
                     end = find(b"\n", pos, cut)
@@ -548,7 +546,7 @@ def parse_path(path: str | Path, stats: ParseStats | None = None) -> Iterator[St
                 if listing < pos:
                     listing = find(_LISTING, pos, cut)
                     listing = listing if listing >= 0 else cut
-                rare = unmarked if unmarked < listing else listing
+                rare = min(unmarked, listing, signals.after(pos))
                 # The hot loop: marker candidates (`: {` after a digit) before the next rare one.
                 colon = find(b": {", pos, rare)
                 while colon >= 0:
@@ -585,6 +583,8 @@ def parse_path(path: str | Path, stats: ParseStats | None = None) -> Iterator[St
             yield from continuation(text, last=True)
         elif _wanted(text):
             yield from candidate(text, last=True)
+        elif maybe_signal(text):
+            parser.failure(text)
     stats.lines += lines
     yield from parser.finish()
 

@@ -70,7 +70,19 @@ class ParseStats:
     late_unchecked: int = 0  # of those, lines for a step too old to be checked against its values
     argument_blocks: int = 0  # Megatron `arguments` listings read
     coarse_stamps: int = 0  # logging stamps to the second only (no milliseconds)
+    role_step_lines: int = 0  # `critic-step N:` lines: another model's steps, not the actor's
+    no_step_time: int = 0  # train perf dicts with neither a known step time nor its two parts
+    inconsistent: int = 0  # train perf dicts whose named step time is not train wait + train
+    signal_lines: int = (
+        0  # lines that say training failed (launcher/judge/parse/shapes.py, SIGNALS)
+    )
+    skipped_optimizer_steps: int = 0  # miles' `ft op=train_step ... valid_step=false` lines
     unparseable_examples: list[str] = field(default_factory=list)
+    half_read_examples: list[str] = field(default_factory=list)  # no_step_time / inconsistent
+    # The first failure lines: {"kind", "after_step" (the last step seen before it, -1: none),
+    # "line"}; and the rollouts whose optimizer step miles skipped.
+    signals: list[dict] = field(default_factory=list)
+    skipped_rollouts: list[int] = field(default_factory=list)
     conflict_examples: list[dict] = field(default_factory=list)
     first_lines: list[str] = field(default_factory=list)  # the log's first non-blank lines
     arguments: dict[str, str] = field(default_factory=dict)  # the first listing: name -> value

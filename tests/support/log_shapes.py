@@ -1,0 +1,301 @@
+"""Logs of miles and slime, written from a model of a run in each version's shape.
+
+Why a model and not copied logs: every line here is printed the way the source prints it (the
+shape table is launcher/judge/parse/shapes.py; docs/miles-log.md, "Which version prints what",
+names the file and commit of each fact), from a run described by `Run`: its steps, times, losses, the
+version's shape, and what went wrong (NaN, skipped optimizer steps, an OOM, a replayed step with
+another loss, missing keys, noise lines, a critic's steps). The fixtures under tests/data/logs/
+are `Run`s rendered by this module (regenerate: `python tests/support/log_shapes.py`), each with
+its expected figures computed here from the model, never by the launcher; the property tests
+(tests/judge/test_verdict_properties.py) draw `Run`s at random.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import math
+import sys
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]  # runnable as a script too: not via support.paths
+FIXTURES = REPO / "tests" / "data" / "logs"
+START = 1792576800.0  # 2026-10-21 10:00:00 UTC
+TOKENS_PER_STEP = 128 * 8192  # the seed's global batch x row tokens
+GPUS = 8
+CLAIM = 6913.23  # the seed's tokens/s per GPU
+BASE_STEP_S = TOKENS_PER_STEP / CLAIM / GPUS
+WAIT_S = 0.4
+STARTUP_S = 40.0
+ACTOR = "(MegatronTrainRayActor pid=5123) "
+ROLLOUT = "(RolloutManager pid=5101) "
+
+
+@dataclass
+class Run:
+    """A run as the log would show it."""
+
+    shape: str = "miles-v0.1.0"  # a name of launcher/judge/parse/shapes.py's SHAPES
+    steps: int = 20
+    times: list[float] = field(default_factory=list)  # per step (s); default: BASE_STEP_S, jitter
+    losses: list[float] = field(default_factory=list)  # per step; default: a falling curve
+    print_args: bool = True
+    step_time_key: str | None = None  # None: the shape's; another name: a renamed key
+    no_step_time: set[int] = field(default_factory=set)  # perf dicts with no time and no parts
+    no_perf: set[int] = field(default_factory=set)  # steps whose train perf line is missing
+    nan_grad_from: int | None = None
+    skip_from: int | None = None  # miles' valid_step=false from this step on (loss frozen)
+    error_at: int | None = None  # an error before this step's lines; the run ends there
+    error: str = "oom"  # oom | illegal | exception
+    replay: dict[int, float] = field(default_factory=dict)  # step -> a second, different loss
+    critic: bool = False  # PPO with a critic: `critic-step N:` lines beside the actor's
+    noise: int = 0  # noise lines per step (warnings, Timer lines, dicts of other processes)
+
+
+def times_of(run: Run) -> list[float]:
+    if run.times:
+        return list(run.times)
+    return [BASE_STEP_S * (1.0 + 0.003 * math.sin(1.3 * s)) for s in range(run.steps)]
+
+
+def losses_of(run: Run) -> list[float]:
+    if run.losses:
+        return list(run.losses)
+    return [
+        round(0.55 + 0.9 * math.exp(-s / 6.0) + 0.01 * math.sin(1.7 * s), 6)
+        for s in range(run.steps)
+    ]
+
+
+def _stamp(t: float, shape: str) -> str:
+    dt = datetime.fromtimestamp(t, tz=UTC)
+    if shape == "miles-v0.1.0":
+        return f"[{dt:%Y-%m-%d %H:%M:%S}.{dt.microsecond // 1000:03d} actor_cell0_rank0] "
+    if shape == "step-time-logging":
+        return f"[{dt:%Y-%m-%d %H:%M:%S}] "
+    return ""  # the print() shapes: no logging prefix
+
+
+def _line(shape: str, t: float, where: str, message: str, actor: str = ACTOR) -> str:
+    stamp = _stamp(t, shape)
+    return f"{actor}{stamp}{where + ' - ' if stamp else ''}{message}"
+
+
+def _arguments() -> list[str]:
+    """Megatron's listing of the seed's arguments, printed by the stand-in's own _print_args."""
+    sys.path.insert(0, str(REPO / "tests"))
+    from support.measure import recipe_argv, seed_raw
+
+    spec = importlib.util.spec_from_file_location(
+        "standin_train", REPO / "tests/standin_miles/train.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        module.print_arguments(recipe_argv(seed_raw(), 20) + QWEN3_30B_A3B)
+    return out.getvalue().splitlines()
+
+
+_ARGS: list[str] = []
+# The model flags the seed's run block passes (miles' model_args_utils.py qwen3-30B-A3B; the same
+# as slime's scripts/models/qwen3-30B-A3B.sh), as the real listing prints them with the rest.
+QWEN3_30B_A3B = (
+    "--num-layers 48 --hidden-size 2048 --ffn-hidden-size 6144 --num-attention-heads 32 "
+    "--group-query-attention --num-query-groups 4 --kv-channels 128 --swiglu "
+    "--vocab-size 151936 --moe-ffn-hidden-size 768 --moe-router-topk 8 --num-experts 128"
+).split()
+
+
+def _perf(run: Run, s: int, wait: float, step_time: float) -> dict:
+    train = step_time - wait
+    actor = train - 0.05
+    d: dict = {
+        "perf/train_wait_time": wait,
+        "perf/data_preprocess_time": 0.02,
+        "perf/train_time": train,
+    }
+    d["perf/actor_train_time"] = actor
+    tflops = 6 * 3.041656832e9 * TOKENS_PER_STEP / actor / GPUS / 1e12
+    d["perf/actor_train_tflops"] = tflops
+    if run.shape != "slime-v0.1.0":
+        d["perf/actor_train_tok_per_s"] = TOKENS_PER_STEP / actor
+    if run.shape == "miles-v0.1.0":
+        d["perf/mfu_peak_tflops"] = 989.0
+        d["perf/actor_train_mfu"] = tflops / 989.0
+    key = run.step_time_key or (
+        "perf/total_train_time" if run.shape == "slime-v0.1.0" else "perf/step_time"
+    )
+    d[key] = wait + train
+    d["perf/wait_time_ratio"] = wait / (wait + train)
+    if s in run.no_step_time:
+        for k in (key, "perf/train_wait_time", "perf/train_time"):
+            d.pop(k, None)
+    return d
+
+
+def _error_lines(run: Run) -> list[str]:
+    head = [
+        "Traceback (most recent call last):",
+        '  File "/root/miles/train.py", line 92, in <module>',
+    ]
+    if run.error == "oom":
+        last = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 7.50 GiB."
+    elif run.error == "illegal":
+        last = "RuntimeError: CUDA error: an illegal memory access was encountered"
+    else:
+        last = "ValueError: bad batch"
+    return [ACTOR + h for h in head] + [ACTOR + last]
+
+
+def render(run: Run) -> str:
+    """The log of `run`, in its shape, as the train actor and the RolloutManager print it."""
+    global _ARGS
+    shape = run.shape
+    lines = [f"[{datetime.fromtimestamp(START, tz=UTC):%Y-%m-%d %H:%M:%S}] train.py:48 - start"]
+    if run.print_args:
+        _ARGS = _ARGS or _arguments()
+        lines += _ARGS
+    times, losses = times_of(run), losses_of(run)
+    t = START
+    for s in range(run.steps):
+        if run.error_at is not None and s == run.error_at:
+            lines += _error_lines(run)
+            break
+        wait = WAIT_S + (STARTUP_S if s == 0 else 0.0)
+        step_time = times[s] + (STARTUP_S if s == 0 else 0.0)
+        lines.append(
+            _line(
+                shape,
+                t,
+                "metrics.py:89",
+                f"perf {s}: {{'rollout/response_len/mean': 5546.2, 'perf/rollout_time': 0.31}}",
+                ROLLOUT,
+            )
+        )
+        for i in range(run.noise):
+            lines.append(
+                _line(
+                    shape, t, "fused_adam.py:11", f"UserWarning: deprecated kernel path taken ({i})"
+                )
+            )
+            lines.append(
+                _line(
+                    shape,
+                    t,
+                    "train.py:120",
+                    "[Rank 0] Memory-Usage after clear_memory: {'gpu': 0, 'used_GB': 21.0}",
+                )
+            )
+        t += step_time
+        skipped = run.skip_from is not None and s >= run.skip_from
+        loss = losses[min(s, run.skip_from)] if skipped and run.skip_from is not None else losses[s]
+        nan_grad = skipped or (run.nan_grad_from is not None and s >= run.nan_grad_from)
+        grad = float("nan") if nan_grad else round(2.5 * math.exp(-s / 10.0) + 0.3, 6)
+        d = {"train/loss": loss, "train/grad_norm": grad, "train/lr-pg_0": 1e-05}
+        if shape != "slime-v0.1.0":
+            d["train/step"] = s
+        text = f"step {s}: {d}"
+        lines.append(_line(shape, t, "log_utils.py:542", text))
+        if shape == "miles-v0.1.0":
+            lines.append(_line(shape, t, "log_utils.py:542", text))  # miles prints it twice
+        if run.critic:
+            c = {
+                "train/critic-value_loss": round(0.3 + 0.1 * s, 6),
+                "train/critic-grad_norm": 1.0,
+                "train/step": s,
+            }
+            lines.append(_line(shape, t, "log_utils.py:542", f"critic-step {s}: {c}"))
+        if s not in run.no_perf:
+            lines.append(
+                _line(
+                    shape,
+                    t,
+                    "train_metric_utils.py:56",
+                    f"perf {s}: {_perf(run, s, wait, step_time)}",
+                )
+            )
+        if shape == "miles-v0.1.0":
+            valid = "false" if skipped else "true"
+            lines.append(
+                _line(
+                    shape,
+                    t,
+                    "model.py:636",
+                    f"ft op=train_step rollout={s} step=0 attempt=0 outcome=NORMAL valid_step={valid}",
+                )
+            )
+        if s in run.replay:
+            replayed = dict(d, **{"train/loss": run.replay[s]})
+            lines.append(_line(shape, t, "log_utils.py:542", f"step {s}: {replayed}"))
+    return "\n".join(lines) + "\n"
+
+
+def expected(run: Run) -> dict:
+    """The figures and verdict the launcher must give for `run` (seed recipe), from the model."""
+    window = range(5, 20)
+    times = times_of(run)
+    ran = run.steps if run.error_at is None else run.error_at
+    have = [s for s in window if s < ran and s not in run.no_perf and s not in run.no_step_time]
+    tps = TOKENS_PER_STEP * len(have) / sum(times[s] for s in have) / GPUS if have else None
+    status, says = "reproduced", []
+    if run.skip_from is not None and run.skip_from < ran:
+        status, says = "failed", ["valid_step=false", "frozen"]
+    elif run.nan_grad_from is not None and run.nan_grad_from < ran:
+        status, says = "failed", [f"at step(s) {run.nan_grad_from}"]
+    elif run.error_at is not None:
+        word = {"oom": "OutOfMemoryError", "illegal": "illegal memory access"}.get(
+            run.error, "Traceback"
+        )
+        status, says = "failed", [f"after step {run.error_at - 1}", word]
+    elif run.no_step_time and len(run.no_step_time) >= run.steps:
+        status, says = "unreadable", ["no step time"]
+    elif run.no_step_time or any(run.replay[s] != losses_of(run)[s] for s in run.replay):
+        status, says = "mismatch", []
+    elif len(have) < len(window) or ran < 20 or run.steps < 20:
+        status = "incomplete"
+    judged = status == "reproduced"
+    return {
+        "status": status,
+        "tokens_per_s_per_gpu": tps if judged else None,
+        "reasons_mention": says,
+    }
+
+
+FIXTURE_RUNS: dict[str, Run] = {
+    "slime-v0.1.0": Run(shape="slime-v0.1.0"),
+    "step-time-print": Run(shape="step-time-print"),
+    "step-time-logging": Run(shape="step-time-logging"),
+    "miles-v0.1.0": Run(shape="miles-v0.1.0", noise=2),
+    "renamed-step-time": Run(step_time_key="perf/iteration_time"),
+    "ppo-critic": Run(critic=True),
+    "nan-grad-norm": Run(nan_grad_from=8),
+    "skipped-optimizer-steps": Run(skip_from=8),
+    "oom-at-step-12": Run(error_at=12, error="oom"),
+    "illegal-memory-access": Run(error_at=9, error="illegal"),
+    "replay-two-losses": Run(replay={7: 0.777}),
+    "no-step-time": Run(no_step_time=set(range(20))),
+}
+
+
+def variant(name: str, **changes: object) -> Run:
+    return replace(FIXTURE_RUNS[name], **changes)  # type: ignore[arg-type]
+
+
+def write_fixtures() -> None:
+    import yaml
+
+    FIXTURES.mkdir(parents=True, exist_ok=True)
+    for name, run in FIXTURE_RUNS.items():
+        (FIXTURES / f"{name}.log").write_text(render(run))
+        (FIXTURES / f"{name}.expected.yaml").write_text(
+            yaml.safe_dump(expected(run), sort_keys=False)
+        )
+
+
+if __name__ == "__main__":
+    write_fixtures()
