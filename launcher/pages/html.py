@@ -259,6 +259,7 @@ border-radius:6px;padding:10px 14px;margin:8px 0}
 code,.mono{font:12.5px/1.4 ui-monospace,SFMono-Regular,"DejaVu Sans Mono",Menlo,Consolas,monospace}
 code{background:var(--soft);padding:1px 5px;border-radius:4px;overflow-wrap:anywhere}
 a{color:var(--accent);text-decoration:none}a:hover{text-decoration:underline}
+p,li,dd,dt,h1,h2,h3{overflow-wrap:anywhere}  /* a long id never widens the page */
 .badge{display:inline-block;border:1px solid;border-radius:999px;padding:1px 10px;font-size:12.5px;
 font-weight:650;letter-spacing:.02em;white-space:nowrap;text-transform:uppercase}
 .badge.big{font-size:17px;padding:4px 16px}
