@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support.history import DAY, SEED_FILE, SLUG, T0, make_run_dir
+from support.history import DAY, SEED_FILE, SLUG, T0, damage, make_run_dir
 from support.paths import REPO
 
 from launcher.errors import BadInput
@@ -462,31 +462,6 @@ def test_a_locked_database_is_a_clear_error_not_a_traceback(tmp_path, monkeypatc
     finally:
         holder.rollback()
         holder.close()
-
-
-def damage(db: Path, rows: int = 300) -> Path:
-    """A history whose schema still reads but whose runs table is garbage (issue 19): the
-    pages after the schema overwritten, as a disk or a crashed copy leaves it."""
-    with History(db) as hist:
-        for i in range(rows):
-            hist.insert(
-                RunRow(
-                    run_id=f"2026{i:04d}T000000Z-{i:06x}",
-                    slug=SLUG,
-                    cluster_name="local",
-                    started_at=T0 + i,
-                    state="done",
-                    detail="x" * 200,
-                )
-            )
-    con = sqlite3.connect(db)
-    page = con.execute("pragma page_size").fetchone()[0]
-    assert con.execute("select count(*) from sqlite_master").fetchone()[0] >= 3  # schema reads
-    con.close()
-    data = bytearray(db.read_bytes())
-    data[4 * page : 11 * page] = b"\xff" * (7 * page)
-    db.write_bytes(bytes(data))
-    return db
 
 
 def test_a_database_damaged_behind_a_readable_schema_is_bad_input_at_open(tmp_path):

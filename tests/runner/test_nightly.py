@@ -352,7 +352,7 @@ def test_a_locked_history_is_reported_and_the_nightly_still_runs_and_summarises(
 
 
 def test_a_damaged_history_refuses_the_nightly_before_the_first_recipe(recipes, tmp_path):
-    from test_history import damage
+    from support.history import damage
 
     db = damage(tmp_path / "h.sqlite")
     runner = FakeRunner(dict.fromkeys("abc", (1000.0, 1000.0, "reproduced", 0)))

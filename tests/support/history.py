@@ -6,11 +6,13 @@ Shared here, not imported from another test module: a test file runs alone too.
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 
 import yaml
 
 from launcher.inputs.recipe import load_recipe
+from launcher.records.history import History, RunRow
 from support.paths import REPO
 
 SEED_FILE = REPO / "recipes" / "qwen3-30b-a3b" / "h200" / "attune-tp1-pp1-ep8-mt16k.yaml"
@@ -104,3 +106,28 @@ def make_run_dir(
             )
         )
     return d
+
+
+def damage(db: Path, rows: int = 300) -> Path:
+    """A history whose schema still reads but whose runs table is garbage (issue 19): the
+    pages after the schema overwritten, as a disk or a crashed copy leaves it."""
+    with History(db) as hist:
+        for i in range(rows):
+            hist.insert(
+                RunRow(
+                    run_id=f"2026{i:04d}T000000Z-{i:06x}",
+                    slug=SLUG,
+                    cluster_name="local",
+                    started_at=T0 + i,
+                    state="done",
+                    detail="x" * 200,
+                )
+            )
+    con = sqlite3.connect(db)
+    page = con.execute("pragma page_size").fetchone()[0]
+    assert con.execute("select count(*) from sqlite_master").fetchone()[0] >= 3  # schema reads
+    con.close()
+    data = bytearray(db.read_bytes())
+    data[4 * page : 11 * page] = b"\xff" * (7 * page)
+    db.write_bytes(bytes(data))
+    return db
