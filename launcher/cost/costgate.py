@@ -203,7 +203,9 @@ def decide(prepared: Prepared, options: Options, *, attended: bool) -> CostGate:
     if worst is not None:
         lines.append(f"worst     {worst}")
     lines.append(f"budget    {_budget_words(options)}")
-    lines += claim_lines(plan)  # result.runs and patches: what the verdict will say of them
+    lines += claim_lines(
+        plan.recipe, plan.runs.get("accepted")
+    )  # result.runs and patches: what the verdict will say of them
     lines[5:5] = likely_lines(  # after "expected": what it costs with everything included
         recipe, **target_args(profile, price), max_usd=options.max_usd
     )

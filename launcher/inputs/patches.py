@@ -25,18 +25,28 @@ import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from launcher.errors import BadInput
 
 if TYPE_CHECKING:
     from launcher.inputs.profile import Profile
-    from launcher.inputs.recipe import Recipe
 
 # The checkouts the training image holds (node_script.MILES_PYTHONPATH's parts).
 CHECKOUTS = ("/root/miles", "/root/Megatron-LM")
 _SAFE_FILE = re.compile(r"(?!.*(^|/)\.\.(/|$))[A-Za-z0-9_][A-Za-z0-9._/-]{0,255}")
 MAX_PATCH_BYTES = 1 << 20
+
+
+class Recipe(Protocol):
+    """What the patches read of a recipe (its mapping and its file): a protocol, not
+    inputs/recipe.py's class, because recipe.py calls this module while it validates."""
+
+    @property
+    def raw(self) -> dict[str, Any]: ...
+
+    @property
+    def path(self) -> Path: ...
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,6 @@ from launcher.records.rundir import Files
 if TYPE_CHECKING:
     from launcher.inputs.recipe import Recipe
     from launcher.judge.verdict import Verdict
-    from launcher.plan.plan import Plan
 
 MEASURED_PER_REPRODUCTION = 1  # one training per reproduction (docs/recipe-fields.md)
 
@@ -81,14 +80,14 @@ def header_line(recipe: Recipe, accepted: int | None) -> str | None:
     return text + ": its verdict cannot be `reproduced` (--runs 1 judges one run against the mean)"
 
 
-def claim_lines(plan: Plan) -> list[str]:
+def claim_lines(recipe: Recipe, accepted: int | None) -> list[str]:
     """What the recipe's fields change about this run and its verdict (result.runs, patches),
     shown with the claim before anything is paid for: the dry run's and the cost gate's header
     (lines without '# ')."""
     from launcher.inputs import patches
 
-    runs = header_line(plan.recipe, plan.runs.get("accepted"))
-    return ([runs] if runs else []) + patches.header_lines(plan.recipe)
+    runs = header_line(recipe, accepted)
+    return ([runs] if runs else []) + patches.header_lines(recipe)
 
 
 def accepted_in(run_dir: Path) -> int | None:

@@ -192,7 +192,9 @@ def dry_run_text(
         *_worst_lines(prepared),
         f"# claim     {r.claim['tokens_per_s_per_gpu']:g} tokens/s/GPU over steps "
         f"{r.window[0]}-{r.window[1]} of {r.steps_per_run}",
-        *[f"# {line}" for line in claim_lines(plan)],  # result.runs, patches
+        *[
+            f"# {line}" for line in claim_lines(plan.recipe, plan.runs.get("accepted"))
+        ],  # result.runs, patches
         f"# run id    {plan.run_id}; node run dir {plan.node_run_dir}",
         f"# stages    {' -> '.join(s.name for s in plan.stages)}",
     ]
