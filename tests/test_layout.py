@@ -51,31 +51,13 @@ def _modules() -> dict[str, Path]:
     return mods
 
 
-def _type_only_lines(tree: ast.Module) -> set[int]:
-    """Lines of imports under `if TYPE_CHECKING:`: a dependency (layering), never executed."""
-    lines: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            for inner in node.body:
-                for sub in ast.walk(inner):
-                    if isinstance(sub, (ast.Import, ast.ImportFrom)):
-                        lines.add(sub.lineno)
-    return lines
-
-
-def _imports(
-    path: Path, name: str, mods: dict[str, Path], *, executed_only: bool = False
-) -> list[tuple[int, str]]:
-    """Every launcher module `path` imports, wherever the import statement stands (only those
-    that run, with `executed_only`: not the ones under TYPE_CHECKING)."""
+def _imports(path: Path, name: str, mods: dict[str, Path]) -> list[tuple[int, str]]:
+    """Every launcher module `path` imports, wherever the import statement stands."""
     is_pkg = path.name == "__init__.py"
     package = name if is_pkg else name.rpartition(".")[0]
     found: list[tuple[int, str]] = []
     tree = ast.parse(path.read_text(), str(path))
-    skip = _type_only_lines(tree) if executed_only else set()
     for node in ast.walk(tree):
-        if getattr(node, "lineno", None) in skip:
-            continue
         if isinstance(node, ast.Import):
             found += [(node.lineno, a.name) for a in node.names if a.name.startswith("launcher")]
         elif isinstance(node, ast.ImportFrom):
