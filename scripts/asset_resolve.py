@@ -116,7 +116,7 @@ def cache_occupant(path: Path, want: dict[str, Any]) -> str | None:
     """What else a cache directory holds (None: nothing, or an unfinished fetch of this asset)."""
     manifest = asset_store.read_local_manifest(path)
     if manifest is not None:
-        return None if manifest.get("asset") == want else json.dumps(manifest.get("asset"))
+        return None if manifest.get("asset") == want else occupant(manifest.get("asset"))
     pending = read_json(path / PENDING)
     if pending is not None:
         return None if pending == want else f"an unfinished fetch of {json.dumps(pending)}"
@@ -130,6 +130,15 @@ def cache_occupant(path: Path, want: dict[str, Any]) -> str | None:
     if path.is_dir() and any(path.iterdir()):
         return "files no manifest describes"
     return None
+
+
+def occupant(asset: Any) -> str:
+    """Another asset's identity in a few words, its revision whole (the one fact a person needs
+    to tell two snapshots apart), or its JSON when it is not one we know."""
+    if isinstance(asset, dict) and asset.get("kind") == "hf-snapshot":
+        only = f" (only {', '.join(map(str, asset['include']))})" if asset.get("include") else ""
+        return f"{asset.get('repo_type')} {asset.get('repo')}@{asset.get('revision')}{only}"
+    return json.dumps(asset, sort_keys=True)
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
@@ -411,8 +420,8 @@ def resolve(spec: dict[str, Any], *, full: bool = True, threads: int = 8) -> dic
 
 
 def _explain(asset: dict[str, Any], res: dict[str, Any]) -> str:
+    """What cannot be supplied, then each place tried on a line of its own: a reader that bounds
+    every line it quotes (launcher/excerpt.py) then cuts a long path, never the reason."""
     field = f" ({asset['field']})" if asset.get("field") else ""
-    return (
-        f"asset {asset['name']}{field}: {describe(asset)} cannot be supplied; tried: "
-        + "; ".join(res["tried"])
-    )
+    head = f"asset {asset['name']}{field}: {describe(asset)} cannot be supplied; tried:"
+    return "\n".join([head, *(f"  - {t}" for t in res["tried"])])

@@ -77,9 +77,13 @@ def check_detail(rd: RunDir, stage: str | None, where: Path | None = None) -> st
             plan = json.loads((where / ASSET_PLAN_FILE).read_text()) or {}
         except (OSError, ValueError):
             plan = {}
-        problems = [clip(str(p)) for p in (plan.get("problems") or [])[:MAX_LINES]]
-        if problems:
-            return "the run's assets cannot all be supplied:\n  " + "\n  ".join(problems)
+        # each reason on a line of its own (scripts/asset_resolve.py), each line bounded
+        lines = [ln for p in (plan.get("problems") or []) for ln in str(p).splitlines()]
+        shown = [clip(ln) for ln in lines[: MAX_LINES * 3]]
+        if len(lines) > len(shown):
+            shown.append(f"[... {len(lines) - len(shown)} more lines in {ASSET_PLAN_FILE}]")
+        if shown:
+            return "the run's assets cannot all be supplied:\n  " + "\n  ".join(shown)
     if stage == "stack":
         try:
             report = json.loads((where / Files.STACK).read_text()) or {}

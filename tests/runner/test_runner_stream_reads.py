@@ -12,8 +12,8 @@ bytes written just before exit_code appears.
 
 from __future__ import annotations
 
-import os
 import random
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -227,7 +227,10 @@ def test_a_follower_reading_while_a_slow_writer_writes_gets_every_byte_once(tmp_
     offset through the local transport; the writer ends with exit_code, as the wrapper does."""
     node = tmp_path / "node"
     node.mkdir()
-    (node / "pid").write_text(f"{os.getsid(0)}\n")  # a live session: only exit_code ends it
+    # a live session of its own, as the wrapper's setsid makes (this process's session may be
+    # one started outside its PID namespace, which ps cannot see: getsid() is 0 there)
+    session = subprocess.Popen(["sleep", "600"], start_new_session=True)
+    (node / "pid").write_text(f"{session.pid}\n")  # only exit_code ends it
     data = node_log() * 20
     from launcher.clusters.execution import WrapperExecution
 
@@ -246,6 +249,8 @@ def test_a_follower_reading_while_a_slow_writer_writes_gets_every_byte_once(tmp_
             ended = f.check()
     finally:
         writer.join()
+        session.kill()
+        session.wait()
     f.finish_logs("ok")
     assert ended == stream.Ended(0)
     assert (tmp_path / "logs" / "node.log").read_bytes() == data

@@ -66,6 +66,7 @@ class LoopbackRay:
         self.nodes: dict[str, subprocess.Popen] = {}
         # short: Ray's unix socket paths live under each node's temp dir (at most 107 bytes)
         self.root = Path(tempfile.mkdtemp(prefix="rr", dir="/tmp"))
+        self.api_error: list[str] = []  # the last failed job-server request, for a failure
 
     # --- namespaces ------------------------------------------------------------------------------
 
@@ -153,8 +154,15 @@ class LoopbackRay:
                     return
                 time.sleep(0.5)
             self.kill_node(ip)
-        logs = {p.name: p.read_text(errors="replace")[-3000:] for p in self.root.glob("*.log")}
-        raise AssertionError(f"Ray node {ip} did not come up in three tries: {logs}")
+        raise AssertionError(
+            f"Ray node {ip} did not come up in three tries; the job server said "
+            f"{self.api_error or 'nothing wrong'}; {self.logs()}"
+        )
+
+    def logs(self) -> dict[str, str]:
+        """The nodes' own output and the dashboard's log (the job server that answers `api`)."""
+        found = list(self.root.glob("*.log")) + list(self.root.glob("*/session_*/logs/dashboard.*"))
+        return {str(p.relative_to(self.root)): p.read_text(errors="replace")[-2000:] for p in found}
 
     def kill_node(self, ip: str) -> None:
         """The node is lost at once: its PID namespace ends with its first process."""
@@ -175,15 +183,18 @@ class LoopbackRay:
 
     def api(self, path: str) -> Any:
         """GET on the job server from inside the namespace (this process is outside it)."""
+        # no proxy: a machine whose environment names one (a CI runner's http_proxy) would send
+        # this loopback request to it, and the namespace reaches nothing else
         code = (
             "import sys, urllib.request\n"
-            f"sys.stdout.write(urllib.request.urlopen({ADDRESS + path!r}, timeout=10)"
-            ".read().decode())\n"
+            "opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))\n"
+            f"sys.stdout.write(opener.open({ADDRESS + path!r}, timeout=10).read().decode())\n"
         )
         proc = subprocess.run(
             [*self.ns(), sys.executable, "-c", code], capture_output=True, text=True, timeout=60
         )
         if proc.returncode != 0:
+            self.api_error = (proc.stderr or proc.stdout).strip().splitlines()[-1:]
             return None
         try:
             return json.loads(proc.stdout)
@@ -208,10 +219,7 @@ class LoopbackRay:
         deadline = time.monotonic() + timeout_s
         while not predicate():
             if time.monotonic() > deadline:
-                logs = {
-                    p.name: p.read_text(errors="replace")[-2000:] for p in self.root.glob("*.log")
-                }
-                raise AssertionError(f"timed out after {timeout_s} s waiting for {what}: {logs}")
+                raise AssertionError(f"timed out after {timeout_s} s waiting for {what}: {self.logs()}")
             time.sleep(0.3)
 
     # --- the launcher inside the namespace -------------------------------------------------------
