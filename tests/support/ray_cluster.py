@@ -219,7 +219,9 @@ class LoopbackRay:
         deadline = time.monotonic() + timeout_s
         while not predicate():
             if time.monotonic() > deadline:
-                raise AssertionError(f"timed out after {timeout_s} s waiting for {what}: {self.logs()}")
+                raise AssertionError(
+                    f"timed out after {timeout_s} s waiting for {what}: {self.logs()}"
+                )
             time.sleep(0.3)
 
     # --- the launcher inside the namespace -------------------------------------------------------
