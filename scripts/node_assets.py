@@ -406,14 +406,14 @@ def push_asset(
             return asset_store.push(
                 store, store_key(asset), stage, manifest, threads=1, progress=progress, log=log
             )
-        manifest = asset_store.read_local_manifest(path)
-        if manifest is None or manifest.get("asset") != identity(asset):
+        sealed = asset_store.read_local_manifest(path)
+        if sealed is None or sealed.get("asset") != identity(asset):
             raise Failed(f"asset {name}: {path} has no manifest of this asset (seal it first)")
-        bad = asset_store.verify_tree(path, manifest, full=False)
+        bad = asset_store.verify_tree(path, sealed, full=False)
         if bad:
             raise Failed(f"asset {name}: {path} differs from its manifest ({bad[0]}); not uploaded")
         return asset_store.push(
-            store, store_key(asset), path, manifest, threads=threads, progress=progress, log=log
+            store, store_key(asset), path, sealed, threads=threads, progress=progress, log=log
         )
     except StoreError as err:
         raise Failed(f"asset {name}: {err}", infra=not err.mismatch) from None

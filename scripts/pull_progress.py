@@ -17,6 +17,8 @@ redrawn bars, so the stage log reads like a plain pull. The exit status is docke
 Usage: pull_progress.py IMAGE [--stage NAME]   (python 3.8+, the standard library only)
 """
 
+from __future__ import annotations
+
 import codecs
 import json
 import os
@@ -33,8 +35,13 @@ _LAYER = re.compile(r"^([0-9a-f]{12}): (.*)$")
 _AMOUNT = re.compile(r"(\d+(?:\.\d+)?)\s*([kMGTP]?B)\s*/\s*(\d+(?:\.\d+)?)\s*([kMGTP]?B)")
 _SCALE = {"B": 1, "kB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "PB": 10**15}
 # A layer in one of these states has all its bytes on the node.
-_HAVE_ALL = ("Download complete", "Verifying Checksum", "Extracting", "Pull complete")
-_HAVE_ALL += ("Already exists",)
+_HAVE_ALL = (
+    "Download complete",
+    "Verifying Checksum",
+    "Extracting",
+    "Pull complete",
+    "Already exists",
+)
 
 
 def size_of(number: str, unit: str) -> int:
@@ -98,9 +105,9 @@ class Pull:
     def __init__(self, stage: str, sizes: dict) -> None:
         self.stage = stage
         self.sizes = dict(sizes)  # from the manifest: exact
-        self.totals = {}  # from docker's "x/y": rounded, used only without a manifest
-        self.done = {}
-        self.status = {}
+        self.totals: dict[str, int] = {}  # from docker's "x/y": rounded, only without a manifest
+        self.done: dict[str, int] = {}
+        self.status: dict[str, str] = {}
 
     def feed(self, text: str) -> list:
         """Screen text from docker -> the status lines worth passing on (changes only)."""

@@ -37,6 +37,7 @@ import os
 import subprocess
 import sys
 import time
+from typing import Any
 
 GPU = "GPU"
 ACCELERATOR = "accelerator_type:"
@@ -80,7 +81,8 @@ def fitting_nodes(ray, args):
     while True:
         alive = [n for n in ray.nodes() if n.get("Alive")]
         gpu_nodes = [n for n in alive if _gpus(n) > 0]
-        fit, other = [], []
+        fit: list[dict[str, Any]] = []
+        other: list[dict[str, Any]] = []
         for node in gpu_nodes:
             types = [t.upper() for t in _types(node)]
             same_type = want is None or not types or any(t.startswith(want) for t in types)

@@ -198,12 +198,12 @@ def open_resume(
         if not _remove_unsafe(path, why, log):
             raise
     if fd >= 0:
-        why = _why(os.fstat(fd), owned=True, single=True)
-        if why is None:
+        unsafe = _why(os.fstat(fd), owned=True, single=True)
+        if unsafe is None:
             os.set_blocking(fd, True)
             return os.fdopen(fd, "r+b"), os.fstat(fd).st_size
         os.close(fd)
-        _remove_unsafe(path, why, log)
+        _remove_unsafe(path, unsafe, log)
     fd = os.open(str(path), (_NEW & ~os.O_WRONLY) | os.O_RDWR, 0o644)
     return os.fdopen(fd, "r+b"), 0
 

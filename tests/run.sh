@@ -3,7 +3,8 @@
 #   tests/run.sh [pytest args...]
 # installs what the tests need (docker.io, docker-registry, openssh-server, git, ...) only when
 # missing, creates .venv and installs the package with its test extras, starts dockerd when it is
-# not running, runs the lint/type gate (ruff, mypy), then runs pytest and exits with
+# not running, runs the lint/type gate (ruff; mypy of launcher/, and of scripts/ as Python 3.8 with
+# mypy 1.15 in .venv/mypy-scripts: tests/mypy-scripts/), then runs pytest and exits with
 # pytest's status. Idempotent: a second run reuses all of it (a few seconds before pytest starts).
 # sshd and the registry are NOT started system-wide: the pytest fixtures start their own on free
 # loopback ports (tests/conftest.py).
@@ -80,6 +81,19 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ] || ! .venv/bin/python -
   echo "$want" > "$stamp"
 fi
 
+# --- scripts/' own mypy (tests/mypy-scripts/mypy.ini says why it is not .venv's), in its own venv ---
+if [ "${REPRODUCE_LINT:-1}" = "1" ]; then
+  tools=".venv/mypy-scripts"
+  want_tools="$(sha256sum tests/mypy-scripts/requirements.txt | cut -d' ' -f1)"
+  if [ ! -f "$tools/.installed" ] || [ "$(cat "$tools/.installed")" != "$want_tools" ]; then
+    say "installing scripts/' mypy into $tools"
+    python3 -m venv "$tools"
+    "$tools/bin/python" -m pip install -q -r tests/mypy-scripts/requirements.txt </dev/null \
+      >>"$LOG_DIR/pip.log" 2>&1 || { tail -n 40 "$LOG_DIR/pip.log" >&2; exit 1; }
+    echo "$want_tools" > "$tools/.installed"
+  fi
+fi
+
 # --- dockerd ---
 if [ "${REPRODUCE_TEST_NO_DOCKER:-0}" != "1" ] && ! docker info >/dev/null 2>&1; then
   if [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1; then
@@ -114,6 +128,8 @@ if [ "${REPRODUCE_LINT:-1}" = "1" ]; then
   .venv/bin/ruff format --check . || failed+=("ruff format --check")
   say "mypy"
   .venv/bin/mypy || failed+=("mypy")
+  say "mypy scripts/ (as Python 3.8)"
+  .venv/mypy-scripts/bin/mypy --config-file tests/mypy-scripts/mypy.ini || failed+=("mypy scripts")
   if [ "${#failed[@]}" -gt 0 ]; then
     say "lint/type gate failed: $(IFS=';'; echo "${failed[*]}") (pytest not started)"
     exit 1
