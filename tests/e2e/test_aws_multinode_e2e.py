@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 import yaml
 from support.aws import LOOPBACK_SUBNET, LOOPBACK_VPC, NOTHING, OPERATOR_KEY, live_with_operator_key
+from support.cli import FOUR_NODES
 from support.docker import containers_named, docker
 from support.helpers import assert_log_collected, processes_mentioning, wait_for
 from support.multinode import Netns
@@ -39,7 +40,6 @@ pytestmark = [
     pytest.mark.docker,
     pytest.mark.timeout(900),
 ]
-FOUR_NODES = TESTS / "data" / "recipes" / "qwen3-30b-a3b-h200-4node.yaml"
 ENTRY = TESTS / "e2e" / "aws_one_host.py"
 PRIVATE = ["127.0.0.4", "127.0.0.5", "127.0.0.6", "127.0.0.7"]
 

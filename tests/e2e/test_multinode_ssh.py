@@ -14,16 +14,15 @@ from pathlib import Path
 
 import pytest
 import yaml
+from support.cli import FOUR_NODES
 from support.docker import containers_named, docker
 from support.helpers import assert_log_collected, cli, processes_mentioning, start_cli, wait_for
 from support.multinode import Netns, SshHosts
-from support.paths import TESTS
 from support.plan_env import write_profile, write_recipe
 
 from launcher.inputs.recipe import load_recipe
 
 pytestmark = [pytest.mark.multinode, pytest.mark.ssh, pytest.mark.docker, pytest.mark.timeout(900)]
-FOUR_NODES = TESTS / "data" / "recipes" / "qwen3-30b-a3b-h200-4node.yaml"
 NODES = 4
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support.cli import FIXTURES, REPO, SEED, reproduce
+from support.cli import FOUR_NODES, REPO, SEED, reproduce
+from support.multinode import ssh_hosts_profile
 
 from launcher.plan.multinode import EFA_ENV
 
-FOUR_NODES = FIXTURES / "qwen3-30b-a3b-h200-4node.yaml"
 EFA_EXPORTS = [f"export {v.name}={v.value!r}" if " " in v.value else f"export {v.name}={v.value}"
                for v in EFA_ENV]  # fmt: skip
 
@@ -23,17 +23,6 @@ def dry_run(recipe: Path, cluster: str | Path) -> str:
     res = reproduce(recipe, "--cluster", cluster, "--dry-run")
     assert res.code == 0, res.err
     return res.out
-
-
-def ssh_hosts_profile(tmp_path: Path, **fields: object) -> Path:
-    profile = yaml.safe_load((REPO / "env" / "ssh.yaml").read_text())
-    del profile["host"]
-    profile["hosts"] = [f"127.0.0.{k}" for k in range(1, 5)]
-    profile["host_key_fingerprint"] = "SHA256:" + "A" * 43
-    profile.update(fields)
-    path = tmp_path / "hosts.yaml"
-    path.write_text(yaml.safe_dump(profile))
-    return path
 
 
 def test_aws_with_several_nodes_exports_the_efa_environment_before_ray_and_the_recipes_env():

@@ -11,8 +11,8 @@ import shlex
 from pathlib import Path
 
 import pytest
-from support.cli import SEED, reproduce
-from test_multinode_plan import FOUR_NODES, ssh_hosts_profile
+from support.cli import FOUR_NODES, SEED, reproduce
+from support.multinode import ssh_hosts_profile
 
 WRITABLE = re.compile(r"^(\S*/out|\$NODE_RUN_DIR/out|\$REPRODUCE_NEW_DIR)$")
 

@@ -666,3 +666,40 @@ class StubbedSession:
         for stub in self.stubs.values():
             stub.assert_no_pending_responses()
             stub.deactivate()
+
+
+def cluster(aws, ami, tmp_path, where: str = "run", run_id: str = "o1", **fields):
+    """The real AwsCluster on moto for the seed recipe, its messages kept in `.logs`."""
+    from launcher.clusters.aws.cluster import AwsCluster
+
+    logs: list[str] = []
+    keep = bool(fields.pop("keep", False))
+    c = AwsCluster(
+        seed_recipe(),
+        load(tmp_path, **fields),
+        run_id,
+        keep=keep,
+        session=aws,
+        ami_resolver=lambda name: ami,
+        state_path=tmp_path / where / "aws.json",
+        key_dir=tmp_path / "keys",
+        poll_s=0.01,
+        log=logs.append,
+        owner="test",
+    )
+    c.logs = logs
+    return c
+
+
+def ec2_of(aws):
+    """The moto EC2 client behind a RecordingSession."""
+    return aws._real.client("ec2")
+
+
+def quiet_down(path, aws, **kw):
+    """`down` of a state file, its messages kept: (what ended, the lines)."""
+    from launcher.clusters.aws.down import down
+
+    lines: list[str] = []
+    ended = down(path, session=aws, poll_s=0.01, log=lines.append, **kw)
+    return ended, lines

@@ -12,6 +12,7 @@ from support.paths import REPO
 
 SEED = REPO / "recipes" / "qwen3-30b-a3b" / "h200" / "attune-tp1-pp1-ep8-mt16k.yaml"
 FIXTURES = REPO / "tests" / "data" / "recipes"
+FOUR_NODES = FIXTURES / "qwen3-30b-a3b-h200-4node.yaml"  # the multi-node fixture recipe
 
 
 @dataclass

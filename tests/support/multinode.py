@@ -18,7 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from .docker import containers_named, docker
+from .paths import REPO
 from .sshd import SshServer
 
 
@@ -100,3 +103,15 @@ class Netns:
     def stop(self) -> None:
         docker("rm", "-f", self.name, check=False)
         assert not containers_named(self.name)
+
+
+def ssh_hosts_profile(tmp_path: Path, **fields: object) -> Path:
+    """The shipped ssh profile with four hosts 127.0.0.1-4 (for dry runs: nothing is dialled)."""
+    profile = yaml.safe_load((REPO / "env" / "ssh.yaml").read_text())
+    del profile["host"]
+    profile["hosts"] = [f"127.0.0.{k}" for k in range(1, 5)]
+    profile["host_key_fingerprint"] = "SHA256:" + "A" * 43
+    profile.update(fields)
+    path = tmp_path / "hosts.yaml"
+    path.write_text(yaml.safe_dump(profile))
+    return path

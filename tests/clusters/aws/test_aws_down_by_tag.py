@@ -12,8 +12,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from support.aws import NOTHING, live_resources
-from test_aws_ownership import cluster, ec2_of, quiet_down
+from support.aws import NOTHING, cluster, ec2_of, live_resources, quiet_down
 
 from launcher.errors import InfraError
 

@@ -15,49 +15,25 @@ import subprocess
 import sys
 
 import pytest
-from support.aws import NOTHING, REPO, client_error, live_resources, load, seed_recipe
+from support.aws import (
+    NOTHING,
+    REPO,
+    client_error,
+    cluster,
+    ec2_of,
+    live_resources,
+    quiet_down,
+)
 
 from launcher.clusters.aws import from_record
-from launcher.clusters.aws.cluster import AwsCluster
-from launcher.clusters.aws.down import down
 from launcher.errors import BadInput, InfraError, Interrupted
 
 pytestmark = pytest.mark.aws
 
 
-def cluster(aws, ami, tmp_path, where: str = "run", run_id: str = "o1", **fields):
-    logs: list[str] = []
-    keep = bool(fields.pop("keep", False))
-    c = AwsCluster(
-        seed_recipe(),
-        load(tmp_path, **fields),
-        run_id,
-        keep=keep,
-        session=aws,
-        ami_resolver=lambda name: ami,
-        state_path=tmp_path / where / "aws.json",
-        key_dir=tmp_path / "keys",
-        poll_s=0.01,
-        log=logs.append,
-        owner="test",
-    )
-    c.logs = logs
-    return c
-
-
-def ec2_of(aws):
-    return aws._real.client("ec2")
-
-
 def instance_state(ec2, iid: str) -> str:
     found = ec2.describe_instances(InstanceIds=[iid])["Reservations"][0]["Instances"][0]
     return found["State"]["Name"]
-
-
-def quiet_down(path, aws, **kw):
-    lines: list[str] = []
-    ended = down(path, session=aws, poll_s=0.01, log=lines.append, **kw)
-    return ended, lines
 
 
 # --- a reused run id ------------------------------------------------------------------------------
