@@ -22,6 +22,20 @@ from support.sshd import SshServer
 # once here, so no test file imports a fixture by name.
 pytest_plugins = ["support.aws", "support.assets"]
 
+# The files that wait longest (end-to-end runs, Ray clusters, several nodes) go first: with
+# pytest-xdist handing out whole files (tests/run.sh), a long file that starts last sets the
+# suite's wall time alone. The order is by what a file's tests need, never by name.
+_SLOW_FIRST = ("load", "multinode", "ray", "docker", "ssh", "aws")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank: dict[str, int] = {}
+    for item in items:
+        marks = {m.name for m in item.iter_markers()}
+        here = min((i for i, name in enumerate(_SLOW_FIRST) if name in marks), default=99)
+        rank[item.nodeid.split("::")[0]] = min(rank.get(item.nodeid.split("::")[0], 99), here)
+    items.sort(key=lambda item: rank[item.nodeid.split("::")[0]])  # stable: files stay whole
+
 
 @pytest.fixture(autouse=True)
 def reproduce_home(
