@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from support.pages import SLUG, make_run
-from support.paths import REPO
+from support.paths import SEED
 from test_pages_run import assert_self_contained, parse
 
 from launcher.pages import (
@@ -24,7 +24,6 @@ from launcher.pages.history_page import assess_each
 from launcher.records.history import History, RunRow, assess
 from launcher.runner.nightly import RecipeRun, nightly
 
-SEED = REPO / "recipes/qwen3-30b-a3b/h200/attune-tp1-pp1-ep8-mt16k.yaml"
 T0 = 1_790_000_000.0
 DAY = 86_400.0
 CLAIM = 6913.23

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 from rich.console import Console
-from support.paths import REPO, TESTS
+from support.paths import REPO, SEED, TESTS
 
 from launcher.errors import BadInput, InfraError
 from launcher.inputs.recipe import load_recipe
@@ -28,7 +28,6 @@ from launcher.plan.preflight import (
 
 ROOT = REPO
 DATA = TESTS / "data" / "preflight"
-SEED = ROOT / "recipes" / "qwen3-30b-a3b" / "h200" / "attune-tp1-pp1-ep8-mt16k.yaml"
 
 
 def _node_parser():

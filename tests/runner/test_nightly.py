@@ -9,13 +9,12 @@ from pathlib import Path
 import pytest
 import yaml
 from support.history import DAY, T0, make_run_dir
-from support.paths import REPO
+from support.paths import REPO, SEED
 
 from launcher.errors import BadInput
 from launcher.records.history import History, record, runs, slug_of
 from launcher.runner.nightly import RecipeRun, expand_targets, nightly
 
-SEED = REPO / "recipes/qwen3-30b-a3b/h200/attune-tp1-pp1-ep8-mt16k.yaml"
 NOW = T0 + 30 * DAY
 
 

@@ -32,7 +32,7 @@ from typing import Any
 
 import pytest
 
-from support.paths import REPO
+from support.paths import SEED
 
 LFS_SUFFIXES = (".safetensors", ".parquet", ".bin")
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi".split()
@@ -427,7 +427,6 @@ def aws_cli() -> str:
 
 # ---- a recipe for the tiny assets ----------------------------------------------------------------
 
-SEED = REPO / "recipes/qwen3-30b-a3b/h200/attune-tp1-pp1-ep8-mt16k.yaml"
 ROWS = 12
 
 

@@ -24,9 +24,8 @@ from typing import Any
 import pytest
 import yaml
 
-from support.paths import REPO
+from support.paths import REPO, SEED
 
-SEED = REPO / "recipes" / "qwen3-30b-a3b" / "h200" / "attune-tp1-pp1-ep8-mt16k.yaml"
 FAKE_ENV = {
     "AWS_ACCESS_KEY_ID": "testing",
     "AWS_SECRET_ACCESS_KEY": "testing",

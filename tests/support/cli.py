@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from support.paths import REPO
+from support.paths import SEED as SEED  # re-exported: the tests import it from here
 
-SEED = REPO / "recipes" / "qwen3-30b-a3b" / "h200" / "attune-tp1-pp1-ep8-mt16k.yaml"
 FIXTURES = REPO / "tests" / "data" / "recipes"
 FOUR_NODES = FIXTURES / "qwen3-30b-a3b-h200-4node.yaml"  # the multi-node fixture recipe
 

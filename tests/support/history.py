@@ -13,9 +13,8 @@ import yaml
 
 from launcher.inputs.recipe import load_recipe
 from launcher.records.history import History, RunRow
-from support.paths import REPO
+from support.paths import SEED as SEED_FILE
 
-SEED_FILE = REPO / "recipes" / "qwen3-30b-a3b" / "h200" / "attune-tp1-pp1-ep8-mt16k.yaml"
 SLUG = load_recipe(SEED_FILE).slug  # model/gpu/layout-<content hash>
 T0 = 1_790_000_000.0
 DAY = 86_400.0

@@ -11,9 +11,8 @@ from pathlib import Path
 import yaml
 
 from launcher.inputs.recipe import Recipe
-from support.paths import REPO
+from support.paths import REPO, SEED
 
-SEED = REPO / "recipes/qwen3-30b-a3b/h200/attune-tp1-pp1-ep8-mt16k.yaml"
 STANDIN = REPO / "tests/standin_miles"
 START = 1792576800.0  # 2026-10-21 10:00:00 UTC
 

@@ -17,10 +17,7 @@ from launcher.inputs.profile import load_profile
 from launcher.inputs.recipe import load_recipe
 from launcher.plan.plan import Plan, build_plan
 from launcher.records.rundir import RunDir
-
-SEED = (
-    Path(__file__).resolve().parents[2] / "recipes/qwen3-30b-a3b/h200/attune-tp1-pp1-ep8-mt16k.yaml"
-)
+from support.paths import SEED
 
 HEADER = """#!/bin/bash
 set -euo pipefail

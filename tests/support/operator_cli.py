@@ -23,8 +23,8 @@ from pathlib import Path
 
 from support.aws import FAKE_ENV
 from support.paths import REPO
+from support.paths import SEED as SEED  # re-exported: the tests import it from here
 
-SEED = REPO / "recipes" / "qwen3-30b-a3b" / "h200" / "attune-tp1-pp1-ep8-mt16k.yaml"
 ERROR_XML = (
     b'<?xml version="1.0" encoding="UTF-8"?><Response><Errors><Error>'
     b"<Code>UnauthorizedOperation</Code><Message>the test's recording endpoint</Message>"

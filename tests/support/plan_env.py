@@ -18,11 +18,11 @@ import yaml
 from launcher.inputs.profile import load_profile
 from launcher.inputs.recipe import load_recipe
 from launcher.plan.plan import Plan, build_plan
+from support.paths import SEED
 
 from .ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
-SEED = REPO / "recipes" / "qwen3-30b-a3b" / "h200" / "attune-tp1-pp1-ep8-mt16k.yaml"
 ROW_TOKENS = 8192  # the seed's; the rollout's --check in the image compares the rows against it
 
 
