@@ -67,17 +67,17 @@ if [ "${#missing[@]}" -gt 0 ]; then
     || { tail -n 40 "$LOG_DIR/apt.log" >&2; exit 1; }
 fi
 
-# --- the virtual environment, reinstalled only when pyproject.toml changed ---
+# --- the virtual environment, reinstalled only when pyproject.toml or tests/constraints.txt changed ---
 if [ ! -x .venv/bin/python ]; then
   say "creating .venv"
   python3 -m venv .venv
 fi
 stamp=".venv/.reproduce-installed"
-want="$(sha256sum pyproject.toml | cut -d' ' -f1)"
+want="$(cat pyproject.toml tests/constraints.txt | sha256sum | cut -d' ' -f1)"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ] || ! .venv/bin/python -c "import launcher, pytest, ray" 2>/dev/null; then
   say "installing the package and its test extras into .venv"
   .venv/bin/python -m pip install -q --upgrade pip </dev/null >"$LOG_DIR/pip.log" 2>&1 || true
-  .venv/bin/python -m pip install -q -e '.[test]' </dev/null >>"$LOG_DIR/pip.log" 2>&1 \
+  .venv/bin/python -m pip install -q -e '.[test]' -c tests/constraints.txt </dev/null >>"$LOG_DIR/pip.log" 2>&1 \
     || { tail -n 40 "$LOG_DIR/pip.log" >&2; exit 1; }
   echo "$want" > "$stamp"
 fi
