@@ -667,15 +667,27 @@ class StubbedSession:
             stub.deactivate()
 
 
-def cluster(aws, ami, tmp_path, where: str = "run", run_id: str = "o1", **fields):
-    """The real AwsCluster on moto for the seed recipe, its messages kept in `.logs`."""
+def cluster(
+    aws,
+    ami,
+    tmp_path,
+    where: str = "run",
+    run_id: str = "o1",
+    *,
+    recipe=None,
+    profile=None,
+    owner: str = "test",
+    **fields,
+):
+    """The real AwsCluster on moto (the seed recipe unless `recipe`; the profile `load`ed from
+    `fields` unless `profile`), its state under tmp_path/`where`, its messages kept in `.logs`."""
     from launcher.clusters.aws.cluster import AwsCluster
 
     logs: list[str] = []
     keep = bool(fields.pop("keep", False))
     c = AwsCluster(
-        seed_recipe(),
-        load(tmp_path, **fields),
+        recipe or seed_recipe(),
+        profile or load(tmp_path, **fields),
         run_id,
         keep=keep,
         session=aws,
@@ -684,7 +696,7 @@ def cluster(aws, ami, tmp_path, where: str = "run", run_id: str = "o1", **fields
         key_dir=tmp_path / "keys",
         poll_s=0.01,
         log=logs.append,
-        owner="test",
+        owner=owner,
     )
     c.logs = logs
     return c

@@ -22,10 +22,14 @@ from support.aws import (
     client_error,
     closed_port,
     console,
+    ec2_of,
     live_resources,
     load,
     seed_recipe,
     write_profile,
+)
+from support.aws import (
+    cluster as aws_cluster,
 )
 
 from launcher.clusters.aws.cluster import AwsCluster
@@ -36,25 +40,7 @@ pytestmark = pytest.mark.aws
 
 
 def cluster(aws, ami, tmp_path, **fields):
-    logs: list[str] = []
-    c = AwsCluster(
-        seed_recipe(),
-        load(tmp_path, **fields),
-        "f1",
-        session=aws,
-        ami_resolver=lambda name: ami,
-        state_path=tmp_path / "run" / "aws.json",
-        key_dir=tmp_path / "keys",
-        poll_s=0.01,
-        log=logs.append,
-        owner="test",
-    )
-    c.logs = logs
-    return c
-
-
-def ec2_of(aws):
-    return aws._real.client("ec2")
+    return aws_cluster(aws, ami, tmp_path, run_id="f1", **fields)
 
 
 def run(c, tmp_path):

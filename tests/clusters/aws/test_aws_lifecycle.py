@@ -14,14 +14,14 @@ from support.aws import (
     NOTHING,
     live_resources,
     live_with_operator_key,
-    load,
     multinode_fields,
-    seed_recipe,
     two_node_recipe,
+)
+from support.aws import (
+    cluster as aws_cluster,
 )
 
 from launcher.clusters.aws import from_record
-from launcher.clusters.aws.cluster import AwsCluster
 from launcher.clusters.aws.down import down, reap
 from launcher.clusters.aws.requests import TAG_EXPIRES, TAG_RUN_ID
 
@@ -29,21 +29,9 @@ pytestmark = pytest.mark.aws
 
 
 def cluster(aws, ami, tmp_path, recipe=None, run_id="r1", **fields):
-    logs: list[str] = []
-    c = AwsCluster(
-        recipe or seed_recipe(),
-        load(tmp_path, **fields),
-        run_id,
-        session=aws,
-        ami_resolver=lambda name: ami,
-        state_path=tmp_path / "run" / "aws.json",
-        key_dir=tmp_path / "keys",
-        poll_s=0.01,
-        log=logs.append,
-        owner="alice@laptop",
+    return aws_cluster(
+        aws, ami, tmp_path, run_id=run_id, recipe=recipe, owner="alice@laptop", **fields
     )
-    c.logs = logs
-    return c
 
 
 def tags_of(item) -> dict:

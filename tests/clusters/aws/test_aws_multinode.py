@@ -20,14 +20,17 @@ import pytest
 from support.aws import (
     NOTHING,
     client_error,
+    ec2_of,
     live_with_operator_key,
     load,
     multinode_fields,
     nodes_recipe,
 )
+from support.aws import (
+    cluster as aws_cluster,
+)
 
 from launcher.clusters.aws import provisioning_calls
-from launcher.clusters.aws.cluster import AwsCluster
 from launcher.cost.budget import Budget
 from launcher.errors import CheckFailed, InfraError, Interrupted
 
@@ -37,27 +40,11 @@ pytestmark = [pytest.mark.aws, pytest.mark.ssh, pytest.mark.multinode]
 def cluster(aws, ami, tmp_path, loopback_nodes, nodes=4, base=None, **fields):
     """An AwsCluster for `nodes` nodes on the loopback sshd (`base`: the multinode_fields already
     made for this account, when the test made them first)."""
-    logs: list[str] = []
     base = base or multinode_fields(aws, loopback_nodes)
     profile = load(tmp_path, **{**base, **fields})
-    c = AwsCluster(
-        nodes_recipe(tmp_path, nodes),
-        profile,
-        "m1",
-        session=aws,
-        ami_resolver=lambda name: ami,
-        state_path=tmp_path / "run" / "aws.json",
-        key_dir=tmp_path / "keys",
-        poll_s=0.01,
-        log=logs.append,
-        owner="test",
+    return aws_cluster(
+        aws, ami, tmp_path, "run", "m1", recipe=nodes_recipe(tmp_path, nodes), profile=profile
     )
-    c.logs = logs
-    return c
-
-
-def ec2_of(aws):
-    return aws._real.client("ec2")
 
 
 def run(c, tmp_path, **execute):
