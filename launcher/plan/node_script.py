@@ -517,6 +517,9 @@ def render_node_script(
     container_body = "\n".join(
         [
             "set -euo pipefail",
+            # docker keeps no order between a container's stdout and stderr (two streams, copied
+            # apart): the stage markers (stdout) and miles' log (stderr) must be one stream
+            "exec 2>&1  # one stream: the markers stay where they were printed among the log lines",
             STAGE_FUNCTIONS,
             "_cleanup() { :; }",
             "trap _on_exit EXIT",

@@ -248,6 +248,7 @@ _stage_end
 # ---- stages ray + train, inside the training container (this text runs verbatim there)
 IFS= read -r -d '' CONTAINER_SCRIPT <<'REPRODUCE_CONTAINER_SCRIPT' || true
 set -euo pipefail
+exec 2>&1  # one stream: the markers stay where they were printed among the log lines
 _stage_begin() { _STAGE=$1; export REPRODUCE_STAGE=$1; printf '##reproduce stage=%s event=start t=%s\n' "$1" "$(date +%s.%N)"; }
 _stage_end() { printf '##reproduce stage=%s event=end status=ok t=%s\n' "$_STAGE" "$(date +%s.%N)"; _STAGE=''; REPRODUCE_STAGE=''; }
 _on_exit() {
