@@ -79,6 +79,15 @@ TRUSTED_DIR_FN = """_trusted_dir() {
 # code after node.sh dies, while node.sh itself still gets the default TERM behaviour. The body is
 # one `{ ...; exit; }` group: bash parses all of it before running any of it, so nothing written to
 # the file afterwards ever runs. The wrapper removes a secrets file node.sh never got to read.
+# node.log has one writer, a copier reading a pipe (it ignores TERM, so it drains all node.sh and
+# its children wrote): a program that opens its output again (`echo x > /dev/stderr` opens the
+# file anew, truncating it) opens the pipe, never the log, so node.log only grows, and the bytes
+# the follower read stay where it read them. node.sh and its children never hold the copier's
+# descriptor itself (3>&-), and the exit code is written only after the copier ended (or 10 s:
+# a daemon node.sh left behind may keep the pipe open, and its later lines still reach node.log).
+# The copier is outside the run's session and unmarked, so a cancel's KILL round (which ends
+# every marked process) never takes the lines still in the pipe with it: a cancelled stage's
+# end marker is printed last; the copier ends by itself once the last writer is gone.
 WRAPPER = (
     "#!/bin/bash\n"
     "# Written by reproduce: runs node.sh in its own session; records pid (= process group)"
@@ -88,13 +97,18 @@ cd "$(dirname "$0")" || exit 1
 echo $$ > pid
 trap 'echo "reproduce: wrapper got SIGTERM" >&2' TERM
 trap '' HUP
-bash node.sh > node.log 2>&1 < /dev/null
+exec 3> >(trap '' TERM INT HUP; exec setsid env -u @RUN_MARK@ cat >> node.log)
+copier=$!
+echo "$copier" > copier
+bash node.sh >&3 2>&3 3>&- < /dev/null
 rc=$?
+exec 3>&-
+for _ in $(seq 100); do kill -0 "$copier" 2>/dev/null || break; sleep 0.1; done
 rm -f .secrets.env
 echo "$rc" > exit_code.tmp && mv -f exit_code.tmp exit_code
 exit "$rc"
 }
-"""
+""".replace("@RUN_MARK@", RUN_MARK)
 )
 WRAPPER_NAME = "run_node.sh"
 
@@ -364,6 +378,12 @@ def cancel_command(node_run_dir: str, container: str) -> str:
         "for _ in $(seq 100); do alive || break; sleep 0.1; done",
         "if alive; then stop KILL; sleep 0.3; fi",
         rm,
+        # the wrapper's copier (outside the session, unmarked) ends once its last writer is gone:
+        # the lines still in its pipe (a stage's end marker) reach node.log before the exit code
+        "cp=$(cat copier 2>/dev/null || true)",
+        'case "$cp" in "" | *[!0-9]*) cp="" ;; esac',
+        'for _ in $(seq 50); do [ -n "$cp" ] && kill -0 "$cp" 2>/dev/null || break; sleep 0.1;'
+        " done",
         "[ -f exit_code ] || echo 137 > exit_code",
         'left=""',
         'if alive; then left="processes $(marked | tr "\\n" " ")"; fi',

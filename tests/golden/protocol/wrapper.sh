@@ -5,8 +5,13 @@ cd "$(dirname "$0")" || exit 1
 echo $$ > pid
 trap 'echo "reproduce: wrapper got SIGTERM" >&2' TERM
 trap '' HUP
-bash node.sh > node.log 2>&1 < /dev/null
+exec 3> >(trap '' TERM INT HUP; exec setsid env -u REPRODUCE_RUN_DIR cat >> node.log)
+copier=$!
+echo "$copier" > copier
+bash node.sh >&3 2>&3 3>&- < /dev/null
 rc=$?
+exec 3>&-
+for _ in $(seq 100); do kill -0 "$copier" 2>/dev/null || break; sleep 0.1; done
 rm -f .secrets.env
 echo "$rc" > exit_code.tmp && mv -f exit_code.tmp exit_code
 exit "$rc"
