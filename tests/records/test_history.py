@@ -196,7 +196,7 @@ def test_record_reads_every_field_and_rerecording_replaces(tmp_path):
     got = runs(SLUG, db=db)
     assert len(got) == 1 and got[0].verdict == "slower" and got[0].image.endswith("b" * 64)
     con = sqlite3.connect(db)
-    assert con.execute("select version from schema_version").fetchall() == [(2,)]
+    assert con.execute("select version from schema_version").fetchall() == [(3,)]
     assert con.execute("select count(*) from runs").fetchone() == (1,)
 
 
@@ -423,7 +423,7 @@ def test_a_version_1_database_is_migrated_and_its_rows_still_read(tmp_path):
     assert sorted(r.run_id for r in by_old_name) == ["r1", "r2"]  # the vanished run stays readable
     assert by_content[0].tokens_per_s_per_gpu == 1000.0
     con = sqlite3.connect(db)
-    assert con.execute("select version from schema_version").fetchall() == [(2,)]
+    assert con.execute("select version from schema_version").fetchall() == [(3,)]
 
 
 def test_two_recipes_with_one_file_name_are_two_histories(tmp_path):
