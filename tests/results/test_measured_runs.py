@@ -151,13 +151,22 @@ def test_runs_3_is_three_measured_runs_judged_on_their_mean(tmp_path):
     assert again["verdict"]["status"] == saved["status"]
     assert again["verdict"]["difference_percent"] == pytest.approx(saved["difference_percent"])
     assert again["verdict"]["reasons"] == saved["reasons"]
+    page = (rd.path / "report.html").read_text()  # written by `measure`: each run and the mean
+    assert 'data-measured-runs="3"' in page and 'href="measured/2/report.md"' in page
+    # the history keeps the mean with K
+    from launcher.records.history import record
+
+    row = record(rd.path, tmp_path / "history.sqlite")
+    assert row.measured_runs == 3
+    assert row.tokens_per_s_per_gpu == pytest.approx(expected)
 
 
 def test_one_failed_run_of_three_fails_the_whole_naming_it(tmp_path):
     times = [step_times_for_tps(CLAIM)] * 3
     rd, _, run = _run(tmp_path, 3, _times_env(times, fail_run=2))
-    with pytest.raises(CheckFailed):
+    with pytest.raises(CheckFailed) as err:
         run()
+    assert "in stage train (measured run 2 of 3, measured/2)" in str(err.value)
     verdict = json.loads((rd.path / "verdict.json").read_text())
     assert verdict["status"] == "failed"
     assert verdict["difference_percent"] is None
