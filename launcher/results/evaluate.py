@@ -82,9 +82,16 @@ def parse_log(path: Path) -> tuple[list[StepRecord], ParseStats]:
 
 def load_records(path: Path) -> tuple[list[StepRecord], ParseStats | None]:
     """Steps of a log file, or of a run directory (its logs/train.log, else its steps.jsonl)."""
+    from launcher.plan.claimruns import measured_in
+
     path = check_input(path)
     if path.is_file():
         return parse_log(path)
+    if measured_in(path) > 1:  # logs/train.log holds K runs one after the other: not one log
+        raise BadInput(
+            f"run directory {path} holds {measured_in(path)} measured runs; give one of them: "
+            f"{path}/{Files.MEASURED}/<k>/{TRAIN_LOG}."
+        )
     if (path / TRAIN_LOG).is_file():
         return parse_log(path / TRAIN_LOG)
     if (path / Files.STEPS).is_file():

@@ -153,6 +153,17 @@ def test_runs_3_is_three_measured_runs_judged_on_their_mean(tmp_path):
     assert again["verdict"]["reasons"] == saved["reasons"]
     page = (rd.path / "report.html").read_text()  # written by `measure`: each run and the mean
     assert 'data-measured-runs="3"' in page and 'href="measured/2/report.md"' in page
+    # compare reads one log: a directory of three runs is refused, each run's log is read
+    res = subprocess.run(
+        [sys.executable, "-m", "launcher", "compare", str(rd.path), str(logs[0])],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert res.returncode == 2 and "holds 3 measured runs; give one of them" in res.stderr
+    res = subprocess.run(
+        [sys.executable, "-m", "launcher", "compare", str(logs[1]), str(logs[0])],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stdout + res.stderr
     # the history keeps the mean with K
     from launcher.records.history import record
 
