@@ -166,6 +166,7 @@ def judge_mean(
         gpu_hours_by_stage=by_stage,
         window_gpu_hours=sum(r.window_gpu_hours or 0.0 for r in results),
         notes=[note, *first.notes],
+        measured=results[-1].measured or first.measured,  # the date of the last run
         runs=len(runs),
         run_summary=summary,
     )

@@ -467,6 +467,8 @@ def _measured_runs(
             records, stats, recipe, tl, price_per_hour, region, tolerance, price=price, alone=True
         )
         verdict.reasons.append(mr.one_run_reason(k, expected))
+        if result.gpu_hours is not None:
+            result.gpu_hours_source = mr.RUN_HOURS_NOTE
         write_outputs(sub, result, verdict, recipe, records, plots=write_plots)
         write_measure_record(
             sub,

@@ -35,6 +35,11 @@ from launcher.plan.protocol import MAX_MARKER_LINE, SAFE_STAGE, parse_marker
 from launcher.records.atomic import write_atomic
 from launcher.records.rundir import TRAIN_STAGE, Files
 
+# A measured run's GPU-hours: its timeline is its train stage alone (run_timeline).
+RUN_HOURS_NOTE = (
+    "GPUs x this measured run's train stage (its start to its end): its own training; the "
+    "reproduction's setup is counted once, in the run directory's result.yaml"
+)
 # What measures one run: (run k, its sub-directory, its timeline) -> its result, verdict, steps.
 MeasureOne = Callable[[int, Path, dict], tuple[Result, Verdict, list[StepRecord]]]
 

@@ -140,6 +140,10 @@ def test_runs_3_is_three_measured_runs_judged_on_their_mean(tmp_path):
         assert e["tokens_per_s_per_gpu"] == pytest.approx(
             own["provenance"]["unrounded"]["tokens_per_s_per_gpu"]
         )
+    # GPU-hours: each run its own training; the whole is the node's, the setup counted once
+    assert all(r["gpu_hours_note"].startswith("GPUs x this measured run's") for r in per_run)
+    whole = result["provenance"]["unrounded"]["gpu_hours"]
+    assert 0 < sum(r["provenance"]["unrounded"]["gpu_hours"] for r in per_run) <= whole
     spread = result["provenance"]["measured_runs"]["spread"]
     assert spread["min"] < expected < spread["max"]
     saved = json.loads((rd.path / "verdict.json").read_text())
