@@ -112,8 +112,8 @@ def run_cmd(
     runs: int | None = typer.Option(
         None,
         "--runs",
-        help="The claim is a mean of result.runs runs; --runs 1 judges this one run against "
-        "that mean (without it such a verdict is never 'reproduced').",
+        help="Measured runs on the one node (default: the claim's result.runs N; the verdict "
+        "is on their mean). --runs K < N measures fewer, and the verdict says so.",
     ),
 ) -> None:
     """Reproduce RECIPE on a cluster (also: `reproduce RECIPE ...`): provision, check, train,
@@ -210,8 +210,8 @@ def measure_cmd(
     runs: int | None = typer.Option(
         None,
         "--runs",
-        help="--runs 1 judges this one run against a claim that is a mean of result.runs runs "
-        "(default: what the run was started with)",
+        help="--runs 1 judges one run (a log) against a claim that is a mean of result.runs "
+        "runs (default: what the run directory was started with)",
     ),
 ) -> None:
     """Measure a miles log against the recipe's claim. Exit 0 reproduced, 1 otherwise (mismatch included), 2 bad input or an unreadable log."""  # noqa: E501 - typer shows its line breaks

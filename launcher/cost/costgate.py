@@ -207,7 +207,10 @@ def decide(prepared: Prepared, options: Options, *, attended: bool) -> CostGate:
         plan.recipe, plan.runs.get("accepted")
     )  # result.runs and patches: what the verdict will say of them
     lines[5:5] = likely_lines(  # after "expected": what it costs with everything included
-        recipe, **target_args(profile, price), max_usd=options.max_usd
+        recipe,
+        **target_args(profile, price),
+        max_usd=options.max_usd,
+        runs=plan.runs.get("measured") or 1,  # K measured runs train K times
     )
     ask = paid and not options.yes and attended
     refusal = None

@@ -166,11 +166,13 @@ def _train_seconds(recipe: Recipe) -> tuple[float, float] | None:
     return max(0.0, total - window), min(window, total)
 
 
-def estimate(recipe: Recipe, *, fresh_instance: bool) -> Estimate:
+def estimate(recipe: Recipe, *, fresh_instance: bool, runs: int = 1) -> Estimate:
     """Seconds per stage for a cold node (nothing cached, no store), a warm store (the store
     holds the rows, the checkpoint and its conversion: they come over S3, nothing is built or
     converted) and a warm cache (a node that kept its cache and image: nothing moves).
-    `fresh_instance`: the cluster launches the node (provisioning is paid)."""
+    `fresh_instance`: the cluster launches the node (provisioning is paid). `runs`: K measured
+    runs (launcher/plan/claimruns.py) train K times on the one node: ray+train and the window
+    count K times, everything before them once."""
     f = {k: v.value for k, v in FIGURES.items()}
     ckpt, ckpt_from = checkpoint_bytes(recipe)
     ckpt = ckpt or 0.0
@@ -201,7 +203,7 @@ def estimate(recipe: Recipe, *, fresh_instance: bool) -> Estimate:
         "release": f["release"] if fresh_instance else f["release_kept"],
     }
     if train is not None:
-        middle = {"ray+train": train[0], "window": train[1]}
+        middle = {"ray+train": train[0] * runs, "window": train[1] * runs}
     else:
         middle = {}
     hashed = min(f["s3"], f["nvme"])
@@ -238,10 +240,15 @@ def estimate(recipe: Recipe, *, fresh_instance: bool) -> Estimate:
 
 
 def dry_run_lines(
-    recipe: Recipe, *, fresh_instance: bool, store: str | None, usd_per_hour: float | None
+    recipe: Recipe,
+    *,
+    fresh_instance: bool,
+    store: str | None,
+    usd_per_hour: float | None,
+    runs: int = 1,
 ) -> list[str]:
     """The dry run's table: GPU-hours per stage and scenario, the totals against the claim."""
-    est = estimate(recipe, fresh_instance=fresh_instance)
+    est = estimate(recipe, fresh_instance=fresh_instance, runs=runs)
     hours = {s: est.gpu_hours(s) for s in SCENARIOS}
     lines = [
         "# ---- expected GPU-hours by stage, before paying (estimates: launcher/cost/estimate.py "
@@ -267,6 +274,8 @@ def dry_run_lines(
         if est.claim_hours
         else "the recipe claims no GPU-hours: Ray, training and the window are not estimated"
     )
+    if runs > 1:
+        claim += f"; ray+train and window count {runs} times: {runs} measured runs"
     lines += [
         f"#   {claim}",
         "#   cold node: "
@@ -296,11 +305,13 @@ def likely_lines(
     store: str | None,
     usd_per_hour: float | None,
     max_usd: float | None = None,
+    runs: int = 1,
 ) -> list[str]:
     """What this run will likely cost, all stages included (the claim counts none of the
     provisioning and downloads), and a warning when a --max-usd budget is under it: a budget
-    that stops the run before its window is measured buys nothing. Lines without the '# '."""
-    est = estimate(recipe, fresh_instance=fresh_instance)
+    that stops the run before its window is measured buys nothing. Lines without the '# '.
+    `runs`: K measured runs, the training counted K times."""
+    est = estimate(recipe, fresh_instance=fresh_instance, runs=runs)
     cold, warm_store, warm_cache = (est.total(s) for s in SCENARIOS)
 
     def cost(hours: float) -> str:

@@ -82,6 +82,8 @@ class Result:
     unreadable: str | None = (
         None  # why the log could not be read as miles' (then nothing is judged)
     )
+    runs: int = 1  # measured runs the figures are the mean of (launcher/judge/aggregate.py)
+    run_summary: dict | None = None  # each measured run, the spread, how each figure aggregates
 
     @property
     def ended_early(self) -> bool:
@@ -121,7 +123,7 @@ class Result:
             "steps_per_run": (self.last_step + 1) if self.last_step is not None else 0,
             "window": list(self.window),
             "window_tokens": self.window_tokens,
-            "runs": 1,
+            "runs": self.runs,
             "profiler": False,
             "gpu_hours": _round(self.gpu_hours, 2),
             "gpu_hours_note": self.gpu_hours_source,
@@ -155,6 +157,7 @@ class Result:
                 "unreadable": self.unreadable,
                 "notes": self.notes,
                 "parse": self.parse_stats,
+                **({"measured_runs": self.run_summary} if self.run_summary else {}),
             },
         }
 
@@ -186,6 +189,7 @@ class Result:
             "unreadable": self.unreadable,
             "notes": self.notes,
             "parse": self.parse_stats,
+            **({"runs": self.runs, "measured_runs": self.run_summary} if self.run_summary else {}),
         }
 
 
@@ -245,7 +249,7 @@ def pure_figures(
 
 
 def gpu_hours_from_timeline(
-    timeline: dict, gpus: int, window_s: float | None = None
+    timeline: dict, gpus: int, window_s: float | Sequence[float] | None = None
 ) -> tuple[float | None, str, dict[str, float], list[str]]:
     """GPU-hours = GPUs x (released_at - acquired_at) / 3600, plus where they went (stage_split).
 
@@ -287,14 +291,17 @@ def gpu_hours_from_timeline(
     )
 
 
-def stage_split(timeline: dict, window_s: float | None = None) -> dict[str, float]:
+def stage_split(
+    timeline: dict, window_s: float | Sequence[float] | None = None
+) -> dict[str, float]:
     """Seconds from acquisition to release, by stage, in order (docs/measurement.md, "Where the
     GPU-hours go"): `acquire` (provisioning, boot, staging: until the node's first stage), each
     stage of the node script, `train` split into the measured `window` (the sum of its step
     times) and the rest of training (start-up, steps outside the window), `between` (the node
     script's moments between its stages), `collect` (after the last stage until the release
     began) and `release`. The parts add up to released_at - acquired_at (clocks permitting: the
-    node's marks and the launcher's times come from two clocks, and a negative part is 0)."""
+    node's marks and the launcher's times come from two clocks, and a negative part is 0).
+    A sequence of window seconds is one per `train` stage, in order (K measured runs)."""
     acquired = timeline.get("acquired_at")
     released = timeline.get("released_at")
     releasing = timeline.get("release_started_at")
@@ -309,14 +316,19 @@ def stage_split(timeline: dict, window_s: float | None = None) -> dict[str, floa
     if stages:
         split["acquire"] = max(0.0, stages[0]["start"] - acquired)
     between = 0.0
+    windows = [window_s] if isinstance(window_s, (int, float)) else list(window_s or [])
+    trains = 0
     for prev, stage in zip([None, *stages], stages, strict=False):
         name = str(stage.get("name"))
         seconds = stage["end"] - stage["start"]
         if prev is not None:
             between += max(0.0, stage["start"] - prev["end"])
-        if name == "train" and window_s is not None and window_s > 0:
-            split["train"] = split.get("train", 0.0) + max(0.0, seconds - window_s)
-            split["window"] = split.get("window", 0.0) + min(window_s, seconds)
+        if name == "train":
+            trains += 1
+        window = windows[trains - 1] if name == "train" and trains <= len(windows) else None
+        if window is not None and window > 0:
+            split["train"] = split.get("train", 0.0) + max(0.0, seconds - window)
+            split["window"] = split.get("window", 0.0) + min(window, seconds)
             continue
         split[name] = split.get(name, 0.0) + seconds
     if between > 0:

@@ -67,8 +67,10 @@ class Tolerance:
 # changes a figure or a status for the same inputs, so two verdicts are comparable exactly when
 # their policies are. v2: issue 20's fail-closed rules (an error that ended training, a frozen
 # loss, a skipped optimizer step, half-read lines; a run with no step is incomplete, not failed).
+# v3: a claim that is a mean of N runs is judged on the mean of K measured runs, fail closed
+# (launcher/judge/aggregate.py, the last rule).
 POLICY_NAME = "reproduce-verdict"
-POLICY_VERSION = 2
+POLICY_VERSION = 3
 POLICY_RULES = (
     "unreadable: nothing in the log is miles', or no step carries a step time it knows",
     "failed: the log shows training failing (NaN/inf loss, grad norm or step time, a loss frozen "
@@ -80,6 +82,11 @@ POLICY_RULES = (
     "unstable: step-time CV above max(cv_factor x the recipe's CV, cv_floor_percent)",
     "slower / faster / reproduced: tokens/s per GPU over the window against the claim, "
     "outside or inside the tolerance",
+    "a mean of K measured runs (result.runs): each run is judged alone by the rules above; a run "
+    "failed, mismatch, unreadable or incomplete, or one that never ran, makes the whole that "
+    "status (in that order), naming the run; a run unstable, or the runs' mean CV above the limit, "
+    "makes it unstable; else the mean of the runs' tokens/s per GPU is judged against the claim. "
+    "K < N runs (--runs K) is judged on their mean and the reasons say so",
 )
 
 
@@ -96,7 +103,8 @@ def policy(tolerance: Tolerance | None = None) -> dict:
         "overridden": sorted(k for k in given if given[k] != default[k]),
         "frozen_loss_steps": FROZEN_LOSS_STEPS,
         "window": "the recipe's result.window, every step of it required",
-        "noise_band": "2 x step-time CV / sqrt(window steps), percent",
+        "noise_band": "2 x step-time CV / sqrt(window steps), percent; of a mean of K runs: "
+        "2 x the CV of the runs' tokens/s per GPU / sqrt(K)",
         "rules": list(POLICY_RULES),
     }
 
@@ -111,6 +119,7 @@ class Verdict:
     tolerance: Tolerance = field(default_factory=Tolerance)
     noise_band_percent: float | None = None
     error: str | None = None  # the log line of the error that ended training, when there is one
+    runs: dict | None = None  # a mean of K runs: each run's status and figure (judge/aggregate.py)
 
     @property
     def policy(self) -> dict:
@@ -131,6 +140,7 @@ class Verdict:
             "policy": self.policy,
             "noise_band_percent": self.noise_band_percent,
             "error": self.error,
+            **({"runs": self.runs} if self.runs is not None else {}),
         }
 
 

@@ -128,7 +128,7 @@ FIELDS: dict[str, Honoured] = {
     "result.steps_per_run": _c("validate: the run block's --num-rollout; the window inside it"),
     "result.window": _r("the measured steps (measure), the verdict"),
     "result.window_tokens": _c("validate: window steps x global_batch x row_tokens"),
-    "result.runs": _r("the verdict: one run never reproduces a mean (claimruns)"),
+    "result.runs": _r("K measured runs on one node, the verdict on their mean (claimruns)"),
     "result.profiler": _s(),
     "result.gpu_hours": _r("the expected cost and the budget (costgate, estimate, budget)"),
     "result.gpu_hours_note": _s(),

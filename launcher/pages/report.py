@@ -217,6 +217,7 @@ def render_markdown(
         f"| steps per run | {claim.get('steps_per_run')} | {steps_run} | |",
         "",
     ]
+    lines += measured_runs_lines(result.run_summary)
     price = f"${result.price.value}/h, {result.price.describe()}." if result.price else "unknown."
     lines += [
         "## How the figures were computed",
@@ -280,6 +281,43 @@ def render_markdown(
         )
     lines += ["", "(* = in the measured window)", ""]
     return "\n".join(lines)
+
+
+def measured_runs_lines(summary: dict | None) -> list[str]:
+    """The section of a mean of K measured runs (launcher/judge/aggregate.py): each run, its own
+    report, the spread, how each figure aggregates. Nothing for one run."""
+    if not summary:
+        return []
+    each = summary.get("each") or []
+    lines = [
+        f"## Measured runs: {summary.get('ran')} of {summary.get('measured')} "
+        f"(the claim: a mean of {summary.get('claimed')})",
+        "",
+        "| run | status | tokens/s/GPU | vs claim | step-time CV % | MFU | $/1M tokens | "
+        "GPU-hours (its training) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for e in each:
+        lines.append(
+            f"| [{e.get('run')}]({e.get('dir')}/report.md) | {e.get('status')} | "
+            f"{fmt(e.get('tokens_per_s_per_gpu'))} | "
+            f"{fmt(e.get('difference_percent'), '+.2f', suffix='%')} | "
+            f"{fmt(e.get('step_time_cv_percent'))} | {fmt(e.get('mfu'), 4)} | "
+            f"{fmt(e.get('usd_per_million_tokens'), 3)} | {fmt(e.get('gpu_hours'), 3)} |"
+        )
+    spread = summary.get("spread") or {}
+    if summary.get("judged_on_mean"):
+        lines += [
+            "",
+            f"Spread of tokens/s per GPU over the runs: min {fmt(spread.get('min'))}, max "
+            f"{fmt(spread.get('max'))}, population stdev {fmt(spread.get('stdev'))} "
+            f"(CV {fmt(spread.get('cv_percent'))}%).",
+        ]
+    else:
+        lines += ["", "Not every run is whole: no mean is the reproduction's figure."]
+    lines += ["", "How each figure of the mean aggregates the runs:", ""]
+    lines += [f"- {k}: {v}" for k, v in (summary.get("aggregation") or {}).items()]
+    return [*lines, ""]
 
 
 # --------------------------------------------------------------------------------------------
@@ -431,7 +469,8 @@ def history_report(slug: str, rows: Sequence[RunRow], assessment: Assessment | N
             r.cluster_name or "-",
             r.state or "-",
             r.verdict or "-",
-            fmt(r.tokens_per_s_per_gpu, missing="-"),
+            fmt(r.tokens_per_s_per_gpu, missing="-")
+            + (f" (mean of {r.measured_runs})" if r.measured_runs else ""),
             fmt(r.difference_percent, "+.2f", missing="-", suffix="%"),
             fmt(r.usd_per_million_tokens, ".3f", missing="-"),
             _short_image(r.image),

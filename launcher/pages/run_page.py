@@ -282,6 +282,53 @@ def _figures(ctx: rs.Context) -> str:
             cls="figures",
         )
         + f'<p class="sub" style="margin-top:8px">{esc(explain)}</p>'
+        + _measured_runs(ctx)
+    )
+
+
+def _measured_runs(ctx: rs.Context) -> str:
+    """A mean of K measured runs (docs/measurement.md): each run, its own report, the spread."""
+    summary = (ctx.result.get("provenance") or {}).get("measured_runs")
+    if not isinstance(summary, dict) or not isinstance(summary.get("each"), list):
+        return ""
+    rows = []
+    for e in summary["each"]:
+        if not isinstance(e, dict):
+            continue
+        where = str(e.get("dir") or "")
+        rows.append(
+            [
+                f'<a href="{esc(where)}/report.md" data-run="{esc(e.get("run"))}">'
+                f"{esc(e.get('run'))}</a>",
+                badge(e.get("status")),
+                esc(num(e.get("tokens_per_s_per_gpu"))),
+                esc(signed(number(e.get("difference_percent"))))
+                if number(e.get("difference_percent")) is not None
+                else "",
+                esc(num(e.get("step_time_cv_percent"))),
+                esc(num(e.get("gpu_hours"), 3)),
+            ]
+        )
+    spread = summary.get("spread") or {}
+    if summary.get("judged_on_mean"):
+        words = (
+            f"The figures above are the mean of these {summary.get('ran')} runs; tokens/s per "
+            f"GPU from {num(spread.get('min'))} to {num(spread.get('max'))}, stdev "
+            f"{num(spread.get('stdev'))} (CV {num(spread.get('cv_percent'))}%)."
+        )
+    else:
+        words = "Not every run is whole: no mean is the reproduction's figure (fail closed)."
+    return (
+        f'<h3 data-measured-runs="{esc(summary.get("ran"))}">Measured runs: '
+        f"{esc(summary.get('ran'))} of {esc(summary.get('measured'))} (the card: a mean of "
+        f"{esc(summary.get('claimed'))})</h3>"
+        + table(
+            ["run", "verdict alone", "tokens/s/GPU", "vs card", "step-time CV %", "GPU-hours"],
+            rows,
+            numeric=(2, 3, 4, 5),
+            cls="figures",
+        )
+        + f'<p class="sub" style="margin-top:8px">{esc(words)}</p>'
     )
 
 

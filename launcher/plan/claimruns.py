@@ -1,20 +1,24 @@
-"""`result.runs`: a claim that is the mean of N runs, against a reproduction that measures one.
+"""`result.runs`: a claim that is the mean of N runs, and how many runs this reproduction measures.
 
-Why its own module: the recipe's `runs: N` says its figures summarise N runs. One reproduction
-trains once, so its figure is one run, not a mean, and judging it as if it reproduced the mean
-would claim more than was measured. The promise (docs/recipe-fields.md):
+Why its own module: the recipe's `runs: N` says its figures summarise N runs, so a reproduction
+measures N runs too, on the one node it acquired (a p5en costs about $63/h: no re-provisioning
+between runs), and judges their mean (launcher/judge/aggregate.py). The promise
+(docs/recipe-fields.md, docs/measurement.md "A mean of several runs"):
 
-- the dry run's header says "the claim is a mean of N runs; this run measures 1";
-- without `--runs 1` the verdict of such a claim is never `reproduced` (a run within the band is
-  `incomplete`, with the reason and no in-band reason); slower, faster, unstable, failed stay
-  what they are, since one run can show those;
-- `--runs 1` is the explicit choice to judge one run against the mean; the verdict then says so
-  among its reasons. It is recorded in plan.json (`runs`), so `reproduce measure RUN_DIR` judges
-  the run again the same way;
-- more measured runs than one per reproduction (the mean of K runs on one node) are not
-  implemented: `--runs K` with K > 1 is refused before anything starts.
+- K, the runs this reproduction measures, is the claim's N unless `--runs K` (1 <= K <= N) asks
+  for fewer; K > N, or K < 1, is refused before anything starts (exit 2);
+- the dry run's header says "the claim is a mean of N runs; this run measures K", and the cost
+  estimate counts the training K times;
+- node.sh runs the recipe's `run` block K times inside the one train stage loop
+  (launcher/plan/measured.py); each run is kept and judged alone, the verdict is on their mean;
+- K < N is judged on the mean of the K runs, and the verdict says so among its reasons;
+- K = 1 is one run judged against the mean, also said (`--runs 1`). A run directory whose plan
+  measured 1 run of a mean of N without `--runs 1` (a bare log, or an older run) is never
+  `reproduced`: a run within the band is `incomplete`, with the reason and no in-band reason;
+- plan.json records `runs` (claimed, measured, accepted), so `reproduce measure RUN_DIR` judges
+  the run directory again the same way.
 
-Pure apart from `accepted_in`, which reads a run directory's plan.json.
+Pure apart from `accepted_in` and `measured_in`, which read a run directory's plan.json.
 """
 
 from __future__ import annotations
@@ -29,8 +33,6 @@ from launcher.records.rundir import Files
 if TYPE_CHECKING:
     from launcher.inputs.recipe import Recipe
     from launcher.judge.verdict import Verdict
-
-MEASURED_PER_REPRODUCTION = 1  # one training per reproduction (docs/recipe-fields.md)
 
 
 def claimed_runs(recipe: Recipe) -> int:
@@ -51,20 +53,19 @@ def check_option(recipe: Recipe, runs: int | None) -> int | None:
             f"--runs {runs}: the claim of {recipe.path} is a mean of {claimed} run(s) "
             f"(result.runs); expected at most {claimed}."
         )
-    if runs != MEASURED_PER_REPRODUCTION:
-        raise BadInput(
-            f"--runs {runs}: a reproduction measures one run; the mean of {runs} runs on one node "
-            "is not implemented in this version. --runs 1 judges one run against the claimed mean "
-            f"of {claimed}; or run `reproduce` {runs} times and compare the runs' figures."
-        )
     return runs
+
+
+def measured_runs(recipe: Recipe, accepted: int | None) -> int:
+    """K: the runs a reproduction measures, --runs when given, else the claim's N."""
+    return accepted if accepted else claimed_runs(recipe)
 
 
 def record(recipe: Recipe, accepted: int | None) -> dict[str, Any]:
     """plan.json's `runs`: what the claim summarises, what this run measures, what was accepted."""
     return {
         "claimed": claimed_runs(recipe),
-        "measured": MEASURED_PER_REPRODUCTION,
+        "measured": measured_runs(recipe, accepted),
         "accepted": accepted,
     }
 
@@ -72,12 +73,15 @@ def record(recipe: Recipe, accepted: int | None) -> dict[str, Any]:
 def header_line(recipe: Recipe, accepted: int | None) -> str | None:
     """The dry run's and the cost header's line, or None when the claim is one run."""
     claimed = claimed_runs(recipe)
-    if claimed <= MEASURED_PER_REPRODUCTION:
+    if claimed <= 1:
         return None
-    text = f"runs      the claim is a mean of {claimed} runs (result.runs); this run measures 1"
-    if accepted:
-        return text + ": judged against the mean, as --runs 1 asks"
-    return text + ": its verdict cannot be `reproduced` (--runs 1 judges one run against the mean)"
+    k = measured_runs(recipe, accepted)
+    text = f"runs      the claim is a mean of {claimed} runs (result.runs); this run measures {k}"
+    if k == claimed:
+        return text + " on one node, each kept and judged, the verdict on their mean"
+    if k == 1:
+        return text + ": one run judged against the mean, as --runs 1 asks (the verdict says so)"
+    return text + f" and judges their mean, as --runs {k} asks (the verdict says so)"
 
 
 def claim_lines(recipe: Recipe, accepted: int | None) -> list[str]:
@@ -90,21 +94,35 @@ def claim_lines(recipe: Recipe, accepted: int | None) -> list[str]:
     return ([runs] if runs else []) + patches.header_lines(recipe)
 
 
-def accepted_in(run_dir: Path) -> int | None:
-    """The --runs a run was started with (plan.json's `runs.accepted`), None when not given."""
+def _plan_runs(run_dir: Path) -> dict[str, Any]:
     try:
         plan = json.loads((Path(run_dir) / Files.PLAN).read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return None
+        return {}
     runs = plan.get("runs") if isinstance(plan, dict) else None
-    accepted = runs.get("accepted") if isinstance(runs, dict) else None
-    return accepted if isinstance(accepted, int) and not isinstance(accepted, bool) else None
+    return runs if isinstance(runs, dict) else {}
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def accepted_in(run_dir: Path) -> int | None:
+    """The --runs a run was started with (plan.json's `runs.accepted`), None when not given."""
+    return _count(_plan_runs(run_dir).get("accepted"))
+
+
+def measured_in(run_dir: Path) -> int:
+    """The runs a run directory's node script measured (plan.json's `runs.measured`), 1 when it
+    does not say (a run made before K measured runs existed measured one)."""
+    return _count(_plan_runs(run_dir).get("measured")) or 1
 
 
 def apply(verdict: Verdict, recipe: Recipe, accepted: int | None) -> Verdict:
-    """The verdict with the claim's runs taken into account (see the module's promise)."""
+    """The verdict of ONE measured run with the claim's runs taken into account (see the
+    module's promise); a mean of K > 1 runs is judged by launcher/judge/aggregate.py."""
     claimed = claimed_runs(recipe)
-    if claimed <= MEASURED_PER_REPRODUCTION:
+    if claimed <= 1:
         return verdict
     if accepted:
         verdict.reasons.append(

@@ -22,6 +22,7 @@ from launcher.inputs.recipe import Image, Recipe
 from launcher.inputs.stack import expected_versions
 from launcher.plan import multinode
 from launcher.plan.image_record import BuiltImage, base_label_check
+from launcher.plan.measured import train_lines
 from launcher.plan.protocol import (
     DONE_LINE,
     MARKER_HELP,
@@ -96,6 +97,7 @@ class ScriptContext(Placement):
     """The renderer: a Placement plus the shell text each stage needs."""
 
     built: BuiltImage | None = None  # the profile's image built FROM the recipe's (images/)
+    measured_runs: int = 1  # K: the train stage runs the run block K times (plan/measured.py)
 
     @property
     def image(self) -> Image:
@@ -531,13 +533,7 @@ def render_node_script(
             *by["ray"].commands,
             "_stage_end",
             "",
-            f"# ---- stage train: {by['train'].title}",
-            "_stage_begin train",
-            f"cd {MILES_DIR}",
-            "# ----- recipe run block (verbatim) -----",
-            by["train"].commands[0],
-            "# ----- end of recipe run block -----",
-            "_stage_end",
+            *train_lines(by["train"].title, MILES_DIR, by["train"].commands[0], ctx.measured_runs),
         ]
     )
     tag = _heredoc_tag(container_body, "REPRODUCE_CONTAINER_SCRIPT")

@@ -116,7 +116,17 @@ def build_plan(
     preflight_on = profile.preflight.enabled and not skip_preflight
     built = profile_image(recipe, profile)  # BadInput when it is not built FROM the recipe's
 
-    ctx = ScriptContext(recipe, profile, run_id, node_run_dir, cache_dir, container, assets, built)
+    ctx = ScriptContext(
+        recipe,
+        profile,
+        run_id,
+        node_run_dir,
+        cache_dir,
+        container,
+        assets,
+        built,
+        measured_runs=claimruns.measured_runs(recipe, runs),
+    )
     on_assets = asset_stages.render(ctx)
     stages = [
         Stage("acquire", "acquire the node(s)", "launcher", tuple(_acquire_lines(profile, recipe))),

@@ -149,6 +149,12 @@ MARKER_HELP = (
 )
 DONE_LINE = f"echo '{MARKER} done'"
 
+# A marker line is short; a longer line is never one, so it is written on as it arrives instead of
+# being held (a long unterminated line costs linear time and bounded memory).
+MAX_MARKER_LINE = 4096
+# A stage's log is logs/<name>.log: a name the node prints may not be a path, and never "node"
+# (logs/node.log is the stream itself, whose size is the offset streaming continues from).
+SAFE_STAGE = re.compile(r"^(?!node$)(?!\.)[A-Za-z0-9_.-]{1,64}$")
 _MARKER_LINE = re.compile(rb"^" + re.escape(MARKER.encode()) + rb" (.*?)\r?$")
 
 

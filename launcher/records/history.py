@@ -76,7 +76,8 @@ __all__ = [
 
 # 2: rows are keyed on the recipe's content-derived slug; `legacy_slug` keeps the path-derived
 # name version 1 used (migrated on open: old rows still read, under both names).
-SCHEMA_VERSION = 2
+# 3: `measured_runs`, K: the row's figures are the mean of K measured runs (null: one run).
+SCHEMA_VERSION = 3
 # How long a writer waits for another one (a nightly and a person importing runs) before giving
 # up with a clear error instead of a traceback.
 BUSY_TIMEOUT_S = 30.0
@@ -113,7 +114,8 @@ CREATE TABLE IF NOT EXISTS runs (
     image TEXT,
     detail TEXT,
     recorded_at REAL NOT NULL,
-    legacy_slug TEXT
+    legacy_slug TEXT,
+    measured_runs INTEGER
 );
 CREATE INDEX IF NOT EXISTS runs_by_slug ON runs (slug, started_at, run_id);
 """
@@ -231,8 +233,18 @@ class History:
                     f"history database {self.path} has schema version {version}; this launcher "
                     f"knows version {SCHEMA_VERSION}: upgrade reproduce."
                 )
-            elif version < 2:
-                self._migrate_from_1()
+            elif version < SCHEMA_VERSION:
+                self._migrate_from(version)
+
+    def _migrate_from(self, version: int) -> None:
+        """An older schema brought up to this one, inside the caller's transaction."""
+        if version < 2:
+            self._migrate_from_1()
+        columns = {r[1] for r in self.conn.execute("PRAGMA table_info(runs)")}
+        if "measured_runs" not in columns:  # 3: K measured runs (older rows: one run, null)
+            self.conn.execute("ALTER TABLE runs ADD COLUMN measured_runs INTEGER")
+        self.conn.execute("DELETE FROM schema_version")
+        self.conn.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
 
     def _migrate_from_1(self) -> None:
         """Version 1 keyed rows on the recipe file's path; key them on the content slug of the

@@ -54,6 +54,7 @@ class RunRow:
     detail: str | None = None  # status.json's detail, or why the run never started
     recorded_at: float = 0.0
     legacy_slug: str | None = None  # the name an older launcher gave the recipe (its file path)
+    measured_runs: int | None = None  # K: the figures are the mean of K measured runs (result.yaml)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -166,7 +167,14 @@ def row_from_run_dir(run_dir: Path) -> RunRow:
         gpu_hours=figure("gpu_hours"),
         image=image,
         detail=status.get("detail"),
+        measured_runs=_measured_runs(result),
     )
+
+
+def _measured_runs(result: Any) -> int | None:
+    """result.yaml's `runs` (K measured runs, their mean the row's figures), None for one."""
+    runs = result.get("runs") if isinstance(result, dict) else None
+    return runs if isinstance(runs, int) and not isinstance(runs, bool) and runs > 1 else None
 
 
 def is_content_slug(slug: str) -> bool:

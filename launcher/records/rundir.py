@@ -8,6 +8,7 @@
       timeline.json acquired_at, released_at and stage start/end times from the node's markers
       logs/node.log everything the node script printed, appended by byte offset
       logs/<stage>.log  the same bytes split by stage marker; logs/train.log always exists
+      measured/<k>/ measured run k of K (result.runs), its own logs/train.log, timeline, figures
 
 Stage logs and the timeline are pure functions of node.log (plus acquire/release times); the
 runner streams and splits them (launcher/runner/stream.py) and rebuilds them from node.log on
@@ -63,6 +64,16 @@ class Files:
     ATTESTATION_PUB = "attestation.pub"
     LOGS = "logs"
     PLOTS = "plots"
+    # K measured runs (result.runs): run k's own record, a run directory's measurement in small
+    # (logs/train.log, timeline.json, steps.jsonl, result.yaml, verdict.json, measure.json,
+    # report.md, plots/), made from node.log's k-th train stage (launcher/results/measured_runs.py)
+    MEASURED = "measured"
+
+    @staticmethod
+    def measured_run(index: int) -> str:
+        """measured/<k>: the sub-directory of measured run k (1..K)."""
+        return f"{Files.MEASURED}/{index}"
+
     # what node.sh writes on the node and collection brings back (nothing else is collected)
     PREFLIGHT = "preflight.json"
     PREFLIGHT_GPU = "preflight-gpu.json"
@@ -101,6 +112,7 @@ LAUNCHER_FILES = frozenset(
         Files.MEASURE,
         Files.ATTESTATION,
         Files.ATTESTATION_PUB,
+        Files.MEASURED,
     }
 )
 STATES = (

@@ -171,6 +171,12 @@ def remeasure_check(
     if "measure.json" not in names:
         raise CheckFailed(f"{root}: measure.json (the measurement's record) is not a subject.")
     record = json.loads((root / "measure.json").read_text(encoding="utf-8"))
+    if isinstance(record.get("measured_runs"), int) and record["measured_runs"] > 1:
+        raise CheckFailed(  # its figures are a mean of measured/<k>/, not of the one log named
+            f"{root}: its figures are the mean of {record['measured_runs']} measured runs "
+            "(measured/<k>/); re-measuring a mean from an attestation is not implemented in this "
+            "version. `reproduce measure RUN_DIR` judges the run directory again."
+        )
     tolerance = Tolerance(**record["tolerance"]) if record.get("tolerance") else None
     records, result, verdict = remeasure(
         root / inputs["log"]["path"],

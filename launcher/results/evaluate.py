@@ -82,9 +82,16 @@ def parse_log(path: Path) -> tuple[list[StepRecord], ParseStats]:
 
 def load_records(path: Path) -> tuple[list[StepRecord], ParseStats | None]:
     """Steps of a log file, or of a run directory (its logs/train.log, else its steps.jsonl)."""
+    from launcher.plan.claimruns import measured_in
+
     path = check_input(path)
     if path.is_file():
         return parse_log(path)
+    if measured_in(path) > 1:  # logs/train.log holds K runs one after the other: not one log
+        raise BadInput(
+            f"run directory {path} holds {measured_in(path)} measured runs; give one of them: "
+            f"{path}/{Files.MEASURED}/<k>/{TRAIN_LOG}."
+        )
     if (path / TRAIN_LOG).is_file():
         return parse_log(path / TRAIN_LOG)
     if (path / Files.STEPS).is_file():
@@ -252,6 +259,7 @@ def write_measure_record(
     reference: Path | None = None,
     runs: int | None = None,
     price: Price | None = None,
+    measured: int = 1,
 ) -> None:
     """out/measure.json: what this measurement read and how it judged (its record). The timeline
     is kept as it was read: a run's timeline.json gains its release time after the run was
@@ -277,6 +285,7 @@ def write_measure_record(
         "tolerance": (tolerance if tolerance is not None else Tolerance()).to_dict(),
         "reference": str(reference) if reference is not None else None,
         "runs": runs,  # fewer measured runs than the claim's mean, accepted (--runs)
+        "measured_runs": measured,  # K: the figures are the mean of measured/1..K
         "price": price.to_dict() if price is not None else None,  # the run's decided price
         "policy": {"name": POLICY_NAME, "version": POLICY_VERSION},
         "launcher": launcher_identity(),
@@ -294,7 +303,11 @@ def _judged(
     tolerance: Tolerance | None,
     runs: int | None = None,
     price: Price | None = None,
+    *,
+    alone: bool = False,
 ) -> tuple[Result, Verdict]:
+    """Measure and judge one run; `alone`: one of K measured runs, judged without the claim's
+    result.runs (the mean of the K is judged by launcher/judge/aggregate.py)."""
     from launcher.plan import claimruns
 
     result = measure(
@@ -307,8 +320,11 @@ def _judged(
         measured=measured_date(records),
         price=price,
     )
+    verdict = judge(result, recipe, tolerance=tolerance)
+    if alone:
+        return result, verdict
     # the claim's result.runs against this one run (launcher/plan/claimruns.py)
-    return result, claimruns.apply(judge(result, recipe, tolerance=tolerance), recipe, runs)
+    return result, claimruns.apply(verdict, recipe, runs)
 
 
 def write_outputs(
@@ -352,7 +368,7 @@ def measure_run_dir(
     `recipe` defaults to the run directory's own recipe.yaml; `runs` (--runs) to what the run
     was started with (plan.json). Returns (Result, Verdict).
     """
-    from launcher.plan.claimruns import accepted_in
+    from launcher.plan.claimruns import accepted_in, measured_in
 
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
@@ -360,28 +376,49 @@ def measure_run_dir(
     if not (run_dir / TRAIN_LOG).is_file():
         raise BadInput(f"run directory {run_dir} holds no {TRAIN_LOG}: nothing to measure.")
     recipe = recipe if recipe is not None else recipe_of(run_dir)
-    records, stats = parse_log(run_dir / TRAIN_LOG)
+    measured = measured_in(run_dir)
+    if runs is not None and measured > 1 and runs != measured:
+        raise BadInput(
+            f"--runs {runs}: run directory {run_dir} measured {measured} runs (plan.json "
+            f"runs.measured); its verdict is on their mean: give no --runs, or --runs {measured}."
+        )
     if runs is None:
         runs = accepted_in(run_dir)
     # The price the run used (run.json, decided once when it started) prices its $ figures,
     # offline too; --price-per-hour or --region given here price it anew.
     recorded = recorded_price(run_dir) if price_per_hour is None and region is None else None
     timeline = load_timeline(run_dir)
-    result, verdict = _judged(
-        records,
-        stats,
-        recipe,
-        timeline,
-        price_per_hour,
-        region,
-        tolerance,
-        runs,
-        price=recorded,
-    )
+    target = out_dir(out) if out is not None else run_dir
+    judged = None
+    if measured > 1:  # K measured runs: each alone into measured/<k>/, the verdict on the mean
+        judged = _measured_runs(
+            run_dir,
+            target,
+            recipe,
+            measured,
+            runs,
+            timeline,
+            (price_per_hour, region, tolerance, recorded),
+            write_plots,
+        )
+    if judged is not None:
+        result, verdict, records = judged
+    else:
+        records, stats = parse_log(run_dir / TRAIN_LOG)
+        result, verdict = _judged(
+            records,
+            stats,
+            recipe,
+            timeline,
+            price_per_hour,
+            region,
+            tolerance,
+            runs,
+            price=recorded,
+        )
     convergence = None
     if reference is not None:
         convergence = check(loss_curve(records), reference_curve(reference))
-    target = out_dir(out) if out is not None else run_dir
     write_outputs(target, result, verdict, recipe, records, convergence, plots=write_plots)
     write_measure_record(
         target,
@@ -395,6 +432,7 @@ def measure_run_dir(
         reference=reference,
         runs=runs,
         price=recorded,
+        measured=measured,
     )
     if write_page:
         from launcher.pages import write_run_page
@@ -404,6 +442,58 @@ def measure_run_dir(
         else:  # the same page: the measurement from `out`, the run's own record from the run dir
             write_run_page(target, also=run_dir)
     return result, verdict
+
+
+def _measured_runs(
+    run_dir: Path,
+    target: Path,
+    recipe: Recipe,
+    expected: int,
+    accepted: int | None,
+    timeline: dict | None,
+    pricing: tuple[float | None, str | None, Tolerance | None, Price | None],
+    write_plots: bool,
+) -> tuple[Result, Verdict, list[StepRecord]] | None:
+    """K measured runs (launcher/results/measured_runs.py): each measured here exactly as one
+    run is, into its own measured/<k>/; the mean judged there. None: no train stage began."""
+    from launcher.plan.claimruns import claimed_runs
+    from launcher.results import measured_runs as mr
+
+    price_per_hour, region, tolerance, price = pricing
+
+    def one(k: int, sub: Path, tl: dict) -> tuple[Result, Verdict, list[StepRecord]]:
+        records, stats = parse_log(sub / TRAIN_LOG)
+        result, verdict = _judged(
+            records, stats, recipe, tl, price_per_hour, region, tolerance, price=price, alone=True
+        )
+        verdict.reasons.append(mr.one_run_reason(k, expected))
+        if result.gpu_hours is not None:
+            result.gpu_hours_source = mr.RUN_HOURS_NOTE
+        write_outputs(sub, result, verdict, recipe, records, plots=write_plots)
+        write_measure_record(
+            sub,
+            log=sub / TRAIN_LOG,
+            recipe=recipe,
+            timeline=tl,
+            timeline_source=sub / Files.TIMELINE,
+            price_per_hour=price_per_hour,
+            region=region,
+            tolerance=tolerance,
+            price=price,
+        )
+        return result, verdict, records
+
+    return mr.measure_runs(
+        run_dir,
+        target,
+        recipe,
+        expected=expected,
+        claimed=claimed_runs(recipe),
+        accepted=accepted,
+        tolerance=tolerance,
+        timeline=timeline,
+        measure_one=one,
+    )
 
 
 def recorded_price(run_dir: Path) -> Price | None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from launcher.errors import CheckFailed, InfraError, Interrupted, ReproduceError
+from launcher.errors import BadInput, CheckFailed, InfraError, Interrupted, ReproduceError
 from launcher.excerpt import MAX_LINES, clip, log_tail
 from launcher.plan.protocol import ASSET_PLAN_FILE
 from launcher.records.rundir import TRAIN_STAGE, Files, RunDir, Timeline
@@ -118,6 +118,13 @@ def failure(
         log = logs / "node.log"
     tail = tail_of(log)
     where = f"in stage {stage} " if stage else ""
+    try:  # a damaged plan.json must not hide why the run failed
+        runs = ((rd.read_json(Files.PLAN) or {}).get("runs") or {}).get("measured")
+    except (BadInput, AttributeError):
+        runs = None
+    if stage == TRAIN_STAGE and isinstance(runs, int) and runs > 1:  # which run: measured/<k>
+        k = sum(s.get("name") == TRAIN_STAGE for s in timeline.stages)
+        where = f"in stage train (measured run {k} of {runs}, {Files.measured_run(k)}) "
     how = f"with exit code {code}" if code is not None else "without an exit code (killed?)"
     on = f" on {node}" if node else ""
     report = report_of(rd, stage, logs)

@@ -245,7 +245,8 @@ def expected_split_lines(prepared: Prepared) -> list[str]:
     """Where a cold node, a warm store and a warm cache would spend their GPU-hours."""
     from launcher.cost.estimate import disk_lines, dry_run_lines, target_args
 
-    lines = dry_run_lines(prepared.recipe, **target_args(prepared.profile, prepared.price))
+    args = target_args(prepared.profile, prepared.price)
+    lines = dry_run_lines(prepared.recipe, **args, runs=prepared.plan.runs.get("measured") or 1)
     disk = prepared.profile.preflight.disk_min_gb
     return lines + disk_lines(prepared.recipe, float(disk) if disk is not None else None)
 
@@ -256,7 +257,8 @@ def likely_lines(prepared: Prepared, max_usd: float | None = None) -> list[str]:
     from launcher.cost.estimate import target_args
 
     args = target_args(prepared.profile, prepared.price)
-    return lines(prepared.recipe, **args, max_usd=max_usd)
+    runs = prepared.plan.runs.get("measured") or 1  # K measured runs: training K times
+    return lines(prepared.recipe, **args, max_usd=max_usd, runs=runs)
 
 
 def _worst_lines(prepared: Prepared) -> list[str]:

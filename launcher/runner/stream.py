@@ -10,7 +10,6 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
-import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -22,7 +21,7 @@ from launcher.clusters.execution import Execution
 from launcher.errors import BadInput, InfraError
 from launcher.judge.parse.miles import last_step
 from launcher.judge.parse.shapes import last_step_time
-from launcher.plan.protocol import parse_marker, progress_in
+from launcher.plan.protocol import MAX_MARKER_LINE, SAFE_STAGE, parse_marker, progress_in
 from launcher.records.rundir import TRAIN_STAGE, RunDir, RunDirUnwritable, Timeline
 from launcher.runner.reporter import Reporter
 from launcher.runner.signals import raise_pending
@@ -32,12 +31,6 @@ READ_CHUNK = 1 << 20
 MAX_DRAIN_READS = 64
 # The console is shown whole lines only; a line longer than this is nothing it shows (not kept).
 MAX_SHOWN_LINE = 1 << 16
-# A marker line is short; a longer line is never one, so it is written on as it arrives instead of
-# being held (a long unterminated line costs linear time and bounded memory).
-MAX_MARKER_LINE = 4096
-# A stage's log is logs/<name>.log: a name the node prints may not be a path, and never "node"
-# (logs/node.log is the stream itself, whose size is the offset streaming continues from).
-_SAFE_STAGE = re.compile(r"^(?!node$)(?!\.)[A-Za-z0-9_.-]{1,64}$")
 T = TypeVar("T")
 
 
@@ -139,7 +132,7 @@ class LogSplitter:
                 self._stage_handle(self.open_stages[-1]).write(line)
             return
         name = marker["stage"]
-        if not _SAFE_STAGE.match(name):
+        if not SAFE_STAGE.match(name):
             return
         self.timeline.on_marker(marker)
         if marker["event"] == "start":

@@ -1,10 +1,11 @@
-"""`result.runs: N`: the claim is a mean of N runs; a reproduction measures one (launcher/plan/claimruns.py).
+"""`result.runs: N`: the claim is a mean of N runs (launcher/plan/claimruns.py).
 
 Before, `runs` was never mentioned: one run within the band of a three-run mean was "reproduced".
-Now the dry run says so, the verdict is never `reproduced` unless `--runs 1` accepts one run
-against the mean (then its reasons say so), --runs 1 is recorded in plan.json so measuring the
-run directory again judges it the same way, and what cannot be honoured (--runs 2 of 3: several
-runs on one node are not implemented; more runs than the claim's) is refused, exit 2.
+Now a reproduction measures N runs (tests/results/test_measured_runs.py runs them); ONE run (a
+bare log, `--runs 1`) is never `reproduced` against a mean unless `--runs 1` accepts it (then its
+reasons say so); the dry run says how many runs are measured and counts their training in the
+cost; the choice is recorded in plan.json so measuring the run directory again judges it the
+same way; what cannot be honoured (more runs than the claim's, none) is refused, exit 2.
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ def test_a_claim_of_one_run_is_judged_as_before(logs):
 
 @pytest.mark.parametrize(
     "runs, words",
-    [("2", "not implemented"), ("4", "expected at most 3"), ("0", "expected a number")],
+    [("4", "expected at most 3"), ("0", "expected a number")],
 )
 def test_runs_that_cannot_be_honoured_are_refused(logs, tmp_path, runs, words):
     path = recipe(tmp_path, 3)
@@ -94,11 +95,20 @@ def test_the_dry_run_says_what_the_claim_summarises(tmp_path):
     path = recipe(tmp_path, 3)
     plain = cli(path, "--dry-run")
     assert plain.returncode == 0, plain.stderr
-    assert "# runs      the claim is a mean of 3 runs (result.runs); this run measures 1: its " \
-        "verdict cannot be `reproduced`" in plain.stdout  # fmt: skip
+    assert "# runs      the claim is a mean of 3 runs (result.runs); this run measures 3 on " \
+        "one node, each kept and judged, the verdict on their mean" in plain.stdout  # fmt: skip
     accepted = cli(path, "--dry-run", "--runs", "1")
-    assert "judged against the mean, as --runs 1 asks" in accepted.stdout
+    assert "one run judged against the mean, as --runs 1 asks" in accepted.stdout
+    assert "for REPRODUCE_MEASURED_RUN in $(seq 1 3); do" in plain.stdout
+    assert "REPRODUCE_MEASURED_RUN" not in accepted.stdout  # one run: the train stage as before
     assert "# runs " not in cli(SEED, "--dry-run").stdout
+
+    def window(text: str) -> float:  # the cold node's window GPU-hours
+        line = next(x for x in text.splitlines() if x.startswith("#   window "))
+        return float(line.split()[2])
+
+    assert window(plain.stdout) == pytest.approx(3 * window(accepted.stdout), rel=1e-3)
+    assert "window count 3 times: 3 measured runs" in plain.stdout
 
 
 def test_the_choice_is_recorded_and_a_run_dir_is_judged_again_the_same_way(logs, tmp_path):
@@ -113,7 +123,11 @@ def test_the_choice_is_recorded_and_a_run_dir_is_judged_again_the_same_way(logs,
         shutil.copy(logs["good"], run_dir / "logs" / "train.log")
         shutil.copy(path, run_dir / "recipe.yaml")
         plan = build_plan(load_recipe(path), load_profile("local"), run_id="r1", runs=accepted)
-        assert plan.to_dict()["runs"] == {"claimed": 3, "measured": 1, "accepted": accepted}
+        assert plan.to_dict()["runs"] == {
+            "claimed": 3,
+            "measured": accepted or 3,
+            "accepted": accepted,
+        }
         (run_dir / "plan.json").write_text(json.dumps(plan.to_dict()))
         (run_dir / "run.json").write_text(json.dumps({"run_id": "r1"}))
         code, verdict = verdict_of(run_dir)

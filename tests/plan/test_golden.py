@@ -137,3 +137,26 @@ def test_update_mode_writes_and_normalizes(tmp_path: Path, monkeypatch: pytest.M
         is None
     )
     assert (tmp_path / "sub" / "t.txt").read_text(encoding="utf-8") == "cd <b> && ls <a>"
+
+
+def test_three_measured_runs_train_stage_matches_golden(tmp_path: Path) -> None:
+    """The train stage of a recipe with result.runs 3 (launcher/plan/measured.py): the run block
+    looped three times, each run its own train stage in a subshell; everything else in node.sh is
+    the one-run script's (the seed's goldens above)."""
+    import yaml
+
+    from launcher.inputs.profile import load_profile
+    from launcher.inputs.recipe import load_recipe
+    from launcher.plan.plan import build_plan
+
+    raw = yaml.safe_load(SEED.read_text())
+    raw["result"]["runs"] = 3
+    path = tmp_path / "recipes" / "qwen3-30b-a3b" / "h200" / "runs3.yaml"
+    path.parent.mkdir(parents=True)
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    three = build_plan(load_recipe(path), load_profile("local"), run_id=RUN_ID).node_script
+    one = build_plan(load_recipe(path), load_profile("local"), run_id=RUN_ID, runs=1).node_script
+    start = three.index("# ---- stage train")
+    end = three.index("\ndone\n", start) + len("\ndone")
+    assert three[:start] == one[: one.index("# ---- stage train")]  # the same up to the stage
+    assert_golden("seed-train-stage-runs3.sh", three[start:end] + "\n")

@@ -26,6 +26,8 @@ ALLOWED = {
     ("launcher/runner/stream.py", "open"): "node.log is appended to by byte offset",
     ("launcher/runner/stream.py", "open#2"): "a stage's log is appended to, as node.log is",
     ("launcher/runner/stream.py", "open#3"): "the follow lock file holds no content",
+    ("launcher/results/measured_runs.py", "open"): "a measured run's log, cut from node.log as "
+    "the stage logs are, into a measured/ made afresh each time (a partial one is remade)",
     ("launcher/clusters/aws/session.py", "self.path.open"): "aws-calls.jsonl is append-only",
     ("launcher/clusters/ssh.py", "open"): "known_hosts is appended to, as ssh itself does",
     ("launcher/clusters/ssh.py", "sftp.open"): "the node's side, into a fresh 0700 run dir",

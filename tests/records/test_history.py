@@ -16,6 +16,7 @@ from support.paths import REPO
 
 from launcher.errors import BadInput
 from launcher.inputs.recipe import load_recipe
+from launcher.pages.report import history_report
 from launcher.records.history import (
     History,
     RunRow,
@@ -196,7 +197,7 @@ def test_record_reads_every_field_and_rerecording_replaces(tmp_path):
     got = runs(SLUG, db=db)
     assert len(got) == 1 and got[0].verdict == "slower" and got[0].image.endswith("b" * 64)
     con = sqlite3.connect(db)
-    assert con.execute("select version from schema_version").fetchall() == [(2,)]
+    assert con.execute("select version from schema_version").fetchall() == [(3,)]
     assert con.execute("select count(*) from runs").fetchone() == (1,)
 
 
@@ -423,7 +424,34 @@ def test_a_version_1_database_is_migrated_and_its_rows_still_read(tmp_path):
     assert sorted(r.run_id for r in by_old_name) == ["r1", "r2"]  # the vanished run stays readable
     assert by_content[0].tokens_per_s_per_gpu == 1000.0
     con = sqlite3.connect(db)
-    assert con.execute("select version from schema_version").fetchall() == [(2,)]
+    assert con.execute("select version from schema_version").fetchall() == [(3,)]
+
+
+def test_a_version_2_database_gains_measured_runs_and_its_rows_still_read(tmp_path):
+    """Version 3 keeps K (the row's figures are the mean of K measured runs); a version 2
+    database is migrated on open, its rows one run each (null), a new row of K runs keeps K."""
+    db = tmp_path / "v2.sqlite"
+    con = sqlite3.connect(db)
+    con.executescript(_V1_SCHEMA.replace("VALUES (1)", "VALUES (2)").replace(
+        "recorded_at REAL NOT NULL", "recorded_at REAL NOT NULL, legacy_slug TEXT"
+    ))  # fmt: skip
+    con.execute(
+        "INSERT INTO runs (run_id, slug, verdict, tokens_per_s_per_gpu, recorded_at) "
+        "VALUES ('r1', ?, 'reproduced', 1000.0, 1.0)",
+        (SLUG,),
+    )
+    con.commit()
+    con.close()
+    with History(db) as hist:
+        (old,) = hist.runs(SLUG)
+        assert old.measured_runs is None and old.tokens_per_s_per_gpu == 1000.0
+        hist.insert(RunRow(run_id="r2", slug=SLUG, measured_runs=3, recorded_at=2.0))
+        assert [r.measured_runs for r in hist.runs(SLUG)] == [None, 3]
+    con = sqlite3.connect(db)
+    assert con.execute("select version from schema_version").fetchall() == [(3,)]
+    text = history_report(SLUG, [RunRow(run_id="r", slug=SLUG, tokens_per_s_per_gpu=6913.0,
+                                        measured_runs=3)], None)  # fmt: skip
+    assert "6,913.00 (mean of 3)" in text
 
 
 def test_two_recipes_with_one_file_name_are_two_histories(tmp_path):
