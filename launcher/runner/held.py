@@ -13,7 +13,7 @@ What a run breaks ends the group: a node the cluster says is gone (aws: terminat
 interruption), a node that does not answer a command between two runs, or an acquire that
 failed. The group's remaining recipes are then not run (recorded as infra, the reason named)
 rather than paid a fresh provisioning unattended: a node lost once in a night is news for the
-operator, and the next night tries again (docs/operator.md, "Nightly").
+operator, and the next night tries again (docs/measurement.md, "One node for a night of recipes").
 """
 
 from __future__ import annotations

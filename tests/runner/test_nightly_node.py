@@ -283,3 +283,26 @@ def test_a_node_lost_in_a_run_ends_its_group_the_rest_recorded_as_not_run(night,
     assert result.exit_code == 3
     assert night.count("run_instances") == 1  # no fresh node was bought for the rest
     assert live_with_operator_key(night.ec2) == NOTHING  # and what was made is gone
+
+
+def test_ctrl_c_between_two_recipes_still_releases_the_node(night, tmp_path):
+    """Not in any run (the nightly's own moment between two): the group's release still runs."""
+    recipes = write_recipes(tmp_path, {"a": P5EN, "b": P5EN})
+    night.train = {"a": GOOD, "b": GOOD}
+
+    def echo(line: str) -> None:
+        if line.startswith("[nightly 2/2]"):
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        nightly(
+            recipes,
+            str(night.profile),
+            runs_dir=night.runs,
+            history=tmp_path / "h.sqlite",
+            runner=run_recipe,
+            yes=True,
+            echo=echo,
+        )
+    assert night.count("run_instances") == 1 and night.count("terminate_instances") == 1
+    assert live_with_operator_key(night.ec2) == NOTHING
