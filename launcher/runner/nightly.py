@@ -2,8 +2,9 @@
 
 Each recipe runs exactly as `reproduce RECIPE --cluster NAME` runs it
 (launcher.runner.reproduction.prepare, then launcher.runner.runner.Runner.run: no second run path),
-one after the other, each with its own run directory, timeline and verdict. Recipes of the same
-node shape (launcher/runner/nightly_groups.py) share one node: the group's first run acquires it
+one after the other, each with its own run directory, timeline and verdict. On a backend that
+launches nodes (aws), recipes of the same node shape (launcher/runner/nightly_groups.py) share
+one node: the group's first run acquires it
 through its cluster as any run does, the next runs are lent it (launcher/runner/held.py: one
 provisioning, the image's layers and the asset cache already on the node), and the nightly
 releases it once, after the group's last run, on every way out (Ctrl-C, SIGTERM, a failure, a

@@ -5,6 +5,8 @@ node count, and for aws every launch setting: instance type, region, capacity ty
 one after another on one node (launcher/runner/held.py); recipes of another shape get a group and
 a node of their own. A recipe that cannot be read, or that the profile could not launch, is a
 group alone without a node: its run refuses it as `reproduce RECIPE` would, and it costs nothing.
+So is every recipe on a backend that launches nothing (local, ssh, ray: node_shape None): its
+nodes are there already, each run acquires them as a single run does.
 
 The split: each recipe is charged its own run (its timeline, acquired_at to released_at, as for
 any run) less the provisioning, which the group's first run waited for and which is the group's;
@@ -60,7 +62,9 @@ def group_by_shape(recipes: Sequence[Path], profile: Profile) -> list[Group]:
             recipe = load_recipe(path)
             key = clusters.node_shape(recipe, profile)
         except ReproduceError:  # refused by its own run, with the whole reason
-            group = Group(f"{path.name} (not readable)", [path])
+            key = None
+        if key is None:
+            group = Group(path.name, [path])
             alone.append(group)
             order.append(group)
             continue

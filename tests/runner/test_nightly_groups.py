@@ -110,3 +110,10 @@ def test_the_dry_run_shows_the_nightly_split_only_where_a_node_is_launched():
     assert "cold node first" in line
     assert "warm store first" in nightly_lines(recipe, fresh_instance=True, store="s3://b/p")[0]
     assert nightly_lines(recipe, fresh_instance=False, store=None) == []
+
+
+def test_a_backend_that_launches_nothing_shares_nothing(tmp_path):
+    """local (ssh, ray): the nodes are there already; each run acquires them itself."""
+    paths = [recipe_file(tmp_path, n, INSTANCES[0], 1) for n in ("a", "b")]
+    groups = group_by_shape(paths, load_profile("local"))
+    assert [(g.recipes, g.node) for g in groups] == [([paths[0]], None), ([paths[1]], None)]
