@@ -48,13 +48,15 @@ def good_log(tmp_path_factory) -> Path:
     return log
 
 
-def write_recipes(root: Path, labels: dict[str, str]) -> list[Path]:
+def write_recipes(root: Path, labels: dict[str, str], gpu_hours: float | None = None) -> list[Path]:
     """The seed once per label (a recipe's identity is its content); value: its gpu.instance."""
     out = []
     for label, instance in labels.items():
         raw = yaml.safe_load(SEED.read_text())
         raw["layout"]["label"] = label
         raw["gpu"]["instance"] = instance
+        if gpu_hours is not None:  # what the budget's refusal before the launch compares
+            raw["result"]["gpu_hours"] = gpu_hours
         path = root / "recipes" / "m" / "h200" / f"{label}.yaml"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(yaml.safe_dump(raw, sort_keys=False))
@@ -117,7 +119,7 @@ class Night:
 
         monkeypatch.setattr(reproduction, "prepare", prepare)
 
-    def nightly(self, recipes: list[Path], lines: list[str] | None = None):
+    def nightly(self, recipes: list[Path], lines: list[str] | None = None, **kw):
         return nightly(
             recipes,
             str(self.profile),
@@ -126,6 +128,7 @@ class Night:
             runner=run_recipe,
             yes=True,
             echo=(lines if lines is not None else []).append,
+            **kw,
         )
 
     def count(self, call: str) -> int:
@@ -304,5 +307,28 @@ def test_ctrl_c_between_two_recipes_still_releases_the_node(night, tmp_path):
             yes=True,
             echo=echo,
         )
+    assert night.count("run_instances") == 1 and night.count("terminate_instances") == 1
+    assert live_with_operator_key(night.ec2) == NOTHING
+
+
+def test_a_budget_stop_is_the_runs_own_the_next_recipe_runs_on_the_node_on_its_own_clock(
+    night, tmp_path
+):
+    """--max-hours is a limit of each run (docs/measurement.md): the first is stopped at it, the
+    second runs whole on the same node although the node has been held longer than the limit."""
+    limit_h = 0.008  # 28.8 s of the run's own clock
+    recipes = write_recipes(tmp_path, {"a": P5EN, "b": P5EN}, gpu_hours=0.01)
+    night.train = {"a": WAITS, "b": GOOD}
+    result = night.nightly(recipes, max_hours=limit_h)
+
+    a, b = result.entries
+    assert a.outcome == "check failed" and "--max-hours" in (a.run.error or ""), a.run.error
+    assert b.outcome == "reproduced", b.run.error
+    [group] = result.groups
+    node = group.node
+    assert node is not None and node.acquire_started is not None and node.released_at
+    assert node.released_at - node.acquire_started > limit_h * 3600  # held past one run's limit
+    budget = json.loads((b.run.run_dir / "run.json").read_text())["budget"]
+    assert budget["max_hours"] == limit_h
     assert night.count("run_instances") == 1 and night.count("terminate_instances") == 1
     assert live_with_operator_key(night.ec2) == NOTHING
