@@ -144,6 +144,11 @@ class LentCluster:
     def acquire(self) -> list[Node]:
         return self._held.acquire()
 
+    @property
+    def lent_from(self) -> Path | None:
+        """The run that acquired the group's node, once it is acquired (None: this run will)."""
+        return self._held.holder if self._held.nodes is not None else None
+
     def transport(self, node: Node) -> Transport:
         return self._cluster.transport(node)
 

@@ -31,6 +31,7 @@ from support.nodescript import script
 import launcher.clusters.aws as aws_backend
 import launcher.runner.reproduction as reproduction
 from launcher.runner.nightly import nightly, run_recipe
+from launcher.runner.reporter import QuietReporter
 
 pytestmark = [pytest.mark.aws, pytest.mark.ssh]
 CLAIM = seed_raw()["result"]["tokens_per_s_per_gpu"]
@@ -62,6 +63,16 @@ def write_recipes(root: Path, labels: dict[str, str], gpu_hours: float | None = 
         path.write_text(yaml.safe_dump(raw, sort_keys=False))
         out.append(path)
     return out
+
+
+class Said(QuietReporter):
+    """What the runs say, into the nightly's lines (the console's reporter prints them)."""
+
+    def __init__(self, lines: list[str]) -> None:
+        self.lines = lines
+
+    def say(self, text: str) -> None:
+        self.lines.append(text)
 
 
 class Night:
@@ -120,14 +131,15 @@ class Night:
         monkeypatch.setattr(reproduction, "prepare", prepare)
 
     def nightly(self, recipes: list[Path], lines: list[str] | None = None, **kw):
+        out = lines if lines is not None else []
         return nightly(
             recipes,
             str(self.profile),
             runs_dir=self.runs,
             history=self.tmp / "h.sqlite",
-            runner=run_recipe,
+            runner=partial(run_recipe, reporter=Said(out)),
             yes=True,
-            echo=(lines if lines is not None else []).append,
+            echo=out.append,
             **kw,
         )
 
@@ -190,6 +202,7 @@ def test_two_recipes_of_one_shape_share_one_launch_and_one_terminate(night, tmp_
     [group] = result.groups
     assert group.node is not None and group.node.acquire_s is not None
     assert "acquired once" in out and "released once" in out and "GPU-hours: held" in out
+    assert f"on the nightly group's node, acquired by {first}" in out  # the second run says so
     summary = result.summary_path.read_text() if result.summary_path else ""
     assert "## Node groups" in summary and "2 recipe(s) on one node" in summary
 
