@@ -4,16 +4,16 @@ Each recipe runs exactly as `reproduce RECIPE --cluster NAME` runs it
 (launcher.runner.reproduction.prepare, then launcher.runner.runner.Runner.run: no second run path),
 one after the other, each with its own run directory, timeline and verdict. On a backend that
 launches nodes (aws), recipes of the same node shape (launcher/runner/nightly_groups.py) share
-one node: the group's first run acquires it
-through its cluster as any run does, the next runs are lent it (launcher/runner/held.py: one
-provisioning, the image's layers and the asset cache already on the node), and the nightly
-releases it once, after the group's last run, on every way out (Ctrl-C, SIGTERM, a failure, a
-budget stop). Whatever happens to one recipe (invalid file, budget refusal, a failed check) is
-recorded in the history as that recipe's run and the nightly goes on with the next: one bad
-recipe must not hide the others' numbers. A node a run breaks (lost, unreachable, never
-acquired) ends its group: the group's remaining recipes are recorded as not run (infra), and the
-other groups go on. Ctrl-C stops the nightly (the run in progress is cancelled by the run path,
-then the node is released).
+one node and run one after another (groups in the order of their first recipe): the group's
+first run acquires it through its cluster as any run does, the next runs are lent it
+(launcher/runner/held.py: one provisioning, the image's layers and the asset cache already on
+the node), and the nightly releases it once, after the group's last run, on every way out
+(Ctrl-C, SIGTERM, a failure, a budget stop). Whatever happens to one recipe (invalid file,
+budget refusal, a failed check) is recorded in the history as that recipe's run and the nightly
+goes on with the next: one bad recipe must not hide the others' numbers. A node a run breaks
+(lost, unreachable, never acquired) ends its group: the group's remaining recipes are recorded
+as not run (infra), and the other groups go on. Ctrl-C stops the nightly (the run in progress is
+cancelled by the run path, then the node is released).
 
 Budget (--max-usd/--max-hours): a limit of each run, on the run's own clock as for a single run
 (from its acquire to its end); the group's first run's clock includes the provisioning, which it
@@ -24,10 +24,11 @@ Exit code, by precedence (the most actionable news wins):
   130  interrupted;
   1    any recipe regressed (below its claim, or below its trend), failed a check (verdict not
        "reproduced", failed preflight/stack check) or could not be loaded (invalid recipe);
-  3    otherwise, any recipe hit an infrastructure failure (provisioning, connection, node) or an
-       unexpected error: the recipe could not be measured; or the history database could not be
-       used (locked by another writer past its busy timeout): the runs were judged, but not
-       recorded or compared with their trend, and the summary says so;
+  3    otherwise, any recipe hit an infrastructure failure (provisioning, connection, node, or
+       not run: its group's node was lost) or an unexpected error: the recipe could not be
+       measured; or a group's node could not be released whole; or the history database
+       could not be used (locked by another writer past its busy timeout): the runs were
+       judged, but not recorded or compared with their trend, and the summary says so;
   2    bad input for the whole nightly, found before the first recipe runs: no recipe, a bad
        --cluster, a refused cost, or a history database that is damaged (PRAGMA quick_check at
        open: it could not record the runs it would pay for);
