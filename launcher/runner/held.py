@@ -123,8 +123,8 @@ class HeldNode:
         self.release_started = time.time()
         error = release_hard(self.cluster, warn)
         self.released_at = time.time()
+        self.release_error = None if error is None else str(error)
         if error is not None:
-            self.release_error = str(error)
             self.released_at = None  # not done: a second call tries again
         return self.release_error
 

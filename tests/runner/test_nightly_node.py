@@ -345,3 +345,29 @@ def test_a_budget_stop_is_the_runs_own_the_next_recipe_runs_on_the_node_on_its_o
     assert budget["max_hours"] == limit_h
     assert night.count("run_instances") == 1 and night.count("terminate_instances") == 1
     assert live_with_operator_key(night.ec2) == NOTHING
+
+
+def test_a_release_that_cannot_finish_is_said_with_what_is_left_and_exits_3(night, tmp_path):
+    """Every run reproduced, but the node could not be ended: not a green night (exit 3), and
+    the summary says what is left; `reproduce down` of the holder's directory ends it."""
+    from support.aws import client_error
+
+    recipes = write_recipes(tmp_path, {"a": P5EN, "b": P5EN})
+    night.train = {"a": GOOD, "b": GOOD}
+    night.aws.faults["terminate_instances"] = client_error("UnauthorizedOperation", "denied")
+    lines: list[str] = []
+    result = night.nightly(recipes, lines)
+    out = "\n".join(lines)
+
+    assert [e.outcome for e in result.entries] == ["reproduced", "reproduced"]
+    assert result.exit_code == 3, out
+    [group] = result.groups
+    assert group.node is not None and group.node.release_error
+    assert "the release did not finish" in out and "NOT released" in out
+    [instance] = night.instances()
+    assert instance["State"]["Name"] == "running"  # left, and said so
+    assert night.count("run_instances") == 1
+
+    del night.aws.faults["terminate_instances"]  # the operator's second try ends it
+    assert group.node.release() is None
+    assert live_with_operator_key(night.ec2) == NOTHING
