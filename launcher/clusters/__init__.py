@@ -74,6 +74,18 @@ def live_price(recipe: Any, profile: Profile, fallback: Any) -> tuple[Any, str |
     return found
 
 
+def node_shape(recipe: Any, profile: Profile) -> str | None:
+    """What a node launched for this recipe is (`reproduce nightly` lends one node to every
+    recipe of the same shape): the profile's kind, the recipe's node count and whatever else the
+    backend launches differently (aws: every launch setting, instance type, region, capacity).
+    None for a backend without `node_shape(recipe, profile)`: it launches nothing (local, ssh,
+    ray: its nodes are there already, acquired by each run at no cost), so nothing is shared."""
+    shape = getattr(backend(profile.kind), "node_shape", None)
+    if shape is None:
+        return None
+    return f"{profile.kind} x{recipe.nodes} {shape(recipe, profile)}"
+
+
 def from_plan(plan: Plan, options: LaunchOptions, run_dir: Path) -> Cluster:
     """The cluster a new run acquires its nodes from (the profile's kind decides)."""
     module = backend(plan.profile.kind)

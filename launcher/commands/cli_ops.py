@@ -164,7 +164,7 @@ def nightly_cmd(
         "an encrypted key's passphrase from $REPRODUCE_KEY_PASSPHRASE).",
     ),
 ) -> None:
-    """Reproduce each recipe in turn, record it in the history, flag regressions; exit 0 all good, 1 any regression or failed check, 3 infra."""  # noqa: E501 - typer shows its line breaks
+    """Reproduce each recipe in turn (on aws, recipes of one node shape share one launched node), record it in the history, flag regressions; exit 0 all good, 1 any regression or failed check, 3 infra."""  # noqa: E501 - typer shows its line breaks
     from launcher.commands.history import run_nightly
 
     try:

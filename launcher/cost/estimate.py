@@ -295,7 +295,51 @@ def dry_run_lines(
         f"NVMe read + sha256 {FIGURES['nvme'].value / GB:g} GB/s, image pull "
         f"{FIGURES['pull'].value / GB:g} GB/s",
     ]
+    lines += nightly_lines(recipe, fresh_instance=fresh_instance, store=store)
     return lines
+
+
+NIGHTLY_SIZES = (2, 5)  # the nightlies the dry run shows: N recipes of this shape, one node
+
+
+def nightly_split(est: Estimate, n: int, first: str = "warm store") -> dict[str, float]:
+    """GPU-hours of a nightly of `n` recipes like this one on one node (launcher/runner/held.py):
+    the first pays `first` less what the group shares (the provisioning and the one release,
+    i.e. what a fresh node costs over a node that stays: `first` vs "warm cache"), each next
+    one the warm cache (its image and assets already on the node), the shared part once."""
+    one = est.gpu_hours(first)
+    kept = est.gpu_hours("warm cache")
+    shared = sum(max(0.0, one.get(k, 0.0) - kept.get(k, 0.0)) for k in ("acquire", "release"))
+    own_first = est.total(first) - shared
+    each_next = est.total("warm cache")
+    total = shared + own_first + (n - 1) * each_next
+    return {
+        "shared": shared,
+        "first": own_first,
+        "each_next": each_next,
+        "total": total,
+        "per_recipe": total / n,
+        "alone": est.total(first),
+    }
+
+
+def nightly_lines(recipe: Recipe, *, fresh_instance: bool, store: str | None) -> list[str]:
+    """The dry run's nightly rows: what N recipes of this shape cost on one node, per recipe."""
+    if not fresh_instance:  # a node that stays: nothing to share
+        return []
+    est = estimate(recipe, fresh_instance=True)
+    first = "warm store" if store else "cold node"
+    parts = []
+    for n in NIGHTLY_SIZES:
+        x = nightly_split(est, n, first)
+        parts.append(
+            f"N={n}: {x['total']:.2f} = {x['shared']:.3f} shared + {x['first']:.2f} first + "
+            f"{n - 1} x {x['each_next']:.2f}, {x['per_recipe']:.2f} per recipe"
+        )
+    return [
+        f"#   nightly on one node ({first} first, then warm cache; provisioning and one release "
+        "shared): " + "; ".join(parts) + f" (vs {est.total(first):.2f} alone)"
+    ]
 
 
 def likely_lines(

@@ -2,20 +2,33 @@
 
 Each recipe runs exactly as `reproduce RECIPE --cluster NAME` runs it
 (launcher.runner.reproduction.prepare, then launcher.runner.runner.Runner.run: no second run path),
-one
-after the other. Whatever happens to one recipe (invalid file, budget refusal, a node that never
-came up, a failed check) is recorded in the history as that recipe's run and the nightly goes on
-with the next: one bad recipe must not hide the others' numbers. Ctrl-C stops the nightly (the
-run in progress is cancelled by the run path).
+one after the other, each with its own run directory, timeline and verdict. On a backend that
+launches nodes (aws), recipes of the same node shape (launcher/runner/nightly_groups.py) share
+one node and run one after another (groups in the order of their first recipe): the group's
+first run acquires it through its cluster as any run does, the next runs are lent it
+(launcher/runner/held.py: one provisioning, the image's layers and the asset cache already on
+the node), and the nightly releases it once, after the group's last run, on every way out
+(Ctrl-C, SIGTERM, a failure, a budget stop). Whatever happens to one recipe (invalid file,
+budget refusal, a failed check) is recorded in the history as that recipe's run and the nightly
+goes on with the next: one bad recipe must not hide the others' numbers. A node a run breaks
+(lost, unreachable, never acquired) ends its group: the group's remaining recipes are recorded
+as not run (infra), and the other groups go on. Ctrl-C stops the nightly (the run in progress is
+cancelled by the run path, then the node is released).
+
+Budget (--max-usd/--max-hours): a limit of each run, on the run's own clock as for a single run
+(from its acquire to its end); the group's first run's clock includes the provisioning, which it
+waits for. A group of N recipes is so held at most N times the limit, plus the moments between
+runs and the one release.
 
 Exit code, by precedence (the most actionable news wins):
   130  interrupted;
   1    any recipe regressed (below its claim, or below its trend), failed a check (verdict not
        "reproduced", failed preflight/stack check) or could not be loaded (invalid recipe);
-  3    otherwise, any recipe hit an infrastructure failure (provisioning, connection, node) or an
-       unexpected error: the recipe could not be measured; or the history database could not be
-       used (locked by another writer past its busy timeout): the runs were judged, but not
-       recorded or compared with their trend, and the summary says so;
+  3    otherwise, any recipe hit an infrastructure failure (provisioning, connection, node, or
+       not run: its group's node was lost) or an unexpected error: the recipe could not be
+       measured; or a group's node could not be released whole; or the history database
+       could not be used (locked by another writer past its busy timeout): the runs were
+       judged, but not recorded or compared with their trend, and the summary says so;
   2    bad input for the whole nightly, found before the first recipe runs: no recipe, a bad
        --cluster, a refused cost, or a history database that is damaged (PRAGMA quick_check at
        open: it could not record the runs it would pay for);
@@ -30,7 +43,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from launcher.errors import BadInput, ReproduceError
 from launcher.pages.report import fmt, markdown_table, text_table, trend_lines
@@ -47,6 +60,8 @@ from launcher.records.history import (
     slug_of,
 )
 from launcher.records.rundir import Files
+from launcher.runner.held import HeldNode
+from launcher.runner.nightly_groups import Group, Ran, group_by_shape, group_lines
 from launcher.runner.reproduction import Options
 
 if TYPE_CHECKING:
@@ -85,15 +100,24 @@ class NightlyResult:
     page_path: Path | None = None  # nightly-<date>.html (launcher/pages/)
     exit_code: int = 0
     history_error: str | None = None  # why the history could not be used (the runs went on)
+    groups: list[Group] = field(default_factory=list)  # by node shape, each with its node
 
 
-Runner = Callable[[Path, Options], RecipeRun]
+class Runner(Protocol):
+    """How one recipe is reproduced (run_recipe; tests pass their own)."""
+
+    def __call__(
+        self, recipe: Path, options: Options, *, held: HeldNode | None = None
+    ) -> RecipeRun: ...
 
 
-def run_recipe(recipe: Path, options: Options, reporter: Any = None) -> RecipeRun:
+def run_recipe(
+    recipe: Path, options: Options, reporter: Any = None, *, held: HeldNode | None = None
+) -> RecipeRun:
     """One reproduction through the real run path (prepare -> Runner.run), errors caught and kept.
 
     `reporter` (launcher.runner.reporter.Reporter) shows the run's progress; None shows nothing.
+    `held`: the node of the recipe's group, lent to the run (launcher/runner/held.py).
     """
     from launcher.records.rundir import RunDir, default_runs_root
     from launcher.runner.reproduction import prepare
@@ -107,7 +131,7 @@ def run_recipe(recipe: Path, options: Options, reporter: Any = None) -> RecipeRu
 
     try:
         runner = RunPath(reporter, on_interrupt=options.on_interrupt, unattended=True)
-        outcome = runner.run(prepared, options)
+        outcome = runner.run(prepared, options, held=held)
         code, error = exit_code_of(outcome), None
     except ReproduceError as err:
         code, error = err.exit_code, str(err)
@@ -216,8 +240,7 @@ def nightly(
     """
     from launcher.cost.costgate import refuse_unattended
     from launcher.inputs.profile import load_profile
-    from launcher.records.history import assess
-    from launcher.records.rundir import default_runs_root, new_run_id
+    from launcher.records.rundir import default_runs_root
 
     recipes = expand_targets(targets)
     profile = load_profile(cluster)  # a bad --cluster is bad input for the whole nightly: exit 2
@@ -245,36 +268,18 @@ def nightly(
         max_hours=max_hours,
         yes=yes,
     )
+    result.groups = group_by_shape(recipes, profile)
+    count = [0, len(recipes)]  # recipes begun, recipes in all
     try:
-        for i, recipe in enumerate(recipes, 1):
-            echo(f"[nightly {i}/{len(recipes)}] {recipe}")
-            try:
-                run = runner(recipe, replace(base, run_id=new_run_id()))
-            except KeyboardInterrupt:
-                run = RecipeRun(recipe, 130, None, "interrupted by the user")
-            except Exception as err:  # noqa: BLE001 - one recipe's crash must not end the nightly
-                run = RecipeRun(
-                    recipe,
-                    3,
-                    None,
-                    f"unexpected error (a bug in reproduce?): {type(err).__name__}: {err}",
-                    crashed=True,
-                )
-            if signing_key is not None:
-                echo(f"[nightly {i}/{len(recipes)}] {_attest(run, signing_key)}")
-            row, earlier = _record(db, recipe, run, profile, result)
-            assessment = assess(row, earlier)
-            entry = NightlyEntry(recipe, run, row, assessment, outcome_of(run, assessment))
-            result.entries.append(entry)
-            echo(f"[nightly {i}/{len(recipes)}] {row.slug}: {entry.outcome}")
-            if run.error and entry.outcome != "regression":  # the whole reason, every line
-                echo(_indented(run.error))
-            if run.code == 130:
-                break
+        for group in result.groups:
+            if not _run_group(group, runner, base, db, profile, result, signing_key, echo, count):
+                break  # interrupted
     finally:
         if db is not None:
             db.close()
     result.exit_code = exit_code_of(result.entries)
+    if result.exit_code == 0 and any(g.node and g.node.release_error for g in result.groups):
+        result.exit_code = 3  # every run reproduced, but something the nightly made is left
     if result.history_error and result.exit_code == 0:
         result.exit_code = 3  # nothing regressed that could be seen, but the trend was not checked
     stamp = now if now is not None else time.time()
@@ -301,6 +306,83 @@ def nightly(
         f"exit {result.exit_code}"
     )
     return result
+
+
+def _run_group(
+    group: Group,
+    runner: Runner,
+    base: Options,
+    db: History | None,
+    profile: Profile,
+    result: NightlyResult,
+    signing_key: Any,
+    echo: Callable[[str], Any],
+    count: list[int],
+) -> bool:
+    """The group's recipes one after another on its node, then the node released (on every way
+    out: a KeyboardInterrupt or SIGTERM anywhere in here ends in the `finally`). False when the
+    nightly was interrupted."""
+    from launcher.records.history import assess
+    from launcher.records.rundir import new_run_id
+    from launcher.runner.signals import signals_cancel
+
+    node = group.node
+    try:
+        with signals_cancel():  # SIGTERM between two runs, too, ends in the release below
+            if node is not None and len(group.recipes) > 1:
+                echo(f"[nightly] node group {group.label}: {len(group.recipes)} recipes, one node")
+            for recipe in group.recipes:
+                count[0] += 1
+                tag = f"[nightly {count[0]}/{count[1]}]"
+                echo(f"{tag} {recipe}")
+                broken = node.check() if node is not None and node.lent else None
+                if broken is not None:
+                    run = RecipeRun(
+                        recipe,
+                        3,
+                        None,
+                        f"not run: the node of its group ({group.label}) cannot be used: {broken}",
+                    )
+                else:
+                    run = _one(runner, recipe, replace(base, run_id=new_run_id()), node)
+                if signing_key is not None:
+                    echo(f"{tag} {_attest(run, signing_key)}")
+                row, earlier = _record(db, recipe, run, profile, result)
+                assessment = assess(row, earlier)
+                entry = NightlyEntry(recipe, run, row, assessment, outcome_of(run, assessment))
+                result.entries.append(entry)
+                group.runs.append(Ran(row.run_id, row.slug, run.run_dir))
+                echo(f"{tag} {row.slug}: {entry.outcome}")
+                if run.error and entry.outcome != "regression":  # the whole reason, every line
+                    echo(_indented(run.error))
+                if run.code == 130:
+                    return False
+        return True
+    finally:
+        if node is not None and node.cluster is not None:
+            left = node.release(echo)
+            if left:
+                echo(f"[nightly] node group {group.label}: the release did not finish: {left}")
+            else:
+                echo(f"[nightly] node group {group.label}: node released")
+        for line in group_lines(group):
+            echo(line)
+
+
+def _one(runner: Runner, recipe: Path, options: Options, node: HeldNode | None) -> RecipeRun:
+    """One recipe's run; whatever it raises is its outcome (an interrupt too: 130)."""
+    try:
+        return runner(recipe, options, held=node)
+    except KeyboardInterrupt:
+        return RecipeRun(recipe, 130, None, "interrupted by the user")
+    except Exception as err:  # noqa: BLE001 - one recipe's crash must not end the nightly
+        return RecipeRun(
+            recipe,
+            3,
+            None,
+            f"unexpected error (a bug in reproduce?): {type(err).__name__}: {err}",
+            crashed=True,
+        )
 
 
 def _attest(run: RecipeRun, key: Any) -> str:
@@ -379,6 +461,11 @@ def write_summary(
         markdown_table(_HEADER, [_cells(e) for e in result.entries]),
         "",
     ]
+    shared = [g for g in result.groups if g.node is not None and g.node.cluster is not None]
+    if shared:  # one node per shape: what each was held for, once
+        lines += ["## Node groups", ""]
+        for group in shared:
+            lines += ["```text", *group_lines(group), "```", ""]
     for e in result.entries:
         lines += [
             f"## {e.row.slug}",

@@ -87,6 +87,15 @@ def names(node_name: str, sentence: str) -> bool:
     return re.search(rf"(?<![\w.]){re.escape(node_name)}(?![\w])", sentence) is not None
 
 
+def acquiring_words(cluster: object, what: str) -> str:
+    """What a run says as it acquires: a nightly group's node (launcher/runner/held.py), once
+    acquired, is the node of the run that acquired it."""
+    lent_from = getattr(cluster, "lent_from", None)
+    if lent_from is not None:
+        return f"on the nightly group's node, acquired by {lent_from}"
+    return f"acquiring {what} ({getattr(cluster, 'name', 'cluster')})"
+
+
 def ended_early(n: NodeRun, code: int | None) -> str:
     """Why node K ending before node 0 fails the run: its stage, exit code and last words."""
     stage = failed_stage(n.timeline)

@@ -36,6 +36,7 @@ from launcher.runner.stream import follow_lock
 
 if TYPE_CHECKING:
     from launcher.plan.plan import Plan
+    from launcher.runner.held import HeldNode
     from launcher.runner.reproduction import Options, Prepared, StartCheck
 
 
@@ -75,11 +76,20 @@ class Runner:
 
     # --- entry points ----------------------------------------------------------------------------
 
-    def run(self, prepared: Prepared, options: Options, start: StartCheck | None = None) -> Outcome:
+    def run(
+        self,
+        prepared: Prepared,
+        options: Options,
+        start: StartCheck | None = None,
+        *,
+        held: HeldNode | None = None,
+    ) -> Outcome:
         """A new run of a prepared Plan: its run dir, its cluster (by the profile's kind), then
         `execute`; the run joins its recipe's history whatever happens. Refused runs (BadInput)
         start nothing and leave no run dir. `start`: the checks before a start, when the caller
-        made them already (the command layer does, for the dry run's sake): made once a run."""
+        made them already (the command layer does, for the dry run's sake): made once a run.
+        `held`: a nightly group's node (launcher/runner/held.py): the run acquires and releases
+        it as its own, and the group releases it once, after its last run."""
         from launcher.runner.reproduction import check_before_start, decide_price
 
         recipe, profile, plan = prepared.recipe, prepared.profile, prepared.plan
@@ -111,13 +121,16 @@ class Runner:
             plan=plan.to_dict(),
             node_script=plan.node_script,
         )
-        cluster = clusters.from_plan(
-            plan,
-            LaunchOptions(
-                keep=options.keep, owner=prepared.owner, price_per_hour=gate.price_per_hour
-            ),
-            run_dir.path,
+        launch = LaunchOptions(
+            keep=options.keep, owner=prepared.owner, price_per_hour=gate.price_per_hour
         )
+        cluster = (
+            clusters.from_plan(plan, launch, run_dir.path)
+            if held is None
+            else held.lend(lambda: clusters.from_plan(plan, launch, run_dir.path), run_dir.path)
+        )
+        if held is not None:  # the nightly's node: acquired by the group's first run only
+            run_dir.update_record(shared_node=held.to_record())
         try:
             return self.execute(
                 plan, run_dir, cluster, budget=budget, secrets=staging.secrets_for(profile)

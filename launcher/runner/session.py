@@ -33,6 +33,7 @@ from launcher.runner.nodes import (
     HEALTH_EVERY_S,
     NodeFailure,
     NodeRun,
+    acquiring_words,
     cancel_quietly,
     end_workers,
     ended_early,
@@ -137,9 +138,7 @@ class RunSession:
         launched = False
         try:
             self.rd.set_status("acquiring")
-            self.reporter.say(
-                f"acquiring {self._what()} ({getattr(self.cluster, 'name', 'cluster')})"
-            )
+            self.reporter.say(acquiring_words(self.cluster, self._what()))
             # The clock starts when acquiring starts: a cloud bills from the launch, not from the
             # moment the node answers SSH, so GPU-hours and the budget count the boot too.
             acquire_started = time.time()

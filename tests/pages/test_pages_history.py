@@ -132,7 +132,7 @@ class FakeRunner:
     def __init__(self, root: Path, plan: dict[str, object]) -> None:
         self.root, self.plan = root, plan
 
-    def __call__(self, recipe: Path, options) -> RecipeRun:
+    def __call__(self, recipe: Path, options, *, held=None) -> RecipeRun:
         what = self.plan[recipe.stem]
         if isinstance(what, str):  # refused before any run directory
             return RecipeRun(recipe, 2, None, what)

@@ -18,7 +18,7 @@ def test_nightly_attests_each_measured_run_and_says_which_was_not(tmp_path):
     key, pub = keypair(tmp_path)
     made: list[Path] = []
 
-    def runner(recipe: Path, options) -> RecipeRun:
+    def runner(recipe: Path, options, *, held=None) -> RecipeRun:
         if made:  # the second recipe never reached a node: nothing measured, nothing to sign
             return RecipeRun(recipe, 3, None, "the node never came up")
         run = real_run(Path(options.runs_dir), tmp_path / "node")
@@ -52,7 +52,7 @@ def test_a_bad_attest_key_stops_the_nightly_before_any_recipe(tmp_path):
             "local",
             runs_dir=tmp_path / "runs",
             history=tmp_path / "h.sqlite",
-            runner=lambda recipe, options: ran.append(recipe),  # type: ignore[arg-type,return-value]
+            runner=lambda recipe, options, held=None: ran.append(recipe),  # type: ignore[arg-type,return-value]
             attest_key=tmp_path / "junk",
         )
     assert ran == []

@@ -42,7 +42,7 @@ class FakeRunner:
         self.plan = plan
         self.calls: list = []
 
-    def __call__(self, recipe: Path, options) -> RecipeRun:
+    def __call__(self, recipe: Path, options, *, held=None) -> RecipeRun:
         self.calls.append((recipe.name, options))
         what = self.plan[recipe.stem]
         if isinstance(what, BaseException):

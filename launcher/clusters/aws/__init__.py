@@ -43,6 +43,7 @@ __all__ = [
     "from_plan",
     "from_record",
     "live_price",
+    "node_shape",
     "provisioning_calls",
     "to_jsonable",
 ]
@@ -78,6 +79,21 @@ def check_ready(profile: Profile) -> None:
     from launcher.clusters.aws.session import make_session
 
     make_session(profile.region)
+
+
+def node_shape(recipe: Any, profile: Any) -> str:
+    """Every launch setting (instance type, region, capacity, AMI, volume, ...): two recipes
+    share a node only when their launches would be the same (the backend registry's optional
+    hook; BadInput for a profile that could not launch the recipe at all)."""
+    import json
+    from dataclasses import asdict
+
+    from launcher.clusters.aws.settings import settings_from
+
+    s = settings_from(recipe, profile)
+    return f"{s.instance_type} {s.region} {s.capacity_type} " + json.dumps(
+        asdict(s), sort_keys=True, default=str
+    )
 
 
 def live_price(recipe: Any, profile: Any, fallback: Any) -> tuple[Any, str | None]:

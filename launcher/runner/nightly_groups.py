@@ -1,0 +1,156 @@
+"""A nightly's recipes by node shape, and where each group's GPU-hours went.
+
+Recipes whose nodes would be the same (clusters.node_shape: the profile's kind and the recipe's
+node count, and for aws every launch setting: instance type, region, capacity type, AMI...) run
+one after another on one node (launcher/runner/held.py); recipes of another shape get a group and
+a node of their own. A recipe that cannot be read, or that the profile could not launch, is a
+group alone without a node: its run refuses it as `reproduce RECIPE` would, and it costs nothing.
+So is every recipe on a backend that launches nothing (local, ssh, ray: node_shape None): its
+nodes are there already, each run acquires them as a single run does.
+
+The split: each recipe is charged its own run (its timeline, acquired_at to released_at, as for
+any run) less the provisioning, which the group's first run waited for and which is the group's;
+what the node was held beyond the recipes' own time (provisioning, the moments between two runs,
+the one release) is shown as shared, once, and what it comes to per recipe.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from launcher.errors import ReproduceError
+from launcher.runner.held import HeldNode
+
+if TYPE_CHECKING:
+    from launcher.inputs.profile import Profile
+
+
+@dataclass(frozen=True)
+class Ran:
+    """One run of the group, as the split needs it."""
+
+    run_id: str
+    slug: str
+    run_dir: Path | None  # None: no run directory (refused, or not run)
+
+
+@dataclass
+class Group:
+    """Recipes of one node shape, in the order given; `node` None: each runs alone (unreadable)."""
+
+    label: str
+    recipes: list[Path]
+    gpus: int = 0
+    node: HeldNode | None = None
+    runs: list[Ran] = field(default_factory=list)
+
+
+def group_by_shape(recipes: Sequence[Path], profile: Profile) -> list[Group]:
+    """Groups in the order of their first recipe; within a group, the recipes' order."""
+    from launcher import clusters
+    from launcher.inputs.recipe import load_recipe
+
+    groups: dict[str, Group] = {}
+    alone: list[Group] = []
+    order: list[Group] = []
+    for path in recipes:
+        try:
+            recipe = load_recipe(path)
+            key = clusters.node_shape(recipe, profile)
+        except ReproduceError:  # refused by its own run, with the whole reason
+            key = None
+        if key is None:
+            group = Group(path.name, [path])
+            alone.append(group)
+            order.append(group)
+            continue
+        if key not in groups:
+            what = recipe.instance_type or f"{recipe.gpus_per_node} GPUs"
+            label = f"{profile.kind} {what} x{recipe.nodes}"
+            taken = {g.label for g in groups.values()}
+            if label in taken:  # same type and count, other settings (region, capacity...)
+                label = f"{label} #{len(groups) + 1}"
+            groups[key] = Group(label, [], gpus=recipe.gpu_count)
+            order.append(groups[key])
+        groups[key].recipes.append(path)
+    for group in order:
+        if group not in alone:
+            group.node = HeldNode(group.label, len(group.recipes))
+    return order
+
+
+def _timeline(run_dir: Path | None) -> dict:
+    if run_dir is None:
+        return {}
+    try:
+        data = json.loads((run_dir / "timeline.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _held_s(timeline: dict) -> float | None:
+    a, r = timeline.get("acquired_at"), timeline.get("released_at")
+    if isinstance(a, (int, float)) and isinstance(r, (int, float)) and r >= a:
+        return float(r - a)
+    return None
+
+
+def split(group: Group) -> dict[str, float] | None:
+    """GPU-hours of a group's node: `held` (acquire started to release ended), each recipe's own
+    (by run id), `shared` (held less the recipes' own) and `per_recipe` (shared / recipes run).
+    None when the node was never acquired or not released."""
+    node = group.node
+    if node is None or node.acquire_started is None or node.released_at is None:
+        return None
+    gpus = group.gpus
+    out: dict[str, float] = {"held": gpus * (node.released_at - node.acquire_started) / 3600.0}
+    own_total = 0.0
+    ran = 0
+    for one in group.runs:
+        seconds = _held_s(_timeline(one.run_dir))
+        if seconds is None:
+            continue
+        if one.run_dir is not None and one.run_dir == node.holder:
+            seconds = max(0.0, seconds - (node.acquire_s or 0.0))  # the provisioning is shared
+        own = gpus * seconds / 3600.0
+        out[one.run_id] = own
+        own_total += own
+        ran += 1
+    out["shared"] = max(0.0, out["held"] - own_total)
+    out["per_recipe"] = out["shared"] / ran if ran else out["shared"]
+    return out
+
+
+def group_lines(group: Group) -> list[str]:
+    """The group's part of the nightly summary (plain lines, markdown-safe)."""
+    node = group.node
+    if node is None:
+        return []
+    lines = [f"node group {group.label}: {len(group.recipes)} recipe(s) on one node"]
+    if node.acquire_s is None:
+        lines.append("  no node was acquired" + (f" ({node.broken})" if node.broken else ""))
+    else:
+        released = (
+            f"released once in {node.released_at - node.release_started:.0f} s"
+            if node.released_at is not None and node.release_started is not None
+            else f"NOT released: {node.release_error}"
+        )
+        lines.append(
+            f"  acquired once in {node.acquire_s:.0f} s (held by {node.holder}); {released}"
+        )
+    if node.broken and node.acquire_s is not None:
+        lines.append(f"  the group ended early: {node.broken}")
+    hours = split(group)
+    if hours is not None:
+        own = ", ".join(f"{r.slug} {hours[r.run_id]:.3f}" for r in group.runs if r.run_id in hours)
+        lines.append(
+            f"  GPU-hours: held {hours['held']:.3f} = own stages ({own or 'none'}) + shared "
+            f"{hours['shared']:.3f} (provisioning, between runs, release; "
+            f"{hours['per_recipe']:.3f} per recipe run)"
+        )
+    return lines
