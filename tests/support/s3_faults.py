@@ -93,7 +93,7 @@ class FaultyS3:
                     return
                 self.wfile.write(data)
 
-            do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _forward
+            do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _forward  # noqa: N815 (http.server calls these names)
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
