@@ -5,7 +5,7 @@
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 OUT=${OUT:?set OUT}
-t() { local s e; s=$(date +%s.%N); "$@"; local rc=$?; e=$(date +%s.%N); echo "wall $(echo "$e - $s" | bc) s rc=$rc: $*" | tee -a "$OUT/walls.txt" >&2; return 0; }
+t() { local s=$EPOCHREALTIME; "$@"; local rc=$?; echo "wall $(awk "BEGIN{printf \"%.2f\", $EPOCHREALTIME - $s}") s rc=$rc: $*" | tee -a "$OUT/walls.txt" >&2; return 0; }
 { date -u; nproc; uname -r; python3 -V; python3 -c 'import torch; print("torch", torch.__version__, torch.cuda.get_device_name(0))'; nvidia-smi; free -g; df -h /tmp; } > "$OUT/machine.txt" 2>&1
 t python3 scripts/preflight.py --json --gpu-type H200 --gpus 1 --gpu-memory-gb 141 --driver-min 580.65.06 \
     --cuda 13.0 --disk-path /tmp --disk-min-gb 10 > "$OUT/preflight-gpu.json"
