@@ -91,17 +91,17 @@ FIGURES: dict[str, Figure] = {
         "to 100 Gb/s to one instance in the bucket's region; not measurable here",
     ),
     "fetch": Figure(
-        1.57 * GB,
+        1.24 * GB,
         "B/s",
         f"measured: {NODE}: asset_store.fetch, 8 files at a time, ranged reads hashed as they "
-        "arrive and written durably, on the 16-core H200 machine (its disk's durable copy limit "
-        "1.83 GB/s)",
+        "arrive and written durably, on the 16-core H200 machine: the lower of two runs (1.24, "
+        "1.57 GB/s; that disk's durable copy limit 1.8-2.2 GB/s)",
     ),
     "nvme": Figure(
-        6.8 * GB,
+        6.0 * GB,
         "B/s",
-        f"measured: {NODE}: asset_store.hash_files, 8 threads, on the 16-core H200 machine "
-        "(openssl of the same files at once: 6.4 GB/s)",
+        f"measured: {NODE}: asset_store.hash_files, 8 threads, on the 16-core H200 machine: the "
+        "lowest of three runs (6.0-7.5 GB/s; openssl of the same files at once 6.4-8.7 GB/s)",
     ),
     "dataset_bytes": Figure(
         1.5 * GB, "B", "assumed: the dataset's parquet files; recipes do not state their size"
