@@ -354,20 +354,30 @@ class CliS3(S3Store):
             done = 0
             out = proc.stdout
             assert out is not None
+            read_all = False
             try:
                 for chunk in iter(lambda: out.read(1 << 20), b""):
                     if hf_hub.CANCEL.is_set():
                         raise hf_hub.Cancelled(path)
+                    done += len(chunk)
+                    if done > size:  # more than the manifest's: stop, keep none of it
+                        break
                     h.update(chunk)
                     fout.write(chunk)
-                    done += len(chunk)
                     progress(path, done, size)
+                else:
+                    read_all = True
             finally:
-                if proc.poll() is None and (hf_hub.CANCEL.is_set() or done > size):
+                if not read_all and proc.poll() is None:  # nobody reads its pipe any more
                     proc.kill()
                 rc = proc.wait(timeout=24 * 3600)
             fout.flush()
             os.fsync(fout.fileno())
+            if done > size:
+                raise StoreError(
+                    f"download of {url}: more than the {size} bytes its manifest says",
+                    mismatch=True,
+                )
             if rc != 0:
                 err.seek(0)
                 text = err.read().decode("utf-8", "replace").strip()

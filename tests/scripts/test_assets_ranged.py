@@ -137,6 +137,28 @@ def test_an_object_of_another_size_is_refused_before_its_bytes_are_kept(faulty, 
     assert err.value.mismatch and "w/model.bin" not in adopted(dest)
 
 
+def test_the_aws_cli_client_streams_hashes_and_refuses_an_object_of_another_size(
+    s3, monkeypatch, tmp_path
+):
+    """The node's host client (`aws s3 cp URL -`): the bytes hashed from the pipe as they come;
+    an object longer than the manifest says is cut off and refused, nothing adopted."""
+    import boto3
+    from support.assets import aws_cli
+
+    monkeypatch.setenv("PATH", f"{Path(aws_cli()).parent}:{os.environ['PATH']}")
+    monkeypatch.setenv("REPRODUCE_S3_CLIENT", "aws-cli")
+    store, dest = pushed(s3, tmp_path)
+    assert type(store).__name__ == "CliS3"
+    store_mod.fetch(store, "k", dest, ASSET, log=quiet)
+    assert adopted(dest)["w/model.bin"] == BIG
+    bucket, prefix = s3[5:].split("/", 1)
+    boto3.client("s3").put_object(Bucket=bucket, Key=f"{prefix}/k/w/model.bin", Body=BIG + b"x")
+    again = tmp_path / "again"
+    with pytest.raises(store_mod.StoreError, match="manifest says") as err:
+        store_mod.fetch(store, "k", again, ASSET, log=quiet)
+    assert err.value.mismatch and "w/model.bin" not in adopted(again)
+
+
 # ---- the directory store ---------------------------------------------------------------------
 
 
