@@ -45,6 +45,7 @@ from store_base import (  # noqa: E402, F401 (re-exported: the store's one vocab
     Progress,
     Store,
     StoreError,
+    fetch_ranges,
     parse_manifest,
     safe_path,
 )
@@ -196,8 +197,21 @@ class LocalStore(Store):
             return None  # not a regular file (a link ...): as good as absent, pushed again
         return (st.st_size, None) if st is not None else None
 
-    def get_file(self, key: str, path: str, dest: Path, size: int, progress: Progress) -> None:
-        _copy_resuming(self.root / key / path, dest, path, progress, src_owned=False)
+    def get_file(
+        self, key: str, path: str, dest: Path, size: int, progress: Progress
+    ) -> tuple[str, bool]:
+        """Parallel preads of one open file (never a link; another writer's, so its bytes are
+        checked): a shared filesystem (NFS, FSx) serves many reads in flight far faster than
+        one."""
+        src = self.root / key / path
+        with safe_io.open_read(src, owned=False) as fin:
+            there = os.fstat(fin.fileno()).st_size
+            if there != size:
+                raise StoreError(
+                    f"{src}: {there} bytes, its manifest says {size}; not fetched", mismatch=True
+                )
+            fd = fin.fileno()
+            return fetch_ranges(lambda off, n: os.pread(fd, n, off), dest, size, path, progress)
 
     def put_file(self, key: str, path: str, src: Path, sha256: str, progress: Progress) -> str:
         target = self.root / key / path
@@ -334,17 +348,18 @@ def fetch(
                 return "kept"
         partial = target.with_name(target.name + ".partial")
         safe_io.make_dirs(partial.parent, base=dest)
-        if not isinstance(store, LocalStore):
-            _clear(partial)  # S3 starts over: no name left there to write through
-        store.get_file(key, e["path"], partial, e["bytes"], progress)
-        got = file_sha256(partial, owned=True)
+        got, resumed = store.get_file(key, e["path"], partial, e["bytes"], progress)
+        if got != e["sha256"] and resumed:  # an earlier attempt's prefix: once more from byte 0
+            log(f"  {e['path']}: the continued partial file's sha256 differs; fetching it again")
+            _clear(partial)
+            got, resumed = store.get_file(key, e["path"], partial, e["bytes"], progress)
         if got != e["sha256"]:
-            os.unlink(str(partial))
+            _clear(partial)
             raise StoreError(
                 f"{store.where(key, e['path'])}: sha256 {got}, its manifest says {e['sha256']}",
                 mismatch=True,
             )
-        os.replace(str(partial), str(target))
+        os.replace(str(partial), str(target))  # hashed as it arrived: no second pass
         return "fetched"
 
     safe_io.make_dirs(dest, base=dest.parent)

@@ -38,10 +38,12 @@ from store_base import (  # noqa: E402
     Progress,
     Store,
     StoreError,
+    fetch_ranges,
     parse_manifest,
 )
 
 MAX_PARTS = 10_000
+POOL = 128  # connections: asset_store.fetch's 8 files x store_base.RANGES ranges, and more
 SHA_META = "content-sha256"  # x-amz-meta-content-sha256: hashed from the uploaded bytes
 
 
@@ -79,12 +81,18 @@ class Boto3S3(S3Store):
         from botocore.config import Config
 
         self.client = boto3.client(
-            "s3", config=Config(retries={"max_attempts": 8, "mode": "adaptive"})
+            "s3",
+            config=Config(
+                retries={"max_attempts": 8, "mode": "adaptive"},
+                max_pool_connections=POOL,  # botocore's default (10) would queue the ranges
+            ),
         )
         self.part_bytes = part_bytes
 
     def _error(self, err: BaseException, what: str) -> StoreError:
-        code = getattr(err, "response", {}).get("Error", {}).get("Code", "") or type(err).__name__
+        code = (getattr(err, "response", None) or {}).get("Error", {}).get("Code", "") or type(
+            err
+        ).__name__
         return StoreError(f"{what}: {code}: {str(err)[:300]}")
 
     def read_manifest(self, key: str) -> dict[str, Any] | None:
@@ -106,26 +114,37 @@ class Boto3S3(S3Store):
             raise self._error(err, f"store {self.where(key, path)}") from None
         return int(head["ContentLength"]), (head.get("Metadata") or {}).get(SHA_META)
 
-    def get_file(self, key: str, path: str, dest: Path, size: int, progress: Progress) -> None:
-        from boto3.s3.transfer import TransferConfig
+    def get_file(
+        self, key: str, path: str, dest: Path, size: int, progress: Progress
+    ) -> tuple[str, bool]:
+        """Ranged GETs, RANGES at a time per file (store_base.fetch_ranges), each answer checked
+        for the range it says it holds (Content-Range) before its bytes are hashed and kept."""
+        okey = self.object_key(key, path)
+        where = self.where(key, path)
 
-        done = [0]
+        def read(offset: int, length: int) -> bytes:
+            want = f"bytes {offset}-{offset + length - 1}/{size}"
+            try:
+                got = self.client.get_object(
+                    Bucket=self.bucket, Key=okey, Range=f"bytes={offset}-{offset + length - 1}"
+                )
+                body = got["Body"].read()
+            except Exception as err:  # noqa: BLE001 (botocore's errors are many; one line each)
+                if _missing(err):
+                    raise StoreError(f"download of {where}: the object is not there") from None
+                raise self._error(err, f"download of {where}") from None
+            said = str(got.get("ContentRange") or "")
+            if said != want:
+                if "/" in said and said.rsplit("/", 1)[-1] != str(size):
+                    raise StoreError(
+                        f"download of {where}: the object is {said.rsplit('/', 1)[-1]} bytes, "
+                        f"its manifest says {size}; not fetched",
+                        mismatch=True,
+                    )
+                raise StoreError(f"download of {where}: asked for {want}, got {said!r}")
+            return body
 
-        def step(n: int) -> None:
-            done[0] += n
-            progress(path, done[0], size)
-
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            self.client.download_file(
-                self.bucket,
-                self.object_key(key, path),
-                str(dest),
-                Callback=step,
-                Config=TransferConfig(max_concurrency=8),
-            )
-        except Exception as err:  # noqa: BLE001 (as above)
-            raise self._error(err, f"download of {self.where(key, path)}") from None
+        return fetch_ranges(read, dest, size, path, progress)
 
     def put_file(self, key: str, path: str, src: Path, sha256: str, progress: Progress) -> str:
         try:
@@ -158,7 +177,7 @@ class Boto3S3(S3Store):
 
 
 def _missing(err: BaseException) -> bool:
-    code = str(getattr(err, "response", {}).get("Error", {}).get("Code", ""))
+    code = str((getattr(err, "response", None) or {}).get("Error", {}).get("Code", ""))
     return code in ("404", "NoSuchKey", "NotFound")
 
 
@@ -319,13 +338,57 @@ class CliS3(S3Store):
         head = json.loads(out)
         return int(head["ContentLength"]), (head.get("Metadata") or {}).get(SHA_META)
 
-    def get_file(self, key: str, path: str, dest: Path, size: int, progress: Progress) -> None:
-        dest.parent.mkdir(parents=True, exist_ok=True)
+    def get_file(
+        self, key: str, path: str, dest: Path, size: int, progress: Progress
+    ) -> tuple[str, bool]:
+        """`aws s3 cp URL -`: the CLI's own parallel ranged GETs, written to our pipe in order,
+        which we hash and append as they arrive (no second pass). The CLI cannot start at an
+        offset on stdout, so a partial file starts over."""
         url = f"s3://{self.bucket}/{self.object_key(key, path)}"
-        got = self._run(["s3", "cp", "--only-show-errors", url, str(dest)], f"download of {url}")
-        if got is None:
-            raise StoreError(f"download of {url}: the object is not there")
-        progress(path, size, size)
+        fout, have = safe_io.open_resume(dest)
+        with fout, tempfile.TemporaryFile() as err:
+            fout.truncate(0)
+            args = [str(self.aws), "s3", "cp", "--only-show-errors", url, "-"]
+            proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=err)
+            h = hashlib.sha256()
+            done = 0
+            out = proc.stdout
+            assert out is not None
+            read_all = False
+            try:
+                for chunk in iter(lambda: out.read(1 << 20), b""):
+                    if hf_hub.CANCEL.is_set():
+                        raise hf_hub.Cancelled(path)
+                    done += len(chunk)
+                    if done > size:  # more than the manifest's: stop, keep none of it
+                        break
+                    h.update(chunk)
+                    fout.write(chunk)
+                    progress(path, done, size)
+                else:
+                    read_all = True
+            finally:
+                if not read_all and proc.poll() is None:  # nobody reads its pipe any more
+                    proc.kill()
+                rc = proc.wait(timeout=24 * 3600)
+            fout.flush()
+            os.fsync(fout.fileno())
+            if done > size:
+                raise StoreError(
+                    f"download of {url}: more than the {size} bytes its manifest says",
+                    mismatch=True,
+                )
+            if rc != 0:
+                err.seek(0)
+                text = err.read().decode("utf-8", "replace").strip()
+                if re.search(r"\((404|NoSuchKey|NotFound)\)|Not Found|does not exist", text):
+                    raise StoreError(f"download of {url}: the object is not there")
+                raise StoreError(f"download of {url}: aws s3 cp failed: {text.splitlines()[-1:]}")
+        if done != size:
+            raise StoreError(
+                f"download of {url}: {done} bytes came, its manifest says {size}", mismatch=True
+            )
+        return h.hexdigest(), False
 
     def put_file(self, key: str, path: str, src: Path, sha256: str, progress: Progress) -> str:
         """The CLI reads our stdin, which we feed from one open file, hashing as we read; an

@@ -222,6 +222,6 @@ def test_the_gate_shows_the_likely_cost_and_a_budget_under_it():
     """The claim's $9.89 counts no provisioning and no downloads: the gate also shows what a new
     node will likely cost, and warns when --max-usd would stop the run before its window."""
     header = "\n".join(_gate("aws", attended=True, max_usd=20.0).header)
-    assert header.index("expected  1.25 GPU-hours") < header.index("likely    4.72 GPU-hours")
-    assert "WARNING   --max-usd 20 is under this estimate ($37.37)" in header
+    assert header.index("expected  1.25 GPU-hours") < header.index("likely    3.88 GPU-hours")
+    assert "WARNING   --max-usd 20 is under this estimate ($30.66)" in header
     assert "WARNING" not in "\n".join(_gate("aws", attended=True, max_usd=60.0).header)
