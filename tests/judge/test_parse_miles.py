@@ -263,3 +263,16 @@ def test_repeated_suffix_as_ray_prints_it_green_with_its_first_time_hint(hint):
     assert math.isnan(records[0].loss)
     assert stats.unparseable == 0
     assert stats.repeated == 1 and stats.repeated_collapsed == 3
+
+
+def test_a_rollout_line_with_a_train_key_is_the_rollout_managers_never_a_step():
+    # Found by tests/judge/test_parse_equivalence.py: such a line for a released step crashed the
+    # conflict check (KeyError 'rollout'); a `rollout N:` line is counted as one, whatever its keys.
+    stats = ParseStats()
+    lines = [step_line(n) for n in range(8)] + [
+        "rollout 1: {'perf/step_time': 97.0, 'train/lr-pg_0': 97.0}",
+        "rollout 7: {'perf/step_time': 97.0}",
+    ]
+    records = list(parse_lines(lines, stats))
+    assert [r.step_time for r in records] == [None] * 8 and stats.rollout_lines == 2
+    assert stats.conflicts == 0 and stats.late == 0

@@ -197,10 +197,7 @@ class MilesLogParser:
         if b"\x1b" in payload:
             return None
         stats = self.stats
-        train = _TRAIN_RE.search(payload) is not None
-        if kind == "rollout" or not (kind == "step" or train):
-            if train:
-                return None  # a `rollout N:` line with a train key: the slow path's rule
+        if kind == "rollout" or (kind == "perf" and _TRAIN_RE.search(payload) is None):
             stats.metric_lines += 1
             if kind == "rollout":
                 stats.rollout_lines += 1
@@ -336,7 +333,8 @@ class MilesLogParser:
             stats.metric_lines += 1
             stats.role_step_lines += 1
             return []
-        if not (kind == "step" or is_train_perf(payload)):  # the RolloutManager's, `rollout N:`
+        # The RolloutManager's: its perf line, and `rollout N:` whatever its keys (never a step's).
+        if kind == "rollout" or not (kind == "step" or is_train_perf(payload)):
             if not payload.rstrip().endswith("}"):
                 self._bad(line, last)
                 return []

@@ -33,8 +33,9 @@ _UNMARKED, _LISTING = BARE.encode(), ARGS_BEGIN.encode()
 
 
 def iter_file_lines(path: Path) -> Iterator[str]:
-    """Lines of a log file as text; undecodable bytes become U+FFFD instead of an error."""
-    with open(path, encoding="utf-8", errors="replace", newline="") as fh:
+    """Lines of a log file as text, split at `\\n` only (as parse_path splits them: a lone `\\r`,
+    a progress bar's redraw, stays inside its line); undecodable bytes become U+FFFD."""
+    with open(path, encoding="utf-8", errors="replace", newline="\n") as fh:
         yield from fh
 
 
