@@ -32,7 +32,13 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# The tree to measure: PYTHONPATH's first entry when set (an older tree, for a baseline in the
+# same run), else this repository.
+sys.path.insert(
+    0,
+    os.environ.get("PYTHONPATH", "").split(os.pathsep)[0]
+    or str(Path(__file__).resolve().parents[1]),
+)
 
 ACTOR = "\x1b[36m(MegatronTrainRayActor pid=5123)\x1b[0m "
 ROLLOUT = "\x1b[36m(RolloutManager pid=5101, ip=10.0.0.2)\x1b[0m "
@@ -119,7 +125,11 @@ def bare_child(path: str) -> dict:
 
 def measure_child(path: str) -> dict:
     from launcher.judge.parse.miles import ParseStats, parse_lines
-    from launcher.judge.parse.reader import iter_file_lines, parse_path
+
+    try:
+        from launcher.judge.parse.reader import iter_file_lines, parse_path
+    except ImportError:  # a tree before judge/parse/reader.py (PYTHONPATH=<old tree>: a baseline)
+        from launcher.judge.parse.miles import iter_file_lines, parse_path  # type: ignore
 
     stats = ParseStats()
     c0 = time.process_time()

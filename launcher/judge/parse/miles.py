@@ -218,10 +218,9 @@ class MilesLogParser:
         if found is None:
             return None
         tmpl, m = found
-        if perf:
-            values = perf_values(tmpl, m)
-            if values is None:
-                return None
+        values = perf_values(tmpl, m) if perf else ()
+        if values is None:
+            return None
         rec = self._pending.get(step)
         if rec is None:
             rec = self._pending[step] = StepRecord(step=step)

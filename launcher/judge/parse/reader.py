@@ -101,9 +101,12 @@ def parse_path(path: str | Path, stats: ParseStats | None = None) -> Iterator[St
                     if 48 <= buf[colon - 1] <= 57:
                         end = find(b"\n", colon, cut)
                         raw = buf[rfind(b"\n", 0, colon) + 1 : end]
-                        released = fast(raw)
-                        if released is None:
-                            released = candidate(raw.decode("utf-8", "replace"))
+                        quick = fast(raw)
+                        released = (
+                            quick
+                            if quick is not None
+                            else candidate(raw.decode("utf-8", "replace"))
+                        )
                         if released:
                             yield from released
                         pos = end + 1

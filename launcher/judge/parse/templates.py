@@ -105,21 +105,25 @@ class Templates:
         """(template, match) of a payload, learning its layout when it is new; None when the
         payload is not one the templates read (the general reader then reads it)."""
         known = self.known
+        if known:  # the common case first: the layout of the last line of this kind
+            m = known[0].regex.fullmatch(payload)
+            if m is not None:
+                return known[0], m
         for i, tmpl in enumerate(known):
             m = tmpl.regex.fullmatch(payload)
             if m is not None:
                 if i:
                     known.insert(0, known.pop(i))
                 return tmpl, m
-        tmpl = template_of(payload)
-        if tmpl is None:
+        learnt = template_of(payload)
+        if learnt is None:
             return None
-        m = tmpl.regex.fullmatch(payload)
-        if m is None:  # pragma: no cover - a template matches the payload it was made from
+        m = learnt.regex.fullmatch(payload)
+        if m is None:  # a template matches the payload it was made from
             return None
-        known.insert(0, tmpl)
+        known.insert(0, learnt)
         del known[_MAX_TEMPLATES:]
-        return tmpl, m
+        return learnt, m
 
 
 def perf_values(tmpl: Template, m: re.Match[bytes]) -> tuple | None:
