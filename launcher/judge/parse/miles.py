@@ -11,6 +11,10 @@ read: docs/miles-log.md, "What the parser reads". The shapes themselves, version
 one table: launcher/judge/parse/shapes.py. Two lines for one step that DIFFER are a conflict, never
 resolved by picking one; what is only half understood is counted and shown (fail closed).
 
+Two ways in, one result: `feed`/`candidate` read a decoded line (the straightforward reference,
+`parse_lines`); `fast` reads a marker line's bytes for the file reader (launcher/judge/parse/
+reader.py) when its shape is known (payload templates: launcher/judge/parse/templates.py) and
+otherwise declines, changing nothing. tests/judge/test_parse_equivalence.py holds them equal.
 Speed: cheap substring tests reject almost every line before any regular expression runs; flat
 numeric dicts (the common case) are read by one regular expression, and only other payloads go
 through the `ast`-based literal reader.
