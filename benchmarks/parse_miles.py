@@ -1,12 +1,19 @@
-"""Benchmark: parse speed (MB/s) and peak memory of the miles log parser on a large log.
+"""Benchmark: parse speed (MB/s) and peak memory of the miles log parser on a large log, side by
+side with a bare Python loop over the same file (issue 24's goal: on the dense log, the parser at
+least as fast as the bare loop; memory flat).
 
-Target: at least 100 MB/s, with memory that does not grow with the log's length,
+The bare loop is the least a line-by-line reader can do: open the file, iterate its lines, one
+compiled regular expression `search` per line (the metric marker, `(step|perf|rollout) N: {`).
+Each measurement runs in a fresh process, bare loop and parser alternating, so a busy machine
+slows both alike; the ratio is parser MB/s over bare-loop MB/s of the same round.
+
+Target (mixed log): at least 100 MB/s, with memory that does not grow with the log's length,
 shown on a 1 GB log. The log is synthetic but shaped like a real miles run (docs/miles-log.md): per step
 the doubled `step N:` line, both `perf N:` lines, a `rollout N:` line, Timer and Memory-Usage
 lines from 8 ranks (some collapsed by Ray), NCCL and warning chatter, ANSI-coloured Ray prefixes,
 and one garbage line. `--dense` makes every line a metric line (the worst case).
 
-    .venv/bin/python benchmarks/parse_miles.py --size-mb 1024 [--dense] [--keep PATH]
+    .venv/bin/python benchmarks/parse_miles.py --size-mb 1024 [--dense] [--keep PATH] [--repeat N]
 
 Each measurement runs in a fresh process so that its peak RSS is its own.
 """
@@ -18,13 +25,20 @@ import json
 import os
 import platform
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# The tree to measure: PYTHONPATH's first entry when set (an older tree, for a baseline in the
+# same run), else this repository.
+sys.path.insert(
+    0,
+    os.environ.get("PYTHONPATH", "").split(os.pathsep)[0]
+    or str(Path(__file__).resolve().parents[1]),
+)
 
 ACTOR = "\x1b[36m(MegatronTrainRayActor pid=5123)\x1b[0m "
 ROLLOUT = "\x1b[36m(RolloutManager pid=5101, ip=10.0.0.2)\x1b[0m "
@@ -82,8 +96,40 @@ def generate(path: Path, size_mb: int, dense: bool) -> int:
     return n
 
 
+BARE_RE = rb"(step|perf|rollout) (\d+): \{"
+
+
+def bare_child(path: str) -> dict:
+    """The bare loop: the file's lines, one compiled regex search each."""
+    import re
+
+    rx = re.compile(BARE_RE)
+    c0 = time.process_time()
+    t0 = time.perf_counter()
+    hits = 0
+    with open(path, "rb") as fh:
+        for line in fh:
+            if rx.search(line):
+                hits += 1
+    dt = time.perf_counter() - t0
+    cpu = time.process_time() - c0
+    size = os.path.getsize(path)
+    return {
+        "seconds": dt,
+        "mb_per_s": size / 1e6 / dt,
+        "mb_per_cpu_s": size / 1e6 / cpu,
+        "hits": hits,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+
+
 def measure_child(path: str) -> dict:
-    from launcher.judge.parse.miles import ParseStats, iter_file_lines, parse_lines, parse_path
+    from launcher.judge.parse.miles import ParseStats, parse_lines
+
+    try:
+        from launcher.judge.parse.reader import iter_file_lines, parse_path
+    except ImportError:  # a tree before judge/parse/reader.py (PYTHONPATH=<old tree>: a baseline)
+        from launcher.judge.parse.miles import iter_file_lines, parse_path  # type: ignore
 
     stats = ParseStats()
     c0 = time.process_time()
@@ -127,9 +173,13 @@ def main() -> None:
         help="parse the same log this many times (fresh process each)",
     )
     ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--bare-child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         print(json.dumps(measure_child(args.child)))
+        return
+    if args.bare_child:
+        print(json.dumps(bare_child(args.bare_child)))
         return
     tmpdir = None
     if args.keep:
@@ -139,19 +189,25 @@ def main() -> None:
         path = Path(tmpdir.name) / "train.log"
     try:
         steps = generate(path, args.size_mb, args.dense)
-        runs = []
+        runs, bares = [], []
         for _ in range(args.repeat):
-            out = subprocess.run(
-                [sys.executable, __file__, "--child", str(path)],
-                capture_output=True,
-                text=True,
-                check=True,
-            )
-            runs.append(json.loads(out.stdout))
+            for flag, into in (("--bare-child", bares), ("--child", runs)):
+                out = subprocess.run(
+                    [sys.executable, __file__, flag, str(path)],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                )
+                into.append(json.loads(out.stdout))
         result = dict(runs[-1])
         result["runs_mb_per_s"] = [round(r["mb_per_s"], 1) for r in runs]
         result["runs_mb_per_cpu_s"] = [round(r["mb_per_cpu_s"], 1) for r in runs]
         result["runs_peak_rss_mb"] = [round(r["peak_rss_mb"], 1) for r in runs]
+        result["bare_mb_per_s"] = [round(r["mb_per_s"], 1) for r in bares]
+        result["bare_mb_per_cpu_s"] = [round(r["mb_per_cpu_s"], 1) for r in bares]
+        ratios = [r["mb_per_s"] / b["mb_per_s"] for r, b in zip(runs, bares, strict=True)]
+        result["ratio_each_round"] = [round(x, 2) for x in ratios]
+        result["ratio_median"] = round(statistics.median(ratios), 2)
         result.update(
             {
                 "steps_generated": steps,

@@ -40,7 +40,7 @@ from launcher.inputs.recipe import Recipe, load_recipe
 from launcher.judge.convergence import check, loss_curve
 from launcher.judge.gate import LogEvidence, assess
 from launcher.judge.measure import Result, measure, measured_date
-from launcher.judge.parse.miles import ParseStats, StepRecord, parse_path
+from launcher.judge.parse.reader import ParseStats, StepRecord, parse_path
 from launcher.judge.verdict import POLICY_NAME, POLICY_VERSION, Tolerance, Verdict, judge
 from launcher.pages import report
 from launcher.records.atomic import write_atomic

@@ -10,10 +10,10 @@ from support.measure import run_standin
 from launcher.judge.parse.miles import (
     MilesLogParser,
     ParseStats,
-    parse_file,
     parse_lines,
     parse_payload,
 )
+from launcher.judge.parse.reader import parse_file
 
 ACTOR = "(MegatronTrainRayActor pid=5123) "
 ACTOR_IP = "(MegatronTrainRayActor pid=7, ip=10.0.0.2) "
@@ -201,7 +201,7 @@ def test_standin_killed_mid_line_is_truncated_not_fatal(tmp_path):
 
 @pytest.mark.parametrize("cut", [None, 9])
 def test_file_reader_and_line_reader_agree(tmp_path, cut):
-    from launcher.judge.parse import miles
+    from launcher.judge.parse import reader
 
     log = tmp_path / "train.log"
     run_standin(log, steps=15, step_times="21,19.5,19.1", **({"cut_at": cut} if cut else {}))
@@ -210,14 +210,14 @@ def test_file_reader_and_line_reader_agree(tmp_path, cut):
             "\x00\x01garbage\n(A pid=1) perf 3: {'perf/step_time': 1.0.0}\n"
             "(A pid=1) [2026-10-21 10:00:00.000 main] x.py:1 - hello [repeated 3x across cluster]\nlast words"
         )
-    small_chunks = miles._CHUNK
+    small_chunks = reader._CHUNK
     try:
-        miles._CHUNK = 1000  # many chunk boundaries, lines cut across them
+        reader._CHUNK = 1000  # many chunk boundaries, lines cut across them
         a_stats, b_stats = ParseStats(), ParseStats()
-        by_file = list(miles.parse_path(log, a_stats))
+        by_file = list(reader.parse_path(log, a_stats))
     finally:
-        miles._CHUNK = small_chunks
-    by_lines = list(parse_lines(miles.iter_file_lines(log), b_stats))
+        reader._CHUNK = small_chunks
+    by_lines = list(parse_lines(reader.iter_file_lines(log), b_stats))
     assert by_file == by_lines and len(by_file) == (cut or 15)
     assert a_stats == b_stats
     assert a_stats.repeated == 2 and a_stats.repeated_collapsed == 10
@@ -263,3 +263,16 @@ def test_repeated_suffix_as_ray_prints_it_green_with_its_first_time_hint(hint):
     assert math.isnan(records[0].loss)
     assert stats.unparseable == 0
     assert stats.repeated == 1 and stats.repeated_collapsed == 3
+
+
+def test_a_rollout_line_with_a_train_key_is_the_rollout_managers_never_a_step():
+    # Found by tests/judge/test_parse_equivalence.py: such a line for a released step crashed the
+    # conflict check (KeyError 'rollout'); a `rollout N:` line is counted as one, whatever its keys.
+    stats = ParseStats()
+    lines = [step_line(n) for n in range(8)] + [
+        "rollout 1: {'perf/step_time': 97.0, 'train/lr-pg_0': 97.0}",
+        "rollout 7: {'perf/step_time': 97.0}",
+    ]
+    records = list(parse_lines(lines, stats))
+    assert [r.step_time for r in records] == [None] * 8 and stats.rollout_lines == 2
+    assert stats.conflicts == 0 and stats.late == 0

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from support.measure import REPO, SEED, run_standin, seed_raw
 
-from launcher.judge.parse import miles
+from launcher.judge.parse import reader
 from launcher.judge.parse.miles import ParseStats, parse_lines
 
 ACTOR = "(MegatronTrainRayActor pid=5123) "
@@ -53,13 +53,13 @@ def both_readers(tmp_path: Path, lines: list[str], newline: str = "\n"):
     path = tmp_path / "train.log"
     path.write_bytes(newline.join(lines).encode() + newline.encode())
     a, b = ParseStats(), ParseStats()
-    small = miles._CHUNK
+    small = reader._CHUNK
     try:
-        miles._CHUNK = 97  # many chunk boundaries, inside dicts and listings
-        by_file = list(miles.parse_path(path, a))
+        reader._CHUNK = 97  # many chunk boundaries, inside dicts and listings
+        by_file = list(reader.parse_path(path, a))
     finally:
-        miles._CHUNK = small
-    by_lines = list(parse_lines(miles.iter_file_lines(path), b))
+        reader._CHUNK = small
+    by_lines = list(parse_lines(reader.iter_file_lines(path), b))
     assert by_file == by_lines and a == b
     return by_file, a
 
@@ -230,7 +230,7 @@ def test_a_log_nothing_in_which_is_miles_is_unreadable_exit_2_never_failed(
 def test_the_standin_prints_the_listing_as_megatron_does(tmp_path):
     log = tmp_path / "train.log"
     run_standin(log, 3)
-    result = miles.parse_file(log)
+    result = reader.parse_file(log)
     listing = result.stats.arguments
     assert listing["global_batch_size"] == "128" and listing["expert_model_parallel_size"] == "8"
     assert listing["max_tokens_per_gpu"] == "16384" and listing["num_rollout"] == "3"

@@ -200,6 +200,40 @@ def stamp(line: str) -> tuple[float, bool] | None:
     return dt.timestamp(), frac is not None
 
 
+# stamp() on an ASCII line, for the file reader's fast path: the same expression on bytes (`\\s` of
+# a str pattern also matches \x1c-\x1f), and the minute's epoch cached, since a log's lines share
+# their minutes. The same value as stamp(): whole microseconds over 10**6, as datetime computes it.
+_STAMP_BYTES_RE = re.compile(
+    rb"\[([0-9]{4})-([0-9]{2})-([0-9]{2})[ T]([0-9]{2}):([0-9]{2}):([0-9]{2})"
+    rb"(?:[.,]([0-9]{1,6}))?(?: [^\]\s\x1c-\x1f]+)?\]"
+)
+_MINUTES: dict[bytes, int | None] = {}
+
+
+def stamp_bytes(line: bytes) -> tuple[float, bool] | None:
+    """stamp() of an ASCII line given as bytes."""
+    m = _STAMP_BYTES_RE.search(line)
+    if not m:
+        return None
+    minute = line[m.start(1) : m.end(5)]
+    base = _MINUTES.get(minute, 0)
+    if base == 0:
+        y, mo, d, h, mi = (int(g) for g in m.group(1, 2, 3, 4, 5))
+        try:
+            base = int(datetime(y, mo, d, h, mi, tzinfo=UTC).timestamp())
+        except ValueError:
+            base = None
+        if len(_MINUTES) > 4096:
+            _MINUTES.clear()
+        _MINUTES[minute] = base
+    second = int(m.group(6))
+    if base is None or second > 59:
+        return None
+    frac = m.group(7)
+    micro = int(frac.ljust(6, b"0")) if frac else 0
+    return ((base + second) * 1_000_000 + micro) / 1_000_000, frac is not None
+
+
 def as_float(value: Any) -> float | None:
     """A metric's value as a float; None for a missing value, a bool or text."""
     if value.__class__ is float:

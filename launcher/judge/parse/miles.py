@@ -11,6 +11,10 @@ read: docs/miles-log.md, "What the parser reads". The shapes themselves, version
 one table: launcher/judge/parse/shapes.py. Two lines for one step that DIFFER are a conflict, never
 resolved by picking one; what is only half understood is counted and shown (fail closed).
 
+Two ways in, one result: `feed`/`candidate` read a decoded line (the straightforward reference,
+`parse_lines`); `fast` reads a marker line's bytes for the file reader (launcher/judge/parse/
+reader.py) when its shape is known (payload templates: launcher/judge/parse/templates.py) and
+otherwise declines, changing nothing. tests/judge/test_parse_equivalence.py holds them equal.
 Speed: cheap substring tests reject almost every line before any regular expression runs; flat
 numeric dicts (the common case) are read by one regular expression, and only other payloads go
 through the `ast`-based literal reader.
@@ -19,9 +23,9 @@ through the `ast`-based literal reader.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Iterator
 from itertools import chain, islice
-from pathlib import Path
 from typing import Any
 
 from launcher.inputs.runargs import checked_dests
@@ -29,7 +33,6 @@ from launcher.judge.parse.lines import (
     ARGS_BEGIN,
     ARGS_END,
     BARE,
-    REPEATED_BYTES_RE,
     REPEATED_RE,
     ROLE_STEP,
     argument,
@@ -41,11 +44,12 @@ from launcher.judge.parse.lines import (
     parse_payload,
     shown,
     stamp,
+    stamp_bytes,
     strip_prefix,
 )
 from launcher.judge.parse.records import ParseResult, ParseStats, StepRecord, same
 from launcher.judge.parse.shapes import (
-    SignalScan,
+    TRAIN_PERF_KEYS,
     apply_perf,
     apply_step,
     is_train_perf,
@@ -54,6 +58,7 @@ from launcher.judge.parse.shapes import (
     signal,
     skipped_rollout,
 )
+from launcher.judge.parse.templates import Templates, perf_values
 
 __all__ = [
     "StepRecord",
@@ -61,8 +66,6 @@ __all__ = [
     "ParseResult",
     "MilesLogParser",
     "parse_lines",
-    "parse_file",
-    "parse_path",
     "parse_payload",
     "last_step",
 ]
@@ -73,13 +76,18 @@ _RELEASE_LAG = 4
 _MAX_DICT_LINES = 4096  # a dict printed over more lines than this is not a metric dict
 _MAX_ARG_LINES = 20000  # an arguments listing longer than this has lost its end line
 _KEEP_DONE = 4096  # released steps whose values a late line is checked against
-_FIRST_LINES = 5  # kept to show what the log looked like when nothing in it was recognised
+FIRST_LINES = 5  # kept to show what the log looked like when nothing in it was recognised
 _EXAMPLES = 5
 
 # What two lines for one step are compared on: indexes into MilesLogParser._values.
 _VALUE_NAMES = ("step", "loss", "grad_norm", "lr", "step_time", "actor_train_time", "tokens")
 _COMPARED = {"step": (1, 2, 3), "perf": (4, 5, 6)}
 _STEP_FIELDS = {"perf": ("rollout/step", "perf/step", "step"), "step": ("train/step", "step")}
+# The fast path (MilesLogParser.fast): bytes before a kind that make it part of a word (str.isalnum
+# on ASCII, `_`, `/`, `-`), the train perf keys as one search, and the empty release.
+_NOT_BOUNDARY = [chr(c).isalnum() or chr(c) in "_/-" for c in range(128)]
+_TRAIN_RE = re.compile(b"|".join(re.escape(k.encode()) for k in TRAIN_PERF_KEYS))
+_NOTHING: list[StepRecord] = []
 
 
 class MilesLogParser:
@@ -105,6 +113,7 @@ class MilesLogParser:
         self._open_depth = 0
         self._args: dict[str, str] | None = None
         self._args_lines = 0
+        self._layouts = (Templates(), Templates())  # step, perf payloads seen (the fast path)
 
     # -- the hot path ------------------------------------------------------------------------
     def feed(self, line: str, *, last: bool = False) -> list[StepRecord]:
@@ -162,6 +171,86 @@ class MilesLogParser:
                 self.busy = True
                 return []
         return self._metric(kind, step, payload, line, last)
+
+    def fast(self, line: bytes) -> list[StepRecord] | None:
+        """The file reader's hot path: what candidate() does with a marker line, for the lines
+        whose shape it knows (ASCII, `<kind> N: {...}` as the first `: {`, a payload that a
+        template reads: launcher/judge/parse/templates.py), read from the bytes. None: not such a
+        line, or one the slow path must judge (a late or second line for a step, a step time that
+        disagrees with its parts); nothing has changed then, and the caller reads it through
+        candidate(). tests/judge/test_parse_equivalence.py holds the two paths equal.
+        """
+        colon = line.find(b": {")
+        space = line.rfind(b" ", 0, colon)
+        if space <= 0 or not line.isascii() or not line.endswith(b"}") or b"cluster]" in line:
+            return None
+        num = line[space + 1 : colon]
+        if not num.isdigit():
+            return None
+        if line.startswith(b"step", space - 4, space):
+            kind, begin = "step", space - 4
+        elif line.startswith(b"perf", space - 4, space):
+            kind, begin = "perf", space - 4
+        elif line.startswith(b"rollout", space - 7, space):
+            kind, begin = "rollout", space - 7
+        else:
+            return None
+        if begin and _NOT_BOUNDARY[line[begin - 1]]:
+            return None  # a word ending in the kind (or `critic-step`): the slow path judges
+        payload = line[colon + 2 :]
+        if b"\x1b" in payload:
+            return None
+        stats = self.stats
+        if kind == "rollout" or (kind == "perf" and _TRAIN_RE.search(payload) is None):
+            stats.metric_lines += 1
+            if kind == "rollout":
+                stats.rollout_lines += 1
+            else:
+                stats.rollout_perf_lines += 1
+            return _NOTHING
+        step = int(num)
+        perf = kind == "perf"
+        key = step << 1 | perf
+        text = payload.decode("ascii")
+        texts = self._texts
+        if texts.get(key) == text:
+            stats.duplicates += 1
+            return _NOTHING
+        if step <= self._released_upto or key in texts:
+            return None
+        found = self._layouts[perf].match(payload)
+        if found is None:
+            return None
+        tmpl, m = found
+        values = perf_values(tmpl, m) if perf else ()
+        if values is None:
+            return None
+        rec = self._pending.get(step)
+        if rec is None:
+            rec = self._pending[step] = StepRecord(step=step)
+        stats.metric_lines += 1
+        texts[key] = text
+        if perf:
+            stats.train_perf_lines += 1
+            (rec.step_time, rec.actor_train_time, rec.tflops, rec.logged_mfu) = values[:4]
+            rec.logged_peak_tflops = values[4]
+            if values[5] is not False:
+                rec.tokens = values[5]
+        else:
+            stats.step_lines += 1
+            rec.loss = float(m.group(tmpl.loss)) if tmpl.loss else None
+            rec.grad_norm = float(m.group(tmpl.grad_norm)) if tmpl.grad_norm else None
+            rec.lr = float(m.group(tmpl.lr)) if tmpl.lr else None
+        if not perf or rec.timestamp is None:
+            found_stamp = stamp_bytes(line)
+            if found_stamp is not None:
+                rec.timestamp = found_stamp[0]
+                if not found_stamp[1]:
+                    stats.coarse_stamps += 1
+        if step > self._max_step:
+            self._max_step = step
+            return self._release(step - _RELEASE_LAG)
+        return _NOTHING
 
     def continuation(self, line: str, last: bool = False) -> list[StepRecord]:
         """A line read while a dict or an arguments listing is open."""
@@ -247,7 +336,8 @@ class MilesLogParser:
             stats.metric_lines += 1
             stats.role_step_lines += 1
             return []
-        if not (kind == "step" or is_train_perf(payload)):  # the RolloutManager's, `rollout N:`
+        # The RolloutManager's: its perf line, and `rollout N:` whatever its keys (never a step's).
+        if kind == "rollout" or not (kind == "step" or is_train_perf(payload)):
             if not payload.rstrip().endswith("}"):
                 self._bad(line, last)
                 return []
@@ -413,21 +503,21 @@ class MilesLogParser:
         return out
 
 
-def _count_repeated(stats: ParseStats, line: str) -> None:
+def count_repeated(stats: ParseStats, line: str) -> None:
     rep = REPEATED_RE.search(line)
     if rep:
         stats.repeated += 1
         stats.repeated_collapsed += int(rep.group(1))
 
 
-def _note_first(stats: ParseStats, lines: Iterable[str]) -> None:
+def note_first(stats: ParseStats, lines: Iterable[str]) -> None:
     for line in lines:
         text = shown(line)
         if text.strip():
             stats.first_lines.append(text)
 
 
-def _wanted(line: str) -> bool:
+def wanted(line: str) -> bool:
     return ": {" in line or BARE in line or ARGS_BEGIN in line
 
 
@@ -441,8 +531,8 @@ def parse_lines(lines: Iterable[str], stats: ParseStats | None = None) -> Iterat
     stats = parser.stats
     candidate, continuation = parser.candidate, parser.continuation
     it = iter(lines)
-    head = list(islice(it, _FIRST_LINES))
-    _note_first(stats, head)
+    head = list(islice(it, FIRST_LINES))
+    note_first(stats, head)
     it = chain(head, it)
     count = 0
     first = next(it, None)
@@ -454,7 +544,7 @@ def parse_lines(lines: Iterable[str], stats: ParseStats | None = None) -> Iterat
     for line in it:  # the hot loop: three substring tests per line, the rest only on candidates
         count += 1
         if "cluster]" in prev:
-            _count_repeated(stats, prev)
+            count_repeated(stats, prev)
         if parser.busy:
             released = continuation(prev)
         elif ": {" in prev or unmarked in prev or listing in prev:
@@ -469,128 +559,12 @@ def parse_lines(lines: Iterable[str], stats: ParseStats | None = None) -> Iterat
         prev = line
     count += 1
     if "cluster]" in prev:
-        _count_repeated(stats, prev)
+        count_repeated(stats, prev)
     if parser.busy:
         yield from continuation(prev, last=True)
-    elif _wanted(prev):
+    elif wanted(prev):
         yield from candidate(prev, last=True)
     elif maybe_signal(prev):
         parser.failure(prev)
     stats.lines += count
     yield from parser.finish()
-
-
-_CHUNK = 4 << 20  # bytes read at a time by parse_path
-_MAX_LINE = 64 << 20  # a "line" longer than this (binary garbage, no newline) is dropped, counted
-_UNMARKED, _LISTING = BARE.encode(), ARGS_BEGIN.encode()
-
-
-def iter_file_lines(path: Path) -> Iterator[str]:
-    """Lines of a log file as text; undecodable bytes become U+FFFD instead of an error."""
-    with open(path, encoding="utf-8", errors="replace", newline="") as fh:
-        yield from fh
-
-
-def parse_path(path: str | Path, stats: ParseStats | None = None) -> Iterator[StepRecord]:
-    """parse_lines for a file, faster: read in 4 MiB binary chunks, find the candidates with
-    bytes.find (C speed) and decode only their lines (and those of an open dict or listing).
-    Same records and counters as parse_lines(iter_file_lines(path)) for `\\n`-separated logs;
-    memory is one chunk plus the pending records, whatever the file's size.
-    """
-    parser = MilesLogParser(stats)
-    stats = parser.stats
-    candidate, continuation = parser.candidate, parser.continuation
-    lines = noted = 0
-    carry = b""
-    with open(path, "rb") as fh:
-        while True:
-            data = fh.read(_CHUNK)
-            if not data:
-                break
-            buf = carry + data if carry else data
-            # Hold back the last line (complete or not): only at EOF is it known to be the last.
-            cut = buf.rfind(b"\n", 0, len(buf) - 1) + 1
-            if cut == 0:
-                carry = buf
-                if len(carry) > _MAX_LINE:
-                    lines += 1
-                    stats.unparseable += b": {" in carry
-                    carry = b""
-                continue
-            carry = buf[cut:]  # `buf` itself is searched up to `cut`: no copy of the chunk
-            if noted < _FIRST_LINES:
-                head = buf[:cut].split(b"\n", _FIRST_LINES - noted)[: _FIRST_LINES - noted]
-                head = head[: buf.count(b"\n", 0, cut)]
-                noted += len(head)
-                _note_first(stats, (h.decode("utf-8", "replace") for h in head))
-            lines += buf.count(b"\n", 0, cut)
-            if buf.find(b"across cluster]", 0, cut) >= 0:
-                for rep in REPEATED_BYTES_RE.finditer(buf, 0, cut):
-                    stats.repeated += 1
-                    stats.repeated_collapsed += int(rep.group(1))
-            find, rfind = buf.find, buf.rfind
-            # Next position of `: {` (a marker has a digit before it), of a dict logged without
-            # a marker and of an arguments listing; `cut` when there is none left in the chunk.
-            pos, unmarked, listing = 0, -1, -1
-            signals = SignalScan(buf, cut)
-            while True:
-                while parser.busy and pos < cut:  # lines of an open dict or listing
-                    end = find(b"\n", pos, cut)
-                    released = continuation(buf[pos:end].decode("utf-8", "replace"))
-                    if released:
-                        yield from released
-                    pos = end + 1
-                if unmarked < pos:
-                    unmarked = find(_UNMARKED, pos, cut)
-                    unmarked = unmarked if unmarked >= 0 else cut
-                if listing < pos:
-                    listing = find(_LISTING, pos, cut)
-                    listing = listing if listing >= 0 else cut
-                rare = min(unmarked, listing, signals.after(pos))
-                # The hot loop: marker candidates (`: {` after a digit) before the next rare one.
-                colon = find(b": {", pos, rare)
-                while colon >= 0:
-                    if 48 <= buf[colon - 1] <= 57:
-                        end = find(b"\n", colon, cut)
-                        line = buf[rfind(b"\n", 0, colon) + 1 : end].decode("utf-8", "replace")
-                        released = candidate(line)
-                        if released:
-                            yield from released
-                        pos = end + 1
-                        if parser.busy or pos > rare:
-                            break
-                        colon = find(b": {", pos, rare)
-                    else:
-                        colon = find(b": {", colon + 3, rare)
-                else:  # no marker candidate left before `rare`
-                    if rare >= cut:
-                        break
-                    end = find(b"\n", rare, cut)
-                    released = candidate(
-                        buf[rfind(b"\n", 0, rare) + 1 : end].decode("utf-8", "replace")
-                    )
-                    if released:
-                        yield from released
-                    pos = end + 1
-    if carry:
-        lines += 1
-        text = carry.decode("utf-8", "replace")
-        if noted < _FIRST_LINES:
-            _note_first(stats, [text])
-        if b"across cluster]" in carry:
-            _count_repeated(stats, text)
-        if parser.busy:
-            yield from continuation(text, last=True)
-        elif _wanted(text):
-            yield from candidate(text, last=True)
-        elif maybe_signal(text):
-            parser.failure(text)
-    stats.lines += lines
-    yield from parser.finish()
-
-
-def parse_file(path: str | Path) -> ParseResult:
-    """Parse a whole log file (streamed; only the per-step records are kept)."""
-    stats = ParseStats()
-    records = list(parse_path(Path(path), stats))
-    return ParseResult(records=records, stats=stats)
