@@ -9,8 +9,8 @@ import dataclasses
 import re
 from pathlib import Path
 
+from support.history import T0, history_rows, row
 from support.pages import SLUG
-from test_pages_history import T0, history_rows, row
 
 from launcher.pages import render_history_page, render_nightly_page
 from launcher.pages.history_page import assess_each, time_ticks

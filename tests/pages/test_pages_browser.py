@@ -19,15 +19,16 @@ from pathlib import Path
 
 import pytest
 from support.browser import Browser, artifacts_dir, chromium_path
-from support.pages import make_run, set_verdict
-from test_pages_history import SLUG, assess_each, history_rows
-from test_pages_run import assert_shown_figures_match
+from support.history import history_rows
+from support.page_read import assert_shown_figures_match
+from support.pages import SLUG, make_run, set_verdict
 
 from launcher.pages import (
     render_nightly_page,
     write_history_page,
     write_run_page,
 )
+from launcher.pages.history_page import assess_each
 from launcher.records.history import History
 from launcher.runner.nightly import RecipeRun
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import re
 
+from support.history import CLAIM, row
 from support.pages import SLUG, make_run
-from test_pages_history import CLAIM, row
 
 from launcher.pages import render_history_page
 from launcher.pages.run_page import PAGE_NAME

@@ -9,9 +9,10 @@ import time
 from pathlib import Path
 
 import pytest
+from support.history import T0, history_rows
+from support.page_read import assert_self_contained, parse
 from support.pages import SLUG, make_run
 from support.paths import SEED
-from test_pages_run import assert_self_contained, parse
 
 from launcher.pages import (
     render_history_page,
@@ -23,39 +24,6 @@ from launcher.pages import (
 from launcher.pages.history_page import assess_each
 from launcher.records.history import History, RunRow, assess
 from launcher.runner.nightly import RecipeRun, nightly
-
-T0 = 1_790_000_000.0
-DAY = 86_400.0
-CLAIM = 6913.23
-
-
-def row(i: int, tps: float | None, verdict: str | None, cluster: str = "aws-p5en") -> RunRow:
-    diff = None if tps is None else 100 * (tps - CLAIM) / CLAIM
-    return RunRow(
-        run_id=f"2026{i:04d}T000000Z-{i:06x}",
-        slug=SLUG,
-        cluster_name=cluster,
-        started_at=T0 + i * DAY,
-        state="done" if verdict != "failed" else "failed",
-        verdict=verdict,
-        difference_percent=diff,
-        claimed_tokens_per_s_per_gpu=CLAIM,
-        tolerance_percent=3.0,
-        tokens_per_s_per_gpu=tps,
-        mfu=None if tps is None else tps * 6 * 3_041_656_832 / 989e12,
-        usd_per_million_tokens=None if tps is None else 63.296 / (tps * 8 * 3600 / 1e6),
-        gpu_hours=1.3,
-    )
-
-
-def history_rows() -> list[RunRow]:
-    """Twelve nightly runs: steady, one failed, two misses in a row (9: suspect, 10: the
-    regression), then back."""
-    tps = [6905, 6921, 6899, 6930, 6910, None, 6915, 6902, 6924, 6512, 6490, 6918]
-    return [
-        row(i, t, "failed" if t is None else ("slower" if t < 6700 else "reproduced"))
-        for i, t in enumerate(tps)
-    ]
 
 
 def test_each_run_is_assessed_against_the_runs_before_it_as_history_does():

@@ -12,8 +12,8 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 import pytest
+from support.page_read import parse
 from support.pages import SLUG, make_run
-from test_pages_run import parse
 
 from launcher.pages import write_history_page, write_nightly_page, write_run_page
 from launcher.pages.html import link, rel_href, safe_href

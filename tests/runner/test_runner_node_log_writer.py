@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_runner_stream_reads import follower
+from support.stream import follower
 
 from launcher.clusters.base import Node
 from launcher.clusters.execution import Place, WrapperExecution

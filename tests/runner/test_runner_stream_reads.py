@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support.stream import Seen, follower
 
 from launcher.clusters.base import Node
 from launcher.clusters.execution import Place
@@ -27,8 +28,7 @@ from launcher.plan import protocol
 from launcher.plan.protocol import Progress
 from launcher.records.rundir import Timeline
 from launcher.runner import stream
-from launcher.runner.reporter import QuietReporter
-from launcher.runner.stream import Follower, LogSplitter
+from launcher.runner.stream import LogSplitter
 
 ACTOR = "\x1b[36m(MegatronTrainRayActor pid=5123)\x1b[0m "
 
@@ -98,24 +98,6 @@ def stage_logs(logs: Path) -> dict[str, bytes]:
     return {p.stem: p.read_bytes() for p in logs.glob("*.log") if p.name != "node.log"}
 
 
-class Seen(QuietReporter):
-    """What the console is told: the steps, their speeds, the progress lines."""
-
-    def __init__(self) -> None:
-        self.steps: list[int] = []
-        self.speeds: list[tuple[int, float]] = []
-        self.progress_seen: list[Progress] = []
-
-    def step(self, done: int, total: int | None) -> None:
-        self.steps.append(done)
-
-    def step_time(self, step: int, seconds: float) -> None:
-        self.speeds.append((step, seconds))
-
-    def progress(self, progress: Progress) -> None:
-        self.progress_seen.append(progress)
-
-
 class FileExecution:
     """The node protocol's reads over a file written by the test: `sizes` says how many bytes
     each read returns at most (a transport may return fewer than asked: SFTP, a job's log)."""
@@ -141,17 +123,6 @@ class FileExecution:
 
     def close(self) -> None:
         return None
-
-
-def follower(execution: object, logs: Path, reporter: Seen | None = None) -> Follower:
-    return Follower(
-        execution,  # type: ignore[arg-type]
-        logs,
-        timeline=Timeline(),
-        reporter=reporter or Seen(),
-        poll_s=0.01,
-        reconnect_s=5,
-    )
 
 
 def test_a_log_cut_in_two_at_every_offset_is_split_as_a_whole(tmp_path, monkeypatch):

@@ -13,6 +13,7 @@ import yaml
 
 from launcher.inputs.recipe import load_recipe
 from launcher.records.history import History, RunRow
+from support.pages import SLUG as PAGE_SLUG  # the page tests' run dirs (support/pages.py)
 from support.paths import SEED as SEED_FILE
 
 SLUG = load_recipe(SEED_FILE).slug  # model/gpu/layout-<content hash>
@@ -130,3 +131,36 @@ def damage(db: Path, rows: int = 300) -> Path:
     data[4 * page : 11 * page] = b"\xff" * (7 * page)
     db.write_bytes(bytes(data))
     return db
+
+
+CLAIM = 6913.23
+
+
+def row(i: int, tps: float | None, verdict: str | None, cluster: str = "aws-p5en") -> RunRow:
+    """Night i's row of the seed's history: its throughput against CLAIM, and what follows."""
+    diff = None if tps is None else 100 * (tps - CLAIM) / CLAIM
+    return RunRow(
+        run_id=f"2026{i:04d}T000000Z-{i:06x}",
+        slug=PAGE_SLUG,
+        cluster_name=cluster,
+        started_at=T0 + i * DAY,
+        state="done" if verdict != "failed" else "failed",
+        verdict=verdict,
+        difference_percent=diff,
+        claimed_tokens_per_s_per_gpu=CLAIM,
+        tolerance_percent=3.0,
+        tokens_per_s_per_gpu=tps,
+        mfu=None if tps is None else tps * 6 * 3_041_656_832 / 989e12,
+        usd_per_million_tokens=None if tps is None else 63.296 / (tps * 8 * 3600 / 1e6),
+        gpu_hours=1.3,
+    )
+
+
+def history_rows() -> list[RunRow]:
+    """Twelve nightly runs: steady, one failed, two misses in a row (9: suspect, 10: the
+    regression), then back."""
+    tps = [6905, 6921, 6899, 6930, 6910, None, 6915, 6902, 6924, 6512, 6490, 6918]
+    return [
+        row(i, t, "failed" if t is None else ("slower" if t < 6700 else "reproduced"))
+        for i, t in enumerate(tps)
+    ]
