@@ -27,9 +27,9 @@ import os
 from pathlib import Path
 
 import pytest
+from support.assets_e2e import Run, profile_file, recipe_file
 from support.helpers import cli
 from support.hostile import push_hostile_image
-from test_assets_e2e import Run, profile_file, recipe_file
 
 from launcher.plan.asset_stages import TEST_ENCODER_ENV
 from launcher.prepare.assets import TEST_DOCKER_ARGS_ENV

@@ -6,10 +6,10 @@ launch that failed at its first AWS call."""
 from __future__ import annotations
 
 import pytest
+from support.aws import aws_profile
 from support.operator_cli import REPO, SEED, RecordingEndpoint, aws_env
 from support.plan_env import write_recipe
 from support.screen import Screen
-from test_aws_e2e import aws_profile
 
 BAR = "━"  # rich's progress bar
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 from support.assets import tiny_recipe_raw
+from support.node_assets import ENCODER, fake_conversion, make_spec, node, resolve, sources
 from support.node_scripts import load_script
-from test_assets_node import ENCODER, fake_conversion, make_spec, node, resolve, sources
 
 store_mod = load_script("asset_store")
 safe_io = load_script("safe_io")

@@ -15,64 +15,11 @@ import time
 from pathlib import Path
 
 import pytest
-from support.assets import CKPT_REV, OTHER_REV, aws_cli, tiny_recipe_raw, write_recipe
+from support.assets import CKPT_REV, OTHER_REV, aws_cli, tiny_recipe_raw
+from support.node_assets import ENCODER, fake_conversion, make_spec, node, resolve, sources
 from support.node_scripts import SCRIPTS, load_script
 
-from launcher.inputs.recipe import load_recipe
-from launcher.plan.asset_spec import build_spec, converter_identity
-
 store_mod = load_script("asset_store")
-ENCODER = "builtin:whitespace-test"
-
-
-def make_spec(tmp: Path, raw: dict, *, store: str | None = None, cache: str = "cache") -> Path:
-    recipe = load_recipe(write_recipe(tmp / f"{cache}-recipe.yaml", raw))
-    c = tmp / cache
-    spec = build_spec(
-        recipe,
-        cache_dir=str(c),
-        hf_ckpt=str(c / "hf/tiny-model"),
-        sft_data=str(c / "rows/rows.parquet"),
-        torch_dist=str(c / "torch_dist/tiny-model"),
-        converter=converter_identity(recipe, "tiny"),
-        store=store,
-    )
-    path = tmp / f"{cache}-spec.json"
-    path.write_text(json.dumps(spec))
-    return path
-
-
-def node(*args: str | Path, ok: bool = True) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPTS / "node_assets.py"), *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    if ok:
-        assert proc.returncode == 0, proc.stderr
-    return proc
-
-
-def resolve(spec: Path, ok: bool = True) -> tuple[dict, subprocess.CompletedProcess[str]]:
-    plan_path = spec.with_name(spec.stem + "-plan.json")
-    proc = node("resolve", "--spec", spec, "--out", plan_path, ok=ok)
-    return (json.loads(proc.stdout) if proc.stdout else {}), proc
-
-
-def sources(plan: dict) -> dict[str, str | None]:
-    return {name: step["source"] for name, step in plan["assets"].items()}
-
-
-def fake_conversion(spec: Path) -> Path:
-    """What convert_hf_to_torch_dist.py leaves behind, near enough for the asset path."""
-    td = Path(
-        next(a for a in json.loads(spec.read_text())["assets"] if a["name"] == "torch_dist")["path"]
-    )
-    (td / "release").mkdir(parents=True)
-    (td / "latest_checkpointed_iteration.txt").write_text("release")
-    (td / "release/__0_0.distcp").write_bytes(b"weights" * 1000)
-    return td
 
 
 def test_cold_node_resolves_every_source_without_downloading(hub, tiny, tmp_path):

@@ -714,3 +714,38 @@ def quiet_down(path, aws, **kw):
     lines: list[str] = []
     ended = down(path, session=aws, poll_s=0.01, log=lines.append, **kw)
     return ended, lines
+
+
+def aws_profile(
+    moto: MotoAws,
+    sshd,
+    tmp_path: Path,
+    container_run_args: list[str],
+    *,
+    env: dict[str, str] | None = None,
+) -> Path:
+    """An aws profile whose instance is the sshd fixture (key pair imported, AMI registered in moto),
+    for the real CLI end to end (tests/e2e/)."""
+    from support.plan_env import write_profile as write_run_profile
+
+    ami = moto.ec2.register_image(
+        Name="dlami-standin", RootDeviceName="/dev/sda1", Architecture="x86_64"
+    )["ImageId"]
+    moto.ec2.import_key_pair(
+        KeyName=OPERATOR_KEY, PublicKeyMaterial=Path(f"{sshd.identity_file}.pub").read_bytes()
+    )
+    base = {
+        "kind": "aws",
+        "region": "us-east-1",
+        "ami": ami,
+        "key_name": OPERATOR_KEY,
+        "identity_file": str(sshd.identity_file),
+        "user": sshd.user,
+        "port": sshd.port,
+        "connect_host": "127.0.0.1",
+        "connect_timeout_s": 5,
+        "ssh_cidr": "127.0.0.1/32",
+        "ready_timeout_s": 30,
+        "host_key_wait_s": 1,  # a moto server's console shows no fingerprints: trusted on first use
+    }
+    return write_run_profile(tmp_path, base, container_run_args, env=env)
