@@ -20,9 +20,10 @@ from launcher.inputs.patches import node_lines as patch_lines
 from launcher.inputs.profile import Profile, RayProfile
 from launcher.inputs.recipe import Image, Recipe
 from launcher.inputs.stack import expected_versions
-from launcher.plan import multinode
+from launcher.plan import multinode, stage_graph
 from launcher.plan.image_record import BuiltImage, base_label_check
 from launcher.plan.protocol import (
+    BACKGROUND_FUNCTIONS,
     DONE_LINE,
     MARKER_HELP,
     OUT_DIR,
@@ -114,7 +115,13 @@ class ScriptContext(Placement):
         return self.profile.runtime == "docker" and self.profile.kind != "ray"
 
     def in_image(
-        self, command: str, *, gpus: bool = True, host_user: bool = False, makes: bool = False
+        self,
+        command: str,
+        *,
+        stage: str,
+        gpus: bool = True,
+        host_user: bool = False,
+        makes: bool = False,
     ) -> str:
         """A one-off command in the training image: docker run, a Ray job, or the host itself.
 
@@ -123,7 +130,9 @@ class ScriptContext(Placement):
         it writes (the rows) the host can later hash and move. `makes`: the container may
         write one directory, $REPRODUCE_NEW_DIR (fresh, empty, this run's), which the host
         checks before anything in it reaches the cache (docs/architecture.md, "The trust
-        boundary"); every other mount it gets is read-only, the cache included.
+        boundary"); every other mount it gets is read-only, the cache included. The container is
+        named $CONTAINER-<stage>, so a stage that is stopped (launcher/plan/stage_graph.py) or a
+        cancel removes it.
         """
         if not self.docker:  # the node (a Ray job's too: the cluster is the image) runs it itself
             return command
@@ -135,7 +144,8 @@ class ScriptContext(Placement):
             else ""
         )
         return (
-            f'docker run --rm {gpu}{user}{new}"${{DOCKER_ARGS[@]}}" "${{EFA_ARGS[@]}}" "$IMAGE" '
+            f'docker run --rm --name "$CONTAINER-{stage}" {gpu}{user}{new}"${{DOCKER_ARGS[@]}}" '
+            '"${EFA_ARGS[@]}" "$IMAGE" '
             f"bash -c {q(command)}"
         )
 
@@ -233,7 +243,10 @@ class ScriptContext(Placement):
             f'python3 "{self.scripts}/preflight.py" {self._preflight_args(bench=True)}'
             f"{multinode.preflight_args(self)}"
         )
-        return f'{self.in_image(_with_nvls_off(inner))} > "$NODE_RUN_DIR/preflight-gpu.json"'
+        return (
+            f"{self.in_image(_with_nvls_off(inner), stage='preflight-gpu')} "
+            '> "$NODE_RUN_DIR/preflight-gpu.json"'
+        )
 
     def _ray_nodes_args(self) -> str:
         """What the recipe needs of a Ray cluster (scripts/ray_cluster.py): nodes, GPUs each."""
@@ -318,7 +331,7 @@ class ScriptContext(Placement):
         if self.profile.kind == "ray":
             return f'{self._on_ray_nodes(f"stack_probe.py {args}")} > "$NODE_RUN_DIR/stack.json"'
         probe = f'python3 "{self.scripts}/stack_probe.py" {args}'
-        return f'{self.in_image(probe, gpus=True)} > "$NODE_RUN_DIR/stack.json"'
+        return f'{self.in_image(probe, stage="stack")} > "$NODE_RUN_DIR/stack.json"'
 
     def ray_lines(self) -> list[str]:
         """Start the head Ray controlled by this run; its stop joins the container's cleanup."""
@@ -402,10 +415,14 @@ def _heredoc_tag(body: str, base: str) -> str:
 
 
 def render_node_script(
-    ctx: ScriptContext, stages: list[Stage], after_training: Sequence[str] = ()
+    ctx: ScriptContext,
+    stages: list[Stage],
+    after_training: Sequence[str] = (),
+    asset_header: Sequence[str] = (),
 ) -> str:
-    """node.sh: the header, the node's stages in order, then ray and train in the container;
-    `after_training` runs once the container ended (the asset uploads finish: asset_stages)."""
+    """node.sh: the header, the node's stages (those of stage_graph.PARALLEL at once), then ray
+    and train in the container; `after_training` runs once the container ended (the asset uploads
+    finish: asset_stages), `asset_header` sets the asset stages' names before any stage."""
     r, p = ctx.recipe, ctx.profile
     by = {s.name: s for s in stages}
     digest = hashlib.sha256(r.text.encode()).hexdigest()
@@ -465,12 +482,17 @@ def render_node_script(
         '|| { echo "reproduce: cannot make a fresh $ASSET_NEW" >&2; exit 1; }',
         f'mkdir -p -m 700 "$REPRODUCE_OUT_DIR" "$NODE_RUN_DIR/{STATE_DIR}"',
         'cd "$NODE_RUN_DIR"',
+        *asset_header,
         "",
         STAGE_FUNCTIONS,
     ]
+    background = stage_graph.at_once(p.kind)
+    if background:
+        head += [BACKGROUND_FUNCTIONS]
+    stop = "_bg_stop; " if background else ""
     if ctx.docker:
         head += [
-            '_cleanup() { docker rm -f "$CONTAINER" >/dev/null 2>&1 || true; }',
+            f'_cleanup() {{ {stop}docker rm -f "$CONTAINER" >/dev/null 2>&1 || true; }}',
             "trap _on_exit EXIT",
             "",
             "# flags of every docker run below (miles' documented ones; mounts of the run's out"
@@ -495,7 +517,7 @@ def render_node_script(
                     "no /dev/infiniband devices' >&2; exit 1; }"
                 ]
     else:
-        head += ["_cleanup() { :; }", "trap _on_exit EXIT", "EFA_ARGS=()"]
+        head += [f"_cleanup() {{ {stop or ':; '}}}", "trap _on_exit EXIT", "EFA_ARGS=()"]
     if p.kind == "ray":  # the launcher reads only the job's log: the result files end it
         head += [
             ': "${REPRODUCE_SCRIPTS:?the directory of node.sh and the node programs '
@@ -508,11 +530,12 @@ def render_node_script(
         ]
 
     body: list[str] = []
-    for name in ("preflight", "resolve", "image", "preflight-gpu", "stack", "assets", "convert"):
-        stage = by[name]
-        body += ["", _comment(f"# ---- stage {name}: {stage.title}"), f"_stage_begin {name}"]
-        body += list(stage.commands)
-        body += ["_stage_end"]
+    if not stage_graph.at_once(p.kind):  # one by one (stage_graph.at_once says why)
+        for name in (*stage_graph.PARALLEL, "convert"):
+            body += stage_graph.inline(by[name])
+    else:
+        body += stage_graph.at_once_lines(by)
+        body += stage_graph.inline(by["convert"])
 
     container_body = "\n".join(
         [
