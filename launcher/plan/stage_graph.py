@@ -36,6 +36,9 @@ PARALLEL: tuple[str, ...] = tuple(AFTER)
 # After the join, one after another; ray and train run inside the training container and push
 # (only with an asset store) after it ended.
 SERIAL: tuple[str, ...] = ("convert", "ray", "train", "push")
+# The stages that run one-off containers, each named $CONTAINER-<stage> (node_script.in_image):
+# stopping such a stage, or a cancel (protocol.cancel_command), removes its container by name.
+IN_IMAGE: tuple[str, ...] = ("preflight-gpu", "stack", "rows", "convert")
 # Every node stage in the order the dry run lists them (a topological order of the graph).
 NODE_STAGES: tuple[str, ...] = PARALLEL + SERIAL
 
@@ -102,11 +105,14 @@ def at_once_lines(by: Mapping[str, StageText]) -> list[str]:
     lines: list[str] = []
     for name in PARALLEL:
         stage = by[name]
+        commands = list(stage.commands)
+        if all(not c.strip() or c.lstrip().startswith("#") for c in commands):
+            commands.append(":")  # a function needs a command (a skipped stage is a comment)
         lines += [
             "",
             _comment(f"# ---- stage {name}: {stage.title}"),
             f"{function_name(name)}() {{",
-            *stage.commands,
+            *commands,
             "}",
         ]
     lines += [

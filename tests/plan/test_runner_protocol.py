@@ -25,6 +25,7 @@ CONTAINER = "reproduce-20260101T000000Z-abcdef"
         ("cancel.sh", protocol.cancel_command(NODE_RUN_DIR, CONTAINER)),
         ("cleanup.sh", protocol.cleanup_command(CONTAINER)),
         ("stage-functions.sh", protocol.STAGE_FUNCTIONS),
+        ("background-functions.sh", protocol.BACKGROUND_FUNCTIONS),
         ("prepare.sh", protocol.prepare_dir_command(NODE_RUN_DIR)),
         ("collect.sh", protocol.collect_command(NODE_RUN_DIR)),
     ],
