@@ -10,6 +10,7 @@ container; a cancel (`reproduce cancel`, Ctrl-C) during the parallel part stops 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -21,7 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 from support.docker import docker
-from support.faults import fault_scripts, prerequisites
+from support.faults import fault_scripts, prerequisites, sleeping, with_probe
 from support.helpers import (
     REPO,
     assert_log_collected,
@@ -47,7 +48,8 @@ SLOW_S = 120.0  # a stage that must be stopped sleeps this long: a run that wait
 def _plan(tmp_path: Path, test_image, container_run_args, **kw):
     recipe = write_recipe(tmp_path, test_image)
     profile = write_profile(tmp_path, LOCAL, container_run_args, preflight={"enabled": True}, **kw)
-    return plan_for(recipe, profile, run_id=new_run_id())
+    plan = plan_for(recipe, profile, run_id=new_run_id())
+    return dataclasses.replace(plan, node_script=with_probe(plan.node_script))
 
 
 def _run_containers(run_id: str) -> list[str]:
@@ -147,21 +149,23 @@ def test_a_failure_in_any_parallel_stage_fails_the_run_naming_it_and_stops_the_r
     # no process of the run and no container of it is left
     wait_for(lambda: not group_alive(rd.record()["pid"]), 10, "the wrapper to exit")
     assert processes_mentioning(plan.node_run_dir) == []
-    assert processes_mentioning("shim-sleep") == []
+    assert sleeping(scripts) == []
     assert _run_containers(plan.run_id) == []
 
 
 DRIVER = """
-import json, sys
+import dataclasses, json, sys
 from pathlib import Path
 from launcher.clusters.local import LocalCluster
 from launcher.commands.run import ConsoleReporter
 from launcher.errors import ReproduceError
 from launcher.records.rundir import RunDir
 from launcher.runner.runner import Runner
+from support.faults import with_probe
 from support.plan_env import plan_for
 spec = json.loads(Path(sys.argv[1]).read_text())
 plan = plan_for(Path(spec["recipe"]), Path(spec["profile"]), run_id=spec["run_id"])
+plan = dataclasses.replace(plan, node_script=with_probe(plan.node_script))
 rd = RunDir.create(Path(spec["runs"]), plan.recipe.slug, plan.run_id)
 runner = Runner(ConsoleReporter(), on_interrupt="cancel", poll_s=0.2, measure=False,
                 scripts_dir=Path(spec["scripts"]))
@@ -181,8 +185,9 @@ def test_a_cancel_during_the_parallel_part_stops_every_child(
     the fetches on the host: a cancel must stop all of them."""
     recipe = write_recipe(tmp_path, test_image)
     profile = write_profile(tmp_path, LOCAL, container_run_args, preflight={"enabled": True})
-    slow = {s: SLOW_S for s in stage_graph.PARALLEL if s not in ("image", "resolve")}
-    scripts = fault_scripts(tmp_path / "scripts", slow=slow)
+    slow = dict.fromkeys(("preflight", "rows", "assets"), SLOW_S)  # on the host
+    in_containers = {"preflight-gpu": SLOW_S, "stack": SLOW_S}
+    scripts = fault_scripts(tmp_path / "scripts", slow=slow, slow_programs=in_containers)
     run_id = new_run_id()
     spec = tmp_path / "spec.json"
     spec.write_text(
@@ -217,7 +222,7 @@ def test_a_cancel_during_the_parallel_part_stops_every_child(
         (rd_path,) = runs_root.glob(f"*/*/*/{run_id}")
         rd = RunDir(rd_path)
         pid = rd.record()["pid"]
-        assert processes_mentioning("shim-sleep"), "the host's stages should be sleeping"
+        assert sleeping(scripts), "the host's stages should be sleeping"
         if how == "ctrl-c":
             proc.send_signal(signal.SIGINT)
             _, stderr = proc.communicate(timeout=120)
@@ -236,7 +241,7 @@ def test_a_cancel_during_the_parallel_part_stops_every_child(
             cli("cancel", run_id, "--runs-dir", str(runs_root))
     wait_for(lambda: not group_alive(pid), 10, "the wrapper to exit")
     assert _run_containers(run_id) == []
-    assert processes_mentioning(str(tmp_path)) == [] and processes_mentioning("shim-sleep") == []
+    assert processes_mentioning(str(tmp_path)) == [] and sleeping(scripts) == []
     assert rd.status()["state"] == "cancelled"
     if how == "ctrl-c":  # the launcher followed to the end: every stage's log came back
         assert_log_collected(rd.path)
