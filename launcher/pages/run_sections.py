@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from launcher.judge.measure import gpu_hours_from_timeline, stage_split
+from launcher.judge.split import PARALLEL_PART
 from launcher.judge.verdict import DEFAULT_TOLERANCE_PERCENT
 from launcher.pages import svg
 from launcher.pages.html import badge, duration, esc, not_recorded, num, number, section, table
@@ -243,11 +244,16 @@ def stage_rows(
     stages = [s for s in (timeline.get("stages") or []) if isinstance(s, dict)]
     by_name = {str(s.get("name")): s for s in stages}
     rows: list[tuple[str, float, str, float | None]] = []
+    split_names: set[str] = set()
     for name, secs in stage_split(timeline, window_s).items():
-        stage = by_name.get("train" if name == "window" else name, {})
+        # a part of stages that ran at once starts with the first of them (judge/split.py)
+        members = name.removeprefix(PARALLEL_PART).split("+")
+        stage = by_name.get("train" if name == "window" else members[0], {})
         start = number(stage.get("start")) if stage else (acquired if name == "acquire" else None)
-        rows.append((name, secs, str(stage.get("status") or "ok"), start))
-    split_names = {r[0] for r in rows}
+        statuses = [str(by_name.get(m, {}).get("status") or "ok") for m in members]
+        status = next((st for st in statuses if st == "failed"), str(stage.get("status") or "ok"))
+        rows.append((name, secs, status, start))
+        split_names.update(members)
     for s in stages:  # started, never ended (the run was stopped in it): shown, 0 s
         name = str(s.get("name") or "?")
         if name not in split_names:
