@@ -261,6 +261,25 @@ def stage_rows(
     return rows
 
 
+def _overlapped(timeline: dict[str, Any], part: str, acquired: float | None) -> list[list[str]]:
+    """The rows under a part of stages that ran at once: each stage's own start and time (the
+    work per stage; the part above counts the node's wall time once: judge/split.py)."""
+    if not part.startswith(PARALLEL_PART):
+        return []
+    members = part.removeprefix(PARALLEL_PART).split("+")
+    rows = []
+    for s in timeline.get("stages") or []:
+        start, end = number(s.get("start")), number(s.get("end"))
+        if s.get("name") not in members or start is None or end is None:
+            continue
+        at = f"+{duration(start - acquired)}" if acquired is not None else "—"
+        rows.append(
+            [f"&nbsp;&nbsp;↳ {esc(s['name'])}", esc(at), esc(duration(end - start)),
+             "(at once)", "", "", esc(str(s.get("status") or "?"))]
+        )  # fmt: skip
+    return rows
+
+
 def stages(ctx: Context) -> str:
     if not ctx.timeline:
         return not_recorded(ctx.files.why_not(Files.TIMELINE))
@@ -298,6 +317,9 @@ def stages(ctx: Context) -> str:
         segments.append(
             (name, secs, color, f"{name}: {duration(secs)}, {num(gh, 4)} GPU-h, {share:.1f}%")
         )
+        for sub in _overlapped(ctx.timeline, name, acquired):  # each one's own time, not added
+            body.append(sub)
+            attrs.append(' class="sub"')
     total_gh = number(ctx.unrounded.get("gpu_hours"))
     if total_gh is None and gpus:  # not measured: the measurement's formula, on the timeline
         total_gh = gpu_hours_from_timeline(ctx.timeline, gpus)[0]
