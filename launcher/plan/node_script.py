@@ -314,11 +314,13 @@ class ScriptContext(Placement):
             "  exit 1",
             "fi",
             *(base_label_check(self.built) if self.built else []),
-            "# image.json: what ran, as docker has it (an attestation records its RepoDigests)",
+            "# image.json: what ran, as docker has it (an attestation records its RepoDigests);",
+            "# renamed into place whole, so a stage stopped midway leaves none",
             'printf \'{"image": "%s", "digest": "%s", "id": "%s", "repo_digests": %s}\\n\' '
             '"$IMAGE" "$IMAGE_DIGEST" "$(docker image inspect --format \'{{.Id}}\' "$IMAGE")" '
             '"$(docker image inspect --format \'{{json .RepoDigests}}\' "$IMAGE")" '
-            '> "$NODE_RUN_DIR/image.json"',
+            '> "$NODE_RUN_DIR/image.json.tmp"',
+            'mv -f "$NODE_RUN_DIR/image.json.tmp" "$NODE_RUN_DIR/image.json"',
         ]
         return lines
 

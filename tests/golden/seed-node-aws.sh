@@ -305,8 +305,10 @@ if ! grep -qxF "$IMAGE" "$NODE_RUN_DIR/image.digests"; then
   echo "image $IMAGE: the local image does not carry digest $IMAGE_DIGEST (RepoDigests: $(tr '\n' ' ' < "$NODE_RUN_DIR/image.digests"))" >&2
   exit 1
 fi
-# image.json: what ran, as docker has it (an attestation records its RepoDigests)
-printf '{"image": "%s", "digest": "%s", "id": "%s", "repo_digests": %s}\n' "$IMAGE" "$IMAGE_DIGEST" "$(docker image inspect --format '{{.Id}}' "$IMAGE")" "$(docker image inspect --format '{{json .RepoDigests}}' "$IMAGE")" > "$NODE_RUN_DIR/image.json"
+# image.json: what ran, as docker has it (an attestation records its RepoDigests);
+# renamed into place whole, so a stage stopped midway leaves none
+printf '{"image": "%s", "digest": "%s", "id": "%s", "repo_digests": %s}\n' "$IMAGE" "$IMAGE_DIGEST" "$(docker image inspect --format '{{.Id}}' "$IMAGE")" "$(docker image inspect --format '{{json .RepoDigests}}' "$IMAGE")" > "$NODE_RUN_DIR/image.json.tmp"
+mv -f "$NODE_RUN_DIR/image.json.tmp" "$NODE_RUN_DIR/image.json"
 }
 
 # ---- stage preflight-gpu: GPU benchmarks in the image: bf16 matmul, memory bandwidth, NCCL all-reduce
