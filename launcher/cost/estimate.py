@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from launcher.inputs.profile import AwsProfile
 from launcher.inputs.recipe import Recipe
+from launcher.plan import stage_graph
 
 if TYPE_CHECKING:
     from launcher.inputs.profile import Profile
@@ -224,41 +225,21 @@ def _train_seconds(recipe: Recipe) -> tuple[float, float] | None:
     return max(0.0, total - window), min(window, total)
 
 
-# The node's stages before training, as node.sh runs them (docs/node-scripts.md): the image pull,
-# the host preflight, the assets' resolve and fetch run at once; the GPU preflight and the stack
-# probe need the image; the rows build runs in the image on what the rows need (the dataset); the
-# conversion needs the checkpoint and the GPUs (after the stack probe). Training starts after all.
-NODE_STAGES = (
-    "preflight",
-    "resolve",
-    "image",
-    "preflight-gpu",
-    "stack",
-    "assets",
-    "rows",
-    "convert",
-)
+# The node's stages before training as node.sh runs them: the parallel part of the one stage graph
+# (launcher/plan/stage_graph.py: each starts once what it waits for ended), then the conversion
+# (after the join). The estimate reads the graph, so it models the order a run really has.
+NODE_STAGES: tuple[str, ...] = (*stage_graph.PARALLEL, "convert")
 
 
-def _node_wall(work: dict[str, float], dataset_s: float) -> tuple[float, str]:
-    """The wall time from staging to training of stages running as NODE_STAGES says, and the
-    chain that sets it."""
-    ends = {
-        "preflight": (work["preflight"], "preflight"),
-        "image": (work["image"], "image"),
-        "resolve": (work["resolve"], "resolve"),
-    }
-    gpu = work["image"] + work["preflight-gpu"] + work["stack"]
-    ends["stack"] = (gpu, "image -> preflight-gpu -> stack")
-    ends["assets"] = (work["resolve"] + work["assets"], "resolve -> assets")
-    if work["rows"]:
-        start = max(work["image"], work["resolve"] + dataset_s)
-        via = "image" if work["image"] >= work["resolve"] + dataset_s else "resolve -> dataset"
-        ends["rows"] = (start + work["rows"], f"{via} -> rows")
-    if work["convert"]:
-        a, b = ends["assets"], ends["stack"]
-        first = a if a[0] >= b[0] else b
-        ends["convert"] = (first[0] + work["convert"], f"{first[1]} -> convert")
+def _node_wall(work: dict[str, float]) -> tuple[float, str]:
+    """The wall time from staging to training of NODE_STAGES run as the stage graph says, and
+    the chain of stages that sets it."""
+    ends: dict[str, tuple[float, str]] = {}
+    for stage in NODE_STAGES:
+        start, via = max((ends[d] for d in stage_graph.waits_for(stage)), default=(0.0, ""))
+        took = work.get(stage, 0.0)
+        chain = (f"{via} -> {stage}" if via else stage) if took else via
+        ends[stage] = (start + took, chain)
     return max(ends.values())
 
 
@@ -297,8 +278,8 @@ def estimate(recipe: Recipe, *, fresh_instance: bool, runs: int = 1) -> Estimate
     works = {
         "cold node": {
             **common,
-            "assets": dataset_s + ckpt / f["hub"],
-            "rows": tokens / f["rows_build"],
+            "assets": ckpt / f["hub"],  # the checkpoint, on the host
+            "rows": dataset_s + tokens / f["rows_build"],  # the dataset, then the build
             "convert": f["convert_fixed"] + ckpt / f["convert"],
         },
         "warm store": {
@@ -320,7 +301,7 @@ def estimate(recipe: Recipe, *, fresh_instance: bool, runs: int = 1) -> Estimate
     critical: dict[str, str] = {}
     for scenario, work in works.items():
         kept = scenario == "warm cache"
-        wall, chain = _node_wall(work, dataset_s if work["rows"] else 0.0)
+        wall, chain = _node_wall(work)
         seconds[scenario] = {
             "acquire": (f["provision"] if fresh_instance and not kept else 0.0) + f["staging"],
             **work,

@@ -24,6 +24,7 @@ from launcher.judge.evidence import Evidence, gather
 from launcher.judge.failures import Findings, find
 from launcher.judge.flops import MEGATRON_SOURCE, per_token
 from launcher.judge.parse.records import ParseStats, StepRecord
+from launcher.judge.split import stage_split, stage_work
 
 MFU_FORMULA = "6 x N_active x tokens/s per GPU / peak (no attention term)"
 STD_KIND = "population"
@@ -64,6 +65,9 @@ class Result:
     gpu_hours: float | None = None
     gpu_hours_source: str | None = None
     gpu_hours_by_stage: dict[str, float] = field(default_factory=dict)
+    # each `parallel: a+b` part of that split -> each of its stages' own GPU-hours (the work per
+    # stage, overlapped: these do not add up to the part, which counts the wall time once)
+    gpu_hours_overlapped: dict[str, dict[str, float]] = field(default_factory=dict)
     window_gpu_hours: float | None = None
     failed_stages: list[str] = field(default_factory=list)
     no_loss_window_steps: list[int] = field(default_factory=list)  # a time but no `step N:` line
@@ -145,6 +149,7 @@ class Result:
                     "gpu_hours": self.gpu_hours,
                 },
                 "gpu_hours_by_stage": self.gpu_hours_by_stage,
+                "gpu_hours_overlapped": self.gpu_hours_overlapped,
                 "window_gpu_hours": self.window_gpu_hours,
                 "steps_parsed": self.steps_parsed,
                 "missing_window_steps": self.missing_window_steps,
@@ -174,6 +179,7 @@ class Result:
             "price": self.price.to_dict() if self.price else None,
             "gpu_hours": self.gpu_hours,
             "gpu_hours_by_stage": self.gpu_hours_by_stage,
+            "gpu_hours_overlapped": self.gpu_hours_overlapped,
             "window": list(self.window),
             "window_tokens": self.window_tokens,
             "steps_parsed": self.steps_parsed,
@@ -289,58 +295,6 @@ def gpu_hours_from_timeline(
         by_stage,
         failed,
     )
-
-
-def stage_split(
-    timeline: dict, window_s: float | Sequence[float] | None = None
-) -> dict[str, float]:
-    """Seconds from acquisition to release, by stage, in order (docs/measurement.md, "Where the
-    GPU-hours go"): `acquire` (provisioning, boot, staging: until the node's first stage), each
-    stage of the node script, `train` split into the measured `window` (the sum of its step
-    times) and the rest of training (start-up, steps outside the window), `between` (the node
-    script's moments between its stages), `collect` (after the last stage until the release
-    began) and `release`. The parts add up to released_at - acquired_at (clocks permitting: the
-    node's marks and the launcher's times come from two clocks, and a negative part is 0).
-    A sequence of window seconds is one per `train` stage, in order (K measured runs)."""
-    acquired = timeline.get("acquired_at")
-    released = timeline.get("released_at")
-    releasing = timeline.get("release_started_at")
-    stages = [
-        s
-        for s in timeline.get("stages") or []
-        if _finite(s.get("start")) and _finite(s.get("end")) and s["end"] >= s["start"]
-    ]
-    split: dict[str, float] = {}
-    if not _finite(acquired):
-        return split
-    if stages:
-        split["acquire"] = max(0.0, stages[0]["start"] - acquired)
-    between = 0.0
-    windows = [window_s] if isinstance(window_s, (int, float)) else list(window_s or [])
-    trains = 0
-    for prev, stage in zip([None, *stages], stages, strict=False):
-        name = str(stage.get("name"))
-        seconds = stage["end"] - stage["start"]
-        if prev is not None:
-            between += max(0.0, stage["start"] - prev["end"])
-        if name == "train":
-            trains += 1
-        window = windows[trains - 1] if name == "train" and trains <= len(windows) else None
-        if window is not None and window > 0:
-            split["train"] = split.get("train", 0.0) + max(0.0, seconds - window)
-            split["window"] = split.get("window", 0.0) + min(window, seconds)
-            continue
-        split[name] = split.get(name, 0.0) + seconds
-    if between > 0:
-        split["between"] = between
-    end = stages[-1]["end"] if stages else acquired
-    if _finite(releasing):
-        split["collect"] = max(0.0, releasing - end)
-        if _finite(released):
-            split["release"] = max(0.0, released - releasing)
-    elif _finite(released):
-        split["collect"] = max(0.0, released - end)  # release start not recorded: both here
-    return split
 
 
 def measured_date(records: Sequence[StepRecord]) -> str | None:
@@ -512,6 +466,10 @@ def measure(
         gpu_hours=gpu_hours,
         gpu_hours_source=gpu_hours_source,
         gpu_hours_by_stage=by_stage,
+        gpu_hours_overlapped={
+            part: {k: gpus * v / 3600.0 for k, v in work.items()}
+            for part, work in stage_work(timeline or {}).items()
+        },
         window_gpu_hours=(gpus * sum(times) / 3600.0) if times else None,
         failed_stages=failed,
         no_loss_window_steps=no_loss,

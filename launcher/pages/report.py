@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from launcher.judge.measure import STD_KIND
 from launcher.judge.parse.miles import StepRecord
+from launcher.judge.split import PARALLEL_PART
 
 if TYPE_CHECKING:
     from launcher.inputs.recipe import Recipe
@@ -499,7 +500,8 @@ SPLIT_LABELS = {
     "image": "image pull",
     "preflight-gpu": "GPU benchmarks",
     "stack": "software versions",
-    "assets": "rows and checkpoint",
+    "rows": "the training rows (fetched or built, checked)",
+    "assets": "the checkpoint",
     "convert": "checkpoint conversion (GPUs)",
     "ray": "Ray start",
     "train": "training outside the window (start-up, other steps)",
@@ -509,6 +511,12 @@ SPLIT_LABELS = {
     "collect": "collecting the results",
     "release": "releasing the node(s)",
 }
+
+
+def _what(part: str) -> str:
+    if part.startswith(PARALLEL_PART):
+        return "stages that ran at once (wall time)"
+    return SPLIT_LABELS.get(part, "")
 
 
 def gpu_hours_table(result: Result) -> list[str]:
@@ -527,10 +535,19 @@ def gpu_hours_table(result: Result) -> list[str]:
     for name, hours in split.items():
         minutes = 60.0 * hours / result.gpus if result.gpus else float("nan")
         share = f"{100.0 * hours / total:.1f}%" if total > 0 else "-"
-        what = SPLIT_LABELS.get(name, "")
+        what = _what(name)
         lines.append(f"| {name} | {what} | {minutes:.1f} | {hours:.3f} | {share} |")
     minutes = 60.0 * total / result.gpus if result.gpus else float("nan")
     lines.append(f"| **total** | acquired to released | {minutes:.1f} | {total:.3f} | 100% |")
     if "window" not in split and result.window_gpu_hours is not None:
         lines.append(f"\nThe measured window itself: {result.window_gpu_hours:.3f} GPU-hours.")
+    for part, work in result.gpu_hours_overlapped.items():
+        own = ", ".join(
+            f"{name} {60.0 * hours / result.gpus if result.gpus else float('nan'):.1f} min"
+            for name, hours in work.items()
+        )
+        lines.append(
+            f"\n`{part}` ran at once: {own} (each stage's own time; the part counts the node's "
+            "wall time once)."
+        )
     return [*lines, ""]

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from launcher.judge.measure import gpu_hours_from_timeline, stage_split
+from launcher.judge.split import PARALLEL_PART
 from launcher.judge.verdict import DEFAULT_TOLERANCE_PERCENT
 from launcher.pages import svg
 from launcher.pages.html import badge, duration, esc, not_recorded, num, number, section, table
@@ -243,15 +244,39 @@ def stage_rows(
     stages = [s for s in (timeline.get("stages") or []) if isinstance(s, dict)]
     by_name = {str(s.get("name")): s for s in stages}
     rows: list[tuple[str, float, str, float | None]] = []
+    split_names: set[str] = set()
     for name, secs in stage_split(timeline, window_s).items():
-        stage = by_name.get("train" if name == "window" else name, {})
+        # a part of stages that ran at once starts with the first of them (judge/split.py)
+        members = name.removeprefix(PARALLEL_PART).split("+")
+        stage = by_name.get("train" if name == "window" else members[0], {})
         start = number(stage.get("start")) if stage else (acquired if name == "acquire" else None)
-        rows.append((name, secs, str(stage.get("status") or "ok"), start))
-    split_names = {r[0] for r in rows}
+        statuses = [str(by_name.get(m, {}).get("status") or "ok") for m in members]
+        status = next((st for st in statuses if st == "failed"), str(stage.get("status") or "ok"))
+        rows.append((name, secs, status, start))
+        split_names.update(members)
     for s in stages:  # started, never ended (the run was stopped in it): shown, 0 s
         name = str(s.get("name") or "?")
         if name not in split_names:
             rows.append((name, 0.0, str(s.get("status") or "?"), number(s.get("start"))))
+    return rows
+
+
+def _overlapped(timeline: dict[str, Any], part: str, acquired: float | None) -> list[list[str]]:
+    """The rows under a part of stages that ran at once: each stage's own start and time (the
+    work per stage; the part above counts the node's wall time once: judge/split.py)."""
+    if not part.startswith(PARALLEL_PART):
+        return []
+    members = part.removeprefix(PARALLEL_PART).split("+")
+    rows = []
+    for s in timeline.get("stages") or []:
+        start, end = number(s.get("start")), number(s.get("end"))
+        if s.get("name") not in members or start is None or end is None:
+            continue
+        at = f"+{duration(start - acquired)}" if acquired is not None else "—"
+        rows.append(
+            [f"&nbsp;&nbsp;↳ {esc(s['name'])}", esc(at), esc(duration(end - start)),
+             "(at once)", "", "", esc(str(s.get("status") or "?"))]
+        )  # fmt: skip
     return rows
 
 
@@ -292,6 +317,9 @@ def stages(ctx: Context) -> str:
         segments.append(
             (name, secs, color, f"{name}: {duration(secs)}, {num(gh, 4)} GPU-h, {share:.1f}%")
         )
+        for sub in _overlapped(ctx.timeline, name, acquired):  # each one's own time, not added
+            body.append(sub)
+            attrs.append(' class="sub"')
     total_gh = number(ctx.unrounded.get("gpu_hours"))
     if total_gh is None and gpus:  # not measured: the measurement's formula, on the timeline
         total_gh = gpu_hours_from_timeline(ctx.timeline, gpus)[0]

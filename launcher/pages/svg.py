@@ -33,6 +33,7 @@ STAGE_COLORS = {
     "image": "#0969da",
     "preflight-gpu": "#218bff",
     "stack": "#8250df",
+    "rows": "#a475f9",
     "assets": "#bf8700",
     "convert": "#d4a72c",
     "ray": "#e16f24",

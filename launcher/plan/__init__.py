@@ -4,7 +4,8 @@ it).
 plan.py          build_plan: the stages with their exact commands
 node_script.py   the Plan's stages rendered as node.sh
 multinode.py     node.sh's parts for several nodes: rank, head, Ray joins, the EFA table
-asset_stages.py  node.sh's asset stages: resolve, assets, convert, push (docs/assets.md)
+stage_graph.py   which node stage waits for which (what node.sh runs at once), as data
+asset_stages.py  node.sh's asset stages: resolve, rows, assets, convert, push (docs/assets.md)
 asset_spec.py    recipe -> the node programs' asset spec (the tokenizer prose parsed)
 nodelib.py       the node programs' modules (scripts/) loaded for the launcher's own use
 image_record.py  the profile's `image` checked against the recipe's digest; a build's record

@@ -57,9 +57,12 @@ class AssetStages:
 
     spec: dict[str, Any]
     resolve: Stage
+    rows: Stage
     assets: Stage
     convert: Stage
     push: Stage | None
+    # the names every asset stage uses, set once before they start (they run in subshells)
+    header: tuple[str, ...] = ()
 
     @property
     def after_training(self) -> tuple[str, ...]:
@@ -109,16 +112,23 @@ def render(ctx: ScriptContext) -> AssetStages:
         Stage(
             "resolve",
             "where every asset will come from (cache, store, Hub, build, convert); nothing "
-            "downloaded, before the image pull",
+            "downloaded, in seconds (a failure stops the image pull beside it)",
             "node",
             tuple(_resolve_lines(spec)),
         ),
         Stage(
-            "assets",
-            "the rows first (CPU: fetched, or built in the image), then the checkpoint from the "
-            "cache, the store or the Hub; every file checked",
+            "rows",
+            "the training rows: fetched and checked, or built in the image (CPU), then every row "
+            "through the rollout function's checks",
             "container",
-            tuple(_assets_lines(ctx, names, store)),
+            tuple(_rows_lines(ctx, store)),
+        ),
+        Stage(
+            "assets",
+            "the checkpoint (and a converted one) from the cache, the store or the Hub, on the "
+            "host; every file checked",
+            "node",
+            tuple(_checkpoint_lines(names)),
         ),
         Stage(
             "convert",
@@ -128,6 +138,13 @@ def render(ctx: ScriptContext) -> AssetStages:
             tuple(_convert_lines(ctx, names, store)),
         ),
         _push_stage(names, store),
+        (
+            "# the asset stages' programs, spec and plan (resolve writes them to state/, which",
+            "# containers read but cannot write; docs/assets.md)",
+            'ASSETS_PY="$NODE_RUN_DIR/scripts/node_assets.py"',
+            f'ASSET_SPEC="$NODE_RUN_DIR/{STATE_DIR}/assets.json"',
+            f'ASSET_PLAN="$NODE_RUN_DIR/{STATE_DIR}/{PLAN_RESULT}"',
+        ),
     )
 
 
@@ -135,23 +152,19 @@ def _resolve_lines(spec: dict[str, Any]) -> list[str]:
     body = json.dumps(spec, indent=1, sort_keys=True)
     tag = _heredoc_tag(body, "REPRODUCE_ASSET_SPEC")
     return [
-        "# the node programs' spec (launcher/plan/asset_spec.py) and plan live in state/, which",
-        "# containers read but cannot write; docs/assets.md",
-        'ASSETS_PY="$NODE_RUN_DIR/scripts/node_assets.py"',
-        f'ASSET_SPEC="$NODE_RUN_DIR/{STATE_DIR}/assets.json"',
-        f'ASSET_PLAN="$NODE_RUN_DIR/{STATE_DIR}/{PLAN_RESULT}"',
+        "# the node programs' spec (launcher/plan/asset_spec.py)",
         f"cat > \"$ASSET_SPEC\" <<'{tag}'",
         body,
         tag,
         "# manifests, the Hub's listings and one byte per repo: exit 1 names an asset nobody",
         "# can supply and every source tried (3: the Hub or the store is unreachable). Cached",
-        "# files are checked by size here and by sha256 in stage assets, before they are used.",
+        "# files are checked by size here and by sha256 when fetched, before they are used.",
         f'HF_TOKEN="$HF_TOKEN" {_PY} resolve --spec "$ASSET_SPEC" --verify sizes '
         f'--out "$NODE_RUN_DIR/{PLAN_RESULT}" > "$ASSET_PLAN"',
     ]
 
 
-def _assets_lines(ctx: ScriptContext, names: set[str], store: str | None) -> list[str]:
+def _rows_lines(ctx: ScriptContext, store: str | None) -> list[str]:
     scripts = ctx.scripts
     build = (
         f'HOME=/tmp HF_HUB_OFFLINE=1 PYTHONPATH={MILES_PYTHONPATH}:"{scripts}" '
@@ -163,14 +176,14 @@ def _assets_lines(ctx: ScriptContext, names: set[str], store: str | None) -> lis
     if encoder:
         build += f" --encoder {q(encoder)}"
     lines = [
-        "# the rows first (small, CPU): a verified cache, the store, or built from the tokenizer",
-        "# and dataset fetched here, in the image (no network, no GPU, no token, the host's uid),",
-        "# into a fresh directory of its own; the host checks them against the recipe's",
-        "# parquet_sha256 before they take $SFT_DATA (the build checks rows_sha256 too)",
+        "# a verified cache, the store, or built from the tokenizer and dataset fetched here, in",
+        "# the image (no network, no GPU, no token, the host's uid), into a fresh directory of",
+        "# its own; the host checks them against the recipe's parquet_sha256 before they take",
+        "# $SFT_DATA (the build checks rows_sha256 too)",
         f'HF_TOKEN="$HF_TOKEN" {_PY} fetch --spec "$ASSET_SPEC" --plan "$ASSET_PLAN" rows',
         f'if [ "$({_PY} source --plan "$ASSET_PLAN" rows)" = build ]; then',
         '  export REPRODUCE_NEW_DIR="$ASSET_NEW/rows" && mkdir -m 700 "$REPRODUCE_NEW_DIR"',
-        f"  {ctx.in_image(build, gpus=False, host_user=True, makes=True)}",
+        f"  {ctx.in_image(build, stage='rows', gpus=False, host_user=True, makes=True)}",
         f'  {_PY} adopt --spec "$ASSET_SPEC" rows --from "$REPRODUCE_NEW_DIR"',
     ]
     if store:
@@ -188,21 +201,23 @@ def _assets_lines(ctx: ScriptContext, names: set[str], store: str | None) -> lis
         f'python3 "{scripts}/pretokenized_sft_rollout.py" --check "$SFT_DATA" '
         f"--row-tokens {ctx.recipe.row_tokens}"
     )
-    lines.append(ctx.in_image(check, gpus=False))
+    lines.append(ctx.in_image(check, stage="rows", gpus=False))
+    return lines
+
+
+def _checkpoint_lines(names: set[str]) -> list[str]:
     ckpt = [n for n in ("hf_ckpt", "torch_dist") if n in names]
-    if ckpt:
-        lines += [
-            "# then the checkpoint (and a converted one when the cache or the store has it), each",
-            "# file checked against the Hub's listing or the store's manifest",
-            f'HF_TOKEN="$HF_TOKEN" {_PY} fetch --spec "$ASSET_SPEC" --plan "$ASSET_PLAN" '
-            + " ".join(ckpt),
-        ]
-    else:
-        lines.append(
+    if not ckpt:
+        return [
             "# the recipe names no Hugging Face checkpoint at a revision: $HF_CKPT and "
             "$TORCH_DIST are used as they are"
-        )
-    return lines
+        ]
+    return [
+        "# the checkpoint (and a converted one when the cache or the store has it), each file",
+        "# checked against the Hub's listing or the store's manifest",
+        f'HF_TOKEN="$HF_TOKEN" {_PY} fetch --spec "$ASSET_SPEC" --plan "$ASSET_PLAN" '
+        + " ".join(ckpt),
+    ]
 
 
 def _convert_lines(ctx: ScriptContext, names: set[str], store: str | None) -> list[str]:
@@ -228,7 +243,7 @@ def _convert_lines(ctx: ScriptContext, names: set[str], store: str | None) -> li
         "# hashed) and only then moves it to $TORCH_DIST, so later runs on this node trust it",
         f'if [ "$({_PY} source --plan "$ASSET_PLAN" torch_dist)" = convert ]; then',
         '  export REPRODUCE_NEW_DIR="$ASSET_NEW/torch_dist" && mkdir -m 700 "$REPRODUCE_NEW_DIR"',
-        f"  {ctx.in_image(_with_nvls_off(convert), makes=True)}",
+        f"  {ctx.in_image(_with_nvls_off(convert), stage='convert', makes=True)}",
         f'  {_PY} adopt --spec "$ASSET_SPEC" torch_dist --from "$REPRODUCE_NEW_DIR/torch_dist"',
     ]
     if store:

@@ -20,7 +20,8 @@ from launcher.inputs.patches import node_lines as patch_lines
 from launcher.inputs.profile import Profile, RayProfile
 from launcher.inputs.recipe import Image, Recipe
 from launcher.inputs.stack import expected_versions
-from launcher.plan import multinode
+from launcher.plan import multinode, stage_graph
+from launcher.plan.background import BACKGROUND_FUNCTIONS
 from launcher.plan.image_record import BuiltImage, base_label_check
 from launcher.plan.measured import train_lines
 from launcher.plan.protocol import (
@@ -116,7 +117,13 @@ class ScriptContext(Placement):
         return self.profile.runtime == "docker" and self.profile.kind != "ray"
 
     def in_image(
-        self, command: str, *, gpus: bool = True, host_user: bool = False, makes: bool = False
+        self,
+        command: str,
+        *,
+        stage: str,
+        gpus: bool = True,
+        host_user: bool = False,
+        makes: bool = False,
     ) -> str:
         """A one-off command in the training image: docker run, a Ray job, or the host itself.
 
@@ -125,7 +132,9 @@ class ScriptContext(Placement):
         it writes (the rows) the host can later hash and move. `makes`: the container may
         write one directory, $REPRODUCE_NEW_DIR (fresh, empty, this run's), which the host
         checks before anything in it reaches the cache (docs/architecture.md, "The trust
-        boundary"); every other mount it gets is read-only, the cache included.
+        boundary"); every other mount it gets is read-only, the cache included. The container is
+        named $CONTAINER-<stage>, so a stage that is stopped (launcher/plan/stage_graph.py) or a
+        cancel removes it.
         """
         if not self.docker:  # the node (a Ray job's too: the cluster is the image) runs it itself
             return command
@@ -137,7 +146,8 @@ class ScriptContext(Placement):
             else ""
         )
         return (
-            f'docker run --rm {gpu}{user}{new}"${{DOCKER_ARGS[@]}}" "${{EFA_ARGS[@]}}" "$IMAGE" '
+            f'docker run --rm --name "$CONTAINER-{stage}" {gpu}{user}{new}"${{DOCKER_ARGS[@]}}" '
+            '"${EFA_ARGS[@]}" "$IMAGE" '
             f"bash -c {q(command)}"
         )
 
@@ -235,7 +245,10 @@ class ScriptContext(Placement):
             f'python3 "{self.scripts}/preflight.py" {self._preflight_args(bench=True)}'
             f"{multinode.preflight_args(self)}"
         )
-        return f'{self.in_image(_with_nvls_off(inner))} > "$NODE_RUN_DIR/preflight-gpu.json"'
+        return (
+            f"{self.in_image(_with_nvls_off(inner), stage='preflight-gpu')} "
+            '> "$NODE_RUN_DIR/preflight-gpu.json"'
+        )
 
     def _ray_nodes_args(self) -> str:
         """What the recipe needs of a Ray cluster (scripts/ray_cluster.py): nodes, GPUs each."""
@@ -303,11 +316,13 @@ class ScriptContext(Placement):
             "  exit 1",
             "fi",
             *(base_label_check(self.built) if self.built else []),
-            "# image.json: what ran, as docker has it (an attestation records its RepoDigests)",
+            "# image.json: what ran, as docker has it (an attestation records its RepoDigests);",
+            "# renamed into place whole, so a stage stopped midway leaves none",
             'printf \'{"image": "%s", "digest": "%s", "id": "%s", "repo_digests": %s}\\n\' '
             '"$IMAGE" "$IMAGE_DIGEST" "$(docker image inspect --format \'{{.Id}}\' "$IMAGE")" '
             '"$(docker image inspect --format \'{{json .RepoDigests}}\' "$IMAGE")" '
-            '> "$NODE_RUN_DIR/image.json"',
+            '> "$NODE_RUN_DIR/image.json.tmp"',
+            'mv -f "$NODE_RUN_DIR/image.json.tmp" "$NODE_RUN_DIR/image.json"',
         ]
         return lines
 
@@ -320,7 +335,7 @@ class ScriptContext(Placement):
         if self.profile.kind == "ray":
             return f'{self._on_ray_nodes(f"stack_probe.py {args}")} > "$NODE_RUN_DIR/stack.json"'
         probe = f'python3 "{self.scripts}/stack_probe.py" {args}'
-        return f'{self.in_image(probe, gpus=True)} > "$NODE_RUN_DIR/stack.json"'
+        return f'{self.in_image(probe, stage="stack")} > "$NODE_RUN_DIR/stack.json"'
 
     def ray_lines(self) -> list[str]:
         """Start the head Ray controlled by this run; its stop joins the container's cleanup."""
@@ -404,10 +419,14 @@ def _heredoc_tag(body: str, base: str) -> str:
 
 
 def render_node_script(
-    ctx: ScriptContext, stages: list[Stage], after_training: Sequence[str] = ()
+    ctx: ScriptContext,
+    stages: list[Stage],
+    after_training: Sequence[str] = (),
+    asset_header: Sequence[str] = (),
 ) -> str:
-    """node.sh: the header, the node's stages in order, then ray and train in the container;
-    `after_training` runs once the container ended (the asset uploads finish: asset_stages)."""
+    """node.sh: the header, the node's stages (those of stage_graph.PARALLEL at once), then ray
+    and train in the container; `after_training` runs once the container ended (the asset uploads
+    finish: asset_stages), `asset_header` sets the asset stages' names before any stage."""
     r, p = ctx.recipe, ctx.profile
     by = {s.name: s for s in stages}
     digest = hashlib.sha256(r.text.encode()).hexdigest()
@@ -467,12 +486,17 @@ def render_node_script(
         '|| { echo "reproduce: cannot make a fresh $ASSET_NEW" >&2; exit 1; }',
         f'mkdir -p -m 700 "$REPRODUCE_OUT_DIR" "$NODE_RUN_DIR/{STATE_DIR}"',
         'cd "$NODE_RUN_DIR"',
+        *asset_header,
         "",
         STAGE_FUNCTIONS,
     ]
+    background = stage_graph.at_once(p.kind)
+    if background:
+        head += [BACKGROUND_FUNCTIONS]
+    stop = "_bg_stop; " if background else ""
     if ctx.docker:
         head += [
-            '_cleanup() { docker rm -f "$CONTAINER" >/dev/null 2>&1 || true; }',
+            f'_cleanup() {{ {stop}docker rm -f "$CONTAINER" >/dev/null 2>&1 || true; }}',
             "trap _on_exit EXIT",
             "",
             "# flags of every docker run below (miles' documented ones; mounts of the run's out"
@@ -497,7 +521,7 @@ def render_node_script(
                     "no /dev/infiniband devices' >&2; exit 1; }"
                 ]
     else:
-        head += ["_cleanup() { :; }", "trap _on_exit EXIT", "EFA_ARGS=()"]
+        head += [f"_cleanup() {{ {stop or ':; '}}}", "trap _on_exit EXIT", "EFA_ARGS=()"]
     if p.kind == "ray":  # the launcher reads only the job's log: the result files end it
         head += [
             ': "${REPRODUCE_SCRIPTS:?the directory of node.sh and the node programs '
@@ -510,11 +534,12 @@ def render_node_script(
         ]
 
     body: list[str] = []
-    for name in ("preflight", "resolve", "image", "preflight-gpu", "stack", "assets", "convert"):
-        stage = by[name]
-        body += ["", _comment(f"# ---- stage {name}: {stage.title}"), f"_stage_begin {name}"]
-        body += list(stage.commands)
-        body += ["_stage_end"]
+    if not stage_graph.at_once(p.kind):  # one by one (stage_graph.at_once says why)
+        for name in (*stage_graph.PARALLEL, "convert"):
+            body += stage_graph.inline(by[name])
+    else:
+        body += stage_graph.at_once_lines(by)
+        body += stage_graph.inline(by["convert"])
 
     container_body = "\n".join(
         [

@@ -159,6 +159,7 @@ def build_plan(
             "container",
             (ctx.stack_check(),),
         ),
+        on_assets.rows,
         on_assets.assets,
         on_assets.convert,
         Stage("ray", "start Ray in the training container", "container", tuple(ctx.ray_lines())),
@@ -183,7 +184,7 @@ def build_plan(
             "release", "release what this run acquired", "launcher", tuple(_release_lines(profile))
         ),
     ]
-    script = render_node_script(ctx, stages, on_assets.after_training)
+    script = render_node_script(ctx, stages, on_assets.after_training, on_assets.header)
     return Plan(
         recipe,
         profile,

@@ -26,6 +26,7 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from launcher.plan import stage_graph
 from launcher.records.rundir import NODE_RESULT_FILES, Files
 
 MARKER = "##reproduce"
@@ -344,7 +345,12 @@ def cancel_command(node_run_dir: str, container: str) -> str:
     """
     d, c = shlex.quote(node_run_dir), shlex.quote(container)
     name_filter = shlex.quote(f"name=^{container}$")
-    rm = f"if command -v docker >/dev/null 2>&1; then docker rm -f {c} >/dev/null 2>&1 || true; fi"
+    # the training container and each stage's one-off container ($CONTAINER-<stage>), by name
+    every = " ".join([c, *(shlex.quote(f"{container}-{s}") for s in stage_graph.IN_IMAGE)])
+    rm = (
+        f"if command -v docker >/dev/null 2>&1; then docker rm -f {every} >/dev/null 2>&1 || true; "
+        "fi"
+    )
     lines = [
         f"cd {d} || exit 0",
         f"touch {CANCEL_MARK}",

@@ -188,7 +188,19 @@ class Timeline:
             t = float("nan")
         t_value = None if t != t else t
         if marker["event"] == "start":
-            self.stages.append({"name": name, "start": t_value, "end": None, "status": "running"})
+            # in the order the stages started: stages that ran at once reach node.log as they
+            # end (docs/node-scripts.md, "What runs at once"), not as they start
+            at = len(self.stages)
+            while (
+                at > 0
+                and t_value is not None
+                and isinstance(self.stages[at - 1]["start"], float)
+                and self.stages[at - 1]["start"] > t_value
+            ):
+                at -= 1
+            self.stages.insert(
+                at, {"name": name, "start": t_value, "end": None, "status": "running"}
+            )
             return
         for stage in reversed(self.stages):
             if stage["name"] == name and stage["end"] is None and stage["status"] == "running":

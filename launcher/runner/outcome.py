@@ -30,7 +30,7 @@ CHECK_STAGES = frozenset({"stack", TRAIN_STAGE})
 # These stages' node programs exit 1 when the recipe's assets say no (an asset nobody can supply,
 # rows or a tokenizer whose hash differs from the recipe's: a check) and 3 when the network, the
 # store or the disk failed (infrastructure); docs/assets.md, "The node programs".
-CHECK_ON_EXIT_1 = frozenset({"resolve", "assets"})
+CHECK_ON_EXIT_1 = frozenset({"resolve", "rows", "assets"})
 _TAIL_LINES = 8
 
 
@@ -54,8 +54,14 @@ def exit_code_of(outcome: Outcome) -> int:
 
 
 def failed_stage(timeline: Timeline) -> str | None:
-    failed = [s for s in timeline.stages if s["status"] not in ("ok", "running")]
-    return failed[-1]["name"] if failed else None
+    """The stage that failed first; stages stopped because it failed (status stopped) or by a
+    cancel are named only when none failed (docs/node-scripts.md, "What runs at once")."""
+    failed = [s for s in timeline.stages if s["status"] == "failed"]
+    if failed:
+        ended = [s for s in failed if isinstance(s.get("end"), (int, float))]
+        return str(min(ended, key=lambda s: s["end"])["name"] if ended else failed[-1]["name"])
+    other = [s for s in timeline.stages if s["status"] not in ("ok", "running")]
+    return other[-1]["name"] if other else None
 
 
 def check_detail(rd: RunDir, stage: str | None, where: Path | None = None) -> str | None:

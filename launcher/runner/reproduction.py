@@ -19,6 +19,7 @@ from launcher.inputs.profile import Profile, load_profile
 from launcher.inputs.recipe import Recipe, load_recipe
 from launcher.plan.claimruns import claim_lines
 from launcher.plan.plan import Plan, build_plan
+from launcher.plan.stage_graph import describe
 from launcher.records.atomic import write_atomic
 from launcher.records.rundir import new_run_id, owner
 
@@ -196,7 +197,7 @@ def dry_run_text(
             f"# {line}" for line in claim_lines(plan.recipe, plan.runs.get("accepted"))
         ],  # result.runs, patches
         f"# run id    {plan.run_id}; node run dir {plan.node_run_dir}",
-        f"# stages    {' -> '.join(s.name for s in plan.stages)}",
+        f"# stages    {describe([s.name for s in plan.stages], plan.profile.kind)}",
     ]
     lines += [f"# REFUSED   a real run would not start: {why}" for why in refusals]
     lines += ["", *expected_split_lines(prepared)]

@@ -54,13 +54,15 @@ def test_the_node_stages_overlap_as_node_sh_runs_them():
         work = sum(s[k] for k in NODE_STAGES)
         wall = work + s["overlapped"]
         assert s["overlapped"] <= 0 and wall < work
-        assert wall >= s["image"] + s["preflight-gpu"] + s["stack"] - 1e-9
-        assert wall >= s["resolve"] + s["assets"] - 1e-9 and wall >= s["preflight"]
-        if not (s["rows"] or s["convert"]):
-            chains = (s["image"] + s["preflight-gpu"] + s["stack"], s["resolve"] + s["assets"])
-            assert wall == pytest.approx(max(*chains, s["preflight"]))
+        # every chain of launcher/plan/stage_graph.py fits in the wall time
+        gpu = s["image"] + max(s["preflight-gpu"], s["stack"])
+        rows = max(s["image"], s["resolve"]) + s["rows"]
+        chains = (gpu, s["resolve"] + s["assets"], rows, s["preflight"])
+        assert all(wall >= c - 1e-9 for c in chains)
+        # and the wall time is the longest one, the conversion after them all
+        assert wall == pytest.approx(max(chains) + s["convert"])
     # with a warm store the image pull (assumed 0.15 GB/s) is the longest chain, not the 122 GB
-    assert est.critical["warm store"] == "image -> preflight-gpu -> stack"
+    assert est.critical["warm store"].startswith("image -> ")
     assert est.critical["cold node"].endswith("-> convert")
 
 
@@ -163,8 +165,9 @@ def test_the_header_says_what_this_run_likely_costs_and_warns_of_a_budget_under_
     aws = reproduce(SEED, "--cluster", "aws", "--dry-run", "--max-usd", "20")
     assert aws.code == 0, aws.err
     likely = next(ln for ln in aws.out.splitlines() if ln.startswith("# likely"))
-    assert "on a new node" in likely and "$30.66" in likely and "warm asset store" in likely
-    assert "# WARNING   --max-usd 20 is under this estimate ($30.66)" in aws.out
+    cold = estimate(load_recipe(SEED), fresh_instance=True).total("cold node") / 8 * 63.296
+    assert "on a new node" in likely and f"${cold:,.2f}" in likely and "warm asset store" in likely
+    assert f"# WARNING   --max-usd 20 is under this estimate (${cold:,.2f})" in aws.out
     enough = reproduce(SEED, "--cluster", "aws", "--dry-run", "--max-usd", "60")
     assert enough.code == 0 and "# likely" in enough.out and "WARNING" not in enough.out
     local = reproduce(SEED, "--cluster", "local", "--dry-run")

@@ -19,7 +19,9 @@ from support.operator_cli import (
 )
 
 from launcher.cost.costgate import decide, launches, refuse_unattended
+from launcher.cost.estimate import estimate
 from launcher.errors import BadInput, InfraError
+from launcher.inputs.recipe import load_recipe
 from launcher.runner.reproduction import Options, prepare
 
 WORST = "$379.78 until the TTL: 6 h x 1 node(s) x $63.296/h"  # the seed on p5en, env/aws.yaml
@@ -222,6 +224,10 @@ def test_the_gate_shows_the_likely_cost_and_a_budget_under_it():
     """The claim's $9.89 counts no provisioning and no downloads: the gate also shows what a new
     node will likely cost, and warns when --max-usd would stop the run before its window."""
     header = "\n".join(_gate("aws", attended=True, max_usd=20.0).header)
-    assert header.index("expected  1.25 GPU-hours") < header.index("likely    3.88 GPU-hours")
-    assert "WARNING   --max-usd 20 is under this estimate ($30.66)" in header
+    cold = estimate(load_recipe(SEED), fresh_instance=True).total("cold node")
+    usd = cold / 8 * 63.296  # the seed's one p5en at the catalog's price
+    assert header.index("expected  1.25 GPU-hours") < header.index(
+        f"likely    {cold:.2f} GPU-hours"
+    )
+    assert f"WARNING   --max-usd 20 is under this estimate (${usd:,.2f})" in header
     assert "WARNING" not in "\n".join(_gate("aws", attended=True, max_usd=60.0).header)

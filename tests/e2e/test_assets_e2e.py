@@ -11,15 +11,14 @@ node's S3 client is the aws CLI, as on the DLAMI). Containers get the stand-in t
 
 What is shown: a cold node builds the rows in the image and converts, and fills the store; after
 `reproduce prepare`, a run converts once and the next run downloads nothing from the Hub and
-converts nothing; an asset nobody can supply fails in stage resolve, in seconds, before the
-image pull and any download, naming the asset and every source tried; rows that differ from the
-recipe stop the run before the checkpoint download; a cache holding another revision is named
-and left alone; a store object whose bytes changed, or that is missing, is refused.
+converts nothing; an asset nobody can supply fails in stage resolve, in seconds, before any
+download (the image pull beside it ends or is stopped), naming the asset and every source tried;
+rows that differ from the recipe stop the run and the checkpoint download beside them; a cache
+holding another revision is named and left alone; a store object whose bytes changed, or that is missing, is refused.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
@@ -27,7 +26,7 @@ import pytest
 import yaml
 from support.assets import OTHER_REV
 from support.assets_e2e import (
-    NODE_STAGES,
+    BESIDE_RESOLVE,
     Run,
     ok,
     profile_file,
@@ -37,6 +36,8 @@ from support.assets_e2e import (
 from support.docker import docker
 from support.helpers import cli
 from support.node_scripts import load_script
+
+from launcher.plan import stage_graph
 
 pytestmark = [pytest.mark.docker, pytest.mark.ssh]
 store_mod = load_script("asset_store")
@@ -71,8 +72,14 @@ def test_a_cold_node_builds_the_rows_in_the_image_converts_and_fills_the_store(
     # adding up to the run's GPU-hours (result.yaml and report.md)
     result = yaml.safe_load((run.rd / "result.yaml").read_text())
     split = result["provenance"]["gpu_hours_by_stage"]
-    want = ["acquire", *NODE_STAGES, "window", "push", "collect", "release"]
-    assert [k for k in split if k != "between"] == want, split
+    # the stages that ran at once are parts `parallel: a+b`, their wall time counted once
+    parts = [k for k in split if k != "between"]
+    node = parts[1 : parts.index("convert")]
+    members = [n for p in node for n in p.removeprefix("parallel: ").split("+")]
+    assert parts[0] == "acquire" and sorted(members) == sorted(stage_graph.PARALLEL), split
+    assert any(p.startswith("parallel: ") for p in node), split
+    want = ["convert", "ray", "train", "window", "push", "collect", "release"]
+    assert parts[parts.index("convert") :] == want, split
     assert sum(split.values()) == pytest.approx(result["provenance"]["unrounded"]["gpu_hours"])
     report = (run.rd / "report.md").read_text()
     assert "## Where the GPU-hours went" in report and "| convert |" in report
@@ -85,14 +92,10 @@ def test_a_cold_node_builds_the_rows_in_the_image_converts_and_fills_the_store(
     assert {r.auth for r in hub.requests if r.server == "cdn"} == {None}
     assert "token-in-training=absent" in (run.rd / "logs" / "train.log").read_text()
     assert "-e HF_TOKEN" not in (run.rd / "node.sh").read_text()
-    # the rows (CPU) came before the checkpoint's download
-    order = [r for r in hub.file_requests() if r.range != "bytes=0-0"]
-    shard = {
-        hashlib.sha256(d).hexdigest() for n, d in tiny[0].checkpoint.items() if "safetensors" in n
-    }
-    shards = [i for i, r in enumerate(order) if r.path[len("/blob/") :] in shard]
-    inputs = [i for i, r in enumerate(order) if "tiny-sft" in r.path or "tiny-tokenizer" in r.path]
-    assert shards and inputs and max(inputs) < min(shards)
+    # the rows (fetched and built after resolve and the image) and the checkpoint (after resolve)
+    at = {s["name"]: s for s in run.timeline["stages"]}
+    assert at["rows"]["start"] >= max(at["resolve"]["end"], at["image"]["end"])
+    assert at["assets"]["start"] >= at["resolve"]["end"]
 
 
 def test_prepare_then_a_run_converts_once_and_the_next_downloads_and_converts_nothing(
@@ -148,7 +151,7 @@ def test_prepare_then_a_run_converts_once_and_the_next_downloads_and_converts_no
         ("hub-down-store-empty", 3, "no manifest"),
     ],
 )
-def test_an_asset_nobody_can_supply_fails_in_resolve_before_the_image_pull(
+def test_an_asset_nobody_can_supply_fails_in_resolve_before_any_download(
     node, hub, tiny, s3, test_image, container_run_args, tmp_path, monkeypatch, case, code, needle
 ):
     def edit(raw):
@@ -171,14 +174,16 @@ def test_an_asset_nobody_can_supply_fails_in_resolve_before_the_image_pull(
         "in stage resolve" in err and "asset hf_ckpt (result.active_params.source/revision)" in err
     )
     assert "tried:" in err and "store s3://" in err and needle in err
-    assert run.stages == [("preflight", "ok"), ("resolve", "failed")]  # no image stage
+    # the pull ran beside it (ended or stopped); nothing that needs the asset plan began
+    status = run.status
+    assert status.pop("resolve") == "failed" and set(status) <= BESIDE_RESOLVE, run.stages
+    assert set(status.values()) <= {"ok", "stopped"}, run.stages
     assert run.stage_seconds("resolve") < 60
-    assert docker("image", "inspect", test_image.ref, check=False).returncode != 0  # no pull
     assert {r.range for r in hub.file_requests()} <= {"bytes=0-0"}  # nothing downloaded
     assert not any((tmp_path / "cache-a").rglob("*.safetensors"))
 
 
-def test_rows_that_differ_from_the_recipe_stop_the_run_before_the_checkpoint_download(
+def test_rows_that_differ_from_the_recipe_stop_the_run_and_the_download_beside_them(
     node, hub, tiny, test_image, container_run_args, tmp_path
 ):
     def edit(raw):
@@ -190,15 +195,17 @@ def test_rows_that_differ_from_the_recipe_stop_the_run_before_the_checkpoint_dow
         tmp_path / "runs",
     )
     assert run.result.returncode == 1, run.why()
-    assert "in stage assets" in run.result.stderr
-    log = (run.rd / "logs" / "assets.log").read_text()
+    assert "in stage rows" in run.result.stderr
+    log = (run.rd / "logs" / "rows.log").read_text()
     assert f"parquet_sha256: built {tiny[1]['parquet_sha256']}" in log and "e" * 64 in log
-    assert run.stages[-1] == ("assets", "failed") and ("ray", "ok") not in run.stages
+    status = run.status
+    assert status.pop("rows") == "failed" and not {"convert", "ray"} & set(status), run.stages
+    assert set(status.values()) <= {"ok", "stopped"}, run.stages  # the checkpoint's download too
     # the build's own directory keeps what it made; nothing took $SFT_DATA's name
     cache = tmp_path / "cache-a"
     assert len(list(cache.glob(".incoming/*/rows/rows.parquet.mismatch"))) == 1
     assert not list((cache / "rows").glob("*.parquet*"))
-    assert not [r for r in hub.file_requests() if "tiny-model" in r.path and r.range != "bytes=0-0"]
+    assert not run.converted()
 
 
 def test_a_cache_holding_another_revision_is_named_and_left_alone(
@@ -219,7 +226,8 @@ def test_a_cache_holding_another_revision_is_named_and_left_alone(
     profile = profile_file(tmp_path, node, container_run_args, "a", assets={"hf_ckpt": str(other)})
     run = Run(recipe_file(tmp_path, test_image, tiny), profile, tmp_path / "runs")
     assert run.result.returncode == 1, run.why()
-    assert run.stages == [("preflight", "ok"), ("resolve", "failed")]
+    status = run.status
+    assert status.pop("resolve") == "failed" and set(status) <= BESIDE_RESOLVE, run.stages
     assert "holds" in run.result.stderr and OTHER_REV in run.result.stderr
     assert sorted((p.name, p.read_bytes()) for p in other.iterdir()) == before
 
@@ -256,7 +264,7 @@ def test_a_store_object_that_differs_or_is_missing_is_refused(
     profile = profile_file(tmp_path, node, container_run_args, "a", store=str(store))
     run = Run(recipe, profile, tmp_path / "runs")
     assert run.result.returncode == code, run.why()
-    assert "in stage assets" in run.result.stderr and run.stages[-1] == ("assets", "failed")
+    assert "in stage assets" in run.result.stderr and run.status["assets"] == "failed"
     assert "model-00001-of-00002.safetensors" in (run.rd / "logs" / "assets.log").read_text()
     for ckpt in (tmp_path / "cache-a" / "hf").glob("test-org--tiny-model@*"):
         assert store_mod.read_local_manifest(ckpt) is None  # the cache was not made to trust it

@@ -22,7 +22,7 @@ from support.helpers import (
     start_cli,
     wait_for,
 )
-from support.plan_env import plan_for, seed_raw, write_profile, write_recipe
+from support.plan_env import assert_run_stages, plan_for, seed_raw, write_profile, write_recipe
 
 from launcher.clusters.local import LocalCluster
 from launcher.errors import InfraError, ReproduceError
@@ -62,17 +62,7 @@ def test_pull_by_digest_then_ray_and_standin_miles_then_measure(
     )
     assert_log_collected(rd.path)
     stages = rd.timeline().stages
-    assert [s["name"] for s in stages] == [
-        "preflight",
-        "resolve",
-        "image",
-        "preflight-gpu",
-        "stack",
-        "assets",
-        "convert",
-        "ray",
-        "train",
-    ]
+    assert_run_stages([s["name"] for s in stages])
     assert all(s["status"] == "ok" for s in stages)
     # the pull was real, and the image that ran is the recipe's digest
     assert (
@@ -120,12 +110,11 @@ def test_wrong_digest_is_refused_and_nothing_runs(
         run()
     assert err.value.exit_code == 3
     assert image.ref in str(err.value)  # the tail of the image stage's log names what was refused
-    stages = rd.timeline().stages
-    assert [(s["name"], s["status"]) for s in stages] == [
-        ("preflight", "ok"),
-        ("resolve", "ok"),
-        ("image", "failed"),
-    ]
+    # the image failed; what ran beside it ended or was stopped, what needs the image never began
+    status = {s["name"]: s["status"] for s in rd.timeline().stages}
+    assert status.pop("image") == "failed"
+    assert set(status) <= {"preflight", "resolve", "assets"}, status
+    assert set(status.values()) <= {"ok", "stopped"}, status
     assert "SHOULD-NOT-RUN" not in (rd.logs / "node.log").read_text()
     assert not (rd.path / "image.json").exists() and not (rd.path / "steps.jsonl").exists()
     assert containers_named(plan.container) == [] and rd.status()["state"] == "failed"

@@ -58,6 +58,11 @@ export REPRODUCE_HOST_IDS
 [ ! -L "$CACHE_DIR/.incoming" ] && mkdir -m 700 "$ASSET_NEW" || { echo "reproduce: cannot make a fresh $ASSET_NEW" >&2; exit 1; }
 mkdir -p -m 700 "$REPRODUCE_OUT_DIR" "$NODE_RUN_DIR/state"
 cd "$NODE_RUN_DIR"
+# the asset stages' programs, spec and plan (resolve writes them to state/, which
+# containers read but cannot write; docs/assets.md)
+ASSETS_PY="$NODE_RUN_DIR/scripts/node_assets.py"
+ASSET_SPEC="$NODE_RUN_DIR/state/assets.json"
+ASSET_PLAN="$NODE_RUN_DIR/state/assets-plan.json"
 
 _stage_begin() { _STAGE=$1; export REPRODUCE_STAGE=$1; printf '##reproduce stage=%s event=start t=%s\n' "$1" "$(date +%s.%N)"; }
 _stage_end() { printf '##reproduce stage=%s event=end status=ok t=%s\n' "$_STAGE" "$(date +%s.%N)"; _STAGE=''; REPRODUCE_STAGE=''; }
@@ -70,7 +75,113 @@ _on_exit() {
   _cleanup
   exit "$rc"
 }
-_cleanup() { docker rm -f "$CONTAINER" >/dev/null 2>&1 || true; }
+STAGES_DIR="$NODE_RUN_DIR/stages"  # one log per background stage, added whole to node.log
+mkdir -m 700 "$STAGES_DIR"
+_BG_NAMES=() _BG_PIDS=() _BG_DONE=() _BG_SHOWN=()
+_bg() {  # _bg NAME FUNCTION [AFTER...]: FUNCTION as stage NAME, once each AFTER ended ok
+  local name=$1 fn=$2
+  shift 2
+  set -m  # a process group of its own
+  (
+    _BG_NAME=$name
+    trap 'exit 143' TERM
+    trap 'exit 130' INT
+    trap '_bg_exit "$?"' EXIT
+    _await "$@"
+    _stage_begin "$name"
+    "$fn"
+    _stage_end
+  ) > "$STAGES_DIR/$name.log" 2>&1 < /dev/null &
+  _BG_PIDS+=("$!")
+  set +m
+  _BG_NAMES+=("$name")
+}
+_await() {  # until each named stage ended ok; when one did not, this one never starts
+  local s rc
+  for s in "$@"; do
+    until [ -e "$STAGES_DIR/$s.rc" ]; do sleep 0.2; done
+    read -r rc _ < "$STAGES_DIR/$s.rc"
+    [ "$rc" = 0 ] || { _BG_SKIPPED=1; exit 0; }
+  done
+}
+_bg_exit() {  # a background stage ended: its end marker unless ok, its result for _join
+  local rc=$1 status=failed
+  if [ -n "${_STAGE:-}" ]; then
+    if [ -e "$NODE_RUN_DIR/state/cancelled" ]; then status=cancelled
+    elif [ -e "$STAGES_DIR/stopped" ]; then status=stopped; fi
+    printf '##reproduce stage=%s event=end status=%s rc=%s t=%s\n' \
+      "$_STAGE" "$status" "$rc" "$(date +%s.%N)"
+  fi
+  [ -z "${_BG_SKIPPED:-}" ] || rc=skipped
+  echo "$rc $(date +%s.%N)" > "$STAGES_DIR/$_BG_NAME.rc.tmp"
+  mv -f "$STAGES_DIR/$_BG_NAME.rc.tmp" "$STAGES_DIR/$_BG_NAME.rc"
+}
+_bg_ended() {  # have the stages of these indexes all ended (their result written)?
+  local i
+  for i in "$@"; do [ -e "$STAGES_DIR/${_BG_NAMES[$i]}.rc" ] || return 1; done
+}
+_bg_collect() {  # stage $1 (an index) ended: reaped, its whole log added to this one
+  wait "${_BG_PIDS[$1]}" 2>/dev/null || true
+  cat "$STAGES_DIR/${_BG_NAMES[$1]}.log"
+  _BG_DONE[$1]=1
+}
+_bg_progress() {  # the newest complete progress line of each running stage, for the console
+  local i line
+  for i in "${!_BG_NAMES[@]}"; do
+    [ -z "${_BG_DONE[$i]:-}" ] || continue
+    line="$(tail -c 8192 "$STAGES_DIR/${_BG_NAMES[$i]}.log" | sed '$d' \
+      | grep -a '^##reproduce progress ' | tail -n 1)" || true
+    if [ -n "$line" ] && [ "$line" != "${_BG_SHOWN[$i]:-}" ]; then
+      echo "$line"
+      _BG_SHOWN[$i]=$line
+    fi
+  done
+}
+_join() {  # the one wait: every background stage ends ok, or the first to fail ends the run
+  local i rc t first="" first_rc=0 first_t="" left
+  while :; do
+    left=0
+    for i in "${!_BG_NAMES[@]}"; do
+      [ -z "${_BG_DONE[$i]:-}" ] || continue
+      if ! _bg_ended "$i"; then left=$((left + 1)); continue; fi
+      _bg_collect "$i"
+      read -r rc t < "$STAGES_DIR/${_BG_NAMES[$i]}.rc"
+      [ "$rc" != 0 ] && [ "$rc" != skipped ] || continue
+      # the earliest failure counts (the times have one width: they compare as text)
+      if [ -z "$first" ] || [[ "$t" < "$first_t" ]]; then
+        first=${_BG_NAMES[$i]} first_rc=$rc first_t=$t
+      fi
+    done
+    if [ -n "$first" ]; then
+      echo "reproduce: stage $first failed (exit $first_rc); the stages beside it stop" >&2
+      _bg_stop
+      exit "$first_rc"
+    fi
+    [ "$left" -gt 0 ] || return 0
+    _bg_progress
+    sleep 0.5
+  done
+}
+_bg_stop() {  # stop each background stage still running (its group, its container); keep its log
+  local i sig running
+  [ -n "${_BG_NAMES[*]:-}" ] || return 0
+  touch "$STAGES_DIR/stopped"
+  for sig in TERM TERM KILL; do  # each after up to 5 s
+    running=()
+    for i in "${!_BG_NAMES[@]}"; do
+      [ -n "${_BG_DONE[$i]:-}" ] || _bg_ended "$i" || running+=("$i")
+    done
+    [ "${#running[@]}" -gt 0 ] || break
+    for i in "${running[@]}"; do
+      kill -"$sig" -- "-${_BG_PIDS[$i]}" 2>/dev/null || true
+      docker rm -f "$CONTAINER-${_BG_NAMES[$i]}" >/dev/null 2>&1 || true
+    done
+    [ "$sig" != KILL ] || break
+    for _ in $(seq 50); do _bg_ended "${running[@]}" && break; sleep 0.1; done
+  done
+  for i in "${!_BG_NAMES[@]}"; do [ -n "${_BG_DONE[$i]:-}" ] || _bg_collect "$i"; done
+}
+_cleanup() { _bg_stop; docker rm -f "$CONTAINER" >/dev/null 2>&1 || true; }
 trap _on_exit EXIT
 
 # flags of every docker run below (miles' documented ones; mounts of the run's out and state dirs, the cache, scripts)
@@ -83,17 +194,13 @@ for dev in /dev/infiniband/*; do
 done
 
 # ---- stage preflight: node health before any download: GPUs, driver, ECC, Xid, NVLink, EFA, disk
-_stage_begin preflight
+_preflight_stage() {
 python3 "$NODE_RUN_DIR/scripts/preflight.py" --json --gpu-type H200 --gpus 8 --gpu-memory-gb 141 --driver-min 580.65.06 --cuda 13.0 --disk-path /var/tmp/reproduce-cache --disk-min-gb 300 --no-bench > "$NODE_RUN_DIR/preflight.json"
-_stage_end
+}
 
-# ---- stage resolve: where every asset will come from (cache, store, Hub, build, convert); nothing downloaded, before the image pull
-_stage_begin resolve
-# the node programs' spec (launcher/plan/asset_spec.py) and plan live in state/, which
-# containers read but cannot write; docs/assets.md
-ASSETS_PY="$NODE_RUN_DIR/scripts/node_assets.py"
-ASSET_SPEC="$NODE_RUN_DIR/state/assets.json"
-ASSET_PLAN="$NODE_RUN_DIR/state/assets-plan.json"
+# ---- stage resolve: where every asset will come from (cache, store, Hub, build, convert); nothing downloaded, in seconds (a failure stops the image pull beside it)
+_resolve_stage() {
+# the node programs' spec (launcher/plan/asset_spec.py)
 cat > "$ASSET_SPEC" <<'REPRODUCE_ASSET_SPEC'
 {
  "assets": [
@@ -183,12 +290,12 @@ cat > "$ASSET_SPEC" <<'REPRODUCE_ASSET_SPEC'
 REPRODUCE_ASSET_SPEC
 # manifests, the Hub's listings and one byte per repo: exit 1 names an asset nobody
 # can supply and every source tried (3: the Hub or the store is unreachable). Cached
-# files are checked by size here and by sha256 in stage assets, before they are used.
+# files are checked by size here and by sha256 when fetched, before they are used.
 HF_TOKEN="$HF_TOKEN" python3 "$ASSETS_PY" resolve --spec "$ASSET_SPEC" --verify sizes --out "$NODE_RUN_DIR/assets-plan.json" > "$ASSET_PLAN"
-_stage_end
+}
 
 # ---- stage image: pull the training image by digest and verify the digest
-_stage_begin image
+_image_stage() {
 command -v docker >/dev/null || { echo 'docker is not installed on this node (profile runtime: docker)' >&2; exit 1; }
 # docker pull under a pseudo-terminal, its bytes printed as progress lines (scripts/pull_progress.py)
 if command -v python3 >/dev/null; then python3 "$NODE_RUN_DIR/scripts/pull_progress.py" "$IMAGE"; else docker pull "$IMAGE"; fi
@@ -198,38 +305,55 @@ if ! grep -qxF "$IMAGE" "$NODE_RUN_DIR/image.digests"; then
   echo "image $IMAGE: the local image does not carry digest $IMAGE_DIGEST (RepoDigests: $(tr '\n' ' ' < "$NODE_RUN_DIR/image.digests"))" >&2
   exit 1
 fi
-# image.json: what ran, as docker has it (an attestation records its RepoDigests)
-printf '{"image": "%s", "digest": "%s", "id": "%s", "repo_digests": %s}\n' "$IMAGE" "$IMAGE_DIGEST" "$(docker image inspect --format '{{.Id}}' "$IMAGE")" "$(docker image inspect --format '{{json .RepoDigests}}' "$IMAGE")" > "$NODE_RUN_DIR/image.json"
-_stage_end
+# image.json: what ran, as docker has it (an attestation records its RepoDigests);
+# renamed into place whole, so a stage stopped midway leaves none
+printf '{"image": "%s", "digest": "%s", "id": "%s", "repo_digests": %s}\n' "$IMAGE" "$IMAGE_DIGEST" "$(docker image inspect --format '{{.Id}}' "$IMAGE")" "$(docker image inspect --format '{{json .RepoDigests}}' "$IMAGE")" > "$NODE_RUN_DIR/image.json.tmp"
+mv -f "$NODE_RUN_DIR/image.json.tmp" "$NODE_RUN_DIR/image.json"
+}
 
 # ---- stage preflight-gpu: GPU benchmarks in the image: bf16 matmul, memory bandwidth, NCCL all-reduce
-_stage_begin preflight-gpu
-docker run --rm "${GPU_ARGS[@]}" "${DOCKER_ARGS[@]}" "${EFA_ARGS[@]}" "$IMAGE" bash -c 'export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1; python3 "/opt/reproduce/scripts/preflight.py" --json --gpu-type H200 --gpus 8 --gpu-memory-gb 141 --driver-min 580.65.06 --cuda 13.0 --disk-path /var/tmp/reproduce-cache --disk-min-gb 300' > "$NODE_RUN_DIR/preflight-gpu.json"
-_stage_end
+_preflight_gpu_stage() {
+docker run --rm --name "$CONTAINER-preflight-gpu" "${GPU_ARGS[@]}" "${DOCKER_ARGS[@]}" "${EFA_ARGS[@]}" "$IMAGE" bash -c 'export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1; python3 "/opt/reproduce/scripts/preflight.py" --json --gpu-type H200 --gpus 8 --gpu-memory-gb 141 --driver-min 580.65.06 --cuda 13.0 --disk-path /var/tmp/reproduce-cache --disk-min-gb 300' > "$NODE_RUN_DIR/preflight-gpu.json"
+}
 
 # ---- stage stack: check the image's software versions against the recipe's stack
-_stage_begin stack
-docker run --rm "${GPU_ARGS[@]}" "${DOCKER_ARGS[@]}" "${EFA_ARGS[@]}" "$IMAGE" bash -c 'python3 "/opt/reproduce/scripts/stack_probe.py" --json --policy fail --expect '"'"'{"cuda": "13.0", "deepep": "1.2.1", "megatron_commit": "37f91617", "miles_commit": "78527b91", "nccl": "2.28.9", "python": "3.12.3", "torch": "2.11.0", "transformer_engine": "2.17.0"}'"'"'' > "$NODE_RUN_DIR/stack.json"
-_stage_end
+_stack_stage() {
+docker run --rm --name "$CONTAINER-stack" "${GPU_ARGS[@]}" "${DOCKER_ARGS[@]}" "${EFA_ARGS[@]}" "$IMAGE" bash -c 'python3 "/opt/reproduce/scripts/stack_probe.py" --json --policy fail --expect '"'"'{"cuda": "13.0", "deepep": "1.2.1", "megatron_commit": "37f91617", "miles_commit": "78527b91", "nccl": "2.28.9", "python": "3.12.3", "torch": "2.11.0", "transformer_engine": "2.17.0"}'"'"'' > "$NODE_RUN_DIR/stack.json"
+}
 
-# ---- stage assets: the rows first (CPU: fetched, or built in the image), then the checkpoint from the cache, the store or the Hub; every file checked
-_stage_begin assets
-# the rows first (small, CPU): a verified cache, the store, or built from the tokenizer
-# and dataset fetched here, in the image (no network, no GPU, no token, the host's uid),
-# into a fresh directory of its own; the host checks them against the recipe's
-# parquet_sha256 before they take $SFT_DATA (the build checks rows_sha256 too)
+# ---- stage rows: the training rows: fetched and checked, or built in the image (CPU), then every row through the rollout function's checks
+_rows_stage() {
+# a verified cache, the store, or built from the tokenizer and dataset fetched here, in
+# the image (no network, no GPU, no token, the host's uid), into a fresh directory of
+# its own; the host checks them against the recipe's parquet_sha256 before they take
+# $SFT_DATA (the build checks rows_sha256 too)
 HF_TOKEN="$HF_TOKEN" python3 "$ASSETS_PY" fetch --spec "$ASSET_SPEC" --plan "$ASSET_PLAN" rows
 if [ "$(python3 "$ASSETS_PY" source --plan "$ASSET_PLAN" rows)" = build ]; then
   export REPRODUCE_NEW_DIR="$ASSET_NEW/rows" && mkdir -m 700 "$REPRODUCE_NEW_DIR"
-  docker run --rm --user "$(id -u):$(id -g)" -v "$REPRODUCE_NEW_DIR:$REPRODUCE_NEW_DIR" -e REPRODUCE_NEW_DIR -e REPRODUCE_HOST_IDS "${DOCKER_ARGS[@]}" "${EFA_ARGS[@]}" "$IMAGE" bash -c 'HOME=/tmp HF_HUB_OFFLINE=1 PYTHONPATH=/root/miles:/root/Megatron-LM:"/opt/reproduce/scripts" python3 "/opt/reproduce/scripts/node_assets.py" build-rows --spec "$NODE_RUN_DIR/state/assets.json" --plan "$NODE_RUN_DIR/state/assets-plan.json" --out "$REPRODUCE_NEW_DIR"'
+  docker run --rm --name "$CONTAINER-rows" --user "$(id -u):$(id -g)" -v "$REPRODUCE_NEW_DIR:$REPRODUCE_NEW_DIR" -e REPRODUCE_NEW_DIR -e REPRODUCE_HOST_IDS "${DOCKER_ARGS[@]}" "${EFA_ARGS[@]}" "$IMAGE" bash -c 'HOME=/tmp HF_HUB_OFFLINE=1 PYTHONPATH=/root/miles:/root/Megatron-LM:"/opt/reproduce/scripts" python3 "/opt/reproduce/scripts/node_assets.py" build-rows --spec "$NODE_RUN_DIR/state/assets.json" --plan "$NODE_RUN_DIR/state/assets-plan.json" --out "$REPRODUCE_NEW_DIR"'
   python3 "$ASSETS_PY" adopt --spec "$ASSET_SPEC" rows --from "$REPRODUCE_NEW_DIR"
 fi
 # every row through the rollout function's own checks (length, loss mask) before a GPU minute
-docker run --rm "${DOCKER_ARGS[@]}" "${EFA_ARGS[@]}" "$IMAGE" bash -c 'python3 "/opt/reproduce/scripts/pretokenized_sft_rollout.py" --check "$SFT_DATA" --row-tokens 8192'
-# then the checkpoint (and a converted one when the cache or the store has it), each
-# file checked against the Hub's listing or the store's manifest
+docker run --rm --name "$CONTAINER-rows" "${DOCKER_ARGS[@]}" "${EFA_ARGS[@]}" "$IMAGE" bash -c 'python3 "/opt/reproduce/scripts/pretokenized_sft_rollout.py" --check "$SFT_DATA" --row-tokens 8192'
+}
+
+# ---- stage assets: the checkpoint (and a converted one) from the cache, the store or the Hub, on the host; every file checked
+_assets_stage() {
+# the checkpoint (and a converted one when the cache or the store has it), each file
+# checked against the Hub's listing or the store's manifest
 HF_TOKEN="$HF_TOKEN" python3 "$ASSETS_PY" fetch --spec "$ASSET_SPEC" --plan "$ASSET_PLAN" hf_ckpt torch_dist
-_stage_end
+}
+
+# ---- these stages run at once, each once the stages named after it ended ok
+# (launcher/plan/stage_graph.py); _join fails the run naming the first that failed
+_bg preflight _preflight_stage
+_bg resolve _resolve_stage
+_bg image _image_stage
+_bg preflight-gpu _preflight_gpu_stage image
+_bg stack _stack_stage image
+_bg rows _rows_stage resolve image
+_bg assets _assets_stage resolve
+_join
 
 # ---- stage convert: the checkpoint converted for Megatron on the GPUs, only when no converted one could be fetched
 _stage_begin convert
@@ -239,7 +363,7 @@ _stage_begin convert
 # hashed) and only then moves it to $TORCH_DIST, so later runs on this node trust it
 if [ "$(python3 "$ASSETS_PY" source --plan "$ASSET_PLAN" torch_dist)" = convert ]; then
   export REPRODUCE_NEW_DIR="$ASSET_NEW/torch_dist" && mkdir -m 700 "$REPRODUCE_NEW_DIR"
-  docker run --rm "${GPU_ARGS[@]}" -v "$REPRODUCE_NEW_DIR:$REPRODUCE_NEW_DIR" -e REPRODUCE_NEW_DIR -e REPRODUCE_HOST_IDS "${DOCKER_ARGS[@]}" "${EFA_ARGS[@]}" "$IMAGE" bash -c 'export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1; (cd /root/miles && MODEL_ARGS_LINE="$(python3 miles/utils/external_utils/model_args_utils.py qwen3-30B-A3B)" && read -ra MODEL_ARGS <<< "$MODEL_ARGS_LINE" && PYTHONPATH=/root/miles:/root/Megatron-LM torchrun --nproc-per-node 8 tools/convert_hf_to_torch_dist.py "${MODEL_ARGS[@]}" --hf-checkpoint "$HF_CKPT" --save "$REPRODUCE_NEW_DIR/torch_dist") && chown -R "$REPRODUCE_HOST_IDS" "$REPRODUCE_NEW_DIR"'
+  docker run --rm --name "$CONTAINER-convert" "${GPU_ARGS[@]}" -v "$REPRODUCE_NEW_DIR:$REPRODUCE_NEW_DIR" -e REPRODUCE_NEW_DIR -e REPRODUCE_HOST_IDS "${DOCKER_ARGS[@]}" "${EFA_ARGS[@]}" "$IMAGE" bash -c 'export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1; (cd /root/miles && MODEL_ARGS_LINE="$(python3 miles/utils/external_utils/model_args_utils.py qwen3-30B-A3B)" && read -ra MODEL_ARGS <<< "$MODEL_ARGS_LINE" && PYTHONPATH=/root/miles:/root/Megatron-LM torchrun --nproc-per-node 8 tools/convert_hf_to_torch_dist.py "${MODEL_ARGS[@]}" --hf-checkpoint "$HF_CKPT" --save "$REPRODUCE_NEW_DIR/torch_dist") && chown -R "$REPRODUCE_HOST_IDS" "$REPRODUCE_NEW_DIR"'
   python3 "$ASSETS_PY" adopt --spec "$ASSET_SPEC" torch_dist --from "$REPRODUCE_NEW_DIR/torch_dist"
 fi
 rm -rf "$ASSET_NEW"  # what the containers made is in the cache now, checked

@@ -14,6 +14,7 @@ from support.cli import FIXTURES, SEED, reproduce
 
 from launcher.inputs.profile import load_profile
 from launcher.inputs.recipe import load_recipe
+from launcher.plan import stage_graph
 from launcher.plan.plan import build_plan
 
 DIGEST = "sha256:45ae7833f97a01369dbd8f336784830a87d94587bc010c7b8065291cc15cd7ca"
@@ -128,36 +129,30 @@ def test_multi_node_recipe_is_refused_on_a_single_host_profile() -> None:
 
 def test_plan_stages_in_order_and_the_same_object_renders_the_script() -> None:
     plan = build_plan(load_recipe(SEED), load_profile("aws"), run_id="r1")
-    assert [s.name for s in plan.stages] == [
-        "acquire",
-        "preflight",
-        "resolve",
-        "image",
-        "preflight-gpu",
-        "stack",
-        "assets",
-        "convert",
-        "ray",
-        "train",
-        "collect",
-        "release",
-    ]
-    order = [
-        plan.node_script.index(f"_stage_begin {s}")
-        for s in (
-            "preflight",
-            "resolve",
-            "image",
-            "preflight-gpu",
-            "stack",
-            "assets",
-            "convert",
-            "ray",
-            "train",
-        )
-    ]
-    assert order == sorted(order)
-    assert plan.to_dict()["stages"][9]["commands"][0] == load_recipe(SEED).run_script.rstrip("\n")
+    node = list(stage_graph.NODE_STAGES[:-1])  # push: only with an asset store
+    assert [s.name for s in plan.stages] == ["acquire", *node, "collect", "release"]
+    script = plan.node_script
+    # the parallel stages: each a function, started by _bg after what it waits for, one _join
+    starts = []
+    for name in stage_graph.PARALLEL:
+        after = "".join(f" {a}" for a in stage_graph.AFTER[name])
+        starts.append(script.index(f"\n_bg {name} {stage_graph.function_name(name)}{after}\n"))
+        assert script.index(f"\n{stage_graph.function_name(name)}() {{\n") < starts[0]
+    assert starts == sorted(starts) and script.count("\n_join\n") == 1
+    order = [script.index(f"_stage_begin {s}") for s in ("convert", "ray", "train")]
+    assert starts[-1] < script.index("\n_join\n") < order[0] and order == sorted(order)
+    assert plan.to_dict()["stages"][10]["commands"][0] == load_recipe(SEED).run_script.rstrip("\n")
+
+
+def test_the_dry_run_says_what_runs_at_once() -> None:
+    plan = build_plan(load_recipe(SEED), load_profile("aws"), run_id="r1")
+    line = stage_graph.describe([s.name for s in plan.stages], "aws")
+    assert line.startswith("acquire -> at once {preflight; resolve; image; preflight-gpu (after")
+    assert "rows (after resolve, image); assets (after resolve)} -> convert -> ray" in line
+    assert (
+        stage_graph.describe(["a", "preflight", "image", "b"], "ray")
+        == "a -> preflight -> image -> b"
+    )
 
 
 def test_skip_preflight_removes_the_checks() -> None:

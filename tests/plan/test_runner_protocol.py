@@ -11,6 +11,7 @@ import pytest
 from support.golden import assert_golden
 
 from launcher.plan import protocol
+from launcher.plan.background import BACKGROUND_FUNCTIONS
 
 NODE_RUN_DIR = "/var/tmp/reproduce/runs/20260101T000000Z-abcdef"
 CONTAINER = "reproduce-20260101T000000Z-abcdef"
@@ -25,6 +26,7 @@ CONTAINER = "reproduce-20260101T000000Z-abcdef"
         ("cancel.sh", protocol.cancel_command(NODE_RUN_DIR, CONTAINER)),
         ("cleanup.sh", protocol.cleanup_command(CONTAINER)),
         ("stage-functions.sh", protocol.STAGE_FUNCTIONS),
+        ("background-functions.sh", BACKGROUND_FUNCTIONS),
         ("prepare.sh", protocol.prepare_dir_command(NODE_RUN_DIR)),
         ("collect.sh", protocol.collect_command(NODE_RUN_DIR)),
     ],

@@ -17,6 +17,7 @@ import yaml
 
 from launcher.inputs.profile import load_profile
 from launcher.inputs.recipe import load_recipe
+from launcher.plan import stage_graph
 from launcher.plan.plan import Plan, build_plan
 from support.paths import SEED
 
@@ -131,3 +132,15 @@ def write_profile(
 def plan_for(recipe_path: Path, profile_path: Path, **kw: Any) -> Plan:
     """The Plan the CLI would build for these files (what `--dry-run` prints and a run executes)."""
     return build_plan(load_recipe(recipe_path), load_profile(str(profile_path)), **kw)
+
+
+# The node stages of a run of the Plan here, in the order they start: those of stage_graph.PARALLEL
+# at once (the timeline lists them as they started, which varies), then these, in this order.
+AFTER_JOIN = ["convert", "ray", "train"]
+
+
+def assert_run_stages(names: list[str]) -> None:
+    """A whole run's stages: every parallel one (in some order), then convert, ray and train."""
+    parallel = len(stage_graph.PARALLEL)
+    assert sorted(names[:parallel]) == sorted(stage_graph.PARALLEL), names
+    assert names[parallel:] == AFTER_JOIN, names

@@ -1,0 +1,116 @@
+"""Where a run's GPU-hours went: its timeline split into parts that add up to the whole.
+
+Stages that ran at once (launcher/plan/stage_graph.py) are one part, their wall time counted once;
+each one's own time is kept beside it (`stage_work`). docs/measurement.md, "Where the GPU-hours
+go", defines every part. A pure function of timeline.json, like the rest of the measurement.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any, TypeGuard
+
+
+def _finite(x: Any) -> TypeGuard[float]:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+# A part of the split made of stages that ran at once: "parallel: image+assets+..." (their names in
+# the order they started), charged the wall time from the first one's start to the last one's end
+# once (docs/measurement.md, "Where the GPU-hours go").
+PARALLEL_PART = "parallel: "
+
+
+def _ended_stages(timeline: dict) -> list[dict]:
+    """The stages with a start and an end, in the order they started."""
+    stages = [
+        s
+        for s in timeline.get("stages") or []
+        if _finite(s.get("start")) and _finite(s.get("end")) and s["end"] >= s["start"]
+    ]
+    return sorted(stages, key=lambda s: s["start"])
+
+
+def _overlap_groups(stages: list[dict]) -> list[list[dict]]:
+    """Stages (in start order) grouped where they overlap in time: a stage that starts before
+    every earlier one of its group has ended joins the group."""
+    groups: list[list[dict]] = []
+    end = float("-inf")
+    for stage in stages:
+        if groups and stage["start"] < end:
+            groups[-1].append(stage)
+        else:
+            groups.append([stage])
+        end = max(end, stage["end"]) if len(groups[-1]) > 1 else stage["end"]
+    return groups
+
+
+def _part_name(group: list[dict]) -> str:
+    names = dict.fromkeys(str(s.get("name")) for s in group)
+    return next(iter(names)) if len(names) == 1 else PARALLEL_PART + "+".join(names)
+
+
+def stage_work(timeline: dict) -> dict[str, dict[str, float]]:
+    """Each part of the split made of stages that ran at once -> each stage's own seconds in it
+    (the work per stage, beside the part's wall time; these do not add up to the part)."""
+    work: dict[str, dict[str, float]] = {}
+    for group in _overlap_groups(_ended_stages(timeline)):
+        if len(group) > 1:
+            mine = work.setdefault(_part_name(group), {})
+            for stage in group:
+                name = str(stage.get("name"))
+                mine[name] = mine.get(name, 0.0) + stage["end"] - stage["start"]
+    return work
+
+
+def stage_split(
+    timeline: dict, window_s: float | Sequence[float] | None = None
+) -> dict[str, float]:
+    """Seconds from acquisition to release, by stage, in order (docs/measurement.md, "Where the
+    GPU-hours go"): `acquire` (provisioning, boot, staging: until the node's first stage), each
+    stage of the node script (stages that ran at once as one part, `parallel: a+b`, their wall
+    time counted once), `train` split into the measured `window` (the sum of its step times) and
+    the rest of training (start-up, steps outside the window), `between` (the node script's
+    moments between its stages), `collect` (after the last stage until the release began) and
+    `release`. The parts add up to released_at - acquired_at (clocks permitting: the node's marks
+    and the launcher's times come from two clocks, and a negative part is 0). A sequence of
+    window seconds is one per `train` stage, in order (K measured runs)."""
+    acquired = timeline.get("acquired_at")
+    released = timeline.get("released_at")
+    releasing = timeline.get("release_started_at")
+    stages = _ended_stages(timeline)
+    split: dict[str, float] = {}
+    if not _finite(acquired):
+        return split
+    if stages:
+        split["acquire"] = max(0.0, stages[0]["start"] - acquired)
+    between = 0.0
+    end: float | None = None
+    windows = [window_s] if isinstance(window_s, (int, float)) else list(window_s or [])
+    trains = 0
+    for group in _overlap_groups(stages):
+        name = _part_name(group)
+        start, group_end = group[0]["start"], max(s["end"] for s in group)
+        if end is not None:
+            between += max(0.0, start - end)
+        end = group_end
+        seconds = group_end - start
+        trains += name == "train" and len(group) == 1
+        window = windows[trains - 1] if name == "train" and 0 < trains <= len(windows) else None
+        if name == "train" and len(group) == 1 and window is not None and window > 0:
+            split["train"] = split.get("train", 0.0) + max(0.0, seconds - window)
+            split["window"] = split.get("window", 0.0) + min(window, seconds)
+            continue
+        split[name] = split.get(name, 0.0) + seconds
+    if between > 0:
+        split["between"] = between
+    if end is None:
+        end = acquired
+    if _finite(releasing):
+        split["collect"] = max(0.0, releasing - end)
+        if _finite(released):
+            split["release"] = max(0.0, released - releasing)
+    elif _finite(released):
+        split["collect"] = max(0.0, released - end)  # release start not recorded: both here
+    return split
