@@ -14,35 +14,11 @@ import json
 from pathlib import Path
 
 import pytest
-from support.aws import NOTHING, OPERATOR_KEY, MotoAws, live_with_operator_key
+from support.aws import NOTHING, aws_profile, live_with_operator_key
 from support.measure import seed_raw
-from support.plan_env import write_profile, write_recipe
+from support.plan_env import write_recipe
 
 pytestmark = [pytest.mark.aws, pytest.mark.docker, pytest.mark.ssh]
-
-
-def aws_profile(moto: MotoAws, sshd, tmp_path: Path, container_run_args: list[str]) -> Path:
-    ami = moto.ec2.register_image(
-        Name="dlami-standin", RootDeviceName="/dev/sda1", Architecture="x86_64"
-    )["ImageId"]
-    moto.ec2.import_key_pair(
-        KeyName=OPERATOR_KEY, PublicKeyMaterial=Path(f"{sshd.identity_file}.pub").read_bytes()
-    )
-    base = {
-        "kind": "aws",
-        "region": "us-east-1",
-        "ami": ami,
-        "key_name": OPERATOR_KEY,
-        "identity_file": str(sshd.identity_file),
-        "user": sshd.user,
-        "port": sshd.port,
-        "connect_host": "127.0.0.1",
-        "connect_timeout_s": 5,
-        "ssh_cidr": "127.0.0.1/32",
-        "ready_timeout_s": 30,
-        "host_key_wait_s": 1,  # a moto server's console shows no fingerprints: trusted on first use
-    }
-    return write_profile(tmp_path, base, container_run_args)
 
 
 def calls(run_dirs: list[Path], name: str) -> int:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support.aws import write_profile
+from support.aws import seed_on_nodes, write_profile
 from support.measure import SEED
 
 from launcher.cost.estimate import NIGHTLY_SIZES, estimate, nightly_lines, nightly_split
@@ -26,22 +26,9 @@ NODES = (1, 2)
 
 
 def recipe_file(root: Path, name: str, instance: str, nodes: int) -> Path:
-    raw = yaml.safe_load(SEED.read_text())
+    raw = seed_on_nodes(nodes)
     raw["layout"]["label"] = name
     raw["gpu"]["instance"] = instance
-    if nodes > 1:
-        batch = raw["workload"]["global_batch"]
-        raw["gpu"]["count"] = 8 * nodes
-        raw["layout"]["dp"] = 8 * nodes
-        raw["workload"]["global_batch"] = batch * nodes
-        raw["result"]["window_tokens"] *= nodes
-        raw["result"]["gpu_hours"] *= nodes
-        raw["run"] = (
-            raw["run"]
-            .replace("--actor-num-nodes 1", f"--actor-num-nodes {nodes}")
-            .replace(f"--rollout-batch-size {batch} ", f"--rollout-batch-size {batch * nodes} ")
-            .replace(f"--global-batch-size {batch} ", f"--global-batch-size {batch * nodes} ")
-        )
     path = root / f"{name}.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     return path

@@ -474,11 +474,9 @@ def multinode_fields(aws: RecordingSession, nodes: LoopbackNodes) -> dict[str, A
     }
 
 
-def nodes_recipe(tmp: Path, nodes: int):
-    """The seed on `nodes` nodes (8 GPUs each, DP over all of them, the batch `nodes` times the
-    seed's: the same work per GPU, so the claimed tokens/s per GPU still holds)."""
-    from launcher.inputs.recipe import load_recipe
-
+def seed_on_nodes(nodes: int) -> dict[str, Any]:
+    """The seed recipe's YAML on `nodes` nodes (8 GPUs each, DP over all of them, the batch
+    `nodes` times the seed's: the same work per GPU, so the claimed tokens/s per GPU holds)."""
     raw = yaml.safe_load(SEED.read_text())
     batch = raw["workload"]["global_batch"]
     raw["gpu"]["count"] = 8 * nodes
@@ -492,6 +490,15 @@ def nodes_recipe(tmp: Path, nodes: int):
         .replace(f"--rollout-batch-size {batch} ", f"--rollout-batch-size {batch * nodes} ")
         .replace(f"--global-batch-size {batch} ", f"--global-batch-size {batch * nodes} ")
     )
+    return raw
+
+
+def nodes_recipe(tmp: Path, nodes: int):
+    """The seed on `nodes` nodes (8 GPUs each, DP over all of them, the batch `nodes` times the
+    seed's: the same work per GPU, so the claimed tokens/s per GPU still holds)."""
+    from launcher.inputs.recipe import load_recipe
+
+    raw = seed_on_nodes(nodes)
     path = tmp / f"{nodes}-node.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     return load_recipe(path)
