@@ -12,6 +12,7 @@ Nothing here connects to any address but loopback.
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -35,6 +36,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         here = min((i for i, name in enumerate(_SLOW_FIRST) if name in marks), default=99)
         rank[item.nodeid.split("::")[0]] = min(rank.get(item.nodeid.split("::")[0], 99), here)
     items.sort(key=lambda item: rank[item.nodeid.split("::")[0]])  # stable: files stay whole
+
+
+@pytest.fixture(autouse=True)
+def terminal_signals() -> None:
+    """Every test starts with the signal dispositions a terminal gives a command (Ctrl-C raises
+    KeyboardInterrupt, TERM and HUP end the process): whatever an earlier test in the same
+    worker left (an ignored SIGINT stays ignored by the runner, and by every CLI a test starts,
+    on purpose: launcher/runner/signals.py) never decides whether this one's Ctrl-C is heard."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 @pytest.fixture(autouse=True)

@@ -18,7 +18,7 @@
 #   REPRODUCE_TEST_LOG_DIR      where apt, pip and dockerd logs go (default /var/log/reproduce-tests)
 #   REPRODUCE_TEST_ARTIFACTS    where the page tests keep their screenshots (default
 #                               $REPRODUCE_TEST_LOG_DIR/artifacts; docs/report.md)
-#   REPRODUCE_TEST_WORKERS      pytest-xdist workers (default 4; 0 runs the tests in this process)
+#   REPRODUCE_TEST_WORKERS      pytest-xdist workers (default 2; 0 runs the tests in this process)
 #   REPRODUCE_TEST_NO_BROWSER=1 skip the headless-chromium page tests (without it, no chromium fails them)
 #
 # Check this script on a bare Debian 12 root: tests/fresh-debian/run.sh (docs/testing.md).
@@ -141,7 +141,7 @@ fi
 # files per worker (a module's fixtures, a Ray cluster, start once); the slow folders first
 # (tests/conftest.py orders them), so the longest files do not start last
 set +e
-.venv/bin/pytest -n "${REPRODUCE_TEST_WORKERS:-4}" --dist loadfile --durations=30 "$@"
+.venv/bin/pytest -n "${REPRODUCE_TEST_WORKERS:-2}" --dist loadfile --durations=30 "$@"
 status=$?
 set -e
 exit "$status"
