@@ -228,14 +228,14 @@ def _train_seconds(recipe: Recipe) -> tuple[float, float] | None:
 # The node's stages before training as node.sh runs them: the parallel part of the one stage graph
 # (launcher/plan/stage_graph.py: each starts once what it waits for ended), then the conversion
 # (after the join). The estimate reads the graph, so it models the order a run really has.
-NODE_STAGES: tuple[str, ...] = (*stage_graph.PARALLEL, "convert")
+BEFORE_TRAINING: tuple[str, ...] = (*stage_graph.PARALLEL, "convert")
 
 
 def _node_wall(work: dict[str, float]) -> tuple[float, str]:
-    """The wall time from staging to training of NODE_STAGES run as the stage graph says, and
+    """The wall time from staging to training of BEFORE_TRAINING run as the stage graph says, and
     the chain of stages that sets it."""
     ends: dict[str, tuple[float, str]] = {}
-    for stage in NODE_STAGES:
+    for stage in BEFORE_TRAINING:
         start, via = max((ends[d] for d in stage_graph.waits_for(stage)), default=(0.0, ""))
         took = work.get(stage, 0.0)
         chain = (f"{via} -> {stage}" if via else stage) if took else via
@@ -247,7 +247,7 @@ def estimate(recipe: Recipe, *, fresh_instance: bool, runs: int = 1) -> Estimate
     """Seconds per stage for a cold node (nothing cached, no store), a warm store (the store
     holds the rows, the checkpoint and its conversion: they come over S3, nothing is built or
     converted) and a warm cache (a node that kept its cache and image: nothing moves), the node's
-    stages overlapped as node.sh runs them (NODE_STAGES). `fresh_instance`: the cluster launches
+    stages overlapped as node.sh runs them (BEFORE_TRAINING). `fresh_instance`: the cluster launches
     the node (provisioning is paid). `runs`: K measured runs (launcher/plan/claimruns.py) train K
     times on the one node: ray+train and the window count K times, everything before them once."""
     f = {k: v.value for k, v in FIGURES.items()}
@@ -371,9 +371,9 @@ def dry_run_lines(
             else "none (profile assets.store; `reproduce prepare RECIPE --store ...` fills one)"
         ),
         "#   sizes: " + "; ".join(est.sizes),
-        "#   overlapped: the image pull, the host preflight and the assets' resolve and fetch run "
-        "at once, the GPU preflight and stack probe after the pull, the rows build in the image; "
-        "the wall time follows " + "; ".join(f"{s}: {est.critical[s]}" for s in SCENARIOS),
+        "#   overlapped: the stages run at once as the `# stages` line says "
+        "(launcher/plan/stage_graph.py); the wall time follows "
+        + "; ".join(f"{s}: {est.critical[s]}" for s in SCENARIOS),
         "#   rates: "
         + ", ".join(
             f"{label} {FIGURES[key].value / GB:g} GB/s ({FIGURES[key].source.split(':', 1)[0]})"

@@ -43,6 +43,7 @@ CANCEL_MARK = f"{STATE_DIR}/cancelled"
 # What the launcher tells a node that only serves node 0 (a Ray worker): node 0 finished, stop.
 END_MARK = f"{STATE_DIR}/finished"
 SECRETS_FILE = ".secrets.env"
+COPIER_FILE = "copier"  # the pid of the wrapper's node.log copier (WRAPPER, cancel_command)
 # Every process of a run carries RUN_MARK=<its node run dir> in its environment (set at launch).
 RUN_MARK = "REPRODUCE_RUN_DIR"
 # Where each asset of the run came from: the resolve stage's plan (launcher/plan/asset_stages.py).
@@ -100,7 +101,7 @@ trap 'echo "reproduce: wrapper got SIGTERM" >&2' TERM
 trap '' HUP
 exec 3> >(trap '' TERM INT HUP; exec setsid env -u @RUN_MARK@ cat >> node.log)
 copier=$!
-echo "$copier" > copier
+echo "$copier" > @COPIER_FILE@
 bash node.sh >&3 2>&3 3>&- < /dev/null
 rc=$?
 exec 3>&-
@@ -109,7 +110,7 @@ rm -f .secrets.env
 echo "$rc" > exit_code.tmp && mv -f exit_code.tmp exit_code
 exit "$rc"
 }
-""".replace("@RUN_MARK@", RUN_MARK)
+""".replace("@RUN_MARK@", RUN_MARK).replace("@COPIER_FILE@", COPIER_FILE)
 )
 WRAPPER_NAME = "run_node.sh"
 
@@ -392,7 +393,7 @@ def cancel_command(node_run_dir: str, container: str) -> str:
         rm,
         # the wrapper's copier (outside the session, unmarked) ends once its last writer is gone:
         # the lines still in its pipe (a stage's end marker) reach node.log before the exit code
-        "cp=$(cat copier 2>/dev/null || true)",
+        f"cp=$(cat {COPIER_FILE} 2>/dev/null || true)",
         'case "$cp" in "" | *[!0-9]*) cp="" ;; esac',
         'for _ in $(seq 50); do [ -n "$cp" ] && kill -0 "$cp" 2>/dev/null || break; sleep 0.1;'
         " done",
