@@ -44,6 +44,17 @@ class Failed(Exception):
         self.infra = infra
 
 
+def reason(head: str, **facts: str) -> str:
+    """A reason a person reads whole: HEAD, then each fact on a line of its own ("path  /x").
+
+    Why: whoever shows it bounds every line it quotes (launcher/excerpt.py cuts a long line in
+    the middle). A path is as long as its owner made it; on the same line as a revision or a
+    hash it pushed the one fact that tells two snapshots apart into the cut (a CI run's tmp path
+    did). One fact per line, and no path can hide another."""
+    width = max(map(len, facts), default=0)
+    return "\n".join([head, *(f"  {k.replace('_', ' '):<{width}}  {v}" for k, v in facts.items())])
+
+
 def stderr_log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
@@ -157,15 +168,20 @@ def _cache_dir(asset: dict[str, Any], full: bool, threads: int) -> tuple[bool, s
     other = cache_occupant(path, want)
     if other is not None:
         raise Failed(
-            f"asset {asset['name']}: {path} holds {other}, not {describe(asset)}; "
-            "remove it or point the profile's assets path elsewhere (nothing was overwritten)"
+            reason(
+                f"asset {asset['name']}: its cache holds something else (nothing was overwritten)",
+                path=str(path),
+                holds=other,
+                wanted=describe(asset),
+                fix="remove it, or point the profile's assets path elsewhere",
+            )
         )
     manifest = asset_store.read_local_manifest(path)
     if manifest is None:
-        return False, f"cache {path}: " + ("partial" if path.exists() else "absent")
+        return False, "cache: " + ("partial" if path.exists() else "absent") + f" at {path}"
     bad = asset_store.verify_tree(path, manifest, full=full, threads=threads)
     if bad:
-        return False, f"cache {path}: {len(bad)} file(s) differ from its manifest ({bad[0]})"
+        return False, f"cache: {len(bad)} file(s) differ from its manifest ({bad[0]}) at {path}"
     return True, f"cache {path} ({len(manifest['files'])} files, sha256 " + (
         "checked)" if full else "not re-read: sizes only)"
     )
@@ -182,18 +198,25 @@ def _store_lists(store: asset_store.Store, key: str, want: dict[str, Any]) -> tu
     try:
         manifest = store.read_manifest(key)
     except StoreError as err:
-        return False, f"store {store.where(key)}: {err}" + ("" if err.mismatch else " [store]")
+        infra = "" if err.mismatch else " [store]"  # the marker ends the line (resolve)
+        return False, f"store: {err} at {store.where(key)}{infra}"
     if manifest is None:
-        return False, f"store {store.where(key)}: no manifest"
+        return False, f"store: no manifest at {store.where(key)}"
     if manifest.get("asset") != want:
-        return False, f"store {store.where(key)}: holds {json.dumps(manifest.get('asset'))}"
+        return False, reason(
+            "store: holds something else under this asset's key",
+            path=store.where(key),
+            holds=occupant(manifest.get("asset")),
+            wanted=occupant(want),
+        )
     pinned = want.get("parquet_sha256") if want.get("kind") == "rows" else None
     listed = {e["path"]: e["sha256"] for e in manifest["files"]}
     if pinned and listed.get("rows.parquet") != pinned:  # the recipe's pin, not the store's word
-        return (
-            False,
-            f"store {store.where(key)}: its rows.parquet has sha256 "
-            f"{listed.get('rows.parquet')}, the recipe pins {pinned}",
+        return False, reason(
+            "store: its rows.parquet differs from the recipe's pin",
+            path=store.where(key),
+            sha256=str(listed.get("rows.parquet")),
+            pinned=pinned,
         )
     return (
         True,
@@ -206,15 +229,16 @@ def _store_has_files(store: asset_store.Store, key: str, files: dict[str, str]) 
     try:
         manifest = store.read_manifest(key)
     except StoreError as err:
-        return False, f"store {store.where(key)}: {err}" + ("" if err.mismatch else " [store]")
+        infra = "" if err.mismatch else " [store]"  # the marker ends the line (resolve)
+        return False, f"store: {err} at {store.where(key)}{infra}"
     if manifest is None:
-        return False, f"store {store.where(key)}: no manifest"
+        return False, f"store: no manifest at {store.where(key)}"
     listed = {e["path"]: e["sha256"] for e in manifest["files"]}
     wrong = [n for n, h in files.items() if listed.get(n) != h]
     if wrong:
         return (
             False,
-            f"store {store.where(key)}: does not list {', '.join(wrong)} with the pinned sha256",
+            f"store: does not list {', '.join(wrong)} with the pinned sha256 at {store.where(key)}",
         )
     return True, f"store {store.where(key)}"
 
@@ -236,7 +260,11 @@ def _hub_check(
             for n, h in asset["files"].items():
                 lfs = listed[n].sha256
                 if lfs and lfs != h:
-                    return False, f"{where}: {n} has sha256 {lfs}, the recipe pins {h}", 0
+                    return (
+                        False,
+                        reason(f"{where}: {n} differs from the recipe's pin", sha256=lfs, pinned=h),
+                        0,
+                    )
             chosen = [listed[n] for n in asset["files"]]
         else:
             chosen = info.select(asset.get("include"))
@@ -281,19 +309,27 @@ def _resolve_one(
                 got = asset_store.file_sha256(path, owned=True)
             except OSError as err:
                 raise Failed(
-                    f"asset rows: {err}; remove it or set assets.sft_data elsewhere (nothing "
-                    "was overwritten)"
+                    reason(
+                        "asset rows: its cache cannot be read (nothing was overwritten)",
+                        path=str(path),
+                        error=str(err),
+                        fix="remove it, or set assets.sft_data elsewhere",
+                    )
                 ) from None
             if want is None:
                 return done("cache", f"cache {path} (the recipe pins no parquet_sha256)")
             if got == want:
                 return done("cache", f"cache {path} (sha256 {want[:12]}... checked)")
             raise Failed(
-                f"asset rows: {path} has sha256 {got}, the recipe's "
-                f"{asset.get('field', 'parquet_sha256')} pins {want}; remove it or set "
-                "assets.sft_data elsewhere (nothing was overwritten)"
+                reason(
+                    "asset rows: its cache differs from the recipe's pin (nothing was overwritten)",
+                    path=str(path),
+                    sha256=got,
+                    pinned=f"{want} ({asset.get('field', 'parquet_sha256')})",
+                    fix="remove it, or set assets.sft_data elsewhere",
+                )
             )
-        tried.append(f"cache {path}: absent")
+        tried.append(f"cache: absent at {path}")
         if store is not None and want:
             ok, what = _store_lists(store, store_key(asset), identity(asset))
             tried.append(what)
@@ -327,14 +363,14 @@ def _resolve_one(
         path = Path(asset["path"])
         if _files_in(path, asset["files"]):
             return done("cache", f"cache {path} (sha256 checked)")
-        tried.append(f"cache {path}: the pinned files are not all there")
+        tried.append(f"cache: the pinned files are not all there at {path}")
         ckpt = by_name.get("hf_ckpt")
         if ckpt and _files_in(Path(ckpt["path"]), asset["files"]):
             return done(
                 "cache", f"cache {ckpt['path']} (hf_ckpt; sha256 checked)", copy_from=ckpt["path"]
             )
         if ckpt:
-            tried.append(f"cache {ckpt['path']} (hf_ckpt): not there with the pinned sha256")
+            tried.append(f"cache (hf_ckpt): not there with the pinned sha256 at {ckpt['path']}")
 
     if store is not None:
         if kind == "hf-files":
@@ -424,4 +460,8 @@ def _explain(asset: dict[str, Any], res: dict[str, Any]) -> str:
     every line it quotes (launcher/excerpt.py) then cuts a long path, never the reason."""
     field = f" ({asset['field']})" if asset.get("field") else ""
     head = f"asset {asset['name']}{field}: {describe(asset)} cannot be supplied; tried:"
-    return "\n".join([head, *(f"  - {t}" for t in res["tried"])])
+    lines = [head]
+    for t in res["tried"]:
+        first, *rest = t.splitlines() or [""]
+        lines += [f"  - {first}", *(f"    {r}" for r in rest)]
+    return "\n".join(lines)

@@ -493,7 +493,10 @@ def run(args: argparse.Namespace) -> int:
         print(text)
         for name, step in plan["assets"].items():
             said = step.get("detail") or "; ".join(step["tried"])
-            stderr_log(f"resolve: {name}: {step['source'] or 'NONE'}: {said}")
+            first, *rest = said.splitlines() or [""]
+            stderr_log(f"resolve: {name}: {step['source'] or 'NONE'}: {first}")
+            for line in rest:  # a reason's facts, one per line (asset_resolve.reason)
+                stderr_log(f"resolve:   {line}")
         for line in plan["problems"]:
             stderr_log(f"resolve: {line}")
         return 0 if plan["ok"] else (3 if plan["infra"] else 1)

@@ -100,7 +100,7 @@ def test_rows_from_the_store_are_checked_against_the_recipes_pin_not_the_stores_
     spec = make_spec(tmp_path, raw, store=str(store))
     plan, _ = resolve(spec)
     assert plan["assets"]["rows"]["source"] == "build"  # the forged store is passed over
-    assert any("the recipe pins" in t for t in plan["assets"]["rows"]["tried"])
+    assert any("the recipe's pin" in t for t in plan["assets"]["rows"]["tried"])
     # and a plan that says "store" anyway (made before the forgery) is refused at fetch
     plan["assets"]["rows"].update(source="store", key=f"rows/{tiny[1]['parquet_sha256']}")
     plan_path = spec.with_name("forced-plan.json")

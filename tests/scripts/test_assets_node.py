@@ -130,7 +130,7 @@ def test_a_store_without_the_object_and_no_hub_is_an_infra_failure(tiny, tmp_pat
     store.mkdir()
     plan, proc = resolve(make_spec(tmp_path, tiny_recipe_raw(*tiny), store=str(store)), ok=False)
     assert proc.returncode == 3
-    assert f"store {store}/hf/models/test-org--tiny-model@{CKPT_REV}: no manifest" in proc.stderr
+    assert f"store: no manifest at {store}/hf/models/test-org--tiny-model@{CKPT_REV}" in proc.stderr
     assert "unreachable" in proc.stderr
 
 
