@@ -63,6 +63,7 @@ class Files:
     ATTESTATION = "attestation.intoto.json"  # the signed statement (docs/attestation.md)
     ATTESTATION_PUB = "attestation.pub"
     LOGS = "logs"
+    NODE_LOG = "node.log"  # in LOGS: node 0's whole output (each node's, multi-node)
     PLOTS = "plots"
     # K measured runs (result.runs): run k's own record, a run directory's measurement in small
     # (logs/train.log, timeline.json, steps.jsonl, result.yaml, verdict.json, measure.json,

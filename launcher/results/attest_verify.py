@@ -5,7 +5,10 @@ What a reader wants is that these logs, judged by the recorded policy, give the 
 and verdict. So the raw log is parsed and judged again here, in memory (nothing is written into
 the directory checked), with the recipe, the timeline and the parameters that the measurement
 recorded (measure.json, itself a subject), and every figure and the verdict must come out equal,
-exactly (not within a tolerance: measurement is a pure function of those inputs).
+exactly (not within a tolerance: measurement is a pure function of those inputs). A directory of
+K measured runs (result.runs) is re-measured as it was made: node.log cut into its K runs again,
+each judged alone in a scratch directory, then their mean; every attested measured/<k>/ must be
+what the log gives, and the mean is compared as one run's figures are.
 
 The order of the checks is the order of trust: signature (who, and that the statement is as
 signed), then each subject's sha256 (the files are the ones signed), then the policy (this
@@ -17,14 +20,17 @@ from __future__ import annotations
 
 import json
 import math
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import yaml
 
 from launcher.catalog import Price
 from launcher.errors import BadInput, CheckFailed
-from launcher.records.rundir import Files
+from launcher.records.rundir import TRAIN_STAGE, Files
 from launcher.results.attest import (
     ENVELOPE_FILE,
     PUB_FILE,
@@ -34,6 +40,12 @@ from launcher.results.attest import (
     sha256_file,
 )
 from launcher.results.attest_predicate import figures_of, plain, read_result, verdict_of
+
+if TYPE_CHECKING:
+    from launcher.inputs.recipe import Recipe
+    from launcher.judge.measure import Result
+    from launcher.judge.parse.records import StepRecord
+    from launcher.judge.verdict import Verdict
 
 
 @dataclass
@@ -171,23 +183,22 @@ def remeasure_check(
     if "measure.json" not in names:
         raise CheckFailed(f"{root}: measure.json (the measurement's record) is not a subject.")
     record = json.loads((root / "measure.json").read_text(encoding="utf-8"))
-    if isinstance(record.get("measured_runs"), int) and record["measured_runs"] > 1:
-        raise CheckFailed(  # its figures are a mean of measured/<k>/, not of the one log named
-            f"{root}: its figures are the mean of {record['measured_runs']} measured runs "
-            "(measured/<k>/); re-measuring a mean from an attestation is not implemented in this "
-            "version. `reproduce measure RUN_DIR` judges the run directory again."
-        )
     tolerance = Tolerance(**record["tolerance"]) if record.get("tolerance") else None
-    records, result, verdict = remeasure(
-        root / inputs["log"]["path"],
-        load_recipe(root / inputs["recipe"]["path"]),
-        record.get("timeline"),
-        price_per_hour=record.get("price_per_hour"),
-        region=record.get("region"),
-        tolerance=tolerance,
-        runs=record.get("runs"),
-        price=Price.from_dict(record.get("price")),
-    )
+    recipe = load_recipe(root / inputs["recipe"]["path"])
+    pricing: dict[str, Any] = {
+        "price_per_hour": record.get("price_per_hour"),
+        "region": record.get("region"),
+        "tolerance": tolerance,
+        "runs": record.get("runs"),
+        "price": Price.from_dict(record.get("price")),
+    }
+    measured = record.get("measured_runs")
+    if isinstance(measured, int) and not isinstance(measured, bool) and measured > 1:
+        records, result, verdict = _remeasure_mean(root, names, recipe, record, measured, pricing)
+    else:
+        records, result, verdict = remeasure(
+            root / inputs["log"]["path"], recipe, record.get("timeline"), **pricing
+        )
     again = _norm(result_yaml(result, verdict))
     judged = _norm(verdict.to_dict())
     attested = [
@@ -211,6 +222,86 @@ def remeasure_check(
         if (root / Files.STEPS).read_text(encoding="utf-8") != lines:
             raise CheckFailed(f"{root}/steps.jsonl is not the steps the log gives.")
     return verdict.status, figures_of(again)
+
+
+# What is compared in each re-measured measured/<k>/: its log as cut, its timeline, its steps,
+# figures and verdict. Not its measure.json (it names the launcher that wrote it), report.md or
+# plots/ (renderings of the figures compared).
+_RUN_FILES = (
+    f"{Files.LOGS}/{TRAIN_STAGE}.log",
+    Files.TIMELINE,
+    Files.STEPS,
+    Files.RESULT,
+    Files.VERDICT,
+)
+
+
+def _remeasure_mean(
+    root: Path,
+    names: set[str],
+    recipe: Recipe,
+    record: dict[str, Any],
+    measured: int,
+    pricing: dict[str, Any],
+) -> tuple[list[StepRecord], Result, Verdict]:
+    """K measured runs: cut node.log into its runs again, measure each and judge their mean, as
+    the measurement did (launcher/results/measured_runs.py), in a scratch directory; then every
+    attested measured/<k>/ must be what the log gives, file for file, and no run may be missing
+    or added. The mean is compared by the caller, as one run's figures are."""
+    from launcher.results.evaluate import remeasure_runs
+
+    node_log = f"{Files.LOGS}/{Files.NODE_LOG}"
+    if node_log not in names:
+        raise CheckFailed(
+            f"{root}: its figures are the mean of {measured} measured runs, cut from {node_log}, "
+            "which is not a subject: they cannot be measured again."
+        )
+    with tempfile.TemporaryDirectory(prefix="reproduce-verify-") as scratch:
+        got = remeasure_runs(
+            root, Path(scratch), recipe, record.get("timeline"), measured=measured, **pricing
+        )
+        if got is None:
+            raise CheckFailed(
+                f"{root}: {node_log} holds no train stage: the {measured} measured runs its "
+                "figures are the mean of are not in it."
+            )
+        _same_runs(root, Path(scratch), names)
+    return got
+
+
+def _run_files(names: set[str]) -> set[str]:
+    """measured/<k>/<file> for the files of a measured run that are compared."""
+    return {
+        n for n in names if n.startswith(f"{Files.MEASURED}/") and n.split("/", 2)[-1] in _RUN_FILES
+    }
+
+
+def _same_runs(root: Path, again: Path, names: set[str]) -> None:
+    """Each attested measured run's files equal the re-measure's (structured files by their
+    content, the log and steps byte for byte); CheckFailed naming the first that is not."""
+    made = {
+        p.relative_to(again).as_posix() for p in (again / Files.MEASURED).rglob("*") if p.is_file()
+    }
+    attested, ours = _run_files(names), _run_files(made)
+    for name in sorted(attested | ours, key=lambda n: (n.split("/")[1].zfill(6), n)):
+        if name not in attested:
+            raise CheckFailed(f"{root}: the log gives {name}, which is not attested.")
+        if name not in ours:
+            raise CheckFailed(f"{root}: {name} is attested, but the log gives no such run.")
+        signed, measured = root / name, again / name
+        if name.endswith((".json", ".yaml")):
+            diff = first_difference(
+                _norm(yaml.safe_load(signed.read_text(encoding="utf-8"))),
+                _norm(yaml.safe_load(measured.read_text(encoding="utf-8"))),
+            )
+            if diff:
+                raise CheckFailed(
+                    describe(
+                        f"{root}: {name} is not what the log gives", diff, "file", "re-measured"
+                    )
+                )
+        elif signed.read_bytes() != measured.read_bytes():
+            raise CheckFailed(f"{root}: {name} is not what {Files.LOGS}/{Files.NODE_LOG} gives.")
 
 
 def verify_dir(root: Path, key: Path | None = None) -> Verified:

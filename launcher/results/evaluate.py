@@ -228,6 +228,38 @@ def remeasure(
     return records, result, verdict
 
 
+def remeasure_runs(
+    run_dir: Path,
+    into: Path,
+    recipe: Recipe,
+    timeline: dict | None,
+    *,
+    measured: int,
+    price_per_hour: float | None = None,
+    region: str | None = None,
+    tolerance: Tolerance | None = None,
+    runs: int | None = None,
+    price: Price | None = None,
+) -> tuple[list[StepRecord], Result, Verdict] | None:
+    """K measured runs cut from run_dir's node.log and judged on their mean exactly as a
+    measurement does, with every measured/<k>/ written into `into` (a scratch directory, never
+    the one `verify` checks) and no plots. None: no train stage began."""
+    judged = _measured_runs(
+        run_dir,
+        into,
+        recipe,
+        measured,
+        runs,
+        timeline,
+        (price_per_hour, region, tolerance, price),
+        False,
+    )
+    if judged is None:
+        return None
+    result, verdict, records = judged
+    return records, result, verdict
+
+
 def _file_ref(path: Path | None, out: Path) -> dict | None:
     """A file the measurement read: its path (relative to `out` when inside it) and sha256."""
     if path is None:

@@ -104,7 +104,7 @@ def prepare(run_dir: Path, target: Path, timeline: dict | None) -> list[tuple[in
         shutil.rmtree(root)
     elif root.exists() or root.is_symlink():
         root.unlink()
-    node_log = Path(run_dir) / Files.LOGS / "node.log"
+    node_log = Path(run_dir) / Files.LOGS / Files.NODE_LOG
     handles: dict[int, IO[bytes]] = {}
 
     def into(k: int) -> IO[bytes]:

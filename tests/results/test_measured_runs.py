@@ -10,7 +10,6 @@ the verdict; `reproduce measure RUN_DIR` reaches the same verdict offline.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import statistics
 import subprocess
@@ -20,82 +19,14 @@ from pathlib import Path
 import pytest
 import yaml
 from support.measure import REPO, seed_raw, step_times_for_tps
-from support.paths import TESTS
+from support.measured_runs import k_runs, times_env
 
-from launcher.clusters.local import LocalCluster
 from launcher.errors import CheckFailed
 from launcher.inputs.profile import load_profile
-from launcher.inputs.recipe import load_recipe
-from launcher.plan.measured import train_lines
 from launcher.plan.plan import build_plan
-from launcher.plan.protocol import DONE_LINE, STAGE_FUNCTIONS
-from launcher.records.rundir import RunDir
-from launcher.runner.runner import Runner
 
-STANDIN = TESTS / "standin_miles"
 CLAIM = seed_raw()["result"]["tokens_per_s_per_gpu"]
 TOKENS = 128 * 8192  # the seed's global batch x row tokens
-
-
-def _recipe(tmp_path: Path, runs: int) -> Path:
-    raw = seed_raw()
-    raw["result"]["runs"] = runs
-    path = tmp_path / "recipes" / "qwen3-30b-a3b" / "h200" / f"runs{runs}.yaml"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(raw, sort_keys=False))
-    return path
-
-
-def _node_script(plan, per_run_env: str) -> str:
-    """node.sh's train stage as the Plan renders it (train_lines), run on this host from the
-    stand-in miles; `per_run_env` (bash, may read REPRODUCE_MEASURED_RUN) sets each run's env."""
-    k = plan.runs["measured"]
-    run_block = per_run_env.rstrip("\n") + "\n" + plan.recipe.run_script.rstrip("\n")
-    lines = train_lines("the recipe's run block", str(STANDIN), run_block, k)
-    return "\n".join(
-        [
-            "#!/bin/bash",
-            "{",
-            "set -euo pipefail",
-            f"NODE_RUN_DIR={plan.node_run_dir}",
-            'cd "$NODE_RUN_DIR"',
-            STAGE_FUNCTIONS,
-            "_cleanup() { :; }",
-            "trap _on_exit EXIT",
-            "export STANDIN_NOISE_LINES=1 HF_CKPT=/hf TORCH_DIST=/torch-dist SFT_DATA=/rows",
-            *lines,
-            DONE_LINE,
-            "exit",
-            "}",
-            "",
-        ]
-    )
-
-
-def _run(tmp_path: Path, runs: int, per_run_env: str, accepted: int | None = None):
-    recipe_path = _recipe(tmp_path, runs)
-    recipe = load_recipe(recipe_path)
-    plan = build_plan(recipe, load_profile("local"), runs=accepted)
-    rd = RunDir.create(tmp_path / "runs", recipe.slug, plan.run_id)
-    plan = dataclasses.replace(plan, node_run_dir=str(tmp_path / "node" / plan.run_id))
-    plan = dataclasses.replace(plan, node_script=_node_script(plan, per_run_env))
-    rd.write_inputs(
-        recipe_text=recipe.text,
-        profile=Path(load_profile("local").path).read_text(),
-        plan=plan.to_dict(),
-        node_script=plan.node_script,
-    )
-    runner = Runner(scripts_dir=tmp_path / "scripts", poll_s=0.05)
-    (tmp_path / "scripts").mkdir(exist_ok=True)
-    return rd, plan, lambda: runner.execute(plan, rd, LocalCluster())
-
-
-def _times_env(times: list[float], fail_run: int | None = None) -> str:
-    words = " ".join(str(t) for t in times)
-    text = f'TIMES=(0 {words}); export STANDIN_STEP_TIME_S="${{TIMES[${{REPRODUCE_MEASURED_RUN:-1}}]}}"'
-    if fail_run is not None:
-        text += f'\nif [ "${{REPRODUCE_MEASURED_RUN:-1}}" = {fail_run} ]; then export STANDIN_FAIL_AT=8; fi'
-    return text
 
 
 def _measure_cli(run_dir: Path) -> tuple[int, dict]:
@@ -108,7 +39,7 @@ def _measure_cli(run_dir: Path) -> tuple[int, dict]:
 
 def test_runs_3_is_three_measured_runs_judged_on_their_mean(tmp_path):
     times = [step_times_for_tps(CLAIM * f) for f in (0.985, 1.0, 1.02)]
-    rd, plan, run = _run(tmp_path, 3, _times_env(times))
+    rd, plan, run = k_runs(tmp_path, 3, times_env(times))
     assert plan.to_dict()["runs"] == {"claimed": 3, "measured": 3, "accepted": None}
     real = build_plan(plan.recipe, load_profile("local")).node_script
     assert "for REPRODUCE_MEASURED_RUN in $(seq 1 3); do" in real  # the loop node.sh runs
@@ -178,7 +109,7 @@ def test_runs_3_is_three_measured_runs_judged_on_their_mean(tmp_path):
 
 def test_one_failed_run_of_three_fails_the_whole_naming_it(tmp_path):
     times = [step_times_for_tps(CLAIM)] * 3
-    rd, _, run = _run(tmp_path, 3, _times_env(times, fail_run=2))
+    rd, _, run = k_runs(tmp_path, 3, times_env(times, fail_run=2))
     with pytest.raises(CheckFailed) as err:
         run()
     assert "in stage train (measured run 2 of 3, measured/2)" in str(err.value)
@@ -204,7 +135,7 @@ def test_one_failed_run_of_three_fails_the_whole_naming_it(tmp_path):
 @pytest.mark.parametrize("accepted, words", [(1, "--runs 1 asked"), (2, "fewer, as --runs 2")])
 def test_fewer_runs_than_the_claim_say_so_in_the_verdict(tmp_path, accepted, words):
     times = [step_times_for_tps(CLAIM)] * 3
-    rd, plan, run = _run(tmp_path, 3, _times_env(times), accepted=accepted)
+    rd, plan, run = k_runs(tmp_path, 3, times_env(times), accepted=accepted)
     assert plan.to_dict()["runs"] == {"claimed": 3, "measured": accepted, "accepted": accepted}
     outcome = run()
     _, verdict = outcome.measurement
