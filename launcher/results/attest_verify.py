@@ -248,7 +248,7 @@ def _remeasure_mean(
     the measurement did (launcher/results/measured_runs.py), in a scratch directory; then every
     attested measured/<k>/ must be what the log gives, file for file, and no run may be missing
     or added. The mean is compared by the caller, as one run's figures are."""
-    from launcher.results.evaluate import remeasure_runs
+    from launcher.results.evaluate import measure_k_runs
 
     node_log = f"{Files.LOGS}/{Files.NODE_LOG}"
     if node_log not in names:
@@ -257,8 +257,15 @@ def _remeasure_mean(
             "which is not a subject: they cannot be measured again."
         )
     with tempfile.TemporaryDirectory(prefix="reproduce-verify-") as scratch:
-        got = remeasure_runs(
-            root, Path(scratch), recipe, record.get("timeline"), measured=measured, **pricing
+        got = measure_k_runs(
+            root,
+            Path(scratch),
+            recipe,
+            measured,
+            pricing["runs"],
+            record.get("timeline"),
+            (pricing["price_per_hour"], pricing["region"], pricing["tolerance"], pricing["price"]),
+            False,
         )
         if got is None:
             raise CheckFailed(
@@ -266,7 +273,8 @@ def _remeasure_mean(
                 "figures are the mean of are not in it."
             )
         _same_runs(root, Path(scratch), names)
-    return got
+    result, verdict, records = got
+    return records, result, verdict
 
 
 def _run_files(names: set[str]) -> set[str]:

@@ -228,38 +228,6 @@ def remeasure(
     return records, result, verdict
 
 
-def remeasure_runs(
-    run_dir: Path,
-    into: Path,
-    recipe: Recipe,
-    timeline: dict | None,
-    *,
-    measured: int,
-    price_per_hour: float | None = None,
-    region: str | None = None,
-    tolerance: Tolerance | None = None,
-    runs: int | None = None,
-    price: Price | None = None,
-) -> tuple[list[StepRecord], Result, Verdict] | None:
-    """K measured runs cut from run_dir's node.log and judged on their mean exactly as a
-    measurement does, with every measured/<k>/ written into `into` (a scratch directory, never
-    the one `verify` checks) and no plots. None: no train stage began."""
-    judged = _measured_runs(
-        run_dir,
-        into,
-        recipe,
-        measured,
-        runs,
-        timeline,
-        (price_per_hour, region, tolerance, price),
-        False,
-    )
-    if judged is None:
-        return None
-    result, verdict, records = judged
-    return records, result, verdict
-
-
 def _file_ref(path: Path | None, out: Path) -> dict | None:
     """A file the measurement read: its path (relative to `out` when inside it) and sha256."""
     if path is None:
@@ -423,7 +391,7 @@ def measure_run_dir(
     target = out_dir(out) if out is not None else run_dir
     judged = None
     if measured > 1:  # K measured runs: each alone into measured/<k>/, the verdict on the mean
-        judged = _measured_runs(
+        judged = measure_k_runs(
             run_dir,
             target,
             recipe,
@@ -476,7 +444,7 @@ def measure_run_dir(
     return result, verdict
 
 
-def _measured_runs(
+def measure_k_runs(
     run_dir: Path,
     target: Path,
     recipe: Recipe,
@@ -487,7 +455,8 @@ def _measured_runs(
     write_plots: bool,
 ) -> tuple[Result, Verdict, list[StepRecord]] | None:
     """K measured runs (launcher/results/measured_runs.py): each measured here exactly as one
-    run is, into its own measured/<k>/; the mean judged there. None: no train stage began."""
+    run is, into target's measured/<k>/; the mean judged there. None: no train stage began.
+    `verify` calls it too, into a scratch directory (launcher/results/attest_verify.py)."""
     from launcher.plan.claimruns import claimed_runs
     from launcher.results import measured_runs as mr
 

@@ -11,12 +11,19 @@ from launcher.inputs.recipe import load_recipe
 from launcher.records.history_rows import slug_of
 
 
-def test_a_recipe_file_its_name_and_its_slug_are_one_recipe(tmp_path):
+def test_a_recipe_file_its_name_and_its_slug_are_one_recipe(tmp_path, monkeypatch):
     slug = load_recipe(SEED).slug
     name = str(SEED.relative_to(REPO / "recipes")).removesuffix(".yaml")
     assert slug_of(str(SEED)) == slug_of(name) == slug_of(f"{name}.yaml") == slug_of(slug) == slug
     assert slug_of("some/other/thing") == "some/other/thing"  # not a recipe name: a slug
-    assert slug_of("../../etc/passwd") == "../../etc/passwd"  # never looked up as a file
+    # a name is looked up under recipes/ only, never climbing out of it: a recipe planted where
+    # recipes/../../etc/passwd.yaml leads (and no file at ../../etc/passwd itself) is not found
+    here = tmp_path / "a" / "b"
+    here.mkdir(parents=True)
+    (tmp_path / "a" / "etc").mkdir()
+    (tmp_path / "a" / "etc" / "passwd.yaml").write_bytes(SEED.read_bytes())
+    monkeypatch.chdir(here)
+    assert slug_of("../../etc/passwd") == "../../etc/passwd"
 
 
 def test_the_help_example_works(tmp_path):

@@ -173,7 +173,7 @@ def test_an_asset_nobody_can_supply_fails_in_resolve_before_any_download(
     assert (
         "in stage resolve" in err and "asset hf_ckpt (result.active_params.source/revision)" in err
     )
-    assert "tried:" in err and "store s3://" in err and needle in err
+    assert "tried:" in err and "at s3://" in err and needle in err
     # the pull ran beside it (ended or stopped); nothing that needs the asset plan began
     status = run.status
     assert status.pop("resolve") == "failed" and set(status) <= BESIDE_RESOLVE, run.stages
