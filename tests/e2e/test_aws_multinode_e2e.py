@@ -133,7 +133,7 @@ def test_a_four_node_recipe_runs_on_aws_to_a_verdict(
     ray_log = (rd / "logs" / "ray.log").read_text()
     assert f"all 4 nodes joined: {' '.join(PRIVATE)}" in ray_log
     train_log = (rd / "logs" / "train.log").read_text()
-    assert "placed 32 actors on 4 nodes" in train_log
+    assert "placed 32 GPUs (4 actors) on 4 nodes" in train_log
     ops = [c["operation"] for c in calls_of(rd)]
     assert ops.count("RunInstances") == 1 and ops.count("AllocateAddress") == 1
     assert ops.count("CreatePlacementGroup") == 1 and ops.count("DeletePlacementGroup") == 1

@@ -143,29 +143,33 @@ def print_arguments(argv):
 
 
 class Placement:
-    """Several nodes: one Ray actor per GPU of the run, placed across the cluster as miles places
-    its training actors (a placement group of one-GPU bundles), kept to the end. Fails unless every
-    one is placed; each step pings them all, so a node that dies fails training as it would miles.
-    Ray only here: a one-node run never imports it (its output stays byte for byte as before)."""
+    """Several nodes: the run's GPUs reserved across the cluster in a placement group, one bundle
+    and one Ray actor per node holding all of that node's GPUs, kept to the end. Fails unless
+    every one is placed; each step pings them all, so a node that dies fails training as it would
+    miles. (miles places one actor per GPU; one per node reserves the same GPUs on the same
+    nodes with an eighth of the worker processes, which on a 2-core test machine is most of a
+    multi-node run's CPU.) Ray only here: a one-node run never imports it (its output stays byte
+    for byte as before)."""
 
-    def __init__(self, gpus, timeout_s):
+    def __init__(self, nodes, gpus_per_node, timeout_s):
         import ray
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         self.ray = ray
+        self.gpus_per_node = gpus_per_node
         ray.init(address=os.environ.get("RAY_ADDRESS") or "auto", log_to_driver=False)
-        group = placement_group([{"GPU": 1}] * gpus, strategy="SPREAD")
+        group = placement_group([{"GPU": gpus_per_node}] * nodes, strategy="STRICT_SPREAD")
         ready, _ = ray.wait([group.ready()], timeout=timeout_s)
         if not ready:
             have = ray.cluster_resources().get("GPU", 0)
             raise SystemExit(
-                f"stand-in: could not place {gpus} one-GPU actors within {timeout_s:g} s "
-                f"(the cluster has {have:g} GPUs)"
+                f"stand-in: could not place {nodes} actors of {gpus_per_node} GPUs on {nodes} "
+                f"nodes within {timeout_s:g} s (the cluster has {have:g} GPUs)"
             )
 
-        @ray.remote(num_gpus=1, num_cpus=0)
-        class Rank:
+        @ray.remote(num_gpus=gpus_per_node, num_cpus=0)
+        class Node:
             def where(self):
                 return ray.util.get_node_ip_address()
 
@@ -173,21 +177,22 @@ class Placement:
                 return True
 
         self.actors = [
-            Rank.options(
+            Node.options(
                 scheduling_strategy=PlacementGroupSchedulingStrategy(
                     group, placement_group_bundle_index=i
                 )
             ).remote()
-            for i in range(gpus)
+            for i in range(nodes)
         ]
         self.nodes = ray.get([a.where.remote() for a in self.actors], timeout=timeout_s)
 
     def summary(self):
         counts = {}
         for ip in self.nodes:
-            counts[ip] = counts.get(ip, 0) + 1
+            counts[ip] = counts.get(ip, 0) + self.gpus_per_node
         where = ", ".join(f"{ip} x{n}" for ip, n in sorted(counts.items()))
-        return f"placed {len(self.actors)} actors on {len(counts)} nodes: {where}"
+        gpus = len(self.actors) * self.gpus_per_node
+        return f"placed {gpus} GPUs ({len(self.actors)} actors) on {len(counts)} nodes: {where}"
 
     def check(self, timeout_s):
         self.ray.get([a.ping.remote() for a in self.actors], timeout=timeout_s)
@@ -246,7 +251,7 @@ def main(argv):
     placement = None
     if args.actor_num_nodes > 1 and os.environ.get("RAY_ADDRESS"):  # a log test has no cluster
         timeout_s = _env_float("STANDIN_PLACE_TIMEOUT_S", 120.0)
-        placement = Placement(gpus, timeout_s)
+        placement = Placement(args.actor_num_nodes, args.actor_num_gpus_per_node, timeout_s)
         log.main("train.py:60", placement.summary())
 
     for step in range(args.num_rollout):
