@@ -9,7 +9,9 @@ K `train` stages in order, the k-th is run k, and the launcher splits node.log b
 measured/<k>/ (launcher/results/measured_runs.py). A run block runs in a subshell: its `cd`,
 `export` or `exit` cannot leak into the next run, and every run starts from the same
 environment. REPRODUCE_MEASURED_RUN (1..K) and REPRODUCE_MEASURED_RUNS (K) tell a run which it
-is. The first run that fails ends the loop (set -e): the runs after it would be paid for and
+is. Each run writes into a directory of its own, $REPRODUCE_OUT_DIR/run-<k>: a run block that saves
+a checkpoint there and loads one from there (`--save`/`--load`) would otherwise resume run 2 from
+run 1's end and measure other steps, or none. The first run that fails ends the loop (set -e): the runs after it would be paid for and
 could not change the verdict (a failed run fails the whole: docs/measurement.md).
 
 K = 1 renders the train stage exactly as before (no loop, no subshell).
@@ -38,6 +40,9 @@ def train_lines(title: str, miles_dir: str, run_block: str, runs: int) -> list[s
         "export REPRODUCE_MEASURED_RUN",
         "_stage_begin train",
         "(",
+        "# each run its own output directory: none resumes from the one before",
+        'export REPRODUCE_OUT_DIR="$REPRODUCE_OUT_DIR/run-$REPRODUCE_MEASURED_RUN"',
+        'mkdir -p "$REPRODUCE_OUT_DIR"',
         f"cd {miles_dir}",
         "# ----- recipe run block (verbatim) -----",
         run_block,

@@ -4,6 +4,9 @@ for REPRODUCE_MEASURED_RUN in $(seq 1 3); do
 export REPRODUCE_MEASURED_RUN
 _stage_begin train
 (
+# each run its own output directory: none resumes from the one before
+export REPRODUCE_OUT_DIR="$REPRODUCE_OUT_DIR/run-$REPRODUCE_MEASURED_RUN"
+mkdir -p "$REPRODUCE_OUT_DIR"
 cd /root/miles
 # ----- recipe run block (verbatim) -----
 export CUDA_DEVICE_MAX_CONNECTIONS=1

@@ -142,3 +142,20 @@ def test_fewer_runs_than_the_claim_say_so_in_the_verdict(tmp_path, accepted, wor
     assert verdict.status == "reproduced"
     assert any(words in r for r in verdict.reasons), verdict.reasons
     assert (rd.path / "measured").exists() == (accepted > 1)
+
+
+def test_each_measured_run_starts_from_an_empty_output_directory_of_its_own(tmp_path):
+    """A run block that resumes from a checkpoint in $REPRODUCE_OUT_DIR (miles' --save/--load)
+    must not resume run 2 from run 1's end: each run has REPRODUCE_OUT_DIR/run-<k> to itself."""
+    times = [step_times_for_tps(CLAIM)] * 3
+    resume = (
+        'if [ -n "$(ls -A "$REPRODUCE_OUT_DIR")" ]; then export STANDIN_FAIL_AT=0; fi\n'
+        'echo "$REPRODUCE_MEASURED_RUN" > "$REPRODUCE_OUT_DIR/latest_checkpointed_iteration.txt"'
+    )
+    rd, plan, run = k_runs(tmp_path, 3, times_env(times) + "\n" + resume)
+    outcome = run()
+    assert outcome.exit_code == 0, outcome
+    out = Path(plan.node_run_dir) / "out"
+    for k in (1, 2, 3):
+        assert (out / f"run-{k}" / "latest_checkpointed_iteration.txt").read_text() == f"{k}\n"
+    assert sorted(p.name for p in out.iterdir()) == ["run-1", "run-2", "run-3"]

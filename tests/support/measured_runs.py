@@ -45,6 +45,7 @@ def runs_node_script(plan: Plan, per_run_env: str) -> str:
             "{",
             "set -euo pipefail",
             f"NODE_RUN_DIR={plan.node_run_dir}",
+            'export REPRODUCE_OUT_DIR="$NODE_RUN_DIR/out"',
             'cd "$NODE_RUN_DIR"',
             STAGE_FUNCTIONS,
             "_cleanup() { :; }",
