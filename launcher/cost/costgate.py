@@ -145,6 +145,18 @@ def worst_case_text(prepared: Prepared) -> str | None:
     )
 
 
+def ttl_check(prepared: Prepared) -> tuple[str | None, str | None]:
+    """(a warning, a refusal) when a launch's TTL would end it before its training ends
+    (launcher/cost/ttl.py); (None, None) for a host that is not launched."""
+    ttl = _number(_ttl_hours(prepared.profile)) if launches(prepared.profile) else None
+    if ttl is None:
+        return None, None
+    from launcher.cost.ttl import run_check
+
+    runs = prepared.plan.runs.get("measured") or 1
+    return run_check(prepared.recipe, ttl, store=prepared.profile.assets.store, runs=runs)
+
+
 def refuse_unattended(profile: Profile, *, yes: bool, max_usd: float | None, who: str) -> None:
     """BadInput when runs nobody watches would launch paid nodes without consent or a budget.
 
@@ -202,6 +214,9 @@ def decide(prepared: Prepared, options: Options, *, attended: bool) -> CostGate:
     worst = worst_case_text(prepared)
     if worst is not None:
         lines.append(f"worst     {worst}")
+    warning, refusal = ttl_check(prepared)
+    if warning is not None:
+        lines.append(f"ttl       WARNING: {warning}")
     lines.append(f"budget    {_budget_words(options)}")
     lines += claim_lines(
         plan.recipe, plan.runs.get("accepted")
@@ -212,9 +227,8 @@ def decide(prepared: Prepared, options: Options, *, attended: bool) -> CostGate:
         max_usd=options.max_usd,
         runs=plan.runs.get("measured") or 1,  # K measured runs train K times
     )
-    ask = paid and not options.yes and attended
-    refusal = None
-    if paid and not attended:
+    ask = paid and not options.yes and attended and refusal is None
+    if paid and not attended and refusal is None:
         try:
             refuse_unattended(profile, yes=options.yes, max_usd=options.max_usd, who="this run")
         except BadInput as err:

@@ -11,8 +11,9 @@ measured/<k>/ (launcher/results/measured_runs.py). A run block runs in a subshel
 environment. REPRODUCE_MEASURED_RUN (1..K) and REPRODUCE_MEASURED_RUNS (K) tell a run which it
 is. Each run writes into a directory of its own, $REPRODUCE_OUT_DIR/run-<k>: a run block that saves
 a checkpoint there and loads one from there (`--save`/`--load`) would otherwise resume run 2 from
-run 1's end and measure other steps, or none. The first run that fails ends the loop (set -e): the runs after it would be paid for and
-could not change the verdict (a failed run fails the whole: docs/measurement.md).
+run 1's end and measure other steps, or none. The first run that fails ends the loop (set -e):
+the runs after it would be paid for and could not change the verdict (a failed run fails the
+whole: docs/measurement.md).
 
 K = 1 renders the train stage exactly as before (no loop, no subshell).
 """

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from launcher.cost.costgate import cost_line, worst_case_text
+from launcher.cost.costgate import cost_line, ttl_check, worst_case_text
 from launcher.errors import BadInput
 from launcher.inputs.profile import Profile, load_profile
 from launcher.inputs.recipe import Recipe, load_recipe
@@ -265,7 +265,13 @@ def likely_lines(prepared: Prepared, max_usd: float | None = None) -> list[str]:
 def _worst_lines(prepared: Prepared) -> list[str]:
     """A launch's worst case (until its TTL), shown before anything is paid for."""
     worst = worst_case_text(prepared)
-    return [] if worst is None else [f"# worst     {worst}"]
+    warning, refusal = ttl_check(prepared)
+    lines = [] if worst is None else [f"# worst     {worst}"]
+    if warning is not None:
+        lines.append(f"# ttl       WARNING: {warning}")
+    if refusal is not None:
+        lines.append(f"# ttl       A REAL RUN IS REFUSED: {refusal}")
+    return lines
 
 
 def write_script(plan: Plan, path: Path) -> None:
