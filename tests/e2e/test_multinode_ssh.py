@@ -93,7 +93,10 @@ def test_a_four_node_recipe_runs_on_an_ssh_host_list_to_a_verdict(
     ray_log = (rd / "logs" / "ray.log").read_text()
     assert "all 4 nodes joined: 127.0.0.1 127.0.0.2 127.0.0.3 127.0.0.4" in ray_log
     train_log = (rd / "logs" / "train.log").read_text()
-    assert "placed 32 GPUs (4 actors) on 4 nodes: 127.0.0.1 x8, 127.0.0.2 x8, 127.0.0.3 x8" in train_log
+    assert (
+        "placed 32 GPUs (4 actors) on 4 nodes: 127.0.0.1 x8, 127.0.0.2 x8, 127.0.0.3 x8"
+        in train_log
+    )
     for k in range(1, NODES):  # the workers joined node 0's Ray and ended cleanly when told
         worker = rd / "logs" / f"node-{k}"
         assert f"Local node IP: {hosts.address(k)}" in ANSI.sub(
