@@ -57,8 +57,8 @@ def run_check(
             f"the profile's ttl_hours ({ttl_hours:g} h) is shorter than {what} is estimated to "
             f"take even on a node that kept its cache and image ({shortest:.2f} h): the instance "
             "would end itself before training ends, and the GPU-hours until then would be paid "
-            "for nothing. Nothing was launched. Raise ttl_hours in the profile (at most 168), or "
-            "measure fewer runs (--runs)."
+            "for nothing. Nothing was launched. Raise ttl_hours in the profile (at most 168)"
+            + (", or measure fewer runs (--runs)." if runs > 1 else ".")
         )
     if likely > ttl_hours:
         return (

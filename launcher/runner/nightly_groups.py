@@ -6,7 +6,9 @@ one after another on one node (launcher/runner/held.py); recipes of another shap
 a node of their own. A recipe that cannot be read, or that the profile could not launch, is a
 group alone without a node: its run refuses it as `reproduce RECIPE` would, and it costs nothing.
 So is every recipe on a backend that launches nothing (local, ssh, ray: node_shape None): its
-nodes are there already, each run acquires them as a single run does.
+nodes are there already, each run acquires them as a single run does. A launched node ends
+itself at its TTL, so a group takes recipes only while their estimated time fits it
+(launcher/cost/ttl.py): a night too long for one node gets several, one after another.
 
 The split: each recipe is charged its own run (its timeline, acquired_at to released_at, as for
 any run) less the provisioning, which the group's first run waited for and which is the group's;
@@ -27,6 +29,7 @@ from launcher.runner.held import HeldNode
 
 if TYPE_CHECKING:
     from launcher.inputs.profile import Profile
+    from launcher.inputs.recipe import Recipe
 
 
 @dataclass(frozen=True)
@@ -50,12 +53,14 @@ class Group:
 
 
 def group_by_shape(recipes: Sequence[Path], profile: Profile) -> list[Group]:
-    """Groups in the order of their first recipe; within a group, the recipes' order."""
+    """Groups in the order of their first recipe; within a group, the recipes' order. On a
+    profile that launches its nodes, a group takes recipes only while its node's estimated time
+    stays within its TTL (launcher/cost/ttl.py); the rest start a node of their own."""
     from launcher import clusters
     from launcher.inputs.recipe import load_recipe
 
     groups: dict[str, Group] = {}
-    alone: list[Group] = []
+    loaded: dict[str, list[Recipe]] = {}
     order: list[Group] = []
     for path in recipes:
         try:
@@ -64,9 +69,7 @@ def group_by_shape(recipes: Sequence[Path], profile: Profile) -> list[Group]:
         except ReproduceError:  # refused by its own run, with the whole reason
             key = None
         if key is None:
-            group = Group(path.name, [path])
-            alone.append(group)
-            order.append(group)
+            order.append(Group(path.name, [path]))  # alone, without a node
             continue
         if key not in groups:
             what = recipe.instance_type or f"{recipe.gpus_per_node} GPUs"
@@ -75,12 +78,43 @@ def group_by_shape(recipes: Sequence[Path], profile: Profile) -> list[Group]:
             if label in taken:  # same type and count, other settings (region, capacity...)
                 label = f"{label} #{len(groups) + 1}"
             groups[key] = Group(label, [], gpus=recipe.gpu_count)
+            loaded[key] = []
             order.append(groups[key])
         groups[key].recipes.append(path)
+        loaded[key].append(recipe)
+    out: list[Group] = []
     for group in order:
-        if group not in alone:
-            group.node = HeldNode(group.label, len(group.recipes))
-    return order
+        key = next((k for k, g in groups.items() if g is group), None)
+        if key is None:
+            out.append(group)
+            continue
+        for part in _within_ttl(group, loaded[key], profile):
+            part.node = HeldNode(part.label, len(part.recipes))
+            out.append(part)
+    return out
+
+
+def _within_ttl(group: Group, recipes: list[Recipe], profile: Profile) -> list[Group]:
+    """The group as nodes whose estimated time fits their TTL (one part when it all fits, or
+    when the profile launches nothing and so sets no TTL)."""
+    from launcher.cost.costgate import launches
+    from launcher.cost.ttl import TTL_SHARE, chunks_within_ttl
+    from launcher.inputs.profile import AwsProfile
+
+    if not isinstance(profile, AwsProfile) or not launches(profile):
+        return [group]
+    chunks = chunks_within_ttl(recipes, profile.ttl_hours, store=profile.assets.store)
+    if len(chunks) == 1:
+        return [group]
+    return [
+        Group(
+            f"{group.label} (node {n} of {len(chunks)}: {TTL_SHARE:.0%} of ttl_hours "
+            f"{profile.ttl_hours:g} each)",
+            [group.recipes[i] for i in chunk],
+            gpus=group.gpus,
+        )
+        for n, chunk in enumerate(chunks, start=1)
+    ]
 
 
 def _timeline(run_dir: Path | None) -> dict:
