@@ -10,7 +10,7 @@ offline (`python -m launcher.pages RUN_DIR`). docs/report.md describes every pag
 from __future__ import annotations
 
 from launcher.pages.history_page import render_history_page, write_history_page
-from launcher.pages.nightly_page import render_nightly_page, write_nightly_page
+from launcher.pages.nightly_page import NodeGroupView, render_nightly_page, write_nightly_page
 from launcher.pages.run_page import (
     PAGE_NAME,
     render_run_page,
@@ -21,6 +21,7 @@ from launcher.pages.run_page import (
 __all__ = [
     "PAGE_NAME",
     "render_history_page",
+    "NodeGroupView",
     "render_nightly_page",
     "render_run_page",
     "write_history_page",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -60,6 +61,20 @@ class NightlyEntryLike(Protocol):
     def outcome(self) -> str: ...
 
 
+@dataclass(frozen=True)
+class NodeGroupView:
+    """One node a nightly held for recipes of one shape, as its summary says it
+    (launcher/runner/nightly_groups.py group_lines: the one wording of it): its label, the run
+    ids it ran, its lines (acquired, released, the GPU-hour split) and the split's figures."""
+
+    label: str
+    run_ids: list[str]
+    lines: list[str]
+    held_gpu_hours: float | None = None
+    shared_gpu_hours: float | None = None
+    own: dict[str, float] = field(default_factory=dict)
+
+
 def page_path(root: Path, stamp: float) -> Path:
     return Path(root) / f"nightly-{time.strftime('%Y-%m-%d', time.gmtime(stamp))}.html"
 
@@ -73,6 +88,7 @@ def write_nightly_page(
     exit_code: int,
     history_path: Path | None = None,
     started: float | None = None,
+    groups: Sequence[NodeGroupView] = (),
 ) -> Path:
     """runs/nightly-<UTC date>.html (a second nightly on the same date replaces it), with each
     recipe's recent history read from `history_path` for its trend line."""
@@ -100,6 +116,7 @@ def write_nightly_page(
         links=links,
         started=started,
         costs=costs,
+        groups=groups,
     )
     write_atomic(path, text)
     return path
@@ -138,6 +155,7 @@ def render_nightly_page(
     links: Mapping[str, str] | None = None,
     started: float | None = None,
     costs: Mapping[str, float | None] | None = None,
+    groups: Sequence[NodeGroupView] = (),
 ) -> str:
     """The night as one HTML string. `stamp`: when it ended; `started`: when it began."""
     costs = costs or {}
@@ -187,12 +205,48 @@ def render_nightly_page(
         "coloured by verdict, tonight's the larger dot.</p>"
         + (f"<p>History database: <code>{esc(history_path)}</code>.</p>" if history_path else "")
     )
+    nodes = _nodes(groups, entries) if groups else ""
     return page(
         f"Nightly {date} ({cluster})",
         header,
-        section("summary", "Tonight", summary) + section("recipes", "Each recipe", details),
+        section("summary", "Tonight", summary)
+        + (section("nodes", "Nodes", nodes) if nodes else "")
+        + section("recipes", "Each recipe", details),
         foot,
     )
+
+
+def _nodes(groups: Sequence[NodeGroupView], entries: Sequence[NightlyEntryLike]) -> str:
+    """Each node the night held: which recipes ran on it and where its GPU-hours went."""
+    slugs = {e.row.run_id: e.row.slug for e in entries}
+    out = []
+    for g in groups:
+        ran = "".join(
+            f"<li>{link(f'#r-{rid}', slugs.get(rid, rid))}"
+            + (
+                f' <span class="dim" data-own-gpu-hours="{g.own[rid]:.4f}">'
+                f"{num(g.own[rid], 3)} GPU-hours of its own</span>"
+                if rid in g.own
+                else ""
+            )
+            + "</li>"
+            for rid in g.run_ids
+        )
+        held = (
+            f' data-held-gpu-hours="{g.held_gpu_hours:.4f}"' if g.held_gpu_hours is not None else ""
+        )
+        shared = (
+            f' data-shared-gpu-hours="{g.shared_gpu_hours:.4f}"'
+            if g.shared_gpu_hours is not None
+            else ""
+        )
+        notes = "".join(f"<li>{esc(line.strip())}</li>" for line in g.lines[1:])
+        out.append(
+            f'<div class="node-group" data-node-group="{esc(g.label)}"{held}{shared}>'
+            f"<h3>{esc(g.lines[0] if g.lines else g.label)}</h3>"
+            f'<ul class="notes">{notes}</ul><ol>{ran}</ol></div>'
+        )
+    return "".join(out)
 
 
 def _table(

@@ -61,7 +61,7 @@ from launcher.records.history import (
 )
 from launcher.records.rundir import Files
 from launcher.runner.held import HeldNode
-from launcher.runner.nightly_groups import Group, Ran, group_by_shape, group_lines
+from launcher.runner.nightly_groups import Group, Ran, group_by_shape, group_lines, view
 from launcher.runner.reproduction import Options
 
 if TYPE_CHECKING:
@@ -298,6 +298,7 @@ def nightly(
             exit_code=result.exit_code,
             history_path=None if result.history_error else db_path,
             started=min(started, stamp),
+            groups=[v for v in map(view, result.groups) if v is not None],
         )
     except Exception as err:  # noqa: BLE001 - the page is a view; the summary above is the record
         echo(f"warning: the nightly page was not written: {err}")

@@ -30,6 +30,7 @@ from launcher.runner.held import HeldNode
 if TYPE_CHECKING:
     from launcher.inputs.profile import Profile
     from launcher.inputs.recipe import Recipe
+    from launcher.pages import NodeGroupView
 
 
 @dataclass(frozen=True)
@@ -188,3 +189,20 @@ def group_lines(group: Group) -> list[str]:
             f"{hours['per_recipe']:.3f} per recipe run)"
         )
     return lines
+
+
+def view(group: Group) -> NodeGroupView | None:
+    """The group as the nightly page shows it (None: its recipe ran alone, without a node)."""
+    from launcher.pages import NodeGroupView
+
+    if group.node is None:
+        return None
+    hours = split(group) or {}
+    return NodeGroupView(
+        label=group.label,
+        run_ids=[r.run_id for r in group.runs],
+        lines=group_lines(group),
+        held_gpu_hours=hours.get("held"),
+        shared_gpu_hours=hours.get("shared"),
+        own={r.run_id: hours[r.run_id] for r in group.runs if r.run_id in hours},
+    )

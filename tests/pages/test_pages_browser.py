@@ -24,6 +24,7 @@ from support.page_read import assert_shown_figures_match
 from support.pages import SLUG, make_run, set_verdict
 
 from launcher.pages import (
+    NodeGroupView,
     render_nightly_page,
     write_history_page,
     write_run_page,
@@ -184,6 +185,19 @@ def test_history_and_nightly_pages_of_a_long_history(browser, shots, tmp_path):
             stamp=time.time(),
             exit_code=1,
             histories={SLUG: rows},
+            groups=[
+                NodeGroupView(
+                    label="aws p5en.48xlarge x1",
+                    run_ids=[rows[11].run_id, rows[10].run_id],
+                    lines=[
+                        "node group aws p5en.48xlarge x1: 2 recipe(s) on one node",
+                        "  acquired once in 312 s (held by runs/a); released once in 41 s",
+                    ],
+                    held_gpu_hours=3.5,
+                    shared_gpu_hours=0.9,
+                    own={rows[11].run_id: 1.4, rows[10].run_id: 1.2},
+                )
+            ],
         )
     )
     facts = load(browser, nightly, shots, "nightly")
@@ -192,6 +206,12 @@ def test_history_and_nightly_pages_of_a_long_history(browser, shots, tmp_path):
         "[...document.querySelectorAll('[data-outcome]')].map(e => e.dataset.outcome)"
     )
     assert outcomes == ["reproduced", "regression", "infra"]
+    node = browser.evaluate(
+        "(() => { const g = document.querySelector('[data-node-group]');"
+        " return {label: g.dataset.nodeGroup, runs: g.querySelectorAll('ol li a').length,"
+        " visible: g.getBoundingClientRect().height > 0}; })()"
+    )
+    assert node == {"label": "aws p5en.48xlarge x1", "runs": 2, "visible": True}
 
 
 def test_the_harness_sees_console_errors_exceptions_and_requests(browser, tmp_path):

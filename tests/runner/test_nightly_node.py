@@ -27,10 +27,12 @@ import yaml
 from support.aws import NOTHING, OPERATOR_KEY, console, live_with_operator_key, write_profile
 from support.measure import SEED, run_standin, seed_raw, step_times_for_tps
 from support.nodescript import script
+from support.page_read import parse
 
 import launcher.clusters.aws as aws_backend
 import launcher.runner.reproduction as reproduction
 from launcher.runner.nightly import nightly, run_recipe
+from launcher.runner.nightly_groups import split
 from launcher.runner.reporter import QuietReporter
 
 pytestmark = [pytest.mark.aws, pytest.mark.ssh]
@@ -205,6 +207,16 @@ def test_two_recipes_of_one_shape_share_one_launch_and_one_terminate(night, tmp_
     assert f"on the nightly group's node, acquired by {first}" in out  # the second run says so
     summary = result.summary_path.read_text() if result.summary_path else ""
     assert "## Node groups" in summary and "2 recipe(s) on one node" in summary
+    # the page shows the node too: both runs on it, its hours split as the summary splits them
+    page = parse(result.page_path.read_text())
+    [node] = [d for _, d in page.attrs if "data-node-group" in d]
+    assert node["data-node-group"] == group.label
+    hours = split(group)
+    assert float(node["data-held-gpu-hours"]) == pytest.approx(hours["held"], abs=1e-4)
+    own = [float(d["data-own-gpu-hours"]) for _, d in page.attrs if "data-own-gpu-hours" in d]
+    assert own == pytest.approx([hours[e.row.run_id] for e in result.entries], abs=1e-4)
+    assert sum(own) + float(node["data-shared-gpu-hours"]) == pytest.approx(hours["held"], 1e-3)
+    assert "acquired once" in "".join(page.text)
 
 
 def test_a_failure_in_the_first_recipe_still_runs_the_second_on_the_node_and_releases_once(
