@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support.assets import OTHER_REV
+from support.assets import OTHER_REV, plant_other_snapshot
 from support.assets_e2e import (
     BESIDE_RESOLVE,
     Run,
@@ -212,16 +212,7 @@ def test_a_cache_holding_another_revision_is_named_and_left_alone(
     node, hub, tiny, test_image, container_run_args, tmp_path
 ):
     other = tmp_path / "elsewhere" / "tiny-model"
-    other.mkdir(parents=True)
-    (other / "config.json").write_text("{}")
-    identity = {
-        "kind": "hf-snapshot",
-        "repo_type": "model",
-        "repo": "test-org/tiny-model",
-        "revision": OTHER_REV,
-        "include": None,
-    }
-    store_mod.write_local_manifest(other, store_mod.make_manifest(other, identity))
+    plant_other_snapshot(other)
     before = sorted((p.name, p.read_bytes()) for p in other.iterdir())
     profile = profile_file(tmp_path, node, container_run_args, "a", assets={"hf_ckpt": str(other)})
     run = Run(recipe_file(tmp_path, test_image, tiny), profile, tmp_path / "runs")

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from support.assets import CKPT_REV, OTHER_REV, aws_cli, tiny_recipe_raw
+from support.assets import CKPT_REV, OTHER_REV, aws_cli, plant_other_snapshot, tiny_recipe_raw
 from support.node_assets import ENCODER, fake_conversion, make_spec, node, resolve, sources
 from support.node_scripts import SCRIPTS, load_script
 
@@ -137,16 +137,7 @@ def test_a_store_without_the_object_and_no_hub_is_an_infra_failure(tiny, tmp_pat
 def test_a_cache_holding_another_revision_is_named_and_left_alone(hub, tiny, tmp_path):
     spec = make_spec(tmp_path, tiny_recipe_raw(*tiny))
     ckpt = tmp_path / "cache/hf/tiny-model"
-    ckpt.mkdir(parents=True)
-    (ckpt / "config.json").write_text("{}")
-    other = {
-        "kind": "hf-snapshot",
-        "repo_type": "model",
-        "repo": "test-org/tiny-model",
-        "revision": OTHER_REV,
-        "include": None,
-    }
-    store_mod.write_local_manifest(ckpt, store_mod.make_manifest(ckpt, other))
+    plant_other_snapshot(ckpt)
     plan, proc = resolve(spec, ok=False)
     assert proc.returncode == 1
     assert (

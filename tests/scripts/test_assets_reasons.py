@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 
 import pytest
-from support.assets import OTHER_REV, tiny_recipe_raw
+from support.assets import OTHER_REV, plant_other_snapshot, tiny_recipe_raw
 from support.node_assets import make_spec, resolve
 from support.node_scripts import load_script
 
@@ -31,21 +31,8 @@ def _asset(spec: Path, name: str) -> dict:
     return next(a for a in json.loads(spec.read_text())["assets"] if a["name"] == name)
 
 
-def _other_snapshot(path: Path) -> None:
-    path.mkdir(parents=True)
-    (path / "config.json").write_text("{}")
-    other = {
-        "kind": "hf-snapshot",
-        "repo_type": "model",
-        "repo": "test-org/tiny-model",
-        "revision": OTHER_REV,
-        "include": None,
-    }
-    store_mod.write_local_manifest(path, store_mod.make_manifest(path, other))
-
-
 def cache_holds_another_revision(spec: Path, store: Path) -> None:
-    _other_snapshot(Path(_asset(spec, "hf_ckpt")["path"]))
+    plant_other_snapshot(Path(_asset(spec, "hf_ckpt")["path"]))
 
 
 def cached_rows_differ_from_the_pin(spec: Path, store: Path) -> None:
@@ -55,7 +42,7 @@ def cached_rows_differ_from_the_pin(spec: Path, store: Path) -> None:
 
 
 def store_holds_another_snapshot_under_the_key(spec: Path, store: Path) -> None:
-    _other_snapshot(store / spec_mod.store_key(_asset(spec, "hf_ckpt")))
+    plant_other_snapshot(store / spec_mod.store_key(_asset(spec, "hf_ckpt")))
 
 
 @pytest.mark.parametrize(

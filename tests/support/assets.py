@@ -285,6 +285,24 @@ DATA_REV = "3" * 40
 OTHER_REV = "4" * 40
 
 
+def plant_other_snapshot(path: Path) -> None:
+    """A cache directory at PATH holding the tiny model at OTHER_REV, manifest and all: what a
+    cache kept from another recipe's revision looks like to resolve."""
+    from support.node_scripts import load_script
+
+    store = load_script("asset_store")
+    path.mkdir(parents=True)
+    (path / "config.json").write_text("{}")
+    other = {
+        "kind": "hf-snapshot",
+        "repo_type": "model",
+        "repo": "test-org/tiny-model",
+        "revision": OTHER_REV,
+        "include": None,
+    }
+    store.write_local_manifest(path, store.make_manifest(path, other))
+
+
 def conversations(n: int, seed: int = 5, words: int = 30) -> list[list[dict[str, str]]]:
     r = random.Random(seed)
     out = []
