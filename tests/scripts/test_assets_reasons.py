@@ -22,7 +22,6 @@ from support.node_scripts import load_script
 from launcher.records.rundir import Files, RunDir
 from launcher.runner.outcome import check_detail
 
-store_mod = load_script("asset_store")
 spec_mod = load_script("asset_spec")
 HEX = re.compile(r"\b[0-9a-f]{40}(?:[0-9a-f]{24})?\b")  # a commit or a sha256
 
