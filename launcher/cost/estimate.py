@@ -64,7 +64,13 @@ FIGURES: dict[str, Figure] = {
     "image_bytes": Figure(
         20 * GB, "B", "assumed: the training image, compressed; recipes do not state its size"
     ),
-    "pull": Figure(0.15 * GB, "B/s", "assumed: docker pull with layer extraction (disk-bound)"),
+    "pull": Figure(
+        0.15 * GB,
+        "B/s",
+        "assumed: docker pull with layer extraction; its node side measured at 0.13-0.16 GB/s "
+        "from a loopback registry on the 2-core machine, and a docker load of the same image no "
+        "faster (docs/benchmarks.md, 'Image pull and load'); the registry's network not included",
+    ),
     "image_present": Figure(5, "s", "assumed: docker pull of an image the node holds"),
     "preflight-gpu": Figure(
         15,
