@@ -37,7 +37,12 @@ FIGURES = (
     "measured",
 )
 INPUTS_DIR = "inputs"  # where attest copies a bare log's measured inputs into the directory
-_INPUT_NAMES = {"log": "train.log", "recipe": Files.RECIPE, "timeline": Files.TIMELINE}
+_INPUT_NAMES = {
+    "log": "train.log",
+    "recipe": Files.RECIPE,
+    "timeline": Files.TIMELINE,
+    "node_log": f"{Files.LOGS}/{Files.NODE_LOG}",  # K measured runs are cut from it
+}
 
 
 def plain(value: Any) -> Any:
@@ -103,7 +108,8 @@ def measured_inputs(root: Path, record: dict[str, Any]) -> dict[str, Any]:
     from launcher.results.attest import safe_name, sha256_file
 
     out: dict[str, Any] = {}
-    for role in ("log", "recipe"):
+    roles = ["log", "recipe"] + (["node_log"] if record.get("node_log") else [])
+    for role in roles:
         ref = record.get(role)
         if not isinstance(ref, dict) or not ref.get("path") or not ref.get("sha256"):
             raise BadInput(f"{root}/measure.json names no {role} with a sha256; re-measure it.")
@@ -126,7 +132,7 @@ def measured_inputs(root: Path, record: dict[str, Any]) -> dict[str, Any]:
                 f"the {role} measured into {root} ({path}) changed since it was measured "
                 f"(sha256 {digest[:12]}... then). Measure again, then attest."
             )
-        dest.parent.mkdir(exist_ok=True)
+        dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(source, dest)
         out[role] = {"path": f"{INPUTS_DIR}/{_INPUT_NAMES[role]}", "sha256": digest}
     return out

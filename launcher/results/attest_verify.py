@@ -194,7 +194,10 @@ def remeasure_check(
     }
     measured = record.get("measured_runs")
     if isinstance(measured, int) and not isinstance(measured, bool) and measured > 1:
-        records, result, verdict = _remeasure_mean(root, names, recipe, record, measured, pricing)
+        where = (inputs.get("node_log") or {}).get("path") or f"{Files.LOGS}/{Files.NODE_LOG}"
+        records, result, verdict = _remeasure_mean(
+            root, names, recipe, where, measured, pricing, record.get("timeline")
+        )
     else:
         records, result, verdict = remeasure(
             root / inputs["log"]["path"], recipe, record.get("timeline"), **pricing
@@ -240,9 +243,10 @@ def _remeasure_mean(
     root: Path,
     names: set[str],
     recipe: Recipe,
-    record: dict[str, Any],
+    node_log: str,
     measured: int,
     pricing: dict[str, Any],
+    timeline: dict[str, Any] | None,
 ) -> tuple[list[StepRecord], Result, Verdict]:
     """K measured runs: cut node.log into its runs again, measure each and judge their mean, as
     the measurement did (launcher/results/measured_runs.py), in a scratch directory; then every
@@ -250,20 +254,20 @@ def _remeasure_mean(
     or added. The mean is compared by the caller, as one run's figures are."""
     from launcher.results.evaluate import measure_k_runs
 
-    node_log = f"{Files.LOGS}/{Files.NODE_LOG}"
-    if node_log not in names:
+    if node_log not in names or not node_log.endswith(f"{Files.LOGS}/{Files.NODE_LOG}"):
         raise CheckFailed(
             f"{root}: its figures are the mean of {measured} measured runs, cut from {node_log}, "
             "which is not a subject: they cannot be measured again."
         )
+    logs_of = (root / node_log).parent.parent  # the directory whose logs/node.log it is
     with tempfile.TemporaryDirectory(prefix="reproduce-verify-") as scratch:
         got = measure_k_runs(
-            root,
+            logs_of,
             Path(scratch),
             recipe,
             measured,
             pricing["runs"],
-            record.get("timeline"),
+            timeline,
             (pricing["price_per_hour"], pricing["region"], pricing["tolerance"], pricing["price"]),
             False,
         )

@@ -260,6 +260,7 @@ def write_measure_record(
     runs: int | None = None,
     price: Price | None = None,
     measured: int = 1,
+    node_log: Path | None = None,
 ) -> None:
     """out/measure.json: what this measurement read and how it judged (its record). The timeline
     is kept as it was read: a run's timeline.json gains its release time after the run was
@@ -286,6 +287,7 @@ def write_measure_record(
         "reference": str(reference) if reference is not None else None,
         "runs": runs,  # fewer measured runs than the claim's mean, accepted (--runs)
         "measured_runs": measured,  # K: the figures are the mean of measured/1..K
+        "node_log": _file_ref(node_log, out) if measured > 1 else None,  # K runs are cut from it
         "price": price.to_dict() if price is not None else None,  # the run's decided price
         "policy": {"name": POLICY_NAME, "version": POLICY_VERSION},
         "launcher": launcher_identity(),
@@ -433,6 +435,7 @@ def measure_run_dir(
         runs=runs,
         price=recorded,
         measured=measured,
+        node_log=run_dir / Files.LOGS / Files.NODE_LOG,
     )
     if write_page:
         from launcher.pages import write_run_page

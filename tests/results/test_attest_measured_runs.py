@@ -126,6 +126,32 @@ def test_a_signed_change_to_the_measured_runs_is_named(made, tmp_path, change, n
 
 
 def test_a_mean_without_node_log_among_its_subjects_cannot_be_measured_again(made, tmp_path):
-    d = signed_copy(made, tmp_path, lambda d: (d / "logs/node.log").unlink())
+    d = tmp_path / "copy"
+    shutil.copytree(made["run"], d)
+    predicate = build_predicate(d)  # as measured, then node.log left out of what is signed
+    (d / "logs/node.log").unlink()
+    stmt = statement(subjects_of(d, evidence_files(d)), predicate)
+    (d / ENVELOPE_FILE).write_text(json.dumps(sign(stmt, load_signing_key(made["key"]))))
     message = refusal(d, made["pub"])
     assert "mean of 3 measured runs" in message and "logs/node.log" in message
+
+
+def test_a_measure_out_directory_of_the_three_runs_is_attested_and_verifies(made, tmp_path):
+    """`measure RUN --out DIR` of a run of three: DIR holds the mean and measured/<k>/, not the
+    node.log they were cut from; attest copies it in (inputs/logs/node.log) and verify
+    re-measures from the copy, here and in a copy of DIR."""
+    out = tmp_path / "out"
+    assert cli("measure", made["run"], "--out", out).returncode == 0
+    proc = cli("attest", out, "--key", made["key"])
+    assert proc.returncode == 0, proc.stderr
+    assert (out / "inputs/logs/node.log").read_bytes() == (
+        made["run"] / "logs/node.log"
+    ).read_bytes()
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    for d in (out, copy):
+        proc = cli("verify", d, "--key", made["pub"], "--json")
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout)["verdict"] == "reproduced"
+    (copy / "inputs/logs/node.log").write_bytes(b"")  # the cut's source gone: caught
+    assert "inputs/logs/node.log changed since it was attested" in refusal(copy, made["pub"])
