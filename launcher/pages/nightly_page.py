@@ -224,7 +224,7 @@ def _nodes(groups: Sequence[NodeGroupView], entries: Sequence[NightlyEntryLike])
         ran = "".join(
             f"<li>{link(f'#r-{rid}', slugs.get(rid, rid))}"
             + (
-                f' <span class="dim" data-own-gpu-hours="{g.own[rid]:.4f}">'
+                f' <span class="dim" data-own-gpu-hours="{g.own[rid]:.6f}">'
                 f"{num(g.own[rid], 3)} GPU-hours of its own</span>"
                 if rid in g.own
                 else ""
@@ -233,10 +233,10 @@ def _nodes(groups: Sequence[NodeGroupView], entries: Sequence[NightlyEntryLike])
             for rid in g.run_ids
         )
         held = (
-            f' data-held-gpu-hours="{g.held_gpu_hours:.4f}"' if g.held_gpu_hours is not None else ""
+            f' data-held-gpu-hours="{g.held_gpu_hours:.6f}"' if g.held_gpu_hours is not None else ""
         )
         shared = (
-            f' data-shared-gpu-hours="{g.shared_gpu_hours:.4f}"'
+            f' data-shared-gpu-hours="{g.shared_gpu_hours:.6f}"'
             if g.shared_gpu_hours is not None
             else ""
         )

@@ -212,10 +212,11 @@ def test_two_recipes_of_one_shape_share_one_launch_and_one_terminate(night, tmp_
     [node] = [d for _, d in page.attrs if "data-node-group" in d]
     assert node["data-node-group"] == group.label
     hours = split(group)
-    assert float(node["data-held-gpu-hours"]) == pytest.approx(hours["held"], abs=1e-4)
+    assert float(node["data-held-gpu-hours"]) == pytest.approx(hours["held"], abs=1e-6)
     own = [float(d["data-own-gpu-hours"]) for _, d in page.attrs if "data-own-gpu-hours" in d]
-    assert own == pytest.approx([hours[e.row.run_id] for e in result.entries], abs=1e-4)
-    assert sum(own) + float(node["data-shared-gpu-hours"]) == pytest.approx(hours["held"], 1e-3)
+    assert own == pytest.approx([hours[e.row.run_id] for e in result.entries], abs=1e-6)
+    shared = float(node["data-shared-gpu-hours"])  # each shown to 6 places: 3 roundings at most
+    assert sum(own) + shared == pytest.approx(hours["held"], abs=2e-6)
     assert "acquired once" in "".join(page.text)
 
 
