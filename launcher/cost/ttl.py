@@ -11,7 +11,10 @@ paid for nothing. So, before anything is launched:
   estimate (a fresh node) is, the header warns;
 - a nightly group (launcher/runner/nightly_groups.py): recipes are added to a node only while
   the node's estimated time, first recipe fresh and the next ones on the warm node, stays within
-  TTL_SHARE of its TTL; the next recipe starts a node of its own.
+  TTL_SHARE of its TTL; the next recipe starts a node of its own. And before the held node is
+  lent to its next recipe, what its TTL has left is checked against that recipe's estimate (the
+  night may have run longer than estimated): when it does not fit, the node is released and the
+  group's remaining recipes go to a new node (launcher/runner/nightly.py).
 
 The estimates are launcher/cost/estimate.py's (the dry run's by-stage table): each figure names
 its measurement or source there.
@@ -89,3 +92,18 @@ def chunks_within_ttl(
             chunks.append([i])
             used = fresh
     return chunks
+
+
+def fits_what_is_left(recipe: Recipe, ttl_hours: float, held_s: float) -> str | None:
+    """Before a held node is lent to its next recipe: None when the recipe's estimate on the warm
+    node fits TTL_SHARE of what the node's TTL has left, else why not (the night ran longer
+    than its estimate: the group's next recipes go to a node of their own)."""
+    left = ttl_hours - held_s / 3600.0
+    need = node_hours(recipe, "warm cache", runs=claimed_runs(recipe))
+    if need <= TTL_SHARE * left:
+        return None
+    return (
+        f"its node ends itself at its TTL in {max(0.0, left) * 60:.0f} min (ttl_hours "
+        f"{ttl_hours:g}, held {held_s / 60:.0f} min), and the next recipe is estimated at "
+        f"{need * 60:.0f} min on it"
+    )

@@ -226,6 +226,7 @@ def nightly(
     echo: Callable[[str], Any] = lambda _line: None,
     now: float | None = None,
     attest_key: Path | None = None,
+    clock: Callable[[], float] = time.time,
 ) -> NightlyResult:
     """Run every recipe, record each into the history, judge regressions, write the summary.
 
@@ -237,6 +238,8 @@ def nightly(
     `attest_key` (an ed25519 private key): every run that was measured is attested with it
     (launcher/results/attest_run.py); the key is read before the first recipe, so a bad key is bad
     input for the whole nightly, and a run that cannot be attested is said so, line by line.
+
+    `clock`: the time a held node's TTL is checked against before each lend (a test's to set).
     """
     from launcher.cost.costgate import refuse_unattended
     from launcher.inputs.profile import load_profile
@@ -272,7 +275,9 @@ def nightly(
     count = [0, len(recipes)]  # recipes begun, recipes in all
     try:
         for group in result.groups:
-            if not _run_group(group, runner, base, db, profile, result, signing_key, echo, count):
+            if not _run_group(
+                group, runner, base, db, profile, result, signing_key, echo, count, clock
+            ):
                 break  # interrupted
     finally:
         if db is not None:
@@ -319,10 +324,12 @@ def _run_group(
     signing_key: Any,
     echo: Callable[[str], Any],
     count: list[int],
+    clock: Callable[[], float] = time.time,
 ) -> bool:
     """The group's recipes one after another on its node, then the node released (on every way
     out: a KeyboardInterrupt or SIGTERM anywhere in here ends in the `finally`). False when the
-    nightly was interrupted."""
+    nightly was interrupted. A recipe its node's TTL has no time left for starts the group's rest
+    on a node of their own (a new group right after this one, in result.groups)."""
     from launcher.records.history import assess
     from launcher.records.rundir import new_run_id
     from launcher.runner.signals import signals_cancel
@@ -332,7 +339,20 @@ def _run_group(
         with signals_cancel():  # SIGTERM between two runs, too, ends in the release below
             if node is not None and len(group.recipes) > 1:
                 echo(f"[nightly] node group {group.label}: {len(group.recipes)} recipes, one node")
-            for recipe in group.recipes:
+            for i, recipe in enumerate(group.recipes):
+                short = _ttl_left_short(node, profile, recipe, clock) if i else None
+                if short is not None:
+                    rest = Group(f"{group.label} (continued)", group.recipes[i:], gpus=group.gpus)
+                    rest.node = HeldNode(rest.label, len(rest.recipes))
+                    group.recipes = group.recipes[:i]
+                    if node is not None:
+                        node.recipes = i
+                    result.groups.insert(result.groups.index(group) + 1, rest)
+                    echo(
+                        f"[nightly] node group {group.label}: {short}; its next "
+                        f"{len(rest.recipes)} recipe(s) go to a new node"
+                    )
+                    return True
                 count[0] += 1
                 tag = f"[nightly {count[0]}/{count[1]}]"
                 echo(f"{tag} {recipe}")
@@ -368,6 +388,26 @@ def _run_group(
                 echo(f"[nightly] node group {group.label}: node released")
         for line in group_lines(group):
             echo(line)
+
+
+def _ttl_left_short(
+    node: HeldNode | None, profile: Profile, recipe: Path, clock: Callable[[], float]
+) -> str | None:
+    """Why the held node's TTL has no room left for RECIPE (launcher/cost/ttl.py), or None."""
+    from launcher.cost.costgate import launches
+    from launcher.cost.ttl import fits_what_is_left
+    from launcher.inputs.profile import AwsProfile
+    from launcher.inputs.recipe import load_recipe
+
+    if node is None or node.acquire_started is None or node.broken is not None:
+        return None
+    if not isinstance(profile, AwsProfile) or not launches(profile):
+        return None
+    try:
+        loaded = load_recipe(recipe)
+    except ReproduceError:  # its own run says why
+        return None
+    return fits_what_is_left(loaded, profile.ttl_hours, clock() - node.acquire_started)
 
 
 def _one(runner: Runner, recipe: Path, options: Options, node: HeldNode | None) -> RecipeRun:

@@ -14,7 +14,13 @@ import yaml
 from support.measure import seed_raw
 from support.operator_cli import SEED, RecordingEndpoint, aws_env, no_runs, run_piped
 
-from launcher.cost.ttl import TTL_SHARE, chunks_within_ttl, first_scenario, node_hours
+from launcher.cost.ttl import (
+    TTL_SHARE,
+    chunks_within_ttl,
+    first_scenario,
+    fits_what_is_left,
+    node_hours,
+)
 from launcher.inputs.profile import load_profile
 from launcher.inputs.recipe import load_recipe
 from launcher.runner.nightly_groups import group_by_shape
@@ -114,3 +120,14 @@ def test_a_nightly_too_long_for_one_node_gets_a_node_per_part(tmp_path):
     assert "node 2 of 3" in groups[1].label and "ttl_hours" in groups[1].label
     roomy = load_profile(str(_profile(tmp_path, 100.0, "roomy")))
     assert [len(g.recipes) for g in group_by_shape(recipes, roomy)] == [5]
+
+
+def test_what_a_held_nodes_ttl_has_left_is_weighed_against_the_next_recipe():
+    seed = load_recipe(SEED)
+    need = node_hours(seed, "warm cache")
+    assert fits_what_is_left(seed, 6.0, held_s=0.0) is None
+    edge = (6.0 - need / TTL_SHARE) * 3600  # held this long, the recipe just fits
+    assert fits_what_is_left(seed, 6.0, held_s=edge - 60) is None
+    why = fits_what_is_left(seed, 6.0, held_s=edge + 60)
+    assert why is not None and f"estimated at {need * 60:.0f} min" in why
+    assert "in 0 min" in (fits_what_is_left(seed, 6.0, held_s=7 * 3600) or "")  # past it

@@ -220,6 +220,29 @@ def test_two_recipes_of_one_shape_share_one_launch_and_one_terminate(night, tmp_
     assert "acquired once" in "".join(page.text)
 
 
+def test_a_held_node_whose_ttl_has_no_room_for_the_next_recipe_hands_the_rest_a_new_node(
+    night, tmp_path
+):
+    """The night ran longer than estimated: before the node is lent again, what its TTL has left
+    (a clock 5.9 of the profile's 6 hours on) is less than the next recipe needs on it, so the
+    node is released and the rest of the group get a node of their own, not a run the TTL cuts."""
+    recipes = write_recipes(tmp_path, {"a": P5EN, "b": P5EN})
+    night.train = {"a": GOOD, "b": GOOD}
+    lines: list[str] = []
+    result = night.nightly(recipes, lines, clock=lambda: time.time() + 5.9 * 3600)
+    out = "\n".join(lines)
+    assert [e.outcome for e in result.entries] == ["reproduced", "reproduced"], out
+    assert night.count("run_instances") == 2 and night.count("terminate_instances") == 2
+    assert all(i["State"]["Name"] == "terminated" for i in night.instances())
+    assert live_with_operator_key(night.ec2) == NOTHING
+    assert "ends itself at its TTL" in out and "its next 1 recipe(s) go to a new node" in out
+    assert [g.recipes for g in result.groups] == [recipes[:1], recipes[1:]]
+    assert all(g.node is not None and g.node.released_at is not None for g in result.groups)
+    first, second = (e.run.run_dir for e in result.entries)
+    r1, r2 = (json.loads((d / "run.json").read_text()) for d in (first, second))
+    assert r1["node"]["meta"]["instance_id"] != r2["node"]["meta"]["instance_id"]
+
+
 def test_a_failure_in_the_first_recipe_still_runs_the_second_on_the_node_and_releases_once(
     night, tmp_path
 ):
