@@ -36,11 +36,11 @@ if TYPE_CHECKING:
 TTL_SHARE = 0.8
 
 
-def node_hours(recipe: Recipe, scenario: str, *, runs: int = 1) -> float:
-    """Hours one of the recipe's nodes is held, by the estimate's SCENARIO ("cold node", "warm
-    store", "warm cache"), with K measured runs."""
+def node_hours(recipe: Recipe, *scenarios: str, runs: int = 1) -> list[float]:
+    """Hours one of the recipe's nodes is held in each of SCENARIOS ("cold node", "warm store",
+    "warm cache"), with K measured runs: one estimate for them all."""
     est = estimate(recipe, fresh_instance=True, runs=runs)
-    return est.total(scenario) / max(1, recipe.gpu_count)
+    return [est.total(s) / max(1, recipe.gpu_count) for s in scenarios]
 
 
 def first_scenario(store: str | None) -> str:
@@ -52,8 +52,7 @@ def run_check(
     recipe: Recipe, ttl_hours: float, *, store: str | None, runs: int = 1
 ) -> tuple[str | None, str | None]:
     """(a warning for the header, a refusal) for one run on a node launched for it."""
-    shortest = node_hours(recipe, "warm cache", runs=runs)
-    likely = node_hours(recipe, first_scenario(store), runs=runs)
+    shortest, likely = node_hours(recipe, "warm cache", first_scenario(store), runs=runs)
     what = f"{runs} measured runs" if runs > 1 else "the run"
     if shortest > ttl_hours:
         return None, (
@@ -83,8 +82,7 @@ def chunks_within_ttl(
     used = 0.0
     for i, recipe in enumerate(recipes):
         runs = claimed_runs(recipe)  # a nightly measures the claim's N
-        fresh = node_hours(recipe, first_scenario(store), runs=runs)
-        warm = node_hours(recipe, "warm cache", runs=runs)
+        fresh, warm = node_hours(recipe, first_scenario(store), "warm cache", runs=runs)
         if chunks and used + warm <= budget:
             chunks[-1].append(i)
             used += warm
@@ -99,7 +97,7 @@ def fits_what_is_left(recipe: Recipe, ttl_hours: float, held_s: float) -> str | 
     node fits TTL_SHARE of what the node's TTL has left, else why not (the night ran longer
     than its estimate: the group's next recipes go to a node of their own)."""
     left = ttl_hours - held_s / 3600.0
-    need = node_hours(recipe, "warm cache", runs=claimed_runs(recipe))
+    (need,) = node_hours(recipe, "warm cache", runs=claimed_runs(recipe))
     if need <= TTL_SHARE * left:
         return None
     return (

@@ -62,7 +62,7 @@ def group_by_shape(recipes: Sequence[Path], profile: Profile) -> list[Group]:
 
     groups: dict[str, Group] = {}
     loaded: dict[str, list[Recipe]] = {}
-    order: list[Group] = []
+    order: list[tuple[Group, str | None]] = []  # a key: a group of one shape, with a node
     for path in recipes:
         try:
             recipe = load_recipe(path)
@@ -70,7 +70,7 @@ def group_by_shape(recipes: Sequence[Path], profile: Profile) -> list[Group]:
         except ReproduceError:  # refused by its own run, with the whole reason
             key = None
         if key is None:
-            order.append(Group(path.name, [path]))  # alone, without a node
+            order.append((Group(path.name, [path]), None))  # alone, without a node
             continue
         if key not in groups:
             what = recipe.instance_type or f"{recipe.gpus_per_node} GPUs"
@@ -80,12 +80,11 @@ def group_by_shape(recipes: Sequence[Path], profile: Profile) -> list[Group]:
                 label = f"{label} #{len(groups) + 1}"
             groups[key] = Group(label, [], gpus=recipe.gpu_count)
             loaded[key] = []
-            order.append(groups[key])
+            order.append((groups[key], key))
         groups[key].recipes.append(path)
         loaded[key].append(recipe)
     out: list[Group] = []
-    for group in order:
-        key = next((k for k, g in groups.items() if g is group), None)
+    for group, key in order:
         if key is None:
             out.append(group)
             continue

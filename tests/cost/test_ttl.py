@@ -47,7 +47,7 @@ def test_a_run_even_a_warm_node_could_not_finish_before_its_ttl_is_refused_befor
     tmp_path,
 ):
     seed = load_recipe(SEED)
-    shortest = node_hours(seed, "warm cache")
+    (shortest,) = node_hours(seed, "warm cache")
     profile = _profile(tmp_path, round(shortest * 0.5, 3))
     endpoint = RecordingEndpoint().start()
     try:
@@ -68,7 +68,7 @@ def test_a_run_even_a_warm_node_could_not_finish_before_its_ttl_is_refused_befor
 @pytest.mark.parametrize("where", ["between", "above"])
 def test_the_dry_run_says_what_the_ttl_would_do(tmp_path, where):
     seed = load_recipe(SEED)
-    shortest, likely = node_hours(seed, "warm cache"), node_hours(seed, "cold node")
+    shortest, likely = node_hours(seed, "warm cache", "cold node")
     ttl = (shortest + likely) / 2 if where == "between" else likely * 2
     result = run_piped(
         [str(SEED), "--cluster", str(_profile(tmp_path, round(ttl, 3))), "--dry-run"],
@@ -86,8 +86,8 @@ def test_the_dry_run_says_what_the_ttl_would_do(tmp_path, where):
 def _chunk_hours(recipes, chunk, store) -> float:
     first, *rest = (recipes[i] for i in chunk)
     runs = lambda r: int(r.raw["result"].get("runs") or 1)  # noqa: E731
-    return node_hours(first, first_scenario(store), runs=runs(first)) + sum(
-        node_hours(r, "warm cache", runs=runs(r)) for r in rest
+    return node_hours(first, first_scenario(store), runs=runs(first))[0] + sum(
+        node_hours(r, "warm cache", runs=runs(r))[0] for r in rest
     )
 
 
@@ -110,7 +110,7 @@ def test_every_node_of_a_night_fits_its_ttl_and_takes_as_many_recipes_as_fit(tmp
 
 def test_a_nightly_too_long_for_one_node_gets_a_node_per_part(tmp_path):
     seed = load_recipe(SEED)
-    two = node_hours(seed, "cold node") + node_hours(seed, "warm cache")
+    two = sum(node_hours(seed, "cold node", "warm cache"))
     profile = load_profile(str(_profile(tmp_path, round(two / TTL_SHARE * 1.01, 3))))
     recipes = [_recipe(tmp_path, 1, f"r{i}") for i in range(5)]
     groups = group_by_shape(recipes, profile)
@@ -124,7 +124,7 @@ def test_a_nightly_too_long_for_one_node_gets_a_node_per_part(tmp_path):
 
 def test_what_a_held_nodes_ttl_has_left_is_weighed_against_the_next_recipe():
     seed = load_recipe(SEED)
-    need = node_hours(seed, "warm cache")
+    (need,) = node_hours(seed, "warm cache")
     assert fits_what_is_left(seed, 6.0, held_s=0.0) is None
     edge = (6.0 - need / TTL_SHARE) * 3600  # held this long, the recipe just fits
     assert fits_what_is_left(seed, 6.0, held_s=edge - 60) is None
