@@ -412,7 +412,7 @@ for _name, _command in OPS_COMMANDS:
 
 image_app = typer.Typer(
     no_args_is_help=True,
-    help="The recipe's image with the EFA installer added: build, push, record (docs/image.md).",
+    help="The recipe's image: built with EFA (docs/image.md), baked into an AMI (docs/aws.md).",
 )
 app.add_typer(image_app, name="image")
 
@@ -462,6 +462,28 @@ def image_build_cmd(
                 network=network,
                 dockerfile=dockerfile,
             )
+        )
+    except ReproduceError as err:
+        raise _fail(err) from None
+    raise typer.Exit(code)
+
+
+@image_app.command("bake")
+def image_bake_cmd(
+    recipe: Path = typer.Argument(..., help="Recipe whose image (pinned by digest) the AMI holds."),
+    profile: str = typer.Option(
+        "aws", "--profile", "--cluster", help="The aws profile (name in env/ or a path)."
+    ),
+    region: str | None = typer.Option(None, "--region", help="Region (default: the profile's)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the requests; send nothing."),
+) -> None:
+    """Bake an AMI holding RECIPE's image by digest, for `ami: baked` (docs/aws.md)."""
+    from launcher.commands.image import bake_command
+    from launcher.prepare.bake import BakeRequest
+
+    try:
+        code = bake_command(
+            BakeRequest(recipe=recipe, profile=profile, region=region), dry_run=dry_run
         )
     except ReproduceError as err:
         raise _fail(err) from None

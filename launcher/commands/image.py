@@ -1,4 +1,5 @@
-"""The body of `reproduce image build`: docker's output on stderr as it comes, the result on stdout.
+"""The bodies of `reproduce image build` and `reproduce image bake`: progress on stderr as it
+comes, the result on stdout.
 
 stdout carries only what a script or a person needs afterwards: the pushed reference, what it
 was built FROM, the record, and the profile lines that make a run use it.
@@ -10,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from launcher.prepare.bake import BakeRequest
 from launcher.prepare.image import BuildRequest, build_and_push
 
 
@@ -30,4 +32,43 @@ def build_command(req: BuildRequest, *, ecr_client: Any = None) -> int:
     print("use it in a cluster profile (schema/profile.schema.yaml):")
     print("  image:")
     print(f"    record: {record}")
+    return 0
+
+
+def bake_command(req: BakeRequest, *, dry_run: bool = False) -> int:
+    """`reproduce image bake`: the dry run prints the requests (nothing sent); the bake prints
+    its progress on stderr and the AMI id and how to use it on stdout."""
+    import json
+
+    from launcher.clusters.aws import to_jsonable
+    from launcher.prepare.bake import Bake, bake, state_dir_for
+    from launcher.prepare.bake import dry_run as bake_dry_run
+
+    job = Bake.read(req)  # bad input: BadInput (exit 2) before anything is asked or created
+    t = job.target
+    if dry_run:
+        calls, commands = bake_dry_run(job)
+        print(f"# bake      {t.image_ref} onto an AMI made from {t.base_ami}")
+        print(
+            f"# instance  1 x {t.settings.instance_type} (on-demand, no GPU), region "
+            f"{t.settings.region or '<the session region>'}; ended whatever happens"
+        )
+        print(f"# bake id   {job.run_id}; aws.json under {state_dir_for(job, req.runs_root)}")
+        print("# ---- requests (boto3, in order; no credentials used or shown) ----")
+        print(json.dumps(to_jsonable(calls), indent=2, sort_keys=False))
+        print("# ---- on the instance, over SSH (after the launch, before CreateImage) ----")
+        for command in commands:
+            print(command)
+        print(
+            "# ---- then, always: TerminateInstances, ReleaseAddress, DeleteSecurityGroup, "
+            "DeleteKeyPair (the run's teardown); after a failure past CreateImage also "
+            "DeregisterImage and DeleteSnapshot ----"
+        )
+        return 0
+    result = bake(job, state_dir=state_dir_for(job, req.runs_root), log=_say)
+    print(f"ami       {result.image_id} ({result.region}, {result.name})")
+    print(f"image     {result.image_ref} (tag reproduce:image-digest={result.digest})")
+    print(f"base      {result.base_ami}")
+    print("use it in the aws profile (a run then finds the newest such AMI by the digest):")
+    print("  ami: baked")
     return 0

@@ -4,7 +4,11 @@ Why: on a fresh node most of a reproduction's bill can go to provisioning, downl
 checkpoint's conversion, not to the training the recipe claims. The dry run shows, from stated
 sizes and bandwidths, where a cold node, a node fed by a warm asset store and a node with a warm
 cache land against the recipe's claim, so a user sees what `reproduce prepare` and
-`assets.store` save before paying (docs/measurement.md, "Where the GPU-hours go").
+`assets.store` save before paying (docs/measurement.md, "Where the GPU-hours go"). A launch also
+gets a fourth column, a fresh node from a baked AMI (`reproduce image bake`, `ami: baked`) with a
+warm store: the image costs the check of a present image instead of the pull, and the GPU
+preflight and the stack probe pay for the EBS volume's lazy loading (its blocks come from S3 on
+first read) instead.
 
 Every figure below says where it comes from; most are assumptions (nobody measured them for this
 launcher yet), and they are written as such. Sizes come from the recipe where it states them
@@ -19,6 +23,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from launcher.cost.figures import FIGURES, GB, MIB
 from launcher.inputs.profile import AwsProfile
 from launcher.inputs.recipe import Recipe
 from launcher.plan import stage_graph
@@ -26,120 +31,6 @@ from launcher.plan import stage_graph
 if TYPE_CHECKING:
     from launcher.inputs.profile import Profile
 
-GB = 1e9
-
-
-@dataclass(frozen=True)
-class Figure:
-    value: float
-    unit: str
-    # where the figure comes from: "measured: <docs/benchmarks.md section>: ...", "published:
-    # <where>: ..." or "assumed: ..." (tests/cost/test_assets_estimate.py holds each to its form)
-    source: str
-
-
-NODE = "docs/benchmarks.md, 'Node programs: bytes and hashes'"
-GPU_STAGES = "docs/benchmarks.md, 'GPU stages on an H200'"
-FIGURES: dict[str, Figure] = {
-    "provision": Figure(
-        600,
-        "s",
-        "assumed: an on-demand p5en from RunInstances to SSH (DLAMI boot, status checks); "
-        "docs/aws.md notes that it can take up to 30 minutes",
-    ),
-    "staging": Figure(
-        10,
-        "s",
-        "measured: docs/benchmarks.md, 'Staging a run on N nodes over SSH': 2.7 s for four nodes "
-        "over loopback SSH; 10 s allowed for the handshake and round trips over a real network "
-        "(assumed)",
-    ),
-    "preflight": Figure(
-        2,
-        "s",
-        f"measured: {GPU_STAGES}: 0.34 s wall on one H200 (--no-bench); 2 s allowed for 8 GPUs "
-        "and the EFA listing",
-    ),
-    "resolve": Figure(10, "s", "assumed: manifests, the Hub's listings, one byte per repo"),
-    "image_bytes": Figure(
-        20 * GB, "B", "assumed: the training image, compressed; recipes do not state its size"
-    ),
-    "pull": Figure(
-        0.15 * GB,
-        "B/s",
-        "assumed: docker pull with layer extraction; its node side measured at 0.13-0.16 GB/s "
-        "from a loopback registry on the 2-core machine, and a docker load of the same image no "
-        "faster (docs/benchmarks.md, 'Image pull and load'); the registry's network not included",
-    ),
-    "image_present": Figure(5, "s", "assumed: docker pull of an image the node holds"),
-    "preflight-gpu": Figure(
-        15,
-        "s",
-        f"measured: {GPU_STAGES}: 9.4 s wall on one H200, 9-13 s on two with the all-reduce "
-        "(docs/benchmarks.md, 'GPU preflight'); 15 s allowed for 8 GPUs and the container's "
-        "start (no 8-GPU machine was lent)",
-    ),
-    "stack": Figure(
-        10,
-        "s",
-        f"measured: {GPU_STAGES}: 4.6 s wall on the H200 machine without Transformer Engine and "
-        "DeepEP; 10 s allowed for their imports and the container's start",
-    ),
-    "hub": Figure(
-        0.2 * GB,
-        "B/s",
-        "assumed: the Hugging Face Hub's CDN to one host, 8 files at a time; varies widely",
-    ),
-    "s3": Figure(
-        12.5 * GB,
-        "B/s",
-        "published: AWS, 'Performance guidelines for Amazon S3' (docs.aws.amazon.com/AmazonS3/"
-        "latest/userguide/optimizing-performance-guidelines.html): parallel byte-range GETs, up "
-        "to 100 Gb/s to one instance in the bucket's region; not measurable here",
-    ),
-    "fetch": Figure(
-        1.24 * GB,
-        "B/s",
-        f"measured: {NODE}: asset_store.fetch, 8 files at a time, ranged reads hashed as they "
-        "arrive and written durably, on the 16-core H200 machine: the lower of two runs (1.24, "
-        "1.57 GB/s; that disk's durable copy limit 1.8-2.2 GB/s)",
-    ),
-    "nvme": Figure(
-        6.0 * GB,
-        "B/s",
-        f"measured: {NODE}: asset_store.hash_files, 8 threads, on the 16-core H200 machine: the "
-        "lowest of three runs (6.0-7.5 GB/s; openssl of the same files at once 6.4-8.7 GB/s)",
-    ),
-    "dataset_bytes": Figure(
-        1.5 * GB, "B", "assumed: the dataset's parquet files; recipes do not state their size"
-    ),
-    "rows_build": Figure(
-        5e5,
-        "tokens/s",
-        f"assumed: miles' loss-mask generator on the host's CPUs, in the image ({NODE}: the "
-        "build around a test tokenizer ran at 1.1M tokens/s; the real tokenizer was not timed)",
-    ),
-    "convert_fixed": Figure(120, "s", "assumed: the converter's start and model set-up"),
-    "convert": Figure(0.5 * GB, "B/s", "assumed: checkpoint read, converted and written"),
-    "converted_ratio": Figure(
-        1.0, "x", "assumed: the converted checkpoint is the bf16 weights again (no optimizer)"
-    ),
-    "collect": Figure(
-        5,
-        "s",
-        "measured: docs/benchmarks.md, 'reproduce verify' and 'Execution: log streaming': the "
-        "log judged in 0.4 s, one SSH round trip 0.3 s; 5 s allowed for the container's removal "
-        "and the result files",
-    ),
-    "release": Figure(
-        2,
-        "s",
-        "published: the Amazon EC2 User Guide, 'Instance lifecycle': an instance is not billed "
-        "once it is shutting-down, so only the TerminateInstances call is paid (docs/"
-        "benchmarks.md, 'AWS: request builder': acquire and release 0.13 s against moto)",
-    ),
-    "release_kept": Figure(2, "s", "assumed: the container removed on a node that stays"),
-}
 GOAL_OVERHEAD_HOURS = 0.30  # issue 24: our own overhead on a fresh node with a warm store
 
 # Checkpoints whose size a recipe does not state: TOTAL parameters (bf16: 2 bytes each). A
@@ -158,6 +49,7 @@ CHECKPOINTS: dict[str, tuple[float, str]] = {
 _TOTAL_IN_NAME = re.compile(r"(?<![0-9.])([0-9]+(?:\.[0-9]+)?)B-A[0-9]+(?:\.[0-9]+)?B", re.I)
 BF16_BYTES = 2
 SCENARIOS = ("cold node", "warm store", "warm cache")
+BAKED = "baked AMI"  # a fresh node from `reproduce image bake`'s AMI, warm store (launches only)
 
 
 @dataclass(frozen=True)
@@ -253,7 +145,9 @@ def estimate(recipe: Recipe, *, fresh_instance: bool, runs: int = 1) -> Estimate
     """Seconds per stage for a cold node (nothing cached, no store), a warm store (the store
     holds the rows, the checkpoint and its conversion: they come over S3, nothing is built or
     converted) and a warm cache (a node that kept its cache and image: nothing moves), the node's
-    stages overlapped as node.sh runs them (BEFORE_TRAINING). `fresh_instance`: the cluster launches
+    stages overlapped as node.sh runs them (BEFORE_TRAINING); and BAKED: a warm store on a fresh
+    node from a baked AMI (the image present: checked, not pulled; its first reads from the
+    restored EBS volume at the `ebs_init` rate). `fresh_instance`: the cluster launches
     the node (provisioning is paid). `runs`: K measured runs (launcher/plan/claimruns.py) train K
     times on the one node: ray+train and the window count K times, everything before them once."""
     f = {k: v.value for k, v in FIGURES.items()}
@@ -281,6 +175,7 @@ def estimate(recipe: Recipe, *, fresh_instance: bool, runs: int = 1) -> Estimate
         "stack": f["stack"],
     }
     dataset_s = f["dataset_bytes"] / f["hub"]
+    lazy = f["lazy_bytes"] / f["ebs_init"]  # the image's first reads from a restored volume
     works = {
         "cold node": {
             **common,
@@ -298,6 +193,15 @@ def estimate(recipe: Recipe, *, fresh_instance: bool, runs: int = 1) -> Estimate
             **common,
             "image": f["image_present"],
             "assets": (rows + ckpt + converted) / f["nvme"],
+            "rows": 0.0,
+            "convert": 0.0,
+        },  # fmt: skip
+        BAKED: {
+            **common,
+            "image": f["image_check"],  # present on the AMI: no pull
+            "preflight-gpu": f["preflight-gpu"] + lazy,  # the first reads wait for S3
+            "stack": f["stack"] + lazy,
+            "assets": (rows + ckpt + converted) / from_store,  # the cache is local NVMe
             "rows": 0.0,
             "convert": 0.0,
         },  # fmt: skip
@@ -333,19 +237,22 @@ def dry_run_lines(
     store: str | None,
     usd_per_hour: float | None,
     runs: int = 1,
+    baked: bool = False,
 ) -> list[str]:
-    """The dry run's table: GPU-hours per stage and scenario, the totals against the claim."""
+    """The dry run's table: GPU-hours per stage and scenario, the totals against the claim. A
+    launch (`fresh_instance`) shows the baked-AMI column too; `baked`: the profile uses one."""
     est = estimate(recipe, fresh_instance=fresh_instance, runs=runs)
-    hours = {s: est.gpu_hours(s) for s in SCENARIOS}
+    columns = (*SCENARIOS, BAKED) if fresh_instance else SCENARIOS
+    hours = {s: est.gpu_hours(s) for s in columns}
     lines = [
         "# ---- expected GPU-hours by stage, before paying (estimates: launcher/cost/estimate.py "
         "says "
         "where each figure comes from) ----",
-        "#   stage           " + "".join(f"{s:>12}" for s in SCENARIOS),
+        "#   stage           " + "".join(f"{s:>12}" for s in columns),
     ]
     for stage in hours["cold node"]:
-        lines.append(f"#   {stage:<15} " + "".join(f"{hours[s][stage]:>12.3f}" for s in SCENARIOS))
-    totals = [est.total(s) for s in SCENARIOS]
+        lines.append(f"#   {stage:<15} " + "".join(f"{hours[s][stage]:>12.3f}" for s in columns))
+    totals = [est.total(s) for s in columns]
     lines.append("#   total           " + "".join(f"{t:>12.2f}" for t in totals))
     if usd_per_hour is not None:
         nodes = recipe.nodes
@@ -369,7 +276,15 @@ def dry_run_lines(
         + ("a new instance, " if fresh_instance else "")
         + "rows built, the checkpoint from the Hub and converted on the GPUs; warm store: the "
         "rows, the checkpoint and its conversion from the store, nothing converted; warm "
-        "cache: a node that kept its cache and image (no provisioning)",
+        "cache: a node that kept its cache and image (no provisioning)"
+        + (
+            f"; {BAKED}: a new instance from `reproduce image bake`'s AMI with the store warm "
+            "(the image checked, not pulled; its first reads from the restored EBS volume at "
+            f"{FIGURES['ebs_init'].value / MIB:g} MiB/s)"
+            + (" - this profile's `ami: baked`" if baked else "")
+            if fresh_instance
+            else ""
+        ),
         "#   store: "
         + (
             f"{store} (after a conversion the node keeps it there)"
@@ -379,7 +294,7 @@ def dry_run_lines(
         "#   sizes: " + "; ".join(est.sizes),
         "#   overlapped: the stages run at once as the `# stages` line says "
         "(launcher/plan/stage_graph.py); the wall time follows "
-        + "; ".join(f"{s}: {est.critical[s]}" for s in SCENARIOS),
+        + "; ".join(f"{s}: {est.critical[s]}" for s in columns),
         "#   rates: "
         + ", ".join(
             f"{label} {FIGURES[key].value / GB:g} GB/s ({FIGURES[key].source.split(':', 1)[0]})"
@@ -389,9 +304,10 @@ def dry_run_lines(
                 ("store fetch with sha256", "fetch"),
                 ("cache sha256", "nvme"),
                 ("image pull", "pull"),
+                ("EBS first reads", "ebs_init"),
             )
         )
-        + "; launcher/cost/estimate.py names each figure's measurement or source",
+        + "; launcher/cost/figures.py names each figure's measurement or source",
         overhead_line(est, fresh_instance=fresh_instance),
     ]
     lines += nightly_lines(recipe, fresh_instance=fresh_instance, store=store)
@@ -443,15 +359,28 @@ def nightly_lines(recipe: Recipe, *, fresh_instance: bool, store: str | None) ->
 
 def overhead_line(est: Estimate, *, fresh_instance: bool) -> str:
     """Our own overhead with a warm store against issue 24's goal: everything but provisioning
-    and the recipe's own ray+train and window, as the estimate above builds it."""
+    and the recipe's own ray+train and window, as the estimate above builds it; on a launch for
+    both ways a fresh node gets its image: pulled, or present on a baked AMI."""
     provision = FIGURES["provision"].value if fresh_instance else 0.0
-    own = est.overhead("warm store", provision=provision)
-    minutes = own * 3600 / max(1, est.gpus) / 60
-    verdict = "met" if own <= GOAL_OVERHEAD_HOURS else "NOT met"
+
+    def part(scenario: str) -> tuple[float, str, str]:
+        own = est.overhead(scenario, provision=provision)
+        minutes = own * 3600 / max(1, est.gpus) / 60
+        verdict = "met" if own <= GOAL_OVERHEAD_HOURS else "NOT met"
+        return own, f"{own:.2f} GPU-hours ({minutes:.1f} node-minutes)", verdict
+
+    _, pulled, verdict = part("warm store")
+    line = (
+        f"#   our overhead, warm store (all but provisioning, ray+train and window): {pulled}; "
+        f"goal {GOAL_OVERHEAD_HOURS:.2f}: {verdict} (the wall time follows "
+        f"{est.critical['warm store']})"
+    )
+    if not fresh_instance:
+        return line
+    _, baked, verdict = part(BAKED)
     return (
-        f"#   our overhead, warm store (all but provisioning, ray+train and window): {own:.2f} "
-        f"GPU-hours ({minutes:.1f} node-minutes); goal {GOAL_OVERHEAD_HOURS:.2f}: {verdict} "
-        f"(the wall time follows {est.critical['warm store']})"
+        f"{line}; from a baked AMI (`reproduce image bake`, `ami: baked`): {baked}; goal "
+        f"{GOAL_OVERHEAD_HOURS:.2f}: {verdict} (the wall time follows {est.critical[BAKED]})"
     )
 
 
@@ -463,6 +392,7 @@ def likely_lines(
     usd_per_hour: float | None,
     max_usd: float | None = None,
     runs: int = 1,
+    baked: bool = False,
 ) -> list[str]:
     """What this run will likely cost, all stages included (the claim counts none of the
     provisioning and downloads), and a warning when a --max-usd budget is under it: a budget
@@ -476,7 +406,13 @@ def likely_lines(
             return f"{hours:.2f} GPU-hours"
         return f"{hours:.2f} GPU-hours (${hours / recipe.gpus_per_node * usd_per_hour:.2f})"
 
-    if fresh_instance and store:
+    if fresh_instance and store and baked:
+        main = est.total(BAKED)
+        text = (
+            f"{cost(main)} on a new node from the baked AMI with the asset store warm, "
+            f"{cost(warm_store)} if the image is pulled"
+        )
+    elif fresh_instance and store:
         main = warm_store
         text = (
             f"{cost(warm_store)} on a new node with the asset store warm, {cost(cold)} if it is not"
@@ -537,4 +473,5 @@ def target_args(profile: Profile, price: Any) -> dict[str, Any]:
         "fresh_instance": isinstance(profile, AwsProfile) and not profile.instance_id,
         "store": profile.assets.store,
         "usd_per_hour": price.value if price is not None else None,
+        "baked": isinstance(profile, AwsProfile) and profile.ami == "baked",
     }

@@ -175,6 +175,9 @@ class AwsProfile(Profile, _Reach):
     ready_timeout_s: float
     host_key_wait_s: float
     tags: dict[str, Any]
+    bake_instance_type: str  # `reproduce image bake`: the instance that makes the AMI
+    bake_base_ami: str | None
+    bake_timeout_s: float
 
 
 @dataclass(frozen=True)

@@ -279,3 +279,19 @@ def base_label_check(built: BuiltImage) -> list[str]:
             "esac",
         ]
     return lines
+
+
+def present_or_pull(pull: list[str]) -> list[str]:
+    """node.sh's image lines for `ami: baked`: the node's AMI holds the image (`reproduce image
+    bake`), so no pull when docker has it by digest (`pull` only when it does not); either way
+    the digest is checked after it, as after any pull, and IMAGE_SOURCE goes into image.json."""
+    return [
+        "# ami: baked - the node's AMI holds the image (`reproduce image bake`): no pull when "
+        "docker has it by digest; the digest is checked below as after a pull",
+        "IMAGE_SOURCE=pulled",
+        'if docker image inspect "$IMAGE" >/dev/null 2>&1; then',
+        "  IMAGE_SOURCE=ami",
+        '  echo "image $IMAGE: on the node from its AMI, not pulled"',
+        *(["else", *(f"  {line}" for line in pull)] if pull else []),
+        "fi",
+    ]

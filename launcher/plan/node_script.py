@@ -17,12 +17,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from launcher.inputs.patches import node_lines as patch_lines
-from launcher.inputs.profile import Profile, RayProfile
+from launcher.inputs.profile import AwsProfile, Profile, RayProfile
 from launcher.inputs.recipe import Image, Recipe
 from launcher.inputs.stack import expected_versions
 from launcher.plan import multinode, stage_graph
 from launcher.plan.background import BACKGROUND_FUNCTIONS
-from launcher.plan.image_record import BuiltImage, base_label_check
+from launcher.plan.image_record import BuiltImage, base_label_check, present_or_pull
 from launcher.plan.measured import train_lines
 from launcher.plan.protocol import (
     DONE_LINE,
@@ -283,6 +283,11 @@ class ScriptContext(Placement):
             f'--image "$IMAGE"{digest} > "$NODE_RUN_DIR/image.json"',
         ]
 
+    @property
+    def baked_ami(self) -> bool:
+        """`ami: baked`: the node boots from an AMI `reproduce image bake` made with the image."""
+        return isinstance(self.profile, AwsProfile) and self.profile.ami == "baked"
+
     def image_lines(self) -> list[str]:
         image = self.image
         if self.profile.kind == "ray":
@@ -297,13 +302,17 @@ class ScriptContext(Placement):
             "runtime: docker)' >&2; "
             "exit 1; }"
         ]
-        if self.profile.docker.pull:
-            lines += [
-                "# docker pull under a pseudo-terminal, its bytes printed as progress lines "
-                "(scripts/pull_progress.py)",
-                'if command -v python3 >/dev/null; then python3 "$NODE_RUN_DIR/scripts/'
-                'pull_progress.py" "$IMAGE"; else docker pull "$IMAGE"; fi',
-            ]
+        pull = [
+            "# docker pull under a pseudo-terminal, its bytes printed as progress lines "
+            "(scripts/pull_progress.py)",
+            'if command -v python3 >/dev/null; then python3 "$NODE_RUN_DIR/scripts/'
+            'pull_progress.py" "$IMAGE"; else docker pull "$IMAGE"; fi',
+        ]
+        baked = self.baked_ami
+        if baked:
+            lines += present_or_pull(pull if self.profile.docker.pull else [])
+        elif self.profile.docker.pull:
+            lines += pull
         lines += [
             f"# the pulled image must carry the recipe's digest (from {image.source_field}); a tag "
             "alone is never trusted",
@@ -317,11 +326,15 @@ class ScriptContext(Placement):
             "fi",
             *(base_label_check(self.built) if self.built else []),
             "# image.json: what ran, as docker has it (an attestation records its RepoDigests);",
-            "# renamed into place whole, so a stage stopped midway leaves none",
-            'printf \'{"image": "%s", "digest": "%s", "id": "%s", "repo_digests": %s}\\n\' '
+            "# renamed into place whole, so a stage stopped midway leaves none"
+            + ("; source: ami (on the node from its AMI) or pulled" if baked else ""),
+            'printf \'{"image": "%s", "digest": "%s", "id": "%s", "repo_digests": %s'
+            + (', "source": "%s"' if baked else "")
+            + "}\\n' "
             '"$IMAGE" "$IMAGE_DIGEST" "$(docker image inspect --format \'{{.Id}}\' "$IMAGE")" '
             '"$(docker image inspect --format \'{{json .RepoDigests}}\' "$IMAGE")" '
-            '> "$NODE_RUN_DIR/image.json.tmp"',
+            + ('"$IMAGE_SOURCE" ' if baked else "")
+            + '> "$NODE_RUN_DIR/image.json.tmp"',
             'mv -f "$NODE_RUN_DIR/image.json.tmp" "$NODE_RUN_DIR/image.json"',
         ]
         return lines

@@ -12,12 +12,14 @@ from support.cli import FIXTURES, SEED, reproduce
 from support.paths import REPO
 
 from launcher.cost.estimate import (
+    BAKED,
     BEFORE_TRAINING,
     CHECKPOINTS,
     FIGURES,
     SCENARIOS,
     checkpoint_bytes,
     estimate,
+    likely_lines,
 )
 from launcher.inputs.recipe import load_recipe
 
@@ -49,7 +51,7 @@ def test_the_node_stages_overlap_as_node_sh_runs_them():
     """The image pull, the host preflight and the assets run at once; the GPU stages follow the
     pull: the wall time is the longest chain, never the sum, and never less than any chain."""
     est = estimate(load_recipe(SEED), fresh_instance=True)
-    for scenario in SCENARIOS:
+    for scenario in (*SCENARIOS, BAKED):
         s = est.seconds[scenario]
         work = sum(s[k] for k in BEFORE_TRAINING)
         wall = work + s["overlapped"]
@@ -80,6 +82,45 @@ def test_our_overhead_with_a_warm_store_against_the_goal():
     res = reproduce(SEED, "--cluster", "aws", "--dry-run")
     line = next(ln for ln in res.out.splitlines() if "our overhead, warm store" in ln)
     assert f"{own:.2f} GPU-hours" in line and "goal 0.30: NOT met" in line and "image" in line
+    baked = est.overhead(BAKED, provision=FIGURES["provision"].value)
+    assert f"from a baked AMI (`reproduce image bake`, `ami: baked`): {baked:.2f} GPU-hours" in line
+    assert line.endswith("goal 0.30: met (the wall time follows resolve -> assets)")
+
+
+def test_a_baked_ami_costs_the_image_check_and_the_lazy_loading_not_the_pull():
+    """A fresh node from a baked AMI with a warm store: the image stage is the present-image
+    check, and the GPU preflight and stack probe wait for the image's blocks to come from S3
+    (lazy_bytes at the ebs_init rate, AWS's provisioned-rate floor); the wall time then follows
+    resolve -> assets, and our overhead (0.28) meets issue 24's 0.30."""
+    est = estimate(load_recipe(SEED), fresh_instance=True)
+    store, baked = est.seconds["warm store"], est.seconds[BAKED]
+    lazy = FIGURES["lazy_bytes"].value / FIGURES["ebs_init"].value
+    assert FIGURES["ebs_init"].value == 100 * 2**20 and "VolumeInitializationRate" in (
+        FIGURES["ebs_init"].source
+    )
+    assert baked["image"] == FIGURES["image_check"].value < FIGURES["image_present"].value
+    assert baked["preflight-gpu"] == pytest.approx(store["preflight-gpu"] + lazy)
+    assert baked["stack"] == pytest.approx(store["stack"] + lazy)
+    # everything else is the warm store's: provisioning, the assets over S3, the training
+    for stage in ("acquire", "resolve", "assets", "rows", "convert", "ray+train", "window"):
+        assert baked[stage] == store[stage], stage
+    assert est.critical[BAKED] == "resolve -> assets"
+    own = est.overhead(BAKED, provision=FIGURES["provision"].value)
+    assert own == pytest.approx((10 + 10 + store["assets"] + 5 + 2) * 8 / 3600)
+    assert 0.25 < own <= 0.30 < est.overhead("warm store", provision=FIGURES["provision"].value)
+    # with a lazy loading 4x slower the GPU chain would set the wall time again: the model
+    # really weighs it (image_check + preflight-gpu + 4 x lazy > resolve + assets)
+    assert 2 + 15 + 4 * lazy > 10 + store["assets"]
+
+
+def test_the_likely_cost_of_an_ami_baked_profile_is_the_baked_column(tmp_path):
+    recipe = load_recipe(SEED)
+    est = estimate(recipe, fresh_instance=True)
+    lines = likely_lines(
+        recipe, fresh_instance=True, store="s3://b/p", usd_per_hour=63.296, baked=True
+    )
+    assert f"{est.total(BAKED):.2f} GPU-hours" in lines[0] and "from the baked AMI" in lines[0]
+    assert f"{est.total('warm store'):.2f} GPU-hours" in lines[0] and "pulled" in lines[0]
 
 
 def test_the_seed_on_a_fresh_instance():
@@ -138,15 +179,10 @@ def test_the_dry_run_prints_the_split_for_each_scenario(cluster, provisioned):
     assert res.code == 0, res.err
     lines = res.out.splitlines()
     head = next(i for i, line in enumerate(lines) if "expected GPU-hours by stage" in line)
-    assert lines[head + 1].split()[1:] == [
-        "stage",
-        "cold",
-        "node",
-        "warm",
-        "store",
-        "warm",
-        "cache",
-    ]
+    columns = ["stage", "cold", "node", "warm", "store", "warm", "cache"]
+    # a launch adds the fresh node from a baked AMI (`reproduce image bake`); a node that exists
+    # has no AMI to choose
+    assert lines[head + 1].split()[1:] == columns + (["baked", "AMI"] if provisioned else [])
     rows = {
         ln.split()[1]: ln.split()[2:] for ln in lines[head + 2 : head + 20] if ln.count(".") >= 3
     }

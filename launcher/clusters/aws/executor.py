@@ -195,6 +195,7 @@ class Launch:
     make_node: Callable[..., Any] | None = None  # (instance, index, launched, ami, identity, via=)
     wait_ssh: Callable[[list[Any], float], None] | None = None  # (nodes, deadline)
     record_launch: Callable[[], None] | None = None  # SEND: who this launch is, before creating
+    bake: bool = False  # `reproduce image bake`'s own instance: no GPUs to check against the recipe
     account: str | None = None
     facts: InstanceType | None = None
     ami_id: str = ""

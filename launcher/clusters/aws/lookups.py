@@ -65,7 +65,8 @@ def describe_type(launch: Launch, api: Executor, instance_type: str, note: str) 
         if not types:
             raise BadInput(f"instance type {instance_type!r} is not offered in {launch.region}.")
         launch.facts = facts_from_aws(types[0], launch.region)
-    check_instance_type(launch.recipe, launch.facts)
+    if not launch.bake:  # the bake's instance only pulls an image: it has no GPUs to check
+        check_instance_type(launch.recipe, launch.facts)
     f = launch.facts
     if f is not None:
         api.checked(
@@ -102,13 +103,18 @@ def instance_type(launch: Launch, api: Executor) -> None:
         launch,
         api,
         launch.s.instance_type,
-        "GPU count and model (checked against the recipe), network cards and EFA interfaces",
+        "the bake's instance: its network cards (no GPUs: nothing checked against the recipe)"
+        if launch.bake
+        else "GPU count and model (checked against the recipe), network cards and EFA interfaces",
     )
 
 
 def ami(launch: Launch, api: Executor) -> None:
     """The AMI id (an SSM parameter is resolved and recorded) and its root device name."""
     s = launch.s
+    if s.ami_is_baked:
+        baked_ami(launch, api)
+        return
     if not s.ami_is_ssm:
         launch.ami_id = s.ami
     elif api.mode is Mode.PRINT:
@@ -141,6 +147,50 @@ def ami(launch: Launch, api: Executor) -> None:
         )
     launch.root_device = found[0].get("RootDeviceName") or "/dev/sda1"
     api.checked(f"ok   AMI {launch.ami_id} (root device {launch.root_device})")
+
+
+def baked_ami(launch: Launch, api: Executor) -> None:
+    """`ami: baked`: the newest available AMI of this account that `reproduce image bake` made for
+    the run's image (its reproduce:image-digest tag), recorded like an SSM-resolved AMI. None is
+    a refusal here, before anything is created."""
+    s = launch.s
+    digest = str(s.image_digest)
+    answer = api.read(
+        "ec2",
+        "DescribeImages",
+        rq.baked_images_request(digest),
+        f"ami: baked: this account's AMI holding {s.image_ref} (newest wins; recorded in the run)",
+        f"finding the baked AMI of {digest}",
+    )
+    if answer is None:
+        launch.ami_id = rq.placeholder(f"resolved at launch: the newest AMI baked with {digest}")
+        launch.root_device = rq.placeholder("root device name of the AMI")
+        return
+    image = rq.newest_image(answer.get("Images") or [])
+    if image is None:
+        raise BadInput(
+            f"ami: baked, but this account has no available AMI in {launch.region} tagged "
+            f"{rq.TAG_IMAGE_DIGEST}={digest} (the image {s.image_ref}); nothing was created.",
+            hint="Make one first: `reproduce image bake RECIPE --cluster PROFILE` "
+            "(docs/aws.md, 'An AMI that holds the image'), or set ami to ssm:/... or ami-...",
+        )
+    launch.ami_id = str(image["ImageId"])
+    launch.root_device = image.get("RootDeviceName") or "/dev/sda1"
+    tags = rq.tag_values(image.get("Tags"))
+    launch.save(
+        baked_ami={
+            "image_id": launch.ami_id,
+            "image_digest": digest,
+            "image": s.image_ref,
+            "base_ami": tags.get(rq.TAG_BASE_AMI),
+            "created": image.get("CreationDate"),
+            "name": image.get("Name"),
+        }
+    )
+    if api.sending:
+        when = image.get("CreationDate")
+        launch.log(f"aws: AMI {launch.ami_id} (baked with {s.image_ref}, {when})")
+    api.checked(f"ok   AMI {launch.ami_id} baked with {digest} (root device {launch.root_device})")
 
 
 def reservation_zone(launch: Launch, api: Executor) -> None:

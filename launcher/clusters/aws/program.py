@@ -42,6 +42,24 @@ def launch_program(launch: Launch) -> list[Step]:
     """The steps, in order: a new launch, or the targeting of an existing instance."""
     if launch.target:
         return [look.target_instance, look.target_type, prov.target_node]
+    if launch.bake:  # `reproduce image bake`: one non-GPU node (no P quota, no placement)
+        return [
+            look.account,
+            look.instance_type,
+            look.ami,
+            look.subnets,
+            look.operator_address,
+            prov.tag,
+            prov.security_group,
+            prov.open_ingress,
+            prov.key_pair,
+            prov.run_instances,
+            prov.wait_running,
+            prov.addresses,
+            prov.wait_status_ok,
+            prov.wait_ssh,
+            hostkeys.host_keys,
+        ]
     return [
         look.account,
         look.instance_type,

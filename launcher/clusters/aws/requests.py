@@ -22,6 +22,8 @@ TAG_RUN_ID = "reproduce:run-id"
 TAG_OWNER = "reproduce:owner"
 TAG_EXPIRES = "reproduce:expires-at"
 TAG_LAUNCH = "reproduce:launch-id"  # one launch of a run: a reused run id never adopts another's
+TAG_IMAGE_DIGEST = "reproduce:image-digest"  # a baked AMI: the image digest it holds
+TAG_BASE_AMI = "reproduce:base-ami"  # a baked AMI: the AMI it was made from
 EXPIRES_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 
 
@@ -337,3 +339,23 @@ def capacity_words(s: AwsSettings) -> str:
         if s.max_spot_price is not None
         else ", at most the on-demand price"
     )
+
+
+# ------------------------------------------------------------------------------------------------
+# Baked AMIs (`reproduce image bake`, `ami: baked`)
+
+
+def baked_images_request(digest: str) -> dict[str, Any]:
+    """DescribeImages of this account's available AMIs that hold the image `digest`."""
+    return {
+        "Owners": ["self"],
+        "Filters": [
+            {"Name": f"tag:{TAG_IMAGE_DIGEST}", "Values": [digest]},
+            {"Name": "state", "Values": ["available"]},
+        ],
+    }
+
+
+def newest_image(images: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The newest of DescribeImages' answer (CreationDate is ISO 8601 UTC: it sorts as text)."""
+    return max(images, key=lambda i: (str(i.get("CreationDate") or ""), i["ImageId"]), default=None)

@@ -18,12 +18,13 @@ from launcher.errors import BadInput
 from launcher.inputs.profile import AwsProfile, Profile
 
 if TYPE_CHECKING:
-    from launcher.inputs.recipe import Recipe
+    from launcher.inputs.recipe import Image, Recipe
 
 DEFAULT_USER = "ubuntu"  # the DLAMI's login user
 DEFAULT_AMI = (
     "ssm:/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"
 )
+BAKED = "baked"  # `ami: baked`: the AMI `reproduce image bake` made for the run's image
 CAPACITY_TYPES = ("on-demand", "reservation", "capacity-block", "spot")
 EFA_LAYOUTS = ("efa-primary", "ena-primary")
 MAX_TTL_HOURS = 168.0  # a week: an instance nobody ends still ends itself (schema: ttl_hours)
@@ -62,10 +63,18 @@ class AwsSettings:
     host_key_fingerprint: str | None = None
     accept_unknown_host: bool = False
     host_key_wait_s: float = 120.0
+    # `ami: baked`: the image the run uses (the profile's built image, else the recipe's), whose
+    # digest finds the AMI `reproduce image bake` made (its reproduce:image-digest tag)
+    image_ref: str | None = None
+    image_digest: str | None = None
 
     @property
     def ami_is_ssm(self) -> bool:
         return self.ami.startswith("ssm:")
+
+    @property
+    def ami_is_baked(self) -> bool:
+        return self.ami == BAKED
 
     @property
     def ssm_parameter(self) -> str:
@@ -90,8 +99,8 @@ def settings_from(recipe: Recipe, profile: Profile) -> AwsSettings:
             "instance; set instance_type in the aws profile to the EC2 type to use."
         )
     ami = profile.ami or DEFAULT_AMI
-    if not (re.fullmatch(r"ami-[0-9a-f]{8,17}", ami) or re.fullmatch(r"ssm:/\S+", ami)):
-        raise BadInput(f"{where}: ami {ami!r}; expected ami-<hex> or ssm:/<public parameter name>.")
+    check_ami_form(where, "ami", ami, baked_allowed=True)
+    image = run_image(recipe, profile) if ami == BAKED else None
     ctype = profile.capacity.type
     reservation_id = profile.capacity.reservation_id
     _check_capacity(where, ctype, reservation_id)
@@ -137,7 +146,30 @@ def settings_from(recipe: Recipe, profile: Profile) -> AwsSettings:
         host_key_fingerprint=profile.host_key_fingerprint,
         accept_unknown_host=bool(profile.accept_unknown_host),
         host_key_wait_s=_finite(where, "host_key_wait_s", profile.host_key_wait_s, above=-1),
+        image_ref=image.ref if image else None,
+        image_digest=image.digest if image else None,
     )
+
+
+def check_ami_form(where: str, field: str, ami: str, *, baked_allowed: bool) -> None:
+    """ami-<hex>, ssm:/<parameter> or (for the run's `ami`) `baked`; BadInput naming the field."""
+    if re.fullmatch(r"ami-[0-9a-f]{8,17}", ami) or re.fullmatch(r"ssm:/\S+", ami):
+        return
+    if baked_allowed and ami == BAKED:
+        return
+    also = ", or baked (the AMI `reproduce image bake` made)" if baked_allowed else ""
+    raise BadInput(
+        f"{where}: {field} {ami!r}; expected ami-<hex> or ssm:/<public parameter name>{also}."
+    )
+
+
+def run_image(recipe: Recipe, profile: Profile) -> Image:
+    """The image a run of the recipe on this profile pulls: the profile's built image (checked
+    to be built FROM the recipe's digest, as the plan checks it), else the recipe's own."""
+    from launcher.plan.image_record import profile_image
+
+    built = profile_image(recipe, profile)
+    return built.as_image() if built else recipe.image
 
 
 def _finite(
