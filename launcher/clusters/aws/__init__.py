@@ -17,6 +17,8 @@ The package is split by phase (docs/aws.md has the full picture):
     capacity.py   Capacity Block offerings and purchase
     prices.py     the run's price from AWS (Price List API, spot history, a block's fee)
     quota.py      the account's vCPU quota for the capacity type, read before anything is made
+    bake.py       `reproduce image bake`'s AWS part: CreateImage of an instance that pulled the
+                  image, its wait, a half-made AMI removed (`ami: baked` finds the AMI: lookups.py)
 
 Importing the package (and the dry run's provisioning_calls) imports no boto3 and no paramiko:
 the backend's clients are made only when a real run or `--check` needs them.
