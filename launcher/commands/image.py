@@ -65,7 +65,21 @@ def bake_command(req: BakeRequest, *, dry_run: bool = False) -> int:
             "DeregisterImage and DeleteSnapshot ----"
         )
         return 0
-    result = bake(job, state_dir=state_dir_for(job, req.runs_root), log=_say)
+    from launcher.errors import Interrupted
+    from launcher.runner.signals import release_hard, signals_cancel
+
+    try:
+        with signals_cancel():  # Ctrl-C, SIGTERM, SIGHUP: the instance is still ended
+            result = bake(
+                job,
+                state_dir=state_dir_for(job, req.runs_root),
+                log=_say,
+                release=lambda cluster: release_hard(cluster, _say),
+            )
+    except KeyboardInterrupt:
+        raise Interrupted(
+            "interrupted: the bake's teardown ran (its lines above say what was ended)"
+        ) from None
     print(f"ami       {result.image_id} ({result.region}, {result.name})")
     print(f"image     {result.image_ref} (tag reproduce:image-digest={result.digest})")
     print(f"base      {result.base_ami}")

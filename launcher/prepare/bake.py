@@ -31,7 +31,7 @@ from launcher.clusters.aws import requests as rq
 from launcher.clusters.aws.cluster import AwsCluster
 from launcher.clusters.aws.executor import Executor, Launch, Mode
 from launcher.clusters.aws.program import run as run_program
-from launcher.errors import CheckFailed, InfraError
+from launcher.errors import CheckFailed, InfraError, ReproduceError
 from launcher.inputs.profile import Profile, load_profile
 from launcher.inputs.recipe import Recipe, load_recipe
 from launcher.records.rundir import new_run_id, owner
@@ -110,8 +110,12 @@ def bake(
     key_dir: Path | None = None,
     poll_s: float = 5.0,
     quiesce: str = ab.QUIESCE,
+    release: Callable[[AwsCluster], ReproduceError | None] | None = None,
 ) -> BakeResult:
-    """Make the AMI (module docstring); the instance is always ended, a half-made AMI removed."""
+    """Make the AMI (module docstring); the instance is always ended, a half-made AMI removed.
+
+    `release` ends the cluster and returns what it could not end (the command passes the
+    runner's release_hard, which a Ctrl-C does not stop); by default a plain release."""
     target = bake.target
     state_dir.mkdir(parents=True, exist_ok=True)
     cluster = BakeCluster(
@@ -128,7 +132,6 @@ def bake(
     )
     cluster.settings, cluster.target_id = target.settings, None
     image_id: str | None = None
-    done = False
     try:
         [node] = cluster.acquire()
         launch = cluster.launch
@@ -139,8 +142,7 @@ def bake(
         assert image_id is not None
         image = ab.wait_image(launch, api, image_id, target.timeout_s)
         assert image is not None
-        done = True
-        return BakeResult(
+        result = BakeResult(
             image_id=image_id,
             image_ref=target.image_ref,
             digest=target.image_digest,
@@ -149,22 +151,41 @@ def bake(
             state_dir=state_dir,
             region=cluster.region,
         )
-    finally:
-        left: list[str] = []
-        if image_id and not done:
-            left = ab.discard_image(
-                cluster.ec2, image_id, bake.run_id, cluster.launch_id, _quiet(log)
-            )
-        try:
-            cluster.release()
-        finally:
-            if left:
-                raise InfraError(
-                    "the bake failed after CreateImage and these could not be removed: "
-                    + "; ".join(left)
-                    + f" (region {cluster.region}); remove them with `aws ec2 deregister-image` "
-                    "/ `aws ec2 delete-snapshot`."
-                )
+    except BaseException as err:
+        left = (
+            ab.discard_image(cluster.ec2, image_id, bake.run_id, cluster.launch_id, _quiet(log))
+            if image_id
+            else []
+        )
+        failed = _end(cluster, release)
+        if failed is not None:  # said, not raised: the bake's own failure is the one to raise
+            _quiet(log)(f"bake: {failed}")
+        if left:
+            raise InfraError(
+                f"{err}; the bake failed after CreateImage and these could not be removed: "
+                + "; ".join(left)
+                + f" (region {cluster.region}): `aws ec2 deregister-image` / `aws ec2 "
+                "delete-snapshot`."
+            ) from err
+        raise
+    failed = _end(cluster, release)
+    if failed is not None:  # the AMI is made and good; the instance may still bill
+        raise failed
+    return result
+
+
+def _end(
+    cluster: AwsCluster, release: Callable[[AwsCluster], ReproduceError | None] | None
+) -> ReproduceError | None:
+    """The bake's instance, group and key ended (the run's teardown); an error naming what is
+    left, or None."""
+    if release is not None:
+        return release(cluster)
+    try:
+        cluster.release()
+    except ReproduceError as err:
+        return err
+    return None
 
 
 def _pull_and_check(

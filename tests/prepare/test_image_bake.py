@@ -159,9 +159,12 @@ def test_bake_pulls_over_ssh_makes_the_tagged_ami_ends_the_instance_and_a_run_fi
     assert live_with_operator_key(ec2) == NOTHING
 
 
+@pytest.mark.parametrize("fault", ["failed", "ctrl-c"])
 def test_a_failure_after_create_image_deregisters_it_and_leaves_nothing_running(
-    aws, ami, node, test_image, tmp_path
+    aws, ami, node, test_image, tmp_path, fault
 ):
+    """The AMI goes `failed` (AWS's reason is the error), or Ctrl-C arrives while it is waited
+    for: either way it is deregistered, its snapshots deleted, the instance ended."""
     recipe = write_recipe(tmp_path, test_image)
     profile = write_profile(tmp_path, ami=ami, **node)
     made: list[str] = []
@@ -169,6 +172,8 @@ def test_a_failure_after_create_image_deregisters_it_and_leaves_nothing_running(
     def failed_ami(params: dict) -> Any:
         if params.get("ImageIds") and params["ImageIds"] != [ami]:  # the new AMI, not the base
             made.extend(params["ImageIds"])
+            if fault == "ctrl-c" and len(made) == 1:
+                return KeyboardInterrupt()
             return {
                 "Images": [
                     {
@@ -181,7 +186,8 @@ def test_a_failure_after_create_image_deregisters_it_and_leaves_nothing_running(
         return None
 
     aws.faults["describe_images"] = failed_ami
-    with pytest.raises(InfraError, match="injected: snapshot failed"):
+    expected = KeyboardInterrupt if fault == "ctrl-c" else InfraError
+    with pytest.raises(expected, match=None if fault == "ctrl-c" else "injected: snapshot failed"):
         _bake(aws, tmp_path, recipe, profile)
     aws.faults.clear()
     ec2 = aws._real.client("ec2")
