@@ -141,13 +141,16 @@ def _node_wall(work: dict[str, float]) -> tuple[float, str]:
     return max(ends.values())
 
 
-def estimate(recipe: Recipe, *, fresh_instance: bool, runs: int = 1) -> Estimate:
+def estimate(
+    recipe: Recipe, *, fresh_instance: bool, runs: int = 1, ebs_mibs: int | None = None
+) -> Estimate:
     """Seconds per stage for a cold node (nothing cached, no store), a warm store (the store
     holds the rows, the checkpoint and its conversion: they come over S3, nothing is built or
     converted) and a warm cache (a node that kept its cache and image: nothing moves), the node's
     stages overlapped as node.sh runs them (BEFORE_TRAINING); and BAKED: a warm store on a fresh
     node from a baked AMI (the image present: checked, not pulled; its first reads from the
-    restored EBS volume at the `ebs_init` rate). `fresh_instance`: the cluster launches
+    restored EBS volume at the `ebs_init` rate, or at `ebs_mibs`, the profile's
+    volume_initialization_rate, when it asks for one). `fresh_instance`: the cluster launches
     the node (provisioning is paid). `runs`: K measured runs (launcher/plan/claimruns.py) train K
     times on the one node: ray+train and the window count K times, everything before them once."""
     f = {k: v.value for k, v in FIGURES.items()}
@@ -175,7 +178,8 @@ def estimate(recipe: Recipe, *, fresh_instance: bool, runs: int = 1) -> Estimate
         "stack": f["stack"],
     }
     dataset_s = f["dataset_bytes"] / f["hub"]
-    lazy = f["lazy_bytes"] / f["ebs_init"]  # the image's first reads from a restored volume
+    # the image's first reads from a restored volume: at the rate asked for, else the floor
+    lazy = f["lazy_bytes"] / (ebs_mibs * MIB if ebs_mibs else f["ebs_init"])
     works = {
         "cold node": {
             **common,
@@ -238,10 +242,12 @@ def dry_run_lines(
     usd_per_hour: float | None,
     runs: int = 1,
     baked: bool = False,
+    ebs_mibs: int | None = None,
 ) -> list[str]:
     """The dry run's table: GPU-hours per stage and scenario, the totals against the claim. A
-    launch (`fresh_instance`) shows the baked-AMI column too; `baked`: the profile uses one."""
-    est = estimate(recipe, fresh_instance=fresh_instance, runs=runs)
+    launch (`fresh_instance`) shows the baked-AMI column too; `baked`: the profile uses one;
+    `ebs_mibs`: the root volume's initialization rate it asks for."""
+    est = estimate(recipe, fresh_instance=fresh_instance, runs=runs, ebs_mibs=ebs_mibs)
     columns = (*SCENARIOS, BAKED) if fresh_instance else SCENARIOS
     hours = {s: est.gpu_hours(s) for s in columns}
     lines = [
@@ -280,7 +286,12 @@ def dry_run_lines(
         + (
             f"; {BAKED}: a new instance from `reproduce image bake`'s AMI with the store warm "
             "(the image checked, not pulled; its first reads from the restored EBS volume at "
-            f"{FIGURES['ebs_init'].value / MIB:g} MiB/s)"
+            + (
+                f"{ebs_mibs} MiB/s, the profile's volume_initialization_rate)"
+                if ebs_mibs
+                else f"{FIGURES['ebs_init'].value / MIB:g} MiB/s, the provisioned rate's floor: "
+                "volume_initialization_rate asks for one)"
+            )
             + (" - this profile's `ami: baked`" if baked else "")
             if fresh_instance
             else ""
@@ -393,12 +404,13 @@ def likely_lines(
     max_usd: float | None = None,
     runs: int = 1,
     baked: bool = False,
+    ebs_mibs: int | None = None,
 ) -> list[str]:
     """What this run will likely cost, all stages included (the claim counts none of the
     provisioning and downloads), and a warning when a --max-usd budget is under it: a budget
     that stops the run before its window is measured buys nothing. Lines without the '# '.
     `runs`: K measured runs, the training counted K times."""
-    est = estimate(recipe, fresh_instance=fresh_instance, runs=runs)
+    est = estimate(recipe, fresh_instance=fresh_instance, runs=runs, ebs_mibs=ebs_mibs)
     cold, warm_store, warm_cache = (est.total(s) for s in SCENARIOS)
 
     def cost(hours: float) -> str:
@@ -474,4 +486,5 @@ def target_args(profile: Profile, price: Any) -> dict[str, Any]:
         "store": profile.assets.store,
         "usd_per_hour": price.value if price is not None else None,
         "baked": isinstance(profile, AwsProfile) and profile.ami == "baked",
+        "ebs_mibs": profile.volume_initialization_rate if isinstance(profile, AwsProfile) else None,
     }

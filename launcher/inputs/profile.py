@@ -178,6 +178,7 @@ class AwsProfile(Profile, _Reach):
     bake_instance_type: str  # `reproduce image bake`: the instance that makes the AMI
     bake_base_ami: str | None
     bake_timeout_s: float
+    volume_initialization_rate: int | None  # MiB/s: the root volume filled from its snapshot
 
 
 @dataclass(frozen=True)

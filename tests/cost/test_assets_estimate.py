@@ -8,7 +8,7 @@ import re
 
 import pytest
 import yaml
-from support.cli import FIXTURES, SEED, reproduce
+from support.cli import FIXTURES, SEED, reproduce_here
 from support.paths import REPO
 
 from launcher.cost.estimate import (
@@ -18,6 +18,7 @@ from launcher.cost.estimate import (
     FIGURES,
     SCENARIOS,
     checkpoint_bytes,
+    dry_run_lines,
     estimate,
     likely_lines,
 )
@@ -79,7 +80,7 @@ def test_our_overhead_with_a_warm_store_against_the_goal():
         est.total("warm store") - h["ray+train"] - h["window"] - 8 * 600 / 3600
     )
     assert 0.30 < own < 0.45  # 0.39: the pull of a 20 GB image at 0.15 GB/s sets the wall time
-    res = reproduce(SEED, "--cluster", "aws", "--dry-run")
+    res = reproduce_here(SEED, "--cluster", "aws", "--dry-run")
     line = next(ln for ln in res.out.splitlines() if "our overhead, warm store" in ln)
     assert f"{own:.2f} GPU-hours" in line and "goal 0.30: NOT met" in line and "image" in line
     baked = est.overhead(BAKED, provision=FIGURES["provision"].value)
@@ -111,6 +112,21 @@ def test_a_baked_ami_costs_the_image_check_and_the_lazy_loading_not_the_pull():
     # with a lazy loading 4x slower the GPU chain would set the wall time again: the model
     # really weighs it (image_check + preflight-gpu + 4 x lazy > resolve + assets)
     assert 2 + 15 + 4 * lazy > 10 + store["assets"]
+
+
+def test_a_volume_initialization_rate_asked_for_is_the_rate_of_the_first_reads():
+    est = estimate(load_recipe(SEED), fresh_instance=True, ebs_mibs=300)
+    floor = estimate(load_recipe(SEED), fresh_instance=True)
+    lazy = FIGURES["lazy_bytes"].value / (300 * 2**20)
+    assert est.seconds[BAKED]["preflight-gpu"] == pytest.approx(15 + lazy)
+    assert est.seconds[BAKED]["preflight-gpu"] < floor.seconds[BAKED]["preflight-gpu"]
+    assert est.seconds["warm store"] == floor.seconds["warm store"]  # only the baked column
+    text = "\n".join(
+        dry_run_lines(
+            load_recipe(SEED), fresh_instance=True, store=None, usd_per_hour=None, ebs_mibs=300
+        )
+    )
+    assert "300 MiB/s, the profile's volume_initialization_rate" in text
 
 
 def test_the_likely_cost_of_an_ami_baked_profile_is_the_baked_column(tmp_path):
@@ -175,7 +191,7 @@ def test_a_recipe_without_a_gpu_hours_claim_says_so(tmp_path):
 
 @pytest.mark.parametrize("cluster, provisioned", [("aws", True), ("local", False)])
 def test_the_dry_run_prints_the_split_for_each_scenario(cluster, provisioned):
-    res = reproduce(SEED, "--cluster", cluster, "--dry-run")
+    res = reproduce_here(SEED, "--cluster", cluster, "--dry-run")
     assert res.code == 0, res.err
     lines = res.out.splitlines()
     head = next(i for i, line in enumerate(lines) if "expected GPU-hours by stage" in line)
@@ -198,15 +214,15 @@ def test_the_dry_run_prints_the_split_for_each_scenario(cluster, provisioned):
 def test_the_header_says_what_this_run_likely_costs_and_warns_of_a_budget_under_it():
     """The claim counts no provisioning and no downloads; the header's `likely` line does, and a
     --max-usd under it is called out before anything is paid for."""
-    aws = reproduce(SEED, "--cluster", "aws", "--dry-run", "--max-usd", "20")
+    aws = reproduce_here(SEED, "--cluster", "aws", "--dry-run", "--max-usd", "20")
     assert aws.code == 0, aws.err
     likely = next(ln for ln in aws.out.splitlines() if ln.startswith("# likely"))
     cold = estimate(load_recipe(SEED), fresh_instance=True).total("cold node") / 8 * 63.296
     assert "on a new node" in likely and f"${cold:,.2f}" in likely and "warm asset store" in likely
     assert f"# WARNING   --max-usd 20 is under this estimate (${cold:,.2f})" in aws.out
-    enough = reproduce(SEED, "--cluster", "aws", "--dry-run", "--max-usd", "60")
+    enough = reproduce_here(SEED, "--cluster", "aws", "--dry-run", "--max-usd", "60")
     assert enough.code == 0 and "# likely" in enough.out and "WARNING" not in enough.out
-    local = reproduce(SEED, "--cluster", "local", "--dry-run")
+    local = reproduce_here(SEED, "--cluster", "local", "--dry-run")
     likely = next(ln for ln in local.out.splitlines() if ln.startswith("# likely"))
     assert "kept its cache and image" in likely and "new node" not in likely
 
@@ -246,19 +262,19 @@ def test_a_models_total_is_read_from_its_name_when_the_table_does_not_know_it(tm
 
 def test_the_dry_run_warns_when_the_disk_check_is_under_what_a_cold_node_writes(tmp_path):
     path = moe_235b(tmp_path)
-    res = reproduce(path, "--cluster", "aws", "--dry-run")
+    res = reproduce_here(path, "--cluster", "aws", "--dry-run")
     assert res.code == 0, res.err
     assert "checkpoint 470.0 GB" in res.out
     disk = next(ln for ln in res.out.splitlines() if ln.startswith("#   disk:"))
     assert "writes 942 GB" in disk and "requires 400 GB free" in disk
     assert "WARNING the profile's preflight.disk_min_gb 400 is under the 942 GB" in res.out
-    seed = reproduce(SEED, "--cluster", "aws", "--dry-run")
+    seed = reproduce_here(SEED, "--cluster", "aws", "--dry-run")
     assert "#   disk: a cold node writes 124 GB" in seed.out and "disk_min_gb 400" not in seed.out
 
 
 def test_an_unknown_mixture_of_experts_says_its_disk_figure_is_a_lower_bound(tmp_path):
     path = moe_235b(tmp_path, "someone/moe", "moe")
-    res = reproduce(path, "--cluster", "local", "--dry-run")
+    res = reproduce_here(path, "--cluster", "local", "--dry-run")
     assert res.code == 0, res.err
     assert "a lower bound, the total parameters are not known" in res.out
     assert "writes at least" in res.out

@@ -88,6 +88,7 @@ def bake_target(recipe: Recipe, profile: Profile) -> BakeTarget:
         price_per_hour=None,
         image_ref=image.ref,
         image_digest=image.digest,
+        volume_initialization_rate=None,  # the bake reads little of its base: the default rate
     )
     return BakeTarget(bake, image.ref, image.digest, base, timeout)
 

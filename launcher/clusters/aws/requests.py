@@ -283,6 +283,10 @@ def run_instances_request(
     }
     if key_name is None:
         del req["KeyName"]
+    if s.volume_initialization_rate is not None:  # the root volume from the AMI's snapshot
+        req["BlockDeviceMappings"][0]["Ebs"]["VolumeInitializationRate"] = int(
+            s.volume_initialization_rate
+        )
     if placement_group:
         req["Placement"] = {"GroupName": placement_group}
     if s.capacity_type in ("reservation", "capacity-block"):

@@ -67,6 +67,7 @@ class AwsSettings:
     # digest finds the AMI `reproduce image bake` made (its reproduce:image-digest tag)
     image_ref: str | None = None
     image_digest: str | None = None
+    volume_initialization_rate: int | None = None  # MiB/s (RunInstances' root volume)
 
     @property
     def ami_is_ssm(self) -> bool:
@@ -147,6 +148,7 @@ def settings_from(recipe: Recipe, profile: Profile) -> AwsSettings:
         accept_unknown_host=bool(profile.accept_unknown_host),
         host_key_wait_s=_finite(where, "host_key_wait_s", profile.host_key_wait_s, above=-1),
         image_ref=image.ref if image else None,
+        volume_initialization_rate=profile.volume_initialization_rate,
         image_digest=image.digest if image else None,
     )
 

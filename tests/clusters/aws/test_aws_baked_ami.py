@@ -179,3 +179,29 @@ def test_the_image_stage_on_a_baked_ami_checks_a_present_image_and_pulls_only_a_
     assert record["digest"] == test_image.digest and test_image.ref in record["repo_digests"]
     assert record["source"] == ("ami" if present else "pulled")
     assert ("not pulled" in done.stdout) == present
+
+
+def test_volume_initialization_rate_goes_on_the_root_volume_and_is_valid(stubbed, tmp_path):
+    """The profile's volume_initialization_rate is RunInstances' Ebs.VolumeInitializationRate
+    (valid for the service model); without it the root volume's mapping is as before."""
+    from launcher.clusters.aws.settings import settings_from
+
+    s = settings_from(seed_recipe(), load(tmp_path, ami="baked", volume_initialization_rate=300))
+    req = rq.run_instances_request(
+        s,
+        ami_id="ami-0bbbbbbbbbbbbbbb2",
+        subnet_id="subnet-0123456789abcdef0",
+        group_id="sg-0123456789abcdef0",
+        key_name="k",
+        placement_group=None,
+        root_device="/dev/sda1",
+        network_cards=16,
+        max_efa=16,
+        tags=[{"Key": "Name", "Value": "x"}],
+        client_token="reproduce-0123456789ab-0",
+    )
+    assert req["BlockDeviceMappings"][0]["Ebs"]["VolumeInitializationRate"] == 300
+    stubbed.stub("ec2").add_response("run_instances", {"Instances": []}, req)
+    stubbed.clients["ec2"].run_instances(**req)
+    plain = settings_from(seed_recipe(), load(tmp_path, ami="baked"))
+    assert plain.volume_initialization_rate is None
