@@ -117,7 +117,6 @@ def bake(
     `release` ends the cluster and returns what it could not end (the command passes the
     runner's release_hard, which a Ctrl-C does not stop); by default a plain release."""
     target = bake.target
-    state_dir.mkdir(parents=True, exist_ok=True)
     cluster = BakeCluster(
         bake.recipe,
         bake.profile,
@@ -131,6 +130,8 @@ def bake(
         poll_s=poll_s,
     )
     cluster.settings, cluster.target_id = target.settings, None
+    cluster.session  # noqa: B018 - credentials and region first: without them nothing is made
+    state_dir.mkdir(parents=True, exist_ok=True)
     image_id: str | None = None
     try:
         [node] = cluster.acquire()

@@ -270,3 +270,21 @@ def test_the_dry_run_prints_the_real_requests_and_needs_no_credentials(monkeypat
     ref = load_recipe(SEED).image.ref
     assert f"\ndocker pull {ref}\n" in res.out  # the pull by digest, as node.sh pulls
     assert "sudo -n systemctl stop docker.socket docker.service && sync" in res.out
+
+
+def test_without_credentials_the_bake_is_refused_and_nothing_is_made(tmp_path, monkeypatch):
+    from support.aws import set_fake_env
+
+    set_fake_env(monkeypatch)
+    for key in (
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AWS_SECURITY_TOKEN",
+    ):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.chdir(tmp_path)
+    res = reproduce("image", "bake", str(SEED), "--profile", "aws")
+    assert res.code == 2, res.out + res.err
+    assert "credentials" in res.err.lower() and "Traceback" not in res.err
+    assert not (tmp_path / "images").exists()  # not even the bake's record directory
