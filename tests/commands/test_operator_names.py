@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from support.cli import REPO, SEED, reproduce
+from support.cli import REPO, SEED, reproduce_here
 
 from launcher.inputs.recipe import load_recipe
 from launcher.records.history_rows import slug_of
@@ -27,10 +27,10 @@ def test_a_recipe_file_its_name_and_its_slug_are_one_recipe(tmp_path, monkeypatc
 
 
 def test_the_help_example_works(tmp_path):
-    shown = reproduce("history", "--help", env={"COLUMNS": "300"}).out
+    shown = reproduce_here("history", "--help", env={"COLUMNS": "300"}).out
     example = re.search(r"recipes/ \(([^)]+)\)", shown)
     assert example, shown
     for ref in (example.group(1), str(SEED)):
-        res = reproduce("history", ref, "--history", tmp_path / "h.sqlite", cwd=tmp_path)
+        res = reproduce_here("history", ref, "--history", tmp_path / "h.sqlite", cwd=tmp_path)
         assert res.code == 2 and load_recipe(SEED).slug in res.err  # found as the seed: no runs
         assert "Traceback" not in res.err

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support.cli import SEED, reproduce
+from support.cli import SEED, reproduce_here
 
 from launcher import catalog
 from launcher.errors import BadInput
@@ -58,7 +58,7 @@ def test_a_gpu_block_the_instance_contradicts_is_refused_on_every_target(case, c
         "local dry run": (path, "--cluster", "local", "--dry-run"),
         "aws dry run": (path, "--cluster", "aws", "--dry-run"),
     }[command]
-    res = reproduce(*args)
+    res = reproduce_here(*args)
     assert res.code == 2 and "Traceback" not in res.err, res
     assert f"- {field}:" in res.err and words in res.err, res.err
     assert "$" not in res.out  # nothing priced

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support.cli import reproduce
+from support.cli import reproduce_here
 from support.measure import STANDIN, START
 from support.paths import REPO, TESTS
 
@@ -76,7 +76,7 @@ def measure(log: Path, recipe: Path, *extra: str) -> dict:
 
 
 def test_the_corpus_validates():
-    res = reproduce("validate", DENSE, MOE_4, B200)
+    res = reproduce_here("validate", DENSE, MOE_4, B200)
     assert res.code == 0 and res.out.count("ok: ") == 3, res.err
 
 
@@ -89,12 +89,12 @@ def test_a_dense_recipe_states_what_does_not_apply_as_null():
 
 def test_the_dense_p5_dry_run_shows_its_catalog_price_and_a_given_one_wins():
     assert catalog.price_per_hour("p5.48xlarge", "us-east-1").value == 55.04
-    bare = reproduce(DENSE, "--cluster", "aws", "--dry-run", env=NO_CREDENTIALS)
+    bare = reproduce_here(DENSE, "--cluster", "aws", "--dry-run", env=NO_CREDENTIALS)
     assert bare.code == 0, bare.err
     # 0.8 GPU-hours / 8 GPUs per node = 0.1 node-hours x $55.04/h (the catalog, sourced)
     assert "= 0.100 node-hours x $55.04/h = $5.50  [price: catalog:" in bare.out
     assert "NO PRICE" not in bare.out
-    priced = reproduce(
+    priced = reproduce_here(
         DENSE, "--cluster", "aws", "--dry-run", "--price-per-hour", "55", env=NO_CREDENTIALS
     )
     assert priced.code == 0, priced.err
@@ -103,7 +103,7 @@ def test_the_dense_p5_dry_run_shows_its_catalog_price_and_a_given_one_wins():
 
 
 def test_the_4_node_moe_dry_run_costs_four_nodes_and_a_real_run_would_start():
-    res = reproduce(MOE_4, "--cluster", "aws", "--dry-run", env=NO_CREDENTIALS)
+    res = reproduce_here(MOE_4, "--cluster", "aws", "--dry-run", env=NO_CREDENTIALS)
     assert res.code == 0, res.err
     assert "4 x 8 H200" in res.out
     assert "10 GPU-hours" in res.out and "1.250 node-hours x $63.296/h = $79.12" in res.out

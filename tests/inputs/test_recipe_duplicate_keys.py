@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support.cli import REPO, SEED, reproduce
+from support.cli import REPO, SEED, reproduce_here
 
 from launcher.errors import BadInput
 from launcher.inputs.profile import load_profile
@@ -36,12 +36,12 @@ def test_two_throughput_claims_in_the_result_block_are_refused_naming_both_lines
     path = tmp_path / "recipe.yaml"
     path.write_text(bad)
     a = line_of(bad, "tokens_per_s_per_gpu: 6913.23")
-    res = reproduce("validate", path)
+    res = reproduce_here("validate", path)
     assert res.code == 2 and "Traceback" not in res.err, res
     assert str(path) in res.err
     assert f"result.tokens_per_s_per_gpu at lines {a} and {a + 1}" in res.err, res.err
     # and the dry run refuses it the same way, before any plan
-    run = reproduce(path, "--dry-run")
+    run = reproduce_here(path, "--dry-run")
     assert run.code == 2 and "duplicate key" in run.err and run.out == ""
 
 
@@ -53,7 +53,7 @@ def test_a_second_gpu_block_is_refused(tmp_path):
     starts = [i + 1 for i, ln in enumerate(bad.splitlines()) if ln == "gpu:"]
     assert len(starts) == 2
     first, second = starts
-    res = reproduce("validate", path)
+    res = reproduce_here("validate", path)
     assert res.code == 2, res
     assert f"gpu at lines {first} and {second}" in res.err, res.err
     assert "B200" not in res.out
@@ -117,7 +117,7 @@ def test_a_profile_with_a_key_written_twice_is_refused(tmp_path):
         BadInput, match=r"duplicate key in the cluster profile: kind at lines 2 and"
     ):
         load_profile(path)
-    res = reproduce(SEED, "--cluster", path, "--dry-run")
+    res = reproduce_here(SEED, "--cluster", path, "--dry-run")
     assert res.code == 2 and "duplicate key" in res.err and "Traceback" not in res.err, res
 
 

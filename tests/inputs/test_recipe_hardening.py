@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support.cli import SEED, reproduce
+from support.cli import SEED, reproduce, reproduce_here
 
 from launcher.errors import BadInput
 from launcher.inputs.recipe import load_recipe
@@ -55,7 +55,7 @@ def test_an_alias_bomb_is_refused_quickly_with_bounded_memory(tmp_path):
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     assert elapsed < 1.0 and peak < 20 * 2**20
-    res = reproduce("validate", path)  # the CLI, cache and all
+    res = reproduce_here("validate", path)  # the CLI, cache and all
     assert res.code == 2 and "line 2" in res.err and "Traceback" not in res.err
 
 
@@ -63,7 +63,7 @@ def test_a_single_alias_is_refused_too_naming_its_line(tmp_path):
     text = SEED.read_text().replace(
         "  count: 8\n  per_node: 8\n", "  count: &n 8\n  per_node: *n\n"
     )
-    res = reproduce("validate", write(tmp_path, text))
+    res = reproduce_here("validate", write(tmp_path, text))
     assert res.code == 2 and "anchor" in res.err and "write the value out" in res.err
 
 
@@ -75,7 +75,7 @@ def test_a_fifo_is_refused_at_once_instead_of_hanging(tmp_path):
     worker.start()
     worker.join(5)
     assert done and isinstance(done[0], BadInput) and "not a regular file" in str(done[0])
-    res = reproduce("validate", fifo, timeout=20)
+    res = reproduce("validate", fifo, timeout=20)  # a fresh process: a hang is killed
     assert res.code == 2 and "not a regular file" in res.err
 
 
@@ -90,23 +90,23 @@ def test_a_file_over_the_size_cap_is_refused_unread(tmp_path):
     path = tmp_path / "recipe.yaml"
     with open(path, "wb") as fh:
         fh.truncate(MAX_FILE_BYTES + 1)  # sparse: nothing to read, and nothing is read
-    res = reproduce("validate", path)
+    res = reproduce_here("validate", path)
     assert res.code == 2 and f"at most {MAX_FILE_BYTES} bytes" in res.err
-    res = reproduce(SEED, "--cluster", path, "--dry-run")  # profiles are read the same way
+    res = reproduce_here(SEED, "--cluster", path, "--dry-run")  # profiles are read the same way
     assert res.code == 2 and f"at most {MAX_FILE_BYTES} bytes" in res.err
 
 
 def test_an_env_key_with_a_trailing_newline_is_not_a_variable_name(tmp_path):
     raw = seed()
     raw["env"]["NCCL_DEBUG\n"] = "WARN"
-    res = reproduce("validate", write(tmp_path, raw))
+    res = reproduce_here("validate", write(tmp_path, raw))
     assert res.code == 2 and "not a shell variable name" in res.err
 
 
 def test_a_digest_with_a_trailing_newline_is_refused(tmp_path):
     raw = seed()
     raw["stack"]["image"] = {"repository": "radixark/miles", "digest": "sha256:" + "a" * 64 + "\n"}
-    res = reproduce("validate", write(tmp_path, raw))
+    res = reproduce_here("validate", write(tmp_path, raw))
     assert res.code == 2 and "- stack.image.digest:" in res.err
 
 
@@ -117,7 +117,7 @@ def test_a_digest_with_a_trailing_newline_is_refused(tmp_path):
 def test_a_float_with_no_fraction_is_not_an_integer(tmp_path, where, value):
     raw = seed()
     raw[where[0]][where[1]] = value
-    res = reproduce("validate", write(tmp_path, raw))
+    res = reproduce_here("validate", write(tmp_path, raw))
     assert res.code == 2 and f"- {'.'.join(where)}: expected an integer" in res.err, res.err
 
 
@@ -136,7 +136,7 @@ def test_names_that_reach_cache_paths_cannot_climb_out(tmp_path, where, value, f
     for key in where[:-1]:
         node = node[key]
     node[where[-1]] = value
-    res = reproduce("validate", write(tmp_path, raw))
+    res = reproduce_here("validate", write(tmp_path, raw))
     assert res.code == 2 and "Traceback" not in res.err, res
     assert f"- {field or '.'.join(where)}:" in res.err, res.err
 
@@ -145,17 +145,17 @@ def test_the_model_names_the_cache_directory_when_no_repository_does(tmp_path):
     raw = seed()
     raw["result"]["active_params"]["source"] = "measured by hand"
     raw["model"] = "../../qwen"
-    res = reproduce("validate", write(tmp_path, raw))
+    res = reproduce_here("validate", write(tmp_path, raw))
     assert res.code == 2 and "- model:" in res.err
     raw["model"] = "Qwen3-30B-A3B"
-    assert reproduce("validate", write(tmp_path, raw)).code == 0
+    assert reproduce_here("validate", write(tmp_path, raw)).code == 0
 
 
 def test_a_commit_revision_and_a_tag_are_accepted(tmp_path):
     raw = seed()
     for revision in ("ad44e777bcd18fa416d9da3bd8f70d33ebb85d39", "v1.0", None):
         raw["result"]["active_params"]["revision"] = revision
-        assert reproduce("validate", write(tmp_path, raw)).code == 0, revision
+        assert reproduce_here("validate", write(tmp_path, raw)).code == 0, revision
 
 
 def test_a_pass_remembered_before_a_stricter_validator_is_not_reused(tmp_path, monkeypatch):
@@ -214,10 +214,10 @@ def test_every_target_refuses_it_with_exit_2_naming_the_field(tmp_path, profile)
     raw = seed()
     raw["env"]["REPRODUCE_IMAGE_DIGEST"] = raw["stack"].get("image", {}).get("digest", "x")
     path = write(tmp_path, raw)
-    res = reproduce(path, "--cluster", SEED.parents[3] / "env" / profile, "--dry-run")
+    res = reproduce_here(path, "--cluster", SEED.parents[3] / "env" / profile, "--dry-run")
     assert res.code == 2, res.err
     assert "env.REPRODUCE_IMAGE_DIGEST" in res.err and "Traceback" not in res.err
-    res = reproduce("validate", path)
+    res = reproduce_here("validate", path)
     assert res.code == 2 and "env.REPRODUCE_IMAGE_DIGEST" in res.err
 
 

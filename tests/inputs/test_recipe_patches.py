@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support.cli import SEED, reproduce
+from support.cli import SEED, reproduce_here
 from support.paths import TESTS
 
 from launcher.errors import BadInput, InfraError
@@ -101,7 +101,7 @@ def test_a_patched_recipe_is_planned_applied_and_recorded(tmp_path):
     path = recipe_with(tmp_path, [{"name": "hello", "checkout": "/root/miles", "diff": DIFF,
                                    "sha256": sha(DIFF)}])  # fmt: skip
     script = tmp_path / "node.sh"
-    res = reproduce(path, "--dry-run", "--script-out", script)
+    res = reproduce_here(path, "--dry-run", "--script-out", script)
     assert res.code == 0, res.err
     assert "# patches   1 applied in the container before training: hello -> /root/miles" in res.out
     text = script.read_text()
@@ -123,7 +123,7 @@ def test_a_patch_file_beside_the_recipe_is_read_and_checked(tmp_path):
     (tmp_path / "fix.diff").write_text(DIFF)
     path = recipe_with(tmp_path, [{"checkout": "/root/Megatron-LM", "file": "fix.diff",
                                    "sha256": sha(DIFF)}])  # fmt: skip
-    res = reproduce(path, "--dry-run")
+    res = reproduce_here(path, "--dry-run")
     assert res.code == 0, res.err
     assert "patch-0 -> /root/Megatron-LM" in res.out and 'print("patched")' in res.out
 
@@ -148,7 +148,7 @@ REFUSED = {
 def test_a_patch_that_cannot_be_applied_refuses_the_recipe_before_anything_is_paid(case, tmp_path):
     item, field, words = REFUSED[case]
     path = recipe_with(tmp_path, [item])
-    res = reproduce("validate", path)
+    res = reproduce_here("validate", path)
     assert res.code == 2 and "Traceback" not in res.err, res
     assert f"- {field}:" in res.err and words in res.err, res.err
     with pytest.raises(BadInput):
@@ -158,18 +158,18 @@ def test_a_patch_that_cannot_be_applied_refuses_the_recipe_before_anything_is_pa
 @pytest.mark.parametrize("profile", ["ray"])
 def test_a_target_that_cannot_patch_its_checkout_refuses_a_patched_recipe(profile, tmp_path):
     path = recipe_with(tmp_path, [{"checkout": "/root/miles", "diff": DIFF, "sha256": sha(DIFF)}])
-    res = reproduce(path, "--cluster", profile, "--dry-run")
+    res = reproduce_here(path, "--cluster", profile, "--dry-run")
     assert res.code == 2 and "cannot apply them" in res.err and res.out == "", res
     host = (SEED.parent.parent.parent.parent / "env" / "local.yaml").read_text()
     host_profile = tmp_path / "host.yaml"
     host_profile.write_text(host.replace("runtime: docker", "runtime: host"))
     assert "runtime: host" in host_profile.read_text()
-    res = reproduce(path, "--cluster", host_profile, "--dry-run")
+    res = reproduce_here(path, "--cluster", host_profile, "--dry-run")
     assert res.code == 2 and "runtime: host" in res.err, res
 
 
 def test_a_recipe_without_patches_renders_no_patch_lines():
-    res = reproduce(SEED, "--dry-run")
+    res = reproduce_here(SEED, "--dry-run")
     assert res.code == 0 and "_apply_patch" not in res.out
     assert "# patches   none" in res.out
 

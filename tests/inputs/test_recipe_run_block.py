@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support.cli import SEED, reproduce
+from support.cli import SEED, reproduce_here
 from support.paths import TESTS
 
 from launcher.inputs.runargs import OPAQUE, OPAQUE_WORDS, commands, options_of, read_run_block
@@ -68,7 +68,7 @@ CASES = {
 def test_a_run_block_that_contradicts_a_field_is_refused_with_both_values(case, tmp_path):
     source, old, new, field, where, recipe_value, run_value = CASES[case]
     path = edited(tmp_path, source, old, new, field)
-    res = reproduce("validate", path)
+    res = reproduce_here("validate", path)
     assert res.code == 2 and "Traceback" not in res.err, res
     assert f"- {where}:" in res.err, res.err
     assert recipe_value in res.err and run_value in res.err, res.err
@@ -76,7 +76,7 @@ def test_a_run_block_that_contradicts_a_field_is_refused_with_both_values(case, 
 
 def test_the_seed_and_every_fixture_agree_with_their_run_blocks():
     fixtures = sorted((TESTS / "data" / "recipes").glob("*.yaml"))
-    res = reproduce("validate", SEED, *fixtures)
+    res = reproduce_here("validate", SEED, *fixtures)
     assert res.code == 0, res.err
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support.cli import FIXTURES, SEED, reproduce
+from support.cli import FIXTURES, SEED, reproduce_here
 
 from launcher.inputs.recipe import load_recipe, recipe_schema
 
@@ -98,7 +98,7 @@ def test_bad_recipe_exits_2_naming_the_field(case: str, tmp_path: Path) -> None:
     change, field, expected = BAD[case]
     path = write(tmp_path, change(seed_data()))
     for args in (("validate", path), (path, "--cluster", "aws", "--dry-run")):
-        res = reproduce(*args)
+        res = reproduce_here(*args)
         assert res.code == 2, (case, res)
         assert "Traceback" not in res.err and res.out == ""
         assert str(path) in res.err
@@ -119,20 +119,20 @@ def test_bad_recipe_exits_2_naming_the_field(case: str, tmp_path: Path) -> None:
 def test_unreadable_recipe_files(text, expected: str, tmp_path: Path) -> None:
     path = tmp_path / "recipe.yaml"
     path.write_bytes(text if isinstance(text, bytes) else text.encode())
-    res = reproduce(path, "--cluster", "local", "--dry-run")
+    res = reproduce_here(path, "--cluster", "local", "--dry-run")
     assert res.code == 2 and "Traceback" not in res.err
     assert str(path) in res.err and expected in res.err
 
 
 def test_missing_recipe_file(tmp_path: Path) -> None:
-    res = reproduce(tmp_path / "nope.yaml", "--dry-run")
+    res = reproduce_here(tmp_path / "nope.yaml", "--dry-run")
     assert res.code == 2 and "no such recipe file" in res.err and "Traceback" not in res.err
 
 
 def test_a_bad_recipe_leaves_no_run_directory(tmp_path: Path) -> None:
     path = write(tmp_path, mutate(["schema_version"], 2)(seed_data()))
     runs = tmp_path / "runs"
-    res = reproduce(path, "--cluster", "local", "--runs-dir", runs)
+    res = reproduce_here(path, "--cluster", "local", "--runs-dir", runs)
     assert res.code == 2
     assert not runs.exists() or not any(runs.rglob("*"))
 
@@ -141,14 +141,14 @@ def test_every_error_is_reported_at_once(tmp_path: Path) -> None:
     data = seed_data()
     data["gpu"]["count"] = "eight"
     data["typo"] = 1
-    res = reproduce("validate", write(tmp_path, data))
+    res = reproduce_here("validate", write(tmp_path, data))
     assert res.code == 2 and "2 problems" in res.err
     assert "- gpu.count:" in res.err and "- typo:" in res.err
 
 
 def test_validate_accepts_the_seed_and_the_fixtures() -> None:
     paths = [SEED, *sorted(FIXTURES.glob("*.yaml"))]
-    res = reproduce("validate", *paths)
+    res = reproduce_here("validate", *paths)
     assert res.code == 0, res.err
     assert res.out.count("ok: ") == len(paths)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support.cli import FOUR_NODES, REPO, SEED, reproduce
+from support.cli import FOUR_NODES, REPO, SEED, reproduce_here
 from support.multinode import ssh_hosts_profile
 
 from launcher.plan.multinode import EFA_ENV
@@ -20,7 +20,7 @@ EFA_EXPORTS = [f"export {v.name}={v.value!r}" if " " in v.value else f"export {v
 
 
 def dry_run(recipe: Path, cluster: str | Path) -> str:
-    res = reproduce(recipe, "--cluster", cluster, "--dry-run")
+    res = reproduce_here(recipe, "--cluster", cluster, "--dry-run")
     assert res.code == 0, res.err
     return res.out
 
@@ -53,7 +53,7 @@ def test_ssh_hosts_get_it_when_the_profile_asks_and_the_profile_env_wins(tmp_pat
 
 @pytest.mark.parametrize("cluster, says", [("local", "gives one node"), ("ssh", "gives 1")])
 def test_a_multi_node_recipe_on_a_one_host_profile_is_refused(cluster, says):
-    res = reproduce(FOUR_NODES, "--cluster", cluster, "--dry-run")
+    res = reproduce_here(FOUR_NODES, "--cluster", cluster, "--dry-run")
     assert res.code == 2 and says in res.err and "Traceback" not in res.err
     if cluster == "ssh":  # the section the message points at exists
         assert "README, 'Several nodes'" in res.err

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support.cli import FIXTURES, SEED, reproduce
+from support.cli import FIXTURES, SEED, reproduce_here
 
 from launcher.inputs.profile import load_profile
 from launcher.inputs.recipe import load_recipe
@@ -35,7 +35,7 @@ def node_script_of(out: str) -> str:
 
 @pytest.mark.parametrize("cluster", ["aws", "ssh", "local"])
 def test_dry_run_shows_digest_env_run_and_ray_before_train(cluster: str, tmp_path: Path) -> None:
-    res = reproduce(SEED, "--cluster", cluster, "--dry-run", env=NO_CREDENTIALS)
+    res = reproduce_here(SEED, "--cluster", cluster, "--dry-run", env=NO_CREDENTIALS)
     assert res.code == 0, res.err
     script = node_script_of(res.out)
     assert f"radixark/miles@{DIGEST}" in res.out
@@ -59,14 +59,14 @@ def test_dry_run_shows_digest_env_run_and_ray_before_train(cluster: str, tmp_pat
 
 
 def test_dry_run_header_has_nodes_image_and_cost() -> None:
-    res = reproduce(SEED, "--cluster", "aws", "--dry-run", env=NO_CREDENTIALS)
+    res = reproduce_here(SEED, "--cluster", "aws", "--dry-run", env=NO_CREDENTIALS)
     header = res.out.split("\n\n", 1)[0]
     assert "1 x 8 H200" in header and "p5en.48xlarge" in header
     assert "1.25 GPU-hours" in header and "$63.296/h" in header and "$9.89" in header
 
 
 def test_price_override_changes_the_expected_cost() -> None:
-    res = reproduce(
+    res = reproduce_here(
         SEED, "--cluster", "aws", "--dry-run", "--price-per-hour", "40", env=NO_CREDENTIALS
     )
     assert "$40/h = $6.25" in res.out and "override" in res.out
@@ -78,7 +78,7 @@ def test_aws_dry_run_prints_the_run_instances_request_without_secrets() -> None:
         "AWS_SECRET_ACCESS_KEY": "secret-canary-value",
         "HF_TOKEN": "hf_canary_token_value",
     }
-    res = reproduce(SEED, "--cluster", "aws", "--dry-run", env=canary)
+    res = reproduce_here(SEED, "--cluster", "aws", "--dry-run", env=canary)
     assert res.code == 0, res.err
     for value in canary.values():
         assert value not in res.out and value not in res.err
@@ -91,20 +91,22 @@ def test_aws_dry_run_prints_the_run_instances_request_without_secrets() -> None:
 
 def test_ssh_and_local_print_no_provisioning_request() -> None:
     for cluster in ("ssh", "local"):
-        res = reproduce(SEED, "--cluster", cluster, "--dry-run")
+        res = reproduce_here(SEED, "--cluster", cluster, "--dry-run")
         assert "provisioning requests" not in res.out
 
 
 def test_script_out_writes_the_same_script(tmp_path: Path) -> None:
     out = tmp_path / "node.sh"
-    res = reproduce(SEED, "--cluster", "aws", "--dry-run", "--script-out", out, "--run-id", "r1")
+    res = reproduce_here(
+        SEED, "--cluster", "aws", "--dry-run", "--script-out", out, "--run-id", "r1"
+    )
     assert res.code == 0
     assert out.read_text() == node_script_of(res.out)
 
 
 def test_same_run_id_gives_byte_identical_scripts() -> None:
-    a = reproduce(SEED, "--cluster", "ssh", "--dry-run", "--run-id", "fixed-1")
-    b = reproduce(SEED, "--cluster", "ssh", "--dry-run", "--run-id", "fixed-1")
+    a = reproduce_here(SEED, "--cluster", "ssh", "--dry-run", "--run-id", "fixed-1")
+    b = reproduce_here(SEED, "--cluster", "ssh", "--dry-run", "--run-id", "fixed-1")
     assert a.out == b.out
 
 
@@ -112,7 +114,7 @@ def test_same_run_id_gives_byte_identical_scripts() -> None:
 def test_other_recipes_dry_run(fixture: str, tmp_path: Path) -> None:
     path = FIXTURES / fixture
     recipe = load_recipe(path)
-    res = reproduce(path, "--cluster", "aws", "--dry-run", env=NO_CREDENTIALS)
+    res = reproduce_here(path, "--cluster", "aws", "--dry-run", env=NO_CREDENTIALS)
     assert res.code == 0, res.err
     script = node_script_of(res.out)
     assert recipe.image.ref in script
@@ -123,7 +125,7 @@ def test_other_recipes_dry_run(fixture: str, tmp_path: Path) -> None:
 
 
 def test_multi_node_recipe_is_refused_on_a_single_host_profile() -> None:
-    res = reproduce(FIXTURES / "llama3.1-70b-h100-2node.yaml", "--cluster", "ssh", "--dry-run")
+    res = reproduce_here(FIXTURES / "llama3.1-70b-h100-2node.yaml", "--cluster", "ssh", "--dry-run")
     assert res.code == 2 and "2 nodes" in res.err and "Traceback" not in res.err
 
 
@@ -211,19 +213,19 @@ def test_efa_devices_and_docker_flags() -> None:
 def test_bad_profiles_exit_2(profile: dict, field: str, expected: str, tmp_path: Path) -> None:
     path = tmp_path / "p.yaml"
     path.write_text(yaml.safe_dump(profile))
-    res = reproduce(SEED, "--cluster", path, "--dry-run")
+    res = reproduce_here(SEED, "--cluster", path, "--dry-run")
     assert res.code == 2 and "Traceback" not in res.err
     assert str(path) in res.err and f"- {field}:" in res.err and expected in res.err, res.err
 
 
 def test_unknown_profile_name_lists_the_known_ones() -> None:
-    res = reproduce(SEED, "--cluster", "gcp", "--dry-run")
+    res = reproduce_here(SEED, "--cluster", "gcp", "--dry-run")
     assert res.code == 2 and "aws, local, ray, ssh" in res.err
 
 
 def test_ray_profile_submits_to_the_existing_cluster() -> None:
     """The launcher submits node.sh as one job (tests/clusters/ray/test_ray_plan.py: the request printed)."""
-    res = reproduce(SEED, "--cluster", "ray", "--dry-run")
+    res = reproduce_here(SEED, "--cluster", "ray", "--dry-run")
     script = res.out.split("# ---- node script (node.sh), the Ray job's entrypoint ----\n", 1)[1]
     assert "ray start --head" not in script and "ray job submit" not in script
     assert "# ---- Ray job submission to http://127.0.0.1:8265" in res.out
@@ -233,7 +235,7 @@ def test_real_runs_refuse_what_this_version_cannot_execute(tmp_path: Path) -> No
     """Multi-node recipes where the kind cannot run them are planned (dry run) but refused for real, before anything starts."""
     runs = tmp_path / "runs"
     # a multi-node recipe on a profile that gives one node (ssh host lists, aws and ray run them)
-    multi = reproduce(
+    multi = reproduce_here(
         FIXTURES / "llama3.1-70b-h100-2node.yaml", "--cluster", "local", "--runs-dir", runs
     )
     assert multi.code == 2 and "2 nodes" in multi.err and "gives one node" in multi.err

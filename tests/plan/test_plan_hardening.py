@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support.cli import SEED, reproduce
+from support.cli import SEED, reproduce_here
 
 from launcher.errors import BadInput
 from launcher.inputs.profile import load_profile
@@ -163,7 +163,7 @@ def test_hf_token_env_must_name_a_hugging_face_token(tmp_path: Path, name: str) 
     with pytest.raises(BadInput, match=f"secrets.hf_token_env is '{name}'"):
         _plan(tmp_path, secrets={"hf_token_env": name})
     profile = tmp_path / "profile.yaml"
-    result = reproduce(SEED, "--cluster", profile, "--dry-run")  # the dry run refuses it too
+    result = reproduce_here(SEED, "--cluster", profile, "--dry-run")  # the dry run refuses it too
     assert result.code == 2 and "secrets.hf_token_env" in result.err, result.err
 
 

@@ -11,7 +11,7 @@ import shlex
 from pathlib import Path
 
 import pytest
-from support.cli import FOUR_NODES, SEED, reproduce
+from support.cli import FOUR_NODES, SEED, reproduce_here
 from support.multinode import ssh_hosts_profile
 
 WRITABLE = re.compile(r"^(\S*/out|\$NODE_RUN_DIR/out|\$REPRODUCE_NEW_DIR)$")
@@ -39,7 +39,7 @@ def test_no_container_mounts_the_cache_or_anything_the_host_trusts_writable(
     recipe: Path, cluster: str, tmp_path: Path
 ) -> None:
     profile = ssh_hosts_profile(tmp_path) if cluster == "hosts" else cluster
-    res = reproduce(recipe, "--cluster", profile, "--dry-run")
+    res = reproduce_here(recipe, "--cluster", profile, "--dry-run")
     assert res.code == 0, res.err
     found = mounts(res.out)
     assert any("reproduce-cache" in src for src, _, _ in found)  # the cache is mounted...

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from support.cli import SEED, reproduce
+from support.cli import SEED, reproduce_here
 from support.paths import REPO
 
 NO_CREDENTIALS = {
@@ -43,9 +43,11 @@ def p5e_recipe(tmp_path: Path) -> Path:
 def test_the_dry_run_refuses_what_the_real_run_refuses(recipe, args, expected, tmp_path):
     runs = tmp_path / "runs"
     recipe = p5e_recipe(tmp_path) if recipe == P5E else recipe
-    dry = reproduce(recipe, "--cluster", "aws", "--dry-run", *args, env=NO_CREDENTIALS)
+    dry = reproduce_here(recipe, "--cluster", "aws", "--dry-run", *args, env=NO_CREDENTIALS)
     assert dry.code == 2 and expected in dry.err and dry.out == "", dry
-    real = reproduce(recipe, "--cluster", "local", "--runs-dir", runs, *args, env=NO_CREDENTIALS)
+    real = reproduce_here(
+        recipe, "--cluster", "local", "--runs-dir", runs, *args, env=NO_CREDENTIALS
+    )
     assert real.code == 2 and expected in real.err, real
     assert not runs.exists() or not any(runs.rglob("run.json"))
 
@@ -55,14 +57,14 @@ def test_a_reused_run_id_is_refused_by_the_dry_run_too(tmp_path):
     old = runs / "x" / "h200" / "20260101T000000Z-taken"
     old.mkdir(parents=True)
     (old / "run.json").write_text(json.dumps({"run_id": "taken"}))
-    res = reproduce(
+    res = reproduce_here(
         SEED, "--cluster", "local", "--dry-run", "--runs-dir", runs, "--run-id", "taken"
     )
     assert res.code == 2 and "was used before" in res.err
 
 
 def test_a_dry_run_within_the_budget_passes(tmp_path):
-    res = reproduce(
+    res = reproduce_here(
         SEED, "--cluster", "aws", "--dry-run", "--max-usd", "500", "--max-hours", "2",
         env=NO_CREDENTIALS,
     )  # fmt: skip

@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
-from support.cli import REPO, SEED, reproduce
+from support.cli import REPO, SEED, reproduce_here
 
 from launcher.clusters import BACKENDS, DRY_RUN_ONLY, MULTI_NODE_KINDS
 from launcher.clusters.base import Node
@@ -55,7 +55,7 @@ def test_ray_is_a_backend_that_runs_for_real_on_several_nodes():
 
 def test_the_dry_run_prints_the_submission_and_no_secret():
     secret = "hf_" + "x" * 30
-    res = reproduce(
+    res = reproduce_here(
         SEED, "--cluster", "ray", "--dry-run", "--run-id", "r1", env={"HF_TOKEN": secret}
     )
     assert res.code == 0, res.err
