@@ -137,13 +137,11 @@ if [ "${REPRODUCE_LINT:-1}" = "1" ]; then
   fi
 fi
 
-# one worker per core (the suite is CPU-bound: docs/testing.md), whole files per worker (a
-# module's fixtures, a Ray cluster, start once); the slow files first in the order
-# tests/conftest.py gives them (--no-loadscope-reorder: xdist would otherwise hand out the files
-# with the most tests first, which put the long end-to-end files last, alone, at the end)
+# several workers per core (most tests wait on servers, containers and nodes, not on a CPU), whole
+# files per worker (a module's fixtures, a Ray cluster, start once); the slow folders first
+# (tests/conftest.py orders them), so the longest files do not start last
 set +e
-.venv/bin/pytest -n "${REPRODUCE_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder \
-  --durations=30 "$@"
+.venv/bin/pytest -n "${REPRODUCE_TEST_WORKERS:-2}" --dist loadfile --durations=30 "$@"
 status=$?
 set -e
 exit "$status"
