@@ -38,29 +38,21 @@ if TYPE_CHECKING:
 Step = Callable[[Launch, Executor], None]
 
 
+# a bake's one node needs no P-instance quota, no reservation's zone, no placement group, and
+# has no nodes behind a head
+_NOT_FOR_A_BAKE: tuple[Step, ...] = (
+    quota.vcpu_quota,
+    look.reservation_zone,
+    prov.placement_group,
+    prov.wait_behind_head,
+)
+
+
 def launch_program(launch: Launch) -> list[Step]:
     """The steps, in order: a new launch, or the targeting of an existing instance."""
     if launch.target:
         return [look.target_instance, look.target_type, prov.target_node]
-    if launch.bake:  # `reproduce image bake`: one non-GPU node (no P quota, no placement)
-        return [
-            look.account,
-            look.instance_type,
-            look.ami,
-            look.subnets,
-            look.operator_address,
-            prov.tag,
-            prov.security_group,
-            prov.open_ingress,
-            prov.key_pair,
-            prov.run_instances,
-            prov.wait_running,
-            prov.addresses,
-            prov.wait_status_ok,
-            prov.wait_ssh,
-            hostkeys.host_keys,
-        ]
-    return [
+    steps: list[Step] = [
         look.account,
         look.instance_type,
         quota.vcpu_quota,  # before anything is created: the account's quota can hold the nodes
@@ -81,6 +73,9 @@ def launch_program(launch: Launch) -> list[Step]:
         hostkeys.host_keys,
         prov.wait_behind_head,
     ]
+    if launch.bake:  # `reproduce image bake`: one non-GPU node (no P quota, zone or placement)
+        return [step for step in steps if step not in _NOT_FOR_A_BAKE]
+    return steps
 
 
 def run(launch: Launch, api: Executor) -> Launch:
