@@ -137,9 +137,9 @@ if [ "${REPRODUCE_LINT:-1}" = "1" ]; then
   fi
 fi
 
-# several workers per core (most tests wait on servers, containers and nodes, not on a CPU), whole
-# files per worker (a module's fixtures, a Ray cluster, start once); the slow folders first
-# (tests/conftest.py orders them), so the longest files do not start last
+# two workers (the suite is CPU-bound on CI's two cores: docs/testing.md), whole files per worker
+# (a module's fixtures, a Ray cluster, start once), in pytest-xdist's own file order; the 30
+# slowest tests printed at the end
 set +e
 .venv/bin/pytest -n "${REPRODUCE_TEST_WORKERS:-2}" --dist loadfile --durations=30 "$@"
 status=$?

@@ -308,7 +308,7 @@ def dry_run_lines(
         + "; ".join(f"{s}: {est.critical[s]}" for s in columns),
         "#   rates: "
         + ", ".join(
-            f"{label} {FIGURES[key].value / GB:g} GB/s ({FIGURES[key].source.split(':', 1)[0]})"
+            f"{label} {FIGURES[key].value / GB:.3g} GB/s ({FIGURES[key].source.split(':', 1)[0]})"
             for label, key in (
                 ("Hub", "hub"),
                 ("S3 in-region", "s3"),

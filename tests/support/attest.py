@@ -24,17 +24,12 @@ IMAGE = "radixark/miles@sha256:45ae7833f97a01369dbd8f336784830a87d94587bc010c7b8
 
 
 def cli(*args: str | Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    import os
+    """`reproduce ARGS` in this process (support.cli.reproduce_here): attest, verify, keygen and
+    measure read files and print; none of them is about the interpreter's start-up or signals."""
+    from support.cli import reproduce_here
 
-    return subprocess.run(
-        [sys.executable, "-m", "launcher", *map(str, args)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, **(env or {})},
-        stdin=subprocess.DEVNULL,
-    )
+    got = reproduce_here(*args, env=env, cwd=REPO)
+    return subprocess.CompletedProcess(["reproduce", *map(str, args)], got.code, got.out, got.err)
 
 
 def keypair(where: Path, name: str = "key") -> tuple[Path, Path]:
