@@ -18,6 +18,7 @@ import pytest
 from support.aws import (
     NOTHING,
     OPERATOR_KEY,
+    cluster,
     console,
     live_with_operator_key,
     write_profile,
@@ -26,7 +27,6 @@ from support.cli import SEED, reproduce
 from support.docker import docker
 from support.plan_env import write_recipe
 
-from launcher.clusters.aws.cluster import AwsCluster
 from launcher.clusters.aws.requests import TAG_BASE_AMI, TAG_EXPIRES, TAG_IMAGE_DIGEST, TAG_OWNER
 from launcher.errors import BadInput, InfraError
 from launcher.inputs.profile import load_profile
@@ -131,15 +131,8 @@ def test_bake_pulls_over_ssh_makes_the_tagged_ami_ends_the_instance_and_a_run_fi
     # the next launch with `ami: baked` finds it by the recipe's digest (DescribeImages) and
     # launches from it; the id is recorded like an SSM-resolved one
     run_profile = load_profile(str(write_profile(tmp_path, ami="baked", port=banner.port)))
-    c = AwsCluster(
-        load_recipe(recipe),
-        run_profile,
-        "r-baked",
-        session=aws,
-        state_path=tmp_path / "run" / "aws.json",
-        key_dir=tmp_path / "keys",
-        poll_s=0.01,
-        owner="test",
+    c = cluster(
+        aws, None, tmp_path, run_id="r-baked", recipe=load_recipe(recipe), profile=run_profile
     )
     [gpu_node] = c.acquire()
     try:
@@ -211,15 +204,8 @@ def test_a_pull_that_fails_makes_no_ami_and_ends_the_instance(aws, ami, node, tm
 
 
 def test_the_refusal_when_no_baked_ami_exists_creates_nothing(aws, tmp_path):
-    c = AwsCluster(
-        load_recipe(SEED),
-        load_profile(str(write_profile(tmp_path, ami="baked"))),
-        "r-none",
-        session=aws,
-        state_path=tmp_path / "run" / "aws.json",
-        key_dir=tmp_path / "keys",
-        poll_s=0.01,
-    )
+    profile = load_profile(str(write_profile(tmp_path, ami="baked")))
+    c = cluster(aws, None, tmp_path, run_id="r-none", profile=profile)
     with pytest.raises(BadInput) as err:
         c.acquire()
     assert err.value.exit_code == 2
