@@ -111,11 +111,8 @@ class LocalCluster:
 
     name = "local"
 
-    def __init__(self, profile: Mapping[str, Any] | None = None) -> None:
-        self.profile = dict(profile or {})
-
     def acquire(self) -> list[Node]:
-        return [Node(name="local", host=self.profile.get("host") or socket.gethostname())]
+        return [Node(name="local", host=socket.gethostname())]
 
     def transport(self, node: Node) -> LocalTransport:
         return LocalTransport(node.name)
@@ -130,7 +127,7 @@ class LocalCluster:
 
 def from_plan(plan: Plan, options: LaunchOptions, run_dir: Path) -> LocalCluster:
     """The cluster of a new run (launcher.clusters.from_plan)."""
-    return LocalCluster(plan.profile.raw)
+    return LocalCluster()
 
 
 def from_record(record: Mapping[str, Any]) -> LocalCluster:
