@@ -25,9 +25,9 @@ pytest_plugins = ["support.aws", "support.assets"]
 
 # The files that wait longest (end-to-end runs, Ray clusters, several nodes) go first in a run in
 # one process (REPRODUCE_TEST_WORKERS=0, or pytest alone), so a failure there shows early. Under
-# tests/run.sh's workers pytest-xdist hands out whole files in its own order (by test count): kept,
-# because this order there made the end-to-end files contend (docs/testing.md, measured). The order
-# is by what a file's tests need, never by name.
+# tests/run.sh's workers pytest-xdist hands out whole files in its own order (by test count), and
+# run.sh leaves it so: keeping this order there made the end-to-end files contend at the start
+# (docs/testing.md, measured). The order is by what a file's tests need, never by name.
 _SLOW_FIRST = ("load", "multinode", "ray", "docker", "ssh", "aws")
 
 
