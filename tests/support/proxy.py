@@ -19,6 +19,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass
 
 
@@ -45,8 +46,16 @@ class Proxy:
         return self
 
     def freeze(self) -> None:
+        """Stop forwarding, and return only once it has stopped: kill() only queues SIGSTOP, and a
+        forwarding thread running on another core goes on until the kernel interrupts it (on a
+        busy machine, long enough to pass a request sent after this returned)."""
         assert self.proc is not None
         os.kill(self.proc.pid, signal.SIGSTOP)
+        deadline = time.monotonic() + 10
+        while not _all_stopped(self.proc.pid):
+            if time.monotonic() > deadline:
+                raise RuntimeError("the proxy did not stop within 10 s of SIGSTOP")
+            time.sleep(0.005)
 
     def thaw(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -60,6 +69,19 @@ class Proxy:
             if self.proc.stdout is not None:
                 self.proc.stdout.close()
         self.proc = None
+
+
+def _all_stopped(pid: int) -> bool:
+    """Is every thread of `pid` stopped (state T in /proc/PID/task/*/stat)?"""
+    states = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue  # a thread that ended
+        states.append(stat[stat.rfind(")") + 2])
+    return bool(states) and all(state in "Tt" for state in states)
 
 
 def _pipe(src: socket.socket, dst: socket.socket) -> None:
