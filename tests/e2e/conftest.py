@@ -37,11 +37,7 @@ def node_env(tmp_path, monkeypatch, hub, moto_s3_server):
 @pytest.fixture
 def node(tmp_path, node_env):
     """An sshd whose sessions carry node_env (what the node's host environment gives)."""
-    server = SshServer(tmp_path / "sshd")
-    config = server.root / "sshd_config"
-    config.write_text(
-        config.read_text() + "SetEnv " + " ".join(f"{k}={v}" for k, v in node_env.items()) + "\n"
-    )
+    server = SshServer(tmp_path / "sshd", env=node_env)
     server.start()
     yield server
     server.stop()

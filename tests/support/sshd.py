@@ -34,6 +34,14 @@ def keygen(path: Path) -> None:
     )
 
 
+def _setenv(env: dict[str, str]) -> str:
+    """`NAME=VALUE` words for sshd_config's SetEnv, each quoted (sshd's own quoting rules)."""
+    for name, value in env.items():
+        if '"' in name + value or "\\" in name + value or "\n" in name + value:
+            raise ValueError(f"SetEnv cannot carry {name}={value!r}")
+    return " ".join(f'"{name}={value}"' for name, value in env.items())
+
+
 def key_fingerprint(pub: Path) -> str:
     out = subprocess.run(
         ["ssh-keygen", "-l", "-E", "sha256", "-f", str(pub)],
@@ -49,6 +57,9 @@ class SshServer:
     root: Path
     port: int = field(default_factory=free_port)
     user: str = field(default_factory=getpass.getuser)
+    # What every session's environment carries besides sshd's own (HOME, PATH, ...): sshd reads
+    # only its config's FIRST `SetEnv` line, so the whole environment is written as that one line.
+    env: dict[str, str] = field(default_factory=dict)
     proc: subprocess.Popen | None = None
 
     def __post_init__(self) -> None:
@@ -81,7 +92,7 @@ class SshServer:
             "MaxSessions 50\n"
             "MaxStartups 50\n"
             "LogLevel VERBOSE\n"
-            "SetEnv SHLVL=1\n"  # the command's bash skips ~/.bashrc (the module docstring)
+            f"SetEnv {_setenv({'SHLVL': '1', **self.env})}\n"  # SHLVL: the module docstring
             f"Subsystem sftp internal-sftp\n"
         )
 
