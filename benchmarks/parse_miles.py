@@ -5,7 +5,9 @@ least as fast as the bare loop; memory flat).
 The bare loop is the least a line-by-line reader can do: open the file, iterate its lines, one
 compiled regular expression `search` per line (the metric marker, `(step|perf|rollout) N: {`).
 Each measurement runs in a fresh process, bare loop and parser alternating, so a busy machine
-slows both alike; the ratio is parser MB/s over bare-loop MB/s of the same round.
+slows both alike; the ratio is parser MB/s over bare-loop MB/s of the same round. A third child,
+the floor (`floor_child`), only tells each line's kind: its ratio is the most any reader that
+touches each line from Python could reach.
 
 Target (mixed log): at least 100 MB/s, with memory that does not grow with the log's length,
 shown on a 1 GB log. The log is synthetic but shaped like a real miles run (docs/miles-log.md): per step
@@ -123,6 +125,45 @@ def bare_child(path: str) -> dict:
     }
 
 
+def floor_child(path: str) -> dict:
+    """The least a reader that tells a line's kind must do, and nothing else: 4 MiB binary chunks
+    split into lines, per line one `find(b": {")`, one `rfind` of the space before it, a slice of
+    the kind and a comparison (no value read, no record). What it costs beside the bare loop says
+    whether any per-line Python design can reach the bare loop's speed (docs/benchmarks.md)."""
+    c0 = time.process_time()
+    t0 = time.perf_counter()
+    kinds = {b"step": 0, b"perf": 0}
+    other = 0
+    with open(path, "rb") as fh:
+        carry = b""
+        while True:
+            data = fh.read(4 << 20)
+            if not data:
+                break
+            buf = carry + data
+            cut = buf.rfind(b"\n") + 1
+            carry = buf[cut:]
+            for line in buf[:cut].split(b"\n"):
+                colon = line.find(b": {")
+                if colon < 0:
+                    continue
+                space = line.rfind(b" ", 0, colon)
+                kind = line[space - 4 : space]
+                if kind in kinds:
+                    kinds[kind] += 1
+                else:
+                    other += 1
+    dt = time.perf_counter() - t0
+    cpu = time.process_time() - c0
+    size = os.path.getsize(path)
+    return {
+        "seconds": dt,
+        "mb_per_s": size / 1e6 / dt,
+        "mb_per_cpu_s": size / 1e6 / cpu,
+        "hits": sum(kinds.values()) + other,
+    }
+
+
 def measure_child(path: str) -> dict:
     from launcher.judge.parse.miles import ParseStats, parse_lines
 
@@ -174,12 +215,16 @@ def main() -> None:
     )
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--bare-child", help=argparse.SUPPRESS)
+    ap.add_argument("--floor-child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         print(json.dumps(measure_child(args.child)))
         return
     if args.bare_child:
         print(json.dumps(bare_child(args.bare_child)))
+        return
+    if args.floor_child:
+        print(json.dumps(floor_child(args.floor_child)))
         return
     tmpdir = None
     if args.keep:
@@ -189,9 +234,13 @@ def main() -> None:
         path = Path(tmpdir.name) / "train.log"
     try:
         steps = generate(path, args.size_mb, args.dense)
-        runs, bares = [], []
+        runs, bares, floors = [], [], []
         for _ in range(args.repeat):
-            for flag, into in (("--bare-child", bares), ("--child", runs)):
+            for flag, into in (
+                ("--bare-child", bares),
+                ("--floor-child", floors),
+                ("--child", runs),
+            ):
                 out = subprocess.run(
                     [sys.executable, __file__, flag, str(path)],
                     capture_output=True,
@@ -208,6 +257,11 @@ def main() -> None:
         ratios = [r["mb_per_s"] / b["mb_per_s"] for r, b in zip(runs, bares, strict=True)]
         result["ratio_each_round"] = [round(x, 2) for x in ratios]
         result["ratio_median"] = round(statistics.median(ratios), 2)
+        result["floor_mb_per_s"] = [round(r["mb_per_s"], 1) for r in floors]
+        result["floor_mb_per_cpu_s"] = [round(r["mb_per_cpu_s"], 1) for r in floors]
+        floor_ratios = [f["mb_per_s"] / b["mb_per_s"] for f, b in zip(floors, bares, strict=True)]
+        result["floor_ratio_each_round"] = [round(x, 2) for x in floor_ratios]
+        result["floor_ratio_median"] = round(statistics.median(floor_ratios), 2)
         result.update(
             {
                 "steps_generated": steps,

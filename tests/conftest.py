@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import os
 import signal
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,21 +25,45 @@ from support.sshd import SshServer
 # once here, so no test file imports a fixture by name.
 pytest_plugins = ["support.aws", "support.assets"]
 
-# The files that wait longest (end-to-end runs, Ray clusters, several nodes) go first in a run in
-# one process (REPRODUCE_TEST_WORKERS=0, or pytest alone), so a failure there shows early. Under
-# tests/run.sh's workers pytest-xdist hands out whole files in its own order (by test count), and
-# run.sh leaves it so: keeping this order there made the end-to-end files contend at the start
-# (docs/testing.md, measured). The order is by what a file's tests need, never by name.
-_SLOW_FIRST = ("load", "multinode", "ray", "docker", "ssh", "aws")
+# The order files are handed out in (tests/run.sh keeps it: `--no-loadscope-reorder`): pytest-xdist's
+# own (the files with most tests first, whole files per worker), except that the load test goes
+# first. It is one test of about 130 s, which xdist's order puts last: the other worker then sat
+# idle for up to 120 s at the end of the run (REPRODUCE_TEST_TIMELINE's record, docs/testing.md).
+# Ordering every slow file first was measured slower (the end-to-end files then contend at the
+# start). The order is by what a file's tests need and how many there are, never by name.
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    rank: dict[str, int] = {}
+    count: dict[str, int] = {}
+    load: set[str] = set()
     for item in items:
-        marks = {m.name for m in item.iter_markers()}
-        here = min((i for i, name in enumerate(_SLOW_FIRST) if name in marks), default=99)
-        rank[item.nodeid.split("::")[0]] = min(rank.get(item.nodeid.split("::")[0], 99), here)
-    items.sort(key=lambda item: rank[item.nodeid.split("::")[0]])  # stable: files stay whole
+        path = item.nodeid.split("::")[0]
+        count[path] = count.get(path, 0) + 1
+        if item.get_closest_marker("load") is not None:
+            load.add(path)
+
+    def rank(item: pytest.Item) -> tuple[bool, int]:
+        path = item.nodeid.split("::")[0]
+        return path not in load, -count[path]
+
+    items.sort(key=rank)  # stable: a file's tests stay together and in their order
+
+
+_TIMELINE = os.environ.get("REPRODUCE_TEST_TIMELINE")  # a folder: when each test ran, per worker
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    """With REPRODUCE_TEST_TIMELINE=DIR, the process that runs a test (an xdist worker, or pytest
+    alone) appends `start end nodeid` to DIR/<worker>.tsv: what ran beside what, and how long a
+    worker sat idle at the end of a run (docs/testing.md); --durations says how long, not when."""
+    began = time.time()
+    yield
+    if _TIMELINE:
+        # an xdist worker by its name; pytest alone (the load test's own, say) by its pid
+        worker = getattr(item.config, "workerinput", {}).get("workerid") or f"pid{os.getpid()}"
+        with open(Path(_TIMELINE) / f"{worker}.tsv", "a") as fh:
+            fh.write(f"{began:.2f}\t{time.time():.2f}\t{item.nodeid}\n")
 
 
 @pytest.fixture(autouse=True)

@@ -138,10 +138,11 @@ if [ "${REPRODUCE_LINT:-1}" = "1" ]; then
 fi
 
 # two workers (the suite is CPU-bound on CI's two cores: docs/testing.md), whole files per worker
-# (a module's fixtures, a Ray cluster, start once), in pytest-xdist's own file order; the 30
-# slowest tests printed at the end
+# (a module's fixtures, a Ray cluster, start once), in tests/conftest.py's file order (xdist's
+# own, the load test first); the 30 slowest tests printed at the end
 set +e
-.venv/bin/pytest -n "${REPRODUCE_TEST_WORKERS:-2}" --dist loadfile --durations=30 "$@"
+.venv/bin/pytest -n "${REPRODUCE_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder \
+  --durations=30 "$@"
 status=$?
 set -e
 exit "$status"
