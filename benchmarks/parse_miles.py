@@ -113,6 +113,11 @@ def bare_child(path: str) -> dict:
         for line in fh:
             if rx.search(line):
                 hits += 1
+    return _rates(path, t0, c0, hits)
+
+
+def _rates(path: str, t0: float, c0: float, hits: int) -> dict:
+    """Wall and CPU throughput of a child that started at perf_counter t0, process_time c0."""
     dt = time.perf_counter() - t0
     cpu = time.process_time() - c0
     size = os.path.getsize(path)
@@ -153,15 +158,7 @@ def floor_child(path: str) -> dict:
                     kinds[kind] += 1
                 else:
                     other += 1
-    dt = time.perf_counter() - t0
-    cpu = time.process_time() - c0
-    size = os.path.getsize(path)
-    return {
-        "seconds": dt,
-        "mb_per_s": size / 1e6 / dt,
-        "mb_per_cpu_s": size / 1e6 / cpu,
-        "hits": sum(kinds.values()) + other,
-    }
+    return _rates(path, t0, c0, sum(kinds.values()) + other)
 
 
 def measure_child(path: str) -> dict:
