@@ -62,7 +62,9 @@ def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
     if _TIMELINE:
         # an xdist worker by its name; pytest alone (the load test's own, say) by its pid
         worker = getattr(item.config, "workerinput", {}).get("workerid") or f"pid{os.getpid()}"
-        with open(Path(_TIMELINE) / f"{worker}.tsv", "a") as fh:
+        folder = Path(_TIMELINE)
+        folder.mkdir(parents=True, exist_ok=True)
+        with open(folder / f"{worker}.tsv", "a") as fh:
             fh.write(f"{began:.2f}\t{time.time():.2f}\t{item.nodeid}\n")
 
 

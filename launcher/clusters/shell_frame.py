@@ -13,14 +13,9 @@ import shlex
 
 
 def output_frame() -> str:
-    """A line a command prints first, before its own output, new for every command.
-
-    sshd runs each command through the user's shell, whose start-up files (a `.bashrc` that
-    echoes a banner, conda's chatter, BASH_ENV) run before it and print into the same stdout; the
-    answers the launcher reads (poll, cancel, collect) must be the command's alone. Everything up
-    to this line is the shell's. The command's own bash prints it after every start-up file has
-    run, and a start-up file cannot forge a random line it never saw
-    (tests/clusters/test_ssh_noisy_shell.py)."""
+    """A line a command prints first, new for every command: everything up to it is the shell's.
+    The command's own bash prints it after every start-up file has run, and a start-up file cannot
+    forge a random line it never saw (tests/clusters/test_ssh_noisy_shell.py)."""
     return f"##reproduce-output-{secrets.token_hex(8)}"
 
 

@@ -4,12 +4,13 @@ Nothing system-wide is touched: sshd runs with `-f` pointing at a config in a te
 and `-D` (in the foreground, a child of the test session), so stopping it ends it.
 
 Commands run over it do not read the test machine's `~/.bashrc`. Debian's bash reads it for a
-command from sshd when it is the top-level shell (SHLVL unset or 0 when it starts), and a developer's
-`.bashrc` is theirs, not a node's: this machine's runs `pyenv init` (about 200 processes, 0.3 s of
-CPU, before every SSH command; a four-node run sends hundreds), and one that printed to stdout
-would change what a command returns. `SetEnv SHLVL=1` makes the command's bash a nested one, which
-skips it, as a stock Ubuntu or DLAMI `.bashrc` does by returning at once when not interactive.
-Measured: the SSH end-to-end run went from 18.5 to 11.8 CPU-seconds (docs/testing.md).
+command from sshd when it is the top-level shell (SHLVL unset or 0 when it starts), and a
+developer's `.bashrc` is theirs, not a node's: this machine's runs `pyenv init` (about 200
+processes, 0.3 s of CPU, before every SSH command). `SetEnv SHLVL=1` makes the command's bash a
+nested one, which skips it, as a stock Ubuntu or DLAMI `.bashrc` does by returning at once when
+not interactive. Measured: the SSH end-to-end run went from 18.5 to 11.8 CPU-seconds
+(docs/testing.md). A node whose shell does print at start-up is its own adversary test
+(tests/clusters/test_ssh_noisy_shell.py, through BASH_ENV).
 """
 
 from __future__ import annotations
