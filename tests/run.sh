@@ -51,11 +51,9 @@ fi
 #   fonts-dejavu-core, fonts-liberation2  fonts the pages render with in chromium's screenshots
 #   tmux               a real terminal emulator whose screen   tests/support/screen.py (what stays
 #                      the tests read back (capture-pane)      on screen: the live line, Ctrl-C)
-#   stress-ng          stress-ng                             tests/test_load_e2e.py: the e2e runs again
-#                                                            with this machine's cores kept busy
 PACKAGES=(docker.io docker-registry openssh-server openssh-client iproute2 procps git
           python3 python3-venv python3-pip ca-certificates tar coreutils util-linux bash
-          chromium fonts-dejavu-core fonts-liberation2 tmux stress-ng)
+          chromium fonts-dejavu-core fonts-liberation2 tmux)
 missing=()
 for pkg in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
