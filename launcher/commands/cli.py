@@ -490,6 +490,33 @@ def image_bake_cmd(
     raise typer.Exit(code)
 
 
+@image_app.command("prune")
+def image_prune_cmd(
+    recipe: Path | None = typer.Argument(
+        None, help="Recipe whose image's baked AMIs are pruned (or --all-images)."
+    ),
+    profile: str = typer.Option(
+        "aws", "--profile", "--cluster", help="The aws profile (name in env/ or a path)."
+    ),
+    region: str | None = typer.Option(None, "--region", help="Region (default: the profile's)."),
+    keep: int = typer.Option(
+        1, "--keep", help="The newest available AMIs of each image that stay (1: the one runs use)."
+    ),
+    all_images: bool = typer.Option(False, "--all-images", help="Every image's baked AMIs."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="List the plan; remove nothing."),
+) -> None:
+    """Remove this owner's older baked AMIs and their snapshots; the newest of each image stays (docs/aws.md)."""  # noqa: E501 - typer shows its line breaks
+    from launcher.commands.image import prune_command
+    from launcher.prepare.prune import PruneRequest
+
+    req = PruneRequest(recipe, profile, region, keep=keep, all_images=all_images)
+    try:
+        code = prune_command(req, dry_run=dry_run)
+    except ReproduceError as err:
+        raise _fail(err) from None
+    raise typer.Exit(code)
+
+
 def _default_to_run(argv: list[str]) -> list[str]:
     """`reproduce RECIPE ...` means `reproduce run RECIPE ...`: the first word is a file."""
     if not argv:

@@ -1,4 +1,4 @@
-"""The bodies of `reproduce image build` and `reproduce image bake`: progress on stderr as it
+"""The bodies of `reproduce image build`, `bake` and `prune`: progress on stderr as it
 comes, the result on stdout.
 
 stdout carries only what a script or a person needs afterwards: the pushed reference, what it
@@ -13,6 +13,7 @@ from typing import Any
 
 from launcher.prepare.bake import BakeRequest
 from launcher.prepare.image import BuildRequest, build_and_push
+from launcher.prepare.prune import PruneRequest
 
 
 def _say(text: str) -> None:
@@ -85,4 +86,46 @@ def bake_command(req: BakeRequest, *, dry_run: bool = False) -> int:
     print(f"base      {result.base_ami}")
     print("use it in the aws profile (a run then finds the newest such AMI by the digest):")
     print("  ami: baked")
+    return 0
+
+
+def prune_command(
+    req: PruneRequest, *, dry_run: bool = False, session: Any = None, say: Any = _say
+) -> int:
+    """`reproduce image prune`: the plan on stdout, one line per AMI (keep / remove / left alone
+    and why), then what was removed and what it saves; what could not be removed is exit 3."""
+    from launcher.clusters.aws.prune import SNAPSHOT_USD_PER_GB_MONTH
+    from launcher.errors import InfraError
+    from launcher.prepare.prune import PruneJob, prune
+    from launcher.records.rundir import owner
+
+    job = PruneJob.read(req)  # bad input: BadInput (exit 2) before anything is asked
+    me = owner()
+    result = prune(job, owner=me, dry_run=dry_run, session=session, log=say)
+    p = result.plan
+    print(
+        f"baked AMIs of {result.scope} image in {result.region}: {len(p.keep) + len(p.remove)} "
+        f"of {me}'s (keeping the newest {job.keep} of each image), {len(p.left)} left alone"
+    )
+    for ami in p.keep:
+        print(f"  keep    {ami.image_id}  {ami.created}  {ami.name}")
+    verb = "would remove" if dry_run else "remove"
+    for ami in p.remove:
+        what = f"{ami.state}, snapshots {', '.join(ami.snapshots) or 'none'}"
+        print(f"  {verb:<7} {ami.image_id}  {ami.created}  {ami.name}  ({what})")
+    for ami, why in p.left:
+        print(f"  left    {ami.image_id}  {ami.created}  {ami.name}  ({why})")
+    gone = p.remove if dry_run else result.removed
+    size = sum(a.size_gb for a in gone)
+    saving = f"up to {size} GB of snapshots, up to ${size * SNAPSHOT_USD_PER_GB_MONTH:.2f} a month"
+    if dry_run:
+        print(f"dry run: nothing removed; removing them would free {saving}")
+    elif gone:
+        print(f"removed {len(gone)} AMI(s) and their snapshots: {saving}")
+    else:
+        print("nothing to remove")
+    if result.left:
+        raise InfraError(
+            "prune could not remove: " + "; ".join(result.left) + f" (region {result.region})."
+        )
     return 0

@@ -19,6 +19,7 @@ The package is split by phase (docs/aws.md has the full picture):
     quota.py      the account's vCPU quota for the capacity type, read before anything is made
     bake.py       `reproduce image bake`'s AWS part: CreateImage of an instance that pulled the
                   image, its wait, a half-made AMI removed (`ami: baked` finds the AMI: lookups.py)
+    prune.py      `reproduce image prune`'s rule: which baked AMIs are old, removed AMI first
 
 Importing the package (and the dry run's provisioning_calls) imports no boto3 and no paramiko:
 the backend's clients are made only when a real run or `--check` needs them.
