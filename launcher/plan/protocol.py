@@ -46,6 +46,9 @@ SECRETS_FILE = ".secrets.env"
 COPIER_FILE = "copier"  # the pid of the wrapper's node.log copier (WRAPPER, cancel_command)
 # Every process of a run carries RUN_MARK=<its node run dir> in its environment (set at launch).
 RUN_MARK = "REPRODUCE_RUN_DIR"
+# cancel_command: how long (tenths of a second) a run gets after TERM to end by itself, its
+# containers' EXIT traps included, before they are removed
+CANCEL_GRACE_TENTHS = 50
 # Where each asset of the run came from: the resolve stage's plan (launcher/plan/asset_stages.py).
 ASSET_PLAN_FILE = Files.ASSET_PLAN
 # The files collected back into the run directory: these names and no others (the run directory
@@ -387,6 +390,11 @@ def cancel_command(node_run_dir: str, container: str) -> str:
         "  done",
         "}",
         "if alive; then stop TERM; fi",
+        # A container's last words: docker's client passes the TERM on, and the container's EXIT
+        # trap prints its stage's end marker, which its removal (SIGKILL) would cut off. Removed
+        # at once, a busy node lost that race and the cancelled stage had no end. So the run
+        # gets CANCEL_GRACE_TENTHS (5 s) to end by itself; what is left is removed, then killed.
+        f"for _ in $(seq {CANCEL_GRACE_TENTHS}); do alive || break; sleep 0.1; done",
         rm,
         "for _ in $(seq 100); do alive || break; sleep 0.1; done",
         "if alive; then stop KILL; sleep 0.3; fi",

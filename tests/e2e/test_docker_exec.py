@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -261,3 +263,46 @@ echo "token-in-training=$(printenv HF_TOKEN || echo absent)"
         if path.is_file():
             assert b"SECRET-CANARY" not in path.read_bytes(), path
             assert b"hf_canary" not in path.read_bytes(), path
+
+
+def test_cancel_lets_a_container_say_its_last_words_before_removing_it(
+    test_image, container_run_args, tmp_path
+):
+    """The race a busy node lost (a cancelled run's train stage without its end): the cancel
+    removed the container at once after TERM, cutting off the EXIT trap that prints the end
+    marker. Here the container needs a second for its last words, always: they must reach its
+    log, and nothing of the run may stay."""
+    from launcher.clusters.local import LocalTransport
+    from launcher.plan import protocol
+
+    node = (tmp_path / "node").resolve()  # the cancel finds the run by its physical path
+    (node / "state").mkdir(parents=True)
+    container = f"reproduce-{new_run_id()}"
+    docker("pull", test_image.ref)  # out.log then holds only what the container says
+    trap = "trap 'sleep 1; echo last-words' EXIT; echo started; sleep 300"
+    docker_run = [
+        "docker", "run", "--rm", "--name", container, "--network", "none",
+        *container_run_args, test_image.ref, "bash", "-c", trap,
+    ]  # fmt: skip
+    (node / protocol.WRAPPER_NAME).write_text(
+        " ".join(shlex.quote(w) for w in docker_run) + " > out.log 2>&1\n"
+    )
+    wrapper = subprocess.Popen(
+        ["bash", protocol.WRAPPER_NAME],
+        cwd=node,
+        env={**os.environ, protocol.RUN_MARK: str(node)},
+        start_new_session=True,
+    )
+    try:
+        (node / "pid").write_text(f"{wrapper.pid}\n")
+        out = node / "out.log"
+        wait_for(lambda: out.exists() and b"started" in out.read_bytes(), 120, what="the container")
+        answer = LocalTransport().run(protocol.cancel_command(str(node), container), check=False)
+        assert protocol.parse_cancel(answer.stdout) == "", answer.stdout
+        wrapper.wait(timeout=30)
+    finally:
+        if wrapper.poll() is None:
+            os.killpg(wrapper.pid, signal.SIGKILL)
+        docker("rm", "-f", container, check=False)
+    assert out.read_text().split() == ["started", "last-words"]
+    assert containers_named(container) == []

@@ -32,6 +32,7 @@ stop() {  # the verified wrapper's session (its group is in it); other marked pr
   done
 }
 if alive; then stop TERM; fi
+for _ in $(seq 50); do alive || break; sleep 0.1; done
 if command -v docker >/dev/null 2>&1; then docker rm -f reproduce-20260101T000000Z-abcdef reproduce-20260101T000000Z-abcdef-preflight-gpu reproduce-20260101T000000Z-abcdef-stack reproduce-20260101T000000Z-abcdef-rows reproduce-20260101T000000Z-abcdef-convert >/dev/null 2>&1 || true; fi
 for _ in $(seq 100); do alive || break; sleep 0.1; done
 if alive; then stop KILL; sleep 0.3; fi
