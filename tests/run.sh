@@ -18,7 +18,7 @@
 #   REPRODUCE_TEST_LOG_DIR      where apt, pip and dockerd logs go (default /var/log/reproduce-tests)
 #   REPRODUCE_TEST_ARTIFACTS    where the page tests keep their screenshots (default
 #                               $REPRODUCE_TEST_LOG_DIR/artifacts; docs/report.md)
-#   REPRODUCE_TEST_WORKERS      pytest-xdist workers (default 2; 0 runs the tests in this process)
+#   REPRODUCE_TEST_WORKERS      pytest-xdist workers (default 3; 0 runs the tests in this process)
 #   REPRODUCE_TEST_NO_BROWSER=1 skip the headless-chromium page tests (without it, no chromium fails them)
 #
 # Check this script on a bare Debian 12 root: tests/fresh-debian/run.sh (docs/testing.md).
@@ -135,11 +135,12 @@ if [ "${REPRODUCE_LINT:-1}" = "1" ]; then
   fi
 fi
 
-# two workers (the suite is CPU-bound on CI's two cores: docs/testing.md), whole files per worker
+# three workers on CI's two cores (one more than cores: the third fills the time the others wait on
+# a server or a poll; measured faster, docs/testing.md), whole files per worker
 # (a module's fixtures, a Ray cluster, start once), in tests/conftest.py's file order (xdist's
 # own, the load test first); the 30 slowest tests printed at the end
 set +e
-.venv/bin/pytest -n "${REPRODUCE_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder \
+.venv/bin/pytest -n "${REPRODUCE_TEST_WORKERS:-3}" --dist loadfile --no-loadscope-reorder \
   --durations=30 "$@"
 status=$?
 set -e
