@@ -10,9 +10,10 @@ start-up wait), inside a CPU cgroup that holds that process and everything it st
 sshd and the node scripts it runs, moto) to 30% of one core (tests/support/cpu_limit.py): the
 kernel stops the tree for most of every 100 ms period, while the node's containers, in dockerd's
 own cgroups, write at full speed. Spinners did this before, at the price of a core the suite's
-other worker lost too (docs/testing.md, "The load test"). Each run keeps its own assertions, as on
-an idle machine: its verdict, and `assert_log_collected` (logs/node.log equals every node's
-node.log byte for byte); and the test asserts that the kernel did stop the tree.
+other worker lost too (docs/testing.md, "The load test"); where no cgroup can be made, one core
+spins again. Each run keeps its own assertions, as on an idle machine: its verdict, and
+`assert_log_collected` (logs/node.log equals every node's node.log byte for byte); and, held by
+a cgroup, the test asserts that the kernel did stop the tree.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import sys
 from collections.abc import Iterator
 
 import pytest
-from support.cpu_limit import CpuLimit, cpu_limited
+from support.cpu_limit import CpuLimit, cgroup_error, cpu_limited, spinning
 from support.helpers import REPO
 
 pytestmark = [pytest.mark.load, pytest.mark.docker, pytest.mark.ssh, pytest.mark.aws]
@@ -53,10 +54,17 @@ def _end(proc: subprocess.Popen) -> None:
 
 
 @pytest.fixture
-def busy() -> Iterator[CpuLimit]:
-    """The cgroup the runs go into (tests/support/cpu_limit.py; none writable is a failure)."""
-    with cpu_limited(LAUNCHER_CORES) as limit:
-        yield limit
+def busy() -> Iterator[CpuLimit | None]:
+    """The cgroup the runs go into (tests/support/cpu_limit.py); where none can be made, None,
+    and one core kept spinning instead (said on the test's output)."""
+    why = cgroup_error()
+    if why is None:
+        with cpu_limited(LAUNCHER_CORES) as limit:
+            yield limit
+        return
+    print(f"load test: {why}; one core kept spinning instead", file=sys.stderr)
+    with spinning():
+        yield None
 
 
 @pytest.mark.multinode
@@ -74,7 +82,7 @@ def test_the_end_to_end_runs_keep_their_verdicts_and_every_log_byte_under_load(b
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=busy.join,  # before pytest starts: everything it starts is held too
+            preexec_fn=busy.join if busy else None,  # before pytest starts: all it starts too
         )
         try:
             code = runs.wait(RUNS_MAX_S)
@@ -83,6 +91,6 @@ def test_the_end_to_end_runs_keep_their_verdicts_and_every_log_byte_under_load(b
         finally:
             _end(runs)
     assert code == 0, f"under load (exit {code}):\n{log.read_text()[-12000:]}"
-    periods, stopped_s = busy.throttled()
-    # the load was real: the kernel stopped the runs' processes, often and for long
-    assert periods >= 100 and stopped_s >= 10, (periods, stopped_s)
+    if busy is not None:  # the load was real: the kernel stopped the runs' processes, often
+        periods, stopped_s = busy.throttled()
+        assert periods >= 100 and stopped_s >= 10, (periods, stopped_s)
