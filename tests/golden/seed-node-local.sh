@@ -181,7 +181,9 @@ _bg_stop() {  # stop each background stage still running (its group, its contain
   done
   for i in "${!_BG_NAMES[@]}"; do [ -n "${_BG_DONE[$i]:-}" ] || _bg_collect "$i"; done
 }
-_cleanup() { _bg_stop; docker rm -f "$CONTAINER" >/dev/null 2>&1 || true; }
+# a cancel's TERM reaches the training container too (docker passes it on): up to 5 s for its EXIT trap
+# (the stage's end marker) before it is removed; a container already gone returns at once
+_cleanup() { _bg_stop; timeout 5 docker wait "$CONTAINER" >/dev/null 2>&1 || true; docker rm -f "$CONTAINER" >/dev/null 2>&1 || true; }
 trap _on_exit EXIT
 
 # flags of every docker run below (miles' documented ones; mounts of the run's out and state dirs, the cache, scripts)
