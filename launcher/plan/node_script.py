@@ -509,10 +509,7 @@ def render_node_script(
     stop = "_bg_stop; " if background else ""
     if ctx.docker:
         head += [
-            "# a cancel's TERM reaches the training container too (docker passes it on): up to"
-            " 5 s for its EXIT trap",
-            "# (the stage's end marker) before it is removed; a container already gone returns"
-            " at once",
+            "# on a cancel's TERM the container gets up to 5 s for its EXIT trap (its end marker)",
             f'_cleanup() {{ {stop}timeout 5 docker wait "$CONTAINER" >/dev/null 2>&1 || true; '
             'docker rm -f "$CONTAINER" >/dev/null 2>&1 || true; }',
             "trap _on_exit EXIT",

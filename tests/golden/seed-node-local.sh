@@ -181,8 +181,7 @@ _bg_stop() {  # stop each background stage still running (its group, its contain
   done
   for i in "${!_BG_NAMES[@]}"; do [ -n "${_BG_DONE[$i]:-}" ] || _bg_collect "$i"; done
 }
-# a cancel's TERM reaches the training container too (docker passes it on): up to 5 s for its EXIT trap
-# (the stage's end marker) before it is removed; a container already gone returns at once
+# on a cancel's TERM the container gets up to 5 s for its EXIT trap (its end marker)
 _cleanup() { _bg_stop; timeout 5 docker wait "$CONTAINER" >/dev/null 2>&1 || true; docker rm -f "$CONTAINER" >/dev/null 2>&1 || true; }
 trap _on_exit EXIT
 
