@@ -69,10 +69,6 @@ class PrunePlan:
     remove: list[BakedAmi]
     left: list[tuple[BakedAmi, str]]  # not this prune's to touch, and why
 
-    @property
-    def size_gb(self) -> int:
-        return sum(a.size_gb for a in self.remove)
-
 
 def images_request(digest: str | None) -> dict[str, Any]:
     """DescribeImages of this account's baked AMIs: of one image digest, or of every digest.
