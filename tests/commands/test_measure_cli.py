@@ -4,20 +4,14 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import pytest
+from support.cli import completed_here
 from support.measure import REPO, SEED, run_standin, seed_raw, step_times_for_tps
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "launcher", *map(str, args)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return completed_here(*map(str, args), cwd=REPO)
 
 
 @pytest.fixture(scope="module")

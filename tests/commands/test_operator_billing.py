@@ -15,6 +15,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from support.cli import completed_here
 from support.helpers import start_driver, wait_for
 from support.nodescript import job
 from support.paths import REPO
@@ -27,15 +28,7 @@ NOW = 1_790_000_000.0
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "launcher", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        stdin=subprocess.DEVNULL,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        timeout=120,
-    )
+    return completed_here(*args, cwd=cwd)
 
 
 def _aws_run(root: Path, run_id: str, *, state: str, instances: list[str],

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import yaml
+from support.cli import completed_here
 from support.operator_cli import REPO, SEED
 
 from launcher.records.rundir import RunDir, Timeline
@@ -22,14 +22,7 @@ PRICE = 63.296
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "launcher", *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        stdin=subprocess.DEVNULL,
-        timeout=120,
-    )
+    return completed_here(*args, cwd=REPO)
 
 
 def _run(root: Path, run_id: str, *, state: str, acquired: float, released: float | None,

@@ -10,23 +10,17 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import yaml
+from support.cli import completed_here
 from support.measure import REPO, SEED, run_standin, seed_raw, step_times_for_tps
 
 OUTPUTS = ("steps.jsonl", "result.yaml", "verdict.json", "report.md")
 
 
 def cli(*args: object) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "launcher", *map(str, args)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return completed_here(*map(str, args), cwd=REPO)
 
 
 def run_dir(root: Path, name: str, raw: dict | None = None, **standin) -> Path:

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import pytest
 import yaml
+from support.cli import completed_here
 from support.log_shapes import FIXTURE_RUNS, FIXTURES, REPO, expected, render
 from support.measure import SEED, seed_recipe
 
@@ -27,13 +27,7 @@ NAMES = sorted(FIXTURE_RUNS)
 
 
 def cli(*args: object) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "launcher", *map(str, args)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return completed_here(*map(str, args), cwd=REPO)
 
 
 def test_every_shape_of_the_table_has_a_fixture():

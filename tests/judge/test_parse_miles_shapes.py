@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import json
 import pprint
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from support.cli import completed_here
 from support.measure import REPO, SEED, run_standin, seed_raw
 
 from launcher.judge.parse import reader
@@ -205,25 +204,13 @@ def test_a_log_nothing_in_which_is_miles_is_unreadable_exit_2_never_failed(
 ):
     log = tmp_path / "train.log"
     log.write_bytes(content)
-    proc = subprocess.run(
-        [sys.executable, "-m", "launcher", "measure", log, "--recipe", SEED, "--json"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = completed_here("measure", log, "--recipe", SEED, "--json", cwd=REPO)
     assert proc.returncode == 2, proc.stderr
     data = json.loads(proc.stdout)
     assert data["verdict"]["status"] == "unreadable"
     assert "Expected miles' metric lines" in proc.stderr and first in proc.stderr
     assert "FAILED" not in proc.stdout + proc.stderr and "Traceback" not in proc.stderr
-    human = subprocess.run(
-        [sys.executable, "-m", "launcher", "measure", log, "--recipe", SEED],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    human = completed_here("measure", log, "--recipe", SEED, cwd=REPO)
     assert human.returncode == 2 and "not a log this launcher can read" in human.stderr
 
 

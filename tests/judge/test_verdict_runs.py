@@ -13,19 +13,16 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from support.cli import completed_here
 from support.measure import REPO, SEED, run_standin, seed_raw, step_times_for_tps
 
 
 def cli(*args) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "launcher", *map(str, args)],
-        cwd=REPO, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    return completed_here(*map(str, args), cwd=REPO)
 
 
 @pytest.fixture(scope="module")

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from support.cli import completed_here
 from support.history import DAY, SEED_FILE, SLUG, T0, damage, make_run_dir
 from support.paths import REPO
 
@@ -284,16 +283,8 @@ def test_record_reads_what_measure_run_dir_really_writes(tmp_path):
 
 
 def cli(*args) -> subprocess.CompletedProcess:
-    env = {
-        k: v for k, v in os.environ.items() if k not in ("REPRODUCE_HISTORY", "REPRODUCE_RUNS_DIR")
-    }
-    return subprocess.run(
-        [sys.executable, "-m", "launcher", *map(str, args)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
+    return completed_here(
+        *map(str, args), cwd=REPO, unset=("REPRODUCE_HISTORY", "REPRODUCE_RUNS_DIR")
     )
 
 

@@ -7,12 +7,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pytest
-from support.operator_cli import REPO
+from support.cli import completed_here
 
 from launcher.errors import BadInput, InfraError
 from launcher.records import state
@@ -22,15 +21,7 @@ SLUG = "qwen3-30b-a3b/h200/x-0123456789"
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "launcher", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        stdin=subprocess.DEVNULL,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        timeout=120,
-    )
+    return completed_here(*args, cwd=cwd)
 
 
 def _make(root: Path, run_id: str, state_name: str = "done") -> RunDir:

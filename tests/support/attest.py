@@ -16,7 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from support.cli import reproduce_here
+from support.cli import completed_here
 from support.measure import REPO, SEED, STANDIN, recipe_argv, seed_raw, step_times_for_tps
 from support.nodescript import job
 
@@ -25,10 +25,9 @@ IMAGE = "radixark/miles@sha256:45ae7833f97a01369dbd8f336784830a87d94587bc010c7b8
 
 
 def cli(*args: str | Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """`reproduce ARGS` in this process (support.cli.reproduce_here): attest, verify, keygen and
+    """`reproduce ARGS` in this process (support.cli.completed_here): attest, verify, keygen and
     measure read files and print; none of them is about the interpreter's start-up or signals."""
-    got = reproduce_here(*args, env=env, cwd=REPO)
-    return subprocess.CompletedProcess(["reproduce", *map(str, args)], got.code, got.out, got.err)
+    return completed_here(*args, env=env, cwd=REPO)
 
 
 def keypair(where: Path, name: str = "key") -> tuple[Path, Path]:

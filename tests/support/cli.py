@@ -45,6 +45,7 @@ def reproduce_here(
     *args: str | Path,
     env: dict[str, str] | None = None,
     cwd: Path | None = None,
+    unset: tuple[str, ...] = (),
 ) -> Result:
     """The same command in this process: for tests of what the CLI reads, checks and prints
     (validation, dry runs, estimates), where a fresh interpreter is not what is tested and its
@@ -56,7 +57,7 @@ def reproduce_here(
     output is captured as a subprocess's would be; SystemExit's code is the exit code; any other
     exception is printed as Python prints an uncaught one (a traceback on stderr, code 1), so a
     test that asserts "no traceback" holds here as it does in a fresh process. The signal
-    dispositions are restored too. Whatever needs a fresh process (a run, signals, Ctrl-C, the
+    dispositions are restored too; `unset` names variables the call must not see. Whatever needs a fresh process (a run, signals, Ctrl-C, the
     start-up imports) uses `reproduce`."""
     import io
     import signal
@@ -73,6 +74,8 @@ def reproduce_here(
     with tempfile.TemporaryFile() as out_f, tempfile.TemporaryFile() as err_f:
         try:
             os.environ.update(env or {})
+            for name in unset:
+                os.environ.pop(name, None)
             os.chdir(cwd or REPO)
             sys.argv = ["reproduce", *map(str, args)]
             for stream in (sys.stdout, sys.stderr):
@@ -117,3 +120,17 @@ def reproduce_here(
         err_f.seek(0)
         out, err = (f.read().decode("utf-8", "replace") for f in (out_f, err_f))
     return Result(code, out, err)
+
+
+def completed_here(
+    *args: str | Path,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    unset: tuple[str, ...] = (),
+) -> subprocess.CompletedProcess:
+    """`reproduce_here` in the shape of `subprocess.run(..., text=True)`'s result, for the tests
+    that read `returncode`, `stdout` and `stderr` of a command that reads files and prints
+    (measure, compare, runs, history, logs without --follow, down/reap on moto): the same
+    command, without the fresh interpreter that was most of such a test's CPU."""
+    got = reproduce_here(*args, env=env, cwd=cwd, unset=unset)
+    return subprocess.CompletedProcess(["reproduce", *map(str, args)], got.code, got.out, got.err)
