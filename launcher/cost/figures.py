@@ -53,7 +53,13 @@ FIGURES: dict[str, Figure] = {
         "B/s",
         "assumed: docker pull with layer extraction; its node side measured at 0.13-0.16 GB/s "
         "from a loopback registry on the 2-core machine, and a docker load of the same image no "
-        "faster (docs/benchmarks.md, 'Image pull and load'); the registry's network not included",
+        "faster (docs/benchmarks.md, 'Image pull and load'); the registry's network not included. "
+        "The root volume docker writes to gets 1000 MiB/s provisioned (root_volume_throughput): "
+        "at gp3's 125 MiB/s baseline (Amazon EBS User Guide, 'Amazon EBS General Purpose SSD "
+        "volumes') the disk alone would hold a pull near 0.13 GB/s. AWS's Machine Learning Blog "
+        "('Reducing container cold start times using SOCI index on DLAMI and DLC', 2026) reports "
+        "4-6 minutes for a standard pull of a 15-20 GB image on a DLAMI (0.04-0.08 GB/s, its "
+        "volume not stated), so this figure may be optimistic by up to 3x",
     ),
     "image_present": Figure(5, "s", "assumed: docker pull of an image the node holds"),
     "image_check": Figure(

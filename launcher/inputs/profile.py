@@ -169,6 +169,8 @@ class AwsProfile(Profile, _Reach):
     instance_id: str | None
     ttl_hours: float
     root_volume_gb: int
+    root_volume_throughput: int  # MiB/s provisioned on the gp3 root volume (docker's image store)
+    root_volume_iops: int
     efa_layout: str
     elastic_ip: bool
     self_terminate: bool

@@ -29,6 +29,7 @@ CAPACITY_TYPES = ("on-demand", "reservation", "capacity-block", "spot")
 EFA_LAYOUTS = ("efa-primary", "ena-primary")
 MAX_TTL_HOURS = 168.0  # a week: an instance nobody ends still ends itself (schema: ttl_hours)
 WIDEST_SSH_PREFIX = {4: 16, 6: 48}  # ssh_cidr may not open SSH to more than a /16 or a /48
+GP3_MIBS_PER_IOPS = 0.25  # gp3: at most 0.25 MiB/s of throughput per provisioned IOPS (EBS)
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,8 @@ class AwsSettings:
     max_spot_price: float | None
     ttl_hours: float
     root_volume_gb: int
+    root_volume_throughput: int  # MiB/s, gp3's Ebs.Throughput: docker's image store is on it
+    root_volume_iops: int  # gp3's Ebs.Iops: at least 4 per MiB/s of the throughput
     efa_layout: str
     extra_tags: dict[str, str]
     port: int
@@ -116,6 +119,14 @@ def settings_from(recipe: Recipe, profile: Profile) -> AwsSettings:
             f"{where}: instance_id targets one existing instance, but the recipe needs "
             f"{recipe.nodes} nodes; leave instance_id out to launch them (one placement group)."
         )
+    throughput, iops = int(profile.root_volume_throughput), int(profile.root_volume_iops)
+    if throughput > iops * GP3_MIBS_PER_IOPS:
+        raise BadInput(
+            f"{where}: root_volume_throughput {throughput} MiB/s needs root_volume_iops of at "
+            f"least {math.ceil(throughput / GP3_MIBS_PER_IOPS)} (gp3 allows "
+            f"{GP3_MIBS_PER_IOPS:g} MiB/s per provisioned IOPS), but root_volume_iops is {iops}; "
+            "raise root_volume_iops or lower root_volume_throughput."
+        )
     price = profile.price_per_hour
     ttl_hours = _finite(where, "ttl_hours", profile.ttl_hours, above=0.0, at_most=MAX_TTL_HOURS)
     return AwsSettings(
@@ -132,6 +143,8 @@ def settings_from(recipe: Recipe, profile: Profile) -> AwsSettings:
         max_spot_price=_finite(where, "capacity.max_spot_price", profile.capacity.max_spot_price),
         ttl_hours=ttl_hours,
         root_volume_gb=int(profile.root_volume_gb),
+        root_volume_throughput=throughput,
+        root_volume_iops=iops,
         efa_layout=layout,
         extra_tags={str(k): str(v) for k, v in (profile.tags or {}).items()},
         port=int(profile.port),
