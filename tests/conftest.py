@@ -26,25 +26,30 @@ from support.sshd import SshServer
 pytest_plugins = ["support.aws", "support.assets"]
 
 # The order files are handed out in (tests/run.sh keeps it: `--no-loadscope-reorder`): pytest-xdist's
-# own (the files with most tests first, whole files per worker), except that the load test goes
-# first. It is one test of about 130 s, which xdist's order puts last: the other worker then sat
-# idle for up to 120 s at the end of the run (REPRODUCE_TEST_TIMELINE's record, docs/testing.md).
-# Ordering every slow file first was measured slower (the end-to-end files then contend at the
-# start). The order is by what a file's tests need and how many there are, never by name.
+# own (the files with most tests first, whole files per worker), except for two kinds of file that
+# are one long serial chain on one worker and go first: the load test (one test of 120-180 s,
+# which xdist's order put last: the other workers then sat idle for up to 120 s at the end), then
+# a file whose tests share one Ray cluster of their own (marker `ray`: about 300 s, mostly waiting
+# on Ray; handed out mid-way it was the last to end, 425-729 s into a run of 894 s). Ordering every
+# slow file first was measured slower (the end-to-end files then contend at the start). The order
+# is by what a file's tests need and how many there are, never by name (docs/testing.md).
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     count: dict[str, int] = {}
     load: set[str] = set()
+    own_ray: set[str] = set()
     for item in items:
         path = item.nodeid.split("::")[0]
         count[path] = count.get(path, 0) + 1
         if item.get_closest_marker("load") is not None:
             load.add(path)
+        if item.get_closest_marker("ray") is not None:
+            own_ray.add(path)
 
-    def rank(item: pytest.Item) -> tuple[bool, int]:
+    def rank(item: pytest.Item) -> tuple[bool, bool, int]:
         path = item.nodeid.split("::")[0]
-        return path not in load, -count[path]
+        return path not in load, path not in own_ray, -count[path]
 
     items.sort(key=rank)  # stable: a file's tests stay together and in their order
 

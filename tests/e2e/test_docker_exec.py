@@ -306,3 +306,42 @@ def test_cancel_lets_a_container_say_its_last_words_before_removing_it(
         docker("rm", "-f", container, check=False)
     assert out.read_text().split() == ["started", "last-words"]
     assert containers_named(container) == []
+
+
+def test_node_sh_lets_the_training_container_say_its_last_words_before_removing_it(
+    test_image, container_run_args, tmp_path
+):
+    """The second place of the same race: on a cancel's TERM node.sh's own EXIT trap runs too, and
+    its `_cleanup` removed the training container at once, cutting off the container's end marker.
+    node.sh's real `_cleanup` (the line the seed's node script renders, which its golden file
+    holds) runs here against a container that always needs a second for its last words, right
+    after the container got its TERM as docker's client passes it on: the words must reach the
+    log, and the container must be gone."""
+    from support.paths import REPO
+
+    script = (REPO / "tests" / "golden" / "seed-node-local.sh").read_text()
+    [cleanup] = [
+        line for line in script.splitlines() if line.startswith("_cleanup() {") and "docker" in line
+    ]
+    container = f"reproduce-{new_run_id()}"
+    docker("pull", test_image.ref)
+    trap = "trap 'sleep 1; echo last-words' EXIT; echo started; sleep 300"
+    out = tmp_path / "out.log"
+    with out.open("wb") as sink:
+        attached = subprocess.Popen(
+            ["docker", "run", "--rm", "--name", container, "--network", "none",
+             *container_run_args, test_image.ref, "bash", "-c", trap],
+            stdout=sink, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+        try:
+            wait_for(lambda: b"started" in out.read_bytes(), 120, what="the container")
+            node_sh = f"_bg_stop() {{ :; }}\n{cleanup}\nCONTAINER={shlex.quote(container)}\n"
+            node_sh += 'docker kill --signal TERM "$CONTAINER" >/dev/null\n_cleanup\n'
+            subprocess.run(["bash", "-c", node_sh], check=True, timeout=60)
+            attached.wait(timeout=30)
+        finally:
+            if attached.poll() is None:
+                os.killpg(attached.pid, signal.SIGKILL)
+            docker("rm", "-f", container, check=False)
+    assert out.read_text().split() == ["started", "last-words"]
+    assert containers_named(container) == []
