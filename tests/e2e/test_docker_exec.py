@@ -12,6 +12,8 @@ import shlex
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -265,6 +267,46 @@ echo "token-in-training=$(printenv HF_TOKEN || echo absent)"
             assert b"hf_canary" not in path.read_bytes(), path
 
 
+@contextmanager
+def slow_to_die(
+    test_image, run_args: list[str], node: Path
+) -> Iterator[tuple[str, subprocess.Popen]]:
+    """The adversary of a cancel's race: a container whose EXIT trap always needs a second for its
+    last words, run attached by `bash run_node.sh` in `node` (marked as a run's wrapper) with its
+    output in out.log; yields its name and the wrapper once it has started; killed and removed
+    after, whatever happened."""
+    from launcher.plan import protocol
+
+    container = f"reproduce-{new_run_id()}"
+    docker("pull", test_image.ref)  # out.log then holds only what the container says
+    trap = "trap 'sleep 1; echo last-words' EXIT; echo started; sleep 300"
+    docker_run = [
+        "docker", "run", "--rm", "--name", container, "--network", "none",
+        *run_args, test_image.ref, "bash", "-c", trap,
+    ]  # fmt: skip
+    (node / protocol.WRAPPER_NAME).write_text(shlex.join(docker_run) + " > out.log 2>&1\n")
+    wrapper = subprocess.Popen(
+        ["bash", protocol.WRAPPER_NAME],
+        cwd=node,
+        env={**os.environ, protocol.RUN_MARK: str(node)},
+        start_new_session=True,
+    )
+    try:
+        (node / "pid").write_text(f"{wrapper.pid}\n")
+        out = node / "out.log"
+        wait_for(lambda: out.exists() and b"started" in out.read_bytes(), 120, what="the container")
+        yield container, wrapper
+    finally:
+        if wrapper.poll() is None:
+            os.killpg(wrapper.pid, signal.SIGKILL)
+        docker("rm", "-f", container, check=False)
+
+
+def assert_it_said_its_last_words_and_is_gone(node: Path, container: str) -> None:
+    assert (node / "out.log").read_text().split() == ["started", "last-words"]
+    assert containers_named(container) == []
+
+
 def test_cancel_lets_a_container_say_its_last_words_before_removing_it(
     test_image, container_run_args, tmp_path
 ):
@@ -277,35 +319,11 @@ def test_cancel_lets_a_container_say_its_last_words_before_removing_it(
 
     node = (tmp_path / "node").resolve()  # the cancel finds the run by its physical path
     (node / "state").mkdir(parents=True)
-    container = f"reproduce-{new_run_id()}"
-    docker("pull", test_image.ref)  # out.log then holds only what the container says
-    trap = "trap 'sleep 1; echo last-words' EXIT; echo started; sleep 300"
-    docker_run = [
-        "docker", "run", "--rm", "--name", container, "--network", "none",
-        *container_run_args, test_image.ref, "bash", "-c", trap,
-    ]  # fmt: skip
-    (node / protocol.WRAPPER_NAME).write_text(
-        " ".join(shlex.quote(w) for w in docker_run) + " > out.log 2>&1\n"
-    )
-    wrapper = subprocess.Popen(
-        ["bash", protocol.WRAPPER_NAME],
-        cwd=node,
-        env={**os.environ, protocol.RUN_MARK: str(node)},
-        start_new_session=True,
-    )
-    try:
-        (node / "pid").write_text(f"{wrapper.pid}\n")
-        out = node / "out.log"
-        wait_for(lambda: out.exists() and b"started" in out.read_bytes(), 120, what="the container")
+    with slow_to_die(test_image, container_run_args, node) as (container, wrapper):
         answer = LocalTransport().run(protocol.cancel_command(str(node), container), check=False)
         assert protocol.parse_cancel(answer.stdout) == "", answer.stdout
         wrapper.wait(timeout=30)
-    finally:
-        if wrapper.poll() is None:
-            os.killpg(wrapper.pid, signal.SIGKILL)
-        docker("rm", "-f", container, check=False)
-    assert out.read_text().split() == ["started", "last-words"]
-    assert containers_named(container) == []
+    assert_it_said_its_last_words_and_is_gone(node, container)
 
 
 def test_node_sh_lets_the_training_container_say_its_last_words_before_removing_it(
@@ -314,34 +332,17 @@ def test_node_sh_lets_the_training_container_say_its_last_words_before_removing_
     """The second place of the same race: on a cancel's TERM node.sh's own EXIT trap runs too, and
     its `_cleanup` removed the training container at once, cutting off the container's end marker.
     node.sh's real `_cleanup` (the line the seed's node script renders, which its golden file
-    holds) runs here against a container that always needs a second for its last words, right
-    after the container got its TERM as docker's client passes it on: the words must reach the
-    log, and the container must be gone."""
+    holds) runs here against the same container, right after the container got its TERM as
+    docker's client passes it on: the words must reach the log, and the container must be gone."""
     from support.paths import REPO
 
     script = (REPO / "tests" / "golden" / "seed-node-local.sh").read_text()
     [cleanup] = [
         line for line in script.splitlines() if line.startswith("_cleanup() {") and "docker" in line
     ]
-    container = f"reproduce-{new_run_id()}"
-    docker("pull", test_image.ref)
-    trap = "trap 'sleep 1; echo last-words' EXIT; echo started; sleep 300"
-    out = tmp_path / "out.log"
-    with out.open("wb") as sink:
-        attached = subprocess.Popen(
-            ["docker", "run", "--rm", "--name", container, "--network", "none",
-             *container_run_args, test_image.ref, "bash", "-c", trap],
-            stdout=sink, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
-        try:
-            wait_for(lambda: b"started" in out.read_bytes(), 120, what="the container")
-            node_sh = f"_bg_stop() {{ :; }}\n{cleanup}\nCONTAINER={shlex.quote(container)}\n"
-            node_sh += 'docker kill --signal TERM "$CONTAINER" >/dev/null\n_cleanup\n'
-            subprocess.run(["bash", "-c", node_sh], check=True, timeout=60)
-            attached.wait(timeout=30)
-        finally:
-            if attached.poll() is None:
-                os.killpg(attached.pid, signal.SIGKILL)
-            docker("rm", "-f", container, check=False)
-    assert out.read_text().split() == ["started", "last-words"]
-    assert containers_named(container) == []
+    with slow_to_die(test_image, container_run_args, tmp_path) as (container, wrapper):
+        node_sh = f"_bg_stop() {{ :; }}\n{cleanup}\nCONTAINER={shlex.quote(container)}\n"
+        node_sh += 'docker kill --signal TERM "$CONTAINER" >/dev/null\n_cleanup\n'
+        subprocess.run(["bash", "-c", node_sh], check=True, timeout=60)
+        wrapper.wait(timeout=30)
+    assert_it_said_its_last_words_and_is_gone(tmp_path, container)
