@@ -9,6 +9,7 @@ in the dry run. See docs/aws.md for why each field is set as it is (EFA, IMDSv2,
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -224,16 +225,41 @@ def network_interfaces(
     return [nic(0, 0, "efa")] + [nic(card, 0, "efa-only") for card in range(1, efa)]
 
 
+PREPULL_LOG = "/var/log/reproduce-prepull.log"
+
+
 def user_data(s: AwsSettings) -> str | None:
-    """A dead man's switch: the instance powers itself off (and so terminates) at its TTL."""
-    if not s.self_terminate:
-        return None
-    minutes = max(1, int(round(s.ttl_hours * 60)))
-    return (
-        "#!/bin/bash\n"
-        "# reproduce: end this instance at its expires-at even if no launcher or reaper is left\n"
-        f"shutdown -h +{minutes} 'reproduce: ttl_hours reached'\n"
+    """What the instance runs as it boots (cloud-init, as root): a dead man's switch (it powers
+    itself off, and so terminates, at its TTL) and the start of the image's pull. The pull would
+    otherwise begin only once EC2's status checks pass, SSH answers and node.sh runs, while the
+    node is billed: started here it overlaps that wait, and node.sh's own `docker pull` of the
+    same digest joins the layers in flight (or does the whole pull, where this one failed: a
+    registry that needs a login). Nothing secret is in it (user data is readable to whoever may
+    describe the instance)."""
+    lines = []
+    if s.self_terminate:
+        minutes = max(1, int(round(s.ttl_hours * 60)))
+        lines += [
+            "# reproduce: end this instance at its expires-at even if no launcher or reaper is"
+            " left",
+            f"shutdown -h +{minutes} 'reproduce: ttl_hours reached'",
+        ]
+    if s.prepull_ref:
+        lines += [
+            "# reproduce: start pulling the run's image now; node.sh's pull joins it",
+            *prepull_lines(s.prepull_ref, PREPULL_LOG),
+        ]
+    return "#!/bin/bash\n" + "".join(f"{line}\n" for line in lines) if lines else None
+
+
+def prepull_lines(ref: str, log: str) -> list[str]:
+    """The boot's pull, in the background (cloud-init waits for the script, not for this): it
+    waits up to 5 minutes for dockerd, then pulls by digest, its output in `log`."""
+    body = (
+        "for _ in $(seq 150); do docker info >/dev/null 2>&1 && break; sleep 2; done; "
+        f"docker pull {shlex.quote(ref)}"
     )
+    return [f"nohup setsid bash -c {shlex.quote(body)} >{shlex.quote(log)} 2>&1 </dev/null &"]
 
 
 def run_instances_request(

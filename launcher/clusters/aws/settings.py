@@ -71,6 +71,9 @@ class AwsSettings:
     image_ref: str | None = None
     image_digest: str | None = None
     volume_initialization_rate: int | None = None  # MiB/s (RunInstances' root volume)
+    # the image the instance starts pulling as it boots (its user data), None where its AMI holds
+    # it (`ami: baked`) or the profile pulls nothing (docker.pull: false)
+    prepull_ref: str | None = None
 
     @property
     def ami_is_ssm(self) -> bool:
@@ -105,6 +108,7 @@ def settings_from(recipe: Recipe, profile: Profile) -> AwsSettings:
     ami = profile.ami or DEFAULT_AMI
     check_ami_form(where, "ami", ami, baked_allowed=True)
     image = run_image(recipe, profile) if ami == BAKED else None
+    prepull = None if ami == BAKED or not profile.docker.pull else run_image(recipe, profile).ref
     ctype = profile.capacity.type
     reservation_id = profile.capacity.reservation_id
     _check_capacity(where, ctype, reservation_id)
@@ -162,6 +166,7 @@ def settings_from(recipe: Recipe, profile: Profile) -> AwsSettings:
         host_key_wait_s=_finite(where, "host_key_wait_s", profile.host_key_wait_s, above=-1),
         image_ref=image.ref if image else None,
         volume_initialization_rate=profile.volume_initialization_rate,
+        prepull_ref=prepull,
         image_digest=image.digest if image else None,
     )
 
