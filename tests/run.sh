@@ -139,7 +139,7 @@ fi
 # node programs, the stand-in miles, the workers), and where PYTHONDONTWRITEBYTECODE is set (this
 # workplace sets it) a fresh checkout has no .pyc, so each of them compiled every module it imports
 # again (a dry run 0.29 vs 0.22 CPU-s; collection with pytest's assertion rewriting 9.7 vs 3.3;
-# docs/testing.md). The containers read the same files through their read-only mounts.
+# docs/testing.md). The node programs' .pyc reach the containers through the scripts mount.
 unset PYTHONDONTWRITEBYTECODE
 .venv/bin/python -m compileall -q -j 0 launcher scripts tests >/dev/null 2>&1 || true
 

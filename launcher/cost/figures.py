@@ -57,7 +57,8 @@ FIGURES: dict[str, Figure] = {
         "The root volume docker writes to gets 1000 MiB/s provisioned (root_volume_throughput): "
         "at gp3's 125 MiB/s baseline (Amazon EBS User Guide, 'Amazon EBS General Purpose SSD "
         "volumes') the disk alone would hold a pull near 0.13 GB/s. AWS's Machine Learning Blog "
-        "('Reducing container cold start times using SOCI index on DLAMI and DLC', 2026) reports "
+        "('Reducing container cold start times using SOCI index on DLAMI and DLC', 2026; read "
+        "through copies of the post) reports "
         "4-6 minutes for a standard pull of a 15-20 GB image on a DLAMI (0.04-0.08 GB/s, its "
         "volume not stated), so this figure may be optimistic by up to 3x",
     ),

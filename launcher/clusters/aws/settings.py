@@ -107,8 +107,9 @@ def settings_from(recipe: Recipe, profile: Profile) -> AwsSettings:
         )
     ami = profile.ami or DEFAULT_AMI
     check_ami_form(where, "ami", ami, baked_allowed=True)
-    image = run_image(recipe, profile) if ami == BAKED else None
-    prepull = None if ami == BAKED or not profile.docker.pull else run_image(recipe, profile).ref
+    run = run_image(recipe, profile)
+    image = run if ami == BAKED else None
+    prepull = run.ref if ami != BAKED and profile.docker.pull else None
     ctype = profile.capacity.type
     reservation_id = profile.capacity.reservation_id
     _check_capacity(where, ctype, reservation_id)

@@ -69,16 +69,17 @@ def image_json_digest(ref: str) -> list[str]:
 
 
 @pytest.mark.docker
-def test_node_sh_pull_joins_the_boots_pull_of_the_same_digest(registry, tmp_path):
-    """Both pulls of a fresh image (not on this dockerd) run at once, as on a node whose boot pull
-    is still going when node.sh's image stage starts: both succeed and the image is there by its
-    digest; the boot's log says what it did."""
+def test_node_sh_pull_and_the_boots_pull_of_the_same_digest_both_succeed(registry, tmp_path):
+    """Both pulls of a fresh image (not on this dockerd) are started at once, as on a node whose
+    boot pull may still be going when node.sh's image stage starts. Which one dockerd serves first
+    is its own (this small image may be whole before the second starts): in any order both succeed,
+    the image is there by its digest, and the boot's log says what it did."""
     image = push_test_image(registry, tmp_path, tag=f"prepull-{time.time_ns()}", marker="prepull")
     log = tmp_path / "prepull.log"
-    boot = subprocess.run(
+    # backgrounded: the script returns at once (cloud-init does not wait for the pull)
+    subprocess.run(
         ["bash", "-c", "\n".join(prepull_lines(image.ref, str(log)))], timeout=30, check=True
     )
-    assert boot.returncode == 0  # backgrounded: cloud-init does not wait for the pull
     node = docker("pull", image.ref, timeout=300)  # node.sh's pull, while the boot's runs
     wait_until_the_log_says(log, f"Digest: {image.digest}")
     assert node.returncode == 0
