@@ -35,7 +35,8 @@ pytest_plugins = ["support.aws", "support.assets"]
 # is by what a file's tests need and how many there are, never by name (docs/testing.md).
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _run_under_load_only(config, items)
     count: dict[str, int] = {}
     load: set[str] = set()
     own_ray: set[str] = set()
@@ -52,6 +53,23 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return path not in load, path not in own_ray, -count[path]
 
     items.sort(key=rank)  # stable: a file's tests stay together and in their order
+
+
+def _run_under_load_only(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The end-to-end runs the load test runs (its module's RUNS) run there alone when it is in
+    this session: each is a whole end-to-end run with its own assertions, and running it a second
+    time on an idle machine proves nothing the loaded run does not (the load is the harder case;
+    docs/testing.md, "The load test"). Deselected, not skipped: pytest's summary counts them, and
+    a failure of any of them fails the load test, naming it. Run alone (the file, or `-m 'not
+    load'`), each runs as before."""
+    again: set[str] = set()
+    for item in items:
+        if item.get_closest_marker("load") is not None:
+            again.update(getattr(getattr(item, "module", None), "RUNS", {}).values())
+    if not again:
+        return
+    config.hook.pytest_deselected(items=[i for i in items if i.nodeid in again])
+    items[:] = [i for i in items if i.nodeid not in again]
 
 
 _TIMELINE = os.environ.get("REPRODUCE_TEST_TIMELINE")  # a folder: when each test ran, per worker

@@ -15,6 +15,7 @@ import shlex
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from launcher.plan import ray_stage
 from launcher.plan.protocol import END_MARK, OUT_DIR, STATE_DIR
 
 if TYPE_CHECKING:
@@ -37,6 +38,8 @@ class ScriptContext(Protocol):
     def container(self) -> str: ...
     @property
     def scripts(self) -> str: ...
+    @property
+    def docker(self) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -200,7 +203,7 @@ def ray_lines(ctx: ScriptContext) -> list[str]:
     finished = f'"$NODE_RUN_DIR/{END_MARK}"'
     tries = RAY_START_TRIES
     return [
-        "_cleanup() { ray stop --force >/dev/null 2>&1 || true; }",
+        ray_stage.cleanup_line(ctx.docker),
         f"# ray start, up to {tries} times (a busy GCS can let one registration time out)",
         "_ray_start() {",
         "  local n=0",

@@ -20,7 +20,7 @@ from launcher.inputs.patches import node_lines as patch_lines
 from launcher.inputs.profile import AwsProfile, Profile, RayProfile
 from launcher.inputs.recipe import Image, Recipe
 from launcher.inputs.stack import expected_versions
-from launcher.plan import multinode, stage_graph
+from launcher.plan import multinode, ray_stage, stage_graph
 from launcher.plan.background import BACKGROUND_FUNCTIONS
 from launcher.plan.image_record import BuiltImage, base_label_check, present_or_pull
 from launcher.plan.measured import train_lines
@@ -351,7 +351,7 @@ class ScriptContext(Placement):
         return f'{self.in_image(probe, stage="stack")} > "$NODE_RUN_DIR/stack.json"'
 
     def ray_lines(self) -> list[str]:
-        """Start the head Ray controlled by this run; its stop joins the container's cleanup."""
+        """The ray stage: none on a Ray cluster, several nodes' (multinode), or one head."""
         if self.profile.kind == "ray":
             return [
                 _comment(
@@ -361,22 +361,7 @@ class ScriptContext(Placement):
             ]
         if multinode.spans_nodes(self.recipe, self.profile):
             return multinode.ray_lines(self)
-        port = int(self.profile.ray.port)
-        gpus = self.recipe.gpus_per_node
-        dash = (
-            "--include-dashboard=true"
-            if self.profile.ray.dashboard
-            else "--include-dashboard=false"
-        )
-        ip = self.profile.ray.node_ip_address or "127.0.0.1"
-        # --log-color false: Ray's CLI colours its output even into a file; logs/ray.log stays text
-        return [
-            f"NODE_IP={q(ip)}",
-            "_cleanup() { ray stop --force >/dev/null 2>&1 || true; }",
-            f'ray start --head --node-ip-address "$NODE_IP" --port {port} --num-gpus {gpus} '
-            f"--disable-usage-stats --log-color false {dash}",
-            f'export RAY_ADDRESS="$NODE_IP:{port}"',
-        ]
+        return ray_stage.head_lines(self.recipe, self.profile, docker=self.docker)
 
     def exports(self) -> list[str]:
         """Container environment: miles' PYTHONPATH, the profile's env, the recipe's env in

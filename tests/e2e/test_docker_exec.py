@@ -23,6 +23,7 @@ from support.helpers import (
     cli,
     group_alive,
     processes_mentioning,
+    processes_with_env,
     start_cli,
     wait_for,
 )
@@ -81,7 +82,9 @@ def test_pull_by_digest_then_ray_and_standin_miles_then_measure(
     train_log = (rd.logs / "train.log").read_text()
     assert "RAY_OK 8.0" in train_log
     assert "log_utils.py" in train_log and " - step 19: " in train_log
-    assert containers_named(plan.container) == []  # container (and Ray in it) gone
+    assert containers_named(plan.container) == []
+    # no `ray stop` in a container: Ray's daemons and workers died with its PID namespace
+    assert processes_with_env("RUN_ID", plan.run_id) == []
     _, verdict = outcome.measurement
     assert (rd.path / "steps.jsonl").read_text().count("\n") == 20
     assert verdict.status == "reproduced"  # the stand-in's default step time is the seed's claim
@@ -180,6 +183,7 @@ def test_cancel_leaves_no_container_and_no_process(
     assert (
         processes_mentioning(str(tmp_path)) == []
     )  # Ray and training in the container, the node script
+    assert processes_with_env("RUN_ID", run_id) == []  # Ray's daemons, which name no path of it
     assert rd.status()["state"] == "cancelled"
     last = rd.timeline().stages[-1]
     assert last["name"] == "train" and last["end"] is not None and last["status"] == "cancelled"
@@ -197,6 +201,8 @@ def _interrupt_training(
     assert containers_named(container)
     # the training in the container names the run's cache dir: visible from here, and it must go
     assert processes_mentioning(str(tmp_path)), "the run's training should be running"
+    ray = [p for p in processes_with_env("RUN_ID", run_id) if "raylet" in p]
+    assert ray, "the run's Ray should be running in the container"
     pid = rd.record()["pid"]
     if how == "ctrl-c":
         proc.send_signal(signal.SIGINT)

@@ -13,7 +13,9 @@ own cgroups, write at full speed. Spinners did this before, at the price of a co
 other worker lost too (docs/testing.md, "The load test"); where no cgroup can be made, one core
 spins again. Each run keeps its own assertions, as on an idle machine: its verdict, and
 `assert_log_collected` (logs/node.log equals every node's node.log byte for byte); and, held by
-a cgroup, the test asserts that the kernel did stop the tree.
+a cgroup, the test asserts that the kernel did stop the tree. With this test in a session, the
+four run here only (tests/conftest.py deselects them from the session: a second, idle run of a
+whole end-to-end test adds CPU, not evidence).
 """
 
 from __future__ import annotations

@@ -403,7 +403,7 @@ export REPRODUCE_ROW_TOKENS=8192  # checked by pretokenized_sft_rollout
 # ---- stage ray: start Ray in the training container
 _stage_begin ray
 NODE_IP=127.0.0.1
-_cleanup() { ray stop --force >/dev/null 2>&1 || true; }
+# Ray ends with the container: its processes die with the container's PID namespace
 ray start --head --node-ip-address "$NODE_IP" --port 6379 --num-gpus 8 --disable-usage-stats --log-color false --include-dashboard=false
 export RAY_ADDRESS="$NODE_IP:6379"
 _stage_end

@@ -97,6 +97,29 @@ def processes_mentioning(text: str) -> list[str]:
     return found
 
 
+def processes_with_env(name: str, value: str) -> list[str]:
+    """Live processes on this host (containers' included) whose environment has name=value.
+
+    A run's containers get RUN_ID (-e RUN_ID), and every process started in them inherits it:
+    Ray's daemons and workers too, whose command lines name nothing of the run.
+    """
+    want = f"{name}={value}".encode()
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            if want not in (proc / "environ").read_bytes().split(b"\0"):
+                continue
+            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            args = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:  # ended meanwhile, or not ours to read
+            continue
+        if state != "Z":
+            found.append(f"{proc.name} {args.strip()}")
+    return found
+
+
 def slow_script_body(lines: int = 60, delay_s: float = 0.05) -> str:
     """A train stage printing numbered lines (some long, some without newline flush) over time."""
     return f"""_mark preflight start; echo "preflight says hello"; _mark preflight end ok

@@ -1,0 +1,45 @@
+"""The ray stage of a one-node run, and how every run's Ray ends.
+
+Why a module of its own: one node (here) and many (launcher/plan/multinode.py) start Ray
+differently, but end it the same way, and that end differs by runtime for a reason worth
+keeping in one place (`cleanup_line`).
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from launcher.inputs.profile import Profile
+    from launcher.inputs.recipe import Recipe
+
+
+def cleanup_line(docker: bool) -> str:
+    """How the run's Ray ends when the training script does (its EXIT trap's `_cleanup`).
+
+    In a container nothing is left to do: the script is the container's first process, and its
+    exit makes the kernel SIGKILL every other process of the container's PID namespace (what
+    `ray stop --force` sends) and wait for them all before the container counts as ended. A
+    `ray stop` there would spend over a CPU-second importing Ray to do the same (docs/
+    benchmarks.md, "A Ray cycle's CPU"). On the host (`runtime: host`) Ray outlives the script
+    unless it is stopped.
+    """
+    if docker:
+        return "# Ray ends with the container: its processes die with the container's PID namespace"
+    return "_cleanup() { ray stop --force >/dev/null 2>&1 || true; }"
+
+
+def head_lines(recipe: Recipe, profile: Profile, *, docker: bool) -> list[str]:
+    """Start the one node's Ray head, controlled by this run."""
+    port = int(profile.ray.port)
+    dash = "--include-dashboard=true" if profile.ray.dashboard else "--include-dashboard=false"
+    ip = profile.ray.node_ip_address or "127.0.0.1"
+    # --log-color false: Ray's CLI colours its output even into a file; logs/ray.log stays text
+    return [
+        f"NODE_IP={shlex.quote(ip)}",
+        cleanup_line(docker),
+        f'ray start --head --node-ip-address "$NODE_IP" --port {port} '
+        f"--num-gpus {recipe.gpus_per_node} --disable-usage-stats --log-color false {dash}",
+        f'export RAY_ADDRESS="$NODE_IP:{port}"',
+    ]
