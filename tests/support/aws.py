@@ -324,11 +324,12 @@ def aws(monkeypatch, tmp_path):
     monkeypatch.setenv(
         "MOTO_EC2_LOAD_DEFAULT_AMIS", "false"
     )  # seconds per test otherwise; `ami` registers one
-    import boto3
     from moto import mock_aws
 
+    from launcher.clusters.aws.session import new_session
+
     with mock_aws():
-        yield RecordingSession(boto3.Session(region_name="us-east-1"))
+        yield RecordingSession(new_session("us-east-1"))
 
 
 @pytest.fixture
@@ -637,9 +638,9 @@ class StubbedSession:
     Quotas for ec2, the Price List)."""
 
     def __init__(self, region: str = "us-east-1") -> None:
-        import boto3
+        from launcher.clusters.aws.session import new_session
 
-        self.real = boto3.Session(region_name=region)
+        self.real = new_session(region)
         self.region_name = region
         self.stubs: dict[str, Any] = {}
         self.clients: dict[str, Any] = {}
