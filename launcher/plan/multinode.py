@@ -39,7 +39,7 @@ class ScriptContext(Protocol):
     @property
     def scripts(self) -> str: ...
     @property
-    def docker(self) -> bool: ...
+    def own_pid_namespace(self) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -203,7 +203,7 @@ def ray_lines(ctx: ScriptContext) -> list[str]:
     finished = f'"$NODE_RUN_DIR/{END_MARK}"'
     tries = RAY_START_TRIES
     return [
-        ray_stage.cleanup_line(ctx.docker),
+        ray_stage.cleanup_line(ctx.own_pid_namespace),
         f"# ray start, up to {tries} times (a busy GCS can let one registration time out)",
         "_ray_start() {",
         "  local n=0",

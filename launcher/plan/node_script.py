@@ -116,6 +116,10 @@ class ScriptContext(Placement):
         # a Ray cluster's nodes already are the image: its job runs no container
         return self.profile.runtime == "docker" and self.profile.kind != "ray"
 
+    @property
+    def own_pid_namespace(self) -> bool:
+        return ray_stage.own_pid_namespace(self.docker, list(self.profile.docker.extra_args))
+
     def in_image(
         self,
         command: str,
@@ -361,7 +365,7 @@ class ScriptContext(Placement):
             ]
         if multinode.spans_nodes(self.recipe, self.profile):
             return multinode.ray_lines(self)
-        return ray_stage.head_lines(self.recipe, self.profile, docker=self.docker)
+        return ray_stage.head_lines(self.recipe, self.profile, own_namespace=self.own_pid_namespace)
 
     def exports(self) -> list[str]:
         """Container environment: miles' PYTHONPATH, the profile's env, the recipe's env in

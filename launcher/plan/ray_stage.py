@@ -15,22 +15,28 @@ if TYPE_CHECKING:
     from launcher.inputs.recipe import Recipe
 
 
-def cleanup_line(docker: bool) -> str:
+def own_pid_namespace(docker: bool, extra_args: list[str]) -> bool:
+    """Whether the training container gets a PID namespace of its own: docker's default, unless
+    the profile's docker.extra_args name one (`--pid host`, `--pid=container:...`)."""
+    return docker and not any(a == "--pid" or a.startswith("--pid=") for a in extra_args)
+
+
+def cleanup_line(own_namespace: bool) -> str:
     """How the run's Ray ends when the training script does (its EXIT trap's `_cleanup`).
 
-    In a container nothing is left to do: the script is the container's first process, and its
-    exit makes the kernel SIGKILL every other process of the container's PID namespace (what
-    `ray stop --force` sends) and wait for them all before the container counts as ended. A
-    `ray stop` there would spend over a CPU-second importing Ray to do the same (docs/
-    benchmarks.md, "A Ray cycle's CPU"). On the host (`runtime: host`) Ray outlives the script
-    unless it is stopped.
+    In a container with a PID namespace of its own (`own_pid_namespace`) nothing is left to do:
+    the script is the container's first process, and its exit makes the kernel SIGKILL every
+    other process of that namespace (what `ray stop --force` sends) and wait for them all before
+    the container counts as ended. A `ray stop` there would spend over a CPU-second importing Ray
+    to do the same (docs/benchmarks.md, "A Ray cycle's CPU"). On the host (`runtime: host`), or in
+    a container that shares another PID namespace, Ray outlives the script unless it is stopped.
     """
-    if docker:
+    if own_namespace:
         return "# Ray ends with the container: its processes die with the container's PID namespace"
     return "_cleanup() { ray stop --force >/dev/null 2>&1 || true; }"
 
 
-def head_lines(recipe: Recipe, profile: Profile, *, docker: bool) -> list[str]:
+def head_lines(recipe: Recipe, profile: Profile, *, own_namespace: bool) -> list[str]:
     """Start the one node's Ray head, controlled by this run."""
     port = int(profile.ray.port)
     dash = "--include-dashboard=true" if profile.ray.dashboard else "--include-dashboard=false"
@@ -38,7 +44,7 @@ def head_lines(recipe: Recipe, profile: Profile, *, docker: bool) -> list[str]:
     # --log-color false: Ray's CLI colours its output even into a file; logs/ray.log stays text
     return [
         f"NODE_IP={shlex.quote(ip)}",
-        cleanup_line(docker),
+        cleanup_line(own_namespace),
         f'ray start --head --node-ip-address "$NODE_IP" --port {port} '
         f"--num-gpus {recipe.gpus_per_node} --disable-usage-stats --log-color false {dash}",
         f'export RAY_ADDRESS="$NODE_IP:{port}"',

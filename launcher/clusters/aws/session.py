@@ -31,7 +31,8 @@ def new_session(region: str | None) -> Any:
     Why: botocore reads and parses a service's JSON model (EC2's: a few MB) and its endpoint
     table once per loader, and every new Session brings a new loader, so a process that makes
     several sessions (a nightly's launches, `down` then `reap`, a price lookup beside a launch)
-    parsed the same files each time: 0.1-0.2 s each. The loader holds only what it read from
+    parsed the same files each time: about 0.2 CPU-s each (cProfile of tests/clusters/aws/
+    test_aws_quota.py: docs/testing.md). The loader holds only what it read from
     botocore's (and boto3's) own data files, so sharing it changes nothing but that time.
     """
     import boto3
