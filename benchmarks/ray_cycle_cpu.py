@@ -83,11 +83,13 @@ def ray_daemons() -> list[tuple[float, str]]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--port", type=int, default=6390)
-    port = ap.parse_args().port
+    ap.add_argument("--extra", default="", help="more `ray start` flags, space-separated")
+    args = ap.parse_args()
+    port = args.port
     ray = str(BIN / "ray")
     start = [ray, "start", "--head", "--node-ip-address", "127.0.0.1", "--port", str(port)]
     start += ["--num-gpus", "1", "--disable-usage-stats", "--log-color", "false"]
-    start += ["--include-dashboard=false"]
+    start += ["--include-dashboard=false", *args.extra.split()]
     rows = [(waited(start), "ray start (the CLI)")]
     try:
         daemons, driver = driver_and_daemons(port)

@@ -13,7 +13,7 @@ from pathlib import Path
 import typer
 
 from launcher.catalog import DEFAULT_REGION
-from launcher.commands.cli_ops import OPS_COMMANDS, show_version
+from launcher.commands.cli_ops import OPS_COMMANDS, finite, show_version
 from launcher.commands.cli_ops import fail as _fail
 from launcher.errors import ReproduceError
 from launcher.judge.verdict import DEFAULT_TOLERANCE_PERCENT
@@ -82,6 +82,7 @@ def run_cmd(
         None,
         "--price-per-hour",
         help="US$ per node-hour for cost figures (overrides the profile and the price table).",
+        callback=finite,
     ),
     keep: bool = typer.Option(
         False,
@@ -89,10 +90,13 @@ def run_cmd(
         help="aws: keep the instance after the run (prints its cost per hour and how to end it).",
     ),
     max_usd: float | None = typer.Option(
-        None, "--max-usd", help="Stop the run when its cost would exceed this many US$."
+        None,
+        "--max-usd",
+        help="Stop the run when its cost would exceed this many US$.",
+        callback=finite,
     ),
     max_hours: float | None = typer.Option(
-        None, "--max-hours", help="Stop the run after this many wall-clock hours."
+        None, "--max-hours", help="Stop the run after this many wall-clock hours.", callback=finite
     ),
     on_interrupt: str = typer.Option(
         "ask", "--on-interrupt", help="On Ctrl-C: ask, cancel, or detach."
@@ -183,7 +187,7 @@ def measure_cmd(
     ),
     json_out: bool = typer.Option(False, "--json", help="print exactly one JSON object on stdout"),
     price_per_hour: float | None = typer.Option(
-        None, "--price-per-hour", help="override the $/h price"
+        None, "--price-per-hour", help="override the $/h price", callback=finite
     ),
     region: str | None = typer.Option(
         None, "--region", help=f"price region (default {DEFAULT_REGION})"
@@ -195,11 +199,13 @@ def measure_cmd(
         DEFAULT_TOLERANCE_PERCENT,
         "--tolerance-slower",
         help="percent below the claim still 'reproduced'",
+        callback=finite,
     ),
     faster: float = typer.Option(
         DEFAULT_TOLERANCE_PERCENT,
         "--tolerance-faster",
         help="percent above the claim still 'reproduced'",
+        callback=finite,
     ),
     out: Path | None = typer.Option(
         None,
@@ -328,6 +334,7 @@ def capacity(
         "--max-usd",
         help="With --buy: refuse an offering costing more than this (without a terminal: the "
         "consent to buy one that costs less).",
+        callback=finite,
     ),
     yes: bool = typer.Option(
         False, "--yes", "-y", help="With --buy: buy without asking (the price is still shown)."

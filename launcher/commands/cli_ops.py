@@ -5,6 +5,7 @@ history (history, nightly). Declarations only, as in launcher/commands/cli.py, w
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -13,6 +14,16 @@ import typer
 from launcher.errors import ReproduceError
 
 _RUN_HELP = "Run directory, or a run id (from any directory: the user's index, or the runs root)."
+
+
+def finite(value: float | None) -> float | None:
+    """The callback of every number option (--max-usd, --tolerance-slower, ...): click reads
+    "nan" and "inf" as floats, and a NaN limit or bound is never crossed, so such a value is a
+    usage error (exit 2) naming the option, before any command body sees it (docs/architecture.md,
+    "Numbers are finite"; tests/commands/test_cli_numbers.py walks every option)."""
+    if value is not None and not math.isfinite(value):
+        raise typer.BadParameter(f"got {value}; expected a finite number")
+    return value
 
 
 def fail(err: ReproduceError, json_out: bool = False) -> typer.Exit:
@@ -146,10 +157,16 @@ def nightly_cmd(
     ),
     history: Path | None = typer.Option(None, "--history", help=_HISTORY_HELP),
     max_usd: float | None = typer.Option(
-        None, "--max-usd", help="Per recipe: stop a run when its cost would exceed this many US$."
+        None,
+        "--max-usd",
+        help="Per recipe: stop a run when its cost would exceed this many US$.",
+        callback=finite,
     ),
     max_hours: float | None = typer.Option(
-        None, "--max-hours", help="Per recipe: stop a run after this many wall-clock hours."
+        None,
+        "--max-hours",
+        help="Per recipe: stop a run after this many wall-clock hours.",
+        callback=finite,
     ),
     yes: bool = typer.Option(
         False,

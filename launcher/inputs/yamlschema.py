@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
 import stat
@@ -37,7 +38,7 @@ _TextDateLoader.yaml_implicit_resolvers = {
 # whole would cost memory for nothing).
 MAX_FILE_BYTES = 1 << 20
 # Bump when the validator's semantics change, so a pass remembered by an older one is not reused.
-_VALIDATOR_VERSION = 2
+_VALIDATOR_VERSION = 3  # 3: non-finite numbers refused (non_finite_problems)
 
 
 def read_text_capped(path: Path, what: str, limit: int = MAX_FILE_BYTES) -> str:
@@ -207,7 +208,9 @@ def schema_problems(raw: dict[str, Any], schema: dict[str, Any]) -> list[tuple[s
     key = _validity_key(raw, schema) if cache else ""
     if cache and (cache / key).exists():
         return []
-    problems = _jsonschema_problems(raw, schema)
+    odd = non_finite_problems(raw)
+    # a field already named as not finite is not named again for a bound it then misses
+    problems = odd + [p for p in _jsonschema_problems(raw, schema) if p[0] not in dict(odd)]
     if cache and not problems:
         try:
             cache.mkdir(parents=True, exist_ok=True)
@@ -215,6 +218,26 @@ def schema_problems(raw: dict[str, Any], schema: dict[str, Any]) -> list[tuple[s
         except OSError:
             pass  # a read-only home only costs the speed-up
     return problems
+
+
+def non_finite_problems(node: Any, path: tuple[Any, ...] = ()) -> list[tuple[str, str]]:
+    """Every number of the document that is not finite (YAML's `.nan`, `.inf`, `-.inf`).
+
+    Why here, for every field at once: NaN compares false with everything, so a claim, a bound or
+    a price that is NaN passes every check written as "refuse when below/above" (a recipe that
+    claimed `.nan` tokens/s was judged reproduced by any run), and an infinite one makes any
+    measured figure "within" it. JSON Schema cannot say "finite" (JSON has no such numbers), so
+    the schemas' `minimum`s and `maximum`s let them through; no field of a recipe or a profile
+    means anything by them, so none may hold one.
+    """
+    if isinstance(node, float) and not math.isfinite(node):
+        shown = ".nan" if math.isnan(node) else (".inf" if node > 0 else "-.inf")
+        return [(field_path(path), f"got {shown}, not a finite number; expected a finite number")]
+    if isinstance(node, dict):
+        return [p for k, v in node.items() for p in non_finite_problems(v, (*path, k))]
+    if isinstance(node, list):
+        return [p for i, v in enumerate(node) for p in non_finite_problems(v, (*path, i))]
+    return []
 
 
 def _strict_validator(schema: dict[str, Any]) -> Any:

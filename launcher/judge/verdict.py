@@ -51,6 +51,13 @@ class Tolerance:
     cv_factor: float = 2.0  # CV above cv_factor x the recipe's CV ...
     cv_floor_percent: float = 2.0  # ... and above this: "unstable"
 
+    def __post_init__(self) -> None:
+        # a NaN bound is never crossed and an infinite one always holds: either judges any run
+        # "reproduced" (docs/architecture.md, "Numbers are finite")
+        for name, value in self.to_dict().items():
+            if not (isinstance(value, (int, float)) and 0 <= value < math.inf):
+                raise BadInput(f"tolerance {name} must be a finite number >= 0, got {value}.")
+
     def to_dict(self) -> dict:
         return {
             "slower_percent": self.slower_percent,
@@ -145,7 +152,11 @@ class Verdict:
 
 
 def _rel(measured: float | None, claimed: float | None) -> float | None:
-    if measured is None or claimed in (None, 0) or not math.isfinite(measured):
+    """The signed difference in percent, or None where there is none to state (a figure missing
+    or not finite: NaN or inf would make any difference look "within" the tolerance)."""
+    if measured is None or claimed is None or claimed == 0:
+        return None
+    if not (math.isfinite(measured) and math.isfinite(claimed)):
         return None
     return 100.0 * (measured - claimed) / claimed
 
@@ -155,8 +166,10 @@ def judge(result: Result, recipe: Recipe, *, tolerance: Tolerance | None = None)
     tolerance = tolerance if tolerance is not None else Tolerance()
     claim = recipe.raw.get("result") or {}
     claimed_tps = claim.get("tokens_per_s_per_gpu")
-    if not isinstance(claimed_tps, (int, float)) or claimed_tps <= 0:
-        raise BadInput("recipe has no positive result.tokens_per_s_per_gpu to judge against.")
+    if not isinstance(claimed_tps, (int, float)) or not 0 < claimed_tps < math.inf:
+        raise BadInput(
+            "recipe has no positive, finite result.tokens_per_s_per_gpu to judge against."
+        )
     claimed_cv = claim.get("step_time_cv_percent")
 
     claimed = {
@@ -254,8 +267,10 @@ def judge(result: Result, recipe: Recipe, *, tolerance: Tolerance | None = None)
         elif diff > faster:
             speed = "faster"
             reasons.append(f"{against} (tolerance +{faster:g}%): faster than claimed")
-        else:
+        elif -slower <= diff <= faster:  # said, not left to an else: a NaN bound is never inside
             reasons.append(f"{against}, within -{slower:g}% / +{faster:g}%")
+        else:
+            raise BadInput(f"the tolerance -{slower:g}% / +{faster:g}% is not a pair of numbers.")
         if noise is not None:
             reasons.append(
                 f"noise band of this run: +-{noise:.2f}% (2 x step-time CV / sqrt of "

@@ -151,3 +151,15 @@ def test_a_window_step_without_its_loss_line_is_never_reproduced():
     v = judge(measure(recs, as_recipe(raw)), as_recipe(raw))
     assert v.status == "incomplete"
     assert any("7" in r and "loss" in r for r in v.reasons)
+
+
+@pytest.mark.parametrize("claim", [float("nan"), float("inf")])
+def test_a_claim_that_is_not_finite_is_never_judged_even_past_the_loader(claim):
+    """Defence behind the loader (which refuses such a recipe: tests/inputs/
+    test_finite_numbers.py): the judge itself states no difference against NaN or inf."""
+    raw = seed_raw()
+    recs = [StepRecord(step=s, loss=1.0, step_time=step_times_for_tps(CLAIM)) for s in range(20)]
+    result = measure(recs, as_recipe(raw))
+    raw["result"]["tokens_per_s_per_gpu"] = claim
+    with pytest.raises(BadInput, match="finite"):
+        judge(result, as_recipe(raw))
