@@ -90,10 +90,7 @@ def run_cmd(
         help="aws: keep the instance after the run (prints its cost per hour and how to end it).",
     ),
     max_usd: float | None = typer.Option(
-        None,
-        "--max-usd",
-        help="Stop the run when its cost would exceed this many US$.",
-        callback=finite,
+        None, "--max-usd", help="Stop the run when its cost would exceed this US$.", callback=finite
     ),
     max_hours: float | None = typer.Option(
         None, "--max-hours", help="Stop the run after this many wall-clock hours.", callback=finite
@@ -332,8 +329,7 @@ def capacity(
     max_usd: float | None = typer.Option(
         None,
         "--max-usd",
-        help="With --buy: refuse an offering costing more than this (without a terminal: the "
-        "consent to buy one that costs less).",
+        help="With --buy: refuse an offering costing more (without a terminal: consent below it).",
         callback=finite,
     ),
     yes: bool = typer.Option(
