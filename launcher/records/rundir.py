@@ -20,6 +20,7 @@ from __future__ import annotations
 import errno
 import getpass
 import json
+import math
 import os
 import re
 import secrets
@@ -187,7 +188,9 @@ class Timeline:
             t = float(marker.get("t", "nan"))
         except ValueError:
             t = float("nan")
-        t_value = None if t != t else t
+        # a time that is not finite is no time (docs/architecture.md, "Numbers are finite"): the
+        # recipe's code prints into the same log and could print `t=inf`
+        t_value = t if math.isfinite(t) else None
         if marker["event"] == "start":
             # in the order the stages started: stages that ran at once reach node.log as they
             # end (docs/node-scripts.md, "What runs at once"), not as they start

@@ -51,16 +51,26 @@ def ssh_argv(
 ) -> list[str]:
     """The ssh command line to the last hop (through the ones before it), trusting only the
     keys in `known_hosts`. `remote`: the command to run there (empty: a login shell)."""
+    return ["ssh", *_hop_options(hops, known_hosts, tty=tty), "--", _destination(hops[-1])] + list(
+        remote
+    )
+
+
+def _destination(hop: Hop) -> str:
+    """user@host, always after `--` on ssh's command line: a profile's host or user that starts
+    with `-` (`-oProxyCommand=...`) is then a name that fails to resolve, never an option that
+    runs a command on the operator's machine (the schema refuses them too)."""
+    return f"{hop.user}@{hop.dial}" if hop.user else hop.dial
+
+
+def _hop_options(hops: list[Hop], known_hosts: Path, *, tty: bool) -> list[str]:
     *before, last = hops
-    argv = ["ssh", *_options(last, known_hosts)]
+    options = _options(last, known_hosts)
     if before:
-        jump = ssh_argv(before, known_hosts, [], tty=False)
-        proxy = [*jump[:-1], "-W", f"{last.dial}:{last.port}", jump[-1]]
-        argv += ["-o", f"ProxyCommand={shlex.join(proxy)}"]
-    if tty:
-        argv.append("-t")
-    argv.append(f"{last.user}@{last.dial}" if last.user else last.dial)
-    return argv + list(remote)
+        jump = ["ssh", *_hop_options(before, known_hosts, tty=False)]
+        proxy = [*jump, "-W", f"{last.dial}:{last.port}", "--", _destination(before[-1])]
+        options += ["-o", f"ProxyCommand={shlex.join(proxy)}"]
+    return options + (["-t"] if tty else [])
 
 
 def _options(hop: Hop, known_hosts: Path) -> list[str]:

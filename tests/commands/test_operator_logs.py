@@ -164,9 +164,33 @@ def test_the_ssh_command_trusts_only_the_runs_key(tmp_path):
     assert "-t" not in argv
     jumped = ssh_argv([head, worker], known, [])
     proxy = next(a for a in jumped if a.startswith("ProxyCommand="))
-    assert "-W 10.0.0.7:2222 ubuntu@203.0.113.5" in proxy
+    assert "-W 10.0.0.7:2222 -- ubuntu@203.0.113.5" in proxy
     assert "HostKeyAlias=reproduce-r-node1-hop0" in proxy and "StrictHostKeyChecking=yes" in proxy
     assert "-t" in jumped and jumped[-1] == "ubuntu@10.0.0.7"
+
+
+@pytest.mark.parametrize("field", ["user", "dial", "jump user", "jump dial"])
+def test_a_host_or_user_that_looks_like_an_option_never_runs_a_command_here(tmp_path, field):
+    """The real ssh client, given the command line `reproduce ssh` builds for a node whose user
+    or address is `-oProxyCommand=touch MARK`: without `--` before the destination, ssh read it
+    as an option and ran the command on the operator's machine; with it, it is a name that
+    resolves to nothing. (The profile schema refuses such names before any run: the class is
+    held at both ends.)"""
+    mark = tmp_path / "ran"
+    evil = f"-oProxyCommand=touch {mark}"
+
+    def hop(dial: str, user: str | None) -> Hop:
+        return Hop(dial, 22, user, None, "alias", "ssh-ed25519", "AAA")
+
+    user, dial = (evil, "127.0.0.1") if "user" in field else (None, evil)
+    hops = [hop(dial, user), hop("127.0.0.1", None)] if "jump" in field else [hop(dial, user)]
+    argv = ssh_argv(hops, tmp_path / "kh", ["true"], tty=False)
+    argv[1:1] = ["-o", "ConnectTimeout=2", "-o", "BatchMode=yes", "-F", "/dev/null"]
+    proc = subprocess.run(
+        argv, capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL
+    )
+    assert proc.returncode == 255, proc.stderr  # ssh's own failure: it never connected
+    assert not list(tmp_path.glob("ran*")), f"ssh ran the profile's command: {argv}"
 
 
 def _ssh_run(runs_root: Path, tmp_path: Path, sshd, **profile) -> RunDir:
