@@ -13,6 +13,7 @@ from a cache or a store.
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +21,10 @@ from typing import Any
 from launcher.inputs.recipe import Recipe
 from launcher.plan.nodelib import node_module
 
+# What a run makes at the top of its cache_dir, and nothing else may be there: the cache is mounted
+# into every container, so a cache_dir that is a home or system directory would show the recipe's
+# code its keys and credentials (node_script.cache_entries_check refuses it on the node).
+CACHE_ENTRIES = (".incoming", "hf", "rows", "tokenizers", "torch_dist")
 DEFAULT_DATASET_FILES = ("*.parquet",)  # what build_sft_rows reads from a dataset snapshot
 HEX40 = r"[0-9a-f]{40}"
 HEX64 = r"[0-9a-f]{64}"
@@ -226,3 +231,21 @@ def converter_identity(recipe: Recipe, model_args: str) -> dict[str, Any]:
         "model_args": model_args,
         "ranks": recipe.gpus_per_node,
     }
+
+
+def cache_entries_check(cache_dir: str = "", asset_paths: tuple[str, ...] = ()) -> list[str]:
+    """Refuse a cache_dir that holds anything but what runs make there (`CACHE_ENTRIES`, and the
+    top entry of any asset path the profile points into the cache): every container mounts the
+    whole cache (read-only), so a cache_dir of ~ or /root would show the recipe's code the node's
+    SSH keys and cloud credentials (docs/architecture.md, "The trust boundary")."""
+    top = cache_dir.rstrip("/") + "/"
+    own = {p[len(top) :].split("/")[0] for p in asset_paths if cache_dir and p.startswith(top)}
+    names = shlex.quote("|".join(re.escape(n) for n in sorted(set(CACHE_ENTRIES) | own - {""})))
+    return [
+        "# the cache is mounted into every container: it may hold only what runs make there",
+        f'_foreign="$(ls -Aq "$CACHE_DIR" | grep -vxE {names} | head -n 3 | tr '
+        "'\\n' ' ')\" || true",
+        'if [ -n "$_foreign" ]; then echo "reproduce: refusing cache_dir $CACHE_DIR: it holds what'
+        " no run put there (${_foreign}...) and every container would see it; give cache_dir a"
+        ' directory of its own" >&2; exit 1; fi',
+    ]

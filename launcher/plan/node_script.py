@@ -21,6 +21,7 @@ from launcher.inputs.profile import AwsProfile, Profile, RayProfile
 from launcher.inputs.recipe import Image, Recipe
 from launcher.inputs.stack import expected_versions
 from launcher.plan import multinode, ray_stage, stage_graph
+from launcher.plan.asset_spec import cache_entries_check
 from launcher.plan.background import BACKGROUND_FUNCTIONS
 from launcher.plan.image_record import BuiltImage, base_label_check, present_or_pull
 from launcher.plan.measured import train_lines
@@ -74,6 +75,9 @@ class Assets:
     hf_repo: str | None
     hf_revision: str | None
     parquet_sha256: str | None
+
+    def paths(self) -> tuple[str, ...]:
+        return (self.hf_ckpt, self.torch_dist, self.sft_data)
 
 
 @dataclass(frozen=True)
@@ -477,6 +481,7 @@ def render_node_script(
         '"$HF_CKPT")" "$(dirname "$TORCH_DIST")" "$(dirname "$SFT_DATA")"; do',
         '  _trusted_dir "$dir" || exit 1',
         "done",
+        *(cache_entries_check(ctx.cache_dir, ctx.assets.paths()) if ctx.docker else []),
         "# what a container makes for the cache (rows, a conversion) lands in a fresh directory"
         " of this run's,",
         "# which the host checks before it moves anything into the cache (read-only in every"

@@ -50,6 +50,9 @@ _trusted_dir() {
 for dir in "$NODE_RUN_DIR" "$CACHE_DIR" "$CACHE_DIR/.incoming" "$(dirname "$HF_CKPT")" "$(dirname "$TORCH_DIST")" "$(dirname "$SFT_DATA")"; do
   _trusted_dir "$dir" || exit 1
 done
+# the cache is mounted into every container: it may hold only what runs make there
+_foreign="$(ls -Aq "$CACHE_DIR" | grep -vxE '\.incoming|hf|rows|tokenizers|torch_dist' | head -n 3 | tr '\n' ' ')" || true
+if [ -n "$_foreign" ]; then echo "reproduce: refusing cache_dir $CACHE_DIR: it holds what no run put there (${_foreign}...) and every container would see it; give cache_dir a directory of its own" >&2; exit 1; fi
 # what a container makes for the cache (rows, a conversion) lands in a fresh directory of this run's,
 # which the host checks before it moves anything into the cache (read-only in every container)
 ASSET_NEW="$CACHE_DIR/.incoming/$RUN_ID-${NODE_RANK:-0}"
