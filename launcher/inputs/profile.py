@@ -290,6 +290,22 @@ def load_profile(name_or_path: str) -> Profile:
     return build_profile(path.stem, path, raw)
 
 
+def _repeated_hosts(hosts: list[Any]) -> list[tuple[str, str]]:
+    """Each entry of `hosts` is a node of its own: two nodes on one machine would start two Ray
+    nodes on one address and share its GPUs, and the run would be judged as if it had them all."""
+    seen: dict[str, int] = {}
+    problems = []
+    for k, entry in enumerate(hosts):
+        host = str(entry.get("host") if isinstance(entry, dict) else entry)
+        where = f"hosts[{k}].host" if isinstance(entry, dict) else f"hosts[{k}]"
+        if host in seen:
+            problems.append(
+                (where, f"{host} is hosts[{seen[host]}] again; expected one machine per node")
+            )
+        seen.setdefault(host, k)
+    return problems
+
+
 def kind_problems(raw: dict[str, Any]) -> list[tuple[str, str]]:
     """Fields set for another kind of profile, and the fields a kind cannot do without."""
     kind = raw["kind"]
@@ -311,6 +327,7 @@ def kind_problems(raw: dict[str, Any]) -> list[tuple[str, str]]:
         )
     if kind == "ssh" and raw.get("host") and raw.get("hosts"):
         problems.append(("hosts", "give `host` (one node) or `hosts` (a list), not both"))
+    problems += _repeated_hosts(raw.get("hosts") or [])
     if kind == "ray" and not raw.get("address"):
         problems.append(
             (
