@@ -30,7 +30,7 @@ from typing import Any, Protocol
 
 from launcher.errors import BadInput, CheckFailed, InfraError
 from launcher.inputs.recipe import Recipe
-from launcher.plan.asset_spec import build_spec
+from launcher.plan.asset_spec import CACHE_ENTRIES, build_spec
 from launcher.plan.nodelib import node_module
 from launcher.records.atomic import write_atomic
 
@@ -105,6 +105,7 @@ def prepare(recipe: Recipe, options: PrepareOptions, events: Events) -> dict[str
     if "hf_ckpt" not in by_name:
         raise BadInput(f"{recipe.path}: result.active_params names no Hugging Face checkpoint")
     work = options.work_dir.resolve()
+    _own_work_dir(work)
     work.mkdir(parents=True, exist_ok=True)
     if options.rows_file is not None:
         _adopt_rows(Path(options.rows_file), by_name["rows"])
@@ -209,6 +210,33 @@ class _Job:
             self.events.say(f"{name}: downloading from the Hub: {step.get('detail')}")
         self.fetch(name)
         return self.push(name)
+
+
+# What prepare makes at the top of its --work-dir: the cache's own entries, and its spec and plan
+# (with their write_atomic temporaries, `.NAME.<pid>.<hex>.tmp`, which a crash can leave behind).
+WORK_FILES = ("plan.json", "spec.json")
+
+
+def _own_work_dir(work: Path) -> None:
+    """Refuse a --work-dir that holds anything else, before anything is downloaded: the rows
+    build's container mounts it whole (read-only), as a run's containers mount the cache
+    (docs/architecture.md, "The trust boundary"), so `--work-dir ~` would show the recipe's code
+    the user's keys."""
+    own = set(CACHE_ENTRIES) | set(WORK_FILES)
+    temporary = tuple(f".{name}." for name in WORK_FILES)
+    try:
+        names = sorted(os.listdir(work))
+    except FileNotFoundError:
+        return
+    except NotADirectoryError:
+        raise BadInput(f"--work-dir {work}: not a directory") from None
+    foreign = [n for n in names if n not in own and not n.startswith(temporary)]
+    if foreign:
+        raise BadInput(
+            f"--work-dir {work}: it holds what prepare did not put there "
+            f"({', '.join(map(repr, foreign[:3]))}{', ...' if len(foreign) > 3 else ''}), and the "
+            "rows build's container mounts it whole; give --work-dir a directory of its own."
+        )
 
 
 def _adopt_rows(path: Path, rows: dict[str, Any]) -> None:

@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from support.assets import CKPT_REV, DATA_REV, tiny_recipe_raw, write_recipe
 from support.cli import REPO, reproduce
 from support.node_scripts import load_script
@@ -240,3 +241,22 @@ def test_the_training_image_is_never_pulled_without_asking(hub, tiny, tmp_path):
     assert not any(p.is_file() and p.stat().st_size > 0 for p in (work / "hf").rglob("*"))
     fetched = [r for r in hub.requests if r.server == "cdn" or "/resolve/" in r.path]
     assert fetched and all(r.range == "bytes=0-0" for r in fetched)  # probes, no download
+
+
+@pytest.mark.parametrize("planted", [".ssh", ".bashrc", "notes.txt"])
+def test_a_work_dir_that_holds_anything_else_is_refused_before_any_download(
+    hub, tiny, tmp_path, planted
+):
+    """The rows build's container mounts --work-dir whole, as a run's containers mount the
+    cache: `--work-dir ~` would have shown the recipe's code the user's keys. What prepare puts
+    there itself (a second prepare into the same directory) is its own."""
+    recipe = write_recipe(tmp_path / "tiny.yaml", tiny_recipe_raw(*tiny))
+    work = tmp_path / "home"
+    work.mkdir()
+    (work / planted).write_text("secret")
+    hub.requests.clear()
+    res = prepare(recipe, str(tmp_path / "store"), work)
+    assert res.code == 2, res.err
+    assert f"--work-dir {work}: it holds what prepare did not put there ('{planted}')" in res.err
+    assert hub.requests == []  # refused before the Hub was asked anything
+    assert sorted(p.name for p in work.iterdir()) == [planted]
