@@ -209,8 +209,8 @@ def schema_problems(raw: dict[str, Any], schema: dict[str, Any]) -> list[tuple[s
     if cache and (cache / key).exists():
         return []
     odd = non_finite_problems(raw)
-    # a field already named as not finite is not named again for a bound it then misses
-    problems = odd + [p for p in _jsonschema_problems(raw, schema) if p[0] not in dict(odd)]
+    named = {where for where, _ in odd}  # not named again for a bound it then misses
+    problems = odd + [p for p in _jsonschema_problems(raw, schema) if p[0] not in named]
     if cache and not problems:
         try:
             cache.mkdir(parents=True, exist_ok=True)

@@ -23,7 +23,7 @@ from launcher.plan.nodelib import node_module
 
 # What a run makes at the top of its cache_dir, and nothing else may be there: the cache is mounted
 # into every container, so a cache_dir that is a home or system directory would show the recipe's
-# code its keys and credentials (node_script.cache_entries_check refuses it on the node).
+# code its keys and credentials (cache_entries_check, below, refuses it on the node).
 CACHE_ENTRIES = (".incoming", "hf", "rows", "tokenizers", "torch_dist")
 DEFAULT_DATASET_FILES = ("*.parquet",)  # what build_sft_rows reads from a dataset snapshot
 HEX40 = r"[0-9a-f]{40}"

@@ -51,9 +51,8 @@ def ssh_argv(
 ) -> list[str]:
     """The ssh command line to the last hop (through the ones before it), trusting only the
     keys in `known_hosts`. `remote`: the command to run there (empty: a login shell)."""
-    return ["ssh", *_hop_options(hops, known_hosts, tty=tty), "--", _destination(hops[-1])] + list(
-        remote
-    )
+    argv = ["ssh", *_hop_options(hops, known_hosts, tty=tty), "--", _destination(hops[-1])]
+    return argv + list(remote)
 
 
 def _destination(hop: Hop) -> str:
