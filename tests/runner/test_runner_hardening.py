@@ -385,7 +385,9 @@ def test_concurrent_writers_never_collide_and_each_write_reaches_the_disk(tmp_pa
     assert synced, "the bytes were not flushed to disk before the rename"
 
 
-def test_a_long_unterminated_line_is_written_on_as_it_grows_never_held_whole(tmp_path: Path) -> None:
+def test_a_long_unterminated_line_is_written_on_as_it_grows_never_held_whole(
+    tmp_path: Path,
+) -> None:
     """Linear work, checked without a clock: a line too long to be a marker is written on to its
     stage as its bytes arrive, and the splitter never holds more of it than one chunk and a marker's
     worth. Holding (and re-copying) the growing line was the quadratic case: 96 MiB held, ~7 s."""
