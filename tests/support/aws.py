@@ -99,8 +99,19 @@ class Calls:
         return found[0]
 
 
+@dataclass
+class AnswerLost:
+    """A fault that lets the call take effect and then loses its answer (the connection reset, or
+    Ctrl-C while the reply was on its way): what the call made exists, and the caller never
+    learnt its name."""
+
+    error: BaseException
+
+
 class RecordingClient:
-    """A boto3 client that records parameters, answers some calls itself and fails others on demand."""
+    """A boto3 client that records parameters, answers some calls itself and fails others on
+    demand: a fault is an exception (raised before the call), a callable of the parameters
+    (returning an exception to raise, an answer, or None to go on), or AnswerLost."""
 
     def __init__(
         self, real: Any, calls: Calls, canned: dict[str, Any], faults: dict[str, Any]
@@ -121,18 +132,24 @@ class RecordingClient:
         def call(**params: Any) -> Any:
             self._calls.log.append((name, params))
             fault = self._faults.get(name)
+            if isinstance(fault, AnswerLost):
+                self._answer(name, real_method, params)
+                raise fault.error
             if fault is not None:
                 result = fault(params) if callable(fault) else fault
                 if isinstance(result, BaseException):
                     raise result
                 if result is not None:
                     return result
-            if name in self._canned:
-                answer = self._canned[name]
-                return answer(params) if callable(answer) else answer
-            return real_method(**params)
+            return self._answer(name, real_method, params)
 
         return call
+
+    def _answer(self, name: str, real_method: Callable[..., Any], params: dict) -> Any:
+        if name in self._canned:
+            answer = self._canned[name]
+            return answer(params) if callable(answer) else answer
+        return real_method(**params)
 
 
 class PlacementGroups:
