@@ -126,11 +126,14 @@ def judge_mean(
     accepted: int | None = None,
     tolerance: Tolerance | None = None,
     gpu_hours: tuple[float | None, str, dict[str, float]] | None = None,
+    stages: tuple[list[str], list[str]] = ([], []),
 ) -> tuple[Result, Verdict]:
     """The reproduction's Result (the mean, or no figure) and its Verdict, from K judged runs.
 
     `expected`: K, the runs the node script was to measure (fewer in `runs`: the loop stopped);
-    `claimed`: the claim's N; `gpu_hours`: (hours, note, by stage) of the whole reproduction."""
+    `claimed`: the claim's N; `gpu_hours`: (hours, note, by stage) of the whole reproduction;
+    `stages`: its timeline's failed stages (launcher/judge/split.py, failed_stages), read as a
+    run judged alone reads them."""
     if not runs:
         raise ValueError("a mean of measured runs needs at least one run")
     tolerance = tolerance if tolerance is not None else Tolerance()
@@ -140,6 +143,7 @@ def judge_mean(
     summary = _summary(runs, expected, claimed, accepted, whole)
     hours, hours_note, by_stage = gpu_hours if gpu_hours else (None, "no run timeline", {})
     note = f"the figures are the mean of {len(runs)} measured runs (measured/1..{len(runs)})"
+    deciding, after = stages
     if not whole:
         return _failed_whole(
             runs, blockers, missing, expected, claimed, summary, (hours, hours_note, by_stage)
@@ -166,6 +170,8 @@ def judge_mean(
         gpu_hours_by_stage=by_stage,
         window_gpu_hours=sum(r.window_gpu_hours or 0.0 for r in results),
         notes=[note, *first.notes],
+        failed_stages=list(deciding),
+        failed_after_training=list(after),
         measured=results[-1].measured or first.measured,  # the date of the last run
         runs=len(runs),
         run_summary=summary,

@@ -8,10 +8,15 @@ them in the Result and launcher/judge/verdict.py turns them into the status. Pur
 
 - failed: a NaN or infinite loss or grad norm; a loss frozen (the same value) for
   FROZEN_LOSS_STEPS consecutive steps; an optimizer step miles skipped (`ft op=train_step ...
-  valid_step=false`); an exception (its traceback), an OOM or a CUDA error after which no step
-  was logged (training stopped there).
-- incomplete: such an error after which the run went on (its window is not one undisturbed run).
-- a note only: an error printed after the recipe's last step (shutdown).
+  valid_step=false`); a failure line (an exception's traceback, an OOM, a CUDA error, an NCCL
+  watchdog timeout, a fatal abort, the shell's `Killed`: launcher/judge/parse/shapes.py, SIGNALS)
+  after which no step was logged: training stopped there, and the LAST such line is the one that
+  stopped it, whatever was printed and survived before.
+- incomplete: a failure line in the measured window after which the run went on (the window is
+  not one undisturbed run).
+- a note only: a failure line the run went on from before its window (a warning logged with its
+  traceback at start-up, a retry, a process restarted before the window), and one printed after
+  the recipe's last step had finished (shutdown).
 - half read (the verdict's `mismatch`): metric lines that did not parse, a train perf dict with
   no step time this parser knows, a step time that is not train wait + train.
 """
@@ -52,7 +57,10 @@ def _bad(value: float | None) -> bool:
 
 
 def find(
-    recs: Mapping[int, StepRecord], stats: ParseStats | None, steps_expected: int | None
+    recs: Mapping[int, StepRecord],
+    stats: ParseStats | None,
+    steps_expected: int | None,
+    window_start: int | None = None,
 ) -> Findings:
     """Every finding of the module docstring's rules, for one log."""
     out = Findings()
@@ -76,7 +84,7 @@ def find(
             f"miles skipped {stats.skipped_optimizer_steps} optimizer step(s) (valid_step=false"
             f"{', rollout(s) ' + _steps(rollouts) if rollouts else ''}): {line!r}"
         )
-    _errors(out, recs, steps, stats, steps_expected)
+    _errors(out, recs, steps, stats, steps_expected, window_start)
     _half_read(out, stats)
     return out
 
@@ -109,32 +117,62 @@ def _errors(
     steps: list[int],
     stats: ParseStats,
     steps_expected: int | None,
+    window_start: int | None,
 ) -> None:
-    errors = [s for s in stats.signals if s["kind"] != "skipped optimizer step"]
-    if not errors:
+    """The failure lines, by the step each follows. The last group decides how training ended:
+    with no step logged after it, training stopped there (failed), unless the recipe's last step
+    had finished (a note: shutdown). Every earlier group is one the run went on from: before the
+    window (or before step 0) a note, since the measured steps came after it; in the window, the
+    window is not one undisturbed run (incomplete)."""
+    groups = stats.signal_groups
+    if not groups:
         return
     last = steps[-1] if steps else -1
     final = steps_expected - 1 if steps_expected is not None else None
-    # The most specific line of the first error (`torch.OutOfMemoryError: ...` over the bare
-    # `Traceback` header), among the lines printed after the same step.
-    first = errors[0]
-    group = [e for e in errors if e["after_step"] == first["after_step"]]
-    named = next((e for e in group if e["kind"] != "exception"), first)
-    at = first["after_step"]
-    where = "before step 0" if at < 0 else f"after step {at}"
-    what = f"{named['kind']} {where}: {named['line']!r}"
     more = f" ({stats.signal_lines} failure line(s) in all)" if stats.signal_lines > 1 else ""
-    if final is not None and at >= final:
-        out.notes.append(f"after the recipe's last step, the log shows {what}{more}")
-    elif last <= at:
-        out.failed.append(f"training stopped with {what}{more}")
-        out.error = named["line"]
-    else:
-        out.incomplete.append(
-            f"{what}; the run went on to step {last}, so its steps are not one undisturbed "
-            f"run{more}"
+    end = groups[-1]
+    recovered = groups[:-1] if end["after_step"] >= last else groups
+    if end["after_step"] >= last:
+        at = end["after_step"]
+        what = _what(end, recs)
+        finished = final is not None and at >= final and _finished(recs.get(final))
+        if finished:
+            out.notes.append(f"after the recipe's last step, the log shows {what}{more}")
+        else:
+            out.failed.append(f"training stopped with {what}{more}")
+            out.error = end["line"]
+    start = window_start if window_start is not None else 0
+    before = [g for g in recovered if g["after_step"] + 1 < start]
+    inside = [g for g in recovered if g["after_step"] + 1 >= start]
+    if before:
+        out.notes.append(
+            f"{_what(before[0], recs)}"
+            + (f" (and {len(before) - 1} more such group(s))" if len(before) > 1 else "")
+            + f"; the run went on: its measured steps (from step {start}) came after it"
         )
-        out.error = named["line"]
+    if inside:
+        out.incomplete.append(
+            f"{_what(inside[0], recs)}; the run went on to step {last}, so its steps are not one "
+            f"undisturbed run{more}"
+        )
+        if out.error is None:
+            out.error = inside[0]["line"]
+
+
+def _finished(rec: StepRecord | None) -> bool:
+    """A step finished when its step time was logged (the train perf line comes at its end)."""
+    return rec is not None and rec.step_time is not None
+
+
+def _what(group: dict, recs: Mapping[int, StepRecord]) -> str:
+    at = group["after_step"]
+    if at < 0:
+        where = "before step 0"
+    elif _finished(recs.get(at)):
+        where = f"after step {at}"
+    else:
+        where = f"during step {at} (its step time was never logged)"
+    return f"{group['kind']} {where}: {group['line']!r}"
 
 
 def _half_read(out: Findings, stats: ParseStats) -> None:

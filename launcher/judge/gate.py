@@ -59,7 +59,7 @@ def assess(
         path=Path(path),
         records=records,
         stats=stats,
-        unreadable=unreadable(recs, stats, []),
+        unreadable=unreadable(recs, stats, [], findings),
         conflicts=[d.detail for d in one_value(stats)],
         half_read=findings.half_read,
         recipe=recipe,

@@ -24,7 +24,7 @@ from launcher.judge.evidence import Evidence, gather
 from launcher.judge.failures import Findings, find
 from launcher.judge.flops import MEGATRON_SOURCE, per_token
 from launcher.judge.parse.records import ParseStats, StepRecord
-from launcher.judge.split import stage_split, stage_work
+from launcher.judge.split import failed_stages, stage_split, stage_work
 
 MFU_FORMULA = "6 x N_active x tokens/s per GPU / peak (no attention term)"
 STD_KIND = "population"
@@ -70,6 +70,8 @@ class Result:
     gpu_hours_overlapped: dict[str, dict[str, float]] = field(default_factory=dict)
     window_gpu_hours: float | None = None
     failed_stages: list[str] = field(default_factory=list)
+    # stages that failed after training had ended: the figures stand (judge/split.py)
+    failed_after_training: list[str] = field(default_factory=list)
     no_loss_window_steps: list[int] = field(default_factory=list)  # a time but no `step N:` line
     notes: list[str] = field(default_factory=list)
     cross_checks: dict = field(default_factory=dict)
@@ -256,44 +258,38 @@ def pure_figures(
 
 def gpu_hours_from_timeline(
     timeline: dict, gpus: int, window_s: float | Sequence[float] | None = None
-) -> tuple[float | None, str, dict[str, float], list[str]]:
+) -> tuple[float | None, str, dict[str, float]]:
     """GPU-hours = GPUs x (released_at - acquired_at) / 3600, plus where they went (stage_split).
 
     A run still held (released_at null) is counted up to its last recorded stage time, and the
     note says so: an open-ended figure would be a guess.
     """
-    failed: list[str] = []
     last_seen = None
     for stage in timeline.get("stages") or []:
         for t in (stage.get("start"), stage.get("end")):
             if _finite(t):
                 last_seen = t if last_seen is None else max(last_seen, t)
-        if stage.get("status") == "failed":
-            failed.append(str(stage.get("name")))
     by_stage = {k: gpus * v / 3600.0 for k, v in stage_split(timeline, window_s).items()}
     acquired, released = timeline.get("acquired_at"), timeline.get("released_at")
     if not isinstance(acquired, (int, float)):
-        return None, "timeline has no acquired_at: no GPU-hours", by_stage, failed
+        return None, "timeline has no acquired_at: no GPU-hours", by_stage
     if isinstance(released, (int, float)):
         return (
             gpus * (released - acquired) / 3600.0,
             "GPUs x (node acquired to node released), from the run timeline, including startup",
             by_stage,
-            failed,
         )
     if last_seen is None:
         return (
             None,
             "timeline has no release time and no stage times: no GPU-hours",
             by_stage,
-            failed,
         )
     return (
         gpus * (last_seen - acquired) / 3600.0,
         "GPUs x (node acquired to last recorded stage time): release not recorded, "
         "so a lower bound",
         by_stage,
-        failed,
     )
 
 
@@ -432,15 +428,16 @@ def measure(
     gpu_hours = None
     gpu_hours_source = "no run timeline: no GPU-hours"
     by_stage: dict[str, float] = {}
-    failed: list[str] = []
+    failed, failed_after = failed_stages(timeline or {})
     if timeline:
-        gpu_hours, gpu_hours_source, by_stage, failed = gpu_hours_from_timeline(
+        gpu_hours, gpu_hours_source, by_stage = gpu_hours_from_timeline(
             timeline, gpus, sum(times) if times else None
         )
 
     steps_expected = claim.get("steps_per_run")
     expected = steps_expected if isinstance(steps_expected, int) else None
     noise = 2.0 * cv / math.sqrt(len(times)) if cv is not None and len(times) > 1 else None
+    findings = find(recs, parse_stats, expected, first)
     return Result(
         tokens_per_s_per_gpu=tps,
         step_time_cv_percent=cv,
@@ -472,28 +469,33 @@ def measure(
         },
         window_gpu_hours=(gpus * sum(times) / 3600.0) if times else None,
         failed_stages=failed,
+        failed_after_training=failed_after,
         no_loss_window_steps=no_loss,
         notes=notes,
         cross_checks=evidence.cross,
         parse_stats=parse_stats.to_dict() if parse_stats else None,
         measured=measured,
         evidence=evidence,
-        findings=find(recs, parse_stats, expected),
+        findings=findings,
         noise_band_percent=noise,
         megatron_flops_per_token=megatron.flops_per_token,
         megatron_mfu=megatron_mfu,
         megatron_note=megatron.reason,
-        unreadable=unreadable(recs, parse_stats, failed),
+        unreadable=unreadable(recs, parse_stats, failed, findings),
     )
 
 
 def unreadable(
-    recs: dict[int, StepRecord], stats: ParseStats | None, failed_stages: list[str]
+    recs: dict[int, StepRecord],
+    stats: ParseStats | None,
+    failed_stages: list[str],
+    findings: Findings,
 ) -> str | None:
     """Why the log cannot be read as miles' (None when it can): nothing in it was recognised,
-    or its steps carry no step time at all. A run whose stage failed is judged failed instead:
-    its log was read, and ends before training logged anything."""
-    if failed_stages or stats is None:
+    or its steps carry no step time at all. A run whose stage failed, or whose log shows training
+    failing (an OOM at step 0 leaves a step with no step time), is judged failed instead: its log
+    was read, and ends before training logged what would be measured."""
+    if failed_stages or findings.failed or stats is None:
         return None
     if not recs and not stats.recognised:
         what = "no line of it was recognised"

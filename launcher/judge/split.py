@@ -16,6 +16,44 @@ def _finite(x: Any) -> TypeGuard[float]:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
+# The stage whose log is the training (records/rundir.py re-exports it as TRAIN_STAGE).
+TRAIN_STAGE = "train"
+
+
+def failed_stages(timeline: dict) -> tuple[list[str], list[str]]:
+    """(the failed stages that decide the verdict, the failed stages that began after training).
+
+    Why one function: a run judged alone and a mean of K measured runs must read one timeline
+    the same way. A stage that failed before training, or training itself, means the figures were
+    not made as the recipe says: failed. A stage that began after every train stage had ended ok
+    (the store's push, a collection) failed once the figures were made: they stand, the verdict
+    says so in a note, and the run's own exit code still says it failed."""
+    stages = timeline.get("stages") or []
+    trains = [s for s in stages if s.get("name") == TRAIN_STAGE]
+    trained_by = None
+    if trains and all(s.get("status") == "ok" and _finite(s.get("end")) for s in trains):
+        trained_by = max(s["end"] for s in trains)
+    deciding: list[str] = []
+    after: list[str] = []
+    for stage in stages:
+        if stage.get("status") != "failed":
+            continue
+        start = stage.get("start")
+        late = trained_by is not None and _finite(start) and start >= trained_by
+        (after if late and stage.get("name") != TRAIN_STAGE else deciding).append(
+            str(stage.get("name"))
+        )
+    return deciding, after
+
+
+def failed_after_note(names: Sequence[str]) -> str:
+    """The note a verdict carries for failed_stages' second list."""
+    return (
+        f"stage(s) {', '.join(names)} failed after training had ended: the figures were measured "
+        "before and stand; the run's exit code says it failed"
+    )
+
+
 # A part of the split made of stages that ran at once: "parallel: image+assets+..." (their names in
 # the order they started), charged the wall time from the first one's start to the last one's end
 # once (docs/measurement.md, "Where the GPU-hours go").
@@ -96,9 +134,9 @@ def stage_split(
             between += max(0.0, start - end)
         end = group_end
         seconds = group_end - start
-        trains += name == "train" and len(group) == 1
-        window = windows[trains - 1] if name == "train" and 0 < trains <= len(windows) else None
-        if name == "train" and len(group) == 1 and window is not None and window > 0:
+        trains += name == TRAIN_STAGE and len(group) == 1
+        window = windows[trains - 1] if name == TRAIN_STAGE and 0 < trains <= len(windows) else None
+        if name == TRAIN_STAGE and len(group) == 1 and window is not None and window > 0:
             split["train"] = split.get("train", 0.0) + max(0.0, seconds - window)
             split["window"] = split.get("window", 0.0) + min(window, seconds)
             continue

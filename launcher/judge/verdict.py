@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from launcher.errors import BadInput
 from launcher.judge.failures import FROZEN_LOSS_STEPS
+from launcher.judge.split import failed_after_note
 
 if TYPE_CHECKING:
     from launcher.inputs.recipe import Recipe
@@ -234,6 +235,8 @@ def judge(result: Result, recipe: Recipe, *, tolerance: Tolerance | None = None)
     mismatch = [d.detail for d in result.evidence.disagreements] + findings.half_read
     not_checked = [f"not checked: {n}" for n in result.evidence.not_checked]
     not_checked += [f"note: {n}" for n in findings.notes]
+    if result.failed_after_training:
+        not_checked.append(f"note: {failed_after_note(result.failed_after_training)}")
     reasons = failed + mismatch + incomplete
     unstable = None
     cv = result.step_time_cv_percent

@@ -34,9 +34,8 @@ from typing import Any
 import yaml
 
 from launcher.errors import BadInput, InfraError
+from launcher.judge.split import TRAIN_STAGE as TRAIN_STAGE  # the stage whose log is the training
 from launcher.records.atomic import write_atomic
-
-TRAIN_STAGE = "train"
 
 
 class Files:

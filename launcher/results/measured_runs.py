@@ -30,6 +30,7 @@ from launcher.inputs.recipe import Recipe
 from launcher.judge.aggregate import Run, judge_mean
 from launcher.judge.measure import Result, gpu_hours_from_timeline
 from launcher.judge.parse.records import StepRecord
+from launcher.judge.split import failed_stages
 from launcher.judge.verdict import Tolerance, Verdict
 from launcher.plan.protocol import MAX_MARKER_LINE, SAFE_STAGE, parse_marker
 from launcher.records.atomic import write_atomic
@@ -161,8 +162,7 @@ def measure_runs(
     gpus = runs[0].result.gpus
     hours = None
     if timeline:
-        got, note, by_stage, _ = gpu_hours_from_timeline(timeline, gpus, windows)
-        hours = (got, note, by_stage)
+        hours = gpu_hours_from_timeline(timeline, gpus, windows)
     mean, verdict = judge_mean(
         runs,
         recipe,
@@ -171,6 +171,7 @@ def measure_runs(
         accepted=accepted,
         tolerance=tolerance,
         gpu_hours=hours,
+        stages=failed_stages(timeline or {}),
     )
     return mean, verdict, records
 

@@ -52,7 +52,11 @@ FAULTS = (
     "losses",  # arbitrary losses: repeats (a frozen loss), NaN
     "nan_grad",
     "skip",  # miles' valid_step=false from a step on
-    "error",  # an OOM, a CUDA error or an exception before a step
+    "error",  # an OOM, a CUDA error, an exception, an NCCL abort or the kernel's kill, before
+    # a step or during it
+    "startup",  # a warning logged with its traceback at start-up; training goes on
+    "recovered",  # a retried call's traceback after a step; training goes on
+    "restart",  # the trainer killed after a step and started again
     "replay",  # a step printed again, with its loss or another
     "no_perf",  # a step's train perf line missing
     "no_step_time",  # a perf dict with neither a step time nor its parts
@@ -89,7 +93,14 @@ def runs(draw: st.DrawFn) -> Run:
             run.skip_from = draw(step)
         elif fault == "error":
             run.error_at = draw(step)
-            run.error = draw(st.sampled_from(["oom", "illegal", "exception"]))
+            run.error = draw(st.sampled_from(["oom", "illegal", "exception", "nccl", "killed"]))
+            run.error_mid_step = draw(st.booleans())
+        elif fault == "startup":
+            run.startup_traceback = True
+        elif fault == "recovered":
+            run.recovered_after = draw(step)
+        elif fault == "restart":
+            run.restart_after = draw(step)
         elif fault == "replay":
             s = draw(step)
             run.replay = {s: draw(st.sampled_from([losses_of(run)[s], 0.123456]))}
@@ -97,7 +108,7 @@ def runs(draw: st.DrawFn) -> Run:
             run.no_perf = draw(st.sets(step, min_size=1, max_size=3))
         elif fault == "no_step_time":
             run.no_step_time = draw(st.sets(step, min_size=1, max_size=3) | st.just(set(range(n))))
-    for name in ("nan_grad_from", "skip_from", "error_at"):  # faults past a shortened run
+    for name in ("nan_grad_from", "skip_from", "error_at", "recovered_after", "restart_after"):
         if (getattr(run, name) or 0) >= run.steps:
             setattr(run, name, None)
     run.replay = {s: v for s, v in run.replay.items() if s < run.steps}
@@ -107,8 +118,15 @@ def runs(draw: st.DrawFn) -> Run:
 
 
 def ran(run: Run) -> int:
-    """How many steps the log holds."""
+    """How many steps the log holds whole (a step the error cut holds its loss, no time)."""
     return run.steps if run.error_at is None else min(run.steps, run.error_at)
+
+
+def went_on_in_window(run: Run) -> bool:
+    """A failure printed that the run went on from, with a window step after it."""
+    n = ran(run)
+    went_on = [k for k in (run.recovered_after, run.restart_after) if k is not None]
+    return any(k + 1 < n and k + 1 >= WINDOW.start for k in went_on)
 
 
 def errs(run: Run) -> bool:
@@ -151,6 +169,7 @@ def whole(run: Run) -> bool:
         and not run.no_step_time
         and not (set(WINDOW) & run.no_perf)
         and all(run.replay[s] == losses[s] for s in run.replay)
+        and not went_on_in_window(run)
     )
 
 
@@ -183,6 +202,20 @@ def test_never_failed_for_a_log_that_shows_no_failure(run):
     status, (verdict, _), _ = judge(run)
     if status == "failed":
         assert shows_failure(run), (run, verdict.reasons)
+
+
+@SETTINGS
+@given(runs())
+def test_a_log_that_ends_in_a_failure_is_failed_naming_that_failure(run):
+    """The failure that ended training is the last one printed, whatever came before it."""
+    if not errs(run):
+        return
+    status, (verdict, _), _ = judge(run)
+    assert status == "failed", (run, verdict.reasons)
+    assert any(r.startswith("training stopped with") for r in verdict.reasons), verdict.reasons
+    assert verdict.error is not None
+    if run.error in ("oom", "illegal", "nccl", "killed"):  # the specific line, not the header
+        assert "Traceback" not in verdict.error, verdict.error
 
 
 @SETTINGS

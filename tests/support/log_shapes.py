@@ -49,7 +49,11 @@ class Run:
     nan_grad_from: int | None = None
     skip_from: int | None = None  # miles' valid_step=false from this step on (loss frozen)
     error_at: int | None = None  # an error before this step's lines; the run ends there
-    error: str = "oom"  # oom | illegal | exception
+    error: str = "oom"  # oom | illegal | exception | nccl (the watchdog's abort) | killed
+    error_mid_step: bool = False  # the error comes during step error_at: its step line, no perf
+    startup_traceback: bool = False  # a warning logged with its traceback at start-up
+    recovered_after: int | None = None  # a retried call's traceback after this step; it goes on
+    restart_after: int | None = None  # the trainer killed after this step and started again
     replay: dict[int, float] = field(default_factory=dict)  # step -> a second, different loss
     critic: bool = False  # PPO with a critic: `critic-step N:` lines beside the actor's
     noise: int = 0  # noise lines per step (warnings, Timer lines, dicts of other processes)
@@ -139,6 +143,17 @@ def _perf(run: Run, s: int, wait: float, step_time: float) -> dict:
 
 
 def _error_lines(run: Run) -> list[str]:
+    if run.error == "nccl":  # PyTorch's watchdog, then the C++ and Python aborts: no traceback
+        return [
+            ACTOR + "[rank0]:[E1021 10:31:07.512345678 ProcessGroupNCCL.cpp:632] [Rank 0] Watchdog "
+            "caught collective operation timeout: WorkNCCL(SeqNum=812, OpType=ALLREDUCE, "
+            "NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600015 milliseconds before "
+            "timing out.",
+            ACTOR + "terminate called after throwing an instance of 'c10::DistBackendError'",
+            ACTOR + "Fatal Python error: Aborted",
+        ]
+    if run.error == "killed":  # the kernel's OOM killer: bash reports its child (no prefix)
+        return [KILLED]
     head = [
         "Traceback (most recent call last):",
         '  File "/root/miles/train.py", line 92, in <module>',
@@ -152,6 +167,27 @@ def _error_lines(run: Run) -> list[str]:
     return [ACTOR + h for h in head] + [ACTOR + last]
 
 
+# The shell that runs the trainer, reporting the child the kernel killed (bash's job status line).
+KILLED = "/tmp/reproduce-train.sh: line 7:  4242 Killed                  python3 train.py"
+# miles v0.1.0 at actor start (miles/utils/env_report.py:171, `logger.warning(..., exc_info=True)`)
+# when git times out on the checkout: logged with its traceback, and training goes on.
+STARTUP_TRACEBACK = [
+    "env_report.py:171 - Failed to collect git info for megatron-core at /root/Megatron-LM",
+    "Traceback (most recent call last):",
+    '  File "/usr/lib/python3.12/subprocess.py", line 1209, in communicate',
+    "subprocess.TimeoutExpired: Command '['git', 'diff', '--stat', 'HEAD']' timed out after 10 "
+    "seconds",
+]
+# A call retried after a dropped connection (miles/utils/retry_utils.py logs the attempt with its
+# traceback); the step goes on.
+RETRY_TRACEBACK = [
+    "retry_utils.py:36 - retry: attempt 1 failed, retrying",
+    "Traceback (most recent call last):",
+    '  File "/root/miles/miles/utils/retry_utils.py", line 30, in wrapper',
+    "ConnectionResetError: [Errno 104] Connection reset by peer",
+]
+
+
 def render(run: Run) -> str:
     """The log of `run`, in its shape, as the train actor and the RolloutManager print it."""
     global _ARGS
@@ -160,10 +196,12 @@ def render(run: Run) -> str:
     if run.print_args:
         _ARGS = _ARGS or _arguments()
         lines += _ARGS
+    if run.startup_traceback:
+        lines += [ACTOR + line for line in STARTUP_TRACEBACK]
     times, losses = times_of(run), losses_of(run)
     t = START
     for s in range(run.steps):
-        if run.error_at is not None and s == run.error_at:
+        if run.error_at is not None and s == run.error_at and not run.error_mid_step:
             lines += _error_lines(run)
             break
         wait = WAIT_S + (STARTUP_S if s == 0 else 0.0)
@@ -210,6 +248,9 @@ def render(run: Run) -> str:
                 "train/step": s,
             }
             lines.append(_line(shape, t, "log_utils.py:542", f"critic-step {s}: {c}"))
+        if run.error_at is not None and s == run.error_at:  # during the step: no perf line
+            lines += _error_lines(run)
+            break
         if s not in run.no_perf:
             lines.append(
                 _line(
@@ -232,6 +273,11 @@ def render(run: Run) -> str:
         if s in run.replay:
             replayed = dict(d, **{"train/loss": run.replay[s]})
             lines.append(_line(shape, t, "log_utils.py:542", f"step {s}: {replayed}"))
+        if s == run.recovered_after:
+            lines += [ACTOR + line for line in RETRY_TRACEBACK]
+        if s == run.restart_after:
+            lines.append(KILLED)
+            lines += _ARGS if run.print_args else []
     return "\n".join(lines) + "\n"
 
 
@@ -248,22 +294,40 @@ def expected(run: Run) -> dict:
     elif run.nan_grad_from is not None and run.nan_grad_from < ran:
         status, says = "failed", [f"at step(s) {run.nan_grad_from}"]
     elif run.error_at is not None:
-        word = {"oom": "OutOfMemoryError", "illegal": "illegal memory access"}.get(
-            run.error, "Traceback"
+        word = {
+            "oom": "OutOfMemoryError",
+            "illegal": "illegal memory access",
+            "nccl": "Watchdog caught collective operation timeout",
+            "killed": "Killed",
+        }.get(run.error, "ValueError: bad batch")
+        where = (
+            f"during step {run.error_at}"
+            if run.error_mid_step
+            else f"after step {run.error_at - 1}"
+            if run.error_at
+            else "before step 0"
         )
-        status, says = "failed", [f"after step {run.error_at - 1}", word]
+        status, says = "failed", ["training stopped with", where, word]
     elif run.no_step_time and len(run.no_step_time) >= run.steps:
         status, says = "unreadable", ["no step time"]
     elif run.no_step_time or any(run.replay[s] != losses_of(run)[s] for s in run.replay):
         status, says = "mismatch", []
     elif len(have) < len(window) or ran < 20 or run.steps < 20:
         status = "incomplete"
+    elif disturbed(run):
+        status, says = "incomplete", ["the run went on", "not one undisturbed run"]
     judged = status == "reproduced"
     return {
         "status": status,
         "tokens_per_s_per_gpu": tps if judged else None,
         "reasons_mention": says,
     }
+
+
+def disturbed(run: Run) -> bool:
+    """A failure the run went on from, inside the window (the step after it is a window step)."""
+    went_on = [k for k in (run.recovered_after, run.restart_after) if k is not None]
+    return any(5 <= k + 1 < run.steps for k in went_on)
 
 
 FIXTURE_RUNS: dict[str, Run] = {
@@ -277,6 +341,15 @@ FIXTURE_RUNS: dict[str, Run] = {
     "skipped-optimizer-steps": Run(skip_from=8),
     "oom-at-step-12": Run(error_at=12, error="oom"),
     "illegal-memory-access": Run(error_at=9, error="illegal"),
+    "oom-at-step-0": Run(error_at=0, error_mid_step=True),
+    "oom-during-the-last-step": Run(error_at=19, error_mid_step=True),
+    "startup-traceback-then-oom": Run(startup_traceback=True, error_at=13),
+    "startup-traceback": Run(startup_traceback=True),
+    "retry-in-the-window": Run(recovered_after=8),
+    "retry-before-the-window": Run(recovered_after=2),
+    "restart-before-the-window": Run(restart_after=2),
+    "nccl-watchdog-timeout": Run(error_at=11, error="nccl"),
+    "killed-by-the-kernel": Run(error_at=7, error="killed"),
     "replay-two-losses": Run(replay={7: 0.777}),
     "no-step-time": Run(no_step_time=set(range(20))),
 }

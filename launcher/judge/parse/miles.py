@@ -78,6 +78,9 @@ _MAX_ARG_LINES = 20000  # an arguments listing longer than this has lost its end
 _KEEP_DONE = 4096  # released steps whose values a late line is checked against
 FIRST_LINES = 5  # kept to show what the log looked like when nothing in it was recognised
 _EXAMPLES = 5
+# Failure groups kept (one per step a failure line follows): a log failing after more steps than
+# this is judged on the first ones and the last, which always stays.
+MAX_SIGNAL_GROUPS = 1000
 
 # What two lines for one step are compared on: indexes into MilesLogParser._values.
 _VALUE_NAMES = ("step", "loss", "grad_norm", "lr", "step_time", "actor_train_time", "tokens")
@@ -141,6 +144,25 @@ class MilesLogParser:
                 stats.skipped_rollouts.append(rollout)
         if len(stats.signals) < 2 * _EXAMPLES:
             stats.signals.append({"kind": kind, "after_step": self._max_step, "line": shown(line)})
+        if kind != "skipped optimizer step":
+            self._group(kind, line)
+
+    def _group(self, kind: str, line: str) -> None:
+        """Keep the failure line with the others printed after the same step (the step only
+        grows, so a group is the last one or a new one): the first line of the most specific kind
+        names the group. Past MAX_SIGNAL_GROUPS the last group is overwritten, never dropped."""
+        groups = self.stats.signal_groups
+        if groups and groups[-1]["after_step"] == self._max_step:
+            group = groups[-1]
+            group["lines"] += 1
+            if group["kind"] == "exception" and kind != "exception":
+                group["kind"], group["line"] = kind, shown(line)
+            return
+        new = {"after_step": self._max_step, "kind": kind, "line": shown(line), "lines": 1}
+        if len(groups) >= MAX_SIGNAL_GROUPS:
+            groups[-1] = new
+        else:
+            groups.append(new)
 
     def candidate(self, line: str, last: bool = False) -> list[StepRecord]:
         """A line that passed the pre-filter. Does not count it in `lines`."""

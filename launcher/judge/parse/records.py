@@ -82,6 +82,11 @@ class ParseStats:
     # The first failure lines: {"kind", "after_step" (the last step seen before it, -1: none),
     # "line"}; and the rollouts whose optimizer step miles skipped.
     signals: list[dict] = field(default_factory=list)
+    # The failure lines (skipped optimizer steps aside) grouped by the step they follow, in log
+    # order: {"after_step", "kind", "line" (the group's most specific: an OOM over the bare
+    # `Traceback` header), "lines"}. Which group ended training and which the run recovered from
+    # is launcher/judge/failures.py's call; the last group is always kept (MAX_SIGNAL_GROUPS).
+    signal_groups: list[dict] = field(default_factory=list)
     skipped_rollouts: list[int] = field(default_factory=list)
     conflict_examples: list[dict] = field(default_factory=list)
     first_lines: list[str] = field(default_factory=list)  # the log's first non-blank lines

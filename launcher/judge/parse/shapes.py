@@ -18,10 +18,11 @@ measurement.md).
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
-from launcher.judge.parse.lines import as_float, marker, number, parse_payload
+from launcher.judge.parse.lines import ANSI_RE, as_float, marker, number, parse_payload
 
 
 @dataclass(frozen=True)
@@ -86,29 +87,45 @@ TRAIN_PERF_KEYS: tuple[str, ...] = ("perf/actor_train_time", *STEP_TIME_KEYS, WA
 PARTS_TOLERANCE = 1e-6
 
 # Lines that say training failed, and what each is. Searched as plain substrings (bytes.find in
-# the file reader): Python's traceback header, PyTorch's OOM message, CUDA's errors, miles' logfmt
-# record of an optimizer step it skipped
+# the file reader, one pass per needle over a chunk): Python's traceback header, PyTorch's OOM
+# message (`torch.OutOfMemoryError: CUDA out of memory. Tried to allocate ...`), CUDA's errors,
+# miles' logfmt record of an optimizer step it skipped
 # (miles/backends/megatron_utils/model.py:636 at v0.1.0: `ft op=train_step rollout=R step=S
-# attempt=A outcome=NAME valid_step=false`).
-# Four needles, each one pass of bytes.find over a chunk: PyTorch's OOM line says "CUDA out of
-# memory" (`torch.OutOfMemoryError: CUDA out of memory. Tried to allocate ...`), and an NCCL or
-# any other Python exception comes with its traceback header.
+# attempt=A outcome=NAME valid_step=false`), and the deaths that print no Python traceback:
+# PyTorch's NCCL watchdog (ProcessGroupNCCL.cpp: `[Rank 0] Watchdog caught collective operation
+# timeout: WorkNCCL(...) ran for 600000 milliseconds before timing out.`), the C++ runtime's abort
+# (`terminate called after throwing an instance of 'c10::DistBackendError'`), CPython's
+# (`Fatal Python error: Aborted`), and the shell's word for a child it lost (`train.sh: line 7:
+# 4242 Killed  python3 train.py ...`, `Segmentation fault (core dumped)`). A needle with a
+# pattern counts only where the pattern matches too (`Killed` alone is a common word).
 SIGNALS: tuple[tuple[str, str], ...] = (
     ("Traceback (most recent call last)", "exception"),
     ("out of memory", "out of memory"),
     ("CUDA error", "CUDA error"),
     ("valid_step=false", "skipped optimizer step"),
+    ("Watchdog caught collective operation timeout", "NCCL timeout"),
+    ("terminate called after throwing", "fatal error"),
+    ("Fatal Python error", "fatal error"),
+    ("(core dumped)", "fatal error"),
+    ("Killed", "killed"),
 )
 SIGNAL_BYTES: tuple[bytes, ...] = tuple(s.encode() for s, _ in SIGNALS)
+# The shell's job report (`<where>: line N: PID Killed <command>`, or `PID Killed` alone), and
+# `Killed` as a whole line (what bash prints for a foreground child the kernel's OOM killer ended).
+_CONFIRM = {"Killed": re.compile(r"(?:\b\d+\s+Killed\b|^\s*Killed\s*$)")}
 
 
 def maybe_signal(line: str) -> bool:
-    """A cheap test (four substrings) that a line may be a failure line; `signal` decides."""
+    """A cheap test (a few substrings) that a line may be a failure line; `signal` decides."""
     return (
         "rror" in line
         or "Traceback (" in line
         or "valid_step=false" in line
-        or ("out of memory" in line)
+        or "out of memory" in line
+        or "Watchdog caught" in line
+        or "terminate called" in line
+        or "core dumped" in line
+        or "Killed" in line
     )
 
 
@@ -117,6 +134,9 @@ def signal(line: str) -> str | None:
     found = None
     for needle, kind in SIGNALS:
         if needle in line:
+            confirm = _CONFIRM.get(needle)
+            if confirm is not None and confirm.search(ANSI_RE.sub("", line)) is None:
+                continue
             if kind != "exception":
                 return kind
             found = kind
