@@ -30,6 +30,8 @@ from launcher.inputs.yamlschema import (
 from launcher.resources import data_dir
 
 _MISSING = object()
+# The profile's fields that may break lines: its env values (quoted in node.sh, like a recipe's).
+TEXT_BLOCKS = (("env", "*"),)
 Kind = Literal["local", "ssh", "aws", "ray"]
 
 
@@ -282,7 +284,7 @@ def load_profile(name_or_path: str) -> Profile:
     """Resolve, read and validate a profile; BadInput names the file and every bad field."""
     path = resolve_profile_path(name_or_path)
     raw, _ = read_yaml_mapping(path, "cluster profile")
-    problems = schema_problems(raw, profile_schema())
+    problems = schema_problems(raw, profile_schema(), TEXT_BLOCKS)
     if not problems:
         problems = kind_problems(raw)
     if problems:

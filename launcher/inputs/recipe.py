@@ -62,6 +62,11 @@ AMBIENT_VARIABLES = frozenset(
     }
 )
 
+# The recipe's fields that are blocks of text (a script, a diff, prose): the only ones whose text
+# may break lines (launcher/inputs/yamlschema.py, document_problems).
+# An env value may too: it reaches node.sh quoted, and a variable may hold several lines.
+TEXT_BLOCKS = (("run",), ("notes",), ("patches", "*", "diff"), ("env", "*"))
+
 # Variables the launcher itself sets or reads to check or control a run: a recipe's `env` may set
 # none of them, on any target (docs/architecture.md, "A recipe's environment"). The recipe's env
 # reaches the training container and, on Ray, every process of the job: the image digest probe,
@@ -356,7 +361,7 @@ def validate_raw(raw: dict[str, Any]) -> list[tuple[str, str]]:
                 f"unsupported version {version!r}; this reproduce supports {_versions()}",
             )
         ]
-    problems = schema_problems(raw, recipe_schema())
+    problems = schema_problems(raw, recipe_schema(), TEXT_BLOCKS)
     if problems:
         return problems
     return consistency_problems(raw)

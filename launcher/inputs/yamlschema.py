@@ -38,7 +38,16 @@ _TextDateLoader.yaml_implicit_resolvers = {
 # whole would cost memory for nothing).
 MAX_FILE_BYTES = 1 << 20
 # Bump when the validator's semantics change, so a pass remembered by an older one is not reused.
-_VALIDATOR_VERSION = 3  # 3: non-finite numbers refused (non_finite_problems)
+# 3: non-finite numbers refused; 4: keys that are not text, numbers beyond MAX_MAGNITUDE, control
+# characters and line breaks outside multi-line fields refused (document_problems)
+_VALIDATOR_VERSION = 4
+# No field of a recipe or a profile means anything by a number this large (the largest are byte
+# counts and FLOP/s, under 1e16); past it a product of two fields can overflow to infinity (a
+# claimed 1e308 GPU-hours priced to "$inf") or an integer not fit a float at all (10**400).
+MAX_MAGNITUDE = 1e18
+# C0 controls but tab and line feed, DEL, and C1 controls: a terminal acts on them (ESC erases a
+# line and rewrites it: a cost question's price), bash drops NUL, and none is text a field means.
+_CONTROL_RE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 def read_text_capped(path: Path, what: str, limit: int = MAX_FILE_BYTES) -> str:
@@ -190,25 +199,36 @@ def _cache_dir() -> Path | None:
     return Path(base) / "reproduce" / "schema-valid"
 
 
-def _validity_key(raw: dict[str, Any], schema: dict[str, Any]) -> str:
+def _validity_key(
+    raw: dict[str, Any], schema: dict[str, Any], multiline: tuple[tuple[str, ...], ...]
+) -> str:
+    """The document's identity with its types: repr tells 1 from 1.0, True and "1", a date from
+    its text and a mapping from a list (a key built with json's `default=str` did not, and a
+    refused document passed once a valid one with the same text had been cached)."""
     from launcher import __version__
 
-    blob = json.dumps([__version__, _VALIDATOR_VERSION, schema, raw], sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()
+    blob = repr(
+        (__version__, _VALIDATOR_VERSION, json.dumps(schema, sort_keys=True), multiline, raw)
+    )
+    return hashlib.sha256(blob.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def schema_problems(raw: dict[str, Any], schema: dict[str, Any]) -> list[tuple[str, str]]:
-    """jsonschema errors turned into (field path, what was expected) pairs.
+def schema_problems(
+    raw: dict[str, Any], schema: dict[str, Any], multiline: tuple[tuple[str, ...], ...] = ()
+) -> list[tuple[str, str]]:
+    """jsonschema errors turned into (field path, what was expected) pairs, after
+    document_problems (what JSON Schema cannot say). `multiline`: the fields that may hold line
+    breaks, as paths whose "*" is any key or index: ("patches", "*", "diff").
 
     A document that once passed (same content, same schema, same launcher version) is remembered
     in the user's cache, so a repeated command skips importing jsonschema (~70 ms of a dry run's
     start). Only passes are cached: every failure is computed and reported afresh.
     """
     cache = _cache_dir()
-    key = _validity_key(raw, schema) if cache else ""
+    key = _validity_key(raw, schema, multiline) if cache else ""
     if cache and (cache / key).exists():
         return []
-    odd = non_finite_problems(raw)
+    odd = document_problems(raw, frozenset(multiline))
     named = {where for where, _ in odd}  # not named again for a bound it then misses
     problems = odd + [p for p in _jsonschema_problems(raw, schema) if p[0] not in named]
     if cache and not problems:
@@ -238,6 +258,70 @@ def non_finite_problems(node: Any, path: tuple[Any, ...] = ()) -> list[tuple[str
     if isinstance(node, list):
         return [p for i, v in enumerate(node) for p in non_finite_problems(v, (*path, i))]
     return []
+
+
+def document_problems(
+    node: Any, multiline: frozenset[tuple[str, ...]], path: tuple[Any, ...] = ()
+) -> list[tuple[str, str]]:
+    """What no field of a recipe or a profile may hold, checked over every field at once (JSON
+    Schema cannot say it, or sees it only after YAML turned it into something else):
+
+    - a key that is not text: YAML reads `on:`, `yes:`, `1:` and `~:` as a boolean, a number
+      and null, so `env: {on: "1"}` exported `True=1` (and made the key sort raise);
+    - a number that is not finite, or beyond MAX_MAGNITUDE (non_finite_problems says why);
+    - a control character in text (a terminal acts on ESC; bash drops NUL), and a line break
+      outside the fields that are text blocks (`multiline`): a one-line field is printed inside
+      a comment of the dry run and in headers, where a second line would stand on its own.
+    """
+    here = field_path(path)
+    if isinstance(node, dict):
+        out: list[tuple[str, str]] = []
+        for key, value in node.items():
+            if not isinstance(key, str):
+                out.append(
+                    (
+                        field_path((*path, str(key))),
+                        f"a key YAML reads as a {_yaml_type(key)} ({key!r}: on, off, yes, no, "
+                        "true and false are booleans to YAML, digits a number, ~ null); expected "
+                        "text: quote the key as you wrote it",
+                    )
+                )
+                continue
+            out += document_problems(value, multiline, (*path, key))
+        return out
+    if isinstance(node, list):
+        return [p for i, v in enumerate(node) for p in document_problems(v, multiline, (*path, i))]
+    if isinstance(node, bool):
+        return []
+    if isinstance(node, float) and not math.isfinite(node):
+        return non_finite_problems(node, path)
+    if isinstance(node, (int, float)) and abs(node) > MAX_MAGNITUDE:
+        shown = (
+            f"{node:.3g}"
+            if isinstance(node, float)
+            else f"an integer of {len(str(abs(node)))} digits"
+        )
+        return [(here, f"got {shown}; expected a number of magnitude at most {MAX_MAGNITUDE:g}")]
+    if isinstance(node, str):
+        bad = _CONTROL_RE.search(node)
+        if bad is not None:
+            return [
+                (
+                    here,
+                    f"holds the control character {bad.group()!r} at position {bad.start()}; "
+                    "expected text without control characters",
+                )
+            ]
+        if "\n" in node and not any(_matches(path, block) for block in multiline):
+            return [(here, "holds a line break; expected one line of text")]
+    return []
+
+
+def _matches(path: tuple[Any, ...], pattern: tuple[str, ...]) -> bool:
+    """A field path against a pattern whose "*" stands for any one key or list index."""
+    return len(path) == len(pattern) and all(
+        p == "*" or p == x for x, p in zip(path, pattern, strict=True)
+    )
 
 
 def _strict_validator(schema: dict[str, Any]) -> Any:

@@ -21,7 +21,7 @@ import yaml
 from support.cli import SEED, reproduce, reproduce_here
 
 from launcher.errors import BadInput
-from launcher.inputs.recipe import load_recipe
+from launcher.inputs.recipe import TEXT_BLOCKS, load_recipe
 from launcher.inputs.yamlschema import MAX_FILE_BYTES
 
 
@@ -170,10 +170,38 @@ def test_a_pass_remembered_before_a_stricter_validator_is_not_reused(tmp_path, m
     cache.mkdir(parents=True)
     from launcher.inputs.recipe import recipe_schema
 
-    (cache / yamlschema._validity_key(raw, recipe_schema())).touch()  # an older pass
+    (cache / yamlschema._validity_key(raw, recipe_schema(), TEXT_BLOCKS)).touch()  # an older pass
     monkeypatch.setattr(yamlschema, "_VALIDATOR_VERSION", old)
     with pytest.raises(BadInput, match="expected an integer"):
         load_recipe(write(tmp_path, raw))
+
+
+@pytest.mark.parametrize(
+    "field, odd",
+    [
+        (("result", "measured"), "!!timestamp 2026-10-21"),  # a date, not the text of one
+        (("gpu", "count"), "8.0"),  # a float, not the integer
+        (("gpu", "count"), "'8'"),  # text, not the integer
+    ],
+)
+def test_a_value_that_only_prints_like_a_valid_one_is_refused_after_a_valid_one_passed(
+    tmp_path, monkeypatch, field, odd
+):
+    """The cache of passes is keyed on the document with its types (found 2026-12-04: keyed on
+    json's `default=str`, a date passed once the seed with the same text had been validated)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("REPRODUCE_NO_CACHE", raising=False)
+    load_recipe(SEED)  # the valid one, remembered
+    parent, key = field
+    text = SEED.read_text()
+    value = seed()[parent][key]
+    shown = str(value) if not isinstance(value, str) else value
+    line = f"  {key}: {shown}\n"
+    assert line in text, line
+    odd_file = tmp_path / "odd.yaml"
+    odd_file.write_text(text.replace(line, f"  {key}: {odd}\n", 1))
+    with pytest.raises(BadInput, match=f"{parent}.{key}"):
+        load_recipe(odd_file)
 
 
 # --- a recipe's env may not set what the launcher uses to check or control the run (issue 19) ---

@@ -166,7 +166,7 @@ def whole(run: Run) -> bool:
         run.steps == STEPS_PER_RUN
         and n == STEPS_PER_RUN
         and not shows_failure(run)
-        and not run.no_step_time
+        and not (run.no_step_time & {s for s in range(n) if s not in run.no_perf})  # printed
         and not (set(WINDOW) & run.no_perf)
         and all(run.replay[s] == losses[s] for s in run.replay)
         and not went_on_in_window(run)
