@@ -163,8 +163,23 @@ SAFE_STAGE = re.compile(r"^(?!node$)(?!\.)[A-Za-z0-9_.-]{1,64}$")
 _MARKER_LINE = re.compile(rb"^" + re.escape(MARKER.encode()) + rb" (.*?)\r?$")
 
 
+# What a stage marker may say, and nothing else: its words are shown on the operator's screen, in
+# the timeline, the report and the attestation, and a line a container printed can look like one
+# (found 2026-12-04: `status='ok<ESC>]52;...'` set the operator's clipboard through the console).
+MARKER_STATUSES = frozenset({"ok", "failed", "stopped", "cancelled"})
+_MARKER_KEYS = frozenset({"stage", "event", "status", "rc", "t"})
+_RC = re.compile(r"^-?[0-9]{1,4}$")
+_T = re.compile(r"^[!-~]{1,40}$")  # printable: a time the timeline reads, or None if it cannot
+
+
 def parse_marker(line: bytes) -> dict[str, str] | None:
-    """`##reproduce stage=train event=start t=1.5` -> {"stage": "train", ...}; else None."""
+    """`##reproduce stage=train event=start t=1.5` -> {"stage": "train", ...}; else None.
+
+    Only what STAGE_FUNCTIONS and the background stages print passes: the keys stage, event,
+    status, rc and t, each once; a stage name SAFE_STAGE allows, event start or end, a status of
+    MARKER_STATUSES (on an end only), rc a small integer, t a short printable word (a time that
+    is not a finite number is no time: records/rundir.py). Anything else is not a marker: the line
+    stays a line of its stage's log."""
     match = _MARKER_LINE.match(line)
     if not match:
         return None
@@ -172,11 +187,23 @@ def parse_marker(line: bytes) -> dict[str, str] | None:
         words = shlex.split(match.group(1).decode(errors="replace"))
     except ValueError:
         return None
-    fields = dict(w.split("=", 1) for w in words if "=" in w)
-    if "stage" not in fields or fields.get("event") not in ("start", "end"):
+    pairs = [w.split("=", 1) for w in words]
+    fields = dict(p for p in pairs if len(p) == 2)
+    if len(fields) != len(words) or not set(fields) <= _MARKER_KEYS:
+        return None
+    event, status = fields.get("event"), fields.get("status")
+    if (
+        event not in ("start", "end")
+        or not SAFE_STAGE.match(fields.get("stage", ""))
+        or (status is not None and (event != "end" or status not in MARKER_STATUSES))
+        or ("rc" in fields and not _RC.match(fields["rc"]))
+        or ("t" in fields and not _T.match(fields["t"]))
+    ):
         return None
     return fields
 
+
+_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 # Progress inside a long stage (an image pull, a download, an upload): the node prints
 #   ##reproduce progress stage=NAME done=N [total=M] [unit=bytes|files|items] [item=LABEL]
@@ -260,13 +287,14 @@ def _progress_of(words_text: bytes) -> Progress | None:
     unit = fields.get("unit") or "bytes"
     stage = fields.get("stage", "")
     if (
-        not stage
+        not SAFE_STAGE.match(stage)
         or done < 0
         or (total is not None and (total < 0 or total < done))
         or unit not in PROGRESS_UNITS
     ):
         return None
-    return Progress(stage, done, total, unit, fields.get("item", "")[:200], t)
+    item = _UNPRINTABLE.sub("?", fields.get("item", "")[:200])  # a label shown on the screen
+    return Progress(stage, done, total, unit, item, t)
 
 
 def prepare_dir_command(node_run_dir: str) -> str:

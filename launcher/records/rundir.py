@@ -166,6 +166,14 @@ def _write_atomic(path: Path, data: bytes) -> None:
         ) from err
 
 
+# A run has tens of stages (K measured runs add one train stage each); a timeline of more is a
+# flood of markers some process of the node printed, and keeping every one cost the launcher
+# quadratic time (a start inserted in time order, the whole file rewritten per marker) while the
+# budget went unchecked (found 2026-12-04: 4,000 markers, 209 s). Past this, new stages are counted,
+# not kept.
+MAX_STAGES = 500
+
+
 @dataclass
 class Timeline:
     """Stage times from the node's markers; GPU-hours are measured from acquired_at..released_at."""
@@ -183,6 +191,8 @@ class Timeline:
 
     def on_marker(self, marker: dict[str, str]) -> None:
         name = marker["stage"]
+        if len(self.stages) >= MAX_STAGES and marker["event"] == "start":
+            return  # a flood (MAX_STAGES): its ends find no open stage and are dropped too
         try:
             t = float(marker.get("t", "nan"))
         except ValueError:
@@ -210,9 +220,10 @@ class Timeline:
                 stage["end"] = t_value
                 stage["status"] = marker.get("status", "ok")
                 return
-        self.stages.append(
-            {"name": name, "start": None, "end": t_value, "status": marker.get("status", "ok")}
-        )
+        if len(self.stages) < MAX_STAGES:
+            self.stages.append(
+                {"name": name, "start": None, "end": t_value, "status": marker.get("status", "ok")}
+            )
 
     def close_open(self, status: str) -> None:
         """At the end of a run a stage still `running` never ended: say how it ended instead."""

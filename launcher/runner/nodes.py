@@ -27,6 +27,7 @@ from launcher.runner.stream import Ended, Follower
 # How often the cluster is asked about its nodes while a run is followed (cluster.lost_nodes():
 # aws asks EC2; one call for all nodes).
 HEALTH_EVERY_S = 30.0
+TIMELINE_WRITE_S = 1.0  # timeline.json's writes while a run goes (Throttled, session.py)
 # After node 0 finished, how long the other nodes get to stop serving it before they are cancelled.
 WORKER_END_S = 30.0
 T = TypeVar("T")
@@ -170,3 +171,22 @@ def on_each(nodes: list[NodeRun], action: Callable[[NodeRun], T]) -> list[T]:
     with ThreadPoolExecutor(max_workers=min(16, len(nodes))) as pool:
         futures = [pool.submit(action, n) for n in nodes]
         return [f.result() for f in futures]
+
+
+class Throttled:
+    """A write done at most every `every_s` seconds, when something changed since the last one.
+
+    Why: timeline.json follows the node's stage markers, and a flood of markers (any process of
+    the node can print them) must not cost the launcher a file write each while the budget waits
+    (records/rundir.py, MAX_STAGES); the follow loop calls due() to write what is left."""
+
+    def __init__(self, write: Callable[[], object], every_s: float = TIMELINE_WRITE_S) -> None:
+        self.write, self.every_s = write, every_s
+        self.changed, self.last = False, float("-inf")
+
+    def due(self, *, changed: bool = False) -> None:
+        self.changed = self.changed or changed
+        now = time.monotonic()
+        if self.changed and now - self.last >= self.every_s:
+            self.write()
+            self.last, self.changed = now, False

@@ -33,6 +33,7 @@ from launcher.runner.nodes import (
     HEALTH_EVERY_S,
     NodeFailure,
     NodeRun,
+    Throttled,
     acquiring_words,
     cancel_quietly,
     end_workers,
@@ -102,6 +103,7 @@ class RunSession:
         self.keep_cluster = False
         self.nodes: list[NodeRun] = []
         self._next_health = time.monotonic() + HEALTH_EVERY_S
+        self._timeline_writes = Throttled(lambda: rd.write_timeline(self.timeline))
 
     def connect(self, nodes: list[Node]) -> None:
         """Executions and log followers for the nodes; node 0's log and markers are the run's."""
@@ -128,7 +130,7 @@ class RunSession:
             self.nodes.append(NodeRun(index, node, execution, follower, logs, timeline))
 
     def _on_marker(self, marker: Mapping[str, str]) -> None:
-        self.rd.write_timeline(self.timeline)
+        self._timeline_writes.due(changed=True)  # the follow loop writes what is left
         self.reporter.stage(marker["stage"], marker["event"], marker.get("status", "ok"))
 
     # --- starting -----------------------------------------------------------------------------
@@ -272,6 +274,7 @@ class RunSession:
                 raise NodeFailure(n, ended_early(n, ended.code))
             self._check_health()
             self._stop_if_over_budget()
+            self._timeline_writes.due()
             time.sleep(self.settings.poll_s)
 
     def _cluster_word(self, n: NodeRun) -> str | None:
