@@ -21,6 +21,7 @@ import yaml
 
 from launcher import catalog
 from launcher.errors import BadInput
+from launcher.inputs.envnames import BOUND_VARIABLES, launcher_env_problems
 from launcher.inputs.patches import problems as patch_problems
 from launcher.inputs.runargs import run_block_problems
 from launcher.inputs.yamlschema import (
@@ -33,8 +34,6 @@ from launcher.resources import data_dir
 
 SUPPORTED_SCHEMA_VERSIONS = (1,)
 
-# Variables the launcher binds for the `run` block (docs/miles-log.md).
-BOUND_VARIABLES = ("HF_CKPT", "TORCH_DIST", "SFT_DATA")
 # Variables the `run` block may read without defining them: the container's own environment and
 # what the launcher exports around the recipe.
 AMBIENT_VARIABLES = frozenset(
@@ -66,62 +65,6 @@ AMBIENT_VARIABLES = frozenset(
 # may break lines (launcher/inputs/yamlschema.py, document_problems).
 # An env value may too: it reaches node.sh quoted, and a variable may hold several lines.
 TEXT_BLOCKS = (("run",), ("notes",), ("patches", "*", "diff"), ("env", "*"))
-
-# Variables the launcher itself sets or reads to check or control a run: a recipe's `env` may set
-# none of them, on any target (docs/architecture.md, "A recipe's environment"). The recipe's env
-# reaches the training container and, on Ray, every process of the job: the image digest probe,
-# the preflights, the stack probe and the asset programs run there too, so a recipe that set
-# REPRODUCE_IMAGE_DIGEST (or CUDA_VISIBLE_DEVICES, HF_ENDPOINT, ...) could vouch for itself. This
-# is the one list; plan.py adds the profile's `image_digest_env` where the profile is known.
-LAUNCHER_ENV_PREFIXES = ("REPRODUCE_", "AWS_")
-LAUNCHER_ENV = frozenset(
-    {
-        *BOUND_VARIABLES,  # the assets the checks verified: HF_CKPT, TORCH_DIST, SFT_DATA
-        "RUN_ID",
-        "NODE_RUN_DIR",
-        "NODE_RANK",
-        "NODE_IP",
-        "HEAD_ADDR",
-        "NODE_ADDRS",
-        "RAY_ADDRESS",  # which cluster the job runs on
-        "RAY_DEDUP_LOGS",  # every step line must reach the log
-        "PYTHONPATH",  # miles' path and the launcher's node programs (the rows' check)
-        "CUDA_VISIBLE_DEVICES",  # which GPUs the preflight sees
-        "HF_TOKEN",  # a secret: never in a recipe (a Ray submission is readable by all)
-        "HF_ENDPOINT",  # where the assets and their pins come from
-        "HF_HUB_OFFLINE",
-    }
-)
-
-
-def launcher_env_problems(
-    env: dict[str, Any], also: dict[str, str] | None = None
-) -> list[tuple[str, str]]:
-    """(field, message) for each name in a recipe's ENV that the launcher uses itself
-    (LAUNCHER_ENV, LAUNCHER_ENV_PREFIXES, and ALSO: name -> where that name comes from)."""
-    also = also or {}
-    problems = []
-    for name in env:
-        name = str(name)
-        if name in also:
-            why = f"the variable {also[name]} names"
-        elif name in LAUNCHER_ENV:
-            why = "a variable the launcher itself sets or reads to check or control the run"
-        elif name.startswith(LAUNCHER_ENV_PREFIXES):
-            prefix = next(p for p in LAUNCHER_ENV_PREFIXES if name.startswith(p))
-            why = f"a {prefix}* variable, which the launcher keeps for itself"
-        else:
-            continue
-        problems.append(
-            (
-                f"env.{name}",
-                f"sets {name}, {why}: a recipe's env reaches the checks (the image digest "
-                "probe, the preflights, the stack probe, the asset programs), so it may not set "
-                "it; expected it removed from env (set what the training needs in the run block)",
-            )
-        )
-    return problems
-
 
 _DIGEST_RE = re.compile(r"sha256:([0-9a-fA-F]+)")
 _REPO_BEFORE_DIGEST_RE = re.compile(

@@ -16,8 +16,9 @@ from typing import Any
 
 from launcher.errors import BadInput
 from launcher.inputs import patches
+from launcher.inputs.envnames import launcher_env_problems
 from launcher.inputs.profile import AwsProfile, Profile, RayProfile, SshProfile
-from launcher.inputs.recipe import Recipe, launcher_env_problems
+from launcher.inputs.recipe import Recipe
 from launcher.inputs.yamlschema import format_problems
 from launcher.plan import asset_stages, claimruns
 from launcher.plan.image_record import BuiltImage, profile_image
@@ -242,14 +243,20 @@ def _check_secrets(profile: Profile) -> None:
 
 
 def _check_recipe_env(recipe: Recipe, profile: Profile) -> None:
-    """The recipe's env may not set the variable the profile's `image_digest_env` names (the
-    nodes' own word on their image), beyond the launcher's own names (recipe.py's one list,
-    already refused when the recipe was loaded)."""
+    """The recipe's env and the profile's may not set the launcher's own names (recipe.py's one
+    list; the recipe's were already refused when it was loaded), nor the variable the profile's
+    `image_digest_env` names (the nodes' own word on their image); on a Ray cluster, where both
+    reach node.sh and its checks, nor a variable that changes how a program starts."""
+    ray = isinstance(profile, RayProfile)
     name = profile.image_digest_env if isinstance(profile, RayProfile) else None
     also = {str(name): f"the profile's image_digest_env ({profile.path})"} if name else {}
-    problems = launcher_env_problems(recipe.env, also)
-    if problems:
-        raise BadInput(format_problems(recipe.path, "recipe", problems))
+    for path, what, env in (
+        (recipe.path, "recipe", recipe.env),
+        (profile.path, "cluster profile", profile.env or {}),
+    ):
+        problems = launcher_env_problems(env, also, reaches_checks=ray)
+        if problems:
+            raise BadInput(format_problems(path, what, problems))
 
 
 def _check_dirs(profile: Profile, node_run_dir: str, cache_dir: str) -> None:
