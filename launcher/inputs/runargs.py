@@ -275,6 +275,10 @@ def commands(script: str) -> list[Command]:
     return out
 
 
+# A command of the run block longer than this is not read for its arguments (it is one the training
+# reads as a whole: no train invocation is this long), since shlex reads a long word in quadratic
+# time (found 2026-12-04: a 900 KB word made `validate` take 44 s).
+MAX_COMMAND_CHARS = 32 * 1024
 _ASSIGN_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.S)
 _ARRAY_RE = re.compile(
     r"^(?:(?:export|local|readonly|declare(?:\s+-\w+)*)\s+)?([A-Za-z_][A-Za-z0-9_]*)=\((.*)\)$",
@@ -303,6 +307,9 @@ def read_run_block(script: str) -> RunBlock:
     scalars: dict[str, Any] = {}
     arrays: dict[str, list[Any]] = {}
     for cmd in commands(script):
+        if len(cmd.text) > MAX_COMMAND_CHARS:  # shlex reads a long word in quadratic time
+            block.unparsed.append((cmd.line, cmd.text[:200]))
+            continue
         m = _ARRAY_RE.match(cmd.text)
         if m:
             try:
@@ -433,9 +440,33 @@ def equal(expected: Any, got: Any, kind: type) -> bool:
     return bool(expected == got) if kind is bool else expected == got
 
 
+def syntax_problems(script: str) -> list[tuple[str, str]]:
+    """What `bash -n` says of the run block: a syntax error found now, not in the training
+    container after every paid stage (node.sh's own `bash -n` cannot see it: the block is in a
+    heredoc there). None when this machine has no bash to ask."""
+    import shutil
+    import subprocess
+
+    bash = shutil.which("bash")
+    if bash is None:
+        return []
+    try:
+        proc = subprocess.run(
+            [bash, "-n"], input=script.encode(), capture_output=True, timeout=30, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return []
+    if proc.returncode == 0:
+        return []
+    said = " ".join(proc.stderr.decode(errors="replace").replace("bash: ", "").split())[:300]
+    return [("run", f"is not valid bash: {said}; expected a script bash can parse (`bash -n`)")]
+
+
 def run_block_problems(raw: dict[str, Any]) -> list[tuple[str, str]]:
     """Every run-block argument and export that contradicts a field: (field, message)."""
-    problems: list[tuple[str, str]] = []
+    problems = syntax_problems(raw["run"])
+    if problems:
+        return problems
     block = read_run_block(raw["run"])
     env = raw.get("env") or {}
     for name, (line, value) in sorted(block.exports.items()):

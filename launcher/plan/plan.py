@@ -186,6 +186,7 @@ def build_plan(
         ),
     ]
     script = render_node_script(ctx, stages, on_assets.after_training, on_assets.header)
+    _check_container_script(recipe, script)
     return Plan(
         recipe,
         profile,
@@ -257,6 +258,26 @@ def _check_recipe_env(recipe: Recipe, profile: Profile) -> None:
         problems = launcher_env_problems(env, also, reaches_checks=ray)
         if problems:
             raise BadInput(format_problems(path, what, problems))
+
+
+# Linux's limit on one argument (MAX_ARG_STRLEN, 32 pages): `bash -c "$CONTAINER_SCRIPT"` passes
+# the training container's whole script as one, and execve refuses a longer one ("Argument list
+# too long") at the train stage, after every paid stage before it (found 2026-12-04).
+MAX_ARG_BYTES = 128 * 1024
+_CONTAINER_SCRIPT = re.compile(r"CONTAINER_SCRIPT <<'(\w+)' \|\| true\n(.*?)\n\1\n", re.S)
+
+
+def _check_container_script(recipe: Recipe, script: str) -> None:
+    """The container's script fits in one argument, or the run is refused before anything."""
+    found = _CONTAINER_SCRIPT.search(script)
+    size = len(found.group(2).encode()) + 1 if found else 0
+    if size > MAX_ARG_BYTES:
+        raise BadInput(
+            f"{recipe.path}: the training container's script would be {size:,} bytes (the run "
+            f"block, env and patches with node.sh's own lines), over the {MAX_ARG_BYTES:,} bytes "
+            "Linux passes as one argument: `docker run ... bash -c` could not start it. Expected "
+            "a smaller run block, env and patches (keep large text in the image or a file)."
+        )
 
 
 def _check_dirs(profile: Profile, node_run_dir: str, cache_dir: str) -> None:

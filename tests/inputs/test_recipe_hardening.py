@@ -263,3 +263,15 @@ def test_the_variable_a_ray_profile_names_for_the_digest_is_refused_too(tmp_path
 def test_the_seed_and_every_shipped_recipe_still_load():
     for path in sorted(SEED.parents[3].glob("recipes/**/*.yaml")):
         load_recipe(path)
+
+
+def test_a_command_longer_than_any_train_invocation_is_not_tokenised():
+    """shlex reads one long word in quadratic time (a 900 KB word made `validate` take 44 s):
+    a command past MAX_COMMAND_CHARS is kept as unparsed, in linear time, and the commands
+    around it are still read."""
+    from launcher.inputs.runargs import MAX_COMMAND_CHARS, read_run_block
+
+    script = "A=1\n: " + "x" * (4 * MAX_COMMAND_CHARS) + "\nexport B=2\n"
+    block = read_run_block(script)
+    assert [line for line, _ in block.unparsed] == [2]
+    assert block.exports["B"][1] == "2"

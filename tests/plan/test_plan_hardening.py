@@ -178,3 +178,47 @@ def test_a_work_dir_inside_the_cache_is_refused(tmp_path: Path) -> None:
         _plan(tmp_path, work_dir=str(tmp_path / "cache" / "work"))
     with pytest.raises(BadInput, match="inside cache_dir"):
         _plan(tmp_path, cache_dir=str(tmp_path))
+
+
+@pytest.mark.parametrize("where", ["env", "run"])
+def test_a_container_script_over_one_arguments_limit_is_refused_before_anything(tmp_path, where):
+    """`bash -c "$CONTAINER_SCRIPT"` is one argument: past Linux's 128 KiB it cannot start, at
+    the train stage, after every paid stage (found 2026-12-04). Refused at the plan, exit 2; a
+    script just under the limit still renders, and bash runs it as one argument."""
+    import subprocess
+
+    import yaml
+    from support.cli import SEED, reproduce_here
+
+    def recipe(big: int) -> str:
+        raw = yaml.safe_load(SEED.read_text())
+        if where == "env":
+            raw["env"]["BIG_VALUE"] = "x" * big
+        else:
+            raw["run"] = raw["run"] + "\n: " + "x" * big + "\n"
+        path = tmp_path / f"{where}-{big}.yaml"
+        path.write_text(yaml.safe_dump(raw, sort_keys=False))
+        return str(path)
+
+    res = reproduce_here(recipe(140_000), "--cluster", "local", "--dry-run")
+    assert res.code == 2 and "Traceback" not in res.err, res.err
+    assert "over the 131,072 bytes Linux passes as one argument" in res.err
+    ok = reproduce_here(recipe(100_000), "--cluster", "local", "--dry-run")
+    assert ok.code == 0, ok.err
+    proc = subprocess.run(["bash", "-c", 'bash -c "$0" x', "echo " + "y" * 125_000])
+    assert proc.returncode == 0  # this machine's limit is the one the check assumes
+
+
+def test_a_run_block_bash_cannot_parse_is_refused_at_validate(tmp_path):
+    """node.sh's own `bash -n` cannot see inside the container script's heredoc: the run block
+    is checked by itself (found 2026-12-04: `if then ((( fi` validated)."""
+    import yaml
+    from support.cli import SEED, reproduce_here
+
+    for broken in ("if then ((( fi", "echo 'oops", ")"):
+        raw = yaml.safe_load(SEED.read_text())
+        raw["run"] = raw["run"] + "\n" + broken + "\n"
+        path = tmp_path / "broken.yaml"
+        path.write_text(yaml.safe_dump(raw, sort_keys=False))
+        res = reproduce_here("validate", str(path))
+        assert res.code == 2 and "  - run: is not valid bash:" in res.err, (broken, res.err)
