@@ -28,6 +28,7 @@ from launcher.plan.measured import train_lines
 from launcher.plan.protocol import (
     DONE_LINE,
     MARKER_HELP,
+    NONCE_LINE,
     OUT_DIR,
     SECRETS_FILE,
     STAGE_FUNCTIONS,
@@ -450,6 +451,7 @@ def render_node_script(
         " later never runs.",
         "{",
         "set -euo pipefail",
+        NONCE_LINE,
         "",
         f"RUN_ID={q(ctx.run_id)}",
         multinode.run_dir_line(ctx),

@@ -25,6 +25,7 @@ import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from launcher.plan import stage_graph
 from launcher.records.rundir import NODE_RESULT_FILES, Files
@@ -128,20 +129,29 @@ ALIVE_FN = (
 # that ends through `exit` is closed by the EXIT trap with status failed (or cancelled, when
 # `reproduce cancel` marked the run first) and its exit code.
 _NOW = '"$(date +%s.%N)"'
+# node.sh's own markers carry a nonce it draws when it starts (NONCE_LINE): a shell variable never
+# exported, so no container (nor anything node.sh starts) knows it. Inside the training container
+# the same functions print an empty one.
+NONCE_VAR = "_REPRODUCE_NONCE"
+_NONCE = f'"${{{NONCE_VAR}:-}}"'
+NONCE_LINE = (
+    f"{NONCE_VAR}=\"$(od -An -N16 -tx1 /dev/urandom | tr -d ' \\n')\"; "
+    f"printf '{MARKER} nonce=%s\\n' \"${NONCE_VAR}\"  # first: the launcher learns it here"
+)
 STAGE_FUNCTIONS = "\n".join(
     [
         # REPRODUCE_STAGE: the stage a node program prints its progress lines for
         f"_stage_begin() {{ _STAGE=$1; export REPRODUCE_STAGE=$1; "
-        f"printf '{MARKER} stage=%s event=start t=%s\\n' \"$1\" {_NOW}; }}",
-        f"_stage_end() {{ printf '{MARKER} stage=%s event=end status=ok t=%s\\n' \"$_STAGE\" "
-        f"{_NOW}; _STAGE=''; REPRODUCE_STAGE=''; }}",
+        f"printf '{MARKER} stage=%s event=start t=%s n=%s\\n' \"$1\" {_NOW} {_NONCE}; }}",
+        f"_stage_end() {{ printf '{MARKER} stage=%s event=end status=ok t=%s n=%s\\n' "
+        f"\"$_STAGE\" {_NOW} {_NONCE}; _STAGE=''; REPRODUCE_STAGE=''; }}",
         "_on_exit() {",
         "  local rc=$? status=failed",
         '  if [ -n "${_STAGE:-}" ]; then',
         f'    [ -e "$NODE_RUN_DIR/{CANCEL_MARK}" ] && status=cancelled'
         "  # `reproduce cancel` marks the run first",
-        f"    printf '{MARKER} stage=%s event=end status=%s rc=%s t=%s\\n' "
-        f'"$_STAGE" "$status" "$rc" {_NOW}',
+        f"    printf '{MARKER} stage=%s event=end status=%s rc=%s t=%s n=%s\\n' "
+        f'"$_STAGE" "$status" "$rc" {_NOW} {_NONCE}',
         "  fi",
         "  _cleanup",
         '  exit "$rc"',
@@ -167,7 +177,8 @@ _MARKER_LINE = re.compile(rb"^" + re.escape(MARKER.encode()) + rb" (.*?)\r?$")
 # the timeline, the report and the attestation, and a line a container printed can look like one
 # (found 2026-12-04: `status='ok<ESC>]52;...'` set the operator's clipboard through the console).
 MARKER_STATUSES = frozenset({"ok", "failed", "stopped", "cancelled"})
-_MARKER_KEYS = frozenset({"stage", "event", "status", "rc", "t"})
+_MARKER_KEYS = frozenset({"stage", "event", "status", "rc", "t", "n"})
+_N = re.compile(r"^[0-9a-f]{0,64}$")
 _RC = re.compile(r"^-?[0-9]{1,4}$")
 _T = re.compile(r"^[!-~]{1,40}$")  # printable: a time the timeline reads, or None if it cannot
 
@@ -198,9 +209,61 @@ def parse_marker(line: bytes) -> dict[str, str] | None:
         or (status is not None and (event != "end" or status not in MARKER_STATUSES))
         or ("rc" in fields and not _RC.match(fields["rc"]))
         or ("t" in fields and not _T.match(fields["t"]))
+        or ("n" in fields and not _N.match(fields["n"]))
     ):
         return None
     return fields
+
+
+# The stages that run inside the training container, whose markers the container prints itself
+# (without node.sh's nonce): the only ones a marker without it may open or close.
+CONTAINER_STAGES = frozenset({"ray", "train"})
+_NONCE_LINE = re.compile(rb"^" + re.escape(MARKER.encode()) + rb" nonce=([0-9a-f]{32})\r?$")
+
+
+class MarkerGate:
+    """Which `##reproduce stage=` lines of one node's stream are markers: the one place every
+    reader of node.log asks (the follower's splitter, `reproduce logs`, the measured runs' cut).
+
+    Why: the recipe's code prints into the same stream, and a well-formed marker it prints looked
+    like node.sh's own: a container could close the preflight as failed and so have its own
+    failure blamed on the node (exit 3 instead of 1), or end a stage node.sh was running (found
+    2026-12-04). node.sh's first line gives its nonce (NONCE_LINE); from then on a marker without
+    it counts only for CONTAINER_STAGES. A stream with no nonce line (a run of an older launcher,
+    a hand-made log) is read as before: every well-formed marker counts."""
+
+    def __init__(self) -> None:
+        self.nonce: str | None = None
+        self._settled = False  # the nonce is known, or a marker came first: none is taken now
+
+    @classmethod
+    def of_log(cls, path: Path) -> MarkerGate:
+        """A gate that knows the nonce from the first line of a node.log already on disk."""
+        gate = cls()
+        try:
+            with open(path, "rb") as fh:
+                for _ in range(64):  # node.sh's first line; a login shell may print before it
+                    gate.marker(fh.readline(MAX_MARKER_LINE).rstrip(b"\n"))
+                    if gate._settled:
+                        break
+        except OSError:
+            pass
+        return gate
+
+    def marker(self, line: bytes) -> dict[str, str] | None:
+        """The marker on this line (without its newline), or None: a line of its stage's log."""
+        if not self._settled:
+            found = _NONCE_LINE.match(line)
+            if found:
+                self.nonce, self._settled = found.group(1).decode(), True
+                return None
+        fields = parse_marker(line)
+        self._settled = self._settled or fields is not None
+        if fields is None or self.nonce is None:
+            return fields
+        if fields.get("n") == self.nonce or fields["stage"] in CONTAINER_STAGES:
+            return fields
+        return None
 
 
 _UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f]")

@@ -32,7 +32,7 @@ from launcher.judge.measure import Result, gpu_hours_from_timeline
 from launcher.judge.parse.records import StepRecord
 from launcher.judge.split import failed_stages
 from launcher.judge.verdict import Tolerance, Verdict
-from launcher.plan.protocol import MAX_MARKER_LINE, SAFE_STAGE, parse_marker
+from launcher.plan.protocol import MAX_MARKER_LINE, SAFE_STAGE, MarkerGate
 from launcher.records.atomic import write_atomic
 from launcher.records.rundir import TRAIN_STAGE, Files
 
@@ -62,8 +62,9 @@ def split_train(node_log: Path, into: Callable[[int], IO[bytes]]) -> int:
     when it was printed; marker lines belong to none. Returns how many train stages began."""
     open_stages: list[tuple[str, int]] = []  # (name, k for a train stage else 0)
     began = 0
+    gate = MarkerGate()
     for line in _lines(node_log):
-        marker = parse_marker(line.rstrip(b"\n")) if len(line) <= MAX_MARKER_LINE else None
+        marker = gate.marker(line.rstrip(b"\n")) if len(line) <= MAX_MARKER_LINE else None
         if marker is None:
             if open_stages and open_stages[-1][1]:
                 into(open_stages[-1][1]).write(line)

@@ -16,7 +16,6 @@ rule of the runner's splitter (launcher/runner/stream.py); the markers themselve
 from __future__ import annotations
 
 import contextlib
-import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -24,11 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from launcher.errors import BadInput, InfraError
+from launcher.plan.protocol import MAX_MARKER_LINE, SAFE_STAGE, MarkerGate
 from launcher.records.rundir import FINAL_STATES, Files, RunDir
 
 CHUNK = 1 << 20
 RECONNECT_S = 60.0  # how long --follow keeps trying a node it lost before it gives up
-_SAFE_STAGE = re.compile(r"^(?!node$)(?!\.)[A-Za-z0-9_.-]{1,64}$")  # as the splitter's
 
 
 def recorded_nodes(record: dict[str, Any]) -> list[dict[str, Any]]:
@@ -87,23 +86,22 @@ class StageFilter:
     stage: str
     open_stages: list[str] = field(default_factory=list)
     _partial: bytes = b""
+    _gate: MarkerGate = field(default_factory=MarkerGate)
 
     def feed(self, data: bytes) -> bytes:
-        from launcher.plan.protocol import parse_marker
-
         out = bytearray()
         data = self._partial + data
         lines = data.split(b"\n")
         self._partial = lines.pop()
         for raw in lines:
             line = raw + b"\n"
-            marker = parse_marker(raw) if len(line) <= 4096 else None
+            marker = self._gate.marker(raw) if len(line) <= MAX_MARKER_LINE else None
             if marker is None:
                 if self.open_stages and self.open_stages[-1] == self.stage:
                     out += line
                 continue
             name = marker["stage"]
-            if not _SAFE_STAGE.match(name):
+            if not SAFE_STAGE.match(name):
                 continue
             if marker["event"] == "start":
                 self.open_stages.append(name)
@@ -121,7 +119,7 @@ class StageFilter:
 
 
 def check_stage(name: str) -> None:
-    if not _SAFE_STAGE.match(name):
+    if not SAFE_STAGE.match(name):
         raise BadInput(
             f"--stage {name!r}: expected a stage name (letters, digits, '.', '_', '-'), e.g. "
             "image, assets, train."
@@ -199,10 +197,10 @@ def node_progress(rd: RunDir, max_bytes: int = 1 << 20) -> NodeProgress:
     plus what the node has beyond it (read, never appended). InfraError when the node cannot be
     read; BadInput when the run's record cannot reach it."""
     from launcher.judge.parse.lines import last_step
-    from launcher.plan.protocol import parse_marker
     from launcher.records.runs import current_stage
 
     path = local_logs(rd, 0) / "node.log"
+    gate = MarkerGate.of_log(path)  # the nonce is on node.log's first line, not in what follows
     size = path.stat().st_size if path.exists() else 0
     execution = open_execution(rd, 0)
     try:
@@ -225,8 +223,8 @@ def node_progress(rd: RunDir, max_bytes: int = 1 << 20) -> NodeProgress:
     ]  # fmt: skip
     last_started = None
     for line in remote.splitlines():
-        marker = parse_marker(line) if len(line) <= 4096 else None
-        if marker is None or not _SAFE_STAGE.match(marker["stage"]):
+        marker = gate.marker(line) if len(line) <= MAX_MARKER_LINE else None
+        if marker is None or not SAFE_STAGE.match(marker["stage"]):
             continue
         if marker["event"] == "start":
             open_stages.append(marker["stage"])

@@ -21,7 +21,7 @@ from launcher.clusters.execution import Execution
 from launcher.errors import BadInput, InfraError
 from launcher.judge.parse.miles import last_step
 from launcher.judge.parse.shapes import last_step_time
-from launcher.plan.protocol import MAX_MARKER_LINE, SAFE_STAGE, parse_marker, progress_in
+from launcher.plan.protocol import MAX_MARKER_LINE, SAFE_STAGE, MarkerGate, progress_in
 from launcher.records.rundir import TRAIN_STAGE, RunDir, RunDirUnwritable, Timeline
 from launcher.runner.reporter import Reporter
 from launcher.runner.signals import raise_pending
@@ -56,6 +56,7 @@ class LogSplitter:
         self._partial = bytearray()  # the start of a line that may still be a marker
         self._spilling = False  # the current line is too long to be a marker: written as it comes
         self._handles: dict[str, IO[bytes]] = {}
+        self._gate = MarkerGate()  # which marker lines are node.sh's (protocol.py says why)
 
     @property
     def node_log(self) -> Path:
@@ -75,6 +76,7 @@ class LogSplitter:
         self.open_stages = []
         self._partial = bytearray()
         self._spilling = False
+        self._gate = MarkerGate()
         if self.node_log.exists():
             with open(self.node_log, "rb") as fh:
                 for chunk in iter(lambda: fh.read(READ_CHUNK), b""):
@@ -126,7 +128,7 @@ class LogSplitter:
             self._stage_handle(self.open_stages[-1]).write(data)
 
     def _line(self, line: bytes, replay: bool) -> None:
-        marker = parse_marker(line.rstrip(b"\n")) if len(line) <= MAX_MARKER_LINE else None
+        marker = self._gate.marker(line.rstrip(b"\n")) if len(line) <= MAX_MARKER_LINE else None
         if marker is None:
             if self.open_stages:
                 self._stage_handle(self.open_stages[-1]).write(line)

@@ -7,6 +7,7 @@
 # bash reads the whole { ... } group before running any of it: text added to this file later never runs.
 {
 set -euo pipefail
+_REPRODUCE_NONCE="$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"; printf '##reproduce nonce=%s\n' "$_REPRODUCE_NONCE"  # first: the launcher learns it here
 
 RUN_ID=20261201T120000Z-golden
 NODE_RUN_DIR=/home/ubuntu/reproduce/runs/20261201T120000Z-golden
@@ -67,13 +68,13 @@ ASSETS_PY="$NODE_RUN_DIR/scripts/node_assets.py"
 ASSET_SPEC="$NODE_RUN_DIR/state/assets.json"
 ASSET_PLAN="$NODE_RUN_DIR/state/assets-plan.json"
 
-_stage_begin() { _STAGE=$1; export REPRODUCE_STAGE=$1; printf '##reproduce stage=%s event=start t=%s\n' "$1" "$(date +%s.%N)"; }
-_stage_end() { printf '##reproduce stage=%s event=end status=ok t=%s\n' "$_STAGE" "$(date +%s.%N)"; _STAGE=''; REPRODUCE_STAGE=''; }
+_stage_begin() { _STAGE=$1; export REPRODUCE_STAGE=$1; printf '##reproduce stage=%s event=start t=%s n=%s\n' "$1" "$(date +%s.%N)" "${_REPRODUCE_NONCE:-}"; }
+_stage_end() { printf '##reproduce stage=%s event=end status=ok t=%s n=%s\n' "$_STAGE" "$(date +%s.%N)" "${_REPRODUCE_NONCE:-}"; _STAGE=''; REPRODUCE_STAGE=''; }
 _on_exit() {
   local rc=$? status=failed
   if [ -n "${_STAGE:-}" ]; then
     [ -e "$NODE_RUN_DIR/state/cancelled" ] && status=cancelled  # `reproduce cancel` marks the run first
-    printf '##reproduce stage=%s event=end status=%s rc=%s t=%s\n' "$_STAGE" "$status" "$rc" "$(date +%s.%N)"
+    printf '##reproduce stage=%s event=end status=%s rc=%s t=%s n=%s\n' "$_STAGE" "$status" "$rc" "$(date +%s.%N)" "${_REPRODUCE_NONCE:-}"
   fi
   _cleanup
   exit "$rc"
@@ -112,8 +113,8 @@ _bg_exit() {  # a background stage ended: its end marker unless ok, its result f
   if [ -n "${_STAGE:-}" ]; then
     if [ -e "$NODE_RUN_DIR/state/cancelled" ]; then status=cancelled
     elif [ -e "$STAGES_DIR/stopped" ]; then status=stopped; fi
-    printf '##reproduce stage=%s event=end status=%s rc=%s t=%s\n' \
-      "$_STAGE" "$status" "$rc" "$(date +%s.%N)"
+    printf '##reproduce stage=%s event=end status=%s rc=%s t=%s n=%s\n' \
+      "$_STAGE" "$status" "$rc" "$(date +%s.%N)" "${_REPRODUCE_NONCE:-}"
   fi
   [ -z "${_BG_SKIPPED:-}" ] || rc=skipped
   echo "$rc $(date +%s.%N)" > "$STAGES_DIR/$_BG_NAME.rc.tmp"
@@ -377,13 +378,13 @@ _stage_end
 IFS= read -r -d '' CONTAINER_SCRIPT <<'REPRODUCE_CONTAINER_SCRIPT' || true
 set -euo pipefail
 exec 2>&1  # one stream: the markers stay where they were printed among the log lines
-_stage_begin() { _STAGE=$1; export REPRODUCE_STAGE=$1; printf '##reproduce stage=%s event=start t=%s\n' "$1" "$(date +%s.%N)"; }
-_stage_end() { printf '##reproduce stage=%s event=end status=ok t=%s\n' "$_STAGE" "$(date +%s.%N)"; _STAGE=''; REPRODUCE_STAGE=''; }
+_stage_begin() { _STAGE=$1; export REPRODUCE_STAGE=$1; printf '##reproduce stage=%s event=start t=%s n=%s\n' "$1" "$(date +%s.%N)" "${_REPRODUCE_NONCE:-}"; }
+_stage_end() { printf '##reproduce stage=%s event=end status=ok t=%s n=%s\n' "$_STAGE" "$(date +%s.%N)" "${_REPRODUCE_NONCE:-}"; _STAGE=''; REPRODUCE_STAGE=''; }
 _on_exit() {
   local rc=$? status=failed
   if [ -n "${_STAGE:-}" ]; then
     [ -e "$NODE_RUN_DIR/state/cancelled" ] && status=cancelled  # `reproduce cancel` marks the run first
-    printf '##reproduce stage=%s event=end status=%s rc=%s t=%s\n' "$_STAGE" "$status" "$rc" "$(date +%s.%N)"
+    printf '##reproduce stage=%s event=end status=%s rc=%s t=%s n=%s\n' "$_STAGE" "$status" "$rc" "$(date +%s.%N)" "${_REPRODUCE_NONCE:-}"
   fi
   _cleanup
   exit "$rc"

@@ -51,6 +51,8 @@ def test_a_marker_with_any_word_spoilt_is_not_a_marker(tmp_path, bad):
         for key in fields:
             if key == "t" and bad in ("node", "../../etc/passwd"):
                 continue  # printable: an unreadable time is no time (records/rundir.py)
+            if key == "n" and bad == "":
+                continue  # no nonce: what a container's own markers carry (MarkerGate)
             spoilt = {**fields, key: bad}
             text = " ".join(f"{k}={protocol.shlex.quote(v)}" for k, v in spoilt.items())
             assert protocol.parse_marker(f"##reproduce {text}".encode()) is None, (key, bad)

@@ -32,8 +32,8 @@ _bg_exit() {  # a background stage ended: its end marker unless ok, its result f
   if [ -n "${_STAGE:-}" ]; then
     if [ -e "$NODE_RUN_DIR/state/cancelled" ]; then status=cancelled
     elif [ -e "$STAGES_DIR/stopped" ]; then status=stopped; fi
-    printf '##reproduce stage=%s event=end status=%s rc=%s t=%s\n' \
-      "$_STAGE" "$status" "$rc" "$(date +%s.%N)"
+    printf '##reproduce stage=%s event=end status=%s rc=%s t=%s n=%s\n' \
+      "$_STAGE" "$status" "$rc" "$(date +%s.%N)" "${_REPRODUCE_NONCE:-}"
   fi
   [ -z "${_BG_SKIPPED:-}" ] || rc=skipped
   echo "$rc $(date +%s.%N)" > "$STAGES_DIR/$_BG_NAME.rc.tmp"
