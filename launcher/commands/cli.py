@@ -13,7 +13,7 @@ from pathlib import Path
 import typer
 
 from launcher.catalog import DEFAULT_REGION
-from launcher.commands.cli_ops import OPS_COMMANDS, finite, show_version
+from launcher.commands.cli_ops import OPS_COMMANDS, finite, output_file, show_version
 from launcher.commands.cli_ops import fail as _fail
 from launcher.errors import ReproduceError
 from launcher.judge.verdict import DEFAULT_TOLERANCE_PERCENT
@@ -67,7 +67,10 @@ def run_cmd(
         "nothing is created.",
     ),
     script_out: Path | None = typer.Option(
-        None, "--script-out", help="Also write the node script alone to this file."
+        None,
+        "--script-out",
+        help="Also write the node script alone to this file.",
+        callback=output_file,
     ),
     run_id: str | None = typer.Option(
         None, "--run-id", help="Run id (default: UTC timestamp + random suffix)."
@@ -287,25 +290,6 @@ def down(
 
 
 @app.command()
-def reap(
-    cluster: str = typer.Option(
-        "aws", "--cluster", "-c", help="aws profile whose region is searched."
-    ),
-    region: str | None = typer.Option(
-        None, "--region", help="Region to search (overrides the profile's)."
-    ),
-    dry_run: bool = typer.Option(False, "--dry-run", help="List what would be ended; end nothing."),
-) -> None:
-    """End every instance (and its Elastic IPs, groups, key pair) the launcher tagged whose expires-at has passed."""  # noqa: E501 - typer shows its line breaks
-    from launcher.commands.aws import reap_command
-
-    try:
-        reap_command(cluster, region, dry_run=dry_run)
-    except ReproduceError as err:
-        raise _fail(err) from None
-
-
-@app.command()
 def capacity(
     recipe: Path = typer.Argument(
         ..., help="Recipe whose instance type and node count are wanted."
@@ -439,7 +423,10 @@ def image_build_cmd(
         None, "--efa-version", help="Installer version when its file name does not say it."
     ),
     record: Path | None = typer.Option(
-        None, "--record", help="Record file (default: images/<recipe slug>.json beside runs/)."
+        None,
+        "--record",
+        help="Record file (default: images/<recipe slug>.json beside runs/).",
+        callback=output_file,
     ),
     network: str = typer.Option(
         "default", "--network", help="docker build --network for RUN steps: none, default, host."

@@ -6,6 +6,8 @@ history (history, nightly). Declarations only, as in launcher/commands/cli.py, w
 from __future__ import annotations
 
 import math
+import os
+import stat
 import sys
 from pathlib import Path
 
@@ -23,6 +25,32 @@ def finite(value: float | None) -> float | None:
     "Numbers are finite"; tests/commands/test_cli_numbers.py walks every option)."""
     if value is not None and not math.isfinite(value):
         raise typer.BadParameter(f"got {value}; expected a finite number")
+    return value
+
+
+def output_file(value: Path | None) -> Path | None:
+    """The callback of every option or argument naming a file a command writes (--script-out,
+    --html, --record, keygen's PATH): the file is replaced through a rename, so whatever stood at
+    the path was gone, a FIFO or a device included (as root, `--script-out /dev/full` replaced
+    the device node), and a link rather than what it points to. So the path must name a regular
+    file or nothing, in a directory that exists; an empty path is none (found 2026-12-04)."""
+    if value is None:
+        return None
+    if value.name in ("", ".", ".."):
+        raise typer.BadParameter(f"got {str(value)!r}; expected the path of a file to write")
+    try:
+        info = os.lstat(value)
+    except FileNotFoundError:
+        if not value.parent.is_dir():
+            raise typer.BadParameter(f"{value.parent} is not a directory") from None
+        return value
+    except OSError as err:
+        raise typer.BadParameter(f"{value}: {err.strerror}") from None
+    if not stat.S_ISREG(info.st_mode):
+        kind = "a symbolic link" if stat.S_ISLNK(info.st_mode) else "not a regular file"
+        raise typer.BadParameter(
+            f"{value} is {kind}; expected a regular file to replace, or a new path"
+        )
     return value
 
 
@@ -120,7 +148,10 @@ def history_cmd(
         None, "--runs-dir", help="Runs root (default: $REPRODUCE_RUNS_DIR or ./runs)."
     ),
     html: Path | None = typer.Option(
-        None, "--html", help="Also write the history as one self-contained HTML page to PATH."
+        None,
+        "--html",
+        help="Also write the history as one self-contained HTML page to PATH.",
+        callback=output_file,
     ),
 ) -> None:
     """Past runs of a recipe, the trend and whether the latest run is a regression (exit 1 when it is)."""  # noqa: E501 - typer shows its line breaks
@@ -387,7 +418,9 @@ def ssh_cmd(
 
 
 def keygen_cmd(
-    path: Path = typer.Argument(..., help="Where to write the private key (PATH.pub beside)."),
+    path: Path = typer.Argument(
+        ..., help="Where to write the private key (PATH.pub beside).", callback=output_file
+    ),
 ) -> None:
     """Make an ed25519 key pair for attestations (OpenSSH format; never overwrites)."""
     from launcher.commands.attest import run_keygen
@@ -397,6 +430,24 @@ def keygen_cmd(
     except ReproduceError as err:
         raise fail(err) from None
     raise typer.Exit(code)
+
+
+def reap(
+    cluster: str = typer.Option(
+        "aws", "--cluster", "-c", help="aws profile whose region is searched."
+    ),
+    region: str | None = typer.Option(
+        None, "--region", help="Region to search (overrides the profile's)."
+    ),
+    dry_run: bool = typer.Option(False, "--dry-run", help="List what would be ended; end nothing."),
+) -> None:
+    """End every instance (and its Elastic IPs, groups, key pair) the launcher tagged whose expires-at has passed."""  # noqa: E501 - typer shows its line breaks
+    from launcher.commands.aws import reap_command
+
+    try:
+        reap_command(cluster, region, dry_run=dry_run)
+    except ReproduceError as err:
+        raise fail(err) from None
 
 
 OPS_COMMANDS = (
@@ -412,4 +463,5 @@ OPS_COMMANDS = (
     ("verify", verify_cmd),
     ("bundle", bundle_cmd),
     ("keygen", keygen_cmd),
+    ("reap", reap),
 )

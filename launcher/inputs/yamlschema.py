@@ -62,13 +62,13 @@ def read_text_capped(path: Path, what: str, limit: int = MAX_FILE_BYTES) -> str:
     except FileNotFoundError:
         raise BadInput(f"{path}: no such {what} file.") from None
     except IsADirectoryError:
-        raise BadInput(f"{path}: is a directory; expected a {what} file (YAML).") from None
+        raise BadInput(f"{path}: is a directory; expected a {what} file.") from None
     except OSError as err:
         raise BadInput(f"{path}: cannot read the {what} file: {err.strerror}.") from None
     try:
         info = os.fstat(fd)
         if stat.S_ISDIR(info.st_mode):
-            raise BadInput(f"{path}: is a directory; expected a {what} file (YAML).")
+            raise BadInput(f"{path}: is a directory; expected a {what} file.")
         if not stat.S_ISREG(info.st_mode):
             raise BadInput(
                 f"{path}: not a regular file (a FIFO, socket or device); expected a {what} file."
@@ -89,7 +89,7 @@ def read_text_capped(path: Path, what: str, limit: int = MAX_FILE_BYTES) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as err:
         raise BadInput(
-            f"{path}: not UTF-8 text ({err.reason} at byte {err.start}); expected a {what} in YAML."
+            f"{path}: not UTF-8 text ({err.reason} at byte {err.start}); expected {what} text."
         ) from None
 
 

@@ -271,9 +271,11 @@ def gpu_hours_from_timeline(
                 last_seen = t if last_seen is None else max(last_seen, t)
     by_stage = {k: gpus * v / 3600.0 for k, v in stage_split(timeline, window_s).items()}
     acquired, released = timeline.get("acquired_at"), timeline.get("released_at")
-    if not isinstance(acquired, (int, float)):
+    if not _finite(acquired):
         return None, "timeline has no acquired_at: no GPU-hours", by_stage
-    if isinstance(released, (int, float)):
+    if _finite(released) and released < acquired:
+        return None, "timeline's released_at is before its acquired_at: no GPU-hours", by_stage
+    if _finite(released):
         return (
             gpus * (released - acquired) / 3600.0,
             "GPUs x (node acquired to node released), from the run timeline, including startup",

@@ -22,6 +22,7 @@ from typing import Any
 from launcher.errors import BadInput
 from launcher.inputs.profile import Profile
 from launcher.inputs.recipe import Image, Recipe
+from launcher.inputs.yamlschema import read_text_capped
 from launcher.records.atomic import write_atomic
 
 RECORD_SCHEMA = "reproduce-image/1"
@@ -153,11 +154,11 @@ def read_record(path: Path, origin: str, where: str | None = None) -> BuiltImage
     the path, for messages.
     """
     where = where or origin
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise BadInput(f"{where}: no such image record ({path}).") from None
-    except (OSError, UnicodeDecodeError, ValueError) as err:
+    if not path.exists():
+        raise BadInput(f"{where}: no such image record ({path}).")
+    try:  # a regular file, capped: a FIFO or /dev/zero named as the record had hung the dry run
+        data = json.loads(read_text_capped(path, "image record"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as err:
         raise BadInput(f"{where}: {path} is not a readable image record ({err}).") from None
     try:
         if data["schema"] != RECORD_SCHEMA:

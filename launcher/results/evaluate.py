@@ -37,6 +37,7 @@ import yaml
 from launcher.catalog import Price
 from launcher.errors import BadInput
 from launcher.inputs.recipe import Recipe, load_recipe
+from launcher.inputs.yamlschema import read_text_capped
 from launcher.judge.convergence import check, loss_curve
 from launcher.judge.gate import LogEvidence, assess
 from launcher.judge.measure import Result, measure, measured_date
@@ -116,13 +117,21 @@ def reference_curve(path: Path) -> dict[int, float]:
 
 
 def read_timeline(path: Path) -> dict:
-    """A timeline.json (the run's stage times, for GPU-hours); BadInput when unreadable."""
+    """A timeline.json (the run's stage times, for GPU-hours); BadInput when unreadable.
+
+    Read as any file a user names: a regular file, capped (a FIFO or /dev/zero had hung
+    `measure --timeline`), JSON without NaN or Infinity (a time that is not a number)."""
+    text = read_text_capped(Path(path), "timeline")
+
+    def no_constant(word: str) -> float:
+        raise BadInput(f"{path}: holds {word}, not a time; expected JSON numbers")
+
     try:
-        data = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise BadInput(f"timeline {path} does not exist.") from None
+        data = json.loads(text, parse_constant=no_constant)
     except json.JSONDecodeError as err:
         raise BadInput(f"{path} is not valid JSON: {err}") from None
+    except RecursionError:
+        raise BadInput(f"{path}: nested too deeply to be a timeline") from None
     if not isinstance(data, dict):
         raise BadInput(f"{path} is not a timeline object.")
     return data
