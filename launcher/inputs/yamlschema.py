@@ -492,8 +492,13 @@ def _yaml_type(value: Any) -> str:
     return type(value).__name__
 
 
+# A URL's user:password@ part: never shown back in a message (it is a secret the user mistyped into
+# a field; the message would print it on screen and into CI logs).
+_URL_CREDENTIALS = re.compile(r"(?<=://)[^/@\s]+@")
+
+
 def _show(value: Any) -> str:
-    text = repr(value)
+    text = _URL_CREDENTIALS.sub("***@", repr(value))
     return text if len(text) <= 60 else text[:57] + "..."
 
 

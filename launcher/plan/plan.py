@@ -234,6 +234,13 @@ def _check_secrets(profile: Profile) -> None:
         return
     text = str(name)
     upper = text.upper()
+    if text.lower().startswith("hf_") and any(c.islower() for c in text[3:]):
+        raise BadInput(  # never echoed: it is the secret
+            f"{profile.path}: secrets.hf_token_env holds what looks like a Hugging Face token "
+            "itself (hf_..., not shown here); expected the NAME of the variable that holds it.",
+            hint="Put the token in an environment variable (HF_TOKEN) and write its name here; "
+            "and revoke that token if this file was shared.",
+        )
     if not _HF_TOKEN_NAME.fullmatch(text) or any(word in upper for word in _NOT_HF):
         raise BadInput(
             f"{profile.path}: secrets.hf_token_env is {text!r}, which is not the name of a Hugging "
