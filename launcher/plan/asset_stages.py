@@ -183,7 +183,8 @@ def _rows_lines(ctx: ScriptContext, store: str | None) -> list[str]:
         f'HF_TOKEN="$HF_TOKEN" {_PY} fetch --spec "$ASSET_SPEC" --plan "$ASSET_PLAN" rows',
         f'if [ "$({_PY} source --plan "$ASSET_PLAN" rows)" = build ]; then',
         '  export REPRODUCE_NEW_DIR="$ASSET_NEW/rows" && mkdir -m 700 "$REPRODUCE_NEW_DIR"',
-        f"  {ctx.in_image(build, stage='rows', gpus=False, host_user=True, makes=True)}",
+        "  "
+        + ctx.in_image(build, stage="rows", gpus=False, host_user=True, makes=True, offline=True),
         f'  {_PY} adopt --spec "$ASSET_SPEC" rows --from "$REPRODUCE_NEW_DIR"',
     ]
     if store:
@@ -201,7 +202,7 @@ def _rows_lines(ctx: ScriptContext, store: str | None) -> list[str]:
         f'python3 "{scripts}/pretokenized_sft_rollout.py" --check "$SFT_DATA" '
         f"--row-tokens {ctx.recipe.row_tokens}"
     )
-    lines.append(ctx.in_image(check, stage="rows", gpus=False))
+    lines.append(ctx.in_image(check, stage="rows", gpus=False, offline=True))
     return lines
 
 

@@ -133,6 +133,7 @@ class ScriptContext(Placement):
         gpus: bool = True,
         host_user: bool = False,
         makes: bool = False,
+        offline: bool = False,
     ) -> str:
         """A one-off command in the training image: docker run, a Ray job, or the host itself.
 
@@ -143,7 +144,7 @@ class ScriptContext(Placement):
         checks before anything in it reaches the cache (docs/architecture.md, "The trust
         boundary"); every other mount it gets is read-only, the cache included. The container is
         named $CONTAINER-<stage>, so a stage that is stopped (launcher/plan/stage_graph.py) or a
-        cancel removes it.
+        cancel removes it. `offline`: no network at all (`--network none` for the profile's).
         """
         if not self.docker:  # the node (a Ray job's too: the cluster is the image) runs it itself
             return command
@@ -154,11 +155,17 @@ class ScriptContext(Placement):
             if makes
             else ""
         )
+        net = "--network none " if offline else '"${NET_ARGS[@]}" '
+        name = f'--name "$CONTAINER-{stage}"'
         return (
-            f'docker run --rm --name "$CONTAINER-{stage}" {gpu}{user}{new}"${{DOCKER_ARGS[@]}}" '
-            '"${EFA_ARGS[@]}" "$IMAGE" '
-            f"bash -c {q(command)}"
+            f'docker run --rm {name} {gpu}{user}{new}{net}"${{DOCKER_ARGS[@]}}" "${{EFA_ARGS[@]}}" '
+            f'"$IMAGE" bash -c {q(command)}'
         )
+
+    def net_args(self) -> list[str]:
+        """The profile's network (NET_ARGS), apart: a stage with no use for one gets none."""
+        p = self.profile
+        return ["--network", p.docker.network or ("host" if p.docker.network_host else "none")]
 
     def gpu_args(self) -> list[str]:
         gpus = self.profile.docker.gpus
@@ -170,8 +177,6 @@ class ScriptContext(Placement):
         args: list[str] = []
         if p.docker.ipc_host:
             args += ["--ipc", "host"]
-        network = p.docker.network or ("host" if p.docker.network_host else "none")
-        args += ["--network", network]
         if p.docker.memlock_unlimited:
             args += ["--ulimit", "memlock=-1"]
         args += [
@@ -357,7 +362,7 @@ class ScriptContext(Placement):
         if self.profile.kind == "ray":
             return f'{self._on_ray_nodes(f"stack_probe.py {args}")} > "$NODE_RUN_DIR/stack.json"'
         probe = f'python3 "{self.scripts}/stack_probe.py" {args}'
-        return f'{self.in_image(probe, stage="stack")} > "$NODE_RUN_DIR/stack.json"'
+        return f'{self.in_image(probe, stage="stack", offline=True)} > "$NODE_RUN_DIR/stack.json"'
 
     def ray_lines(self) -> list[str]:
         """The ray stage: none on a Ray cluster, several nodes' (multinode), or one head."""
@@ -514,6 +519,7 @@ def render_node_script(
             " and state dirs, the cache, scripts)",
             f"GPU_ARGS=({shlex.join(ctx.gpu_args())})",
             f"DOCKER_ARGS=({shlex.join(ctx.docker_args())})",
+            f"NET_ARGS=({shlex.join(ctx.net_args())})",
             *multinode.mount_words(ctx, CONTAINER_SCRIPTS),
             "# EFA devices go into the container when the node has them (p5en: 16)",
             "EFA_ARGS=()",
@@ -584,9 +590,8 @@ def render_node_script(
         body += [
             "# the container is named after the run so `reproduce cancel` can find it; --rm "
             "removes it at the end",
-            'docker run --rm --name "$CONTAINER" "${GPU_ARGS[@]}" "${DOCKER_ARGS[@]}" '
-            '"${EFA_ARGS[@]}" '
-            '"$IMAGE" bash -c "$CONTAINER_SCRIPT"',
+            'docker run --rm --name "$CONTAINER" "${GPU_ARGS[@]}" "${NET_ARGS[@]}" '
+            '"${DOCKER_ARGS[@]}" "${EFA_ARGS[@]}" "$IMAGE" bash -c "$CONTAINER_SCRIPT"',
         ]
     else:
         body += ['bash -c "$CONTAINER_SCRIPT"']

@@ -191,7 +191,8 @@ trap _on_exit EXIT
 
 # flags of every docker run below (miles' documented ones; mounts of the run's out and state dirs, the cache, scripts)
 GPU_ARGS=(--gpus all)
-DOCKER_ARGS=(--ipc host --network host --ulimit memlock=-1 --ulimit stack=67108864 --shm-size 32g -v /var/tmp/reproduce/runs/20261201T120000Z-golden/out:/var/tmp/reproduce/runs/20261201T120000Z-golden/out -v /var/tmp/reproduce/runs/20261201T120000Z-golden/state:/var/tmp/reproduce/runs/20261201T120000Z-golden/state:ro -v /var/tmp/reproduce-cache:/var/tmp/reproduce-cache:ro -v /var/tmp/reproduce/runs/20261201T120000Z-golden/scripts:/opt/reproduce/scripts:ro -e RUN_ID -e NODE_RUN_DIR -e REPRODUCE_OUT_DIR -e HF_CKPT -e TORCH_DIST -e SFT_DATA)
+DOCKER_ARGS=(--ipc host --ulimit memlock=-1 --ulimit stack=67108864 --shm-size 32g -v /var/tmp/reproduce/runs/20261201T120000Z-golden/out:/var/tmp/reproduce/runs/20261201T120000Z-golden/out -v /var/tmp/reproduce/runs/20261201T120000Z-golden/state:/var/tmp/reproduce/runs/20261201T120000Z-golden/state:ro -v /var/tmp/reproduce-cache:/var/tmp/reproduce-cache:ro -v /var/tmp/reproduce/runs/20261201T120000Z-golden/scripts:/opt/reproduce/scripts:ro -e RUN_ID -e NODE_RUN_DIR -e REPRODUCE_OUT_DIR -e HF_CKPT -e TORCH_DIST -e SFT_DATA)
+NET_ARGS=(--network host)
 # EFA devices go into the container when the node has them (p5en: 16)
 EFA_ARGS=()
 for dev in /dev/infiniband/*; do
@@ -318,12 +319,12 @@ mv -f "$NODE_RUN_DIR/image.json.tmp" "$NODE_RUN_DIR/image.json"
 
 # ---- stage preflight-gpu: GPU benchmarks in the image: bf16 matmul, memory bandwidth, NCCL all-reduce
 _preflight_gpu_stage() {
-docker run --rm --name "$CONTAINER-preflight-gpu" "${GPU_ARGS[@]}" "${DOCKER_ARGS[@]}" "${EFA_ARGS[@]}" "$IMAGE" bash -c 'export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1; python3 "/opt/reproduce/scripts/preflight.py" --json --gpu-type H200 --gpus 8 --gpu-memory-gb 141 --driver-min 580.65.06 --cuda 13.0 --disk-path /var/tmp/reproduce-cache --disk-min-gb 300' > "$NODE_RUN_DIR/preflight-gpu.json"
+docker run --rm --name "$CONTAINER-preflight-gpu" "${GPU_ARGS[@]}" "${NET_ARGS[@]}" "${DOCKER_ARGS[@]}" "${EFA_ARGS[@]}" "$IMAGE" bash -c 'export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1; python3 "/opt/reproduce/scripts/preflight.py" --json --gpu-type H200 --gpus 8 --gpu-memory-gb 141 --driver-min 580.65.06 --cuda 13.0 --disk-path /var/tmp/reproduce-cache --disk-min-gb 300' > "$NODE_RUN_DIR/preflight-gpu.json"
 }
 
 # ---- stage stack: check the image's software versions against the recipe's stack
 _stack_stage() {
-docker run --rm --name "$CONTAINER-stack" "${GPU_ARGS[@]}" "${DOCKER_ARGS[@]}" "${EFA_ARGS[@]}" "$IMAGE" bash -c 'python3 "/opt/reproduce/scripts/stack_probe.py" --json --policy fail --expect '"'"'{"cuda": "13.0", "deepep": "1.2.1", "megatron_commit": "37f91617", "miles_commit": "78527b91", "nccl": "2.28.9", "python": "3.12.3", "torch": "2.11.0", "transformer_engine": "2.17.0"}'"'"'' > "$NODE_RUN_DIR/stack.json"
+docker run --rm --name "$CONTAINER-stack" "${GPU_ARGS[@]}" --network none "${DOCKER_ARGS[@]}" "${EFA_ARGS[@]}" "$IMAGE" bash -c 'python3 "/opt/reproduce/scripts/stack_probe.py" --json --policy fail --expect '"'"'{"cuda": "13.0", "deepep": "1.2.1", "megatron_commit": "37f91617", "miles_commit": "78527b91", "nccl": "2.28.9", "python": "3.12.3", "torch": "2.11.0", "transformer_engine": "2.17.0"}'"'"'' > "$NODE_RUN_DIR/stack.json"
 }
 
 # ---- stage rows: the training rows: fetched and checked, or built in the image (CPU), then every row through the rollout function's checks
@@ -335,11 +336,11 @@ _rows_stage() {
 HF_TOKEN="$HF_TOKEN" python3 "$ASSETS_PY" fetch --spec "$ASSET_SPEC" --plan "$ASSET_PLAN" rows
 if [ "$(python3 "$ASSETS_PY" source --plan "$ASSET_PLAN" rows)" = build ]; then
   export REPRODUCE_NEW_DIR="$ASSET_NEW/rows" && mkdir -m 700 "$REPRODUCE_NEW_DIR"
-  docker run --rm --name "$CONTAINER-rows" --user "$(id -u):$(id -g)" -v "$REPRODUCE_NEW_DIR:$REPRODUCE_NEW_DIR" -e REPRODUCE_NEW_DIR -e REPRODUCE_HOST_IDS "${DOCKER_ARGS[@]}" "${EFA_ARGS[@]}" "$IMAGE" bash -c 'HOME=/tmp HF_HUB_OFFLINE=1 PYTHONPATH=/root/miles:/root/Megatron-LM:"/opt/reproduce/scripts" python3 "/opt/reproduce/scripts/node_assets.py" build-rows --spec "$NODE_RUN_DIR/state/assets.json" --plan "$NODE_RUN_DIR/state/assets-plan.json" --out "$REPRODUCE_NEW_DIR"'
+  docker run --rm --name "$CONTAINER-rows" --user "$(id -u):$(id -g)" -v "$REPRODUCE_NEW_DIR:$REPRODUCE_NEW_DIR" -e REPRODUCE_NEW_DIR -e REPRODUCE_HOST_IDS --network none "${DOCKER_ARGS[@]}" "${EFA_ARGS[@]}" "$IMAGE" bash -c 'HOME=/tmp HF_HUB_OFFLINE=1 PYTHONPATH=/root/miles:/root/Megatron-LM:"/opt/reproduce/scripts" python3 "/opt/reproduce/scripts/node_assets.py" build-rows --spec "$NODE_RUN_DIR/state/assets.json" --plan "$NODE_RUN_DIR/state/assets-plan.json" --out "$REPRODUCE_NEW_DIR"'
   python3 "$ASSETS_PY" adopt --spec "$ASSET_SPEC" rows --from "$REPRODUCE_NEW_DIR"
 fi
 # every row through the rollout function's own checks (length, loss mask) before a GPU minute
-docker run --rm --name "$CONTAINER-rows" "${DOCKER_ARGS[@]}" "${EFA_ARGS[@]}" "$IMAGE" bash -c 'python3 "/opt/reproduce/scripts/pretokenized_sft_rollout.py" --check "$SFT_DATA" --row-tokens 8192'
+docker run --rm --name "$CONTAINER-rows" --network none "${DOCKER_ARGS[@]}" "${EFA_ARGS[@]}" "$IMAGE" bash -c 'python3 "/opt/reproduce/scripts/pretokenized_sft_rollout.py" --check "$SFT_DATA" --row-tokens 8192'
 }
 
 # ---- stage assets: the checkpoint (and a converted one) from the cache, the store or the Hub, on the host; every file checked
@@ -368,7 +369,7 @@ _stage_begin convert
 # hashed) and only then moves it to $TORCH_DIST, so later runs on this node trust it
 if [ "$(python3 "$ASSETS_PY" source --plan "$ASSET_PLAN" torch_dist)" = convert ]; then
   export REPRODUCE_NEW_DIR="$ASSET_NEW/torch_dist" && mkdir -m 700 "$REPRODUCE_NEW_DIR"
-  docker run --rm --name "$CONTAINER-convert" "${GPU_ARGS[@]}" -v "$REPRODUCE_NEW_DIR:$REPRODUCE_NEW_DIR" -e REPRODUCE_NEW_DIR -e REPRODUCE_HOST_IDS "${DOCKER_ARGS[@]}" "${EFA_ARGS[@]}" "$IMAGE" bash -c 'export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1; (cd /root/miles && MODEL_ARGS_LINE="$(python3 miles/utils/external_utils/model_args_utils.py qwen3-30B-A3B)" && read -ra MODEL_ARGS <<< "$MODEL_ARGS_LINE" && PYTHONPATH=/root/miles:/root/Megatron-LM torchrun --nproc-per-node 8 tools/convert_hf_to_torch_dist.py "${MODEL_ARGS[@]}" --hf-checkpoint "$HF_CKPT" --save "$REPRODUCE_NEW_DIR/torch_dist") && chown -R "$REPRODUCE_HOST_IDS" "$REPRODUCE_NEW_DIR"'
+  docker run --rm --name "$CONTAINER-convert" "${GPU_ARGS[@]}" -v "$REPRODUCE_NEW_DIR:$REPRODUCE_NEW_DIR" -e REPRODUCE_NEW_DIR -e REPRODUCE_HOST_IDS "${NET_ARGS[@]}" "${DOCKER_ARGS[@]}" "${EFA_ARGS[@]}" "$IMAGE" bash -c 'export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1; (cd /root/miles && MODEL_ARGS_LINE="$(python3 miles/utils/external_utils/model_args_utils.py qwen3-30B-A3B)" && read -ra MODEL_ARGS <<< "$MODEL_ARGS_LINE" && PYTHONPATH=/root/miles:/root/Megatron-LM torchrun --nproc-per-node 8 tools/convert_hf_to_torch_dist.py "${MODEL_ARGS[@]}" --hf-checkpoint "$HF_CKPT" --save "$REPRODUCE_NEW_DIR/torch_dist") && chown -R "$REPRODUCE_HOST_IDS" "$REPRODUCE_NEW_DIR"'
   python3 "$ASSETS_PY" adopt --spec "$ASSET_SPEC" torch_dist --from "$REPRODUCE_NEW_DIR/torch_dist"
 fi
 rm -rf "$ASSET_NEW"  # what the containers made is in the cache now, checked
@@ -460,7 +461,7 @@ python3 train.py \
 _stage_end
 REPRODUCE_CONTAINER_SCRIPT
 # the container is named after the run so `reproduce cancel` can find it; --rm removes it at the end
-docker run --rm --name "$CONTAINER" "${GPU_ARGS[@]}" "${DOCKER_ARGS[@]}" "${EFA_ARGS[@]}" "$IMAGE" bash -c "$CONTAINER_SCRIPT"
+docker run --rm --name "$CONTAINER" "${GPU_ARGS[@]}" "${NET_ARGS[@]}" "${DOCKER_ARGS[@]}" "${EFA_ARGS[@]}" "$IMAGE" bash -c "$CONTAINER_SCRIPT"
 
 echo '##reproduce done'
 exit
