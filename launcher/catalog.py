@@ -18,6 +18,7 @@ price enter MFU and $ per 1M tokens.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -439,6 +440,16 @@ def _family(name: str) -> str:
     return name.split("-")[0]
 
 
+def gpu_name_matches(gpu_type: str, name: str) -> bool:
+    """Whether a GPU named `name` (as nvidia-smi says it) is of `gpu_type`: the type as a whole
+    word of the name, case aside. The preflight decides on the node by the same rule
+    (scripts/preflight_checks.py, check_gpu_model; tests/test_catalog.py holds the two equal), so
+    what `validate` lets through the node does not refuse after it was paid for: "H20" is not an
+    H200, "H200 NVL" not the H200 of a p5en (found 2026-12-04: both validated by substring)."""
+    pattern = rf"(?<![A-Za-z0-9]){re.escape(gpu_type)}(?![A-Za-z0-9])"
+    return bool(gpu_type) and re.search(pattern, name, re.I) is not None
+
+
 def instance_problems(gpu_block: dict) -> list[tuple[str, str]]:
     """Where a recipe's `gpu` block contradicts the catalog's facts of its gpu.instance: the GPU
     model, the GPUs per node and the memory per GPU, as (field, message).
@@ -454,12 +465,11 @@ def instance_problems(gpu_block: dict) -> list[tuple[str, str]]:
     where = f"gpu.instance {gpu_block.get('instance')!r}"
     problems: list[tuple[str, str]] = []
     wanted = gpu(gpu_block.get("type"))
-    name = wanted.name if wanted else str(gpu_block.get("type") or "").upper()
     have = str(entry.gpu).upper()
     if wanted is not None:
         same = _family(wanted.name) == _family(entry.gpu)
-    else:
-        same = bool(name) and (name in have or have in name)
+    else:  # the preflight's rule (scripts/preflight_checks.py, check_gpu_model): a whole word
+        same = gpu_name_matches(str(gpu_block.get("type") or ""), f"NVIDIA {have}")
     if not same:
         problems.append(
             (

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from support.measure import as_recipe, seed_raw, step_times_for_tps
+from support.paths import REPO
 
 from launcher import catalog
 from launcher.errors import BadInput
@@ -125,3 +126,51 @@ def test_a_dense_recipe_on_p5_gets_the_h100_peak_and_its_own_price():
     b200 = measure(recs, as_recipe(raw))
     assert b200.peak_flops == 2250e12
     assert b200.mfu == pytest.approx(result.mfu * 989 / 2250)
+
+
+NAMES = [
+    "NVIDIA H200",
+    "NVIDIA H100 80GB HBM3",
+    "NVIDIA H20",
+    "NVIDIA A100-SXM4-80GB",
+    "NVIDIA B200",
+]
+TYPES = [
+    "H200",
+    "h200",
+    "H20",
+    "H100",
+    "H200 NVL",
+    "H200X",
+    "A100",
+    "A100-SXM4-80GB",
+    "B200",
+    "B20",
+]
+
+
+@pytest.mark.parametrize("gpu_type", TYPES)
+def test_validate_and_the_preflight_match_a_gpu_name_by_one_rule(gpu_type):
+    """What `validate` lets through the node's preflight must not refuse after it was paid for:
+    the launcher's rule and the node program's, over names nvidia-smi prints."""
+    import importlib
+    import sys
+
+    from launcher.catalog import gpu_name_matches
+
+    sys.path.insert(0, str(REPO / "scripts"))
+    try:
+        module = importlib.import_module("preflight_checks")
+    finally:
+        sys.path.remove(str(REPO / "scripts"))
+    for name in NAMES:
+        node = module.check_gpu_model([{"name": name, "index": "0"}], gpu_type)
+        assert gpu_name_matches(gpu_type, name) == node.ok, (gpu_type, name)
+
+
+@pytest.mark.parametrize("gpu_type", ["H20", "H200 NVL", "H200X"])
+def test_a_gpu_type_the_instance_does_not_have_is_refused_at_validate(gpu_type):
+    problems = catalog.instance_problems(
+        {"type": gpu_type, "instance": "p5en.48xlarge", "per_node": 8}
+    )
+    assert [f for f, _ in problems][:1] == ["gpu.type"], problems
