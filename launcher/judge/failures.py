@@ -75,6 +75,11 @@ def find(
     frozen = _frozen(recs, steps)
     if frozen is not None:
         out.failed.append(frozen)
+    if steps and steps[0] > 0:  # stated, not judged: the window's own steps may all be there
+        out.notes.append(
+            f"the log's first step is {steps[0]}: steps 0-{steps[0] - 1} are not in it (a run "
+            "resumed from a checkpoint, or a log cut at its head)"
+        )
     if stats is None:
         return out
     if stats.skipped_optimizer_steps:

@@ -92,3 +92,18 @@ def test_a_stage_failed_before_training_fails_the_run(tmp_path):
     verdict = json.loads(res.stdout)["verdict"]
     assert res.returncode == 1 and verdict["status"] == "failed"
     assert "run stage(s) failed: assets" in verdict["reasons"]
+
+
+def test_a_log_without_its_first_steps_says_so(tmp_path):
+    """A log holding only steps 5-19 (a resume, or a head cut off) was reproduced without a word."""
+    log = tmp_path / "train.log"
+    run_standin(log, steps=20, step_time_s=step_times_for_tps(CLAIM))
+    lines = log.read_text().splitlines(keepends=True)
+    start = next(i for i, line in enumerate(lines) if "step 5:" in line)
+    first = next(i for i, line in enumerate(lines) if "step 0:" in line or "perf 0:" in line)
+    (tmp_path / "cut.log").write_text("".join(lines[:first] + lines[start:]))
+    res = completed_here("measure", str(tmp_path / "cut.log"), "--recipe", str(SEED), "--json")
+    verdict = json.loads(res.stdout)["verdict"]
+    assert any(
+        "the log's first step is 5: steps 0-4 are not in it" in r for r in verdict["reasons"]
+    )
