@@ -114,7 +114,7 @@ with_patch = to("patches", [dict(PATCH)])
 # READ: (base edit or None, the change, "plan" or "verdict")
 READS: dict[str, tuple[Callable[[Raw], None] | None, Callable[[Raw], None], str]] = {
     "model": (None, to("model", "Qwen3-30B-A3B-X"), "plan"),
-    "gpu.type": (None, to("gpu.type", "H200 NVL"), "plan"),
+    "gpu.type": (None, to("gpu.type", "NVIDIA H200"), "plan"),
     "gpu.memory_gb": (None, to("gpu.memory_gb", 140), "plan"),
     "gpu.count": (None, both(to("gpu.count", 16), to("layout.dp", 16),
                              run_sub("--actor-num-nodes 1", "--actor-num-nodes 2")), "verdict"),

@@ -134,6 +134,16 @@ def errs(run: Run) -> bool:
     return run.error_at is not None and run.error_at < run.steps
 
 
+def cut_after_a_failure(run: Run) -> bool:
+    """A failure the model means to go on from (a retried call's traceback, a killed trainer)
+    printed after the last step the log holds, before the recipe's last: no step shows the run
+    went on, so the log ends in a failure like any other (found 2026-12-05: a one-step log ending
+    in the retry's traceback). After the recipe's last step it is the note of a failure after
+    training (docs/measurement.md), not a failed run."""
+    last = ran(run) - 1
+    return last < STEPS_PER_RUN - 1 and last in (run.recovered_after, run.restart_after)
+
+
 def frozen(losses: list[float]) -> bool:
     count = 1
     for a, b in zip(losses, losses[1:], strict=False):
@@ -151,6 +161,7 @@ def shows_failure(run: Run) -> bool:
         return True
     return (
         errs(run)
+        or cut_after_a_failure(run)
         or (run.nan_grad_from is not None and run.nan_grad_from < n)
         or any(not math.isfinite(x) for x in losses)
         or any(not math.isfinite(run.replay[s]) for s in run.replay if s < n)

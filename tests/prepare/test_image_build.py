@@ -147,6 +147,7 @@ def built(efa_base, registry, tmp_path_factory) -> SimpleNamespace:
     recipe = write_recipe(work, efa_base)
     installer, sha = write_installer(work)
     record = work / "images" / "built.json"
+    record.parent.mkdir()  # --record names a file in a directory that exists
     res = cli(
         "image",
         "build",
