@@ -80,16 +80,20 @@ def hash_files(
 
 def list_tree(root: Path) -> list[str]:
     """Every file under ROOT (relative, sorted), without our manifest, partial files or hf's
-    .cache."""
+    .cache. Walked by `safe_io.walk`: ROOT a real directory, nothing followed, nothing unread;
+    an entry that is neither a directory nor a regular file is refused (UnsafeFile), never
+    left out of a manifest in silence."""
     out = []
-    for dirpath, _dirnames, filenames in os.walk(str(root)):  # never into a symlinked directory
-        for name in filenames:
-            path = Path(dirpath) / name
-            rel = path.relative_to(root)
-            if rel.parts[0] in (MANIFEST, ".cache", ".reproduce-pending", ".reproduce-complete"):
-                continue
-            if stat.S_ISREG(os.lstat(str(path)).st_mode) and not name.endswith(SKIP_PARTS):
-                out.append(rel.as_posix())
+    for e in safe_io.walk(root):
+        if e.rel.split("/")[0] in (MANIFEST, ".cache", ".reproduce-pending", ".reproduce-complete"):
+            continue
+        if stat.S_ISDIR(e.st.st_mode):
+            continue
+        if not stat.S_ISREG(e.st.st_mode):
+            what = "a symlink" if stat.S_ISLNK(e.st.st_mode) else "not a regular file"
+            raise safe_io.UnsafeFile(root / e.rel, f"{what}, in a tree to be listed")
+        if not e.name.endswith(SKIP_PARTS):
+            out.append(e.rel)
     return sorted(out)
 
 

@@ -99,21 +99,33 @@ def adopt(
     conversion's --save) into the cache, after checking it on the host: nothing but real
     directories and regular files of ours with one name (no link the host could follow); the
     rows against the recipe's parquet_sha256; a converted checkpoint sealed by the host from the
-    bytes it hashed. Anything else stays in SRC, named in the error."""
+    bytes it hashed. Anything else stays in SRC, named in the error. SRC itself must be a real
+    directory: a container can put a symlink in its place (to the host user's home), which
+    would have the host walk, prune and hash that instead; nothing is read through it."""
     asset = asset_spec.assets_by_name(spec)[name]
     dest = Path(asset["path"])
+    try:
+        safe_io.real_dir(src)
+    except safe_io.UnsafeFile as err:
+        raise Failed(
+            f"asset {name}: what the container made is not adopted: --from must be a real "
+            f"directory, and {src} is not ({err.why}); nothing there was read, removed or moved"
+        ) from None
     if asset["kind"] == "rows":  # only the rows file itself is taken; the rest stays behind
         bad = []
         item = src / ROWS_STORE_FILE
     else:
         item = src
-        removed = safe_io.prune_links(src)
+        try:
+            removed = safe_io.prune_links(src)
+            bad = safe_io.check_tree(src)
+        except (safe_io.UnsafeFile, PermissionError) as err:
+            raise Failed(_unchecked(name, src, err)) from None
         if removed:
             log(
                 f"{name}: removed {len(removed)} entries that are not regular files from what the "
                 f"container made (never followed): {', '.join(removed[:5])}"
             )
-        bad = safe_io.check_tree(src)
     if bad:
         raise Failed(
             f"asset {name}: what the container made in {src} is not only regular files of this "
@@ -147,9 +159,12 @@ def adopt(
     other = cache_occupant(dest, identity(asset))
     if other is not None:
         raise Failed(f"asset {name}: {dest} holds {other}; nothing was overwritten")
-    manifest = asset_store.make_manifest(
-        src, identity(asset), origin=f"made on {os.uname().nodename}", threads=threads
-    )
+    try:
+        manifest = asset_store.make_manifest(
+            src, identity(asset), origin=f"made on {os.uname().nodename}", threads=threads
+        )
+    except (safe_io.UnsafeFile, PermissionError) as err:
+        raise Failed(_unchecked(name, src, err)) from None
     if not manifest["files"]:
         raise Failed(f"asset {name}: the container left nothing in {src}")
     if os.path.lexists(str(dest)):
@@ -163,7 +178,9 @@ def adopt(
             raise
         tmp = dest.with_name(f".{dest.name}.adopting")
         shutil.rmtree(str(tmp), ignore_errors=True)
-        shutil.copytree(str(src), str(tmp), symlinks=True)  # src holds no links (checked above)
+        for e in manifest["files"]:  # what the host hashed, file by file: no walk of src again
+            _copy_file(src / e["path"], tmp / e["path"], base=tmp.parent)
+        asset_store.write_local_manifest(tmp, manifest)
         bad = asset_store.verify_tree(tmp, manifest, threads=threads)
         if bad:
             raise Failed(f"asset {name}: the copy to {tmp} differs ({bad[0]})") from None
@@ -184,6 +201,13 @@ def _summary_of(path: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+def _unchecked(name: str, src: Path, err: OSError) -> str:
+    return (
+        f"asset {name}: what the container made in {src} cannot be checked whole ({err}); "
+        "nothing was moved into the cache"
+    )
+
+
 def _move_file(src: Path, dest: Path) -> None:
     """SRC into DEST's name: a rename where they share a file system, else a copy into a fresh
     file beside DEST, whose sha256 must be SRC's."""
@@ -195,11 +219,17 @@ def _move_file(src: Path, dest: Path) -> None:
         if err.errno != 18:  # EXDEV
             raise
     want = asset_store.file_sha256(src, owned=True)
-    with safe_io.open_read(src) as fin:
-        fout, tmp = safe_io.create_new(dest)
-        with fout:
-            shutil.copyfileobj(fin, fout, 1 << 20)
-            safe_io.commit(fout, tmp, dest)
+    _copy_file(src, dest, base=dest.parent.parent)
     if asset_store.file_sha256(dest, owned=True) != want:
         raise Failed(f"{dest}: the copy of {src} differs from it")
     os.unlink(str(src))
+
+
+def _copy_file(src: Path, dest: Path, *, base: Path) -> None:
+    """SRC (a regular file of ours, never read through a link) into a fresh file renamed to
+    DEST, whose directories are made below BASE, none of them a link."""
+    with safe_io.open_read(src) as fin:
+        fout, tmp = safe_io.create_new(dest, base=base)
+        with fout:
+            shutil.copyfileobj(fin, fout, 1 << 20)
+            safe_io.commit(fout, tmp, dest)

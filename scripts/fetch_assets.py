@@ -91,15 +91,11 @@ def list_files(dest: Path) -> list[dict[str, Any]]:
     """Every file of the snapshot under DEST, sorted, with its size (our and hf's bookkeeping
     excluded)."""
     out = []
-    for dirpath, _dirs, names in os.walk(str(dest)):  # never into a symlinked directory
-        for name in names:
-            path = Path(dirpath) / name
-            rel = path.relative_to(dest)
-            st = os.lstat(str(path))
-            if rel.parts[0] in (MARKER, PENDING, HF_METADATA_DIR) or not _regular(st):
-                continue
-            out.append({"path": rel.as_posix(), "bytes": st.st_size})
-    return sorted(out, key=lambda e: e["path"])
+    for e in safe_io.walk(dest):  # a real directory, nothing followed, nothing unread skipped
+        if e.rel.split("/")[0] in (MARKER, PENDING, HF_METADATA_DIR) or not _regular(e.st):
+            continue
+        out.append({"path": e.rel, "bytes": e.st.st_size})
+    return sorted(out, key=lambda f: f["path"])
 
 
 def _regular(st: os.stat_result) -> bool:

@@ -359,9 +359,12 @@ def seal(
     current = asset_store.read_local_manifest(path)
     if current is not None and current.get("asset") != identity(asset):
         raise Failed(f"asset {name}: {path} is sealed as {json.dumps(current.get('asset'))}")
-    manifest = asset_store.make_manifest(
-        path, identity(asset), origin=f"made on {os.uname().nodename}", threads=threads
-    )
+    try:
+        manifest = asset_store.make_manifest(
+            path, identity(asset), origin=f"made on {os.uname().nodename}", threads=threads
+        )
+    except safe_io.UnsafeFile as err:  # a link, a FIFO, a part it cannot read: never left out
+        raise Failed(f"asset {name}: {path} is not sealed: {err}") from None
     if not manifest["files"]:
         raise Failed(f"asset {name}: {path} is empty")
     asset_store.write_local_manifest(path, manifest)
