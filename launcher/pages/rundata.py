@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from launcher.records.rundir import Files
+from launcher.records import nodejson
+from launcher.records.rundir import NODE_RESULT_FILES, Files
 
 # The files a run page is made from, in the order the page's footer lists them.
 RUN_FILES = (
@@ -114,6 +115,13 @@ def read_run_dir(path: Path, names: tuple[str, ...] = RUN_FILES) -> RunFiles:
     files = RunFiles(Path(path))
     for name in names:
         p = files.path / name
+        if name in NODE_RESULT_FILES:  # the node's output: one reader, bounded and typed
+            doc = nodejson.read(p)
+            if doc.problem is None:
+                files.data[name] = doc.value
+            else:
+                files.problems[name] = "missing" if doc.missing else f"unreadable: {doc.problem}"
+            continue
         try:
             if not p.exists():
                 files.problems[name] = "missing"

@@ -20,7 +20,8 @@ from typing import Any
 
 from launcher import catalog
 from launcher.errors import BadInput, InfraError
-from launcher.excerpt import excerpt
+from launcher.excerpt import MAX_LINES, clip, excerpt
+from launcher.records.nodejson import Fields, NodeJSONError, decode_at
 from launcher.resources import data_dir
 
 THRESHOLDS_FILE = "preflight_thresholds.json"
@@ -165,11 +166,17 @@ class PreflightReport:
         """One paragraph naming each failed check with its measured and expected values."""
         if self.ok:
             return f"preflight passed ({len(self.checks)} checks)"
+        failed = self.failures()
+        # each part bounded and without control characters: the words are the node's
         parts = [
-            f"{c.name}: {c.shown_value} (expected {c.expected})"
-            + (f" - {c.warning}" if c.warning else "")
-            for c in self.failures()
+            clip(
+                f"{c.name}: {c.shown_value} (expected {c.expected})"
+                + (f" - {c.warning}" if c.warning else "")
+            )
+            for c in failed[:MAX_LINES]
         ]
+        if len(failed) > len(parts):
+            parts.append(f"{len(failed) - len(parts)} more failed checks")
         return (
             "the node failed the GPU preflight: "
             + "; ".join(parts)
@@ -199,21 +206,30 @@ class PreflightReport:
                 console.print(f"[{style}]{c.name}[/]: {c.warning}", markup=True, highlight=False)
 
 
+# A report is looked for at this many line starts `{` from the end, no more: each try may read
+# to the end of the text, and a container printing many such lines must not make it quadratic.
+MAX_REPORT_STARTS = 16
+
+
 def parse_report(text: str) -> PreflightReport:
     """The preflight's JSON object from its stdout, even among other lines (NCCL, warnings).
 
-    Takes the last JSON object that starts a line and has `checks`. No such object is an
-    InfraError: the script did not get to report (killed, wrong Python, not uploaded).
+    Takes the last JSON object that starts a line and has `checks` (a list), among the last
+    MAX_REPORT_STARTS lines that start with `{`. No such object is an InfraError: the script did
+    not get to report (killed, wrong Python, not uploaded). The text is what the node (the
+    GPU preflight: the recipe's image) printed, so it is read as hostile (launcher/records/
+    nodejson.py): nothing but an InfraError comes out, whatever it holds.
     """
-    decoder = json.JSONDecoder()
-    found: dict[str, Any] | None = None
-    for m in re.finditer(r"^\{", text, flags=re.M):
+    found: Fields | None = None
+    starts = [m.start() for m in re.finditer(r"^\{", text, flags=re.M)]
+    for start in reversed(starts[-MAX_REPORT_STARTS:]):
         try:
-            obj, _ = decoder.raw_decode(text, m.start())
-        except json.JSONDecodeError:
+            obj, _ = decode_at(text, start)
+        except NodeJSONError:
             continue
         if isinstance(obj, dict) and isinstance(obj.get("checks"), list):
-            found = obj
+            found = Fields(obj)
+            break
     if found is None:
         tail = excerpt(text, 5)
         raise InfraError(
@@ -222,15 +238,15 @@ def parse_report(text: str) -> PreflightReport:
         )
     checks = [
         PreflightCheck(
-            name=str(c.get("name")),
-            value=c.get("value"),
-            expected=str(c.get("expected", "")),
-            ok=bool(c.get("ok")),
-            unit=c.get("unit"),
-            warning=c.get("warning"),
-            detail=c.get("detail"),
+            name=c.word("name", "?"),
+            value=c.raw("value"),
+            expected=c.word("expected"),
+            ok=c.flag("ok") is True,
+            unit=c.text("unit"),
+            warning=c.text("warning"),
+            detail=c.raw("detail"),
         )
-        for c in found["checks"]
+        for c in found.records("checks")
     ]
-    ok = bool(found.get("ok")) and all(c.ok for c in checks) and bool(checks)
-    return PreflightReport(ok=ok, checks=checks, raw=found)
+    ok = found.flag("ok") is True and all(c.ok for c in checks) and bool(checks)
+    return PreflightReport(ok=ok, checks=checks, raw=found.mapping())

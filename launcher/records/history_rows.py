@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher.errors import BadInput
+from launcher.records import nodejson
 from launcher.records.rundir import Files
 
 # A content-derived slug ends with the recipe's short content hash (launcher/inputs/recipe.py).
@@ -65,7 +66,7 @@ def read_json(path: Path) -> Any:
         return json.loads(path.read_text())
     except (FileNotFoundError, IsADirectoryError):
         return None
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+    except (ValueError, RecursionError) as err:  # not JSON, bad UTF-8, too deep, a huge int
         raise BadInput(f"{path} is not valid JSON: {err}") from None
 
 
@@ -113,7 +114,7 @@ def row_from_run_dir(run_dir: Path) -> RunRow:
     plan = read_json(run_dir / Files.PLAN) or {}
     timeline = read_json(run_dir / Files.TIMELINE) or {}
     verdict = read_json(run_dir / Files.VERDICT) or {}
-    image_facts = read_json(run_dir / Files.IMAGE) or {}
+    image_facts = nodejson.read(run_dir / Files.IMAGE).fields  # the node's: hostile, typed
     result = _read_yaml(run_dir / Files.RESULT) or {}
     unrounded = (
         ((result.get("provenance") or {}).get("unrounded") or {})
@@ -138,8 +139,8 @@ def row_from_run_dir(run_dir: Path) -> RunRow:
     if ended is None and state in ("done", "failed", "cancelled"):
         ended = num(status.get("updated_at"))
     image = plan.get("image")
-    if image_facts.get("image"):
-        image = image_facts["image"]
+    if image_facts.text("image"):
+        image = image_facts.text("image")
     claimed = (verdict.get("claimed") or {}).get("tokens_per_s_per_gpu")
     tolerance = (verdict.get("tolerance") or {}).get("slower_percent")
     slug, legacy = identity(

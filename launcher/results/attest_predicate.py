@@ -23,6 +23,8 @@ from typing import Any
 import yaml
 
 from launcher.errors import BadInput
+from launcher.records import nodejson
+from launcher.records.nodejson import Fields
 from launcher.records.rundir import Files
 
 FIGURES = (
@@ -62,16 +64,28 @@ def plain(value: Any) -> Any:
 
 
 def read_json(root: Path, name: str) -> Any:
-    """A JSON file of the directory, or None when absent; BadInput when it is not JSON."""
+    """A JSON file the launcher wrote into the directory, or None when absent; BadInput when it
+    is not JSON (also too deep, or a number past int()'s limit). The node's reports are read
+    with `node_report` instead."""
     path = Path(root) / name
     if not path.is_file():
         return None
     try:
         return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+    except (OSError, ValueError, RecursionError) as err:  # JSONDecodeError is a ValueError
         raise BadInput(
-            f"{path} is not valid JSON ({err}); the directory cannot be attested."
+            f"{path} is not valid JSON ({str(err)[:200]}); the directory cannot be attested."
         ) from None
+
+
+def node_report(root: Path, name: str, missing: dict[str, str], field: str) -> Fields:
+    """A report the node wrote (launcher/records/nodejson.py: hostile, read within limits, typed);
+    one that is there but unreadable is noted under `field` in `unavailable`, never raised: it
+    costs the attestation that fact, not the attestation."""
+    doc = nodejson.read(Path(root) / name)
+    if not doc.missing and not isinstance(doc.value, dict):
+        missing.setdefault(field, doc.why_not())
+    return doc.fields
 
 
 def read_result(root: Path) -> dict[str, Any]:
@@ -138,40 +152,42 @@ def measured_inputs(root: Path, record: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _node_reports(root: Path, name: str) -> list[tuple[int, Any]]:
-    """Node 0's report (the run dir) and node K's (logs/node-K/), in node order."""
-    found = [(0, read_json(root, name))]
+def _node_reports(
+    root: Path, name: str, missing: dict[str, str], field: str
+) -> list[tuple[int, Fields]]:
+    """Node 0's report (the run dir) and node K's (logs/node-K/), in node order: those that
+    hold a JSON object."""
+    found = [(0, node_report(root, name, missing, field))]
     for d in sorted(Path(root, "logs").glob("node-*")):
         suffix = d.name.removeprefix("node-")
-        if suffix.isdigit():
-            found.append((int(suffix), read_json(root, f"logs/{d.name}/{name}")))
-    return sorted((n, r) for n, r in found if isinstance(r, dict))
+        if suffix.isascii() and suffix.isdigit() and len(suffix) <= 6:
+            found.append((int(suffix), node_report(root, f"logs/{d.name}/{name}", missing, field)))
+    return sorted(((n, r) for n, r in found if r), key=lambda pair: pair[0])
 
 
 def _gpus(root: Path, plan: dict, missing: dict[str, str]) -> dict[str, Any]:
     devices: list[dict[str, Any]] = []
     drivers: set[str] = set()
-    for node, report in _node_reports(root, Files.PREFLIGHT_GPU):
-        for gpu in report.get("gpus") or []:
-            if isinstance(gpu, dict):
-                devices.append(
-                    {
-                        "node": node,
-                        "index": gpu.get("index"),
-                        "model": gpu.get("name"),
-                        "uuid": gpu.get("uuid"),
-                        "serial": gpu.get("serial"),
-                        "pci_bus_id": gpu.get("pci.bus_id"),
-                    }
-                )
-        for check in report.get("checks") or []:
-            if isinstance(check, dict) and check.get("name") == "driver_version":
-                if check.get("value"):
-                    drivers.add(str(check["value"]))
+    for node, report in _node_reports(root, Files.PREFLIGHT_GPU, missing, "gpus.devices"):
+        for gpu in report.records("gpus"):
+            devices.append(
+                {
+                    "node": node,
+                    "index": gpu.scalar("index"),
+                    "model": gpu.scalar("name"),
+                    "uuid": gpu.scalar("uuid"),
+                    "serial": gpu.scalar("serial"),
+                    "pci_bus_id": gpu.scalar("pci.bus_id"),
+                }
+            )
+        for check in report.records("checks"):
+            if check.scalar("name") == "driver_version" and check.scalar("value"):
+                drivers.add(check.word("value"))
     if not devices:
-        missing["gpus.devices"] = (
+        missing.setdefault(
+            "gpus.devices",
             "no GPU preflight report (preflight-gpu.json) in the directory: skipped, failed "
-            "before it, or a measurement of a bare log"
+            "before it, or a measurement of a bare log",
         )
     elif any(d["serial"] in (None, "") for d in devices):
         missing["gpus.devices.serial"] = (
@@ -207,9 +223,9 @@ def _instance(root: Path, run: dict, plan: dict, missing: dict[str, str]) -> dic
         }
         for n in nodes
     ]
-    for index, report in _node_reports(root, Files.PREFLIGHT):
+    for index, report in _node_reports(root, Files.PREFLIGHT, missing, "instance.nodes.hostname"):
         if index < len(hosts):
-            hosts[index]["hostname"] = report.get("host")
+            hosts[index]["hostname"] = report.scalar("host")
     kind = cluster.get("kind")
     if not hosts:
         missing["instance.nodes"] = "no run.json nodes: not a run directory, or it never acquired"
@@ -237,33 +253,32 @@ def _instance(root: Path, run: dict, plan: dict, missing: dict[str, str]) -> dic
 
 
 def _image(root: Path, plan: dict, missing: dict[str, str]) -> dict[str, Any]:
-    image = read_json(root, Files.IMAGE) or {}
+    image = node_report(root, Files.IMAGE, missing, "image.pulled")
     if not image:
-        missing["image.pulled"] = "no image.json: the image stage did not run or did not report"
-    elif "repo_digests" not in image:
+        missing.setdefault(
+            "image.pulled", "no image.json: the image stage did not run or did not report"
+        )
+    elif not image.has("repo_digests"):
         missing["image.repo_digests"] = (
             "image.json has no RepoDigests (a Ray cluster's check, or a node script before them)"
         )
+    digests = image.raw("repo_digests")
     return {
         "pinned": plan.get("image"),
-        "pulled": image.get("image"),
-        "checked_digest": image.get("digest"),
-        "image_id": image.get("id"),
-        "repo_digests": image.get("repo_digests"),
+        "pulled": image.scalar("image"),
+        "checked_digest": image.scalar("digest"),
+        "image_id": image.scalar("id"),
+        "repo_digests": image.words("repo_digests") if isinstance(digests, list) else None,
     }
 
 
 def _stack(root: Path, missing: dict[str, str]) -> dict[str, Any] | None:
-    stack = read_json(root, Files.STACK)
-    if not isinstance(stack, dict):
-        missing["stack"] = "no stack.json: the stack probe did not run"
+    stack = node_report(root, Files.STACK, missing, "stack")
+    if not stack:
+        missing.setdefault("stack", "no stack.json: the stack probe did not run")
         return None
-    found = {
-        str(c.get("name")): c.get("value")
-        for c in stack.get("checks") or []
-        if isinstance(c, dict) and c.get("name")
-    }
-    return {"policy": stack.get("policy"), "ok": stack.get("ok"), "found": found}
+    found = {c.word("name"): c.scalar("value") for c in stack.records("checks") if c.scalar("name")}
+    return {"policy": stack.scalar("policy"), "ok": stack.scalar("ok"), "found": found}
 
 
 def _timeline(root: Path, missing: dict[str, str]) -> dict[str, Any] | None:

@@ -8,7 +8,6 @@ ReproduceError; a run that ended returns an Outcome.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -16,6 +15,7 @@ from typing import TYPE_CHECKING
 from launcher.errors import BadInput, CheckFailed, InfraError, Interrupted, ReproduceError
 from launcher.excerpt import MAX_LINES, clip, log_tail
 from launcher.plan.protocol import ASSET_PLAN_FILE
+from launcher.records import nodejson
 from launcher.records.rundir import TRAIN_STAGE, Files, RunDir, Timeline
 
 if TYPE_CHECKING:
@@ -65,40 +65,39 @@ def failed_stage(timeline: Timeline) -> str | None:
 
 
 def check_detail(rd: RunDir, stage: str | None, where: Path | None = None) -> str | None:
-    """What a failed check measured, from the node's report (preflight*.json, stack.json) in
-    `where` (the run dir for node 0; logs/node-K for node K)."""
+    """What a failed check measured, from the node's report (preflight*.json, stack.json,
+    assets-plan.json) in `where` (the run dir for node 0; logs/node-K for node K); None when
+    there is none. The reports are the node's output, hostile (the GPU preflight and the stack
+    probe run in the recipe's image): read through launcher/records/nodejson.py, so a report of
+    any shape gives words or None here, never an exception, and the run still gets its exit code.
+    """
     where = where if where is not None else rd.path
     if stage in ("preflight", "preflight-gpu"):
-        path = where / f"{stage}.json"
-        if not path.exists():
-            return None
         from launcher.plan.preflight import parse_report
 
         try:
-            return parse_report(path.read_text(errors="replace")).summary()
+            text = nodejson.read_text(where / f"{stage}.json")
+            return parse_report(text).summary() if text is not None else None
         except ReproduceError:
             return None
     if stage == "resolve":
-        try:
-            plan = json.loads((where / ASSET_PLAN_FILE).read_text()) or {}
-        except (OSError, ValueError):
-            plan = {}
+        plan = nodejson.read(where / ASSET_PLAN_FILE).fields
         # each reason on a line of its own (scripts/asset_resolve.py), each line bounded
-        lines = [ln for p in (plan.get("problems") or []) for ln in str(p).splitlines()]
+        lines = [ln for p in plan.words("problems") for ln in p.splitlines()]
         shown = [clip(ln) for ln in lines[: MAX_LINES * 3]]
         if len(lines) > len(shown):
             shown.append(f"[... {len(lines) - len(shown)} more lines in {ASSET_PLAN_FILE}]")
         if shown:
             return "the run's assets cannot all be supplied:\n  " + "\n  ".join(shown)
     if stage == "stack":
-        try:
-            report = json.loads((where / Files.STACK).read_text()) or {}
-        except (OSError, ValueError):
-            report = {}
-        bad = [c for c in report.get("checks", []) if not c.get("ok")]
+        report = nodejson.read(where / Files.STACK).fields
+        bad = [c for c in report.records("checks") if c.flag("ok") is not True]
         if bad:
             return "the image's software differs from the recipe's stack: " + "; ".join(
-                clip(f"{c.get('name')}: {c.get('value')} (expected {c.get('expected')})")
+                clip(
+                    f"{c.word('name', '?')}: {c.word('value', 'None')} "
+                    f"(expected {c.word('expected', 'None')})"
+                )
                 for c in bad[:MAX_LINES]
             )
     return None

@@ -33,7 +33,7 @@ from launcher.judge.parse.lines import (
     ARGS_BEGIN,
     ARGS_END,
     BARE,
-    REPEATED_RE,
+    MAX_DIGITS,
     ROLE_STEP,
     argument,
     bare,
@@ -42,6 +42,7 @@ from launcher.judge.parse.lines import (
     last_step,
     marker,
     parse_payload,
+    repeated,
     shown,
     stamp,
     stamp_bytes,
@@ -167,9 +168,9 @@ class MilesLogParser:
     def candidate(self, line: str, last: bool = False) -> list[StepRecord]:
         """A line that passed the pre-filter. Does not count it in `lines`."""
         if "across cluster]" in line:  # counted by the line loops; here only stripped
-            rep = REPEATED_RE.search(line)
+            rep = repeated(line)
             if rep:
-                line = line[: rep.start()]
+                line = line[: rep[0]]
         found = marker(line)
         if found is not None:
             kind: str | None
@@ -207,7 +208,7 @@ class MilesLogParser:
         if space <= 0 or not line.isascii() or not line.endswith(b"}") or b"cluster]" in line:
             return None
         num = line[space + 1 : colon]
-        if not num.isdigit():
+        if len(num) > MAX_DIGITS or not num.isdigit():  # as marker(): not a step number
             return None
         if line.startswith(b"step", space - 4, space):
             kind, begin = "step", space - 4
@@ -526,10 +527,10 @@ class MilesLogParser:
 
 
 def count_repeated(stats: ParseStats, line: str) -> None:
-    rep = REPEATED_RE.search(line)
+    rep = repeated(line)
     if rep:
         stats.repeated += 1
-        stats.repeated_collapsed += int(rep.group(1))
+        stats.repeated_collapsed += rep[1]
 
 
 def note_first(stats: ParseStats, lines: Iterable[str]) -> None:

@@ -22,7 +22,14 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from launcher.judge.parse.lines import ANSI_RE, as_float, marker, number, parse_payload
+from launcher.judge.parse.lines import (
+    ANSI_RE,
+    as_float,
+    marker,
+    number,
+    parse_payload,
+    small_int,
+)
 
 
 @dataclass(frozen=True)
@@ -148,8 +155,10 @@ def skipped_rollout(line: str) -> int | None:
     if "op=train_step" not in line:
         return None
     for word in line.split():
-        if word.startswith("rollout=") and word[8:].isdigit():
-            return int(word[8:])
+        if word.startswith("rollout="):
+            number = small_int(word[8:])  # `rollout=²` or 5,000 digits: no rollout, no ValueError
+            if number is not None:
+                return number
     return None
 
 

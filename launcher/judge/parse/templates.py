@@ -29,8 +29,9 @@ from launcher.judge.parse.shapes import (
     WAIT_KEY,
 )
 
-# The reference number grammar (lines.py `_NUM`) on ASCII bytes.
-NUM = rb"[-+]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?|nan|inf)"
+# The reference number grammar (lines.py `_NUM`) on ASCII bytes; its digits before a point are
+# one run, so a long run of digits that fails is not split every way (linear, not quadratic).
+NUM = rb"[-+]?(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?|nan|inf)"
 _WRAP = rb"np\.(?:float(?:64|32|16)|int(?:64|32))\("
 _KEY = rb"[^'\\\n\[\]{}\"\x1b]*"
 _VALUE = rb"(?:" + _WRAP + NUM + rb"\)|" + NUM + rb")"
@@ -38,6 +39,12 @@ _FLAT_PAIR = rb"'" + _KEY + rb"': " + _VALUE
 _FLAT_RE = re.compile(rb"\{" + _FLAT_PAIR + rb"(?:, " + _FLAT_PAIR + rb")*\}")
 _PAIR_RE = re.compile(rb"'(" + _KEY + rb")': (" + _WRAP + rb")?" + NUM)
 _MAX_TEMPLATES = 8  # per kind of line: a run prints a few layouts; more is a log to read slowly
+# Compiling a layout costs far more than reading one payload (about 0.3 ms a pair): it pays only
+# for a layout read again and again. A payload of more pairs than a run prints, and every layout
+# past the first _MAX_LEARNT of a kind, is left to the general reader, so a hostile log of ever
+# new, long layouts costs linear time at the general reader's speed, never a compile per line.
+_MAX_PAIRS = 64
+_MAX_LEARNT = 64
 
 
 @dataclass(frozen=True)
@@ -63,7 +70,9 @@ class Template:
 
 def template_of(payload: bytes) -> Template | None:
     """The template of a payload (`{...}`, bytes as in the log), or None when it is not one."""
-    if not payload.isascii() or _FLAT_RE.fullmatch(payload) is None:
+    if payload.count(b"': ") > _MAX_PAIRS or not payload.isascii():
+        return None
+    if _FLAT_RE.fullmatch(payload) is None:
         return None
     pairs = [(m.group(1).decode(), m.group(2) or b"") for m in _PAIR_RE.finditer(payload)]
     parts = []
@@ -100,6 +109,7 @@ class Templates:
 
     def __init__(self) -> None:
         self.known: list[Template] = []
+        self.learnt = 0  # layouts compiled so far (at most _MAX_LEARNT)
 
     def match(self, payload: bytes) -> tuple[Template, re.Match[bytes]] | None:
         """(template, match) of a payload, learning its layout when it is new; None when the
@@ -115,9 +125,12 @@ class Templates:
                 if i:
                     known.insert(0, known.pop(i))
                 return tmpl, m
+        if self.learnt >= _MAX_LEARNT:
+            return None
         learnt = template_of(payload)
         if learnt is None:
             return None
+        self.learnt += 1
         m = learnt.regex.fullmatch(payload)
         if m is None:  # a template matches the payload it was made from
             return None
