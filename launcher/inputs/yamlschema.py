@@ -370,14 +370,9 @@ def field_path(parts: Any) -> str:
 def _explain(err: Any) -> list[tuple[str, str]]:
     path = field_path(err.absolute_path)
     kind = err.validator
-    if "propertyNames" in err.absolute_schema_path:
-        return [
-            (
-                field_path([*err.absolute_path, str(err.instance)]),
-                "not a shell variable name; expected letters, "
-                "digits and _, not starting with a digit",
-            )
-        ]
+    if "propertyNames" in err.absolute_schema_path:  # the schema says what a name must be
+        said = (err.schema or {}).get("x-message") or "not an allowed name"
+        return [(field_path([*err.absolute_path, str(err.instance)]), " ".join(str(said).split()))]
     if kind == "additionalProperties" and isinstance(err.instance, dict):
         allowed = sorted((err.schema.get("properties") or {}).keys())
         extra = [k for k in err.instance if k not in allowed]

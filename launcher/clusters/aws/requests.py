@@ -75,6 +75,8 @@ def run_tags(
     The launch id is what teardown checks before it ends anything: the run id alone can be
     reused (`--run-id`), the launch id is drawn anew for every launch.
     """
+    # The profile's schema refuses Name and reproduce:* (they were dropped here without a word);
+    # kept as the last guard: what finds a run is never another's to set.
     tags = {k: v for k, v in (extra or {}).items() if not k.startswith(TAG_PREFIX) and k != "Name"}
     tags.update(
         {

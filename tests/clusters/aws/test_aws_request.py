@@ -279,3 +279,37 @@ def test_an_ipv6_operator_address_gets_an_ipv6_rule(tmp_path):
     ingress = next(c for c in calls if c.operation == "AuthorizeSecurityGroupIngress").params
     assert ingress["IpPermissions"][1]["Ipv6Ranges"][0]["CidrIpv6"] == "2001:db8::7/128"
     assert "IpRanges" not in ingress["IpPermissions"][1]
+
+
+def _launchers_own_tags(tmp_path) -> set[str]:
+    """Every tag key the launcher writes on what it creates, read from the requests themselves
+    (a tag added tomorrow is in this set without a word here)."""
+    keys: set[str] = set()
+    for call in calls_for(tmp_path, two_node_recipe(tmp_path)):
+        for spec in call.params.get("TagSpecifications", []):
+            keys.update(t["Key"] for t in spec["Tags"])
+    return keys
+
+
+def test_a_profile_may_not_set_a_tag_the_launcher_finds_its_resources_by(tmp_path):
+    """Teardown and reap find a run's resources by the launcher's tags (Name, reproduce:*): a
+    profile's `tags` naming one was dropped without a word (found 2026-12-04). Now each is
+    refused at load, naming the field; AWS's own prefix and its limits too."""
+    own = _launchers_own_tags(tmp_path)
+    assert {"Name", TAG_RUN_ID, TAG_OWNER} <= own
+    for key in sorted(own | {"aws:cloudformation:stack-name", "", "k" * 129}):
+        with pytest.raises(BadInput) as err:
+            calls_for(tmp_path, tags={key: "mine"})
+        assert f"tags.{key}" in str(err.value) and err.value.exit_code == 2, (key, err.value)
+    with pytest.raises(BadInput, match="tags"):
+        calls_for(tmp_path, tags={"team": "v" * 257})
+    with pytest.raises(BadInput, match="tags"):
+        calls_for(tmp_path, tags={f"t{i}": "x" for i in range(45)})
+
+
+def test_every_tag_a_profile_may_set_reaches_every_resource_unchanged(tmp_path):
+    extra = {"team": "ml", "cost-center": "4711", "k" * 128: "v" * 256}
+    for call in calls_for(tmp_path, two_node_recipe(tmp_path), tags=extra):
+        for spec in call.params.get("TagSpecifications", []):
+            tags = {t["Key"]: t["Value"] for t in spec["Tags"]}
+            assert extra.items() <= tags.items(), (call.operation, spec["ResourceType"])
