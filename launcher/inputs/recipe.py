@@ -24,6 +24,7 @@ from launcher.errors import BadInput
 from launcher.inputs.envnames import BOUND_VARIABLES, launcher_env_problems
 from launcher.inputs.patches import problems as patch_problems
 from launcher.inputs.runargs import run_block_problems
+from launcher.inputs.stack import stack_problems, stack_version
 from launcher.inputs.yamlschema import (
     FastSafeLoader,
     format_problems,
@@ -208,8 +209,8 @@ class Recipe:
 
     @property
     def cuda(self) -> str | None:
-        value = self.raw["stack"].get("cuda")
-        return str(value) if value is not None else None
+        """The CUDA version stack.cuda leads with ('13.0'), the one the node is given."""
+        return stack_version(self.raw["stack"], "cuda")
 
     @cached_property
     def image(self) -> Image:
@@ -450,6 +451,7 @@ def consistency_problems(raw: dict[str, Any]) -> list[tuple[str, str]]:
     image_problem = _image_problem(raw["stack"])
     if image_problem:
         problems.append(image_problem)
+    problems += stack_problems(raw["stack"])
     problems += _path_problems(raw)
     problems += launcher_env_problems(raw.get("env") or {})
     problems += run_block_problems(raw)

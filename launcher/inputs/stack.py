@@ -9,6 +9,7 @@ the keys below.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 # probe key -> (recipe stack field, how to read the expectation from its text)
@@ -26,24 +27,52 @@ def _commit(text: str) -> str | None:
     return m.group(1) if m else None
 
 
+# probe key -> (recipe stack field, how its expectation is read, what the text must hold)
+READERS: dict[str, tuple[str, Callable[[str], str | None], str]] = {
+    "miles_commit": ("framework", _commit, "'commit <7 to 40 hex digits>'"),
+    "megatron_commit": ("megatron_lm", _commit, "'commit <7 to 40 hex digits>'"),
+    "transformer_engine": ("transformer_engine", _version, "a version first ('2.17.0')"),
+    "torch": ("pytorch", _version, "a version first ('2.11.0')"),
+    "cuda": ("cuda", _version, "a version first ('13.0')"),
+    "nccl": ("nccl", _version, "a version first ('2.28.9')"),
+    "deepep": ("deepep", _version, "a version first ('1.2.1')"),
+    "python": ("python", _version, "a version first ('3.12.3')"),
+}
+
+
 def expected_versions(stack: dict[str, Any]) -> dict[str, str]:
     """Probe key -> expected value (a version prefix, or a commit prefix for source trees)."""
     out: dict[str, str] = {}
-    readers = {
-        "miles_commit": ("framework", _commit),
-        "megatron_commit": ("megatron_lm", _commit),
-        "transformer_engine": ("transformer_engine", _version),
-        "torch": ("pytorch", _version),
-        "cuda": ("cuda", _version),
-        "nccl": ("nccl", _version),
-        "deepep": ("deepep", _version),
-        "python": ("python", _version),
-    }
-    for key, (field, reader) in readers.items():
+    for key, (field, reader, _) in READERS.items():
         text = stack.get(field)
-        if text is None:
-            continue
-        value = reader(str(text))
+        value = reader(str(text)) if text is not None else None
         if value:
             out[key] = value
     return out
+
+
+def stack_version(stack: dict[str, Any], field: str) -> str | None:
+    """The version a stack field leads with ('13.0' of "13.0 (driver 580)"), or None: what the
+    node is given, never the field's prose (the preflight read every number of
+    "13.0 (driver 580)" as the version 13.0.580 and refused a node whose driver runs 13.0)."""
+    text = stack.get(field)
+    return _version(str(text)) if text is not None else None
+
+
+def stack_problems(stack: dict[str, Any]) -> list[tuple[str, str]]:
+    """A version field that is stated but leads with no version: the probe would pass over it
+    without a word, so a claim about the stack would go unchecked. Refused at validate instead
+    (null says "not stated"). framework and megatron_lm are required prose: their commit is
+    checked when they name one."""
+    problems = []
+    for field, reader, wanted in READERS.values():
+        text = stack.get(field)
+        if reader is _version and text is not None and not reader(str(text)):
+            problems.append(
+                (
+                    f"stack.{field}",
+                    f"{str(text)[:80]!r} states no version the probe can check; "
+                    f"expected {wanted}, or null when not stated",
+                )
+            )
+    return problems

@@ -142,7 +142,8 @@ def test_hostile_values_are_never_executed(tmp_path: Path) -> None:
     calls = read_calls(log)
     preflight = next(c for c in calls if c[0] == "python3" and c[1].endswith("preflight.py"))
     assert preflight[preflight.index("--gpu-type") + 1] == EVIL[0]
-    assert preflight[preflight.index("--cuda") + 1] == "13.0 " + EVIL[1]
+    # the node is given the version stack.cuda leads with, never its prose (inputs/stack.py)
+    assert preflight[preflight.index("--cuda") + 1] == "13.0"
     docker_runs = [c for c in calls if c[:2] == ["docker", "run"]]
     assert docker_runs and all(EVIL[6] in c for c in docker_runs)
     # the recipe's asset values reach the node programs as the spec, byte for byte (a heredoc)
