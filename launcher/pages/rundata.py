@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher.records import nodejson
-from launcher.records.rundir import NODE_RESULT_FILES, Files
+from launcher.records.rundir import NODE_RESULT_FILES, Files, load_yaml
 
 # The files a run page is made from, in the order the page's footer lists them.
 RUN_FILES = (
@@ -103,9 +103,7 @@ def _parse(name: str, text: str) -> Any:
                 break
         return out
     if name.endswith(".yaml"):
-        import yaml
-
-        return yaml.safe_load(text)
+        return load_yaml(text)
     return _strict_json(text)
 
 

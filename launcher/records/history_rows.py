@@ -23,7 +23,7 @@ from typing import Any
 
 from launcher.errors import BadInput
 from launcher.records import nodejson
-from launcher.records.rundir import Files
+from launcher.records.rundir import Files, load_yaml
 
 # A content-derived slug ends with the recipe's short content hash (launcher/inputs/recipe.py).
 _CONTENT_SLUG = re.compile(r"^[^/]+/[^/]+/[^/]+-[0-9a-f]{10}$")
@@ -74,7 +74,7 @@ def _read_yaml(path: Path) -> Any:
     import yaml
 
     try:
-        return yaml.safe_load(path.read_text())
+        return load_yaml(path.read_text())
     except FileNotFoundError:
         return None
     except yaml.YAMLError as err:

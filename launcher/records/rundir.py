@@ -34,8 +34,17 @@ from typing import Any
 import yaml
 
 from launcher.errors import BadInput, InfraError
+from launcher.inputs.yamlschema import FastSafeLoader
 from launcher.judge.split import TRAIN_STAGE as TRAIN_STAGE  # the stage whose log is the training
 from launcher.records.atomic import write_atomic
+
+
+def load_yaml(text: str) -> Any:
+    """A YAML document of a run directory (result.yaml, recipe.yaml, profile.yaml) as
+    yaml.safe_load reads it, with libyaml's safe loader where present: the same values, about
+    ten times faster (a run page, a history row and an attestation each read result.yaml, and
+    the pure-Python loader was most of their time). Raises yaml.YAMLError as safe_load does."""
+    return yaml.load(text, Loader=FastSafeLoader)  # noqa: S506 - a safe loader
 
 
 class Files:

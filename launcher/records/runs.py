@@ -19,7 +19,7 @@ from typing import Any
 from launcher.catalog import Price
 from launcher.errors import BadInput
 from launcher.records.billing import Billing, last_known
-from launcher.records.rundir import FINAL_STATES, TRAIN_STAGE, Files, RunDir
+from launcher.records.rundir import FINAL_STATES, TRAIN_STAGE, Files, RunDir, load_yaml
 
 TAIL_BYTES = 1 << 20  # the end of train.log read for the last step (a log may be gigabytes)
 
@@ -255,7 +255,7 @@ def _measured_gpu_hours(rd: RunDir) -> float | None:
     import yaml
 
     try:
-        data = yaml.safe_load((rd.path / Files.RESULT).read_text())
+        data = load_yaml((rd.path / Files.RESULT).read_text())
     except (OSError, yaml.YAMLError, UnicodeDecodeError):
         return None
     return _num(data.get("gpu_hours")) if isinstance(data, dict) else None
@@ -265,7 +265,7 @@ def _steps_per_run(recipe_file: Path) -> int | None:
     import yaml
 
     try:
-        raw = yaml.safe_load(recipe_file.read_text())
+        raw = load_yaml(recipe_file.read_text())
         value = raw["result"]["steps_per_run"]
     except (OSError, yaml.YAMLError, UnicodeDecodeError, KeyError, TypeError):
         return None

@@ -25,7 +25,7 @@ import yaml
 from launcher.errors import BadInput
 from launcher.records import nodejson
 from launcher.records.nodejson import Fields
-from launcher.records.rundir import Files
+from launcher.records.rundir import Files, load_yaml
 
 FIGURES = (
     "tokens_per_s_per_gpu",
@@ -91,7 +91,7 @@ def node_report(root: Path, name: str, missing: dict[str, str], field: str) -> F
 def read_result(root: Path) -> dict[str, Any]:
     path = Path(root) / Files.RESULT
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = load_yaml(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise BadInput(f"{root} holds no result.yaml: nothing measured to attest.") from None
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
@@ -326,7 +326,7 @@ def build_predicate(root: Path, *, now: float | None = None) -> dict[str, Any]:
     run = read_json(root, Files.RUN) or {}
     missing: dict[str, str] = {}
     recipe_path = root / inputs["recipe"]["path"]
-    raw = yaml.safe_load(recipe_path.read_text(encoding="utf-8")) or {}
+    raw = load_yaml(recipe_path.read_text(encoding="utf-8")) or {}
     from launcher.inputs.recipe import recipe_slug
 
     plan_recipe = plan.get("recipe") or {}

@@ -26,11 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
-
 from launcher.catalog import Price
 from launcher.errors import BadInput, CheckFailed
-from launcher.records.rundir import TRAIN_STAGE, Files
+from launcher.records.rundir import TRAIN_STAGE, Files, load_yaml
 from launcher.results.attest import (
     ENVELOPE_FILE,
     PUB_FILE,
@@ -303,8 +301,8 @@ def _same_runs(root: Path, again: Path, names: set[str]) -> None:
         signed, measured = root / name, again / name
         if name.endswith((".json", ".yaml")):
             diff = first_difference(
-                _norm(yaml.safe_load(signed.read_text(encoding="utf-8"))),
-                _norm(yaml.safe_load(measured.read_text(encoding="utf-8"))),
+                _norm(load_yaml(signed.read_text(encoding="utf-8"))),
+                _norm(load_yaml(measured.read_text(encoding="utf-8"))),
             )
             if diff:
                 raise CheckFailed(
