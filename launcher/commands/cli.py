@@ -544,6 +544,9 @@ def unknown_command(word: str, names: list[str]) -> None:
 
 def main() -> None:
     """Console entry point: one clear paragraph and the documented exit code on any failure."""
+    from launcher.runner.signals import report_thread_failures
+
+    report_thread_failures()
     try:
         args = _default_to_run(sys.argv[1:])
         if "--json" in args:

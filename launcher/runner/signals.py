@@ -184,3 +184,39 @@ def settle_streams() -> None:
                 stream.flush()
             except (OSError, ValueError):
                 pass
+
+
+def report_thread_failures() -> None:
+    """No thread prints a traceback: an exception that ends a background thread is one line on
+    stderr, as every other failure is one paragraph (docs/architecture.md, the error contract).
+
+    Why: Python's default hook prints the whole traceback. paramiko reads a file with a thread of
+    its own that sends the read requests (`_prefetch_thread`); when the node goes away mid-read
+    (a node unreachable mid-run, which the launcher handles by detaching with a hint), that thread
+    died with `OSError: Socket is closed` and its traceback landed in the middle of the hint
+    (found 2026-12-05). A connection lost inside paramiko's own threads is said by the main
+    thread already, so it is dropped here; anything else is one warning line."""
+    import sys
+    import traceback
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        if args.exc_type is SystemExit:
+            return
+        frames = traceback.extract_tb(args.exc_traceback) if args.exc_traceback else []
+        inside_paramiko = bool(frames) and "paramiko" in frames[-1].filename.split("/")
+        lost = any(
+            c.__name__ in ("OSError", "EOFError", "SSHException") for c in args.exc_type.__mro__
+        )
+        if inside_paramiko and lost:
+            return  # the main thread reports the lost connection
+        name = args.thread.name if args.thread is not None else "a thread"
+        try:
+            print(
+                f"warning: background work ({name}) stopped: "
+                f"{args.exc_type.__name__}: {args.exc_value}",
+                file=sys.stderr,
+            )
+        except (OSError, ValueError):
+            pass  # stderr is gone: the exit code still tells
+
+    threading.excepthook = hook

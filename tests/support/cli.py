@@ -62,6 +62,7 @@ def reproduce_here(
     import io
     import signal
     import tempfile
+    import threading
     import traceback
 
     from launcher.commands import cli
@@ -70,6 +71,7 @@ def reproduce_here(
     saved_streams = (sys.stdin, sys.stdout, sys.stderr)
     saved_signals = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     saved_fds = (os.dup(1), os.dup(2))
+    saved_hook = threading.excepthook  # main() installs its own (runner/signals.py)
     code = 0
     with tempfile.TemporaryFile() as out_f, tempfile.TemporaryFile() as err_f:
         try:
@@ -116,6 +118,7 @@ def reproduce_here(
             os.environ.update(saved_env)
             for sig, handler in saved_signals.items():
                 signal.signal(sig, handler)
+            threading.excepthook = saved_hook
         out_f.seek(0)
         err_f.seek(0)
         out, err = (f.read().decode("utf-8", "replace") for f in (out_f, err_f))
