@@ -42,9 +42,12 @@ from store_base import (  # noqa: E402, F401 (re-exported: the store's one vocab
     FORMAT,
     MANIFEST,
     PART_BYTES,
+    Digest,
+    Pins,
     Progress,
     Store,
     StoreError,
+    digest_file,
     fetch_ranges,
     parse_manifest,
     safe_path,
@@ -202,8 +205,15 @@ class LocalStore(Store):
         return (st.st_size, None) if st is not None else None
 
     def get_file(
-        self, key: str, path: str, dest: Path, size: int, progress: Progress
-    ) -> tuple[str, bool]:
+        self,
+        key: str,
+        path: str,
+        dest: Path,
+        size: int,
+        progress: Progress,
+        *,
+        git_blob: bool = False,
+    ) -> tuple[Digest, bool]:
         """Parallel preads of one open file (never a link; another writer's, so its bytes are
         checked): a shared filesystem (NFS, FSx) serves many reads in flight far faster than
         one."""
@@ -215,7 +225,9 @@ class LocalStore(Store):
                     f"{src}: {there} bytes, its manifest says {size}; not fetched", mismatch=True
                 )
             fd = fin.fileno()
-            return fetch_ranges(lambda off, n: os.pread(fd, n, off), dest, size, path, progress)
+            return fetch_ranges(
+                lambda off, n: os.pread(fd, n, off), dest, size, path, progress, git_blob=git_blob
+            )
 
     def put_file(self, key: str, path: str, src: Path, sha256: str, progress: Progress) -> str:
         target = self.root / key / path
@@ -313,13 +325,20 @@ def fetch(
     asset: dict[str, Any],
     *,
     only: Iterable[str] | None = None,
+    pins: Pins | None = None,
     threads: int = 8,
     progress: Progress = _quiet_progress,
     log: Log = _stderr,
 ) -> dict[str, Any]:
     """Make DEST hold the asset stored under KEY, every file checked against the store's
     manifest; files already in DEST with the right sha256 are kept (a re-run resumes). The
-    store's manifest lands in DEST last. ONLY limits it to some files (no manifest written)."""
+    store's manifest lands in DEST last. ONLY limits it to some files (no manifest written).
+
+    PINS (a snapshot: the Hub's listing, hub_pins.py) are checked where the store's own word is
+    not enough: the manifest this fetch reads against them before any byte (a file too many, one
+    missing, a size or LFS sha256 of its own), then each file's bytes as they arrive, before the
+    file takes its name; the files pinned by their git blob id (small, kept in git) come first,
+    so a swapped config is refused before the weights are fetched."""
     manifest = store.read_manifest(key)
     if manifest is None:
         raise StoreError(
@@ -331,6 +350,15 @@ def fetch(
             f"not {json.dumps(asset, sort_keys=True)}",
             mismatch=True,
         )
+    if pins is not None:
+        wrong = pins.check_manifest(manifest)
+        if wrong:
+            raise StoreError(
+                f"{store.where(key)} differs from {pins.how}: {'; '.join(wrong[:3])}"
+                + (f" (and {len(wrong) - 3} more)" if len(wrong) > 3 else "")
+                + "; nothing was fetched",
+                mismatch=True,
+            )
     entries = manifest["files"]
     if only is not None:
         wanted = set(only)
@@ -341,38 +369,59 @@ def fetch(
                 f"{store.where(key)}: the manifest lists no {sorted(missing)}", mismatch=True
             )
 
+    def pinned(e: dict[str, Any], got: Digest) -> str | None:
+        """What differs from the pins (None: nothing, or no pins)."""
+        return pins.check(e["path"], got) if pins is not None else None
+
     def one(e: dict[str, Any]) -> str:
         target = dest / e["path"]
+        blob = pins is not None and pins.wants_blob(e["path"])
         try:
             st = safe_io.lstat_regular(target, owned=True)
         except OSError:
             st = None  # not a file of ours: replaced below (a rename never follows it)
         if st is not None and st.st_size == e["bytes"]:
-            if file_sha256(target, owned=True) == e["sha256"]:
+            have = digest_file(target, e["bytes"], git_blob=blob)
+            if have.sha256 == e["sha256"] and pinned(e, have) is None:
                 return "kept"
         partial = target.with_name(target.name + ".partial")
         safe_io.make_dirs(partial.parent, base=dest)
-        got, resumed = store.get_file(key, e["path"], partial, e["bytes"], progress)
-        if got != e["sha256"] and resumed:  # an earlier attempt's prefix: once more from byte 0
+        got, resumed = store.get_file(key, e["path"], partial, e["bytes"], progress, git_blob=blob)
+        if got.sha256 != e["sha256"] and resumed:  # an earlier attempt's prefix: from byte 0
             log(f"  {e['path']}: the continued partial file's sha256 differs; fetching it again")
             _clear(partial)
-            got, resumed = store.get_file(key, e["path"], partial, e["bytes"], progress)
-        if got != e["sha256"]:
+            got, resumed = store.get_file(
+                key, e["path"], partial, e["bytes"], progress, git_blob=blob
+            )
+        if got.sha256 != e["sha256"]:
             _clear(partial)
             raise StoreError(
-                f"{store.where(key, e['path'])}: sha256 {got}, its manifest says {e['sha256']}",
+                f"{store.where(key, e['path'])}: sha256 {got.sha256}, its manifest says "
+                f"{e['sha256']}",
+                mismatch=True,
+            )
+        bad = pinned(e, got)
+        if bad is not None and pins is not None:
+            _clear(partial)
+            raise StoreError(
+                f"{store.where(key, e['path'])} differs from {pins.how}: {bad}; it did not take "
+                "its name",
                 mismatch=True,
             )
         os.replace(str(partial), str(target))  # hashed as it arrived: no second pass
         return "fetched"
 
     safe_io.make_dirs(dest, base=dest.parent)
+    by_blob = [pins is not None and pins.wants_blob(e["path"]) for e in entries]
+    results: list[str] = []
     with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
-        results = list(pool.map(one, entries))
+        for first in (True, False):
+            results += pool.map(one, [e for e, b in zip(entries, by_blob) if b is first])
     fetched = results.count("fetched")
     log(
         f"{store.where(key)} -> {dest}: {fetched} file(s) fetched, {len(results) - fetched} "
         f"already there, {sum(e['bytes'] for e in entries)} bytes, every sha256 checked"
+        + (f", every file against {pins.how}" if pins is not None else "")
     )
     if only is None:
         write_local_manifest(dest, {**manifest, "origin": store.where(key)})

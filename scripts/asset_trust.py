@@ -8,8 +8,9 @@ a store holds (docs/architecture.md, "The trust boundary").
   a converted checkpoint from the bytes it hashed itself, and only then moves it into the cache.
 - rows from anywhere are checked against the recipe's own parquet_sha256, never only against a
   manifest that came with them;
-- a snapshot from the store is checked against the Hub's LFS sha256 for the pinned commit (the
-  live listing, or the one `prepare` recorded when the Hub cannot be reached).
+- a snapshot from the store is checked, every file of it, against the Hub's listing of the pinned
+  commit (hub_pins.py: LFS files by sha256, the others by git blob id; the live listing, or the
+  one recorded beside the snapshot when the Hub cannot be reached).
 
 Standard library only; python 3.8; never imports `launcher`. Used by node_assets.py.
 """
@@ -29,7 +30,7 @@ if _HERE not in sys.path:
 
 import asset_spec  # noqa: E402 (after the sys.path line above)
 import asset_store  # noqa: E402
-import hf_hub  # noqa: E402
+import hub_pins  # noqa: E402
 import safe_io  # noqa: E402
 from asset_resolve import Failed, Log, cache_occupant, stderr_log  # noqa: E402
 from asset_spec import identity  # noqa: E402
@@ -55,41 +56,15 @@ def _check_rows_pin(path: Path, asset: dict[str, Any], origin: str) -> None:
 
 def check_against_hub(
     asset: dict[str, Any], store: asset_store.Store, key: str, log: Log = stderr_log
-) -> str:
-    """A snapshot in the store against the Hub's own pins for the pinned commit (LFS sha256):
-    the live listing when the Hub answers, else the listing `prepare` recorded in the store's
-    manifest. Failed when a file's sha256 differs; returns which check was made (for the log)."""
+) -> hub_pins.HubPins:
+    """The Hub's pins that a snapshot in the store must match, every file of it (hub_pins.py:
+    the live listing, else the one recorded in the store's manifest); the fetch checks the
+    manifest it reads and each file's bytes against them. Failed, before any byte, when the
+    store holds no manifest (an unfinished upload: nothing to check the pins against)."""
     manifest = store.read_manifest(key)
     if manifest is None:
-        return "no manifest"
-    try:
-        info = hf_hub.repo_info(
-            asset["repo"], asset["revision"], asset.get("repo_type", "model"),
-            hf_hub.token_from_env(),
-        )  # fmt: skip
-        pins = {f.path: f.sha256 for f in info.select(asset.get("include")) if f.sha256}
-        how = f"the Hub's listing of {asset['repo']}@{asset['revision'][:12]}"
-    except hf_hub.HubError as err:
-        recorded = manifest.get("hub_lfs_sha256")
-        if not isinstance(recorded, dict) or not recorded:
-            how = f"not checked against the Hub ({err.kind}; the store recorded no listing)"
-            log(f"{asset['name']}: {store.where(key)}: {how}")
-            return how
-        pins = {str(k): str(v) for k, v in recorded.items()}
-        how = "the Hub's listing recorded by prepare (the Hub is not reachable from here)"
-    listed = {e["path"]: e["sha256"] for e in manifest["files"]}
-    wrong = [
-        f"{p}: the store's manifest says sha256 {listed.get(p) or 'nothing'}, the Hub {h}"
-        for p, h in sorted(pins.items())
-        if listed.get(p) != h
-    ]
-    if wrong:
-        raise Failed(
-            f"asset {asset['name']}: {store.where(key)} differs from {how}: {'; '.join(wrong[:3])}"
-            "; nothing was fetched"
-        )
-    log(f"{asset['name']}: {store.where(key)}: {len(pins)} LFS file(s) match {how}")
-    return how
+        raise Failed(f"asset {asset['name']}: {store.where(key)}: no manifest; nothing was fetched")
+    return hub_pins.for_snapshot(asset, manifest, log)
 
 
 def adopt(

@@ -47,6 +47,7 @@ if _HERE not in sys.path:
 import asset_spec  # noqa: E402 (after the sys.path line above)
 import asset_store  # noqa: E402
 import hf_hub  # noqa: E402
+import hub_pins  # noqa: E402
 import safe_io  # noqa: E402
 from asset_resolve import (  # noqa: E402
     PENDING,
@@ -133,9 +134,11 @@ def hub_fetch(
         origin=f"{hf_hub.endpoint()} {cand['repo_type']} {cand['repo']}@{info.commit}",
         threads=threads,
     )
-    # the Hub's own pins (LFS sha256) at this commit: a node that later takes this asset from
-    # the store checks the store's files against them, also when it cannot reach the Hub
-    manifest["hub_lfs_sha256"] = {f.path: f.sha256 for f in chosen if f.sha256}
+    # the Hub's listing at this commit (every file's LFS sha256 or git blob id): a node that later
+    # takes this asset from the store checks the store's files against it when it cannot reach
+    # the Hub (hub_pins.py); the LFS-only record is kept for an older reproduce reading the store
+    manifest[hub_pins.RECORD] = hub_pins.record(info.commit, chosen)
+    manifest[hub_pins.OLD_RECORD] = {f.path: f.sha256 for f in chosen if f.sha256}
     if asset["kind"] == "hf-files":
         got = {e["path"]: e["sha256"] for e in manifest["files"]}
         wrong = [
@@ -214,13 +217,15 @@ def fetch_asset(
             other = cache_occupant(dest, identity(asset))
             if other is not None:
                 raise Failed(f"asset {name}: {dest} holds {other}; nothing was overwritten")
+            pins = None
             if asset["kind"] == "hf-snapshot":
-                check_against_hub(asset, store, step["key"], log)
+                pins = check_against_hub(asset, store, step["key"], log)
             asset_store.fetch(
                 store,
                 step["key"],
                 dest,
                 identity(asset),
+                pins=pins,
                 threads=threads,
                 progress=progress,
                 log=log,

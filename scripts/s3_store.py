@@ -35,6 +35,7 @@ import safe_io  # noqa: E402
 from store_base import (  # noqa: E402
     MANIFEST,
     PART_BYTES,
+    Digest,
     Progress,
     Store,
     StoreError,
@@ -115,8 +116,15 @@ class Boto3S3(S3Store):
         return int(head["ContentLength"]), (head.get("Metadata") or {}).get(SHA_META)
 
     def get_file(
-        self, key: str, path: str, dest: Path, size: int, progress: Progress
-    ) -> tuple[str, bool]:
+        self,
+        key: str,
+        path: str,
+        dest: Path,
+        size: int,
+        progress: Progress,
+        *,
+        git_blob: bool = False,
+    ) -> tuple[Digest, bool]:
         """Ranged GETs, RANGES at a time per file (store_base.fetch_ranges), each answer checked
         for the range it says it holds (Content-Range) before its bytes are hashed and kept."""
         okey = self.object_key(key, path)
@@ -144,7 +152,7 @@ class Boto3S3(S3Store):
                 raise StoreError(f"download of {where}: asked for {want}, got {said!r}")
             return body
 
-        return fetch_ranges(read, dest, size, path, progress)
+        return fetch_ranges(read, dest, size, path, progress, git_blob=git_blob)
 
     def put_file(self, key: str, path: str, src: Path, sha256: str, progress: Progress) -> str:
         try:
@@ -339,8 +347,15 @@ class CliS3(S3Store):
         return int(head["ContentLength"]), (head.get("Metadata") or {}).get(SHA_META)
 
     def get_file(
-        self, key: str, path: str, dest: Path, size: int, progress: Progress
-    ) -> tuple[str, bool]:
+        self,
+        key: str,
+        path: str,
+        dest: Path,
+        size: int,
+        progress: Progress,
+        *,
+        git_blob: bool = False,
+    ) -> tuple[Digest, bool]:
         """`aws s3 cp URL -`: the CLI's own parallel ranged GETs, written to our pipe in order,
         which we hash and append as they arrive (no second pass). The CLI cannot start at an
         offset on stdout, so a partial file starts over."""
@@ -350,7 +365,7 @@ class CliS3(S3Store):
             fout.truncate(0)
             args = [str(self.aws), "s3", "cp", "--only-show-errors", url, "-"]
             proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=err)
-            h = hashlib.sha256()
+            h = Digest(size, git_blob)
             done = 0
             out = proc.stdout
             assert out is not None
@@ -388,7 +403,7 @@ class CliS3(S3Store):
             raise StoreError(
                 f"download of {url}: {done} bytes came, its manifest says {size}", mismatch=True
             )
-        return h.hexdigest(), False
+        return h, False
 
     def put_file(self, key: str, path: str, src: Path, sha256: str, progress: Progress) -> str:
         """The CLI reads our stdin, which we feed from one open file, hashing as we read; an

@@ -10,6 +10,8 @@ in ranges fetched by several threads at once, and the bytes are hashed as they a
 not read back in a second pass: the partial file on disk is always a prefix of the object (written
 in order), so an interrupted fetch resumes from its length, and nothing takes the file's name
 until the sha256 of all its bytes is the manifest's (docs/architecture.md, "The trust boundary").
+A file that a check (`Pins`, hub_pins.py) pins by its git blob id gets that hash in the same pass
+(`Digest`).
 
 Standard library only; python 3.8 (the node's host python3); never imports `launcher`.
 """
@@ -24,7 +26,7 @@ import sys
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path, PurePosixPath
-from typing import Any, Callable  # typing's: subscripted at run time (python 3.8 hosts)
+from typing import Any, Callable, Protocol  # typing's: subscripted at run time (python 3.8)
 
 _HERE = str(Path(__file__).resolve().parent)
 if _HERE not in sys.path:
@@ -52,6 +54,63 @@ class StoreError(Exception):
     def __init__(self, message: str, *, mismatch: bool = False):
         super().__init__(message)
         self.mismatch = mismatch
+
+
+class Digest:
+    """One file's hashes, fed once with its bytes in order as they arrive: the sha256 (what a
+    manifest records) always, and the git blob id (sha1 of "blob <size>\\0" + bytes, what the Hub
+    lists for a file kept in git rather than LFS) when asked. Why both from one feed: a file is
+    read once, as it comes; a second pass over a checkpoint costs minutes and would hash bytes
+    that could have changed since. SIZE is the size the file must end with (the header of the
+    blob id names it first); a file of another size is refused before its hashes mean anything."""
+
+    def __init__(self, size: int, git_blob: bool = False):
+        self._sha = hashlib.sha256()
+        # git names a blob by this sha1; matching the Hub's id is a second preimage, not a collision
+        self._blob = hashlib.sha1(b"blob %d\0" % size) if git_blob else None  # noqa: S324
+
+    def update(self, data: bytes) -> None:
+        self._sha.update(data)
+        if self._blob is not None:
+            self._blob.update(data)
+
+    @property
+    def sha256(self) -> str:
+        return self._sha.hexdigest()
+
+    @property
+    def blob_id(self) -> str | None:
+        return self._blob.hexdigest() if self._blob is not None else None
+
+
+def digest_file(path: Path, size: int, *, git_blob: bool = False, owned: bool = True) -> Digest:
+    """The Digest of a regular file (never read through a link; ours when OWNED), one pass."""
+    d = Digest(size, git_blob)
+    with safe_io.open_read(path, owned=owned) as f:
+        for chunk in iter(lambda: f.read(safe_io.CHUNK), b""):
+            d.update(chunk)
+    return d
+
+
+class Pins(Protocol):
+    """What a fetch checks a store's copy against besides the store's own manifest (the Hub's
+    listing of a snapshot: hub_pins.HubPins). Why a protocol here: the fetch (asset_store) runs
+    the checks where the bytes arrive, and the one place that knows the pins (hub_pins.py)
+    imports the store, not the other way round."""
+
+    how: str  # where the pins come from, for the message
+
+    def check_manifest(self, manifest: dict[str, Any]) -> list[str]:
+        """What differs between the store's manifest and the pins (empty: nothing)."""
+        ...
+
+    def wants_blob(self, path: str) -> bool:
+        """Whether PATH is pinned by its git blob id (so the fetch hashes it too)."""
+        ...
+
+    def check(self, path: str, digest: Digest) -> str | None:
+        """None when the bytes hashed into DIGEST are the pinned file PATH, else what differs."""
+        ...
 
 
 def safe_path(path: str) -> str:
@@ -100,11 +159,19 @@ class Store:
         raise NotImplementedError
 
     def get_file(
-        self, key: str, path: str, dest: Path, size: int, progress: Progress
-    ) -> tuple[str, bool]:
+        self,
+        key: str,
+        path: str,
+        dest: Path,
+        size: int,
+        progress: Progress,
+        *,
+        git_blob: bool = False,
+    ) -> tuple[Digest, bool]:
         """Complete the partial file DEST to the stored object's SIZE bytes (a prefix already
-        there is continued); returns the sha256 of DEST's bytes, hashed as they arrived, and
-        whether a prefix was continued. The caller compares it with the manifest."""
+        there is continued); returns the Digest of DEST's bytes (GIT_BLOB: with the blob id),
+        hashed as they arrived, and whether a prefix was continued. The caller compares it with
+        the manifest and its pins."""
         raise NotImplementedError
 
     def put_file(self, key: str, path: str, src: Path, sha256: str, progress: Progress) -> str:
@@ -126,13 +193,14 @@ def fetch_ranges(
     base: Path | None = None,
     ranges: int = 0,
     range_bytes: int = 0,
-) -> tuple[str, bool]:
+    git_blob: bool = False,
+) -> tuple[Digest, bool]:
     """DEST, a partial file whose bytes are a prefix of the object, completed to SIZE bytes with
-    RANGES ranged reads in flight at once; returns (sha256 of all of DEST's bytes, whether a
-    prefix was continued). The prefix is hashed first (it is ours, but only the final hash makes
-    it good); each range is checked for its length, asked again on a short answer or an error
-    (RETRIES), then hashed and appended in order, so a crash at any point leaves a prefix. At
-    most 2 x RANGES ranges are held in memory."""
+    RANGES ranged reads in flight at once; returns (the Digest of all of DEST's bytes, with the
+    git blob id when GIT_BLOB, and whether a prefix was continued). The prefix is hashed first
+    (it is ours, but only the final hash makes it good); each range is checked for its length,
+    asked again on a short answer or an error (RETRIES), then hashed and appended in order, so a
+    crash at any point leaves a prefix. At most 2 x RANGES ranges are held in memory."""
     ranges = max(1, ranges or RANGES)
     range_bytes = max(1, range_bytes or RANGE_BYTES)  # read at call time (tests set it small)
     fout, have = safe_io.open_resume(dest, base=base)
@@ -140,7 +208,7 @@ def fetch_ranges(
         if have > size:
             fout.truncate(0)
             have = 0
-        h = hashlib.sha256()
+        h = Digest(size, git_blob)
         fout.seek(0)
         for chunk in iter(lambda: fout.read(safe_io.CHUNK), b""):
             h.update(chunk)
@@ -171,7 +239,7 @@ def fetch_ranges(
         os.fsync(fout.fileno())
         if os.fstat(fout.fileno()).st_size != size:  # someone else wrote to it meanwhile
             raise StoreError(f"{dest}: not {size} bytes after the fetch", mismatch=True)
-    return h.hexdigest(), have > 0
+    return h, have > 0
 
 
 def _read_range(read: ReadRange, offset: int, length: int, name: str, size: int) -> bytes:

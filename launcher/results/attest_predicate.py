@@ -5,7 +5,10 @@ about the directory as it is, so everything in it comes from the directory's own
 recipe as run, plan.json, run.json, the node's reports, the timeline, measure.json, result.yaml,
 verdict.json). A fact the directory does not hold (a GPU serial the driver did not give, an
 instance id on a host that is not a cloud instance, a run measured from a bare log) is null, and
-`unavailable` says why, field by field. Nothing is guessed.
+`unavailable` says why, field by field. Nothing is guessed. A fact the directory holds but only
+because the cluster said so (a `kind: ray` run's image digest and checks, which ran as the
+cluster's own job: launcher/clusters/trust.py) is kept, and `unverified` says why, field by
+field.
 
 The figures and the verdict are also what `reproduce verify` re-measures (attest_verify.py), so
 they are the exact values of result.yaml and verdict.json.
@@ -22,6 +25,7 @@ from typing import Any
 
 import yaml
 
+from launcher.clusters import trust
 from launcher.errors import BadInput
 from launcher.records import nodejson
 from launcher.records.nodejson import Fields
@@ -375,5 +379,13 @@ def build_predicate(root: Path, *, now: float | None = None) -> dict[str, Any]:
             },
             "attested_at": datetime.fromtimestamp(stamp, UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "unavailable": missing,
+            # what the cluster vouched for itself (kind ray): present, but not the launcher's word
+            "unverified": trust.vouched(_kind(run)),
         }
     )
+
+
+def _kind(run: dict[str, Any]) -> str | None:
+    cluster = run.get("cluster")
+    kind = cluster.get("kind") if isinstance(cluster, dict) else None
+    return kind if isinstance(kind, str) else None

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from launcher.catalog import Price
+from launcher.clusters import trust
 from launcher.errors import BadInput, CheckFailed
 from launcher.records.rundir import TRAIN_STAGE, Files, load_yaml
 from launcher.results.attest import (
@@ -200,6 +201,8 @@ def remeasure_check(
         records, result, verdict = remeasure(
             root / inputs["log"]["path"], recipe, record.get("timeline"), **pricing
         )
+    kind = record.get("cluster")  # the kind the measurement read (run.json), as it noted it
+    trust.add_note(verdict.reasons, kind if isinstance(kind, str) else None)
     again = _norm(result_yaml(result, verdict))
     judged = _norm(verdict.to_dict())
     attested = [

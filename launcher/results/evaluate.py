@@ -35,6 +35,7 @@ from typing import Any
 import yaml
 
 from launcher.catalog import Price
+from launcher.clusters import trust
 from launcher.errors import BadInput
 from launcher.inputs.recipe import Recipe, load_recipe
 from launcher.inputs.yamlschema import read_text_capped
@@ -270,6 +271,7 @@ def write_measure_record(
     price: Price | None = None,
     measured: int = 1,
     node_log: Path | None = None,
+    cluster: str | None = None,
 ) -> None:
     """out/measure.json: what this measurement read and how it judged (its record). The timeline
     is kept as it was read: a run's timeline.json gains its release time after the run was
@@ -298,6 +300,7 @@ def write_measure_record(
         "measured_runs": measured,  # K: the figures are the mean of measured/1..K
         "node_log": _file_ref(node_log, out) if measured > 1 else None,  # K runs are cut from it
         "price": price.to_dict() if price is not None else None,  # the run's decided price
+        "cluster": cluster,  # its kind: verify notes what the cluster vouched for (trust.py)
         "policy": {"name": POLICY_NAME, "version": POLICY_VERSION},
         "launcher": launcher_identity(),
     }
@@ -427,6 +430,8 @@ def measure_run_dir(
             runs,
             price=recorded,
         )
+    kind = trust.run_kind(run_dir)
+    trust.add_note(verdict.reasons, kind)  # a cluster that vouched for its own checks says so
     convergence = None
     if reference is not None:
         convergence = check(loss_curve(records), reference_curve(reference))
@@ -445,6 +450,7 @@ def measure_run_dir(
         price=recorded,
         measured=measured,
         node_log=run_dir / Files.LOGS / Files.NODE_LOG,
+        cluster=kind,
     )
     if write_page:
         from launcher.pages import write_run_page

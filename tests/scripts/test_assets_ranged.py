@@ -224,7 +224,7 @@ class Hostile(store_mod.Store):
     def read_manifest(self, key):
         return self.manifest
 
-    def get_file(self, key, path, dest, size, progress):
+    def get_file(self, key, path, dest, size, progress, git_blob=False):
         data = self.data[path]
 
         def read(offset: int, length: int) -> bytes:
@@ -245,7 +245,7 @@ class Hostile(store_mod.Store):
                 raise ConnectionResetError("reset by peer")
             return b""
 
-        return base_mod.fetch_ranges(read, dest, size, path, progress, ranges=3)
+        return base_mod.fetch_ranges(read, dest, size, path, progress, ranges=3, git_blob=git_blob)
 
 
 @pytest.mark.parametrize("seed", range(12))

@@ -347,10 +347,7 @@ class Assets:
 
 
 def make_assets(tmp: Path, *, conversations_n: int = 3000, shard_bytes: int = 300_000) -> Assets:
-    tokenizer = {
-        "tokenizer.json": json.dumps({"model": "whitespace-test", "version": 1}).encode(),
-        "tokenizer_config.json": json.dumps({"tokenizer_class": "WhitespaceTest"}).encode(),
-    }
+    tokenizer = make_tokenizer()
     convs = conversations(conversations_n)
     half = len(convs) // 2
     dataset = {
@@ -358,14 +355,26 @@ def make_assets(tmp: Path, *, conversations_n: int = 3000, shard_bytes: int = 30
         "data/train-00000-of-00002.parquet": parquet_bytes(convs[:half], tmp),
         "data/train-00001-of-00002.parquet": parquet_bytes(convs[half:], tmp),
     }
+    return Assets(tokenizer, dataset, make_checkpoint(tokenizer, shard_bytes))
+
+
+def make_checkpoint(tokenizer: dict[str, bytes], shard_bytes: int = 300_000) -> dict[str, bytes]:
+    """The test checkpoint's files: git-stored (config, tokenizer) and LFS (the shards). Its own
+    function, cheap, so that a test can parametrize over its file names at collection time."""
     rnd = random.Random(11)
-    checkpoint = {
+    return {
         "config.json": b'{"model_type": "tiny"}',
         "model-00001-of-00002.safetensors": rnd.randbytes(shard_bytes),
         "model-00002-of-00002.safetensors": rnd.randbytes(shard_bytes // 2),
         **tokenizer,  # byte-identical tokenizer files, as the seed says of its checkpoint
     }
-    return Assets(tokenizer, dataset, checkpoint)
+
+
+def make_tokenizer() -> dict[str, bytes]:
+    return {
+        "tokenizer.json": json.dumps({"model": "whitespace-test", "version": 1}).encode(),
+        "tokenizer_config.json": json.dumps({"tokenizer_class": "WhitespaceTest"}).encode(),
+    }
 
 
 def install(hub: FakeHub, assets: Assets) -> None:

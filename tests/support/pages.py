@@ -118,12 +118,14 @@ def make_run(
     failed_stage: str | None = None,
     slug: str = SLUG,
     runs_root: Path | None = None,
+    kind: str = "aws",
     **standin: Any,
 ) -> Path:
     """A run directory under root/runs/<slug>/<name> (or runs_root/<slug>/<name>), measured by
     launcher/results/evaluate.py.
 
-    `standin` goes to the stand-in miles (step_time_s, step_times, nan_at, cut_at, ...).
+    `kind`: the cluster kind run.json and plan.json record. `standin` goes to the stand-in miles
+    (step_time_s, step_times, nan_at, cut_at, ...).
     """
     rd = (runs_root if runs_root is not None else root / "runs") / slug / name
     (rd / "logs").mkdir(parents=True)
@@ -132,7 +134,7 @@ def make_run(
     _write_json(rd / "timeline.json", timeline(failed_stage=failed_stage))
     _write_json(
         rd / "run.json",
-        {"run_id": name, "slug": slug, "created_at": START - 930.0, "cluster": {"kind": "aws"}},
+        {"run_id": name, "slug": slug, "created_at": START - 930.0, "cluster": {"kind": kind}},
     )
     _write_json(
         rd / "status.json",
@@ -155,7 +157,7 @@ def make_run(
                 "slug": slug,
                 "sha256": hashlib.sha256(SEED.read_bytes()).hexdigest(),
             },
-            "profile": {"name": "aws-p5en", "kind": "aws", "path": "env/aws-p5en.yaml"},
+            "profile": {"name": f"{kind}-p5en", "kind": kind, "path": f"env/{kind}-p5en.yaml"},
             "image": IMAGE,
             "nodes": 1,
             "gpus_per_node": 8,
