@@ -424,7 +424,8 @@ def fetch(
         + (f", every file against {pins.how}" if pins is not None else "")
     )
     if only is None:
-        write_local_manifest(dest, {**manifest, "origin": store.where(key)})
+        kept = pins.kept if pins is not None else {}  # the live listing, not the store's word
+        write_local_manifest(dest, {**manifest, **kept, "origin": store.where(key)})
     return {"fetched": fetched, "kept": len(results) - fetched, "files": len(results)}
 
 

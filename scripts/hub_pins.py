@@ -68,9 +68,10 @@ class HubPins:
     (store_base.Pins: asset_store.fetch runs them where the bytes arrive). HOW says where the
     listing came from, in every message."""
 
-    def __init__(self, files: dict[str, Pin], how: str):
+    def __init__(self, files: dict[str, Pin], how: str, kept: dict[str, Any] | None = None):
         self.files = files
         self.how = how
+        self.kept = kept or {}
 
     @classmethod
     def of_listing(cls, remote: Sequence[hf_hub.RemoteFile], how: str) -> HubPins:
@@ -137,6 +138,15 @@ def record(commit: str, chosen: Sequence[hf_hub.RemoteFile]) -> dict[str, Any]:
     }
 
 
+def records(commit: str, chosen: Sequence[hf_hub.RemoteFile]) -> dict[str, Any]:
+    """The manifest's keys that record the listing: RECORD, and the LFS-only OLD_RECORD an older
+    reproduce reads."""
+    return {
+        RECORD: record(commit, chosen),
+        OLD_RECORD: {f.path: f.sha256 for f in chosen if f.sha256},
+    }
+
+
 def recorded(asset: dict[str, Any], manifest: dict[str, Any], err: hf_hub.HubError) -> HubPins:
     """The listing recorded in the store's manifest, standing in for the Hub that did not answer
     (ERR); Failed when there is none this launcher can check every file against."""
@@ -186,9 +196,9 @@ def for_snapshot(asset: dict[str, Any], manifest: dict[str, Any], log: Log = std
         info = hf_hub.repo_info(
             asset["repo"], rev, asset.get("repo_type", "model"), hf_hub.token_from_env()
         )
-        pins = HubPins.of_listing(
-            info.select(asset.get("include")), f"the Hub's listing of {asset['repo']}@{rev[:12]}"
-        )
+        chosen = info.select(asset.get("include"))
+        pins = HubPins.of_listing(chosen, f"the Hub's listing of {asset['repo']}@{rev[:12]}")
+        pins.kept = records(info.commit, chosen)
     except hf_hub.HubError as err:
         pins = recorded(asset, manifest, err)
     log(f"{asset['name']}: every one of {len(pins.files)} file(s) is checked against {pins.how}")

@@ -137,8 +137,7 @@ def hub_fetch(
     # the Hub's listing at this commit (every file's LFS sha256 or git blob id): a node that later
     # takes this asset from the store checks the store's files against it when it cannot reach
     # the Hub (hub_pins.py); the LFS-only record is kept for an older reproduce reading the store
-    manifest[hub_pins.RECORD] = hub_pins.record(info.commit, chosen)
-    manifest[hub_pins.OLD_RECORD] = {f.path: f.sha256 for f in chosen if f.sha256}
+    manifest.update(hub_pins.records(info.commit, chosen))
     if asset["kind"] == "hf-files":
         got = {e["path"]: e["sha256"] for e in manifest["files"]}
         wrong = [

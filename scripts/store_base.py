@@ -99,6 +99,10 @@ class Pins(Protocol):
     imports the store, not the other way round."""
 
     how: str  # where the pins come from, for the message
+    # What the fetched copy's manifest records of the pins, replacing the store's own record
+    # (empty: keep the store's): a listing read live from the Hub is what a later push carries on,
+    # never the record of a store that may have been rewritten.
+    kept: dict[str, Any]
 
     def check_manifest(self, manifest: dict[str, Any]) -> list[str]:
         """What differs between the store's manifest and the pins (empty: nothing)."""

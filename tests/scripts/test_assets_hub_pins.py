@@ -205,3 +205,23 @@ def test_without_the_hub_a_store_recording_less_than_every_file_is_refused(
     assert "nothing was fetched" in proc.stderr and not attack.dest.exists(), proc.stderr
     if record == "lfs-only":
         assert "Prepare the store again" in proc.stderr, proc.stderr
+
+
+def test_a_copy_checked_against_the_live_hub_records_the_live_listing_not_the_stores(
+    pristine, tmp_path, tiny, hub, monkeypatch
+):
+    """The store's files are right but its recorded listing was rewritten: the fetch passes (the
+    live Hub vouches for every file) and the cache's manifest carries the listing the Hub gave,
+    so a later push from this cache never hands the forged record on."""
+    attack = Attack(pristine, tmp_path, tiny, True, monkeypatch)
+    truth = json.loads(json.dumps(attack.manifest["hub_listing"]))
+    for entry in attack.manifest["hub_listing"]["files"].values():
+        entry.update(blob_id="0" * 40, sha256="0" * 64)
+    attack.manifest["hub_lfs_sha256"] = dict.fromkeys(FILES, "0" * 64)
+    attack.save()
+    attack.fetch(ok=True)
+    kept = json.loads((attack.dest / store_mod.MANIFEST).read_text())
+    assert kept["hub_listing"] == truth
+    assert set(kept["hub_lfs_sha256"].values()) == {
+        e["sha256"] for e in truth["files"].values() if e["sha256"]
+    }
