@@ -44,6 +44,7 @@ from launcher.judge.measure import Result, measure, measured_date
 from launcher.judge.parse.reader import ParseStats, StepRecord, parse_path
 from launcher.judge.verdict import POLICY_NAME, POLICY_VERSION, Tolerance, Verdict, judge
 from launcher.pages import report
+from launcher.records import nodejson
 from launcher.records.atomic import write_atomic
 from launcher.records.rundir import Files
 
@@ -51,6 +52,9 @@ RECIPE_FILE = Files.RECIPE  # the recipe as the run used it, kept in its run dir
 RUN_FILE = Files.RUN  # what makes a directory a run directory
 MEASURE_FILE = Files.MEASURE  # the measurement's record: its inputs and parameters
 TRAIN_LOG = Path("logs") / "train.log"
+# steps.jsonl read back (a run directory without its log): bounded like every JSON read, at a
+# size a very long run's steps reach (~300 bytes a step), not at a node report's 4 MiB
+STEPS_MAX_BYTES = 256 * 1024 * 1024
 
 
 def is_run_dir(path: Path) -> bool:
@@ -96,9 +100,29 @@ def load_records(path: Path) -> tuple[list[StepRecord], ParseStats | None]:
     if (path / TRAIN_LOG).is_file():
         return parse_log(path / TRAIN_LOG)
     if (path / Files.STEPS).is_file():
-        with open(path / Files.STEPS) as fh:
-            return [StepRecord.from_dict(json.loads(line)) for line in fh if line.strip()], None
+        return read_steps(path / Files.STEPS), None
     raise BadInput(f"run directory {path} holds neither {TRAIN_LOG} nor steps.jsonl.")
+
+
+def read_steps(path: Path) -> list[StepRecord]:
+    """steps.jsonl read back: each line a JSON object of a step (launcher/records/nodejson.py:
+    bounded; the directory measured is anyone's); BadInput naming the line that is not one."""
+    try:
+        text = nodejson.read_text(path, max_bytes=STEPS_MAX_BYTES) or ""
+    except nodejson.NodeJSONError as err:
+        raise BadInput(f"{path}: {err.message}") from None
+    records = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            data = nodejson.loads(line)
+            if not isinstance(data, dict):
+                raise BadInput(f"{path}, line {number}: not a step object")
+            records.append(StepRecord.from_dict(data))
+        except (nodejson.NodeJSONError, ValueError, TypeError) as err:
+            raise BadInput(f"{path}, line {number}: not a step ({str(err)[:200]})") from None
+    return records
 
 
 def read_log(path: Path) -> LogEvidence:
@@ -123,15 +147,10 @@ def read_timeline(path: Path) -> dict:
     `measure --timeline`), JSON without NaN or Infinity (a time that is not a number)."""
     text = read_text_capped(Path(path), "timeline")
 
-    def no_constant(word: str) -> float:
-        raise BadInput(f"{path}: holds {word}, not a time; expected JSON numbers")
-
-    try:
-        data = json.loads(text, parse_constant=no_constant)
-    except json.JSONDecodeError as err:
-        raise BadInput(f"{path} is not valid JSON: {err}") from None
-    except RecursionError:
-        raise BadInput(f"{path}: nested too deeply to be a timeline") from None
+    try:  # strict: a NaN time is a wrong file, said, not a null time
+        data = nodejson.loads(text, strict=True)
+    except nodejson.NodeJSONError as err:
+        raise BadInput(f"{path} is not valid JSON: {err.message}") from None
     if not isinstance(data, dict):
         raise BadInput(f"{path} is not a timeline object.")
     return data
@@ -513,8 +532,8 @@ def recorded_price(run_dir: Path) -> Price | None:
     """The price a run recorded in run.json (`price`), or None (none recorded, or unreadable:
     then the catalog prices it, as before prices were recorded)."""
     try:
-        record = json.loads((Path(run_dir) / Files.RUN).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        record = nodejson.load_file(Path(run_dir) / Files.RUN)
+    except nodejson.NodeJSONError:
         return None
     return Price.from_dict(record.get("price")) if isinstance(record, dict) else None
 
