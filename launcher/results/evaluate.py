@@ -37,24 +37,20 @@ import yaml
 from launcher.catalog import Price
 from launcher.errors import BadInput
 from launcher.inputs.recipe import Recipe, load_recipe
-from launcher.inputs.yamlschema import read_text_capped
 from launcher.judge.convergence import check, loss_curve
 from launcher.judge.gate import LogEvidence, assess
 from launcher.judge.measure import Result, measure, measured_date
 from launcher.judge.parse.reader import ParseStats, StepRecord, parse_path
 from launcher.judge.verdict import POLICY_NAME, POLICY_VERSION, Tolerance, Verdict, judge
 from launcher.pages import report
-from launcher.records import nodejson
 from launcher.records.atomic import write_atomic
 from launcher.records.rundir import Files
+from launcher.results.readback import load_timeline, read_steps, read_timeline, recorded_price
 
 RECIPE_FILE = Files.RECIPE  # the recipe as the run used it, kept in its run directory
 RUN_FILE = Files.RUN  # what makes a directory a run directory
 MEASURE_FILE = Files.MEASURE  # the measurement's record: its inputs and parameters
 TRAIN_LOG = Path("logs") / "train.log"
-# steps.jsonl read back (a run directory without its log): bounded like every JSON read, at a
-# size a very long run's steps reach (~300 bytes a step), not at a node report's 4 MiB
-STEPS_MAX_BYTES = 256 * 1024 * 1024
 
 
 def is_run_dir(path: Path) -> bool:
@@ -104,27 +100,6 @@ def load_records(path: Path) -> tuple[list[StepRecord], ParseStats | None]:
     raise BadInput(f"run directory {path} holds neither {TRAIN_LOG} nor steps.jsonl.")
 
 
-def read_steps(path: Path) -> list[StepRecord]:
-    """steps.jsonl read back: each line a JSON object of a step (launcher/records/nodejson.py:
-    bounded; the directory measured is anyone's); BadInput naming the line that is not one."""
-    try:
-        text = nodejson.read_text(path, max_bytes=STEPS_MAX_BYTES) or ""
-    except nodejson.NodeJSONError as err:
-        raise BadInput(f"{path}: {err.message}") from None
-    records = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            data = nodejson.loads(line)
-            if not isinstance(data, dict):
-                raise BadInput(f"{path}, line {number}: not a step object")
-            records.append(StepRecord.from_dict(data))
-        except (nodejson.NodeJSONError, ValueError, TypeError) as err:
-            raise BadInput(f"{path}, line {number}: not a step ({str(err)[:200]})") from None
-    return records
-
-
 def read_log(path: Path) -> LogEvidence:
     """A log file or a run directory read once, through the gate (launcher/judge/gate.py): what
     `compare` and a `--reference` use, so they see what `measure` sees."""
@@ -138,28 +113,6 @@ def reference_curve(path: Path) -> dict[int, float]:
     if not ref.sound:
         raise BadInput(f"reference {path}: " + "; ".join(ref.problems()))
     return loss_curve(ref.records)
-
-
-def read_timeline(path: Path) -> dict:
-    """A timeline.json (the run's stage times, for GPU-hours); BadInput when unreadable.
-
-    Read as any file a user names: a regular file, capped (a FIFO or /dev/zero had hung
-    `measure --timeline`), JSON without NaN or Infinity (a time that is not a number)."""
-    text = read_text_capped(Path(path), "timeline")
-
-    try:  # strict: a NaN time is a wrong file, said, not a null time
-        data = nodejson.loads(text, strict=True)
-    except nodejson.NodeJSONError as err:
-        raise BadInput(f"{path} is not valid JSON: {err.message}") from None
-    if not isinstance(data, dict):
-        raise BadInput(f"{path} is not a timeline object.")
-    return data
-
-
-def load_timeline(run_dir: Path) -> dict | None:
-    """run_dir/timeline.json, or None when the run directory has none."""
-    path = Path(run_dir) / Files.TIMELINE
-    return read_timeline(path) if path.is_file() else None
 
 
 def recipe_of(run_dir: Path) -> Recipe:
@@ -526,16 +479,6 @@ def measure_k_runs(
         timeline=timeline,
         measure_one=one,
     )
-
-
-def recorded_price(run_dir: Path) -> Price | None:
-    """The price a run recorded in run.json (`price`), or None (none recorded, or unreadable:
-    then the catalog prices it, as before prices were recorded)."""
-    try:
-        record = nodejson.load_file(Path(run_dir) / Files.RUN)
-    except nodejson.NodeJSONError:
-        return None
-    return Price.from_dict(record.get("price")) if isinstance(record, dict) else None
 
 
 def out_dir(path: Path) -> Path:

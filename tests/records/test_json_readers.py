@@ -48,7 +48,7 @@ from launcher.results.attest import ENVELOPE_FILE, read_envelope, sign
 from launcher.results.attest_keys import load_signing_key
 from launcher.results.attest_predicate import build_predicate
 from launcher.results.attest_verify import verify_dir
-from launcher.results.evaluate import read_steps, read_timeline, recorded_price
+from launcher.results.readback import read_steps, read_timeline, recorded_price
 from launcher.runner.nightly_groups import _timeline as nightly_timeline
 
 # The only json.loads outside nodejson.py: a value the launcher holds, dumped and read back in the
