@@ -6,24 +6,50 @@ middle and says how much was left out), with control characters replaced (the by
 user's terminal). A log file is read from its last `TAIL_BYTES` only: a 96 MiB last line (issue 19)
 costs 64 KiB of reading and a few hundred characters of message, never 100 million. Every excerpt
 quoted in a message goes through `excerpt_lines` (text) or `log_tail` (a file).
+
+And one rule for every character of someone else's text that reaches a person: `printable`. An
+ESC starts a terminal's control sequence (it can retitle the window, move the cursor, hide what
+follows), a NUL or a C1 byte is read by some terminals as one, and a bidi override (U+202E) turns
+the rest of a line around in a terminal and in a page alike, so a log line or a report field
+could show something other than what it says. Each such character is shown as its escape
+(`\x1b`, `\u202e`) instead: the person sees that it was there and what it was. The pages'
+`esc` (launcher/pages/html.py), `clip` here, the parser's quoted lines and the CLI's messages and
+tables use it; tests/pages/test_printable.py runs every such character through a run's pages and
+its terminal output.
 """
 
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 
 MAX_LINES = 8
 MAX_LINE_CHARS = 300
 TAIL_BYTES = 64 * 1024
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def printable(text: str, keep: str = "") -> str:
+    """TEXT with every character that is not printable shown as its escape: C0 and C1 controls,
+    DEL, the bidi controls and every other format character (U+202A-U+202E, U+2066-U+2069,
+    U+200E...), line and paragraph separators, lone surrogates (str.isprintable's rule: Unicode's
+    "Other" and "Separator" classes but the space). KEEP names those let through as they are
+    ("\n" for text shown as several lines)."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() or c in keep else _escape(c) for c in text)
 
 
 def clip(line: str, width: int = MAX_LINE_CHARS) -> str:
-    """LINE without control characters, at most about WIDTH characters: the head and the tail
-    kept (where an error usually says what it is and where it ended), the middle counted."""
-    line = _CONTROL.sub("?", line)
+    """LINE made printable, at most about WIDTH characters: the head and the tail kept (where an
+    error usually says what it is and where it ended), the middle counted."""
+    line = printable(line)
     if len(line) <= width:
         return line
     keep = max(width - 40, 8)

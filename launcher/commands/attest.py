@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher.errors import BadInput, ReproduceError
+from launcher.excerpt import printable
 
 
 def _directory(ref: str, runs_root: Path | None) -> Path:
@@ -85,7 +86,7 @@ def run_verify(target: Path, key: Path | None, json_out: bool) -> int:
     except ReproduceError as err:
         if json_out:
             print(json.dumps({"verified": False, "error": str(err), "exit_code": err.exit_code}))
-        print(f"error: {err}", file=sys.stderr)
+        print(printable(f"error: {err}", keep="\n"), file=sys.stderr)  # a stranger's words
         return err.exit_code
     if json_out:
         print(json.dumps(out))
@@ -96,30 +97,29 @@ def run_verify(target: Path, key: Path | None, json_out: bool) -> int:
         else " (the key found beside the attestation: pass --key to check who signed)"
     )
     print(
-        f"verified {out['directory']}: signed by {who}; {out['subjects']} files as attested; "
-        f"re-measured from the log: verdict {out['verdict']}, "
-        f"{out['figures'].get('tokens_per_s_per_gpu')} tokens/s/GPU, as attested "
-        f"({out['seconds']:.2f} s)"
+        printable(
+            f"verified {out['directory']}: signed by {who}; {out['subjects']} files as attested; "
+            f"re-measured from the log: verdict {out['verdict']}, "
+            f"{out['figures'].get('tokens_per_s_per_gpu')} tokens/s/GPU, as attested "
+            f"({out['seconds']:.2f} s)"
+        )
     )
-    if out["unattested"]:
+    if out["unattested"]:  # file names in a stranger's bundle
         shown = ", ".join(out["unattested"][:8]) + (" ..." if len(out["unattested"]) > 8 else "")
-        print(f"  not attested (ignored): {shown}")
+        print(printable(f"  not attested (ignored): {shown}"))
     return 0
 
 
 def run_bundle(ref: str, out: Path | None, runs_root: Path | None) -> int:
     """Pack an attested directory, after verifying it, into one .tar.gz."""
-    import base64
-
-    from launcher.results.attest import ENVELOPE_FILE, read_envelope, write_bundle
+    from launcher.results.attest import ENVELOPE_FILE, write_bundle
     from launcher.results.attest_verify import verify_dir
 
     directory = _directory(ref, runs_root)
     if not (directory / ENVELOPE_FILE).is_file():
         raise BadInput(f"{directory} is not attested: `reproduce attest {directory}` first.")
-    verify_dir(directory)  # never bundle what would not verify
-    payload = json.loads(base64.b64decode(read_envelope(directory / ENVELOPE_FILE)["payload"]))
-    names = [s["name"] for s in payload["subject"]]
+    verified = verify_dir(directory)  # never bundle what would not verify
+    names = verified.names
     target = out if out is not None else directory.parent / f"{directory.name}.attested.tar.gz"
     path = write_bundle(directory, names, target)
     print(f"bundle {path}: the attestation and its {len(names)} files")

@@ -14,6 +14,7 @@ from pathlib import Path
 import typer
 
 from launcher.errors import ReproduceError
+from launcher.excerpt import printable
 
 _RUN_HELP = "Run directory, or a run id (from any directory: the user's index, or the runs root)."
 
@@ -62,7 +63,9 @@ def fail(err: ReproduceError, json_out: bool = False) -> typer.Exit:
             from launcher.commands.runs import error_object
 
             print(error_object(err, err.exit_code), flush=True)
-        print(f"error: {err}" if err.exit_code else str(err), file=sys.stderr)
+        # the message may quote the node, a log or a stranger's bundle: shown printable
+        text = printable(f"error: {err}" if err.exit_code else str(err), keep="\n")
+        print(text, file=sys.stderr)
     except OSError:  # the terminal is gone (SIGHUP, EIO): the exit code still tells
         pass
     return typer.Exit(err.exit_code)

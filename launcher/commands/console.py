@@ -15,6 +15,8 @@ import sys
 import time
 from typing import Any
 
+from launcher.excerpt import printable
+
 PLAIN_EVERY_S = 15.0  # at most one plain progress line per stage this often (plus the last one)
 RATE_WINDOW_S = 20.0  # the rate (and the ETA) is measured over about this much recent time
 _UNITS = ("B", "kB", "MB", "GB", "TB")
@@ -207,11 +209,15 @@ class ConsoleReporter:
     # --- events ---------------------------------------------------------------------------------
 
     def say(self, text: str) -> None:
-        """A closed terminal (EIO after SIGHUP) or a closed pipe drops the line, nothing more."""
+        """A closed terminal (EIO after SIGHUP) or a closed pipe drops the line, nothing more.
+        The text is made printable: the runner's events quote the node (launcher/excerpt.py)."""
         elapsed = time.monotonic() - self.started
         try:
             self.console.print(
-                f"[{elapsed:7.1f}s] {text}", markup=False, highlight=False, soft_wrap=True
+                f"[{elapsed:7.1f}s] {printable(text, keep=chr(10))}",
+                markup=False,
+                highlight=False,
+                soft_wrap=True,
             )
         except (OSError, ValueError):
             return
@@ -265,6 +271,7 @@ class ConsoleReporter:
         self._start_live()
 
     def warn(self, text: str) -> None:
+        text = printable(text, keep="\n")  # a warning may quote the node
         try:
             if self._live is not None:
                 self.console.print(text, markup=False, highlight=False, soft_wrap=True)
@@ -391,6 +398,7 @@ class ConsoleReporter:
         self.say(f"{transfer.stage}: {transfer.words()}")
 
     def _print(self, text: str, style: str | None = None) -> None:
+        text = printable(text, keep="\n")
         try:
             self.console.print(text, markup=False, highlight=False, soft_wrap=True, style=style)
         except (OSError, ValueError):

@@ -6,6 +6,7 @@ launcher/runner/runshell.py builds the ssh command; this is where their bytes re
 
 from __future__ import annotations
 
+import codecs
 import os
 import shutil
 import sys
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from launcher.errors import BadInput, InfraError
+from launcher.excerpt import printable
 
 
 def logs_command(
@@ -83,10 +85,31 @@ def _capped(chunks: Iterator[bytes], limit: int) -> Iterator[bytes]:
 
 
 def _emit(sink: BinaryIO, chunks: Iterator[bytes]) -> None:
+    """The log's bytes as they are into a pipe or a file (a copy of the log is the log); at a
+    terminal made printable (launcher/excerpt.py): the log is what the recipe's code printed, and
+    an ESC sequence or a bidi override in it would act on the terminal instead of being read."""
+    if _is_terminal(sink):
+        chunks = _printable_chunks(chunks)
     for chunk in chunks:
         if chunk:
             sink.write(chunk)
             sink.flush()
+
+
+def _is_terminal(sink: BinaryIO) -> bool:
+    try:
+        return sink.isatty()
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _printable_chunks(chunks: Iterator[bytes]) -> Iterator[bytes]:
+    """Each chunk decoded as UTF-8 across chunk boundaries (a character cut in two is whole),
+    made printable but for its line breaks and tabs, and encoded again."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    for chunk in chunks:
+        yield printable(decoder.decode(chunk), keep="\n\t").encode("utf-8")
+    yield printable(decoder.decode(b"", final=True), keep="\n\t").encode("utf-8")
 
 
 def ssh_command(

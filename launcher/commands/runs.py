@@ -14,12 +14,20 @@ from pathlib import Path
 from typing import Any
 
 from launcher.errors import BadInput
+from launcher.excerpt import printable
 from launcher.pages.report import fmt, text_table
 from launcher.records.rundir import Files
 from launcher.records.runs import RunSummary, duration, indexed_runs, list_runs, summarize
 
 _HEADER = ["run id", "recipe", "target", "state", "verdict", "started", "GPU-h", "cost"]
 _LIVE_HEADER = ["instance", "type", "state", "run id", "recipe", "up", "cost", "expires", "owner"]
+
+
+def _say(text: str = "") -> None:
+    """A line of this command's output, made printable (launcher/excerpt.py): a run's recipe,
+    state, detail and what its node reported are read back from files anyone could have
+    written, and an ESC or a bidi override in them must not reach the terminal as itself."""
+    print(printable(text, keep="\n"))
 
 
 def _when(ts: float | None) -> str:
@@ -108,9 +116,9 @@ def runs_command(
         added, bad = state.import_runs(Path(import_dir))
         imported = [str(p) for p in added]
         if not json_out:
-            print(f"imported {len(added)} run(s) from {import_dir}/ into {state.index_dir()}/")
+            _say(f"imported {len(added)} run(s) from {import_dir}/ into {state.index_dir()}/")
             for line in bad:
-                print(f"not imported: {line}")
+                _say(f"not imported: {line}")
     if runs_dir is not None:
         found, skipped = list_runs(root)
         where = f"under {root}/"
@@ -133,18 +141,18 @@ def runs_command(
         print(json.dumps(body, indent=2))
         return 0
     if not found:
-        print(f"no runs {where}")
+        _say(f"no runs {where}")
     else:
-        print(text_table(_HEADER, [_row(s) for s in found]))
+        _say(text_table(_HEADER, [_row(s) for s in found]))
         unfinished = sum(s.state not in ("done", "failed", "cancelled") for s in found)
-        print(
+        _say(
             f"\n{len(found)} run(s) {where}"
             + (f"; * = not finished ({unfinished}): `reproduce status RUN`" if unfinished else "")
         )
         for line in billing_lines(found):
-            print(line)
+            _say(line)
     for line in skipped:
-        print(f"skipped {line}")
+        _say(f"skipped {line}")
     return 0
 
 
@@ -157,7 +165,7 @@ def _cost(found: list[RunSummary], where: str, json_out: bool) -> int:
         print(json.dumps(report, indent=2))
         return 0
     if not found:
-        print(f"no runs {where}")
+        _say(f"no runs {where}")
         return 0
     rows = [
         [
@@ -170,12 +178,12 @@ def _cost(found: list[RunSummary], where: str, json_out: bool) -> int:
         ]
         for r in report["runs"]
     ]
-    print(text_table(["run id", "recipe", "cluster", "state", "GPU-h", "cost"], rows))
+    _say(text_table(["run id", "recipe", "cluster", "state", "GPU-h", "cost"], rows))
     for title, group in (("recipe", report["by_recipe"]), ("cluster", report["by_cluster"])):
-        print(f"\nby {title}:")
-        print(text_table([title, "runs", "GPU-h", "cost", "note"], [_sum_row(g) for g in group]))
-    print()
-    print(text_table(["", "runs", "GPU-h", "cost", "note"], [_sum_row(report["total"])]))
+        _say(f"\nby {title}:")
+        _say(text_table([title, "runs", "GPU-h", "cost", "note"], [_sum_row(g) for g in group]))
+    _say()
+    _say(text_table(["", "runs", "GPU-h", "cost", "note"], [_sum_row(report["total"])]))
     return 0
 
 
@@ -214,7 +222,7 @@ def _live(root: Path, cluster: str, region: str | None, json_out: bool) -> int:
         print(json.dumps({"region": region, "instances": [i.to_dict() for i in found]}, indent=2))
         return 0
     if not found:
-        print(f"no instance launched by reproduce is running in {region}")
+        _say(f"no instance launched by reproduce is running in {region}")
         return 0
     rows = [
         [
@@ -230,9 +238,9 @@ def _live(root: Path, cluster: str, region: str | None, json_out: bool) -> int:
         ]
         for i in found
     ]
-    print(text_table(_LIVE_HEADER, rows))
+    _say(text_table(_LIVE_HEADER, rows))
     per_hour = sum(i.price_per_hour or 0.0 for i in found if i.state in ("pending", "running"))
-    print(
+    _say(
         f"\n{len(found)} instance(s) in {region}, ${per_hour:,.2f}/h together while running. "
         "End one with `reproduce down RUN` (or `reproduce reap` once expired)."
     )
@@ -254,9 +262,9 @@ def status_command(
     if json_out:
         print(json.dumps(summary.to_dict(), indent=2))
         return 0
-    print("\n".join(status_lines(summary)))
+    _say("\n".join(status_lines(summary)))
     if note:
-        print(note)
+        _say(note)
     return 0
 
 

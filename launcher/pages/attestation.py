@@ -11,11 +11,11 @@ it. docs/attestation.md.
 from __future__ import annotations
 
 import base64
-import json
 from pathlib import Path
 from typing import Any
 
 from launcher.pages.html import code, esc
+from launcher.records import nodejson
 
 ENVELOPE = "attestation.intoto.json"
 
@@ -25,17 +25,19 @@ def read_attestation(run_dir: Path) -> dict[str, Any] | None:
     path = Path(run_dir) / ENVELOPE
     if not path.is_file():
         return None
-    try:
-        envelope = json.loads(path.read_text(encoding="utf-8"))
-        stmt = json.loads(base64.b64decode(envelope["payload"]))
-        keyids = [s.get("keyid") for s in envelope.get("signatures") or [] if s.get("keyid")]
+    try:  # bounded and typed (launcher/records/nodejson.py): the envelope is anyone's bytes
+        envelope = nodejson.Fields(nodejson.load_file(path))
+        payload = base64.b64decode(envelope.text("payload") or "", validate=True)
+        stmt = nodejson.Fields(nodejson.loads(payload.decode("utf-8", errors="replace")))
+        keyids = [s.word("keyid") for s in envelope.records("signatures") if s.word("keyid")]
+        subjects = stmt.raw("subject")
         return {
-            "signed_by": ", ".join(map(str, keyids)) or None,
-            "attested_at": (stmt.get("predicate") or {}).get("attested_at"),
-            "subjects": len(stmt.get("subject") or []),
+            "signed_by": ", ".join(keyids) or None,
+            "attested_at": stmt.obj("predicate").scalar("attested_at"),
+            "subjects": len(subjects) if isinstance(subjects, list) else 0,
         }
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
-        return {"unreadable": f"{ENVELOPE} cannot be read ({err})"}
+    except (nodejson.NodeJSONError, ValueError) as err:  # binascii.Error is a ValueError
+        return {"unreadable": f"{ENVELOPE} cannot be read ({str(err)[:200]})"}
 
 
 def attestation_html(info: dict[str, Any] | None, run_dir: str) -> str:

@@ -19,11 +19,15 @@ from typing import Any
 from urllib.parse import quote
 
 from launcher import __version__
+from launcher.excerpt import printable
 
 
 def esc(value: Any) -> str:
-    """Text for HTML (quotes included, so the result is also safe inside an attribute)."""
-    return html.escape("" if value is None else str(value), quote=True)
+    """Text for HTML (quotes included, so the result is also safe inside an attribute), made
+    printable first (launcher/excerpt.py): a page shows text the node, the log or a stranger's
+    bundle carried, and an ESC, a NUL or a bidi override (U+202E turns the rest of a line around)
+    is shown as its escape, never as itself. Line breaks stay: a log excerpt is lines."""
+    return html.escape(printable("" if value is None else str(value), keep="\n"), quote=True)
 
 
 # Links (every <a href> of every page is built by `link`): a page links only to files beside it

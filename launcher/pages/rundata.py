@@ -10,9 +10,6 @@ read (a FIFO or a runaway log cannot hang or swamp the page). docs/architecture.
 
 from __future__ import annotations
 
-import json
-import math
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -73,18 +70,17 @@ class RunFiles:
 
 
 def _read_text(path: Path) -> str:
-    info = path.stat()
-    if not stat.S_ISREG(info.st_mode):
-        raise ValueError("not a regular file")
-    if info.st_size > MAX_BYTES:
-        raise ValueError(f"{info.st_size:,} bytes, more than the {MAX_BYTES:,} a page reads")
-    with open(path, "rb") as fh:
-        return fh.read(MAX_BYTES + 1).decode("utf-8", errors="replace")
+    """A regular file of at most MAX_BYTES (never through a link, never from a FIFO)."""
+    text = nodejson.read_text(path, max_bytes=MAX_BYTES)
+    if text is None:
+        raise FileNotFoundError(f"no {path.name}")
+    return text
 
 
 def _strict_json(text: str) -> Any:
-    """JSON as the launcher writes it; NaN and Infinity are accepted and kept as floats."""
-    return json.loads(text, parse_constant=lambda c: {"NaN": math.nan}.get(c, math.inf))
+    """JSON within launcher/records/nodejson.py's limits (the run directory is anyone's: a
+    page made from one must not crash on it); NaN and Infinity read as null (none is written)."""
+    return nodejson.loads(text)
 
 
 def _parse(name: str, text: str) -> Any:
@@ -95,7 +91,7 @@ def _parse(name: str, text: str) -> Any:
                 continue
             try:
                 item = _strict_json(line)
-            except ValueError:
+            except nodejson.NodeJSONError:
                 continue  # a cut last line (the run was killed) leaves the others readable
             if isinstance(item, dict):
                 out.append(item)

@@ -23,11 +23,11 @@ Pure apart from `accepted_in` and `measured_in`, which read a run directory's pl
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from launcher.errors import BadInput
+from launcher.records import nodejson
 from launcher.records.rundir import Files
 
 if TYPE_CHECKING:
@@ -96,8 +96,8 @@ def claim_lines(recipe: Recipe, accepted: int | None) -> list[str]:
 
 def _plan_runs(run_dir: Path) -> dict[str, Any]:
     try:
-        plan = json.loads((Path(run_dir) / Files.PLAN).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        plan = nodejson.load_file(Path(run_dir) / Files.PLAN)  # bounded: a run dir is anyone's
+    except nodejson.NodeJSONError:
         return {}
     runs = plan.get("runs") if isinstance(plan, dict) else None
     return runs if isinstance(runs, dict) else {}

@@ -11,7 +11,6 @@ names of a profile's overrides, and on the node to judge.
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -21,7 +20,7 @@ from typing import Any
 from launcher import catalog
 from launcher.errors import BadInput, InfraError
 from launcher.excerpt import MAX_LINES, clip, excerpt
-from launcher.records.nodejson import Fields, NodeJSONError, decode_at
+from launcher.records.nodejson import Fields, NodeJSONError, decode_at, load_file
 from launcher.resources import data_dir
 
 THRESHOLDS_FILE = "preflight_thresholds.json"
@@ -59,7 +58,10 @@ def driver_min_for_cuda(cuda: str | None) -> str | None:
 @cache
 def thresholds_table() -> dict[str, Any]:
     """The thresholds table the node script reads too (scripts/preflight_thresholds.json)."""
-    return json.loads((data_dir("scripts") / THRESHOLDS_FILE).read_text())
+    table = load_file(data_dir("scripts") / THRESHOLDS_FILE)  # shipped, read as any JSON file
+    if not isinstance(table, dict):
+        raise NodeJSONError(f"{THRESHOLDS_FILE} holds no thresholds table")
+    return table
 
 
 def threshold_names() -> set[str]:

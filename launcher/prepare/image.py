@@ -17,7 +17,6 @@ Why each step (docs/image.md has the whole story):
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import shutil
@@ -41,6 +40,7 @@ from launcher.plan.image_record import (
     write_record,
 )
 from launcher.prepare.registry import Login, Target, default_tag, ecr_login, push_target
+from launcher.records import nodejson
 
 NETWORKS = ("none", "default", "host")
 INSTALLER_NAME = re.compile(r"aws-efa-installer-(?P<version>[0-9]+(?:\.[0-9]+)+)\.tar\.gz")
@@ -316,7 +316,10 @@ def _inspect(docker: str, ref: str, fmt: str) -> Any:
     )
     if proc.returncode != 0:
         raise InfraError(f"docker image inspect {ref}: {excerpt(proc.stderr, 3)}")
-    return json.loads(proc.stdout)
+    try:  # bounded: the answer describes an image whose config anyone may have written
+        return nodejson.loads(proc.stdout)
+    except nodejson.NodeJSONError as err:
+        raise InfraError(f"docker image inspect {ref}: {err.message}") from None
 
 
 def _run(

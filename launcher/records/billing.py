@@ -21,7 +21,6 @@ cost gate's, run.json `cost`).
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
@@ -30,6 +29,7 @@ from typing import Any
 
 from launcher.catalog import Price
 from launcher.errors import BadInput
+from launcher.records import nodejson
 from launcher.records.rundir import Files, RunDir
 
 # Every state in which an instance still exists (launcher/clusters/aws/live.py keeps the same list).
@@ -81,23 +81,27 @@ def aws_facts(rd: RunDir) -> tuple[list[str], str | None, float | None] | None:
     and when aws.json was last written; None when the run has no readable aws.json."""
     path = rd.path / Files.AWS
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = nodejson.load_file(path)  # written on the node's behalf: bounded, never raised
         mtime = path.stat().st_mtime
-    except (OSError, ValueError, UnicodeDecodeError):
+    except (OSError, nodejson.NodeJSONError):
         return None
     if not isinstance(data, dict):
         return None
-    ids = [i for i in data.get("instances") or [] if isinstance(i, str)]
-    targeted = {i for i in data.get("targeted") or [] if isinstance(i, str)}
-    ended = {i for i in data.get("terminated") or [] if isinstance(i, str)}
+    ids = _texts(data.get("instances"))
+    targeted, ended = set(_texts(data.get("targeted"))), set(_texts(data.get("terminated")))
     region = data.get("region") if isinstance(data.get("region"), str) else None
     return [i for i in ids if i not in targeted and i not in ended], region, mtime
 
 
+def _texts(value: Any) -> list[str]:
+    """The texts of a list (anything else: none): aws.json read back is typed, not trusted."""
+    return [i for i in value if isinstance(i, str)] if isinstance(value, list) else []
+
+
 def _refreshed(run_id: str) -> dict[str, Any] | None:
     try:
-        data = json.loads(refresh_path(run_id).read_text(encoding="utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError):
+        data = nodejson.load_file(refresh_path(run_id))
+    except nodejson.NodeJSONError:
         return None
     if not isinstance(data, dict) or not isinstance(data.get("instances"), dict):
         return None
@@ -109,7 +113,7 @@ def _refreshed(run_id: str) -> dict[str, Any] | None:
 def last_known(rd: RunDir, now: float | None = None) -> Billing | None:
     """The run's nodes believed to exist, without asking the cloud; None when none is."""
     record = rd.record()
-    if (record.get("cluster") or {}).get("kind") != "aws":
+    if nodejson.Fields(record).obj("cluster").text("kind") != "aws":  # typed: anyone's file
         return None
     facts = aws_facts(rd)
     if facts is None:
@@ -140,7 +144,9 @@ def billing_of(
     now = time.time() if now is None else now
     recorded = Price.from_dict(record.get("price"))
     price = (
-        recorded.value if recorded is not None else (record.get("cost") or {}).get("price_per_hour")
+        recorded.value
+        if recorded is not None
+        else nodejson.Fields(record).obj("cost").raw("price_per_hour")
     )
     price = (
         float(price) if isinstance(price, (int, float)) and not isinstance(price, bool) else None

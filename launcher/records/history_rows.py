@@ -14,7 +14,6 @@ the row is keyed on the slug of the recipe.yaml the run kept, when it has one.
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import re
 from dataclasses import asdict, dataclass
@@ -23,6 +22,7 @@ from typing import Any
 
 from launcher.errors import BadInput
 from launcher.records import nodejson
+from launcher.records.nodejson import Fields
 from launcher.records.rundir import Files, load_yaml
 
 # A content-derived slug ends with the recipe's short content hash (launcher/inputs/recipe.py).
@@ -61,13 +61,17 @@ class RunRow:
         return asdict(self)
 
 
-def read_json(path: Path) -> Any:
+def read_json(path: Path) -> dict[str, Any] | None:
+    """A run directory's JSON object, None when the file is absent; BadInput when it is no JSON
+    object. Bounded (launcher/records/nodejson.py): the directory may have come from anyone, and
+    a nested or huge document must cost the history one skipped run, not a traceback."""
     try:
-        return json.loads(path.read_text())
-    except (FileNotFoundError, IsADirectoryError):
-        return None
-    except (ValueError, RecursionError) as err:  # not JSON, bad UTF-8, too deep, a huge int
-        raise BadInput(f"{path} is not valid JSON: {err}") from None
+        data = nodejson.load_file(path)
+    except nodejson.NodeJSONError as err:
+        raise BadInput(f"{path} is not valid JSON: {err.message}") from None
+    if data is None or isinstance(data, dict):
+        return data
+    raise BadInput(f"{path} holds no JSON object.")
 
 
 def _read_yaml(path: Path) -> Any:
@@ -107,58 +111,50 @@ def row_from_run_dir(run_dir: Path) -> RunRow:
     difference, tolerance), image.json (the digest verified on the node), recipe.yaml.
     """
     run_dir = Path(run_dir)
-    run = read_json(run_dir / Files.RUN)
-    if not isinstance(run, dict) or not run.get("run_id"):
+    # each file read bounded, and each value typed (nodejson.Fields): a wrong type at any key of
+    # a copied-in run directory is that value missing, never an AttributeError
+    run = Fields(read_json(run_dir / Files.RUN))
+    if not run.word("run_id"):
         raise BadInput(f"{run_dir} is not a run directory (no run.json with a run_id).")
-    status = read_json(run_dir / Files.STATUS) or {}
-    plan = read_json(run_dir / Files.PLAN) or {}
-    timeline = read_json(run_dir / Files.TIMELINE) or {}
-    verdict = read_json(run_dir / Files.VERDICT) or {}
+    status = Fields(read_json(run_dir / Files.STATUS))
+    plan = Fields(read_json(run_dir / Files.PLAN))
+    timeline = Fields(read_json(run_dir / Files.TIMELINE))
+    verdict = Fields(read_json(run_dir / Files.VERDICT))
     image_facts = nodejson.read(run_dir / Files.IMAGE).fields  # the node's: hostile, typed
-    result = _read_yaml(run_dir / Files.RESULT) or {}
-    unrounded = (
-        ((result.get("provenance") or {}).get("unrounded") or {})
-        if isinstance(result, dict)
-        else {}
-    )
+    result = Fields(_read_yaml(run_dir / Files.RESULT))
+    unrounded = result.obj("provenance").obj("unrounded")
 
     def figure(key: str) -> float | None:
-        value = num(unrounded.get(key))
-        return (
-            value
-            if value is not None
-            else num(result.get(key) if isinstance(result, dict) else None)
-        )
+        value = num(unrounded.raw(key))
+        return value if value is not None else num(result.raw(key))
 
-    plan_recipe = plan.get("recipe") or {}
-    profile = plan.get("profile") or {}
-    cluster = run.get("cluster") or {}
-    state = status.get("state")
-    started = num(timeline.get("acquired_at")) or num(run.get("created_at"))
-    ended = num(timeline.get("released_at"))
+    plan_recipe = plan.obj("recipe")
+    profile = plan.obj("profile")
+    cluster = run.obj("cluster")
+    state = status.text("state")
+    started = num(timeline.raw("acquired_at")) or num(run.raw("created_at"))
+    ended = num(timeline.raw("released_at"))
     if ended is None and state in ("done", "failed", "cancelled"):
-        ended = num(status.get("updated_at"))
-    image = plan.get("image")
-    if image_facts.text("image"):
-        image = image_facts.text("image")
-    claimed = (verdict.get("claimed") or {}).get("tokens_per_s_per_gpu")
-    tolerance = (verdict.get("tolerance") or {}).get("slower_percent")
+        ended = num(status.raw("updated_at"))
+    image = image_facts.text("image") or plan.text("image")
+    claimed = verdict.obj("claimed").raw("tokens_per_s_per_gpu")
+    tolerance = verdict.obj("tolerance").raw("slower_percent")
     slug, legacy = identity(
-        run_dir, str(run.get("slug") or plan_recipe.get("slug") or run_dir.parent.name)
+        run_dir, run.word("slug") or plan_recipe.word("slug") or run_dir.parent.name
     )
     return RunRow(
-        run_id=str(run["run_id"]),
+        run_id=run.word("run_id"),
         slug=slug,
         legacy_slug=legacy,
-        recipe_sha256=plan_recipe.get("sha256") or file_sha256(run_dir / Files.RECIPE),
+        recipe_sha256=plan_recipe.text("sha256") or file_sha256(run_dir / Files.RECIPE),
         run_dir=str(run_dir.resolve()),
-        cluster_name=profile.get("name") or cluster.get("name"),
-        cluster_kind=profile.get("kind") or cluster.get("kind"),
+        cluster_name=profile.text("name") or cluster.text("name"),
+        cluster_kind=profile.text("kind") or cluster.text("kind"),
         started_at=started,
         ended_at=ended,
         state=state,
-        verdict=verdict.get("status"),
-        difference_percent=num(verdict.get("difference_percent")),
+        verdict=verdict.text("status"),
+        difference_percent=num(verdict.raw("difference_percent")),
         claimed_tokens_per_s_per_gpu=num(claimed),
         tolerance_percent=num(tolerance),
         tokens_per_s_per_gpu=figure("tokens_per_s_per_gpu"),
@@ -167,8 +163,8 @@ def row_from_run_dir(run_dir: Path) -> RunRow:
         usd_per_million_tokens=figure("usd_per_million_tokens"),
         gpu_hours=figure("gpu_hours"),
         image=image,
-        detail=status.get("detail"),
-        measured_runs=_measured_runs(result),
+        detail=status.text("detail"),
+        measured_runs=_measured_runs(result.mapping()),
     )
 
 

@@ -1,4 +1,4 @@
-"""One reader for the JSON a node wrote: bounded, typed, and never a traceback.
+"""One reader for JSON the launcher did not just write: bounded, typed, and never a traceback.
 
 Why: preflight.json, preflight-gpu.json, image.json, stack.json and assets-plan.json (rundir's
 NODE_RESULT_FILES, node K's under logs/node-K/) are the stdout of programs that ran on the node,
@@ -7,21 +7,36 @@ the GPU preflight and the stack probe inside the recipe's image, whose code runs
 json.loads and used as the shape they should have, they crashed the launcher: a list where a
 mapping was read (AttributeError), `"gpus": 5` (TypeError), a 100,000-deep nesting
 (RecursionError), a 5,000-digit integer (ValueError). Each was a traceback instead of the
-documented exit code, a run left "collecting", a nightly stopped at its first such run. So every
-reader of those files goes through here:
+documented exit code, a run left "collecting", a nightly stopped at its first such run.
+
+The same holds for every other JSON file the launcher reads back rather than just wrote: the run
+directory's own files (run.json, status.json, timeline.json, plan.json, verdict.json, aws.json,
+measure.json, steps.jsonl; a run directory can be copied in from anyone, and `reproduce measure`
+or `verify` is handed one), an attestation and every file of a bundle a stranger hands to
+`reproduce verify`, the index and billing files under $REPRODUCE_HOME, an image record, the
+docker CLI's answers. So every json.loads of the launcher is this module's (`loads`, `load_file`,
+`read`); tests/records/test_json_readers.py fails on any other, and hands every reader the same
+hostile documents. The module lives in records/, the lowest layer that reads files: every layer
+that reads JSON sits at or above it (tests/test_layout.py). Callers turn NodeJSONError into
+their own error class where the exit code differs (a damaged run directory is BadInput, a bundle
+that does not verify CheckFailed).
 
 - `read(path)` gives a NodeDoc and never raises: a missing file and an unreadable one are said in
   its `problem`, and its `fields` read as an empty mapping then.
+- `load_file(path)` gives the document, None for a missing file, NodeJSONError otherwise.
 - `loads(text)` and `decode_at(text, pos)` raise nothing but NodeJSONError (a ReproduceError).
 - `Fields` is typed access to one JSON object: each getter returns its type or None (or an empty
   list or Fields), whatever the document holds at that key.
 
-A document that is read holds at most MAX_BYTES of UTF-8 (a byte that is not is replaced),
-nested at most MAX_DEPTH deep, integers of at most MAX_INT_DIGITS digits (a longer one makes it
-unreadable: no node program prints one), no NaN or infinity (read as null: a number that is not
-finite is no number, principle 9), and no lone surrogate in any text (replaced: it cannot be
-written out as UTF-8 again). tests/records/test_node_json.py holds these limits;
-tests/runner/test_outcome_node_json.py gives every reader of these files hostile documents.
+A document that is read holds at most MAX_BYTES of UTF-8 (a byte that is not is replaced; a
+caller may allow more, as a page reading steps.jsonl does), nested at most MAX_DEPTH deep,
+integers of at most MAX_INT_DIGITS digits (a longer one makes it unreadable: no node program and
+no launcher record prints one), no NaN or infinity (read as null: a number that is not finite is
+no number, principle 9; the launcher writes none, steps.jsonl spells them as text), and no lone
+surrogate in any text (replaced: it cannot be written out as UTF-8 again).
+tests/records/test_node_json.py holds these limits; tests/runner/test_outcome_node_json.py gives
+every reader of the node's reports hostile documents, tests/records/test_json_readers.py every
+other reader.
 """
 
 from __future__ import annotations
@@ -65,7 +80,21 @@ def _constant(_name: str) -> None:
     return None  # NaN, Infinity, -Infinity
 
 
+def _refuse(name: str) -> None:
+    raise ValueError(f"it holds {name}, not a number")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"it holds {text}, past the largest number")
+    return value
+
+
 _DECODER = json.JSONDecoder(parse_int=_int, parse_float=_float, parse_constant=_constant)
+# The same rule, for a document where a number that is not finite is an error to name rather
+# than a null to skip (a timeline a user hands to `measure`: a NaN time is a wrong file).
+_STRICT = json.JSONDecoder(parse_int=_int, parse_float=_finite, parse_constant=_refuse)
 
 
 def _text(value: str) -> str:
@@ -108,11 +137,12 @@ def _clean(doc: Any) -> Any:
     return doc
 
 
-def decode_at(text: str, pos: int = 0) -> tuple[Any, int]:
+def decode_at(text: str, pos: int = 0, *, strict: bool = False) -> tuple[Any, int]:
     """(value, where it ends) of the JSON value that starts at `pos` (json's raw_decode, held to
-    the limits above); NodeJSONError when there is none."""
+    the limits above); NodeJSONError when there is none. `strict`: NaN, Infinity and a number
+    past the largest float refuse the document instead of reading as null."""
     try:
-        value, end = _DECODER.raw_decode(text, pos)
+        value, end = (_STRICT if strict else _DECODER).raw_decode(text, pos)
     except RecursionError:
         raise NodeJSONError(f"nested deeper than {MAX_DEPTH} levels") from None
     except (ValueError, MemoryError) as err:  # JSONDecodeError is a ValueError
@@ -120,17 +150,18 @@ def decode_at(text: str, pos: int = 0) -> tuple[Any, int]:
     return _clean(value), end
 
 
-def loads(text: str) -> Any:
-    """The JSON document `text` is, whole (blanks around it allowed); NodeJSONError if none."""
-    value, end = decode_at(text, len(text) - len(text.lstrip()))
+def loads(text: str, *, strict: bool = False) -> Any:
+    """The JSON document `text` is, whole (blanks around it allowed); NodeJSONError if none
+    (`strict`: see decode_at)."""
+    value, end = decode_at(text, len(text) - len(text.lstrip()), strict=strict)
     if text[end:].strip():
         raise NodeJSONError(f"not JSON: more after the document (character {end})")
     return value
 
 
-def read_text(path: Path) -> str | None:
+def read_text(path: Path, max_bytes: int = MAX_BYTES) -> str | None:
     """The file as text, None when it does not exist; NodeJSONError when it is not a regular
-    file (never followed through a link, never blocked on a FIFO) or is over MAX_BYTES."""
+    file (never followed through a link, never blocked on a FIFO) or is over `max_bytes`."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except (FileNotFoundError, NotADirectoryError):
@@ -141,11 +172,11 @@ def read_text(path: Path) -> str | None:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise NodeJSONError("not a regular file")
-        if info.st_size > MAX_BYTES:
-            raise NodeJSONError(f"{info.st_size:,} bytes, more than the {MAX_BYTES:,} read")
+        if info.st_size > max_bytes:
+            raise NodeJSONError(f"{info.st_size:,} bytes, more than the {max_bytes:,} read")
         chunks, size = [], 0
-        while size <= MAX_BYTES:
-            chunk = os.read(fd, MAX_BYTES + 1 - size)
+        while size <= max_bytes:
+            chunk = os.read(fd, max_bytes + 1 - size)
             if not chunk:
                 break
             chunks.append(chunk)
@@ -154,8 +185,8 @@ def read_text(path: Path) -> str | None:
         raise NodeJSONError(f"cannot be read: {err.strerror or err}") from None
     finally:
         os.close(fd)
-    if size > MAX_BYTES:
-        raise NodeJSONError(f"more than the {MAX_BYTES:,} bytes read")
+    if size > max_bytes:
+        raise NodeJSONError(f"more than the {max_bytes:,} bytes read")
     return b"".join(chunks).decode("utf-8", errors="replace")
 
 
@@ -183,6 +214,14 @@ class NodeDoc:
         if self.problem is not None:
             return f"{self.path.name} is unreadable ({self.problem})"
         return f"{self.path.name} holds no JSON object"
+
+
+def load_file(path: Path, max_bytes: int = MAX_BYTES) -> Any:
+    """The JSON document in the file at `path` (any JSON type: the caller checks its shape, or
+    reads it through `Fields`); None when there is no such file; NodeJSONError saying why it
+    cannot be read otherwise (the caller adds the file's name)."""
+    text = read_text(Path(path), max_bytes)
+    return None if text is None else loads(text)
 
 
 def read(path: Path) -> NodeDoc:

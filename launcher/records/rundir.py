@@ -36,6 +36,7 @@ import yaml
 from launcher.errors import BadInput, InfraError
 from launcher.inputs.yamlschema import FastSafeLoader
 from launcher.judge.split import TRAIN_STAGE as TRAIN_STAGE  # the stage whose log is the training
+from launcher.records import nodejson
 from launcher.records.atomic import write_atomic
 
 
@@ -181,6 +182,9 @@ def _write_atomic(path: Path, data: bytes) -> None:
 # budget went unchecked (found 2026-12-04: 4,000 markers, 209 s). Past this, new stages are counted,
 # not kept.
 MAX_STAGES = 500
+
+
+_STAGE_KEYS = ("name", "start", "end", "status")
 
 
 @dataclass
@@ -387,17 +391,27 @@ class RunDir:
         return self.write_text(name, yaml.safe_dump(data, sort_keys=False))
 
     def read_json(self, name: str, default: Any = None) -> Any:
-        """The file's JSON; `default` when it is missing; BadInput naming it when it is not JSON."""
+        """The file's JSON object; `default` when it is missing; BadInput naming it when it is not
+        one. Read through launcher/records/nodejson.py (bounded, never a traceback): the run
+        directory holds what the node's collection brought back, and a directory handed to
+        `measure` or copied in from elsewhere is anyone's, so a file of it nested 100,000 deep,
+        holding a 5,000-digit number, a FIFO or a list is a damaged record, not a crash."""
         target = self.path / name
-        if not target.exists():
-            return default
         try:
-            return json.loads(target.read_text())
-        except (ValueError, UnicodeDecodeError) as err:
+            data = nodejson.load_file(target)
+        except nodejson.NodeJSONError as err:
             raise BadInput(
-                f"{target} is not valid JSON ({err}); the run's record is damaged.",
+                f"{target} is not valid JSON ({err.message}); the run's record is damaged.",
                 hint="Restore the file from a backup, or look at the run directory by hand.",
             ) from None
+        if data is None and not target.exists():
+            return default
+        if not isinstance(data, dict):
+            raise BadInput(
+                f"{target} holds no JSON object; the run's record is damaged.",
+                hint="Restore the file from a backup, or look at the run directory by hand.",
+            )
+        return data
 
     def write_inputs(self, *, recipe_text: str, profile: Any, plan: Any, node_script: str) -> None:
         """recipe.yaml (byte for byte), profile.yaml, plan.json and node.sh: what was asked."""
@@ -442,12 +456,25 @@ class RunDir:
     # --- timeline ---
 
     def timeline(self) -> Timeline:
-        data = self.read_json(Files.TIMELINE, {}) or {}
+        """timeline.json as typed times (a time that is not a number reads as none) and its
+        stages, each an object with a name, its times and a status (others are left out), at
+        most MAX_STAGES: the file is read back from a directory anyone may have written."""
+        data = nodejson.Fields(self.read_json(Files.TIMELINE, {}))
+        stages = [
+            {
+                "name": stage.word("name"),
+                "start": stage.number("start"),
+                "end": stage.number("end"),
+                "status": stage.word("status", "unknown"),
+                **{k: v for k, v in stage.mapping().items() if k not in _STAGE_KEYS},
+            }
+            for stage in data.records("stages")[:MAX_STAGES]
+        ]
         return Timeline(
-            data.get("acquired_at"),
-            data.get("released_at"),
-            list(data.get("stages", [])),
-            data.get("release_started_at"),
+            data.number("acquired_at"),
+            data.number("released_at"),
+            stages,
+            data.number("release_started_at"),
         )
 
     def write_timeline(self, timeline: Timeline) -> None:

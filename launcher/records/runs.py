@@ -19,6 +19,7 @@ from typing import Any
 from launcher.catalog import Price
 from launcher.errors import BadInput
 from launcher.records.billing import Billing, last_known
+from launcher.records.nodejson import Fields
 from launcher.records.rundir import FINAL_STATES, TRAIN_STAGE, Files, RunDir, load_yaml
 
 TAIL_BYTES = 1 << 20  # the end of train.log read for the last step (a log may be gigabytes)
@@ -84,53 +85,56 @@ def run_dirs(root: Path) -> list[Path]:
 def summarize(path: Path, now: float | None = None) -> RunSummary:
     """A run directory's summary; BadInput when it is not one (no run.json with a run id)."""
     rd = RunDir(Path(path))
-    record = rd.record()
-    if not record.get("run_id"):
+    # every value typed (nodejson.Fields): a run directory copied in from anyone holds whatever
+    # types at these keys, and a wrong one is that value missing, never an AttributeError
+    record = Fields(rd.record())
+    if not record.word("run_id"):
         raise BadInput(f"{path} is not a run directory (no run.json with a run_id).")
     now = time.time() if now is None else now
-    status = rd.status()
-    state = str(status.get("state") or "unknown")
-    timeline = rd.read_json(Files.TIMELINE, {}) or {}
-    plan = rd.read_json(Files.PLAN, {}) or {}
-    verdict = rd.read_json(Files.VERDICT, {}) or {}
-    cost = record.get("cost") or {}
-    profile = plan.get("profile") or {}
-    acquired = _num(timeline.get("acquired_at"))
-    released = _num(timeline.get("released_at"))
+    status = Fields(rd.status())
+    state = status.word("state") or "unknown"
+    timeline = Fields(rd.read_json(Files.TIMELINE, {}))
+    plan = Fields(rd.read_json(Files.PLAN, {}))
+    verdict = Fields(rd.read_json(Files.VERDICT, {}))
+    cost = record.obj("cost")
+    profile = plan.obj("profile")
+    acquired = _num(timeline.raw("acquired_at"))
+    released = _num(timeline.raw("released_at"))
     ended = released
     if ended is None and state in FINAL_STATES:
-        ended = _num(status.get("updated_at"))
+        ended = _num(status.raw("updated_at"))
     elapsed = None
     if acquired is not None:
         until = released if released is not None else (ended if ended is not None else now)
         elapsed = max(0.0, until - acquired)
-    nodes = int(cost.get("nodes") or plan.get("nodes") or 1)
-    gpus = int(cost.get("gpus_per_node") or plan.get("gpus_per_node") or 0)
-    recorded = Price.from_dict(record.get("price"))  # the price the run decided once
-    price = recorded.value if recorded is not None else _num(cost.get("price_per_hour"))
-    price_source = recorded.describe() if recorded is not None else cost.get("price_source")
+    nodes = _count(cost.raw("nodes")) or _count(plan.raw("nodes")) or 1
+    gpus = _count(cost.raw("gpus_per_node")) or _count(plan.raw("gpus_per_node")) or 0
+    recorded = Price.from_dict(record.raw("price"))  # the price the run decided once
+    price = recorded.value if recorded is not None else _num(cost.raw("price_per_hour"))
+    price_source = recorded.describe() if recorded is not None else cost.text("price_source")
     measured = _measured_gpu_hours(rd)
     gpu_hours = measured
     if gpu_hours is None and elapsed is not None and gpus:
         gpu_hours = elapsed / 3600.0 * nodes * gpus
     usd = None if price is None or elapsed is None else elapsed / 3600.0 * nodes * price
     step, total = train_progress(rd)
+    cluster = record.obj("cluster")
     return RunSummary(
-        run_id=str(record["run_id"]),
-        recipe=str(record.get("slug") or (plan.get("recipe") or {}).get("slug") or "?"),
-        target=profile.get("name") or (record.get("cluster") or {}).get("kind"),
-        kind=profile.get("kind") or (record.get("cluster") or {}).get("kind"),
+        run_id=record.word("run_id"),
+        recipe=record.word("slug") or plan.obj("recipe").word("slug") or "?",
+        target=profile.text("name") or cluster.text("kind"),
+        kind=profile.text("kind") or cluster.text("kind"),
         state=state,
-        verdict=verdict.get("status"),
-        started_at=acquired if acquired is not None else _num(record.get("created_at")),
+        verdict=verdict.text("status"),
+        started_at=acquired if acquired is not None else _num(record.raw("created_at")),
         ended_at=ended,
         elapsed_s=elapsed,
         gpu_hours=gpu_hours,
         cost_usd=usd,
-        stage=current_stage(timeline),
+        stage=current_stage(timeline.mapping()),
         step=step,
         steps_total=total,
-        detail=status.get("detail"),
+        detail=status.text("detail"),
         run_dir=str(rd.path),
         logs=str(rd.logs),
         followed=is_followed(rd.path),
@@ -182,7 +186,12 @@ def indexed_runs(root: Path | None, now: float | None = None) -> tuple[list[RunS
 
 def current_stage(timeline: dict[str, Any]) -> str | None:
     """The innermost stage still running, else the last stage that started."""
-    stages = [s for s in timeline.get("stages") or [] if isinstance(s, dict) and s.get("name")]
+    listed = timeline.get("stages")
+    stages = [
+        s
+        for s in (listed if isinstance(listed, list) else [])
+        if isinstance(s, dict) and s.get("name")
+    ]
     running = [s for s in stages if s.get("status") == "running"]
     chosen = running[-1] if running else (stages[-1] if stages else None)
     return str(chosen["name"]) if chosen else None
@@ -270,6 +279,12 @@ def _steps_per_run(recipe_file: Path) -> int | None:
     except (OSError, yaml.YAMLError, UnicodeDecodeError, KeyError, TypeError):
         return None
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _count(value: Any) -> int | None:
+    """A whole number of nodes or GPUs, >= 1 (a float that is one, too); None for anything else."""
+    number = _num(value)
+    return int(number) if number is not None and number >= 1 and number == int(number) else None
 
 
 def _num(value: Any) -> float | None:

@@ -38,6 +38,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from launcher.errors import BadInput, CheckFailed
+from launcher.records import nodejson
 from launcher.records.rundir import Files
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
@@ -145,14 +146,14 @@ def signer_ids(envelope: dict[str, Any]) -> list[str]:
 
 def read_envelope(path: Path) -> dict[str, Any]:
     """The envelope file as JSON; BadInput when there is none, CheckFailed when it is not one."""
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    try:  # bounded (launcher/records/nodejson.py): an envelope in a bundle is a stranger's
+        data = nodejson.load_file(Path(path))
+    except nodejson.NodeJSONError as err:
+        raise CheckFailed(f"{path} is not a DSSE envelope ({err.message}).") from None
+    if data is None:
         raise BadInput(
             f"{path} does not exist: the directory is not attested (`reproduce attest RUN`)."
-        ) from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise CheckFailed(f"{path} is not a DSSE envelope (not JSON: {err}).") from None
+        )
     if (
         not isinstance(data, dict)
         or not isinstance(data.get("payload"), str)
@@ -214,10 +215,10 @@ def open_envelope(envelope: dict[str, Any], public_key: Any, where: Path) -> dic
             "statement (its predicate or a subject's digest) was changed after it was signed, "
             "or another key made the signature."
         )
-    try:
-        stmt = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise CheckFailed(f"{where}: the signed payload is not JSON ({err}).") from None
+    try:  # signed, but by whoever holds the key: bounded all the same
+        stmt = nodejson.loads(body.decode("utf-8", errors="replace"))
+    except nodejson.NodeJSONError as err:
+        raise CheckFailed(f"{where}: the signed payload is not JSON ({err.message}).") from None
     problem = statement_problem(stmt)
     if problem:
         raise CheckFailed(f"{where}: {problem}")

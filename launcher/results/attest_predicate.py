@@ -68,17 +68,16 @@ def plain(value: Any) -> Any:
 
 
 def read_json(root: Path, name: str) -> Any:
-    """A JSON file the launcher wrote into the directory, or None when absent; BadInput when it
-    is not JSON (also too deep, or a number past int()'s limit). The node's reports are read
-    with `node_report` instead."""
+    """A JSON file of the directory (the launcher wrote it, but the directory may since have
+    been copied from anywhere), or None when absent; BadInput when it is not JSON within
+    launcher/records/nodejson.py's limits (too deep, a huge number, a FIFO, a link). The node's
+    reports are read with `node_report` instead, typed."""
     path = Path(root) / name
-    if not path.is_file():
-        return None
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError) as err:  # JSONDecodeError is a ValueError
+    try:  # bounded: the directory attested may have come from anywhere
+        return nodejson.load_file(path)
+    except nodejson.NodeJSONError as err:
         raise BadInput(
-            f"{path} is not valid JSON ({str(err)[:200]}); the directory cannot be attested."
+            f"{path} is not valid JSON ({err.message}); the directory cannot be attested."
         ) from None
 
 
@@ -94,12 +93,15 @@ def node_report(root: Path, name: str, missing: dict[str, str], field: str) -> F
 
 def read_result(root: Path) -> dict[str, Any]:
     path = Path(root) / Files.RESULT
-    try:
-        data = load_yaml(path.read_text(encoding="utf-8"))
+    try:  # bounded like every file read back (a bundle's result.yaml is a stranger's)
+        text = nodejson.read_text(path)
+        if text is None:
+            raise FileNotFoundError(path)
+        data = load_yaml(text)
     except FileNotFoundError:
         raise BadInput(f"{root} holds no result.yaml: nothing measured to attest.") from None
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
-        raise BadInput(f"{path} cannot be read as YAML ({err}).") from None
+    except (nodejson.NodeJSONError, yaml.YAMLError, ValueError, RecursionError) as err:
+        raise BadInput(f"{path} cannot be read as YAML ({str(err)[:200]}).") from None
     if not isinstance(data, dict):
         raise BadInput(f"{path} is not a mapping of figures.")
     return data
@@ -303,7 +305,20 @@ def _timeline(root: Path, missing: dict[str, str]) -> dict[str, Any] | None:
 
 def build_predicate(root: Path, *, now: float | None = None) -> dict[str, Any]:
     """The predicate (PREDICATE_TYPE) of the directory `root`; BadInput when it holds no
-    measurement this launcher can attest (measure.json, result.yaml, verdict.json)."""
+    measurement this launcher can attest (measure.json, result.yaml, verdict.json), or when a
+    record of it has a shape the launcher never writes (the directory may come from anyone)."""
+    try:
+        return _build_predicate(Path(root), now)
+    except (KeyError, TypeError, ValueError, AttributeError) as err:  # a record of a wrong shape
+        raise BadInput(
+            f"{root}: a record of the directory is malformed ({type(err).__name__}: "
+            f"{str(err)[:200]}); it cannot be attested. Measure it again, then attest."
+        ) from None
+
+
+def _build_predicate(root: Path, now: float | None) -> dict[str, Any]:
+    """build_predicate's body: the directory's files (bounded, launcher/records/nodejson.py) are
+    read as the shapes the launcher writes; a wrong shape raises, and the caller says so."""
     from launcher.records.identity import launcher_identity
 
     root = Path(root)

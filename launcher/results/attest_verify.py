@@ -26,9 +26,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import yaml
+
 from launcher.catalog import Price
 from launcher.clusters import trust
 from launcher.errors import BadInput, CheckFailed
+from launcher.records import nodejson
 from launcher.records.rundir import TRAIN_STAGE, Files, load_yaml
 from launcher.results.attest import (
     ENVELOPE_FILE,
@@ -60,6 +63,7 @@ class Verified:
     figures: dict[str, Any]
     unattested: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    names: list[str] = field(default_factory=list)  # the subjects, as the statement lists them
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -115,6 +119,31 @@ def describe(where: str, diff: tuple[str, Any, Any], left: str, right: str) -> s
     return text
 
 
+def _bundle_json(root: Path, name: str) -> dict[str, Any]:
+    """A JSON object of the directory verified: a stranger's bytes (the key that signed them may
+    be the one found beside them), read through launcher/records/nodejson.py, bounded and
+    typed at the top; CheckFailed naming the file when it is not one, never a traceback."""
+    try:
+        data = nodejson.load_file(root / name)
+    except nodejson.NodeJSONError as err:
+        raise CheckFailed(f"{root / name} is not readable JSON ({err.message}).") from None
+    if not isinstance(data, dict):
+        raise CheckFailed(f"{root / name} holds no JSON object.")
+    return data
+
+
+def _structured(path: Path) -> Any:
+    """A measured run's .json (bounded JSON) or .yaml file, to compare by content; CheckFailed
+    when it cannot be read."""
+    if path.name.endswith(".json"):
+        return _bundle_json(path.parent, path.name)
+    try:
+        text = nodejson.read_text(path)
+        return load_yaml(text or "")
+    except (nodejson.NodeJSONError, yaml.YAMLError, RecursionError, ValueError) as err:
+        raise CheckFailed(f"{path} is not readable YAML ({str(err)[:200]}).") from None
+
+
 def _subject_changed(root: Path, name: str, digest: str, now: str, predicate: dict) -> str:
     base = f"{root / name} changed since it was attested (sha256 {digest[:16]}... attested, "
     base += f"{now[:16]}... now)"
@@ -124,13 +153,13 @@ def _subject_changed(root: Path, name: str, digest: str, now: str, predicate: di
                 _norm(predicate.get("figures")), _norm(figures_of(read_result(root)))
             )
         elif name == Files.VERDICT:
-            edited = json.loads((root / name).read_text(encoding="utf-8"))
+            edited = _bundle_json(root, name)
             diff = first_difference(
                 _norm(predicate.get("verdict")), _norm(verdict_of(edited if edited else {}))
             )
         else:
             diff = None
-    except (BadInput, OSError, ValueError, AttributeError):
+    except (BadInput, CheckFailed, OSError, ValueError, AttributeError):
         diff = None
     if diff is None:
         return base + "."
@@ -181,7 +210,7 @@ def remeasure_check(
             raise CheckFailed(f"{root}: the measured {role} ({ref.get('path')}) is not a subject.")
     if "measure.json" not in names:
         raise CheckFailed(f"{root}: measure.json (the measurement's record) is not a subject.")
-    record = json.loads((root / "measure.json").read_text(encoding="utf-8"))
+    record = _bundle_json(root, "measure.json")
     tolerance = Tolerance(**record["tolerance"]) if record.get("tolerance") else None
     recipe = load_recipe(root / inputs["recipe"]["path"])
     pricing: dict[str, Any] = {
@@ -213,7 +242,7 @@ def remeasure_check(
     if Files.RESULT in names:
         files.append(("result.yaml is", "file", read_result(root), again))
     if Files.VERDICT in names:
-        on_disk = json.loads((root / Files.VERDICT).read_text(encoding="utf-8"))
+        on_disk = _bundle_json(root, Files.VERDICT)
         files.append(("verdict.json is", "file", on_disk, judged))
     for where, left, recorded, measured in files + attested if files_first else attested + files:
         diff = first_difference(_norm(recorded), _norm(measured))
@@ -303,10 +332,7 @@ def _same_runs(root: Path, again: Path, names: set[str]) -> None:
             raise CheckFailed(f"{root}: {name} is attested, but the log gives no such run.")
         signed, measured = root / name, again / name
         if name.endswith((".json", ".yaml")):
-            diff = first_difference(
-                _norm(load_yaml(signed.read_text(encoding="utf-8"))),
-                _norm(load_yaml(measured.read_text(encoding="utf-8"))),
-            )
+            diff = first_difference(_norm(_structured(signed)), _norm(_structured(measured)))
             if diff:
                 raise CheckFailed(
                     describe(
@@ -353,4 +379,5 @@ def verify_dir(root: Path, key: Path | None = None) -> Verified:
         figures,
         extra,
         time.perf_counter() - started,
+        [s["name"] for s in stmt["subject"]],
     )

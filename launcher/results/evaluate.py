@@ -38,7 +38,6 @@ from launcher.catalog import Price
 from launcher.clusters import trust
 from launcher.errors import BadInput
 from launcher.inputs.recipe import Recipe, load_recipe
-from launcher.inputs.yamlschema import read_text_capped
 from launcher.judge.convergence import check, loss_curve
 from launcher.judge.gate import LogEvidence, assess
 from launcher.judge.measure import Result, measure, measured_date
@@ -47,6 +46,7 @@ from launcher.judge.verdict import POLICY_NAME, POLICY_VERSION, Tolerance, Verdi
 from launcher.pages import report
 from launcher.records.atomic import write_atomic
 from launcher.records.rundir import Files
+from launcher.results.readback import load_timeline, read_steps, read_timeline, recorded_price
 
 RECIPE_FILE = Files.RECIPE  # the recipe as the run used it, kept in its run directory
 RUN_FILE = Files.RUN  # what makes a directory a run directory
@@ -97,8 +97,7 @@ def load_records(path: Path) -> tuple[list[StepRecord], ParseStats | None]:
     if (path / TRAIN_LOG).is_file():
         return parse_log(path / TRAIN_LOG)
     if (path / Files.STEPS).is_file():
-        with open(path / Files.STEPS) as fh:
-            return [StepRecord.from_dict(json.loads(line)) for line in fh if line.strip()], None
+        return read_steps(path / Files.STEPS), None
     raise BadInput(f"run directory {path} holds neither {TRAIN_LOG} nor steps.jsonl.")
 
 
@@ -115,33 +114,6 @@ def reference_curve(path: Path) -> dict[int, float]:
     if not ref.sound:
         raise BadInput(f"reference {path}: " + "; ".join(ref.problems()))
     return loss_curve(ref.records)
-
-
-def read_timeline(path: Path) -> dict:
-    """A timeline.json (the run's stage times, for GPU-hours); BadInput when unreadable.
-
-    Read as any file a user names: a regular file, capped (a FIFO or /dev/zero had hung
-    `measure --timeline`), JSON without NaN or Infinity (a time that is not a number)."""
-    text = read_text_capped(Path(path), "timeline")
-
-    def no_constant(word: str) -> float:
-        raise BadInput(f"{path}: holds {word}, not a time; expected JSON numbers")
-
-    try:
-        data = json.loads(text, parse_constant=no_constant)
-    except json.JSONDecodeError as err:
-        raise BadInput(f"{path} is not valid JSON: {err}") from None
-    except RecursionError:
-        raise BadInput(f"{path}: nested too deeply to be a timeline") from None
-    if not isinstance(data, dict):
-        raise BadInput(f"{path} is not a timeline object.")
-    return data
-
-
-def load_timeline(run_dir: Path) -> dict | None:
-    """run_dir/timeline.json, or None when the run directory has none."""
-    path = Path(run_dir) / Files.TIMELINE
-    return read_timeline(path) if path.is_file() else None
 
 
 def recipe_of(run_dir: Path) -> Recipe:
@@ -513,16 +485,6 @@ def measure_k_runs(
         timeline=timeline,
         measure_one=one,
     )
-
-
-def recorded_price(run_dir: Path) -> Price | None:
-    """The price a run recorded in run.json (`price`), or None (none recorded, or unreadable:
-    then the catalog prices it, as before prices were recorded)."""
-    try:
-        record = json.loads((Path(run_dir) / Files.RUN).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return Price.from_dict(record.get("price")) if isinstance(record, dict) else None
 
 
 def out_dir(path: Path) -> Path:

@@ -18,13 +18,13 @@ the one release) is shown as shared, once, and what it comes to per recipe.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from launcher.errors import ReproduceError
+from launcher.records import nodejson
 from launcher.runner.held import HeldNode
 
 if TYPE_CHECKING:
@@ -121,8 +121,8 @@ def _timeline(run_dir: Path | None) -> dict:
     if run_dir is None:
         return {}
     try:
-        data = json.loads((run_dir / "timeline.json").read_text())
-    except (OSError, ValueError):
+        data = nodejson.load_file(run_dir / "timeline.json")  # bounded: the node's times
+    except nodejson.NodeJSONError:
         return {}
     return data if isinstance(data, dict) else {}
 

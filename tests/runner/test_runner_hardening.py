@@ -453,7 +453,8 @@ def test_the_node_cannot_write_into_the_launchers_own_logs(tmp_path: Path) -> No
         Runner(poll_s=0.05, measure=False).execute(plan, rd, LocalCluster())
     assert (rd.logs / "node.log").read_bytes() == Path(plan.node_run_dir, "node.log").read_bytes()
     assert "\x1b" not in str(err.value) and "\x07" not in str(err.value)
-    assert "pulling ?]0;pwned? ?[2J done" in str(err.value)
+    # shown as their escapes (launcher/excerpt.py printable): seen, and what they were
+    assert "pulling \\x1b]0;pwned\\x07 \\x1b[2J done" in str(err.value)
 
 
 def buffered_env() -> dict[str, str]:

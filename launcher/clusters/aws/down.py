@@ -11,7 +11,6 @@ given) region.
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -34,6 +33,7 @@ from launcher.clusters.aws.state import (
 )
 from launcher.clusters.aws.teardown import Log, leftover_message, safe, teardown
 from launcher.errors import BadInput, InfraError
+from launcher.records import nodejson
 from launcher.records.rundir import Files
 
 IDENTITY = ("run_id", "launch_id", "region", "account")
@@ -58,8 +58,8 @@ def state_file(run_dir: Path) -> Path:
 def _run_json(run_dir: Path) -> dict[str, Any]:
     """run.json's run id and cluster record, or {} when it is missing or unreadable."""
     try:
-        data = json.loads((run_dir / Files.RUN).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = nodejson.load_file(run_dir / Files.RUN)  # bounded: a run dir is anyone's
+    except nodejson.NodeJSONError:
         return {}
     if not isinstance(data, dict):
         return {}

@@ -24,7 +24,6 @@ Every request is built once (`request`), printed by the dry run and sent by a re
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -32,6 +31,7 @@ from typing import Any
 from launcher.catalog import Price, with_fallback
 from launcher.clusters.aws import requests as rq
 from launcher.clusters.aws.session import error_code, error_message, snake
+from launcher.records import nodejson
 
 PRICING_REGIONS = ("us-east-1", "ap-south-1")  # the Price List Query API's endpoints
 SOURCE_OF = {
@@ -106,10 +106,10 @@ def on_demand_usd(answer: dict[str, Any], instance_type: str, region: str) -> fl
     found: set[float] = set()
     for item in answer.get("PriceList") or []:
         try:
-            doc = json.loads(item) if isinstance(item, str) else item
+            doc = nodejson.loads(item) if isinstance(item, str) else item
             attrs = doc["product"]["attributes"]
             terms = doc["terms"]["OnDemand"].values()
-        except (TypeError, ValueError, KeyError, AttributeError):
+        except (TypeError, nodejson.NodeJSONError, KeyError, AttributeError):
             raise LookupFailed("the Price List answer is not AWS's product document") from None
         if attrs.get("instanceType") != instance_type or attrs.get("regionCode") not in (
             None,

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from launcher.errors import BadInput, InfraError
+from launcher.records import nodejson
 
 if TYPE_CHECKING:
     from launcher.clusters.aws.settings import AwsSettings
@@ -264,7 +265,8 @@ class CallLog:
     def read(self) -> list[dict[str, Any]]:
         if self.path is None or not self.path.is_file():
             return []
-        return [json.loads(x) for x in self.path.read_text(encoding="utf-8").splitlines() if x]
+        text = nodejson.read_text(self.path, max_bytes=64 * nodejson.MAX_BYTES) or ""
+        return [nodejson.loads(x) for x in text.splitlines() if x]
 
 
 class RecordedClient:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher.errors import BadInput, InfraError
+from launcher.records import nodejson
 from launcher.records.atomic import write_atomic
 
 LIST_KEYS = ("instances", "targeted", "addresses", "nodes", "terminated")
@@ -79,14 +80,12 @@ class AwsState:
     def load(cls, path: Path) -> AwsState:
         """The state in `path`; CorruptState (naming the file) when it is not what we write."""
         path = Path(path)
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except UnicodeDecodeError:
-            raise CorruptState(path, "not text (not the aws.json the launcher writes)") from None
-        except json.JSONDecodeError as err:
-            raise CorruptState(path, f"not valid JSON ({err.msg} at line {err.lineno})") from None
-        except OSError as err:
-            raise CorruptState(path, f"cannot be read ({err.strerror or err})") from None
+        try:  # bounded (launcher/records/nodejson.py): the run directory is anyone's
+            data = nodejson.load_file(path)
+        except nodejson.NodeJSONError as err:
+            raise CorruptState(path, f"not valid JSON ({err.message})") from None
+        if data is None:
+            raise CorruptState(path, "cannot be read (it is gone)")
         problem = shape_problem(data)
         if problem:
             raise CorruptState(path, problem)
@@ -182,8 +181,8 @@ def _records() -> list[dict[str, Any]]:
         return []
     for path in paths:
         try:
-            record = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            record = nodejson.load_file(path)
+        except nodejson.NodeJSONError:
             continue
         if isinstance(record, dict) and isinstance(record.get("launch_id"), str):
             found.append(record)

@@ -13,6 +13,8 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
+from launcher.excerpt import printable
+
 # A metric line: `step 7: {`, `perf 7: {`, `rollout 7: {`, anywhere in the line, so any prefix
 # (Ray, ANSI, the logging prefix, a fragment of another process's line) is allowed before it.
 KINDS = ("step", "perf", "rollout")
@@ -316,9 +318,9 @@ def number(metrics: dict, *keys: str) -> float | None:
 
 
 def shown(line: str, limit: int = 160) -> str:
-    """A line as a person can read it in a message: control bytes escaped, length capped."""
-    text = line.rstrip("\r\n")
-    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    """A line as a person can read it in a message: made printable (launcher/excerpt.py, the one
+    rule for text from the node), length capped."""
+    text = printable(line.rstrip("\r\n"))
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 

@@ -1,0 +1,72 @@
+"""The records of a run directory that a measurement reads back: steps.jsonl, a timeline, the
+recorded price. Each read through launcher/records/nodejson.py (bounded, never a traceback): the
+directory measured, or a timeline named with --timeline, may have come from anyone, and a file of
+it nested 100,000 deep, holding a 5,000-digit number or a list is BadInput naming it (exit 2)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from launcher.catalog import Price
+from launcher.errors import BadInput
+from launcher.inputs.yamlschema import read_text_capped
+from launcher.judge.parse.reader import StepRecord
+from launcher.records import nodejson
+from launcher.records.rundir import Files
+
+# steps.jsonl read back (a run directory without its log): bounded like every JSON read, at a
+# size a very long run's steps reach (~300 bytes a step), not at a node report's 4 MiB
+STEPS_MAX_BYTES = 256 * 1024 * 1024
+
+
+def read_steps(path: Path) -> list[StepRecord]:
+    """steps.jsonl read back: each line a JSON object of a step (launcher/records/nodejson.py:
+    bounded; the directory measured is anyone's); BadInput naming the line that is not one."""
+    try:
+        text = nodejson.read_text(path, max_bytes=STEPS_MAX_BYTES) or ""
+    except nodejson.NodeJSONError as err:
+        raise BadInput(f"{path}: {err.message}") from None
+    records = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            data = nodejson.loads(line)
+            if not isinstance(data, dict):
+                raise BadInput(f"{path}, line {number}: not a step object")
+            records.append(StepRecord.from_dict(data))
+        except (nodejson.NodeJSONError, ValueError, TypeError) as err:
+            raise BadInput(f"{path}, line {number}: not a step ({str(err)[:200]})") from None
+    return records
+
+
+def read_timeline(path: Path) -> dict:
+    """A timeline.json (the run's stage times, for GPU-hours); BadInput when unreadable.
+
+    Read as any file a user names: a regular file, capped (a FIFO or /dev/zero had hung
+    `measure --timeline`), JSON without NaN or Infinity (a time that is not a number)."""
+    text = read_text_capped(Path(path), "timeline")
+
+    try:  # strict: a NaN time is a wrong file, said, not a null time
+        data = nodejson.loads(text, strict=True)
+    except nodejson.NodeJSONError as err:
+        raise BadInput(f"{path} is not valid JSON: {err.message}") from None
+    if not isinstance(data, dict):
+        raise BadInput(f"{path} is not a timeline object.")
+    return data
+
+
+def load_timeline(run_dir: Path) -> dict | None:
+    """run_dir/timeline.json, or None when the run directory has none."""
+    path = Path(run_dir) / Files.TIMELINE
+    return read_timeline(path) if path.is_file() else None
+
+
+def recorded_price(run_dir: Path) -> Price | None:
+    """The price a run recorded in run.json (`price`), or None (none recorded, or unreadable:
+    then the catalog prices it, as before prices were recorded)."""
+    try:
+        record = nodejson.load_file(Path(run_dir) / Files.RUN)
+    except nodejson.NodeJSONError:
+        return None
+    return Price.from_dict(record.get("price")) if isinstance(record, dict) else None

@@ -1,0 +1,327 @@
+"""Every JSON file the launcher reads back is read by one bounded reader, and every reader of one
+ends in a ReproduceError (its exit code, one paragraph) or a value, never another exception.
+
+Why: the run directory holds what collection brought back from the node and may be copied in from
+anyone; a bundle handed to `reproduce verify` is a stranger's, signed with the key found beside
+it; the index under $REPRODUCE_HOME can be copied from another machine. json.loads over them
+raised RecursionError on a 100,000-deep nesting, ValueError on a 5,000-digit integer and
+AttributeError on a list where a mapping was read (found 2026-12-04), so `verify`, `status`,
+`runs`, the history and the pages ended in a traceback. launcher/records/nodejson.py is the one
+reader (docs/architecture.md, "The trust boundary").
+
+The adversary is generic, not a list of examples: the source is walked for any json.loads outside
+that module (one added later fails here); each reader of the table below, for the file it reads
+out of a real run directory (the runner's own, attested), is handed a fixed set of hostile
+documents (deep nesting, a huge integer, NaN, a list, a scalar, nothing, a cut document, invalid
+UTF-8, 5 MiB, a FIFO, a symlink, a directory) and every key of the real file holding each wrong
+type. `reproduce verify` is handed the same, each file re-signed by the stranger's key beside it.
+"""
+
+from __future__ import annotations
+
+import ast
+import base64
+import hashlib
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.attest import cli, keypair, real_run
+from support.paths import REPO
+
+from launcher.clusters.aws import down as aws_down
+from launcher.clusters.aws.state import AwsState
+from launcher.errors import ReproduceError
+from launcher.pages.attestation import read_attestation
+from launcher.pages.rundata import read_run_dir
+from launcher.plan.claimruns import accepted_in
+from launcher.records import billing, nodejson, state
+from launcher.records.history_rows import row_from_run_dir
+from launcher.records.rundir import Files, RunDir
+from launcher.records.runs import summarize
+from launcher.results.attest import ENVELOPE_FILE, read_envelope, sign
+from launcher.results.attest_keys import load_signing_key
+from launcher.results.attest_predicate import build_predicate
+from launcher.results.attest_verify import verify_dir
+from launcher.results.readback import read_steps, read_timeline, recorded_price
+from launcher.runner.nightly_groups import _timeline as nightly_timeline
+
+# The only json.loads outside nodejson.py: a value the launcher holds, dumped and read back in the
+# same breath (attest_predicate.plain: JSON's view of it), not a read of anyone's bytes.
+NOT_READS = {("launcher/results/attest_predicate.py", "plain")}
+
+Reader = Callable[[Path], Any]
+
+
+def _aws_state(d: Path) -> Any:
+    return AwsState.load(d / Files.AWS)
+
+
+def _state_entry(d: Path) -> Any:
+    return state._read(d / Files.RUN)
+
+
+# reader -> the files of the run directory it reads (its argument is the run directory)
+READERS: dict[str, tuple[Reader, tuple[str, ...]]] = {
+    "RunDir.record": (lambda d: RunDir(d).record(), (Files.RUN,)),
+    "RunDir.status": (lambda d: RunDir(d).status(), (Files.STATUS,)),
+    "RunDir.timeline": (lambda d: RunDir(d).timeline(), (Files.TIMELINE,)),
+    "runs.summarize": (summarize, (Files.RUN, Files.STATUS, Files.TIMELINE, Files.PLAN)),
+    "history row": (
+        row_from_run_dir,
+        (Files.RUN, Files.STATUS, Files.TIMELINE, Files.PLAN, Files.VERDICT),
+    ),
+    "billing.aws_facts": (lambda d: billing.aws_facts(RunDir(d)), (Files.AWS,)),
+    "state index entry": (_state_entry, (Files.RUN,)),
+    "state.import_runs": (lambda d: state.import_runs(d), (Files.RUN,)),
+    "claimruns.accepted_in": (accepted_in, (Files.PLAN,)),
+    "nightly timeline": (nightly_timeline, (Files.TIMELINE,)),
+    "aws down run.json": (lambda d: aws_down._run_json(d), (Files.RUN,)),
+    "aws.json state": (_aws_state, (Files.AWS,)),
+    "evaluate.recorded_price": (recorded_price, (Files.RUN,)),
+    "evaluate.read_timeline": (lambda d: read_timeline(d / Files.TIMELINE), (Files.TIMELINE,)),
+    "evaluate.read_steps": (lambda d: read_steps(d / Files.STEPS), (Files.STEPS,)),
+    "attest predicate": (
+        build_predicate,
+        (Files.MEASURE, Files.STATUS, Files.VERDICT, Files.TIMELINE, Files.PLAN, Files.RUN),
+    ),
+    "attest.read_envelope": (lambda d: read_envelope(d / ENVELOPE_FILE), (ENVELOPE_FILE,)),
+    "page attestation line": (read_attestation, (ENVELOPE_FILE,)),
+    "page run files": (
+        read_run_dir,
+        (Files.VERDICT, Files.STEPS, Files.TIMELINE, Files.PLAN, Files.RUN, Files.STATUS),
+    ),
+}
+
+HOSTILE: dict[str, bytes | str] = {
+    "deep list": b"[" * 100_000 + b"]" * 100_000,
+    "deep object": b'{"a":' * 100_000 + b"1" + b"}" * 100_000,
+    "5,000-digit integer": b'{"run_id": ' + b"9" * 5_000 + b"}",
+    "NaN and Infinity": b'{"run_id": NaN, "state": Infinity, "stages": [-Infinity], "x": 1e999}',
+    "a list": b"[1, 2, 3]",
+    "a scalar": b'"done"',
+    "null": b"null",
+    "empty": b"",
+    "cut": b'{"run_id": "r',
+    "invalid UTF-8": b'{"run_id": "\xff\xfe\xc0", "state": "\xed\xa0\x80"}',
+    "5 MiB": b'{"run_id": "' + b"x" * (5 * 1024 * 1024) + b'"}',
+    "a FIFO": "fifo",
+    "a symlink": "symlink",
+    "a directory": "directory",
+}
+WRONG: list[Any] = [5, "x", [1], {"a": 1}, None, True, -1e308, "\x1b[2J\u202e"]
+
+
+@pytest.fixture(scope="module")
+def sample(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A run directory the real runner made, with an aws.json beside (the shape aws writes),
+    attested; its files are each reader's real sample."""
+    root = tmp_path_factory.mktemp("readers")
+    key, pub = keypair(root)
+    (root / "runs").mkdir()
+    run = real_run(root / "runs", root / "node")
+    (run / Files.AWS).write_text(
+        json.dumps(
+            {
+                "schema": 1,
+                "region": "us-east-2",
+                "run_id": RunDir(run).record()["run_id"],
+                "instances": ["i-0abc"],
+                "targeted": [],
+                "terminated": [],
+            }
+        )
+    )
+    proc = cli("attest", run, "--key", key)
+    assert proc.returncode == 0, proc.stderr
+    return {"run": run, "key": key, "pub": pub, "originals": _snapshot(run)}
+
+
+def _snapshot(run: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+
+
+def _place(path: Path, doc: bytes | str) -> None:
+    """Put the hostile document (or thing) where the file was."""
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    elif path.is_dir():
+        shutil.rmtree(path)
+    if doc == "fifo":
+        os.mkfifo(path)
+    elif doc == "symlink":
+        os.symlink("/etc/hostname" if Path("/etc/hostname").exists() else "/dev/null", path)
+    elif doc == "directory":
+        path.mkdir()
+    else:
+        assert isinstance(doc, bytes)
+        path.write_bytes(doc)
+
+
+def _restore(run: Path, originals: dict[str, bytes], name: str) -> None:
+    path = run / name
+    if path.is_symlink() or path.exists():
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    path.write_bytes(originals[name])
+
+
+def _outcome(reader: Reader, run: Path) -> str:
+    """'value' or 'ReproduceError (exit N)'; anything else fails the test, naming it. Bounded
+    in time: a reader that blocks on a FIFO or walks a huge document is slow here."""
+    started = time.monotonic()
+    try:
+        reader(run)
+        out = "value"
+    except ReproduceError as err:
+        assert "Traceback" not in str(err)
+        out = f"ReproduceError (exit {err.exit_code})"
+    assert time.monotonic() - started < 10
+    return out
+
+
+def test_no_json_is_parsed_outside_the_one_reader():
+    """Any json.loads / json.load / JSONDecoder outside launcher/records/nodejson.py fails here,
+    naming the file, the function and the line."""
+    found = []
+    for path in sorted((REPO / "launcher").rglob("*.py")):
+        rel = path.relative_to(REPO).as_posix()
+        if rel == "launcher/records/nodejson.py":
+            continue
+        tree = ast.parse(path.read_text(), rel)
+        allowed = [
+            range(f.lineno, (f.end_lineno or f.lineno) + 1)
+            for f in ast.walk(tree)
+            if isinstance(f, ast.FunctionDef) and (rel, f.name) in NOT_READS
+        ]
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "json"
+                and node.attr in ("loads", "load", "JSONDecoder", "raw_decode")
+                and not any(node.lineno in lines for lines in allowed)
+            ):
+                found.append(f"{rel}:{node.lineno}: json.{node.attr}")
+    assert not sorted(set(found)), "JSON read outside nodejson.py:\n" + "\n".join(sorted(found))
+
+
+def _cases() -> Iterator[tuple[str, str, str]]:
+    for reader, (_, names) in READERS.items():
+        for name in names:
+            for doc in HOSTILE:
+                yield reader, name, doc
+
+
+@pytest.mark.parametrize(("reader", "name", "doc"), list(_cases()))
+def test_every_reader_given_every_hostile_document(sample, reader, name, doc):
+    run, originals = sample["run"], sample["originals"]
+    func, _ = READERS[reader]
+    try:
+        _place(run / name, HOSTILE[doc])
+        _outcome(func, run)
+    finally:
+        _restore(run, originals, name)
+
+
+def _paths(value: Any, path: tuple = ()) -> Iterator[tuple]:
+    """Every key's path in a document (a list's first item stands for the others)."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield (*path, key)
+            yield from _paths(item, (*path, key))
+    elif isinstance(value, list) and value:
+        yield from _paths(value[0], (*path, 0))
+
+
+def _with(doc: Any, path: tuple, value: Any) -> Any:
+    doc = json.loads(json.dumps(doc))
+    at = doc
+    for key in path[:-1]:
+        at = at[key]
+    at[path[-1]] = value
+    return doc
+
+
+@pytest.mark.parametrize("reader", sorted(READERS))
+def test_every_key_of_a_real_file_holding_every_wrong_type(sample, reader):
+    run, originals = sample["run"], sample["originals"]
+    func, names = READERS[reader]
+    for name in names:
+        if name == Files.STEPS or name == ENVELOPE_FILE:
+            continue  # lines of steps / the envelope: the statement's own test is verify's below
+        real = json.loads(originals[name])
+        try:
+            for path in _paths(real):
+                for wrong in WRONG:
+                    (run / name).write_text(json.dumps(_with(real, path, wrong)))
+                    _outcome(func, run)
+        finally:
+            _restore(run, originals, name)
+
+
+def _resign(d: Path, key: Path) -> None:
+    """The stranger's move: sign the directory as it now is with the key found beside it."""
+    envelope = json.loads((d / ENVELOPE_FILE).read_text())
+    stmt = json.loads(base64.b64decode(envelope["payload"]))
+    for subject in stmt["subject"]:
+        path = d / subject["name"]
+        if path.is_file() and not path.is_symlink():
+            subject["digest"]["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
+    (d / ENVELOPE_FILE).write_text(json.dumps(sign(stmt, load_signing_key(key))))
+
+
+# what verify reads as JSON from a bundle: the measurement's record and the verdict
+VERIFIED = (Files.MEASURE, Files.VERDICT)
+
+
+@pytest.mark.parametrize("name", VERIFIED)
+@pytest.mark.parametrize("doc", sorted(HOSTILE))
+def test_verify_of_a_stranger_s_bundle_given_every_hostile_document(sample, tmp_path, name, doc):
+    d = tmp_path / "bundle"
+    shutil.copytree(sample["run"], d, symlinks=True)
+    _place(d / name, HOSTILE[doc])
+    _resign(d, sample["key"])
+    assert _outcome(lambda root: verify_dir(root), d) in (
+        "ReproduceError (exit 1)",
+        "ReproduceError (exit 2)",
+    )
+
+
+@pytest.mark.parametrize("name", (Files.MEASURE, Files.VERDICT))
+def test_verify_given_every_key_of_the_record_holding_every_wrong_type(sample, tmp_path, name):
+    d = tmp_path / "bundle"
+    shutil.copytree(sample["run"], d, symlinks=True)
+    real = json.loads(sample["originals"][name])
+    for path in _paths(real):
+        for wrong in WRONG[:4]:
+            (d / name).write_text(json.dumps(_with(real, path, wrong)))
+            _resign(d, sample["key"])
+            _outcome(lambda root: verify_dir(root), d)
+
+
+def test_verify_through_the_cli_is_one_paragraph_and_exit_1(sample, tmp_path):
+    d = tmp_path / "bundle"
+    shutil.copytree(sample["run"], d, symlinks=True)
+    (d / Files.MEASURE).write_bytes(HOSTILE["deep list"])
+    _resign(d, sample["key"])
+    proc = cli("verify", d)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "measure.json" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_the_limits_are_the_reader_s(tmp_path):
+    """One place holds them: a file over MAX_BYTES is refused by load_file, and a caller that
+    allows more (steps.jsonl, a page) says so itself."""
+    path = tmp_path / "big.json"
+    path.write_bytes(b'"' + b"x" * nodejson.MAX_BYTES + b'"')
+    with pytest.raises(nodejson.NodeJSONError, match="more than"):
+        nodejson.load_file(path)
+    assert len(nodejson.load_file(path, max_bytes=2 * nodejson.MAX_BYTES)) == nodejson.MAX_BYTES
