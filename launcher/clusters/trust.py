@@ -19,9 +19,9 @@ adds it: a new backend fails closed.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from launcher.records import nodejson
 from launcher.records.rundir import Files
 
 # Kinds on which the node side runs behind the launcher's boundary (containers it starts, over a
@@ -76,8 +76,8 @@ def run_kind(run_dir: Path) -> str | None:
     """The cluster kind a run directory ran on (run.json's `cluster.kind`, which the launcher
     wrote), None when the directory does not say (a bare log's measurement)."""
     try:
-        run = json.loads((Path(run_dir) / Files.RUN).read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
+        run = nodejson.load_file(Path(run_dir) / Files.RUN)  # bounded: a bundle is a stranger's
+    except nodejson.NodeJSONError:
         return None
     cluster = run.get("cluster") if isinstance(run, dict) else None
     kind = cluster.get("kind") if isinstance(cluster, dict) else None
