@@ -32,6 +32,7 @@ from typing import Any
 
 import pytest
 from support.attest import cli, keypair, real_run
+from support.json_docs import key_paths, with_value
 from support.paths import REPO
 
 from launcher.clusters.aws import down as aws_down
@@ -231,25 +232,6 @@ def test_every_reader_given_every_hostile_document(sample, reader, name, doc):
         _restore(run, originals, name)
 
 
-def _paths(value: Any, path: tuple = ()) -> Iterator[tuple]:
-    """Every key's path in a document (a list's first item stands for the others)."""
-    if isinstance(value, dict):
-        for key, item in value.items():
-            yield (*path, key)
-            yield from _paths(item, (*path, key))
-    elif isinstance(value, list) and value:
-        yield from _paths(value[0], (*path, 0))
-
-
-def _with(doc: Any, path: tuple, value: Any) -> Any:
-    doc = json.loads(json.dumps(doc))
-    at = doc
-    for key in path[:-1]:
-        at = at[key]
-    at[path[-1]] = value
-    return doc
-
-
 @pytest.mark.parametrize("reader", sorted(READERS))
 def test_every_key_of_a_real_file_holding_every_wrong_type(sample, reader):
     run, originals = sample["run"], sample["originals"]
@@ -259,9 +241,9 @@ def test_every_key_of_a_real_file_holding_every_wrong_type(sample, reader):
             continue  # lines of steps / the envelope: the statement's own test is verify's below
         real = json.loads(originals[name])
         try:
-            for path in _paths(real):
+            for path in key_paths(real):
                 for wrong in WRONG:
-                    (run / name).write_text(json.dumps(_with(real, path, wrong)))
+                    (run / name).write_text(json.dumps(with_value(real, path, wrong)))
                     _outcome(func, run)
         finally:
             _restore(run, originals, name)
@@ -300,9 +282,9 @@ def test_verify_given_every_key_of_the_record_holding_every_wrong_type(sample, t
     d = tmp_path / "bundle"
     shutil.copytree(sample["run"], d, symlinks=True)
     real = json.loads(sample["originals"][name])
-    for path in _paths(real):
+    for path in key_paths(real):
         for wrong in WRONG[:4]:
-            (d / name).write_text(json.dumps(_with(real, path, wrong)))
+            (d / name).write_text(json.dumps(with_value(real, path, wrong)))
             _resign(d, sample["key"])
             _outcome(lambda root: verify_dir(root), d)
 

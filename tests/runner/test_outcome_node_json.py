@@ -21,12 +21,12 @@ from __future__ import annotations
 import json
 import math
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from support.attest import real_run
+from support.json_docs import GONE, key_paths, with_value
 from support.nodescript import job
 from support.paths import TESTS
 
@@ -57,36 +57,12 @@ STAGE = {
     Files.ASSET_PLAN: "resolve",
 }
 WRONG: list[Any] = [5, "x", [1], {"a": 1}, None, True]
-GONE = object()  # the key removed
 ESCAPE = "\x1b]52;c;b3duZWQ=\x07\x1b[2J"
 BOUND = 20_000  # characters of a failure message: our words and bounded excerpts
 
 
 def test_every_node_result_file_has_a_sample():
     assert set(SAMPLES) == set(NODE_RESULT_FILES)
-
-
-def _paths(value: Any, path: tuple = ()) -> Iterator[tuple]:
-    """Every key's path in a document (a list's first item stands for the others)."""
-    if isinstance(value, dict):
-        for key, item in value.items():
-            yield (*path, key)
-            yield from _paths(item, (*path, key))
-    elif isinstance(value, list) and value:
-        yield from _paths(value[0], (*path, 0))
-
-
-def _set(doc: Any, path: tuple, value: Any) -> Any:
-    doc = json.loads(json.dumps(doc))
-    *parents, last = path
-    node = doc
-    for key in parents:
-        node = node[key]
-    if value is GONE:
-        del node[last]
-    else:
-        node[last] = value
-    return doc
 
 
 def _map(value: Any, leaf: Any) -> Any:
@@ -132,10 +108,10 @@ def hostile(name: str) -> list[tuple[str, bytes]]:
     """(what, bytes) of every hostile document for the file `name`."""
     sample = json.loads(SAMPLES[name].read_bytes())
     docs = _fixed(name)
-    for path in _paths(sample):
+    for path in key_paths(sample):
         for value in [*WRONG, GONE]:
             what = f"{'.'.join(map(str, path))} = {'(removed)' if value is GONE else repr(value)}"
-            docs.append((what, json.dumps(_set(sample, path, value)).encode()))
+            docs.append((what, json.dumps(with_value(sample, path, value)).encode()))
     return docs
 
 
