@@ -50,41 +50,78 @@ MAX_MAGNITUDE = 1e18
 _CONTROL_RE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
-def read_text_capped(path: Path, what: str, limit: int = MAX_FILE_BYTES) -> str:
-    """A regular file's text, at most `limit` bytes; BadInput for anything else.
+class Unreadable(Exception):  # noqa: N818 - a reason, mapped to each caller's own error
+    """Why `read_regular` read nothing: REASON is "directory", "not regular", "too big" (SIZE
+    bytes, or -1: it grew past the limit while read), "open" or "os" (STRERROR: it could not
+    be opened, or not read)."""
 
-    Opened without blocking and checked on the open descriptor, so a FIFO or a device (which
-    would block or never end) is refused at once, and a path swapped after a check cannot slip
-    through.
-    """
+    def __init__(self, reason: str, size: int = -1, strerror: str = ""):
+        super().__init__(reason)
+        self.reason, self.size, self.strerror = reason, size, strerror
+
+
+def read_regular(path: Path, limit: int, *, follow: bool = True) -> bytes | None:
+    """At most LIMIT bytes of the regular file PATH; None when there is no such file; Unreadable
+    for anything else. The one capped read of a file someone else wrote or named: opened without
+    blocking and checked on the open descriptor, so a FIFO or a device (which would block or
+    never end) is refused at once and a path swapped after a check cannot slip through;
+    FOLLOW=False never goes through a symlink (a file in a directory the node wrote)."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
-        raise BadInput(f"{path}: no such {what} file.") from None
+        fd = os.open(path, flags | (0 if follow else os.O_NOFOLLOW))
+    except (FileNotFoundError, NotADirectoryError):
+        return None
     except IsADirectoryError:
-        raise BadInput(f"{path}: is a directory; expected a {what} file.") from None
-    except OSError as err:
-        raise BadInput(f"{path}: cannot read the {what} file: {err.strerror}.") from None
+        raise Unreadable("directory") from None
+    except OSError as err:  # a symlink with follow=False (ELOOP), a permission
+        raise Unreadable("open", strerror=err.strerror or str(err)) from None
     try:
         info = os.fstat(fd)
         if stat.S_ISDIR(info.st_mode):
-            raise BadInput(f"{path}: is a directory; expected a {what} file.")
+            raise Unreadable("directory")
         if not stat.S_ISREG(info.st_mode):
+            raise Unreadable("not regular")
+        if info.st_size > limit:
+            raise Unreadable("too big", info.st_size)
+        chunks, size = [], 0
+        while size <= limit:
+            chunk = os.read(fd, limit + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as err:
+        raise Unreadable("os", strerror=err.strerror or str(err)) from None
+    finally:
+        os.close(fd)
+    if size > limit:
+        raise Unreadable("too big")  # it grew while being read
+    return b"".join(chunks)
+
+
+def read_text_capped(path: Path, what: str, limit: int = MAX_FILE_BYTES) -> str:
+    """A regular file's text, at most `limit` bytes (`read_regular`); BadInput for anything
+    else, naming the file and what was expected."""
+    try:
+        data = read_regular(path, limit)
+    except Unreadable as err:
+        if err.reason == "directory":
+            raise BadInput(f"{path}: is a directory; expected a {what} file.") from None
+        if err.reason == "not regular":
             raise BadInput(
                 f"{path}: not a regular file (a FIFO, socket or device); expected a {what} file."
-            )
-        if info.st_size > limit:
-            raise BadInput(f"{path}: {info.st_size} bytes; a {what} file is at most {limit} bytes.")
-        with os.fdopen(fd, "rb", closefd=True) as fh:
-            fd = -1
-            data = fh.read(limit + 1)
-    except OSError as err:
+            ) from None
+        if err.reason == "too big" and err.size >= 0:
+            raise BadInput(
+                f"{path}: {err.size} bytes; a {what} file is at most {limit} bytes."
+            ) from None
+        if err.reason == "too big":
+            raise BadInput(
+                f"{path}: more than {limit} bytes; a {what} file is at most {limit} bytes."
+            ) from None
         raise BadInput(f"{path}: cannot read the {what} file: {err.strerror}.") from None
-    finally:
-        if fd >= 0:
-            os.close(fd)
-    if len(data) > limit:  # it grew while being read
-        raise BadInput(f"{path}: more than {limit} bytes; a {what} file is at most {limit} bytes.")
+    if data is None:
+        raise BadInput(f"{path}: no such {what} file.")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as err:

@@ -43,13 +43,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from launcher.errors import InfraError
+from launcher.inputs.yamlschema import Unreadable, read_regular
 
 MAX_BYTES = 4 * 1024 * 1024  # what collection brings back of a result file (clusters/staging.py)
 MAX_DEPTH = 64  # a node's report nests 4 deep
@@ -160,34 +159,21 @@ def loads(text: str, *, strict: bool = False) -> Any:
 
 
 def read_text(path: Path, max_bytes: int = MAX_BYTES) -> str | None:
-    """The file as text, None when it does not exist; NodeJSONError when it is not a regular
-    file (never followed through a link, never blocked on a FIFO) or is over `max_bytes`."""
+    """The file as text (a byte that is not UTF-8 replaced), None when it does not exist;
+    NodeJSONError when it is not a regular file (never followed through a link, never blocked
+    on a FIFO) or is over `max_bytes` (inputs/yamlschema.read_regular, the one capped read)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    except OSError as err:
-        raise NodeJSONError(f"cannot be opened: {err.strerror or err}") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise NodeJSONError("not a regular file")
-        if info.st_size > max_bytes:
-            raise NodeJSONError(f"{info.st_size:,} bytes, more than the {max_bytes:,} read")
-        chunks, size = [], 0
-        while size <= max_bytes:
-            chunk = os.read(fd, max_bytes + 1 - size)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-    except OSError as err:
-        raise NodeJSONError(f"cannot be read: {err.strerror or err}") from None
-    finally:
-        os.close(fd)
-    if size > max_bytes:
-        raise NodeJSONError(f"more than the {max_bytes:,} bytes read")
-    return b"".join(chunks).decode("utf-8", errors="replace")
+        data = read_regular(Path(path), max_bytes, follow=False)
+    except Unreadable as err:
+        if err.reason in ("directory", "not regular"):
+            raise NodeJSONError("not a regular file") from None
+        if err.reason == "too big" and err.size >= 0:
+            raise NodeJSONError(f"{err.size:,} bytes, more than the {max_bytes:,} read") from None
+        if err.reason == "too big":
+            raise NodeJSONError(f"more than the {max_bytes:,} bytes read") from None
+        verb = "opened" if err.reason == "open" else "read"
+        raise NodeJSONError(f"cannot be {verb}: {err.strerror}") from None
+    return None if data is None else data.decode("utf-8", errors="replace")
 
 
 @dataclass(frozen=True)
