@@ -130,7 +130,7 @@ def read_text_capped(path: Path, what: str, limit: int = MAX_FILE_BYTES) -> str:
         ) from None
 
 
-def _refuse_aliases(path: Path, text: str, what: str) -> None:
+def refuse_aliases(path: Path, text: str, what: str) -> None:
     """Anchors and aliases are refused: a few lines of them can stand for billions of nodes (an
     "alias bomb"), and a recipe is data a person reads, where one value written twice is clearer
     than a reference. Checked on the token stream, before anything is composed."""
@@ -203,7 +203,7 @@ def _load_checked(path: Path, text: str, what: str) -> Any:
 def read_yaml_mapping(path: Path, what: str) -> tuple[dict[str, Any], str]:
     """Read a YAML file that must hold a mapping; every failure is a BadInput naming the file."""
     text = read_text_capped(path, what)
-    _refuse_aliases(path, text, what)
+    refuse_aliases(path, text, what)
     try:
         data = _load_checked(path, text, what)
     except yaml.YAMLError as err:

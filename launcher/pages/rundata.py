@@ -99,7 +99,7 @@ def _parse(name: str, text: str) -> Any:
                 break
         return out
     if name.endswith(".yaml"):
-        return load_yaml(text)
+        return load_yaml(text, Path(name))
     return _strict_json(text)
 
 

@@ -23,7 +23,7 @@ from typing import Any
 from launcher.errors import BadInput
 from launcher.records import nodejson
 from launcher.records.nodejson import Fields
-from launcher.records.rundir import Files, load_yaml
+from launcher.records.rundir import Files, read_yaml
 
 # A content-derived slug ends with the recipe's short content hash (launcher/inputs/recipe.py).
 _CONTENT_SLUG = re.compile(r"^[^/]+/[^/]+/[^/]+-[0-9a-f]{10}$")
@@ -74,17 +74,6 @@ def read_json(path: Path) -> dict[str, Any] | None:
     raise BadInput(f"{path} holds no JSON object.")
 
 
-def _read_yaml(path: Path) -> Any:
-    import yaml
-
-    try:
-        return load_yaml(path.read_text())
-    except FileNotFoundError:
-        return None
-    except yaml.YAMLError as err:
-        raise BadInput(f"{path} is not valid YAML: {str(err).splitlines()[0]}") from None
-
-
 def num(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
@@ -121,7 +110,7 @@ def row_from_run_dir(run_dir: Path) -> RunRow:
     timeline = Fields(read_json(run_dir / Files.TIMELINE))
     verdict = Fields(read_json(run_dir / Files.VERDICT))
     image_facts = nodejson.read(run_dir / Files.IMAGE).fields  # the node's: hostile, typed
-    result = Fields(_read_yaml(run_dir / Files.RESULT))
+    result = Fields(read_yaml(run_dir / Files.RESULT))
     unrounded = result.obj("provenance").obj("unrounded")
 
     def figure(key: str) -> float | None:

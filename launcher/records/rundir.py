@@ -34,18 +34,53 @@ from typing import Any
 import yaml
 
 from launcher.errors import BadInput, InfraError
-from launcher.inputs.yamlschema import FastSafeLoader
+from launcher.inputs.yamlschema import FastSafeLoader, refuse_aliases
 from launcher.judge.split import TRAIN_STAGE as TRAIN_STAGE  # the stage whose log is the training
 from launcher.records import nodejson
 from launcher.records.atomic import write_atomic
 
 
-def load_yaml(text: str) -> Any:
+class _NoAliasDumper(yaml.SafeDumper):
+    """safe_dump that writes a value seen twice out twice, never as an anchor and an alias: so a
+    run directory's YAML never holds one, and one found there was put by someone else."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def dump_yaml(data: Any) -> str:
+    """The text of a run directory's YAML file (result.yaml, profile.yaml): no anchors."""
+    return yaml.dump(data, Dumper=_NoAliasDumper, sort_keys=False)
+
+
+def load_yaml(text: str, where: Path) -> Any:
     """A YAML document of a run directory (result.yaml, recipe.yaml, profile.yaml) as
     yaml.safe_load reads it, with libyaml's safe loader where present: the same values, about
     ten times faster (a run page, a history row and an attestation each read result.yaml, and
-    the pure-Python loader was most of their time). Raises yaml.YAMLError as safe_load does."""
+    the pure-Python loader was most of their time). Anchors and aliases are refused (BadInput
+    naming WHERE): none is written (`dump_yaml`), and a few lines of them stand for billions of
+    nodes, which a comparison or a JSON dump of the document then walks. Raises yaml.YAMLError
+    as safe_load does."""
+    refuse_aliases(where, text, "run record")
     return yaml.load(text, Loader=FastSafeLoader)  # noqa: S506 - a safe loader
+
+
+def read_yaml(path: Path) -> Any:
+    """A run directory's YAML file read back: bounded like every file read back (nodejson's
+    read: a regular file, never through a link, at most its MAX_BYTES), then `load_yaml`; None
+    when there is no such file; BadInput naming the file for anything else (the directory may
+    be a stranger's: a bundle handed to `verify`)."""
+    try:
+        text = nodejson.read_text(path)
+    except nodejson.NodeJSONError as err:
+        raise BadInput(f"{path}: {err.message}") from None
+    if text is None:
+        return None
+    try:
+        return load_yaml(text, path)
+    except (yaml.YAMLError, RecursionError, ValueError) as err:
+        first = (str(err).strip().splitlines() or ["no detail"])[0][:200]
+        raise BadInput(f"{path} is not valid YAML: {first}") from None
 
 
 class Files:
@@ -388,7 +423,7 @@ class RunDir:
         return self.write_text(name, json.dumps(data, indent=2, sort_keys=False) + "\n")
 
     def write_yaml(self, name: str, data: Any) -> Path:
-        return self.write_text(name, yaml.safe_dump(data, sort_keys=False))
+        return self.write_text(name, dump_yaml(data))
 
     def read_json(self, name: str, default: Any = None) -> Any:
         """The file's JSON object; `default` when it is missing; BadInput naming it when it is not
@@ -418,7 +453,7 @@ class RunDir:
         self.write_text(Files.RECIPE, recipe_text)
         self.write_text(
             Files.PROFILE,
-            profile if isinstance(profile, str) else yaml.safe_dump(profile, sort_keys=False),
+            profile if isinstance(profile, str) else dump_yaml(profile),
         )
         self.write_text(
             Files.PLAN,

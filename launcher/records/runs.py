@@ -20,7 +20,7 @@ from launcher.catalog import Price
 from launcher.errors import BadInput
 from launcher.records.billing import Billing, last_known
 from launcher.records.nodejson import Fields
-from launcher.records.rundir import FINAL_STATES, TRAIN_STAGE, Files, RunDir, load_yaml
+from launcher.records.rundir import FINAL_STATES, TRAIN_STAGE, Files, RunDir, read_yaml
 
 TAIL_BYTES = 1 << 20  # the end of train.log read for the last step (a log may be gigabytes)
 
@@ -261,22 +261,18 @@ def duration(seconds: float | None) -> str:
 
 
 def _measured_gpu_hours(rd: RunDir) -> float | None:
-    import yaml
-
     try:
-        data = load_yaml((rd.path / Files.RESULT).read_text())
-    except (OSError, yaml.YAMLError, UnicodeDecodeError):
+        data = read_yaml(rd.path / Files.RESULT)
+    except BadInput:
         return None
     return _num(data.get("gpu_hours")) if isinstance(data, dict) else None
 
 
 def _steps_per_run(recipe_file: Path) -> int | None:
-    import yaml
-
     try:
-        raw = load_yaml(recipe_file.read_text())
+        raw = read_yaml(recipe_file)
         value = raw["result"]["steps_per_run"]
-    except (OSError, yaml.YAMLError, UnicodeDecodeError, KeyError, TypeError):
+    except (BadInput, KeyError, TypeError):
         return None
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 

@@ -23,13 +23,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from launcher.clusters import trust
 from launcher.errors import BadInput
 from launcher.records import nodejson
 from launcher.records.nodejson import Fields
-from launcher.records.rundir import Files, load_yaml
+from launcher.records.rundir import Files, read_yaml
 
 FIGURES = (
     "tokens_per_s_per_gpu",
@@ -93,15 +91,9 @@ def node_report(root: Path, name: str, missing: dict[str, str], field: str) -> F
 
 def read_result(root: Path) -> dict[str, Any]:
     path = Path(root) / Files.RESULT
-    try:  # bounded like every file read back (a bundle's result.yaml is a stranger's)
-        text = nodejson.read_text(path)
-        if text is None:
-            raise FileNotFoundError(path)
-        data = load_yaml(text)
-    except FileNotFoundError:
-        raise BadInput(f"{root} holds no result.yaml: nothing measured to attest.") from None
-    except (nodejson.NodeJSONError, yaml.YAMLError, ValueError, RecursionError) as err:
-        raise BadInput(f"{path} cannot be read as YAML ({str(err)[:200]}).") from None
+    data = read_yaml(path)  # bounded: a bundle's result.yaml is a stranger's
+    if data is None:
+        raise BadInput(f"{root} holds no result.yaml: nothing measured to attest.")
     if not isinstance(data, dict):
         raise BadInput(f"{path} is not a mapping of figures.")
     return data
@@ -345,7 +337,7 @@ def _build_predicate(root: Path, now: float | None) -> dict[str, Any]:
     run = read_json(root, Files.RUN) or {}
     missing: dict[str, str] = {}
     recipe_path = root / inputs["recipe"]["path"]
-    raw = load_yaml(recipe_path.read_text(encoding="utf-8")) or {}
+    raw = read_yaml(recipe_path) or {}
     from launcher.inputs.recipe import recipe_slug
 
     plan_recipe = plan.get("recipe") or {}

@@ -26,13 +26,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
-
 from launcher.catalog import Price
 from launcher.clusters import trust
 from launcher.errors import BadInput, CheckFailed
 from launcher.records import nodejson
-from launcher.records.rundir import TRAIN_STAGE, Files, load_yaml
+from launcher.records.rundir import TRAIN_STAGE, Files, read_yaml
 from launcher.results.attest import (
     ENVELOPE_FILE,
     PUB_FILE,
@@ -138,9 +136,8 @@ def _structured(path: Path) -> Any:
     if path.name.endswith(".json"):
         return _bundle_json(path.parent, path.name)
     try:
-        text = nodejson.read_text(path)
-        return load_yaml(text or "")
-    except (nodejson.NodeJSONError, yaml.YAMLError, RecursionError, ValueError) as err:
+        return read_yaml(path)
+    except BadInput as err:
         raise CheckFailed(f"{path} is not readable YAML ({str(err)[:200]}).") from None
 
 

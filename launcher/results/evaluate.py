@@ -32,8 +32,6 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from launcher.catalog import Price
 from launcher.clusters import trust
 from launcher.errors import BadInput
@@ -45,7 +43,7 @@ from launcher.judge.parse.reader import ParseStats, StepRecord, parse_path
 from launcher.judge.verdict import POLICY_NAME, POLICY_VERSION, Tolerance, Verdict, judge
 from launcher.pages import report
 from launcher.records.atomic import write_atomic
-from launcher.records.rundir import Files
+from launcher.records.rundir import Files, dump_yaml
 from launcher.results.readback import load_timeline, read_steps, read_timeline, recorded_price
 
 RECIPE_FILE = Files.RECIPE  # the recipe as the run used it, kept in its run directory
@@ -327,7 +325,7 @@ def write_outputs(
     if convergence is not None:
         _write_json(out / Files.CONVERGENCE, convergence.to_dict())
     write_steps_jsonl(out / Files.STEPS, records)
-    write_atomic(out / Files.RESULT, yaml.safe_dump(result_yaml(result, verdict), sort_keys=False))
+    write_atomic(out / Files.RESULT, dump_yaml(result_yaml(result, verdict)))
     _write_json(out / Files.VERDICT, verdict.to_dict())
     write_report(out, result, verdict, recipe, records, convergence, plots=plots)
 

@@ -307,3 +307,84 @@ def test_the_limits_are_the_reader_s(tmp_path):
     with pytest.raises(nodejson.NodeJSONError, match="more than"):
         nodejson.load_file(path)
     assert len(nodejson.load_file(path, max_bytes=2 * nodejson.MAX_BYTES)) == nodejson.MAX_BYTES
+
+
+# --- the run directory's YAML: the same promise, one reader (records/rundir.read_yaml) ---
+
+# reader -> the YAML files of the run directory it reads
+YAML_READERS: dict[str, tuple[Reader, tuple[str, ...]]] = {
+    "history row": (row_from_run_dir, (Files.RESULT,)),
+    "runs.summarize": (summarize, (Files.RESULT,)),
+    "attest predicate": (build_predicate, (Files.RESULT, Files.RECIPE)),
+    "page run files": (read_run_dir, (Files.RESULT,)),
+}
+_LAUGHS = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]\n" for i in range(9)
+)
+HOSTILE_YAML: dict[str, bytes | str] = {
+    "alias bomb": _LAUGHS.encode(),  # 9**10 nodes for whatever walks it (a dump, a comparison)
+    "deep flow list": b"[" * 100_000 + b"]" * 100_000,
+    "not YAML": b"figures: [unclosed\n  - : :\n",
+    "a python tag": b"!!python/object/apply:os.system ['true']\n",
+    "a list": b"- 1\n- 2\n",
+    "empty": b"",
+    "invalid UTF-8": b"run_id: \xff\xfe\xc0\n",
+    "5 MiB": b"x: '" + b"y" * (5 * 1024 * 1024) + b"'\n",
+    "a FIFO": "fifo",
+    "a symlink": "symlink",
+    "a directory": "directory",
+}
+
+
+def _yaml_cases() -> Iterator[tuple[str, str, str]]:
+    for reader, (_, names) in YAML_READERS.items():
+        for name in names:
+            for doc in HOSTILE_YAML:
+                yield reader, name, doc
+
+
+@pytest.mark.parametrize(("reader", "name", "doc"), list(_yaml_cases()))
+def test_every_yaml_reader_given_every_hostile_document(sample, reader, name, doc):
+    run, originals = sample["run"], sample["originals"]
+    func, _ = YAML_READERS[reader]
+    try:
+        _place(run / name, HOSTILE_YAML[doc])
+        _outcome(func, run)
+    finally:
+        _restore(run, originals, name)
+
+
+def test_no_yaml_is_parsed_outside_the_readers():
+    """The run directory's YAML is read by records/rundir.py alone; a recipe's and a profile's
+    by inputs/ (schema checked). Any other yaml.load / safe_load fails here, naming it."""
+    allowed = {
+        "launcher/records/rundir.py",
+        "launcher/inputs/recipe.py",
+        "launcher/inputs/profile.py",
+        "launcher/inputs/yamlschema.py",
+    }
+    found = []
+    for path in sorted((REPO / "launcher").rglob("*.py")):
+        rel = path.relative_to(REPO).as_posix()
+        if rel in allowed:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), rel)):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "yaml"
+                and node.attr in ("load", "safe_load", "full_load", "unsafe_load", "load_all")
+            ):
+                found.append(f"{rel}:{node.lineno}: yaml.{node.attr}")
+    assert not found, "YAML read outside the readers:\n" + "\n".join(found)
+
+
+def test_the_launchers_own_yaml_has_no_alias_to_refuse(sample):
+    """What the launcher writes reads back: a value written twice is written out twice."""
+    from launcher.records.rundir import dump_yaml, load_yaml
+
+    shared = {"tokens_per_s_per_gpu": 6913.2}
+    text = dump_yaml({"claimed": shared, "measured": shared})
+    assert "&" not in text and "*" not in text
+    assert load_yaml(text, Path("result.yaml")) == {"claimed": shared, "measured": shared}
+    assert "&" not in (sample["run"] / Files.RESULT).read_text()
