@@ -20,7 +20,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
-from infra.sshd import SshServer  # noqa: E402
+from support.sshd import SshServer  # noqa: E402
 
 from launcher.clusters import staging  # noqa: E402
 from launcher.clusters.base import Node  # noqa: E402

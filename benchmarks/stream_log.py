@@ -13,7 +13,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from infra.sshd import SshServer  # noqa: E402
+from support.sshd import SshServer  # noqa: E402
 
 from launcher.clusters.local import LocalTransport  # noqa: E402
 from launcher.clusters.ssh import SSHCluster  # noqa: E402

@@ -49,7 +49,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--repeat", type=int, default=7)
     args = parser.parse_args()
-    from measure_support import SEED, run_standin, seed_raw, step_times_for_tps
+    from support.measure import SEED, run_standin, seed_raw, step_times_for_tps
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)

@@ -55,9 +55,10 @@ def dump_yaml(data: Any) -> str:
 
 def load_yaml(text: str, where: Path) -> Any:
     """A YAML document of a run directory (result.yaml, recipe.yaml, profile.yaml) as
-    yaml.safe_load reads it, with libyaml's safe loader where present: the same values, about
-    ten times faster (a run page, a history row and an attestation each read result.yaml, and
-    the pure-Python loader was most of their time). Anchors and aliases are refused (BadInput
+    yaml.safe_load reads it, with libyaml's safe loader where present: the same values for 9-10
+    times less CPU (docs/benchmarks.md, "A run directory's YAML"; a run page, a history row and
+    an attestation each read result.yaml, and the pure-Python loader was most of their time).
+    Anchors and aliases are refused (BadInput
     naming WHERE): none is written (`dump_yaml`), and a few lines of them stand for billions of
     nodes, which a comparison or a JSON dump of the document then walks. Raises yaml.YAMLError
     as safe_load does."""
