@@ -26,7 +26,7 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -214,22 +214,24 @@ def test_no_json_is_parsed_outside_the_one_reader():
     assert not sorted(set(found)), "JSON read outside nodejson.py:\n" + "\n".join(sorted(found))
 
 
-def _cases() -> Iterator[tuple[str, str, str]]:
-    for reader, (_, names) in READERS.items():
-        for name in names:
-            for doc in HOSTILE:
-                yield reader, name, doc
+def _cases(readers: dict[str, tuple[Reader, tuple[str, ...]]], docs: dict) -> list[tuple]:
+    """(reader, file, document) for every file each reader reads and every hostile document."""
+    return [(r, name, doc) for r, (_, names) in readers.items() for name in names for doc in docs]
 
 
-@pytest.mark.parametrize(("reader", "name", "doc"), list(_cases()))
-def test_every_reader_given_every_hostile_document(sample, reader, name, doc):
+def _given(sample: dict[str, Any], reader: Reader, name: str, doc: bytes | str) -> None:
+    """READER on the sample run directory whose file NAME is DOC, the file restored after."""
     run, originals = sample["run"], sample["originals"]
-    func, _ = READERS[reader]
     try:
-        _place(run / name, HOSTILE[doc])
-        _outcome(func, run)
+        _place(run / name, doc)
+        _outcome(reader, run)
     finally:
         _restore(run, originals, name)
+
+
+@pytest.mark.parametrize(("reader", "name", "doc"), _cases(READERS, HOSTILE))
+def test_every_reader_given_every_hostile_document(sample, reader, name, doc):
+    _given(sample, READERS[reader][0], name, HOSTILE[doc])
 
 
 @pytest.mark.parametrize("reader", sorted(READERS))
@@ -336,22 +338,9 @@ HOSTILE_YAML: dict[str, bytes | str] = {
 }
 
 
-def _yaml_cases() -> Iterator[tuple[str, str, str]]:
-    for reader, (_, names) in YAML_READERS.items():
-        for name in names:
-            for doc in HOSTILE_YAML:
-                yield reader, name, doc
-
-
-@pytest.mark.parametrize(("reader", "name", "doc"), list(_yaml_cases()))
+@pytest.mark.parametrize(("reader", "name", "doc"), _cases(YAML_READERS, HOSTILE_YAML))
 def test_every_yaml_reader_given_every_hostile_document(sample, reader, name, doc):
-    run, originals = sample["run"], sample["originals"]
-    func, _ = YAML_READERS[reader]
-    try:
-        _place(run / name, HOSTILE_YAML[doc])
-        _outcome(func, run)
-    finally:
-        _restore(run, originals, name)
+    _given(sample, YAML_READERS[reader][0], name, HOSTILE_YAML[doc])
 
 
 def test_no_yaml_is_parsed_outside_the_readers():
