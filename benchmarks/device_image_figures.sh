@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Issue 24's image figures on a device machine (docs/benchmarks.md, "An image's layers, unpacked
+# on 16 cores" and "What the GPU stages read of the image"): run from a copy of the repository
+# root with OUT set to a folder for the results. Nothing is fetched: the layers are made of the
+# machine's own Python packages (PyTorch and its CUDA libraries).
+set -u
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+OUT=${OUT:?set OUT}
+SP=$(python3 -c 'import site; print(site.getsitepackages()[0])')
+{ date -u; nproc; uname -r; free -g; df -h /tmp; du -sh "$SP"; du -sh "$SP"/* 2>/dev/null | sort -h | tail -12
+  command -v pigz unpigz zstd; tar --version | head -1; gzip --version | head -1; } > "$OUT/machine.txt" 2>&1
+python3 benchmarks/lazy_bytes.py --exclude /usr/local/nvidia --exclude /usr/lib/x86_64-linux-gnu/libcuda \
+  --exclude /usr/lib/x86_64-linux-gnu/libnvidia --json "$OUT/lazy-bytes.json" -- \
+  "python3 scripts/preflight.py --json --gpu-type H200 --gpus 1 --gpu-memory-gb 141 --driver-min 580.65.06 --cuda 13.0 --disk-path /tmp --disk-min-gb 10" \
+  "python3 scripts/stack_probe.py --json --policy warn --expect '{\"cuda\": \"13.0\", \"nccl\": \"2.28.9\", \"python\": \"3.12.3\", \"torch\": \"2.11.0\"}'" \
+  > "$OUT/lazy-bytes.txt" 2>&1
+python3 benchmarks/layer_extract.py --source "$SP" --layers 12 --max-gb 12 --repeat 2 --work /tmp/layers \
+  --json "$OUT/layer-extract.json" > "$OUT/layer-extract.txt" 2>&1
+cat "$OUT/machine.txt"; head -12 "$OUT/lazy-bytes.txt"; grep -m3 -A3 '"bytes"\|by_directory' "$OUT/lazy-bytes.txt"; cat "$OUT/layer-extract.txt"
