@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from launcher.clusters import trust
 from launcher.errors import BadInput
 from launcher.excerpt import printable
 from launcher.pages.report import fmt, text_table
@@ -38,6 +39,18 @@ def _usd(value: float | None) -> str:
     return "-" if value is None else f"${value:,.2f}"
 
 
+def vouched(found: list[RunSummary]) -> list[RunSummary]:
+    """Each summary with its trust line (launcher/clusters/trust.py decides it, from the run's
+    own record, in every state): every surface of these commands shows it."""
+    for s in found:
+        s.unverified = trust.run_line(Path(s.run_dir))
+    return found
+
+
+def _target(s: RunSummary, target: str | None) -> str:
+    return (target or "-") + (f" ({trust.MARK})" if s.unverified else "")
+
+
 def _row(s: RunSummary) -> list[str]:
     state = s.state + (" *" if s.state not in ("done", "failed", "cancelled") else "")
     cost = _usd(s.cost_usd)
@@ -47,7 +60,7 @@ def _row(s: RunSummary) -> list[str]:
     return [
         s.run_id,
         s.recipe,
-        s.target or "-",
+        _target(s, s.target),
         state,
         s.verdict or "-",
         _when(s.started_at),
@@ -125,6 +138,7 @@ def runs_command(
     else:
         found, skipped = indexed_runs(root)
         where = f"in {state.index_dir()}/ and under {root}/"
+    vouched(found)
     if refresh:
         _refresh(found)
     if cost:
@@ -149,6 +163,8 @@ def runs_command(
             f"\n{len(found)} run(s) {where}"
             + (f"; * = not finished ({unfinished}): `reproduce status RUN`" if unfinished else "")
         )
+        if any(s.unverified for s in found):
+            _say(trust.LEGEND)
         for line in billing_lines(found):
             _say(line)
     for line in skipped:
@@ -167,11 +183,14 @@ def _cost(found: list[RunSummary], where: str, json_out: bool) -> int:
     if not found:
         _say(f"no runs {where}")
         return 0
+    marked = {s.run_id: s for s in found if s.unverified}
     rows = [
         [
             r["run_id"],
             r["recipe"],
-            r["cluster"] or "-",
+            _target(marked[r["run_id"]], r["cluster"])
+            if r["run_id"] in marked
+            else r["cluster"] or "-",
             r["state"] + (", node billing" if r["billing"] else ""),
             fmt(r["gpu_hours"], ",.2f", missing="-"),
             _usd(r["cost_usd"]) + (" so far" if r["billing"] else ""),
@@ -179,6 +198,8 @@ def _cost(found: list[RunSummary], where: str, json_out: bool) -> int:
         for r in report["runs"]
     ]
     _say(text_table(["run id", "recipe", "cluster", "state", "GPU-h", "cost"], rows))
+    if marked:
+        _say(trust.LEGEND)
     for title, group in (("recipe", report["by_recipe"]), ("cluster", report["by_cluster"])):
         _say(f"\nby {title}:")
         _say(text_table([title, "runs", "GPU-h", "cost", "note"], [_sum_row(g) for g in group]))
@@ -255,7 +276,7 @@ def status_command(
     from launcher.records.rundir import RunDir
 
     rd = RunDir.find(run, runs_dir)
-    summary = summarize(rd.path)
+    summary = vouched([summarize(rd.path)])[0]
     if refresh:
         _refresh([summary])
     note = _from_node(rd, summary)
@@ -304,6 +325,7 @@ def status_lines(s: RunSummary) -> list[str]:
     lines = [
         f"run       {s.run_id}  ({s.recipe})",
         f"target    {s.target or '-'} (kind {s.kind or '-'})",
+        *([f"trust     {s.unverified}"] if s.unverified else []),
         f"state     {s.state}" + (f": {s.detail}" if s.detail else ""),
         f"stage     {s.stage or '-'}{read}",
         f"step      {step}{read}",
