@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from launcher.clusters import trust
+from launcher.commands.output import say
 from launcher.errors import BadInput
-from launcher.excerpt import printable
 from launcher.pages.report import fmt, text_table
 from launcher.records.rundir import Files
 from launcher.records.runs import RunSummary, duration, indexed_runs, list_runs, summarize
@@ -24,11 +24,9 @@ _HEADER = ["run id", "recipe", "target", "state", "verdict", "started", "GPU-h",
 _LIVE_HEADER = ["instance", "type", "state", "run id", "recipe", "up", "cost", "expires", "owner"]
 
 
-def _say(text: str = "") -> None:
-    """A line of this command's output, made printable (launcher/excerpt.py): a run's recipe,
-    state, detail and what its node reported are read back from files anyone could have
-    written, and an ESC or a bidi override in them must not reach the terminal as itself."""
-    print(printable(text, keep="\n"))
+# A line of these commands' output (a run's recipe, state, detail and what its node reported,
+# read back from files anyone could have written) goes through the commands' one door.
+_say = say
 
 
 def _when(ts: float | None) -> str:
