@@ -15,11 +15,21 @@ carries NOTE, which the report shows with the verdict's reasons.
 
 A kind not in HELD is vouched for by its cluster until someone shows the boundary holds on it and
 adds it: a new backend fails closed.
+
+The promise this module keeps: every surface that shows a run of such a kind says so, however the
+run ended (done and judged, failed at any stage, cancelled, lost, stopped by its budget, still
+going; before a verdict or after one). Whether, and in which words, is decided here alone, from
+the run's own record (`kind_of`: run.json, else plan.json, since a run that fails before its
+cluster is recorded has only its plan), never from the verdict: a run that never reached one has
+none to carry it. The run page, the runner's last words, `status`, `runs` and `verify` each show
+`line` (`run_line` for a run directory); the verdict's note says the same, so a surface showing
+both the line and the verdict's reasons leaves the note out of them (`other_reasons`).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from launcher.records import nodejson
 from launcher.records.rundir import Files
@@ -72,13 +82,59 @@ def add_note(reasons: list[str], kind: str | None) -> None:
         reasons.append(f"note: {line}")
 
 
+def line(kind: str | None) -> str | None:
+    """The one line every surface shows for a run on KIND (None: nothing to say): the verdict's
+    note, said as what it is."""
+    words = note(kind)
+    return None if words is None else f"unverified: {words}"
+
+
+# A table's mark for such a run (`reproduce runs`), and what it means under the table.
+MARK = "unverified"
+LEGEND = (
+    f"{MARK} = the run's cluster vouched for its own image and checks; the launcher did not "
+    "verify them (`reproduce status RUN` says which)"
+)
+
+
+def other_reasons(reasons: list[str], kind: str | None) -> list[str]:
+    """A verdict's REASONS as a surface lists them when it shows KIND's line apart: the note
+    that repeats it left out, every other reason as it is."""
+    words = note(kind)
+    return [r for r in reasons if words is None or r != f"note: {words}"]
+
+
+def _text(value: Any, *keys: str) -> str | None:
+    for key in keys:
+        value = value.get(key) if isinstance(value, dict) else None
+    return value if isinstance(value, str) and value else None
+
+
+def kind_of(run: Any, plan: Any) -> str | None:
+    """The cluster kind a run's records name: run.json's `cluster.kind` (what the runner wrote
+    once it had the cluster), else plan.json's `profile.kind` (what the run was planned on; a run
+    that failed before its cluster was recorded has only that). Where both name a kind and one
+    is not HELD, that one: the records of one run never disagree unless someone edited them, and
+    then the line fails closed. None: neither says (a bare log's measurement)."""
+    kinds = [k for k in (_text(run, "cluster", "kind"), _text(plan, "profile", "kind")) if k]
+    vouching = [k for k in kinds if k not in HELD]
+    first = vouching or kinds
+    return first[0] if first else None
+
+
 def run_kind(run_dir: Path) -> str | None:
-    """The cluster kind a run directory ran on (run.json's `cluster.kind`, which the launcher
-    wrote), None when the directory does not say (a bare log's measurement)."""
-    try:
-        run = nodejson.load_file(Path(run_dir) / Files.RUN)  # bounded: a bundle is a stranger's
-    except nodejson.NodeJSONError:
-        return None
-    cluster = run.get("cluster") if isinstance(run, dict) else None
-    kind = cluster.get("kind") if isinstance(cluster, dict) else None
-    return kind if isinstance(kind, str) else None
+    """kind_of a run directory's run.json and plan.json (read bounded: a bundle or a copied run
+    directory is a stranger's); an unreadable file says nothing."""
+    records = []
+    for name in (Files.RUN, Files.PLAN):
+        try:
+            records.append(nodejson.load_file(Path(run_dir) / name))
+        except nodejson.NodeJSONError:
+            records.append(None)
+    return kind_of(*records)
+
+
+def run_line(run_dir: Path) -> str | None:
+    """The line for the run in RUN_DIR, whatever state it is in (None: the launcher held its
+    boundary, or the directory names no kind)."""
+    return line(run_kind(run_dir))

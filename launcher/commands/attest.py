@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from launcher.clusters import trust
 from launcher.errors import BadInput, ReproduceError
 from launcher.excerpt import printable
 
@@ -57,6 +58,9 @@ def run_attest(ref: str, key: Path | None, runs_root: Path | None, json_out: boo
             f"  {summary['attestation']}\n"
             f"  check it: reproduce verify {directory} --key {pub}"
         )
+        shown = trust.run_line(directory)  # what its cluster vouched for (clusters/trust.py)
+        if shown is not None:
+            print(f"  {shown}")
     return 0
 
 
@@ -104,6 +108,8 @@ def run_verify(target: Path, key: Path | None, json_out: bool) -> int:
             f"({out['seconds']:.2f} s)"
         )
     )
+    if out["unverified"]:  # what the run's cluster vouched for itself (clusters/trust.py)
+        print(printable(f"  {out['unverified']}"))
     if out["unattested"]:  # file names in a stranger's bundle
         shown = ", ".join(out["unattested"][:8]) + (" ..." if len(out["unattested"]) > 8 else "")
         print(printable(f"  not attested (ignored): {shown}"))

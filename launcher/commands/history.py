@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from launcher.commands.output import say
 from launcher.errors import BadInput
 from launcher.pages.report import history_report
 from launcher.records.history import (
@@ -46,9 +47,9 @@ def run_history(
                 "skipped": skipped,
             }
             if not json_out:
-                print(f"recorded {len(recorded)} run(s) from {import_dir} into {hist.path}")
+                say(f"recorded {len(recorded)} run(s) from {import_dir} into {hist.path}")
                 for line in skipped:
-                    print(f"skipped {line}")
+                    say(f"skipped {line}")
             if recipe_or_slug is None:
                 if json_out:
                     print(json.dumps({"history": str(hist.path), "import": imported}, indent=2))
@@ -79,9 +80,9 @@ def run_history(
             out["import"] = imported
         print(json.dumps(out, indent=2))
     else:
-        print(history_report(slug, shown, assessment), end="")
+        say(history_report(slug, shown, assessment), end="")
         if page is not None:
-            print(f"history page: {page}")
+            say(f"history page: {page}")
     return 1 if assessment is not None and assessment.regression else 0
 
 
@@ -112,7 +113,7 @@ def run_nightly(
         max_hours=max_hours,
         yes=yes,
         runner=partial(run_recipe, reporter=ConsoleReporter(live=False)),
-        echo=print,
+        echo=say,
         attest_key=attest_key,
     )
     return result.exit_code

@@ -9,9 +9,9 @@ different recipes. Loaded only when one of these commands runs, so the CLI's sta
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
+from launcher.commands.output import say
 from launcher.errors import BadInput
 from launcher.inputs.recipe import load_recipe
 from launcher.judge.convergence import check, loss_curve
@@ -72,9 +72,9 @@ def run_measure(
             payload["exit_code"] = UNREADABLE_EXIT
         print(json.dumps(json_safe(payload), allow_nan=False))
     elif verdict.status != "unreadable":
-        print(render_summary(result, verdict))
+        say(render_summary(result, verdict))
     if verdict.status == "unreadable":
-        print(f"error: {log}: {result.unreadable}", file=sys.stderr)
+        say(f"error: {log}: {result.unreadable}", err=True)
         return UNREADABLE_EXIT
     return 0 if verdict.reproduced else 1
 
@@ -150,6 +150,6 @@ def run_compare(
         payload["recipes"] = {**ids, "identity": identity}
         print(json.dumps(json_safe(payload), allow_nan=False))
     else:
-        print(f"recipes: {identity}")
-        print(render_convergence(result))
+        say(f"recipes: {identity}")
+        say(render_convergence(result))
     return 0 if result.passed else 1

@@ -13,8 +13,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from launcher.clusters import trust
+from launcher.commands.output import say
 from launcher.errors import BadInput
-from launcher.excerpt import printable
 from launcher.pages.report import fmt, text_table
 from launcher.records.rundir import Files
 from launcher.records.runs import RunSummary, duration, indexed_runs, list_runs, summarize
@@ -23,11 +24,9 @@ _HEADER = ["run id", "recipe", "target", "state", "verdict", "started", "GPU-h",
 _LIVE_HEADER = ["instance", "type", "state", "run id", "recipe", "up", "cost", "expires", "owner"]
 
 
-def _say(text: str = "") -> None:
-    """A line of this command's output, made printable (launcher/excerpt.py): a run's recipe,
-    state, detail and what its node reported are read back from files anyone could have
-    written, and an ESC or a bidi override in them must not reach the terminal as itself."""
-    print(printable(text, keep="\n"))
+# A line of these commands' output (a run's recipe, state, detail and what its node reported,
+# read back from files anyone could have written) goes through the commands' one door.
+_say = say
 
 
 def _when(ts: float | None) -> str:
@@ -36,6 +35,18 @@ def _when(ts: float | None) -> str:
 
 def _usd(value: float | None) -> str:
     return "-" if value is None else f"${value:,.2f}"
+
+
+def vouched(found: list[RunSummary]) -> list[RunSummary]:
+    """Each summary with its trust line (launcher/clusters/trust.py decides it, from the run's
+    own record, in every state): every surface of these commands shows it."""
+    for s in found:
+        s.unverified = trust.run_line(Path(s.run_dir))
+    return found
+
+
+def _target(s: RunSummary, target: str | None) -> str:
+    return (target or "-") + (f" ({trust.MARK})" if s.unverified else "")
 
 
 def _row(s: RunSummary) -> list[str]:
@@ -47,7 +58,7 @@ def _row(s: RunSummary) -> list[str]:
     return [
         s.run_id,
         s.recipe,
-        s.target or "-",
+        _target(s, s.target),
         state,
         s.verdict or "-",
         _when(s.started_at),
@@ -125,6 +136,7 @@ def runs_command(
     else:
         found, skipped = indexed_runs(root)
         where = f"in {state.index_dir()}/ and under {root}/"
+    vouched(found)
     if refresh:
         _refresh(found)
     if cost:
@@ -149,6 +161,8 @@ def runs_command(
             f"\n{len(found)} run(s) {where}"
             + (f"; * = not finished ({unfinished}): `reproduce status RUN`" if unfinished else "")
         )
+        if any(s.unverified for s in found):
+            _say(trust.LEGEND)
         for line in billing_lines(found):
             _say(line)
     for line in skipped:
@@ -167,11 +181,14 @@ def _cost(found: list[RunSummary], where: str, json_out: bool) -> int:
     if not found:
         _say(f"no runs {where}")
         return 0
+    marked = {s.run_id: s for s in found if s.unverified}
     rows = [
         [
             r["run_id"],
             r["recipe"],
-            r["cluster"] or "-",
+            _target(marked[r["run_id"]], r["cluster"])
+            if r["run_id"] in marked
+            else r["cluster"] or "-",
             r["state"] + (", node billing" if r["billing"] else ""),
             fmt(r["gpu_hours"], ",.2f", missing="-"),
             _usd(r["cost_usd"]) + (" so far" if r["billing"] else ""),
@@ -179,6 +196,8 @@ def _cost(found: list[RunSummary], where: str, json_out: bool) -> int:
         for r in report["runs"]
     ]
     _say(text_table(["run id", "recipe", "cluster", "state", "GPU-h", "cost"], rows))
+    if marked:
+        _say(trust.LEGEND)
     for title, group in (("recipe", report["by_recipe"]), ("cluster", report["by_cluster"])):
         _say(f"\nby {title}:")
         _say(text_table([title, "runs", "GPU-h", "cost", "note"], [_sum_row(g) for g in group]))
@@ -255,7 +274,7 @@ def status_command(
     from launcher.records.rundir import RunDir
 
     rd = RunDir.find(run, runs_dir)
-    summary = summarize(rd.path)
+    summary = vouched([summarize(rd.path)])[0]
     if refresh:
         _refresh([summary])
     note = _from_node(rd, summary)
@@ -304,6 +323,7 @@ def status_lines(s: RunSummary) -> list[str]:
     lines = [
         f"run       {s.run_id}  ({s.recipe})",
         f"target    {s.target or '-'} (kind {s.kind or '-'})",
+        *([f"trust     {s.unverified}"] if s.unverified else []),
         f"state     {s.state}" + (f": {s.detail}" if s.detail else ""),
         f"stage     {s.stage or '-'}{read}",
         f"step      {step}{read}",

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from launcher.clusters import trust
 from launcher.pages import run_sections as rs
 from launcher.pages import svg
 from launcher.pages.attestation import attestation_html, read_attestation
@@ -116,7 +117,7 @@ def render_run_page(files: RunFiles, attestation: str = "") -> str:
     ]
     return page(
         f"{ctx.title} · reproduction {ctx.run_id}",
-        _header(ctx) + attestation,
+        _header(ctx) + attestation + _trust(ctx),
         "".join(parts),
         _footer(ctx),
     )
@@ -140,6 +141,21 @@ def _header(ctx: rs.Context) -> str:
         f"<h1>{esc(ctx.title)}</h1>"
         f'<p class="meta">{" ".join(meta)}</p>'
     )
+
+
+def _kind(ctx: rs.Context) -> str | None:
+    """The run's cluster kind as launcher/clusters/trust.py reads run.json and plan.json: known
+    in every state, with a verdict or without one."""
+    return trust.kind_of(ctx.files.mapping(Files.RUN), ctx.plan)
+
+
+def _trust(ctx: rs.Context) -> str:
+    """The header's trust line, under the attestation's: on every page of a run whose cluster
+    vouched for itself (the verdict's note is left out of its reasons: said once), else nothing."""
+    line = trust.line(_kind(ctx))
+    if line is None:
+        return ""
+    return f'<p class="meta" data-trust="unverified"><span class="no">{esc(line)}</span></p>'
 
 
 def _verdict(ctx: rs.Context) -> str:
@@ -181,6 +197,7 @@ def _verdict(ctx: rs.Context) -> str:
             f'<p class="what" data-error="1">The error that ended it: <code>{esc(error)}</code></p>'
         )
     reasons = [r for r in (v.get("reasons") or []) if isinstance(r, str)] if v else []
+    reasons = trust.other_reasons(reasons, _kind(ctx))  # the header says it
     if reasons:
         lines.append("<ul>" + "".join(f"<li>{esc(r)}</li>" for r in reasons) + "</ul>")
     lines.append(rs.extra_verdict_fields(v))

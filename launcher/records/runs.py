@@ -52,6 +52,9 @@ class RunSummary:
     progress_from: str = "run directory"  # where step/stage were read ("node": its log now)
     price_per_hour: float | None = None  # one node, the price the run used
     price_source: str | None = None  # where that price came from (launcher.catalog.Price)
+    # what its cluster vouched for itself (launcher/clusters/trust.py, a layer above this one:
+    # the commands fill it in, `vouched`); None: the launcher held its boundary
+    unverified: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

@@ -62,6 +62,9 @@ class Verified:
     unattested: list[str] = field(default_factory=list)
     seconds: float = 0.0
     names: list[str] = field(default_factory=list)  # the subjects, as the statement lists them
+    # what the run's cluster vouched for itself (launcher/clusters/trust.py), from the signed
+    # measure.json's `cluster`: the kind the re-made verdict's note is made from
+    unverified: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -74,6 +77,7 @@ class Verified:
             "figures": self.figures,
             "unattested": self.unattested,
             "seconds": round(self.seconds, 4),
+            "unverified": self.unverified,
         }
 
 
@@ -367,6 +371,7 @@ def verify_dir(root: Path, key: Path | None = None) -> Verified:
         ) from None
     names = {s["name"] for s in stmt["subject"]}
     extra = [n for n in evidence_files(root) if n not in names]
+    kind = _bundle_json(root, "measure.json").get("cluster")  # read and compared above
     return Verified(
         root,
         fingerprint(public),
@@ -377,4 +382,5 @@ def verify_dir(root: Path, key: Path | None = None) -> Verified:
         extra,
         time.perf_counter() - started,
         [s["name"] for s in stmt["subject"]],
+        trust.line(kind if isinstance(kind, str) else None),
     )

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from launcher import clusters
-from launcher.clusters import staging
+from launcher.clusters import staging, trust
 from launcher.clusters.base import Cluster, LaunchOptions, Node
 from launcher.cost.budget import Budget
 from launcher.cost.costgate import pass_gate, refused_unattended
@@ -138,6 +138,7 @@ class Runner:
         finally:
             record_history(run_dir.path, root, warn=self.reporter.warn)
             write_run_page_safely(run_dir.path, warn=self.reporter.warn)
+            say_trust(run_dir.path, self.reporter)
 
     def execute(
         self,
@@ -217,6 +218,7 @@ class Runner:
         finally:
             record_history(rd.path, warn=self.reporter.warn)
             write_run_page_safely(rd.path, warn=self.reporter.warn)
+            say_trust(rd.path, self.reporter)
 
     def cancel(self, ref: str, runs_root: Path | None = None) -> RunDir:
         """Stop a run's processes and container on its nodes, collect what it printed, release."""
@@ -227,9 +229,11 @@ class Runner:
             # Nothing of it runs any more; cancelling would rewrite its record (and release a
             # node kept with --keep). Say so instead.
             self.reporter.say(ended_message(rd, record, status))
+            say_trust(rd.path, self.reporter)
             return rd
         if "node" not in record or "cluster" not in record:
             rd.set_status("cancelled", "cancelled before it reached a node")
+            say_trust(rd.path, self.reporter)
             return rd
         run = self._session(rd, clusters.from_record(record["cluster"]), None, None)
         run.connect(_recorded_nodes(record))
@@ -257,6 +261,7 @@ class Runner:
             self.reporter.say(
                 "the launcher following this run will collect its logs and release the node"
             )
+        say_trust(rd.path, self.reporter)
         return rd
 
     def _session(
@@ -274,6 +279,16 @@ def _recorded_recipe(rd: RunDir) -> Recipe | None:
     from launcher.results.evaluate import RECIPE_FILE, recipe_of
 
     return recipe_of(rd.path) if (rd.path / RECIPE_FILE).is_file() else None
+
+
+def say_trust(run_dir: Path, reporter: Reporter) -> None:
+    """The last words of every way a run is left (run, attach, cancel; done, failed, cancelled,
+    lost, stopped by its budget, judged or not): what its cluster vouched for itself, when it
+    did (launcher/clusters/trust.py). Said after the verdict's reasons, which leave the note out
+    (RunSession.judge), and before the error paragraph a failed run ends with."""
+    shown = trust.run_line(run_dir)
+    if shown is not None:
+        reporter.say(shown)
 
 
 def record_history(

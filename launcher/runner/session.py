@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn, TypeVar
 
+from launcher.clusters import trust
 from launcher.clusters.base import Cluster, Node
 from launcher.clusters.execution import execution_for, node_env
 from launcher.cost.budget import Budget
@@ -569,7 +570,7 @@ class RunSession:
         diff = verdict.difference_percent
         diff_text = f" ({diff:+.2f}% vs the claim)" if diff is not None else ""
         self.reporter.say(f"verdict: {verdict.status}{diff_text}")
-        for reason in verdict.reasons:
+        for reason in trust.other_reasons(verdict.reasons, trust.run_kind(self.rd.path)):
             self.reporter.say(f"  {reason}")
         return result, verdict
 

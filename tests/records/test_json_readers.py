@@ -25,7 +25,8 @@ import hashlib
 import json
 import os
 import shutil
-import time
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -174,18 +175,75 @@ def _restore(run: Path, originals: dict[str, bytes], name: str) -> None:
     path.write_bytes(originals[name])
 
 
+def hang_guard(seconds: float) -> pytest.MarkDecorator:
+    """pytest-timeout's marker, by signal: the test is interrupted where it hangs."""
+    return pytest.mark.timeout(seconds, method="signal")
+
+
+# The hang guard of every test that hands a reader a hostile file (pytest-timeout, a dependency
+# of the tests: pyproject's [test] extra, tests/constraints.txt). Why a marker and not a clock
+# read around the call: a reader that blocks on a FIFO never returns to let a clock be read, and
+# a timed assertion on one that does return fails a slow machine, not a slow reader. The plugin
+# interrupts the test itself (SIGALRM) and fails it with the stack of the call that hung: held by
+# test_a_reader_that_blocks_on_a_fifo_fails_its_test below. The bound is a hang's, far above
+# what the slowest of these tests needs on a loaded 2-core machine (about 6 s), and under the
+# suite's own 300 s.
+HANG_GUARD = hang_guard(120)
+
+
 def _outcome(reader: Reader, run: Path) -> str:
-    """'value' or 'ReproduceError (exit N)'; anything else fails the test, naming it. Bounded
-    in time: a reader that blocks on a FIFO or walks a huge document is slow here."""
-    started = time.monotonic()
+    """'value' or 'ReproduceError (exit N)'; anything else fails the test, naming it. A reader
+    that hangs (blocks on a FIFO, walks a document without end) fails by HANG_GUARD, which
+    every caller's test carries."""
     try:
         reader(run)
-        out = "value"
     except ReproduceError as err:
         assert "Traceback" not in str(err)
-        out = f"ReproduceError (exit {err.exit_code})"
-    assert time.monotonic() - started < 10
-    return out
+        return f"ReproduceError (exit {err.exit_code})"
+    return "value"
+
+
+def test_a_reader_that_blocks_on_a_fifo_fails_its_test(tmp_path):
+    """The guard fails a hung reader: a test of the same shape (hang_guard, _outcome) whose
+    reader opens a FIFO without O_NONBLOCK, run by pytest in a child process, fails with the
+    plugin's timeout instead of waiting for ever. The child's bound is 1 s (the mechanism, not the
+    bound, is what is held); nothing here reads a clock."""
+    os.mkfifo(tmp_path / "node.json")
+    (tmp_path / "test_hung.py").write_text(
+        "from pathlib import Path\n"
+        "from test_json_readers import _outcome, hang_guard\n\n"
+        "@hang_guard(1)\n"
+        "def test_hung():\n"
+        f"    _outcome(lambda run: (run / 'node.json').read_bytes(), Path({str(tmp_path)!r}))\n"
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), str(REPO / "tests"), str(REPO)]),
+    }
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:xdist",
+            "-c",
+            os.devnull,
+            "--rootdir",
+            str(tmp_path),
+            str(tmp_path / "test_hung.py"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out
+    assert "Timeout" in out and "1 failed" in out, out
 
 
 def test_no_json_is_parsed_outside_the_one_reader():
@@ -229,11 +287,13 @@ def _given(sample: dict[str, Any], reader: Reader, name: str, doc: bytes | str) 
         _restore(run, originals, name)
 
 
+@HANG_GUARD
 @pytest.mark.parametrize(("reader", "name", "doc"), _cases(READERS, HOSTILE))
 def test_every_reader_given_every_hostile_document(sample, reader, name, doc):
     _given(sample, READERS[reader][0], name, HOSTILE[doc])
 
 
+@HANG_GUARD
 @pytest.mark.parametrize("reader", sorted(READERS))
 def test_every_key_of_a_real_file_holding_every_wrong_type(sample, reader):
     run, originals = sample["run"], sample["originals"]
@@ -338,6 +398,7 @@ HOSTILE_YAML: dict[str, bytes | str] = {
 }
 
 
+@HANG_GUARD
 @pytest.mark.parametrize(("reader", "name", "doc"), _cases(YAML_READERS, HOSTILE_YAML))
 def test_every_yaml_reader_given_every_hostile_document(sample, reader, name, doc):
     _given(sample, YAML_READERS[reader][0], name, HOSTILE_YAML[doc])

@@ -8,12 +8,15 @@ still verifies, its note re-made from the measurement's record."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
-from support.pages import make_run
+from support.measure import START
+from support.pages import SLUG, make_run
 
 from launcher.clusters import BACKENDS, trust
 from launcher.pages import write_run_page
+from launcher.plan.stage_graph import NODE_STAGES
 from launcher.results.attest_predicate import build_predicate
 
 # kind -> whether the cluster vouches for its own checks (the launcher's boundary does not hold)
@@ -76,3 +79,168 @@ def test_an_attested_ray_run_verifies_with_its_note(tmp_path):
     assert proc.returncode == 0, proc.stderr
     proc = cli("verify", rd, "--key", pub)
     assert proc.returncode == 0, proc.stderr + proc.stdout
+
+
+# --- every way a run ends x every surface that shows it -----------------------------------------
+#
+# The promise (launcher/clusters/trust.py): a run of a kind whose cluster vouched for itself says
+# so wherever it is shown, however it ended, with a verdict or before one. Each ending below is a
+# run directory as the runner leaves it (status.json's state and detail, the timeline up to the
+# stage it stopped in, a verdict where it got one), made by support.pages.make_run; each surface
+# is the real one (the page writer, the runner's last words, the CLI's status, runs, cancel and
+# verify). A local run (the launcher held its boundary) is the control: never marked.
+
+# ending -> (state, detail, the stage that failed or None, judged, run.json records the cluster)
+ENDINGS: dict[str, tuple[str, str, str | None, bool, bool]] = {
+    "done, judged": ("done", "the node script finished; logs collected", None, True, True),
+    "done, not measured": ("done", "the node script finished; logs collected", None, False, True),
+    "failed to acquire, before run.json named the cluster": (
+        "failed",
+        "could not acquire the cluster",
+        None,
+        False,
+        False,
+    ),
+    **{
+        f"failed in {stage}": (
+            "failed",
+            f"stage {stage} failed (exit 3)",
+            stage,
+            stage in ("train", "push"),  # a train stage that failed is judged ("failed")
+            True,
+        )
+        for stage in NODE_STAGES
+    },
+    "failed after its verdict (teardown)": (
+        "failed",
+        "teardown did not finish",
+        None,
+        True,
+        True,
+    ),
+    "cancelled before a node": (
+        "cancelled",
+        "cancelled before it reached a node",
+        None,
+        False,
+        True,
+    ),
+    "cancelled mid-run": ("cancelled", "cancelled with `reproduce cancel`", "image", False, True),
+    "lost, unattended": ("failed", "lost the connection to the node", "train", False, True),
+    "lost, detached": ("detached", "lost the connection; the run goes on", "train", False, True),
+    "budget stop": ("cancelled", "budget reached: --max-hours 0.004", "train", False, True),
+    **{
+        f"still {state}": (state, "", None, False, True)
+        for state in ("created", "acquiring", "staging", "running", "collecting")
+    },
+}
+
+
+def _timeline_to(stage: str | None, state: str) -> dict:
+    """The node stages up to STAGE, ok, and STAGE itself failed (or cancelled/running/stopped
+    as the state says); none when the run stopped before its node."""
+    stages, t = [], START - 800.0
+    for name in NODE_STAGES[: NODE_STAGES.index(stage) + 1] if stage else ():
+        last = name == stage
+        status = {"failed": "failed", "cancelled": "cancelled", "detached": "running"}
+        stages.append(
+            {
+                "name": name,
+                "start": t,
+                "end": None if last and state == "detached" else t + 5.0,
+                "status": status.get(state, "failed") if last else "ok",
+            }
+        )
+        t += 6.0
+    return {"acquired_at": START - 900.0, "released_at": t + 1.0, "stages": stages}
+
+
+def _ended(root: Path, kind: str, ending: str) -> Path:
+    state, detail, stage, judged, recorded = ENDINGS[ending]
+    # a train stage that failed is judged from its log: a NaN loss, a verdict of "failed"
+    standin = {"nan_at": 5} if judged and stage is not None else {}
+    rd = make_run(root, kind=kind, measure=judged, state=state, **standin)
+    if not judged or stage is not None:
+        (rd / "timeline.json").write_text(json.dumps(_timeline_to(stage, state)))
+    status = {"state": state, "detail": detail, "updated_at": START + 1000.0}
+    if state in ("done", "failed", "cancelled"):
+        status["exit_code"] = {"done": 0, "failed": 3, "cancelled": 130}[state]
+    (rd / "status.json").write_text(json.dumps(status))
+    if not recorded:
+        run = json.loads((rd / "run.json").read_text())
+        del run["cluster"]
+        (rd / "run.json").write_text(json.dumps(run))
+    return rd
+
+
+class _Heard:
+    """A Reporter that keeps what the runner says (its real last words, say_trust)."""
+
+    def __init__(self) -> None:
+        self.said: list[str] = []
+
+    def say(self, text: str) -> None:
+        self.said.append(text)
+
+
+def _surfaces(rd: Path, tmp_path: Path) -> dict[str, bool]:
+    """Whether each surface that shows this run says the line (report.md and verify only where
+    the run was judged; cancel only where the run ended)."""
+    from support.attest import cli, keypair
+
+    from launcher.runner.runner import say_trust
+
+    state = json.loads((rd / "status.json").read_text())["state"]
+    page = write_run_page(rd).read_text()
+    shown: dict[str, bool] = {"page": LINE in page}
+    assert page.count(LINE) <= 1, "said once on the page"
+    if (rd / "report.md").is_file():
+        shown["report.md"] = LINE in (rd / "report.md").read_text()
+    heard = _Heard()
+    say_trust(rd, heard)  # type: ignore[arg-type]  # the Reporter's one method it calls
+    shown["runner's last words"] = any(LINE in s for s in heard.said)
+    status = cli("status", rd)
+    assert status.returncode == 0, status.stderr
+    shown["status"] = LINE in status.stdout
+    shown["status --json"] = LINE in (
+        json.loads(cli("status", rd, "--json").stdout)["unverified"] or ""
+    )
+    root = rd.parents[len(SLUG.split("/"))]
+    table = cli("runs", "--runs-dir", root).stdout
+    shown["runs"] = "(unverified)" in table and "vouched for its own image" in table
+    (listed,) = json.loads(cli("runs", "--runs-dir", root, "--json").stdout)["runs"]
+    shown["runs --json"] = LINE in (listed["unverified"] or "")
+    if state in ("done", "failed", "cancelled"):
+        cancel = cli("cancel", rd)
+        assert cancel.returncode == 0, cancel.stderr
+        shown["cancel, already ended"] = LINE in cancel.stdout + cancel.stderr
+    if (rd / "verdict.json").is_file():
+        key, pub = keypair(tmp_path)
+        attested = cli("attest", rd, "--key", key)
+        assert attested.returncode == 0, attested.stderr
+        shown["attest"] = LINE in attested.stdout
+        verified = cli("verify", rd, "--key", pub)
+        assert verified.returncode == 0, verified.stderr + verified.stdout
+        shown["verify"] = LINE in verified.stdout
+        shown["verify --json"] = LINE in (
+            json.loads(cli("verify", rd, "--key", pub, "--json").stdout)["unverified"] or ""
+        )
+    return shown
+
+
+@pytest.mark.parametrize("ending", sorted(ENDINGS))
+@pytest.mark.parametrize("kind", ["ray", "local"])
+def test_every_surface_of_every_ending_says_what_the_cluster_vouched_for(tmp_path, kind, ending):
+    rd = _ended(tmp_path, kind, ending)
+    shown = _surfaces(rd, tmp_path)
+    assert shown == dict.fromkeys(shown, VOUCHED[kind]), (kind, ending, shown)
+    judged = ENDINGS[ending][3]
+    assert ("verify" in shown) == judged and ("report.md" in shown) == judged
+
+
+def test_the_kind_is_read_from_the_plan_when_run_json_has_none_and_fails_closed():
+    assert trust.kind_of({}, {"profile": {"kind": "ray"}}) == "ray"
+    assert trust.kind_of({"cluster": {"kind": "local"}}, {"profile": {"kind": "ray"}}) == "ray"
+    assert trust.kind_of({"cluster": {"kind": "ray"}}, {"profile": {"kind": "local"}}) == "ray"
+    assert trust.kind_of({"cluster": {"kind": "ssh"}}, {}) == "ssh"
+    assert trust.kind_of(None, [1, 2]) is None and trust.kind_of({"cluster": 5}, "x") is None

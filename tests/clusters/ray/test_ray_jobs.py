@@ -75,6 +75,18 @@ def assert_cluster_intact(cluster: LoopbackRay, ips: list[str] = IPS) -> None:
     assert cluster.api("/api/version") is not None
 
 
+# What a ray run says wherever it is shown, however it ended (launcher/clusters/trust.py): the
+# cluster vouched for its own image and checks. The table of every ending and every surface is
+# tests/results/test_cluster_trust.py; here each real run's own terminal and page.
+VOUCHED = "the ray cluster was trusted for its image and its checks"
+
+
+def assert_says_vouched(stderr: str, rd: Path) -> None:
+    """The run's last words at the terminal and its page say it, once each."""
+    assert stderr.count(VOUCHED) == 1, stderr
+    assert (rd / "report.html").read_text().count(VOUCHED) == 1
+
+
 def wait_for_stage(rd_glob: Path, stage: str, timeout_s: float = 120) -> Path:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -112,6 +124,7 @@ def test_a_four_node_recipe_runs_to_a_verdict_as_the_dry_run_said(cluster, tmp_p
     rd = run_dir_of(runs)
     assert res.returncode == 0, res.stderr + (rd / "logs" / "node.log").read_text()[-3000:]
     assert "verdict: reproduced" in res.stderr
+    assert_says_vouched(res.stderr, rd)
     assert json.loads((rd / "status.json").read_text())["state"] == "done"
     stages = [s["name"] for s in json.loads((rd / "timeline.json").read_text())["stages"]]
     assert stages[-2:] == ["ray", "train"] and "image" in stages
@@ -171,6 +184,7 @@ def test_a_cluster_that_is_not_the_recipes_is_refused_before_training(
     rd = run_dir_of(runs)
     assert res.returncode == 3, res.stderr
     assert expected in res.stderr and "in stage image" in res.stderr, res.stderr
+    assert_says_vouched(res.stderr, rd)  # failed before any verdict
     stages = json.loads((rd / "timeline.json").read_text())["stages"]
     assert "train" not in [s["name"] for s in stages]  # not a GPU minute of training
     assert wait_job_ended(cluster, rd) == "FAILED"
@@ -209,6 +223,8 @@ def test_cancel_from_run_json_stops_the_job_not_the_cluster(cluster, tmp_path):
     finally:
         proc.kill()
     assert proc.returncode == 130, err
+    assert_says_vouched(err, rd)
+    assert VOUCHED in res.stderr  # and `reproduce cancel` itself
     assert wait_job_ended(cluster, rd) == "STOPPED"
     assert json.loads((rd / "status.json").read_text())["state"] == "cancelled"
     assert_cluster_intact(cluster)
@@ -228,6 +244,7 @@ def test_ctrl_c_stops_the_job_and_a_dead_launcher_is_reattached(cluster, tmp_pat
     finally:
         proc.kill()
     assert proc.returncode == 130, err
+    assert_says_vouched(err, rd)
     assert wait_job_ended(cluster, rd) == "STOPPED"
 
     recipe, profile = setup_run(tmp_path / "attach", one_node_raw(), STANDIN_SLEEP_S="0.3")
@@ -243,6 +260,7 @@ def test_ctrl_c_stops_the_job_and_a_dead_launcher_is_reattached(cluster, tmp_pat
     res = cluster.cli("attach", str(rd))
     assert res.returncode == 0, res.stderr
     assert "reattaching" in res.stderr and "verdict: reproduced" in res.stderr
+    assert_says_vouched(res.stderr, rd)
     run_id = json.loads((rd / "run.json").read_text())["run_id"]
     served = cluster.api(f"/api/jobs/reproduce-{run_id}/logs")
     assert (rd / "logs" / "node.log").read_bytes() == served["logs"].encode()
@@ -258,6 +276,7 @@ def test_the_budget_stops_the_job(cluster, tmp_path):
     )
     rd = run_dir_of(runs)
     assert res.returncode == 1 and "budget reached" in res.stderr, res.stderr
+    assert_says_vouched(res.stderr, rd)
     assert wait_job_ended(cluster, rd) == "STOPPED"
     assert_cluster_intact(cluster)
 
@@ -278,6 +297,7 @@ def test_a_worker_lost_mid_run_ends_the_run_naming_it(cluster, tmp_path):
     if proc.returncode == 3:
         assert re.search(r"Ray node 127\.0\.0\.3 \(id \w+, 8 GPUs\) is dead", err), err
     assert "127.0.0.3" in err, err
+    assert_says_vouched(err, rd)
     assert json.loads((rd / "status.json").read_text())["state"] == "failed"
     assert json.loads((rd / "verdict.json").read_text())["status"] == "failed"
     assert wait_job_ended(cluster, rd) in ("STOPPED", "FAILED")  # nothing of the run left
