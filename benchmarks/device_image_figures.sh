@@ -6,12 +6,14 @@
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 OUT=${OUT:?set OUT}
+GT=H200 GB=141  # the preflight's expectations follow the card lent (the files it reads do not)
+nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H100 && GT=H100 GB=80
 SP=$(python3 -c 'import site; print(site.getsitepackages()[0])')
 { date -u; nproc; uname -r; free -g; df -h /tmp; du -sh "$SP"; du -sh "$SP"/* 2>/dev/null | sort -h | tail -12
   command -v pigz unpigz zstd; tar --version | head -1; gzip --version | head -1; } > "$OUT/machine.txt" 2>&1
 python3 benchmarks/lazy_bytes.py --exclude /usr/local/nvidia --exclude /usr/lib/x86_64-linux-gnu/libcuda \
   --exclude /usr/lib/x86_64-linux-gnu/libnvidia --json "$OUT/lazy-bytes.json" -- \
-  "python3 scripts/preflight.py --json --gpu-type H200 --gpus 1 --gpu-memory-gb 141 --driver-min 580.65.06 --cuda 13.0 --disk-path /tmp --disk-min-gb 10" \
+  "python3 scripts/preflight.py --json --gpu-type $GT --gpus 1 --gpu-memory-gb $GB --driver-min 580.65.06 --cuda 13.0 --disk-path /tmp --disk-min-gb 10" \
   "python3 scripts/stack_probe.py --json --policy warn --expect '{\"cuda\": \"13.0\", \"nccl\": \"2.28.9\", \"python\": \"3.12.3\", \"torch\": \"2.11.0\"}'" \
   > "$OUT/lazy-bytes.txt" 2>&1
 python3 benchmarks/layer_extract.py --source "$SP" --layers 12 --max-gb 12 --repeat 2 --work /tmp/layers \
