@@ -14,6 +14,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from launcher.clusters import trust
 from launcher.pages import svg
 from launcher.pages.html import (
     Status,
@@ -186,7 +187,7 @@ def _latest(row: RunRow, a: Assessment, links: Mapping[str, str]) -> str:
     run = _run_link(row, links)
     lines = [
         f'<p class="what">Run {run} on {esc(day(row.started_at))} UTC: verdict '
-        f"{badge(row.verdict or row.state)}</p>",
+        f"{badge(row.verdict or row.state)}{trust_mark(row)}</p>",
         "<ul>" + "".join(f"<li>{esc(r)}</li>" for r in a.reasons) + "</ul>",
     ]
     t = a.trend
@@ -205,6 +206,20 @@ def _latest(row: RunRow, a: Assessment, links: Mapping[str, str]) -> str:
         f'data-regression="{"yes" if a.regression else ("no" if a.judged else "n/a")}">'
         f'<div><span class="badge big" style="color:{s.fg};background:{s.bg};'
         f'border-color:{s.fg}33">{esc(s.label)}</span></div><div>{"".join(lines)}</div></div>'
+    )
+
+
+def trust_mark(row: RunRow) -> str:
+    """A row's trust mark (launcher/clusters/trust.py decides it): a run whose cluster vouched for
+    itself says so in every table and summary that shows it, not only on its own page. The row's
+    recorded kind, else its run directory's records (a row of a run that failed early)."""
+    words = trust.line(row.cluster_kind) or (
+        trust.run_line(Path(row.run_dir)) if row.run_dir else None
+    )
+    if words is None:
+        return ""
+    return (
+        f' <span class="no" data-trust="unverified" title="{esc(words)}">{esc(trust.MARK)}</span>'
     )
 
 
@@ -359,7 +374,7 @@ def _table(rows: Sequence[RunRow], judged: Sequence[Assessment], links: Mapping[
         cells = [
             _run_link(r, links),
             f'<span class="nowrap">{esc(day(r.started_at))}</span>',
-            badge(r.verdict or r.state),
+            badge(r.verdict or r.state) + trust_mark(r),
             f'<span data-run="{esc(r.run_id)}" data-figure="tokens_per_s_per_gpu">'
             f"{esc(num(r.tokens_per_s_per_gpu))}</span>",
             esc(signed(r.difference_percent)),

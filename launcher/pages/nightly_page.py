@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Protocol
 
 from launcher.pages import svg
-from launcher.pages.history_page import day, regression_badge, report_links
+from launcher.pages.history_page import day, regression_badge, report_links, trust_mark
 from launcher.pages.html import (
     badge,
     esc,
@@ -279,7 +279,7 @@ def _table(
             [
                 f'<span class="recipe">{link(f"#r-{r.run_id}", r.slug)}{report}</span>',
                 badge(e.outcome, attr=f' data-outcome="{esc(e.outcome)}"'),
-                badge(r.verdict) if r.verdict else '<span class="dim">—</span>',
+                (badge(r.verdict) if r.verdict else '<span class="dim">—</span>') + trust_mark(r),
                 f'<span data-figure="tokens_per_s_per_gpu">'
                 f"{esc(num(r.tokens_per_s_per_gpu))}</span>",
                 esc(signed(r.difference_percent)),
@@ -317,7 +317,10 @@ def _detail(e: NightlyEntryLike, links: Mapping[str, str]) -> str:
     facts = [
         ("recipe file", f"<code>{esc(e.recipe)}</code>"),
         ("run", f"<span class='mono'>{esc(r.run_id)}</span> {where}"),
-        ("outcome", f"{badge(e.outcome)} <span class='dim'>exit {esc(e.run.code)}</span>"),
+        (
+            "outcome",
+            f"{badge(e.outcome)} <span class='dim'>exit {esc(e.run.code)}</span>{trust_mark(r)}",
+        ),
     ]
     if r.detail:
         facts.append(("state", esc(f"{r.state or '—'}: {r.detail}")))

@@ -8,6 +8,7 @@ still verifies, its note re-made from the measurement's record."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,11 @@ from support.pages import SLUG, make_run
 
 from launcher.clusters import BACKENDS, trust
 from launcher.pages import write_run_page
+from launcher.pages.history_page import assess_each, render_history_page
+from launcher.pages.nightly_page import render_nightly_page
 from launcher.plan.stage_graph import NODE_STAGES
+from launcher.records.history import Assessment, RunRow
+from launcher.records.history_rows import row_from_run_dir
 from launcher.results.attest_predicate import build_predicate
 
 # kind -> whether the cluster vouches for its own checks (the launcher's boundary does not hold)
@@ -173,6 +178,25 @@ def _ended(root: Path, kind: str, ending: str) -> Path:
     return rd
 
 
+@dataclass(frozen=True)
+class _Ran:
+    """A nightly entry's run as its page reads it (code, error)."""
+
+    code: int = 0
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class _Night:
+    """One recipe's night as the nightly page reads it (NightlyEntryLike)."""
+
+    recipe: Path
+    run: _Ran
+    row: RunRow
+    assessment: Assessment
+    outcome: str = "done"
+
+
 class _Heard:
     """A Reporter that keeps what the runner says (its real last words, say_trust)."""
 
@@ -199,6 +223,16 @@ def _surfaces(rd: Path, tmp_path: Path) -> dict[str, bool]:
     heard = _Heard()
     say_trust(rd, heard)  # type: ignore[arg-type]  # the Reporter's one method it calls
     shown["runner's last words"] = any(LINE in s for s in heard.said)
+    row = row_from_run_dir(rd)
+    history = render_history_page(SLUG, [row])
+    shown["history page"] = 'data-trust="unverified"' in history and LINE in history
+    night = render_nightly_page(
+        [_Night(recipe=rd / "recipe.yaml", run=_Ran(), row=row, assessment=assess_each([row])[0])],
+        cluster=rd.name,
+        stamp=START + 2000.0,
+        exit_code=0,
+    )
+    shown["nightly page"] = night.count('data-trust="unverified"') == 2 and LINE in night
     status = cli("status", rd)
     assert status.returncode == 0, status.stderr
     shown["status"] = LINE in status.stdout
