@@ -20,10 +20,10 @@ from launcher.inputs.patches import node_lines as patch_lines
 from launcher.inputs.profile import AwsProfile, Profile, RayProfile
 from launcher.inputs.recipe import Image, Recipe
 from launcher.inputs.stack import expected_versions
-from launcher.judge.parse.clock import CLOCK_GAP_S
 from launcher.plan import multinode, ray_stage, stage_graph
 from launcher.plan.asset_spec import cache_entries_check
 from launcher.plan.background import BACKGROUND_FUNCTIONS
+from launcher.plan.host_clock import training_run
 from launcher.plan.image_record import BuiltImage, base_label_check, present_or_pull
 from launcher.plan.measured import train_lines
 from launcher.plan.protocol import (
@@ -36,7 +36,6 @@ from launcher.plan.protocol import (
     STATE_DIR,
     TRUSTED_DIR_FN,
     collect_command,
-    host_clock_pipe,
     results_block,
 )
 
@@ -589,27 +588,7 @@ def render_node_script(
         tag,
     ]
     if ctx.docker:
-        run = (
-            'docker run --rm --name "$CONTAINER" "${GPU_ARGS[@]}" "${NET_ARGS[@]}" '
-            '"${DOCKER_ARGS[@]}" "${EFA_ARGS[@]}" "$IMAGE" bash -c "$CONTAINER_SCRIPT"'
-        )
-        body += [
-            "# the container is named after the run so `reproduce cancel` can find it; --rm "
-            "removes it at the end",
-        ]
-        if p.docker.host_clock:
-            body += [
-                "# its output, both streams, passes the host's clock (scripts/host_clock.py): a"
-                " clock line with this script's",
-                "# nonce, which the container never gets, before each line that begins"
-                f" {CLOCK_GAP_S:g} s or more after the last one",
-                *host_clock_pipe(run),
-            ]
-        else:
-            body += [
-                "# docker.host_clock: false - its output is not stamped with the host's clock",
-                run,
-            ]
+        body += training_run(host_clock=p.docker.host_clock)
     else:
         body += ['bash -c "$CONTAINER_SCRIPT"']
     body += [*after_training, "", DONE_LINE, "exit", "}", ""]

@@ -27,7 +27,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from launcher.judge.parse.clock import CLOCK, CLOCK_GAP_S
 from launcher.plan import stage_graph
 from launcher.records.rundir import NODE_RESULT_FILES, Files
 
@@ -139,25 +138,6 @@ NONCE_LINE = (
     f"{NONCE_VAR}=\"$(od -An -N16 -tx1 /dev/urandom | tr -d ' \\n')\"; "
     f"printf '{MARKER} nonce=%s\\n' \"${NONCE_VAR}\"  # first: the launcher learns it here"
 )
-# The host's clock on the training container's output (scripts/host_clock.py, read back by
-# launcher/judge/parse/clock.py): the stamper gets the nonce in its own environment only, ignores
-# the cancel's TERM (the container's last words must still pass; it ends when docker's output
-# does), and node.sh ends with docker's exit status, else the stamper's.
-CLOCK_NONCE_ENV = "REPRODUCE_CLOCK_NONCE"
-assert CLOCK == f"{MARKER} clock ", "the clock line is a line of the node protocol"
-
-
-def host_clock_pipe(command: str) -> list[str]:
-    """`command` (a docker run of the training container) with its output, both streams, passed
-    through the host's clock."""
-    return [
-        f"{command} 2>&1 \\",
-        f"  | ( trap '' TERM INT HUP; {CLOCK_NONCE_ENV}=\"${NONCE_VAR}\" exec python3 "
-        f'"$NODE_RUN_DIR/scripts/host_clock.py" --gap {CLOCK_GAP_S:g} ) \\',
-        '  || { _rc=("${PIPESTATUS[@]}"); exit "$(( _rc[0] != 0 ? _rc[0] : _rc[1] ))"; }',
-    ]
-
-
 STAGE_FUNCTIONS = "\n".join(
     [
         # REPRODUCE_STAGE: the stage a node program prints its progress lines for

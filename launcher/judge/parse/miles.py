@@ -48,6 +48,7 @@ from launcher.judge.parse.lines import (
     stamp,
     stamp_bytes,
     strip_prefix,
+    wanted,
 )
 from launcher.judge.parse.records import ParseResult, ParseStats, StepRecord, same
 from launcher.judge.parse.shapes import (
@@ -104,8 +105,7 @@ class MilesLogParser:
 
     def __init__(self, stats: ParseStats | None = None, nonce: str | None = None) -> None:
         self.stats = stats if stats is not None else ParseStats()
-        # the host's clock lines count only with the run's nonce (parse/clock.py)
-        self.clock = HostClock(nonce)
+        self.clock = HostClock(nonce)  # its lines count only with the run's nonce
         self.busy = False  # inside a dict printed over several lines, or an arguments listing
         self._pending: dict[int, StepRecord] = {}
         self._texts: dict[int, str] = {}  # step << 1 | (a perf line) -> payload read (pending)
@@ -133,8 +133,7 @@ class MilesLogParser:
             return []  # the cheap pre-filter: no metric dict, no arguments listing
         return self.candidate(line, last)
 
-    def other(self, line: str) -> None:
-        """A line that is no metric line: the host's clock, or one that may say training failed."""
+    def other(self, line: str) -> None:  # no metric line: the host's clock, or a failure line
         if line.startswith(CLOCK):
             self.clock.line(line)
         elif maybe_signal(line):
@@ -273,8 +272,7 @@ class MilesLogParser:
             rec.loss = float(m.group(tmpl.loss)) if tmpl.loss else None
             rec.grad_norm = float(m.group(tmpl.grad_norm)) if tmpl.grad_norm else None
             rec.lr = float(m.group(tmpl.lr)) if tmpl.lr else None
-        if not perf or rec.arrived is None:
-            rec.arrived = self.clock.t
+        rec.arrived = self.clock.t if not perf or rec.arrived is None else rec.arrived
         if not perf or rec.timestamp is None:
             found_stamp = stamp_bytes(line)
             if found_stamp is not None:
@@ -432,8 +430,7 @@ class MilesLogParser:
         self._texts[key] = text
         rec = self._record(step)
         apply(rec, metrics)
-        if not perf or rec.arrived is None:  # the host's clock, as the stamp below
-            rec.arrived = self.clock.t
+        rec.arrived = self.clock.t if not perf or rec.arrived is None else rec.arrived  # as below
         if not perf or rec.timestamp is None:  # the step line's stamp, else the perf line's
             found = stamp(line)
             if found is not None:
@@ -553,18 +550,13 @@ def note_first(stats: ParseStats, lines: Iterable[str]) -> None:
             stats.first_lines.append(text)
 
 
-def wanted(line: str) -> bool:
-    return ": {" in line or BARE in line or ARGS_BEGIN in line
-
-
 def parse_lines(
     lines: Iterable[str], stats: ParseStats | None = None, nonce: str | None = None
 ) -> Iterator[StepRecord]:
     """Yield one StepRecord per step, in step order, from an iterable of log lines.
 
-    Pass a ParseStats to read the counters afterwards, and the run's nonce to read the host's
-    clock lines (parse/clock.py). The last line is known to be last (one
-    line of look-ahead), so a cut final line counts as truncated rather than unparseable.
+    Pass a ParseStats to read the counters afterwards; `nonce`: the run's (its host's clock). The
+    last line is known to be last (one line of look-ahead), so a cut final line is truncated.
     """
     parser = MilesLogParser(stats, nonce)
     stats = parser.stats

@@ -151,6 +151,6 @@ def test_the_parser_reads_back_what_it_wrote():
 
 
 def test_node_sh_passes_the_gap_the_judge_reads():
-    from launcher.plan.protocol import host_clock_pipe
+    from launcher.plan.host_clock import host_clock_pipe
 
     assert f"--gap {CLOCK_GAP_S:g} " in "\n".join(host_clock_pipe("true"))
