@@ -49,6 +49,7 @@ class DockerSettings:
     stack_bytes: int
     extra_args: list[str]
     pull: bool
+    host_clock: bool  # the training container's output stamped with the host's clock
 
 
 @dataclass(frozen=True)

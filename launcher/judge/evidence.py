@@ -14,7 +14,11 @@ gate", states each check and its tolerance):
 3. step times: the time between consecutive step lines' logging stamps against the sum of their
    `perf/step_time`, within STEP_TIME_TOLERANCE (plus the stamps' resolution);
 4. steps: the log may not hold more steps than the recipe runs;
-5. one value per step: two lines for one step that differ, or two listings that differ.
+5. one value per step: two lines for one step that differ, or two listings that differ;
+6. the host's clock: the span over which the host saw the window's step lines arrive against the
+   sum of their `perf/step_time`, within STEP_TIME_TOLERANCE plus the clock's resolution at both
+   ends. Checks 2, 3 and 5 compare the container's words with each other; this one holds them to
+   a clock the container cannot forge (launcher/judge/parse/clock.py).
 
 A check whose evidence is absent (a log that prints no listing, no stamps, no tokens) does not
 pass silently: it is listed as not checked, and the verdict says so. Pure: no I/O.
@@ -28,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from launcher.inputs.runargs import ARGS, coerce, equal
+from launcher.judge.parse.clock import CLOCK_GAP_S
 
 if TYPE_CHECKING:
     from launcher.judge.parse.records import ParseStats, StepRecord
@@ -48,7 +53,7 @@ _STAMP_RESOLUTION_S = {True: 0.001, False: 1.0}
 class Disagreement:
     """One fact the evidence and the recipe (or two pieces of evidence) state differently."""
 
-    check: str  # arguments | tokens per step | step times | steps | one value per step
+    check: str  # arguments | tokens per step | step times | steps | one value per step | host clock
     what: str  # the field or figure
     recipe: Any  # the recipe's value (or the first source's)
     evidence: Any  # the log's value (or the second source's)
@@ -100,6 +105,7 @@ def gather(
     _step_times(ev, recs, present, stats)
     _steps(ev, raw, recs)
     _one_value(ev, stats)
+    _host_clock(ev, recs, present)
     return ev
 
 
@@ -263,6 +269,65 @@ def _step_times(
                 f"step times: the logging stamps give {span / pairs:.3f} s per step, "
                 f"perf/step_time {perf / pairs:.3f} s ({100 * abs(span - perf) / perf:.1f}% "
                 f"apart over {pairs} steps; allowed {100 * STEP_TIME_TOLERANCE:g}%)",
+            )
+        )
+
+
+# Where a log has no host clock: what the verdict says instead of the check (the kinds of run
+# without one: docs/measurement.md, "The evidence gate").
+NO_HOST_CLOCK = (
+    "the host's clock: the log holds no host clock lines with the run's nonce before the "
+    "window's steps (a run on a Ray cluster, with runtime: host or with docker.host_clock off, a "
+    "log measured apart from its run directory, or a run of an older launcher), so "
+    "perf/step_time was held only to the container's own logging stamps"
+)
+
+
+def _host_clock(ev: Evidence, recs: Mapping[int, StepRecord], present: list[int]) -> None:
+    """Check 6: the window's first and last step lines with a host arrival bound: the host's
+    span between them against the claimed perf/step_time of the steps after the first up to
+    the last (a step line is printed as its step ends). Each bound lies within CLOCK_GAP_S
+    before the line began to arrive, so the span is known to CLOCK_GAP_S at each end."""
+    clocked = [s for s in sorted(present) if recs[s].arrived is not None]
+    if len(clocked) < 2:
+        ev.not_checked.append(NO_HOST_CLOCK)
+        return
+    first, last = clocked[0], clocked[-1]
+    times = [recs[s].step_time if s in recs else None for s in range(first + 1, last + 1)]
+    claims = [t for t in times if t is not None and math.isfinite(t)]
+    if len(claims) != len(times):
+        ev.not_checked.append(
+            f"the host's clock: a step between {first} and {last} has no step time, so their "
+            "claimed span is not known"
+        )
+        return
+    start, end = recs[first].arrived, recs[last].arrived
+    assert start is not None and end is not None  # clocked
+    host, claimed = end - start, sum(claims)
+    allowed = STEP_TIME_TOLERANCE * claimed + 2 * CLOCK_GAP_S
+    ev.cross.update(
+        {
+            "host_clock_steps": [first, last],
+            "host_clock_span_s": host,
+            "host_clock_claimed_s": claimed,
+        }
+    )
+    ev.checked.append(
+        f"the host's clock: steps {first}-{last} arrived over {host:.3f} s of the host's clock, "
+        f"perf/step_time claims {claimed:.3f} s (within {100 * STEP_TIME_TOLERANCE:g}% plus "
+        f"{CLOCK_GAP_S:g} s at each end)"
+    )
+    if abs(host - claimed) > allowed:
+        apart = f"{100 * abs(host - claimed) / claimed:.1f}% apart" if claimed > 0 else "apart"
+        ev.disagreements.append(
+            Disagreement(
+                "host clock",
+                "perf/step_time",
+                round(claimed, 3),
+                round(host, 3),
+                f"host clock: steps {first} to {last} arrived {host:.3f} s apart on the host's "
+                f"clock, but their perf/step_time adds up to {claimed:.3f} s ({apart}; allowed "
+                f"{100 * STEP_TIME_TOLERANCE:g}% plus {2 * CLOCK_GAP_S:g} s)",
             )
         )
 

@@ -23,6 +23,7 @@ from launcher.inputs.stack import expected_versions
 from launcher.plan import multinode, ray_stage, stage_graph
 from launcher.plan.asset_spec import cache_entries_check
 from launcher.plan.background import BACKGROUND_FUNCTIONS
+from launcher.plan.host_clock import training_run
 from launcher.plan.image_record import BuiltImage, base_label_check, present_or_pull
 from launcher.plan.measured import train_lines
 from launcher.plan.protocol import (
@@ -587,12 +588,7 @@ def render_node_script(
         tag,
     ]
     if ctx.docker:
-        body += [
-            "# the container is named after the run so `reproduce cancel` can find it; --rm "
-            "removes it at the end",
-            'docker run --rm --name "$CONTAINER" "${GPU_ARGS[@]}" "${NET_ARGS[@]}" '
-            '"${DOCKER_ARGS[@]}" "${EFA_ARGS[@]}" "$IMAGE" bash -c "$CONTAINER_SCRIPT"',
-        ]
+        body += training_run(host_clock=p.docker.host_clock)
     else:
         body += ['bash -c "$CONTAINER_SCRIPT"']
     body += [*after_training, "", DONE_LINE, "exit", "}", ""]

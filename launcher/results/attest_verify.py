@@ -228,8 +228,13 @@ def remeasure_check(
             root, names, recipe, where, measured, pricing, record.get("timeline")
         )
     else:
+        nonce = record.get("clock_nonce")  # the host clock lines the measurement counted
         records, result, verdict = remeasure(
-            root / inputs["log"]["path"], recipe, record.get("timeline"), **pricing
+            root / inputs["log"]["path"],
+            recipe,
+            record.get("timeline"),
+            nonce=nonce if isinstance(nonce, str) else None,
+            **pricing,
         )
     kind = record.get("cluster")  # the kind the measurement read (run.json), as it noted it
     trust.add_note(verdict.reasons, kind if isinstance(kind, str) else None)

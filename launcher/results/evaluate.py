@@ -71,13 +71,24 @@ def check_input(path: Path) -> Path:
     return path
 
 
-def parse_log(path: Path) -> tuple[list[StepRecord], ParseStats]:
-    """One log's steps and the parser's counters (its arguments listing among them)."""
+def parse_log(path: Path, nonce: str | None = None) -> tuple[list[StepRecord], ParseStats]:
+    """One log's steps and the parser's counters (its arguments listing among them); `nonce`:
+    the run's, whose host clock lines count (launcher/judge/parse/clock.py)."""
     stats = ParseStats()
     try:
-        return list(parse_path(path, stats)), stats
+        return list(parse_path(path, stats, nonce)), stats
     except OSError as err:
         raise BadInput(f"{path}: cannot read the log: {err.strerror}.") from None
+
+
+def run_nonce(run_dir: Path) -> str | None:
+    """The nonce node.sh printed first in a run directory's logs/node.log (None: no node.log, or
+    one of an older launcher): the one that makes its host clock lines count. Read from the log,
+    never from anything the container could write (launcher/plan/protocol.py, MarkerGate)."""
+    from launcher.plan.protocol import MarkerGate
+
+    node_log = Path(run_dir) / Files.LOGS / Files.NODE_LOG
+    return MarkerGate.of_log(node_log).nonce if node_log.is_file() else None
 
 
 def load_records(path: Path) -> tuple[list[StepRecord], ParseStats | None]:
@@ -93,7 +104,7 @@ def load_records(path: Path) -> tuple[list[StepRecord], ParseStats | None]:
             f"{path}/{Files.MEASURED}/<k>/{TRAIN_LOG}."
         )
     if (path / TRAIN_LOG).is_file():
-        return parse_log(path / TRAIN_LOG)
+        return parse_log(path / TRAIN_LOG, run_nonce(path))
     if (path / Files.STEPS).is_file():
         return read_steps(path / Files.STEPS), None
     raise BadInput(f"run directory {path} holds neither {TRAIN_LOG} nor steps.jsonl.")
@@ -197,11 +208,12 @@ def remeasure(
     tolerance: Tolerance | None = None,
     runs: int | None = None,
     price: Price | None = None,
+    nonce: str | None = None,
 ) -> tuple[list[StepRecord], Result, Verdict]:
     """Parse and judge one log exactly as a measurement does, writing nothing: `reproduce
     verify` checks an attested directory with it (measure into memory, never into the directory
-    it checks)."""
-    records, stats = parse_log(log)
+    it checks), with the nonce the measurement recorded."""
+    records, stats = parse_log(log, nonce)
     result, verdict = _judged(
         records, stats, recipe, timeline, price_per_hour, region, tolerance, runs, price=price
     )
@@ -242,6 +254,7 @@ def write_measure_record(
     measured: int = 1,
     node_log: Path | None = None,
     cluster: str | None = None,
+    nonce: str | None = None,
 ) -> None:
     """out/measure.json: what this measurement read and how it judged (its record). The timeline
     is kept as it was read: a run's timeline.json gains its release time after the run was
@@ -271,6 +284,8 @@ def write_measure_record(
         "node_log": _file_ref(node_log, out) if measured > 1 else None,  # K runs are cut from it
         "price": price.to_dict() if price is not None else None,  # the run's decided price
         "cluster": cluster,  # its kind: verify notes what the cluster vouched for (trust.py)
+        # the run's nonce, which made its host clock lines count: a secret only while it ran
+        "clock_nonce": nonce,
         "policy": {"name": POLICY_NAME, "version": POLICY_VERSION},
         "launcher": launcher_identity(),
     }
@@ -361,6 +376,7 @@ def measure_run_dir(
         raise BadInput(f"run directory {run_dir} holds no {TRAIN_LOG}: nothing to measure.")
     recipe = recipe if recipe is not None else recipe_of(run_dir)
     measured = measured_in(run_dir)
+    nonce = run_nonce(run_dir)
     if runs is not None and measured > 1 and runs != measured:
         raise BadInput(
             f"--runs {runs}: run directory {run_dir} measured {measured} runs (plan.json "
@@ -388,7 +404,7 @@ def measure_run_dir(
     if judged is not None:
         result, verdict, records = judged
     else:
-        records, stats = parse_log(run_dir / TRAIN_LOG)
+        records, stats = parse_log(run_dir / TRAIN_LOG, nonce)
         result, verdict = _judged(
             records,
             stats,
@@ -421,6 +437,7 @@ def measure_run_dir(
         measured=measured,
         node_log=run_dir / Files.LOGS / Files.NODE_LOG,
         cluster=kind,
+        nonce=nonce,
     )
     if write_page:
         from launcher.pages import write_run_page
@@ -449,9 +466,10 @@ def measure_k_runs(
     from launcher.results import measured_runs as mr
 
     price_per_hour, region, tolerance, price = pricing
+    nonce = run_nonce(run_dir)  # each run's log is cut from run_dir's node.log
 
     def one(k: int, sub: Path, tl: dict) -> tuple[Result, Verdict, list[StepRecord]]:
-        records, stats = parse_log(sub / TRAIN_LOG)
+        records, stats = parse_log(sub / TRAIN_LOG, nonce)
         result, verdict = _judged(
             records, stats, recipe, tl, price_per_hour, region, tolerance, price=price, alone=True
         )
@@ -469,6 +487,7 @@ def measure_k_runs(
             region=region,
             tolerance=tolerance,
             price=price,
+            nonce=nonce,
         )
         return result, verdict, records
 

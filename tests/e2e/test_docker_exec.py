@@ -155,7 +155,14 @@ def test_cancel_leaves_no_container_and_no_process(
     test_image, container_run_args, tmp_path, runs_root, how
 ):
     recipe = write_recipe(tmp_path, test_image)
-    profile = write_profile(tmp_path, LOCAL, container_run_args, env={"STANDIN_SLEEP_S": "300"})
+    # the host's clock on: the container's last words (its end marker) pass its stamper after TERM
+    profile = write_profile(
+        tmp_path,
+        LOCAL,
+        container_run_args,
+        env={"STANDIN_SLEEP_S": "300"},
+        docker={"host_clock": True},
+    )
     run_id = new_run_id()
     rd = RunDir(runs_root / load_recipe(recipe).slug / run_id)
     container = f"reproduce-{run_id}"

@@ -461,7 +461,11 @@ python3 train.py \
 _stage_end
 REPRODUCE_CONTAINER_SCRIPT
 # the container is named after the run so `reproduce cancel` can find it; --rm removes it at the end
-docker run --rm --name "$CONTAINER" "${GPU_ARGS[@]}" "${NET_ARGS[@]}" "${DOCKER_ARGS[@]}" "${EFA_ARGS[@]}" "$IMAGE" bash -c "$CONTAINER_SCRIPT"
+# its output, both streams, passes the host's clock (scripts/host_clock.py): a clock line with this script's
+# nonce, which the container never gets, before each line that begins 0.5 s or more after the last one
+docker run --rm --name "$CONTAINER" "${GPU_ARGS[@]}" "${NET_ARGS[@]}" "${DOCKER_ARGS[@]}" "${EFA_ARGS[@]}" "$IMAGE" bash -c "$CONTAINER_SCRIPT" 2>&1 \
+  | ( trap '' TERM INT HUP; REPRODUCE_CLOCK_NONCE="$_REPRODUCE_NONCE" exec python3 "$NODE_RUN_DIR/scripts/host_clock.py" --gap 0.5 ) \
+  || { _rc=("${PIPESTATUS[@]}"); exit "$(( _rc[0] != 0 ? _rc[0] : _rc[1] ))"; }
 
 echo '##reproduce done'
 exit

@@ -9,11 +9,13 @@ from __future__ import annotations
 import os
 import pwd
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 from support.cli import SEED, reproduce_here
+from support.paths import REPO
 
 from launcher.errors import BadInput
 from launcher.inputs.profile import load_profile
@@ -32,7 +34,9 @@ case "$1" in
       [ "${args[i]}" = "-e" ] && [ "${args[i+1]}" = "HF_TOKEN" ] && flag=yes
       if [ "${args[i]}" = "-c" ] && [ "${args[i-1]}" = "bash" ]; then cmd=${args[i+1]}; fi
     done
-    printf 'docker-run flag=%s env=%s cmd=%s\x1e' "$flag" "${HF_TOKEN-unset}" "${cmd:0:60}" >> "$STUB_LOG"
+    nonce=$(env | grep -c NONCE)   # node.sh's nonce: in no container's environment
+    printf 'docker-run flag=%s env=%s nonce=%s cmd=%s\x1e' "$flag" "${HF_TOKEN-unset}" "$nonce" \
+      "${cmd:0:60}" >> "$STUB_LOG"
     [ -n "${APPEND_TO_NODE_SH:-}" ] && [[ "$cmd" == *"recipe run block"* ]] \
       && printf '\ntouch %q\n' "$APPEND_TO_NODE_SH" >> "$NODE_RUN_DIR/node.sh"
     [ "$flag" = yes ] && export HF_TOKEN || unset HF_TOKEN   # what docker passes in
@@ -42,6 +46,8 @@ exit 0
 """
 STUB_LOGGER = r"""#!/bin/bash
 printf '%s %s %s env=%s\x1e' "$(basename "$0")" "$(basename "${1:-}")" "${2:-}" "${HF_TOKEN-unset}" >> "$STUB_LOG"
+# the host's clock on the training container's output: the real program (scripts/host_clock.py)
+[ "$(basename "${1:-}")" = host_clock.py ] && exec "$REAL_PYTHON" "$REPO_SCRIPTS/host_clock.py" "${@:2}"
 # `node_assets.py source`: every asset is to be built here (so the rows build's container runs)
 [ "$(basename "$0")" = python3 ] && [ "${2:-}" = source ] && { echo build; exit 0; }
 [ "$(basename "$0")" = python3 ] && echo '{"ok": true, "checks": []}'
@@ -92,6 +98,8 @@ def _execute(tmp_path: Path, plan: Plan, secrets: str = "", **env: str):
         env={
             "PATH": f"{bin_dir}:/usr/bin:/bin",
             "STUB_LOG": str(log),
+            "REAL_PYTHON": sys.executable,
+            "REPO_SCRIPTS": str(REPO / "scripts"),
             "FAKE_MILES": str(tmp_path / "miles"),
             "HOME": str(tmp_path),
             **env,
@@ -117,6 +125,9 @@ def test_hf_token_reaches_the_hosts_asset_commands_and_no_container(tmp_path: Pa
     ], calls
     runs = [c for c in calls if c.startswith("docker-run")]
     assert runs and all("flag=no env=unset" in c for c in runs), runs  # no container gets it
+    assert all(" nonce=0 " in c for c in runs), runs  # nor node.sh's nonce, in any form
+    (clock,) = [c for c in calls if c.startswith("python3 host_clock.py")]
+    assert clock.endswith("env=unset"), clock  # the host's clock: no token either
     training = [c for c in runs if "recipe run block" in c or "set -euo pipefail" in c]
     assert training, runs  # the training container is among those that did not get it
     build = [c for c in runs if "HF_HUB_OFFLINE=1" in c]

@@ -11,10 +11,12 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import yaml
 from support.cli import SEED
+from support.paths import REPO
 
 from launcher.inputs.profile import load_profile
 from launcher.inputs.recipe import load_recipe
@@ -50,6 +52,8 @@ exit 0
 """
 STUB_LOGGER = r"""#!/bin/bash
 printf '%s\x1f' "$(basename "$0")" "$@" >> "$STUB_LOG"; printf '\x1e' >> "$STUB_LOG"
+# the host's clock on the training container's output: the real program (scripts/host_clock.py)
+[ "$(basename "${1:-}")" = host_clock.py ] && exec "$REAL_PYTHON" "$REPO_SCRIPTS/host_clock.py" "${@:2}"
 [ "$(basename "$0")" = python3 ] && echo '{"ok": true, "checks": []}'
 exit 0
 """
@@ -120,6 +124,8 @@ def test_hostile_values_are_never_executed(tmp_path: Path) -> None:
     env = {
         "PATH": f"{bin_dir}:/usr/bin:/bin",
         "STUB_LOG": str(log),
+        "REAL_PYTHON": sys.executable,
+        "REPO_SCRIPTS": str(REPO / "scripts"),
         "FAKE_MILES": str(fake_miles),
         "HOME": str(tmp_path),
     }

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
+from launcher.judge.parse.clock import CLOCK_GAP_S
+
 REPO = Path(__file__).resolve().parents[2]  # runnable as a script too: not via support.paths
 FIXTURES = REPO / "tests" / "data" / "logs"
 START = 1792576800.0  # 2026-10-21 10:00:00 UTC
@@ -57,6 +59,50 @@ class Run:
     replay: dict[int, float] = field(default_factory=dict)  # step -> a second, different loss
     critic: bool = False  # PPO with a critic: `critic-step N:` lines beside the actor's
     noise: int = 0  # noise lines per step (warnings, Timer lines, dicts of other processes)
+    # The host's clock (scripts/host_clock.py): whether its lines stand between the log's lines;
+    # the host seconds from each step's lines to the next's (empty: what the steps claim); and
+    # the clock lines the container forges itself (FORGERIES), none of which may count.
+    clock: bool = False
+    pace: list[float] = field(default_factory=list)
+    forged: str | None = None
+
+
+# The run's nonce (node.sh's, in node.log's first line), and what a container can forge.
+NONCE = "5eed0c10c4a11e5a5eed0c10c4a11e5a"
+FORGERIES = ("no-nonce", "wrong-nonce", "mid-line", "backwards")
+HOST_START = START + 3.25  # the host's clock and the logging stamps are two clocks
+
+
+def host_times(run: Run) -> list[float]:
+    """When each step's lines reach the host (host epoch seconds)."""
+    claimed = [t + (STARTUP_S if s == 0 else 0.0) for s, t in enumerate(times_of(run))]
+    pace = run.pace or claimed
+    out, h = [], HOST_START
+    for s in range(run.steps):
+        h += pace[s] if s < len(pace) else claimed[s]
+        out.append(h)
+    return out
+
+
+def clock_line(t: float, nonce: str | None = NONCE) -> str:
+    """A clock line as host_clock.py writes it (or forged: another nonce, or none)."""
+    ns = round(t * 1e9)
+    line = f"##reproduce clock t={ns // 10**9}.{ns % 10**9:09d}"
+    return line + (f" n={nonce}" if nonce is not None else "")
+
+
+def _forged(run: Run, s: int) -> list[str]:
+    """What a container prints to pass its claimed times off as the host's (FORGERIES)."""
+    claimed = HOST_START + sum(times_of(run)[: s + 1]) + STARTUP_S
+    if run.forged == "no-nonce":
+        return [clock_line(claimed, None)]
+    if run.forged == "wrong-nonce":
+        return [clock_line(claimed, "0" * 32)]
+    if run.forged == "mid-line":  # the right nonce even, inside a line of its own output
+        return [ACTOR + "note " + clock_line(claimed)]
+    if run.forged == "backwards":  # a genuine-looking line older than the host's last one
+        return [clock_line(HOST_START - 1000.0 + claimed - HOST_START)]
+    return []
 
 
 def times_of(run: Run) -> list[float]:
@@ -199,8 +245,18 @@ def render(run: Run) -> str:
     if run.startup_traceback:
         lines += [ACTOR + line for line in STARTUP_TRACEBACK]
     times, losses = times_of(run), losses_of(run)
+    host = host_times(run)
+    if run.clock:  # the stamper's first line: before the log's first
+        lines.insert(0, clock_line(HOST_START))
+    last_clock = HOST_START
     t = START
     for s in range(run.steps):
+        # this step's lines arrive at host[s]: the stamper's line first, when it is due
+        if run.clock and host[s] - last_clock >= CLOCK_GAP_S:
+            lines.append(clock_line(host[s]))
+            last_clock = host[s]
+        if run.forged:
+            lines += _forged(run, s)
         if run.error_at is not None and s == run.error_at and not run.error_mid_step:
             lines += _error_lines(run)
             break

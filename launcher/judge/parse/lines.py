@@ -31,6 +31,13 @@ BARE = " - {"
 # The title is searched by its right half, as Megatron prints it (24 dashes): a long needle is
 # what keeps the scan for it cheap on a log that has none.
 ARGS_BEGIN, ARGS_END = "arguments ------------------------", "end of arguments"
+
+
+def wanted(line: str) -> bool:
+    """A line the parser reads: a metric dict (marked or not) or an arguments listing."""
+    return ": {" in line or BARE in line or ARGS_BEGIN in line
+
+
 _ARG_RE = re.compile(r"^ {2}([A-Za-z_][A-Za-z0-9_]*) (?:\.+ | )(.*)$")
 
 # The logging prefix `[2026-10-21 10:00:00.123 actor_cell0_rank0]`; some versions print no

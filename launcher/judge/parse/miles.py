@@ -29,6 +29,7 @@ from itertools import chain, islice
 from typing import Any
 
 from launcher.inputs.runargs import checked_dests
+from launcher.judge.parse.clock import CLOCK, HostClock
 from launcher.judge.parse.lines import (
     ARGS_BEGIN,
     ARGS_END,
@@ -47,6 +48,7 @@ from launcher.judge.parse.lines import (
     stamp,
     stamp_bytes,
     strip_prefix,
+    wanted,
 )
 from launcher.judge.parse.records import ParseResult, ParseStats, StepRecord, same
 from launcher.judge.parse.shapes import (
@@ -101,8 +103,9 @@ class MilesLogParser:
     memory held is a handful of records however long the log is.
     """
 
-    def __init__(self, stats: ParseStats | None = None) -> None:
+    def __init__(self, stats: ParseStats | None = None, nonce: str | None = None) -> None:
         self.stats = stats if stats is not None else ParseStats()
+        self.clock = HostClock(nonce)  # its lines count only with the run's nonce
         self.busy = False  # inside a dict printed over several lines, or an arguments listing
         self._pending: dict[int, StepRecord] = {}
         self._texts: dict[int, str] = {}  # step << 1 | (a perf line) -> payload read (pending)
@@ -126,10 +129,15 @@ class MilesLogParser:
         if self.busy:
             return self.continuation(line, last)
         if ": {" not in line and BARE not in line and ARGS_BEGIN not in line:
-            if maybe_signal(line):
-                self.failure(line)
+            self.other(line)
             return []  # the cheap pre-filter: no metric dict, no arguments listing
         return self.candidate(line, last)
+
+    def other(self, line: str) -> None:  # no metric line: the host's clock, or a failure line
+        if line.startswith(CLOCK):
+            self.clock.line(line)
+        elif maybe_signal(line):
+            self.failure(line)
 
     def failure(self, line: str) -> None:
         """A line that may say training failed (shapes.SIGNALS): kept with the step before it."""
@@ -264,6 +272,7 @@ class MilesLogParser:
             rec.loss = float(m.group(tmpl.loss)) if tmpl.loss else None
             rec.grad_norm = float(m.group(tmpl.grad_norm)) if tmpl.grad_norm else None
             rec.lr = float(m.group(tmpl.lr)) if tmpl.lr else None
+        rec.arrived = self.clock.t if not perf or rec.arrived is None else rec.arrived
         if not perf or rec.timestamp is None:
             found_stamp = stamp_bytes(line)
             if found_stamp is not None:
@@ -284,8 +293,7 @@ class MilesLogParser:
             self._abandon()  # the dict never closed; this line is read afresh
             if ": {" in line or BARE in line or ARGS_BEGIN in line:
                 return self.candidate(line, last)
-            if maybe_signal(line):
-                self.failure(line)
+            self.other(line)
             return []
         self._open.append(text)
         self._open_depth += depth(text)
@@ -422,6 +430,7 @@ class MilesLogParser:
         self._texts[key] = text
         rec = self._record(step)
         apply(rec, metrics)
+        rec.arrived = self.clock.t if not perf or rec.arrived is None else rec.arrived  # as below
         if not perf or rec.timestamp is None:  # the step line's stamp, else the perf line's
             found = stamp(line)
             if found is not None:
@@ -521,6 +530,7 @@ class MilesLogParser:
         for rec in out:
             self._keep(rec)
         self._texts.clear()
+        self.stats.clock_lines, self.stats.clock_refused = self.clock.lines, self.clock.refused
         if out:
             self._released_upto = max(self._released_upto, out[-1].step)
         return out
@@ -540,19 +550,17 @@ def note_first(stats: ParseStats, lines: Iterable[str]) -> None:
             stats.first_lines.append(text)
 
 
-def wanted(line: str) -> bool:
-    return ": {" in line or BARE in line or ARGS_BEGIN in line
-
-
-def parse_lines(lines: Iterable[str], stats: ParseStats | None = None) -> Iterator[StepRecord]:
+def parse_lines(
+    lines: Iterable[str], stats: ParseStats | None = None, nonce: str | None = None
+) -> Iterator[StepRecord]:
     """Yield one StepRecord per step, in step order, from an iterable of log lines.
 
-    Pass a ParseStats to read the counters afterwards. The last line is known to be last (one
-    line of look-ahead), so a cut final line counts as truncated rather than unparseable.
+    Pass a ParseStats to read the counters afterwards; `nonce`: the run's (its host's clock). The
+    last line is known to be last (one line of look-ahead), so a cut final line is truncated.
     """
-    parser = MilesLogParser(stats)
+    parser = MilesLogParser(stats, nonce)
     stats = parser.stats
-    candidate, continuation = parser.candidate, parser.continuation
+    candidate, continuation, other = parser.candidate, parser.continuation, parser.other
     it = iter(lines)
     head = list(islice(it, FIRST_LINES))
     note_first(stats, head)
@@ -573,8 +581,7 @@ def parse_lines(lines: Iterable[str], stats: ParseStats | None = None) -> Iterat
         elif ": {" in prev or unmarked in prev or listing in prev:
             released = candidate(prev)
         else:
-            if maybe_signal(prev):
-                parser.failure(prev)
+            other(prev)  # the host's clock, or a failure line
             prev = line
             continue
         if released:
@@ -587,7 +594,7 @@ def parse_lines(lines: Iterable[str], stats: ParseStats | None = None) -> Iterat
         yield from continuation(prev, last=True)
     elif wanted(prev):
         yield from candidate(prev, last=True)
-    elif maybe_signal(prev):
-        parser.failure(prev)
+    else:
+        other(prev)
     stats.lines += count
     yield from parser.finish()

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+from launcher.judge.parse.clock import CLOCK_BYTES
 from launcher.judge.parse.lines import ARGS_BEGIN, BARE, REPEATED_BYTES_RE
 from launcher.judge.parse.miles import (
     FIRST_LINES,
@@ -25,7 +26,7 @@ from launcher.judge.parse.miles import (
     wanted,
 )
 from launcher.judge.parse.records import ParseResult, ParseStats, StepRecord
-from launcher.judge.parse.shapes import SignalScan, maybe_signal
+from launcher.judge.parse.shapes import SignalScan
 
 _CHUNK = 4 << 20  # bytes read at a time by parse_path
 _MAX_LINE = 64 << 20  # a "line" longer than this (binary garbage, no newline) is dropped, counted
@@ -39,13 +40,16 @@ def iter_file_lines(path: Path) -> Iterator[str]:
         yield from fh
 
 
-def parse_path(path: str | Path, stats: ParseStats | None = None) -> Iterator[StepRecord]:
+def parse_path(
+    path: str | Path, stats: ParseStats | None = None, nonce: str | None = None
+) -> Iterator[StepRecord]:
     """parse_lines for a file, faster: read in 4 MiB binary chunks, find the candidates with
     bytes.find (C speed) and decode only their lines (and those of an open dict or listing).
-    Same records and counters as parse_lines(iter_file_lines(path)) for `\\n`-separated logs;
-    memory is one chunk plus the pending records, whatever the file's size.
+    Same records and counters as parse_lines(iter_file_lines(path), nonce=nonce) for
+    `\\n`-separated logs; memory is one chunk plus the pending records, whatever the file's size.
+    `nonce`: the run's, whose host clock lines count (launcher/judge/parse/clock.py).
     """
-    parser = MilesLogParser(stats)
+    parser = MilesLogParser(stats, nonce)
     stats = parser.stats
     candidate, continuation, fast = parser.candidate, parser.continuation, parser.fast
     lines = noted = 0
@@ -78,8 +82,9 @@ def parse_path(path: str | Path, stats: ParseStats | None = None) -> Iterator[St
                     stats.repeated_collapsed += int(rep.group(1))
             find, rfind = buf.find, buf.rfind
             # Next position of `: {` (a marker has a digit before it), of a dict logged without
-            # a marker and of an arguments listing; `cut` when there is none left in the chunk.
-            pos, unmarked, listing = 0, -1, -1
+            # a marker, of an arguments listing and of the host's clock; `cut` when there is none
+            # left in the chunk.
+            pos, unmarked, listing, clock = 0, -1, -1, -1
             signals = SignalScan(buf, cut)
             while True:
                 while parser.busy and pos < cut:  # lines of an open dict or listing
@@ -94,7 +99,10 @@ def parse_path(path: str | Path, stats: ParseStats | None = None) -> Iterator[St
                 if listing < pos:
                     listing = find(_LISTING, pos, cut)
                     listing = listing if listing >= 0 else cut
-                rare = min(unmarked, listing, signals.after(pos))
+                if clock < pos:
+                    clock = find(CLOCK_BYTES, pos, cut)
+                    clock = clock if clock >= 0 else cut
+                rare = min(unmarked, listing, signals.after(pos), clock)
                 # The hot loop: marker candidates (`: {` after a digit) before the next rare one.
                 colon = find(b": {", pos, rare)
                 while colon >= 0:
@@ -119,11 +127,13 @@ def parse_path(path: str | Path, stats: ParseStats | None = None) -> Iterator[St
                     if rare >= cut:
                         break
                     end = find(b"\n", rare, cut)
-                    released = candidate(
-                        buf[rfind(b"\n", 0, rare) + 1 : end].decode("utf-8", "replace")
-                    )
-                    if released:
-                        yield from released
+                    text = buf[rfind(b"\n", 0, rare) + 1 : end].decode("utf-8", "replace")
+                    if wanted(text):
+                        released = candidate(text)
+                        if released:
+                            yield from released
+                    else:  # as parse_lines: the host's clock, or a failure line
+                        parser.other(text)
                     pos = end + 1
     if carry:
         lines += 1
@@ -136,14 +146,14 @@ def parse_path(path: str | Path, stats: ParseStats | None = None) -> Iterator[St
             yield from continuation(text, last=True)
         elif wanted(text):
             yield from candidate(text, last=True)
-        elif maybe_signal(text):
-            parser.failure(text)
+        else:
+            parser.other(text)
     stats.lines += lines
     yield from parser.finish()
 
 
-def parse_file(path: str | Path) -> ParseResult:
+def parse_file(path: str | Path, nonce: str | None = None) -> ParseResult:
     """Parse a whole log file (streamed; only the per-step records are kept)."""
     stats = ParseStats()
-    records = list(parse_path(Path(path), stats))
+    records = list(parse_path(Path(path), stats, nonce))
     return ParseResult(records=records, stats=stats)

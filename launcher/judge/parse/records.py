@@ -26,6 +26,9 @@ class StepRecord:
     timestamp: float | None = None  # epoch seconds (UTC) of the step line, else of the perf line
     logged_mfu: float | None = None  # perf/actor_train_mfu, miles' own figure (kept for comparison)
     logged_peak_tflops: float | None = None  # perf/mfu_peak_tflops
+    # The host's clock (launcher/judge/parse/clock.py): the time of the last trusted clock line
+    # before the step line (else the perf line); the line began to arrive within CLOCK_GAP_S of it
+    arrived: float | None = None
 
     def to_dict(self) -> dict:
         """JSON-ready: NaN and infinities become strings, since JSON has no spelling for them."""
@@ -77,6 +80,8 @@ class ParseStats:
         0  # lines that say training failed (launcher/judge/parse/shapes.py, SIGNALS)
     )
     skipped_optimizer_steps: int = 0  # miles' `ft op=train_step ... valid_step=false` lines
+    clock_lines: int = 0  # the host's clock lines that counted (parse/clock.py)
+    clock_refused: int = 0  # lines that began like one and did not count (forged, no nonce)
     unparseable_examples: list[str] = field(default_factory=list)
     half_read_examples: list[str] = field(default_factory=list)  # no_step_time / inconsistent
     # The first failure lines: {"kind", "after_step" (the last step seen before it, -1: none),

@@ -1,0 +1,74 @@
+"""The host's clock through the whole CLI (`reproduce RECIPE --cluster local`): the real node.sh,
+the real stamper (scripts/host_clock.py) on the training container's output, the stand-in miles
+in the container. A stand-in that claims faster steps than it paces is judged mismatch (exit 1)
+by the host clock check, naming both spans; one that paces what it claims passes that check.
+
+The stand-in's pace and claims are its own test knobs: STANDIN_STEP_TIME_S is what it claims,
+STANDIN_SLEEP_S what it really sleeps per step (tests/standin_miles/train.py).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from support.helpers import assert_log_collected, cli
+from support.plan_env import write_profile, write_recipe
+
+from launcher.plan.protocol import MarkerGate
+
+pytestmark = [pytest.mark.docker]
+
+
+def _run(tmp_path: Path, test_image, container_run_args, claims: float, sleeps: float):
+    recipe = write_recipe(tmp_path, test_image)
+    env = {"STANDIN_STEP_TIME_S": str(claims), "STANDIN_SLEEP_S": str(sleeps)}
+    profile = write_profile(
+        tmp_path, {"kind": "local"}, container_run_args, env=env, docker={"host_clock": True}
+    )
+    runs = tmp_path / "runs"
+    result = cli(str(recipe), "--cluster", str(profile), "--runs-dir", str(runs), timeout=400)
+    (run_json,) = runs.glob("**/run.json")
+    rd = run_json.parent
+    assert_log_collected(rd)
+    return result, rd
+
+
+def _clock_reached_node_log(rd: Path) -> None:
+    """The stamper's lines are in node.log (and train.log), carrying node.sh's nonce."""
+    nonce = MarkerGate.of_log(rd / "logs" / "node.log").nonce
+    assert nonce is not None
+    train = (rd / "logs" / "train.log").read_text()
+    clocks = re.findall(rf"^##reproduce clock t=[0-9]+\.[0-9]{{9}} n={nonce}$", train, re.M)
+    assert len(clocks) >= 5, train[:2000]  # steps 0.4 s apart: one every other step or more
+    measure = json.loads((rd / "measure.json").read_text())
+    assert measure["clock_nonce"] == nonce  # what `verify` re-measures with
+
+
+def test_a_stand_in_claiming_faster_steps_than_it_paces_is_judged_mismatch(
+    test_image, container_run_args, tmp_path
+):
+    result, rd = _run(tmp_path, test_image, container_run_args, claims=0.02, sleeps=0.4)
+    assert result.returncode == 1, result.stderr[-3000:]
+    _clock_reached_node_log(rd)
+    verdict = json.loads((rd / "verdict.json").read_text())
+    assert verdict["status"] == "mismatch", verdict["reasons"]
+    (reason,) = [r for r in verdict["reasons"] if r.startswith("host clock:")]
+    assert "steps 5 to 19 arrived" in reason and "perf/step_time adds up to 0.280 s" in reason
+    assert "verdict: MISMATCH" in result.stderr or "mismatch" in result.stderr.lower()
+
+
+def test_a_stand_in_pacing_what_it_claims_passes_the_host_clock(
+    test_image, container_run_args, tmp_path
+):
+    result, rd = _run(tmp_path, test_image, container_run_args, claims=0.4, sleeps=0.4)
+    _clock_reached_node_log(rd)
+    evidence = yaml.safe_load((rd / "result.yaml").read_text())["provenance"]["evidence"]
+    assert any(c.startswith("the host's clock: steps 5-19") for c in evidence["checked"])
+    assert not [d for d in evidence["disagreements"] if d["check"] == "host clock"]
+    verdict = json.loads((rd / "verdict.json").read_text())
+    assert verdict["status"] == "faster", verdict["reasons"]  # 0.4 s steps beat the seed's claim
+    assert result.returncode == 1  # faster is not reproduced
