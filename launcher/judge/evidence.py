@@ -18,7 +18,11 @@ gate", states each check and its tolerance):
 6. the host's clock: the span over which the host saw the window's step lines arrive against the
    sum of their `perf/step_time`, within STEP_TIME_TOLERANCE plus the clock's resolution at both
    ends. Checks 2, 3 and 5 compare the container's words with each other; this one holds them to
-   a clock the container cannot forge (launcher/judge/parse/clock.py).
+   a clock the container cannot forge (launcher/judge/parse/clock.py);
+7. the GPUs at work: over that same host span, the host's samples of every GPU the recipe uses
+   on the node (scripts/gpu_sampler.py, outside every container) must show it busy: its median
+   utilization.gpu at least BUSY_UTIL_PERCENT. Check 6 proves the lines came at the pace they
+   claim; this one that the GPUs worked while they came (launcher/judge/parse/gpu.py).
 
 A check whose evidence is absent (a log that prints no listing, no stamps, no tokens) does not
 pass silently: it is listed as not checked, and the verdict says so. Pure: no I/O.
@@ -27,14 +31,17 @@ pass silently: it is listed as not checked, and the verdict says so. Pure: no I/
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 from launcher.inputs.runargs import ARGS, coerce, equal
 from launcher.judge.parse.clock import CLOCK_GAP_S
 
 if TYPE_CHECKING:
+    from launcher.judge.parse.gpu import GpuSamples
     from launcher.judge.parse.records import ParseStats, StepRecord
 
 # Tokens per step may differ from global_batch x row_tokens by this fraction at most. The rows
@@ -47,13 +54,27 @@ TOKENS_TOLERANCE = 0.01
 STEP_TIME_TOLERANCE = 0.05
 # ... plus the stamps' own resolution, once per run of consecutive steps.
 _STAMP_RESOLUTION_S = {True: 0.001, False: 1.0}
+# Check 7: each GPU's median utilization.gpu over the window must be at least this. Why 50%, so
+# low: utilization.gpu is the share of the sample period in which any kernel ran, and training at
+# the seed's MFU keeps kernels running nearly all the time (above 90% on the H200s measured:
+# docs/benchmarks.md); its pauses (the rollout's wait, the optimizer step's host work) are short
+# beside a step. An idle GPU reads 0. The median, not the mean: a window that idles more than
+# half its samples fails, whatever a few busy samples say. Conservative: a real run is never
+# failed by it, and a GPU idle for most of the window never passes.
+BUSY_UTIL_PERCENT = 50.0
+# The samples must cover the window: no gap between samples of a GPU (or between the window's
+# ends and its first and last sample) longer than this. The sampler asks once a second; a longer
+# gap is nvidia-smi stalling on the host, and a window the host did not watch is not checked.
+MAX_SAMPLE_GAP_S = 5.0
 
 
 @dataclass(frozen=True)
 class Disagreement:
     """One fact the evidence and the recipe (or two pieces of evidence) state differently."""
 
-    check: str  # arguments | tokens per step | step times | steps | one value per step | host clock
+    # arguments | tokens per step | step times | steps | one value per step | host clock |
+    # gpus busy
+    check: str
     what: str  # the field or figure
     recipe: Any  # the recipe's value (or the first source's)
     evidence: Any  # the log's value (or the second source's)
@@ -97,8 +118,10 @@ def gather(
     recs: Mapping[int, StepRecord],
     present: list[int],
     stats: ParseStats | None,
+    gpu_samples: GpuSamples | None = None,
 ) -> Evidence:
-    """Run every check of the gate (module docstring) on one log's steps and counters."""
+    """Run every check of the gate (module docstring) on one log's steps and counters;
+    `gpu_samples`: the host's samples of node 0's GPUs (None: the run has no sampler file)."""
     ev = Evidence()
     _arguments(ev, raw, stats)
     _tokens(ev, raw, recs)
@@ -106,6 +129,7 @@ def gather(
     _steps(ev, raw, recs)
     _one_value(ev, stats)
     _host_clock(ev, recs, present)
+    _gpus_busy(ev, raw, recs, present, gpu_samples)
     return ev
 
 
@@ -330,6 +354,88 @@ def _host_clock(ev: Evidence, recs: Mapping[int, StepRecord], present: list[int]
                 f"{100 * STEP_TIME_TOLERANCE:g}% plus {2 * CLOCK_GAP_S:g} s)",
             )
         )
+
+
+# Where check 7 cannot run: no sampler file (the kinds of run without one), or no host clock to
+# place the window on the samples.
+NO_GPU_SAMPLES = (
+    "the GPUs at work: the run directory holds no GPU sampler file (gpu-samples.csv: a run on a "
+    "Ray cluster, with runtime: host or with docker.host_clock off, a log measured apart from its "
+    "run directory, or a run of an older launcher), so nothing the host saw says the GPUs worked "
+    "during the window"
+)
+NO_CLOCK_FOR_SAMPLES = (
+    "the GPUs at work: the log holds no host clock to place the window on the host's GPU "
+    "samples, so nothing the host saw says the GPUs worked during the window"
+)
+
+
+def _gpus_busy(
+    ev: Evidence,
+    raw: dict[str, Any],
+    recs: Mapping[int, StepRecord],
+    present: list[int],
+    samples: GpuSamples | None,
+) -> None:
+    """Check 7: over the host span of check 6 (the window's first and last step lines' arrival
+    bounds), each GPU the recipe uses on node 0 (indices 0..gpu.per_node-1) must have samples
+    covering the span (no gap over MAX_SAMPLE_GAP_S) whose median utilization.gpu is at least
+    BUSY_UTIL_PERCENT. A GPU whose samples do not cover the span is not checked, and said."""
+    clocked = [s for s in sorted(present) if recs[s].arrived is not None]
+    if samples is None or len(clocked) < 2:
+        ev.not_checked.append(NO_GPU_SAMPLES if samples is None else NO_CLOCK_FOR_SAMPLES)
+        return
+    if samples.problem is not None or not samples.samples:
+        why = samples.problem or samples.why_none or "the file holds no sample in its form"
+        ev.not_checked.append(
+            f"the GPUs at work: the host's GPU sampler file gives no samples ({why}; "
+            f"{samples.refused} line(s) refused), so nothing the host saw says the GPUs worked"
+        )
+        return
+    first, last = clocked[0], clocked[-1]
+    start, end = recs[first].arrived, recs[last].arrived
+    assert start is not None and end is not None  # clocked
+    gpu = raw.get("gpu") or {}
+    per_node = gpu.get("per_node") or gpu.get("count")
+    gpus = int(per_node) if isinstance(per_node, int) and per_node > 0 else 0
+    medians: dict[int, float] = {}
+    uncovered: list[str] = []
+    for index in range(gpus):
+        seen = [(t, u) for t, u in samples.by_gpu.get(index, []) if start <= t <= end]
+        edges = [start, *(t for t, _ in seen), end]
+        gap = max(b - a for a, b in pairwise(edges))
+        if not seen or gap > MAX_SAMPLE_GAP_S:
+            uncovered.append(f"GPU {index} ({len(seen)} samples, a gap of {gap:.1f} s)")
+            continue
+        medians[index] = statistics.median(u for _, u in seen)
+    if uncovered:
+        ev.not_checked.append(
+            f"the GPUs at work: the host's samples of {', '.join(uncovered)} do not cover steps "
+            f"{first}-{last} ({end - start:.1f} s on the host's clock; a gap of at most "
+            f"{MAX_SAMPLE_GAP_S:g} s allowed), so the host did not watch them work"
+        )
+    if not medians:
+        return
+    ev.cross["gpu_busy_median_percent"] = {str(i): m for i, m in medians.items()}
+    shown = ", ".join(f"GPU {i} {m:g}%" for i, m in medians.items())
+    ev.checked.append(
+        f"the GPUs at work: the host's samples over steps {first}-{last} ({end - start:.1f} s "
+        f"on its clock) give median utilization {shown} (at least {BUSY_UTIL_PERCENT:g}% each)"
+    )
+    for index, median in medians.items():
+        if median < BUSY_UTIL_PERCENT:
+            ev.disagreements.append(
+                Disagreement(
+                    "gpus busy",
+                    f"GPU {index} utilization.gpu",
+                    BUSY_UTIL_PERCENT,
+                    median,
+                    f"gpus busy: GPU {index}'s median utilization.gpu over steps {first} to "
+                    f"{last} ({end - start:.1f} s on the host's clock) is {median:g}%, under "
+                    f"the {BUSY_UTIL_PERCENT:g}% a GPU doing the claimed work shows: the host "
+                    "saw it idle while the step lines came",
+                )
+            )
 
 
 def _steps(ev: Evidence, raw: dict[str, Any], recs: Mapping[int, StepRecord]) -> None:

@@ -23,6 +23,7 @@ from launcher.inputs.recipe import Recipe
 from launcher.judge.evidence import Evidence, gather
 from launcher.judge.failures import Findings, find
 from launcher.judge.flops import MEGATRON_SOURCE, per_token
+from launcher.judge.parse.gpu import GpuSamples
 from launcher.judge.parse.records import ParseStats, StepRecord
 from launcher.judge.split import failed_stages, stage_split, stage_work
 
@@ -345,8 +346,12 @@ def measure(
     parse_stats: ParseStats | None = None,
     measured: str | None = None,
     price: Price | None = None,
+    gpu_samples: GpuSamples | None = None,
 ) -> Result:
     """Compute the recipe's `result` figures from parsed steps. Pure: no I/O.
+
+    `gpu_samples`: the host's samples of the node's GPUs (the evidence gate's check 7); None
+    where the run has no sampler file.
 
     `price` is the price the run used (run.json's, decided once when it started); without it,
     `price_per_hour` (--price-per-hour) or the catalog's for `region` prices the $ figure."""
@@ -417,7 +422,7 @@ def measure(
             usd_per_hour=price.value * nodes if price else None,
         )
 
-    evidence = gather(raw, recs, present, parse_stats)
+    evidence = gather(raw, recs, present, parse_stats, gpu_samples)
     megatron = per_token(
         parse_stats.arguments if parse_stats else {}, int(_require(raw, "workload", "row_tokens"))
     )

@@ -77,16 +77,18 @@ class Tolerance:
 # loss, a skipped optimizer step, half-read lines; a run with no step is incomplete, not failed).
 # v3: a claim that is a mean of N runs is judged on the mean of K measured runs, fail closed
 # (launcher/judge/aggregate.py, the last rule). v4: the evidence gate holds the window's claimed
-# step times to the host's clock (launcher/judge/evidence.py, check 6).
+# step times to the host's clock (launcher/judge/evidence.py, check 6). v5: and a window whose
+# GPUs the host saw idle is a mismatch (check 7: the GPUs at work).
 POLICY_NAME = "reproduce-verdict"
-POLICY_VERSION = 4
+POLICY_VERSION = 5
 POLICY_RULES = (
     "unreadable: nothing in the log is miles', or no step carries a step time it knows",
     "failed: the log shows training failing (NaN/inf loss, grad norm or step time, a loss frozen "
     f"for {FROZEN_LOSS_STEPS} steps, a skipped optimizer step, an error after which no step "
     "came, a failed stage, no window step with a step time)",
     "mismatch: the log is not evidence of this recipe, disagrees with itself or with the host's "
-    "clock, or holds metric lines the parser only half understood",
+    "clock, the host saw a GPU of the recipe idle during the window, or holds metric lines the "
+    "parser only half understood",
     "incomplete: window steps missing, the run ended early or was cut, or an error mid-run",
     "unstable: step-time CV above max(cv_factor x the recipe's CV, cv_floor_percent)",
     "slower / faster / reproduced: tokens/s per GPU over the window against the claim, "

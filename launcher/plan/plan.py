@@ -30,7 +30,8 @@ from launcher.records.rundir import new_run_id
 # HF_TOKEN: it must look like a Hugging Face token's name, and nothing like another credential's
 # (a typo there would ship, say, the AWS secret key to the node).
 _HF_TOKEN_NAME = re.compile(r"(?=.*(HF|HUGGING_?FACE))(?=.*TOKEN)[A-Z_][A-Z0-9_]*", re.IGNORECASE)
-_RESULT_STEMS = ",".join(name.removesuffix(".json") for name in RESULT_FILES)
+_RESULT_STEMS = ",".join(n.removesuffix(".json") for n in RESULT_FILES if n.endswith(".json"))
+_RESULT_OTHERS = "".join(f", {n}" for n in RESULT_FILES if not n.endswith(".json"))
 _NOT_HF = ("AWS", "SECRET", "PASSWORD", "PASSWD", "PRIVATE", "CREDENTIAL", "SSH", "KEY")
 
 
@@ -177,7 +178,7 @@ def build_plan(
             "launcher",
             (
                 f"stream {node_run_dir}/node.log -> logs/ (by byte offset)",
-                f"fetch {node_run_dir}/{{{_RESULT_STEMS}}}.json",
+                f"fetch {node_run_dir}/{{{_RESULT_STEMS}}}.json{_RESULT_OTHERS}",
                 "parse logs/train.log -> steps.jsonl, result.yaml, verdict.json, report.md",
             ),
         ),

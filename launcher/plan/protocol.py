@@ -54,7 +54,7 @@ CANCEL_GRACE_TENTHS = 50
 ASSET_PLAN_FILE = Files.ASSET_PLAN
 # The files collected back into the run directory: these names and no others (the run directory
 # names them: launcher/records/rundir.py).
-RESULT_FILES = NODE_RESULT_FILES
+RESULT_FILES = (*NODE_RESULT_FILES, Files.GPU_SAMPLES)  # the reports, and the GPU samples
 RESULT_MAX_BYTES = 4 << 20
 
 # A directory the run writes to and trusts: created 0700 when missing; otherwise it must be a

@@ -127,6 +127,9 @@ class Files:
     IMAGE = "image.json"
     STACK = "stack.json"
     ASSET_PLAN = "assets-plan.json"  # where each asset came from (the resolve stage's plan)
+    # the host's samples of the GPUs while the container trained (scripts/gpu_sampler.py): not
+    # JSON, so not a NODE_RESULT_FILES report; collected with them (protocol.RESULT_FILES)
+    GPU_SAMPLES = "gpu-samples.csv"
 
 
 NODE_RESULT_FILES = (

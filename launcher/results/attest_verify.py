@@ -191,6 +191,7 @@ def remeasure_check(
     from launcher.inputs.recipe import load_recipe
     from launcher.judge.verdict import POLICY_NAME, POLICY_VERSION, Tolerance
     from launcher.results.evaluate import remeasure, result_yaml
+    from launcher.results.readback import read_gpu_samples
 
     predicate = stmt["predicate"]
     names = {s["name"] for s in stmt["subject"]}
@@ -234,6 +235,8 @@ def remeasure_check(
             recipe,
             record.get("timeline"),
             nonce=nonce if isinstance(nonce, str) else None,
+            # the host's GPU samples the measurement read: a signed subject, or none
+            gpu_samples=read_gpu_samples(root) if Files.GPU_SAMPLES in names else None,
             **pricing,
         )
     kind = record.get("cluster")  # the kind the measurement read (run.json), as it noted it

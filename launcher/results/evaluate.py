@@ -39,12 +39,20 @@ from launcher.inputs.recipe import Recipe, load_recipe
 from launcher.judge.convergence import check, loss_curve
 from launcher.judge.gate import LogEvidence, assess
 from launcher.judge.measure import Result, measure, measured_date
+from launcher.judge.parse.gpu import GpuSamples
 from launcher.judge.parse.reader import ParseStats, StepRecord, parse_path
 from launcher.judge.verdict import POLICY_NAME, POLICY_VERSION, Tolerance, Verdict, judge
 from launcher.pages import report
 from launcher.records.atomic import write_atomic
 from launcher.records.rundir import Files, dump_yaml
-from launcher.results.readback import load_timeline, read_steps, read_timeline, recorded_price
+from launcher.results.readback import (
+    load_timeline,
+    read_gpu_samples,
+    read_steps,
+    read_timeline,
+    recorded_price,
+    run_nonce,
+)
 
 RECIPE_FILE = Files.RECIPE  # the recipe as the run used it, kept in its run directory
 RUN_FILE = Files.RUN  # what makes a directory a run directory
@@ -79,16 +87,6 @@ def parse_log(path: Path, nonce: str | None = None) -> tuple[list[StepRecord], P
         return list(parse_path(path, stats, nonce)), stats
     except OSError as err:
         raise BadInput(f"{path}: cannot read the log: {err.strerror}.") from None
-
-
-def run_nonce(run_dir: Path) -> str | None:
-    """The nonce node.sh printed first in a run directory's logs/node.log (None: no node.log, or
-    one of an older launcher): the one that makes its host clock lines count. Read from the log,
-    never from anything the container could write (launcher/plan/protocol.py, MarkerGate)."""
-    from launcher.plan.protocol import MarkerGate
-
-    node_log = Path(run_dir) / Files.LOGS / Files.NODE_LOG
-    return MarkerGate.of_log(node_log).nonce if node_log.is_file() else None
 
 
 def load_records(path: Path) -> tuple[list[StepRecord], ParseStats | None]:
@@ -209,13 +207,23 @@ def remeasure(
     runs: int | None = None,
     price: Price | None = None,
     nonce: str | None = None,
+    gpu_samples: GpuSamples | None = None,
 ) -> tuple[list[StepRecord], Result, Verdict]:
     """Parse and judge one log exactly as a measurement does, writing nothing: `reproduce
     verify` checks an attested directory with it (measure into memory, never into the directory
-    it checks), with the nonce the measurement recorded."""
+    it checks), with the nonce the measurement recorded and the directory's GPU samples."""
     records, stats = parse_log(log, nonce)
     result, verdict = _judged(
-        records, stats, recipe, timeline, price_per_hour, region, tolerance, runs, price=price
+        records,
+        stats,
+        recipe,
+        timeline,
+        price_per_hour,
+        region,
+        tolerance,
+        runs,
+        price=price,
+        gpu_samples=gpu_samples,
     )
     return records, result, verdict
 
@@ -304,6 +312,7 @@ def _judged(
     price: Price | None = None,
     *,
     alone: bool = False,
+    gpu_samples: GpuSamples | None = None,
 ) -> tuple[Result, Verdict]:
     """Measure and judge one run; `alone`: one of K measured runs, judged without the claim's
     result.runs (the mean of the K is judged by launcher/judge/aggregate.py)."""
@@ -318,6 +327,7 @@ def _judged(
         parse_stats=stats,
         measured=measured_date(records),
         price=price,
+        gpu_samples=gpu_samples,
     )
     verdict = judge(result, recipe, tolerance=tolerance)
     if alone:
@@ -415,6 +425,7 @@ def measure_run_dir(
             tolerance,
             runs,
             price=recorded,
+            gpu_samples=read_gpu_samples(run_dir),
         )
     kind = trust.run_kind(run_dir)
     trust.add_note(verdict.reasons, kind)  # a cluster that vouched for its own checks says so
@@ -467,11 +478,21 @@ def measure_k_runs(
 
     price_per_hour, region, tolerance, price = pricing
     nonce = run_nonce(run_dir)  # each run's log is cut from run_dir's node.log
+    samples = read_gpu_samples(run_dir)  # one sampler for the K runs: each its own span of it
 
     def one(k: int, sub: Path, tl: dict) -> tuple[Result, Verdict, list[StepRecord]]:
         records, stats = parse_log(sub / TRAIN_LOG, nonce)
         result, verdict = _judged(
-            records, stats, recipe, tl, price_per_hour, region, tolerance, price=price, alone=True
+            records,
+            stats,
+            recipe,
+            tl,
+            price_per_hour,
+            region,
+            tolerance,
+            price=price,
+            alone=True,
+            gpu_samples=samples,
         )
         verdict.reasons.append(mr.one_run_reason(k, expected))
         if result.gpu_hours is not None:

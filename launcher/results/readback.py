@@ -1,6 +1,7 @@
 """The records of a run directory that a measurement reads back: steps.jsonl, a timeline, the
-recorded price. Each read through launcher/records/nodejson.py (bounded, never a traceback): the
-directory measured, or a timeline named with --timeline, may have come from anyone, and a file of
+recorded price, the host's GPU samples, the run's nonce. Each read through
+launcher/records/nodejson.py (bounded, never a traceback): the directory measured, or a timeline
+named with --timeline, may have come from anyone, and a file of
 it nested 100,000 deep, holding a 5,000-digit number or a list is BadInput naming it (exit 2)."""
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from pathlib import Path
 from launcher.catalog import Price
 from launcher.errors import BadInput
 from launcher.inputs.yamlschema import read_text_capped
+from launcher.judge.parse.gpu import GpuSamples, parse_samples
 from launcher.judge.parse.reader import StepRecord
 from launcher.records import nodejson
 from launcher.records.rundir import Files
@@ -70,3 +72,26 @@ def recorded_price(run_dir: Path) -> Price | None:
     except nodejson.NodeJSONError:
         return None
     return Price.from_dict(record.get("price")) if isinstance(record, dict) else None
+
+
+def read_gpu_samples(run_dir: Path) -> GpuSamples | None:
+    """The host's GPU samples of a run directory (gpu-samples.csv, collected from the node run
+    directory: scripts/gpu_sampler.py), read through the one bounded reader; None when there is
+    no such file. Never raises: a file that cannot be read (a FIFO, a link, over the collection's
+    4 MiB) gives no samples and says why, so the evidence gate states check 7 not checked."""
+    path = Path(run_dir) / Files.GPU_SAMPLES
+    try:
+        text = nodejson.read_text(path)
+    except nodejson.NodeJSONError as err:
+        return GpuSamples(problem=f"{Files.GPU_SAMPLES}: {err.message}")
+    return None if text is None else parse_samples(text)
+
+
+def run_nonce(run_dir: Path) -> str | None:
+    """The nonce node.sh printed first in a run directory's logs/node.log (None: no node.log, or
+    one of an older launcher): the one that makes its host clock lines count. Read from the log,
+    never from anything the container could write (launcher/plan/protocol.py, MarkerGate)."""
+    from launcher.plan.protocol import MarkerGate
+
+    node_log = Path(run_dir) / Files.LOGS / Files.NODE_LOG
+    return MarkerGate.of_log(node_log).nonce if node_log.is_file() else None

@@ -5,11 +5,16 @@ by the host clock check, naming both spans; one that paces what it claims passes
 
 The stand-in's pace and claims are its own test knobs: STANDIN_STEP_TIME_S is what it claims,
 STANDIN_SLEEP_S what it really sleeps per step (tests/standin_miles/train.py).
+
+The GPUs at work (check 7) through the same CLI: node.sh's real sampler (scripts/gpu_sampler.py)
+on the host meets the stand-in nvidia-smi (tests/standin_gpu: no GPU here), first on the PATH
+node.sh inherits, modelling idle GPUs (a mismatch naming the check) or busy ones (it passes).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -21,11 +26,23 @@ from support.plan_env import write_profile, write_recipe
 from launcher.plan.protocol import MarkerGate
 
 pytestmark = [pytest.mark.docker]
+STANDIN_GPU = Path(__file__).resolve().parents[1] / "standin_gpu"
 
 
-def _run(tmp_path: Path, test_image, container_run_args, claims: float, sleeps: float):
+@pytest.fixture(autouse=True)
+def _standin_nvidia_smi(monkeypatch):
+    """node.sh runs on this host (--cluster local) with the launcher's environment: the stand-in
+    nvidia-smi first on its PATH, its load set per test (STANDIN_GPU_UTIL)."""
+    monkeypatch.setenv("PATH", f"{STANDIN_GPU}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("STANDIN_GPU_UTIL", "97")
+
+
+def _run(
+    tmp_path: Path, test_image, container_run_args, claims: float, sleeps: float, util: int = 97
+):
     recipe = write_recipe(tmp_path, test_image)
     env = {"STANDIN_STEP_TIME_S": str(claims), "STANDIN_SLEEP_S": str(sleeps)}
+    os.environ["STANDIN_GPU_UTIL"] = str(util)  # the host's stand-in nvidia-smi (node.sh's env)
     profile = write_profile(
         tmp_path, {"kind": "local"}, container_run_args, env=env, docker={"host_clock": True}
     )
@@ -72,3 +89,29 @@ def test_a_stand_in_pacing_what_it_claims_passes_the_host_clock(
     verdict = json.loads((rd / "verdict.json").read_text())
     assert verdict["status"] == "faster", verdict["reasons"]  # 0.4 s steps beat the seed's claim
     assert result.returncode == 1  # faster is not reproduced
+
+
+def test_a_stand_in_whose_gpus_the_host_saw_idle_is_judged_mismatch_naming_the_check(
+    test_image, container_run_args, tmp_path
+):
+    """The lines come at the pace they claim (check 6 passes); the host saw the GPUs at 0%."""
+    result, rd = _run(tmp_path, test_image, container_run_args, claims=0.4, sleeps=0.4, util=0)
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert (rd / "gpu-samples.csv").is_file()  # collected from the node run directory
+    verdict = json.loads((rd / "verdict.json").read_text())
+    assert verdict["status"] == "mismatch", verdict["reasons"]
+    assert not [r for r in verdict["reasons"] if r.startswith("host clock:")]
+    busy = [r for r in verdict["reasons"] if r.startswith("gpus busy:")]
+    assert len(busy) == 8 and "GPU 0's median utilization.gpu over steps 5 to 19" in busy[0]
+    assert "is 0%, under the 50%" in busy[0]
+
+
+def test_a_stand_in_whose_gpus_the_host_saw_busy_passes_the_check(
+    test_image, container_run_args, tmp_path
+):
+    result, rd = _run(tmp_path, test_image, container_run_args, claims=0.4, sleeps=0.4, util=97)
+    evidence = yaml.safe_load((rd / "result.yaml").read_text())["provenance"]["evidence"]
+    (seen,) = [c for c in evidence["checked"] if c.startswith("the GPUs at work:")]
+    assert "GPU 0 97%" in seen and "GPU 7 97%" in seen
+    assert not [d for d in evidence["disagreements"] if d["check"] == "gpus busy"]
+    assert json.loads((rd / "verdict.json").read_text())["status"] == "faster"

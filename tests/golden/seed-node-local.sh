@@ -460,12 +460,17 @@ python3 train.py \
 # ----- end of recipe run block -----
 _stage_end
 REPRODUCE_CONTAINER_SCRIPT
+# the host watches the GPUs while the container trains (scripts/gpu_sampler.py: nvidia-smi about once a second,
+# on the host clock's clock) into the node run directory, which no container mounts
+python3 "$NODE_RUN_DIR/scripts/gpu_sampler.py" --out "$NODE_RUN_DIR/gpu-samples.csv" --while-pid "$$" </dev/null >/dev/null 2>&1 &
+_GPU_SAMPLER=$!
 # the container is named after the run so `reproduce cancel` can find it; --rm removes it at the end
 # its output, both streams, passes the host's clock (scripts/host_clock.py): a clock line with this script's
 # nonce, which the container never gets, before each line that begins 0.5 s or more after the last one
 docker run --rm --name "$CONTAINER" "${GPU_ARGS[@]}" "${NET_ARGS[@]}" "${DOCKER_ARGS[@]}" "${EFA_ARGS[@]}" "$IMAGE" bash -c "$CONTAINER_SCRIPT" 2>&1 \
   | ( trap '' TERM INT HUP; REPRODUCE_CLOCK_NONCE="$_REPRODUCE_NONCE" exec python3 "$NODE_RUN_DIR/scripts/host_clock.py" --gap 0.5 ) \
-  || { _rc=("${PIPESTATUS[@]}"); exit "$(( _rc[0] != 0 ? _rc[0] : _rc[1] ))"; }
+  || { _rc=("${PIPESTATUS[@]}"); kill "$_GPU_SAMPLER" 2>/dev/null || true; wait "$_GPU_SAMPLER" 2>/dev/null || true; exit "$(( _rc[0] != 0 ? _rc[0] : _rc[1] ))"; }
+kill "$_GPU_SAMPLER" 2>/dev/null || true; wait "$_GPU_SAMPLER" 2>/dev/null || true
 
 echo '##reproduce done'
 exit

@@ -22,7 +22,7 @@ from support.paths import REPO, TESTS
 
 from launcher import catalog
 from launcher.inputs.recipe import load_recipe
-from launcher.judge.evidence import NO_HOST_CLOCK
+from launcher.judge.evidence import NO_GPU_SAMPLES, NO_HOST_CLOCK
 
 NO_CREDENTIALS = {  # the dry run needs none
     "AWS_ACCESS_KEY_ID": "",
@@ -124,7 +124,10 @@ def test_each_recipe_measures_with_its_own_peak_and_price(tmp_path, recipe, pric
     claim = r.claim["tokens_per_s_per_gpu"]
     assert data["verdict"]["status"] == "reproduced", data["verdict"]["reasons"]
     # a log measured alone has no host clock (its run's node.log holds the nonce): said, not passed
-    assert data["evidence"]["consistent"] and data["evidence"]["not_checked"] == [NO_HOST_CLOCK]
+    assert data["evidence"]["consistent"] and data["evidence"]["not_checked"] == [
+        NO_HOST_CLOCK,
+        NO_GPU_SAMPLES,
+    ]
     assert data["tokens_per_s_per_gpu"] == pytest.approx(claim, rel=1e-6)
     assert data["mfu_peak_flops"] == peak
     assert data["mfu"] == pytest.approx(6 * r.active_params * claim / peak, rel=1e-6)

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from support.measure import REPO, SEED, as_recipe, run_standin, seed_raw, step_times_for_tps
 
-from launcher.judge.evidence import NO_HOST_CLOCK
+from launcher.judge.evidence import NO_GPU_SAMPLES, NO_HOST_CLOCK
 from launcher.judge.measure import measure
 from launcher.judge.verdict import judge
 from launcher.results.evaluate import parse_log
@@ -146,8 +146,12 @@ def test_consistent_evidence_is_still_reproduced_and_says_what_was_checked(tmp_p
     run_standin(log, 20)
     result, verdict = judged(log)
     assert verdict.status == "reproduced" and result.evidence.consistent
-    assert result.evidence.not_checked == [NO_HOST_CLOCK]  # a log file: no run, no host clock
-    assert verdict.reasons[-1] == f"not checked: {NO_HOST_CLOCK}"
+    # a log file: no run, so no host clock and no GPU samples
+    assert result.evidence.not_checked == [NO_HOST_CLOCK, NO_GPU_SAMPLES]
+    assert verdict.reasons[-2:] == [
+        f"not checked: {NO_HOST_CLOCK}",
+        f"not checked: {NO_GPU_SAMPLES}",
+    ]
     assert any("printed arguments compared" in c for c in result.evidence.checked)
 
 
