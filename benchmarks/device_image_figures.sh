@@ -19,3 +19,19 @@ python3 benchmarks/lazy_bytes.py --exclude /usr/local/nvidia --exclude /usr/lib/
 python3 benchmarks/layer_extract.py --source "$SP" --layers 12 --max-gb 6 --repeat 2 --work /tmp/layers \
   --json "$OUT/layer-extract.json" > "$OUT/layer-extract.txt" 2>&1
 cat "$OUT/machine.txt"; head -12 "$OUT/lazy-bytes.txt"; grep -m3 -A3 '"bytes"\|by_directory' "$OUT/lazy-bytes.txt"; cat "$OUT/layer-extract.txt"
+# the GPU sampler (evidence check 7) on a real GPU: its gpu-marked test, then the sampler's median
+# utilization while the card is idle and while a bf16 matmul loop keeps it busy (the check's 50%)
+PYTHONPATH="$PWD:$PWD/tests:${PYTHONPATH:-}" timeout 120 python3 -m pytest --noconftest -o addopts="" -q \
+  tests/scripts/test_gpu_sampler.py -k real_nvidia > "$OUT/gpu-sampler-test.txt" 2>&1; tail -3 "$OUT/gpu-sampler-test.txt"
+for load in idle busy; do
+  python3 scripts/gpu_sampler.py --out "$OUT/samples-$load.csv" --interval-ms 500 & S=$!
+  if [ $load = busy ]; then timeout 60 python3 -c "
+import time, torch
+a = torch.randn(8192, 8192, device='cuda', dtype=torch.bfloat16); end = time.time() + 12
+while time.time() < end: (a @ a); torch.cuda.synchronize()"; else sleep 12; fi
+  kill -TERM $S; wait $S
+  python3 -c "
+import statistics, sys
+u = [int(l.split(',')[2]) for l in open(sys.argv[1]) if not l.startswith('#') and l.count(',') >= 3]
+print(sys.argv[2], 'samples', len(u), 'median utilization', statistics.median(u) if u else None)" "$OUT/samples-$load.csv" $load
+done
