@@ -16,9 +16,6 @@ python3 benchmarks/lazy_bytes.py --exclude /usr/local/nvidia --exclude /usr/lib/
   "python3 scripts/preflight.py --json --gpu-type $GT --gpus 1 --gpu-memory-gb $GB --driver-min 580.65.06 --cuda 13.0 --disk-path /tmp --disk-min-gb 10" \
   "python3 scripts/stack_probe.py --json --policy warn --expect '{\"cuda\": \"13.0\", \"nccl\": \"2.28.9\", \"python\": \"3.12.3\", \"torch\": \"2.11.0\"}'" \
   > "$OUT/lazy-bytes.txt" 2>&1
-python3 benchmarks/layer_extract.py --source "$SP" --layers 12 --max-gb 6 --repeat 2 --work /tmp/layers \
-  --json "$OUT/layer-extract.json" > "$OUT/layer-extract.txt" 2>&1
-cat "$OUT/machine.txt"; head -12 "$OUT/lazy-bytes.txt"; grep -m3 -A3 '"bytes"\|by_directory' "$OUT/lazy-bytes.txt"; cat "$OUT/layer-extract.txt"
 # the GPU sampler (evidence check 7) on a real GPU: its gpu-marked test, then the sampler's median
 # utilization while the card is idle and while a bf16 matmul loop keeps it busy (the check's 50%)
 PYTHONPATH="$PWD:$PWD/tests:${PYTHONPATH:-}" timeout 120 python3 -m pytest --noconftest -o addopts="" -q \
@@ -35,3 +32,6 @@ import statistics, sys
 u = [int(l.split(',')[2]) for l in open(sys.argv[1]) if not l.startswith('#') and l.count(',') >= 3]
 print(sys.argv[2], 'samples', len(u), 'median utilization', statistics.median(u) if u else None)" "$OUT/samples-$load.csv" $load
 done
+python3 benchmarks/layer_extract.py --source "$SP" --layers 12 --max-gb 4 --repeat 2 --work /tmp/layers \
+  --json "$OUT/layer-extract.json" > "$OUT/layer-extract.txt" 2>&1
+cat "$OUT/machine.txt"; head -12 "$OUT/lazy-bytes.txt"; grep -m3 -A3 '"bytes"\|by_directory' "$OUT/lazy-bytes.txt"; cat "$OUT/layer-extract.txt"
