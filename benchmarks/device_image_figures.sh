@@ -32,6 +32,6 @@ import statistics, sys
 u = [int(l.split(',')[2]) for l in open(sys.argv[1]) if not l.startswith('#') and l.count(',') >= 3]
 print(sys.argv[2], 'samples', len(u), 'median utilization', statistics.median(u) if u else None)" "$OUT/samples-$load.csv" $load
 done
-python3 benchmarks/layer_extract.py --source "$SP" --layers 12 --max-gb 4 --repeat 2 --work /tmp/layers \
+python3 benchmarks/layer_extract.py --source "$SP" --layers 12 --max-gb 3 --repeat 1 --work /tmp/layers \
   --json "$OUT/layer-extract.json" > "$OUT/layer-extract.txt" 2>&1
 cat "$OUT/machine.txt"; head -12 "$OUT/lazy-bytes.txt"; grep -m3 -A3 '"bytes"\|by_directory' "$OUT/lazy-bytes.txt"; cat "$OUT/layer-extract.txt"
