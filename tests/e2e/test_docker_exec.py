@@ -27,6 +27,7 @@ from support.helpers import (
     start_cli,
     wait_for,
 )
+from support.paths import STANDIN_GPU
 from support.plan_env import assert_run_stages, plan_for, seed_raw, write_profile, write_recipe
 
 from launcher.clusters.local import LocalCluster
@@ -152,8 +153,10 @@ def test_an_image_named_by_tag_alone_is_refused_before_anything_starts(
 
 @pytest.mark.parametrize("how", ["cancel-command", "ctrl-c"])
 def test_cancel_leaves_no_container_and_no_process(
-    test_image, container_run_args, tmp_path, runs_root, how
+    test_image, container_run_args, tmp_path, runs_root, how, monkeypatch
 ):
+    # the host's GPU sampler meets the stand-in nvidia-smi (no GPU here): both must end with the run
+    monkeypatch.setenv("PATH", f"{STANDIN_GPU}{os.pathsep}{os.environ['PATH']}")
     recipe = write_recipe(tmp_path, test_image)
     # the host's clock on: the container's last words (its end marker) pass its stamper after TERM
     profile = write_profile(
@@ -210,6 +213,9 @@ def _interrupt_training(
     assert processes_mentioning(str(tmp_path)), "the run's training should be running"
     ray = [p for p in processes_with_env("RUN_ID", run_id) if "raylet" in p]
     assert ray, "the run's Ray should be running in the container"
+    host = processes_with_env("RUN_ID", run_id)
+    assert any("gpu_sampler.py" in p for p in host), "the host's GPU sampler should be running"
+    assert any("nvidia-smi" in p for p in host), "and the nvidia-smi it reads"
     pid = rd.record()["pid"]
     if how == "ctrl-c":
         proc.send_signal(signal.SIGINT)

@@ -21,12 +21,12 @@ from pathlib import Path
 import pytest
 import yaml
 from support.helpers import assert_log_collected, cli
+from support.paths import STANDIN_GPU
 from support.plan_env import write_profile, write_recipe
 
 from launcher.plan.protocol import MarkerGate
 
 pytestmark = [pytest.mark.docker]
-STANDIN_GPU = Path(__file__).resolve().parents[1] / "standin_gpu"
 
 
 @pytest.fixture(autouse=True)

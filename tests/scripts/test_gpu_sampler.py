@@ -18,12 +18,12 @@ import time
 from pathlib import Path
 
 import pytest
-from support.paths import REPO
+from support.paths import REPO, STANDIN_GPU
 
 from launcher.judge.parse.gpu import parse_samples
 
 SAMPLER = REPO / "scripts" / "gpu_sampler.py"
-STANDIN = REPO / "tests" / "standin_gpu"
+STANDIN = STANDIN_GPU
 
 
 def _env(**extra: str) -> dict[str, str]:
