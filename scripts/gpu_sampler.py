@@ -38,22 +38,12 @@ import select
 import signal
 import subprocess
 import sys
-import time
+
+from host_clock import Clock  # the same clock as the clock lines: scripts/ is its path
 
 QUERY = "index,utilization.gpu,power.draw"
 _SAMPLE = re.compile(rb"\s*([0-9]{1,3})\s*,\s*([^,]*?)\s*,\s*([^,]*?)\s*")
 _MAX_LINE = 4096  # nvidia-smi's lines are short; a longer one is cut, never held
-
-
-class Clock:
-    """Host epoch seconds that never go backwards (host_clock.py's Clock, the same clock)."""
-
-    def __init__(self) -> None:
-        self._epoch_ns = time.time_ns()
-        self._mono_ns = time.monotonic_ns()
-
-    def now_ns(self) -> int:
-        return self._epoch_ns + (time.monotonic_ns() - self._mono_ns)
 
 
 def stamp(t_ns: int) -> bytes:

@@ -17,26 +17,18 @@ from __future__ import annotations
 
 import math
 import statistics
-import tempfile
 
-from hypothesis import HealthCheck, assume, example, given, settings
+from hypothesis import assume, example, given
 from hypothesis import strategies as st
-from hypothesis.configuration import set_hypothesis_home_dir
 from support.measure import seed_raw, seed_recipe
+from support.properties import examples
 
 from launcher.judge.aggregate import Run, judge_mean
 from launcher.judge.measure import measure
 from launcher.judge.parse.records import StepRecord
 from launcher.judge.verdict import judge
 
-set_hypothesis_home_dir(tempfile.mkdtemp(prefix="reproduce-hypothesis-"))
-SETTINGS = settings(
-    max_examples=60,
-    derandomize=True,
-    deadline=None,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
+SETTINGS = examples(60)
 RAW = seed_raw()
 RECIPE = seed_recipe()
 CLAIM = RAW["result"]["tokens_per_s_per_gpu"]

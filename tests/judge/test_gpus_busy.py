@@ -17,12 +17,12 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
-from hypothesis.configuration import set_hypothesis_home_dir
 from support.gpu_samples import Load, medians, render_samples, stamp, window_span
 from support.log_shapes import NONCE, Run, render
 from support.measure import seed_recipe
+from support.properties import PASSING, examples
 
 from launcher.judge.evidence import (
     BUSY_UTIL_PERCENT,
@@ -37,15 +37,7 @@ from launcher.records.rundir import Files
 from launcher.results.evaluate import parse_log
 from launcher.results.readback import read_gpu_samples
 
-set_hypothesis_home_dir(tempfile.mkdtemp(prefix="reproduce-hypothesis-"))
-SETTINGS = settings(
-    max_examples=40,
-    derandomize=True,
-    deadline=None,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-PASSING = ("reproduced", "slower", "faster", "unstable")
+SETTINGS = examples(40)
 CHECKED = "the GPUs at work: the host's samples over steps 5-19"
 
 

@@ -17,9 +17,8 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
-from hypothesis.configuration import set_hypothesis_home_dir
 from support.log_shapes import (
     FORGERIES,
     HOST_START,
@@ -31,6 +30,7 @@ from support.log_shapes import (
     times_of,
 )
 from support.measure import seed_recipe
+from support.properties import PASSING, examples
 
 from launcher.judge.evidence import NO_HOST_CLOCK, STEP_TIME_TOLERANCE
 from launcher.judge.measure import measure
@@ -42,16 +42,8 @@ from launcher.judge.verdict import judge
 from launcher.plan.protocol import MARKER
 from launcher.results.evaluate import parse_log
 
-set_hypothesis_home_dir(tempfile.mkdtemp(prefix="reproduce-hypothesis-"))
 WINDOW = (5, 19)
-SETTINGS = settings(
-    max_examples=40,
-    derandomize=True,
-    deadline=None,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-PASSING = ("reproduced", "slower", "faster", "unstable")
+SETTINGS = examples(40)
 
 
 def judged(run: Run, nonce: str | None = NONCE):

@@ -25,26 +25,19 @@ from dataclasses import asdict
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
-from hypothesis.configuration import set_hypothesis_home_dir
 from support.log_shapes import Run, render
+from support.properties import examples
 
 from launcher.judge.parse import reader
 from launcher.judge.parse.miles import MilesLogParser, parse_lines
 from launcher.judge.parse.records import ParseStats
 from launcher.judge.parse.shapes import SHAPES
 
-set_hypothesis_home_dir(tempfile.mkdtemp(prefix="reproduce-hypothesis-"))
 # A key such as 'x\\y' goes to the literal reader, which warns about the escape as Python does.
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
-SETTINGS = settings(
-    max_examples=60,
-    derandomize=True,
-    deadline=None,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+SETTINGS = examples(60)
 PREFIXES = (
     "",
     "(MegatronTrainRayActor pid=5123) ",

@@ -20,11 +20,11 @@ import math
 import tempfile
 from pathlib import Path
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
-from hypothesis.configuration import set_hypothesis_home_dir
 from support.log_shapes import FIXTURES, Run, losses_of, render, times_of
 from support.measure import seed_recipe
+from support.properties import examples
 
 from launcher.commands.measure import run_compare
 from launcher.errors import BadInput
@@ -34,16 +34,9 @@ from launcher.results.evaluate import measure_path, read_log
 
 # Hypothesis keeps a cache of constants under ./.hypothesis even without an example database:
 # point it at a temporary directory, so nothing is written into the repository.
-set_hypothesis_home_dir(tempfile.mkdtemp(prefix="reproduce-hypothesis-"))
 WINDOW = range(5, 20)
 STEPS_PER_RUN = 20
-SETTINGS = settings(
-    max_examples=40,
-    derandomize=True,  # the same examples in every CI run: a failure is reproducible
-    deadline=None,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+SETTINGS = examples(40)
 
 
 FAULTS = (
