@@ -378,9 +378,14 @@ def _gpus_busy(
     samples: GpuSamples | None,
 ) -> None:
     """Check 7: over the host span of check 6 (the window's first and last step lines' arrival
-    bounds), each GPU the recipe uses on node 0 (indices 0..gpu.per_node-1) must have samples
-    covering the span (no gap over MAX_SAMPLE_GAP_S) whose median utilization.gpu is at least
-    BUSY_UTIL_PERCENT. A GPU whose samples do not cover the span is not checked, and said."""
+    bounds), the gpu.per_node GPUs the recipe uses on node 0 must each have samples covering the
+    span (no gap over MAX_SAMPLE_GAP_S) whose median utilization.gpu is at least
+    BUSY_UTIL_PERCENT. Which of the node's GPUs the run had is not assumed: a profile may give
+    the container `docker.gpus: device=2,3`, and nvidia-smi's indices need not be the
+    container's. So the per_node busiest GPUs the host watched over the span are the ones judged:
+    a node whose every GPU idled fails whichever they are, and GPUs the run did not have, idle,
+    never fail an honest run. Where fewer GPUs than that were watched over the whole span, the
+    ones not covered are not checked, and said."""
     clocked = [s for s in sorted(present) if recs[s].arrived is not None]
     if samples is None or len(clocked) < 2:
         ev.not_checked.append(NO_GPU_SAMPLES if samples is None else NO_CLOCK_FOR_SAMPLES)
@@ -398,17 +403,20 @@ def _gpus_busy(
     gpu = raw.get("gpu") or {}
     per_node = gpu.get("per_node") or gpu.get("count")
     gpus = int(per_node) if isinstance(per_node, int) and per_node > 0 else 0
-    medians: dict[int, float] = {}
+    covered: dict[int, float] = {}
     uncovered: list[str] = []
-    for index in range(gpus):
+    for index in sorted(set(samples.by_gpu) | set(range(gpus))):
         seen = [(t, u) for t, u in samples.by_gpu.get(index, []) if start <= t <= end]
         edges = [start, *(t for t, _ in seen), end]
         gap = max(b - a for a, b in pairwise(edges))
         if not seen or gap > MAX_SAMPLE_GAP_S:
             uncovered.append(f"GPU {index} ({len(seen)} samples, a gap of {gap:.1f} s)")
             continue
-        medians[index] = statistics.median(u for _, u in seen)
-    if uncovered:
+        covered[index] = statistics.median(u for _, u in seen)
+    # the per_node busiest of the GPUs watched, in index order (see the docstring)
+    busiest = sorted(covered, key=lambda i: (-covered[i], i))[:gpus]
+    medians = {i: covered[i] for i in sorted(busiest)}
+    if uncovered and len(covered) < gpus:
         ev.not_checked.append(
             f"the GPUs at work: the host's samples of {', '.join(uncovered)} do not cover steps "
             f"{first}-{last} ({end - start:.1f} s on the host's clock; a gap of at most "

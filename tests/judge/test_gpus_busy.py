@@ -128,12 +128,24 @@ def test_busy_gpus_pass_the_check_and_say_what_it_saw():
     assert "GPU 0 97%" in line and "GPU 7 97%" in line and "at least 50% each" in line
 
 
-def test_gpus_the_recipe_does_not_use_are_not_judged():
-    """The seed uses 8 GPUs a node: a ninth the node has, idle, is not its concern."""
+@pytest.mark.parametrize("idle", [(8, 9), (0, 1), (0, 9)])
+def test_gpus_the_run_did_not_have_are_not_judged_whatever_their_index(idle):
+    """The seed uses 8 GPUs a node; on a node of 10, the two it did not get idle. Which two is
+    the profile's business (`docker.gpus: device=2,3,...`), so no index is assumed: the 8
+    busiest GPUs the host watched are the ones judged."""
     run = Run(clock=True)
-    load = Load(gpus=10, idle=[(8, 0.0, 1e12, 0), (9, 0.0, 1e12, 0)])
+    load = Load(gpus=10, idle=[(g, 0.0, 1e12, 0) for g in idle])
     result, verdict = judged(run, parse_samples(render_samples(run, load)))
-    assert verdict.status == "reproduced" and not busy_findings(result)
+    assert verdict.status == "reproduced" and not busy_findings(result), verdict.reasons
+    judged_gpus = {int(g) for g in result.evidence.cross["gpu_busy_median_percent"]}
+    assert judged_gpus == set(range(10)) - set(idle)
+
+
+def test_a_node_whose_gpus_all_idle_fails_however_many_it_has():
+    """The busiest GPUs judged: a node of 10, all idle, fails on 8 of them (the recipe's)."""
+    run = Run(clock=True)
+    result, verdict = judged(run, parse_samples(render_samples(run, Load(gpus=10, busy=0))))
+    assert verdict.status == "mismatch" and len(busy_findings(result)) == 8
 
 
 def test_without_a_file_a_sample_or_a_host_clock_the_check_is_not_checked_and_said():
