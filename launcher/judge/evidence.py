@@ -19,9 +19,9 @@ gate", states each check and its tolerance):
    sum of their `perf/step_time`, within STEP_TIME_TOLERANCE plus the clock's resolution at both
    ends. Checks 2, 3 and 5 compare the container's words with each other; this one holds them to
    a clock the container cannot forge (launcher/judge/parse/clock.py);
-7. the GPUs at work: over that same host span, the host's samples of every GPU the recipe uses
-   on the node (scripts/gpu_sampler.py, outside every container) must show it busy: its median
-   utilization.gpu at least BUSY_UTIL_PERCENT. Check 6 proves the lines came at the pace they
+7. the GPUs at work: over that same host span, the host's samples (scripts/gpu_sampler.py,
+   outside every container) of as many of the node's GPUs as the recipe uses, the busiest, must
+   show each busy: its median utilization.gpu at least BUSY_UTIL_PERCENT. Check 6 proves the lines came at the pace they
    claim; this one that the GPUs worked while they came (launcher/judge/parse/gpu.py).
 
 A check whose evidence is absent (a log that prints no listing, no stamps, no tokens) does not
