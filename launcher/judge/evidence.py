@@ -21,8 +21,9 @@ gate", states each check and its tolerance):
    a clock the container cannot forge (launcher/judge/parse/clock.py);
 7. the GPUs at work: over that same host span, the host's samples (scripts/gpu_sampler.py,
    outside every container) of as many of the node's GPUs as the recipe uses, the busiest, must
-   show each busy: its median utilization.gpu at least BUSY_UTIL_PERCENT. Check 6 proves the lines came at the pace they
-   claim; this one that the GPUs worked while they came (launcher/judge/parse/gpu.py).
+   show each busy: its median utilization.gpu at least BUSY_UTIL_PERCENT. Check 6 proves the
+   lines came at the pace they claim; this one that the GPUs worked while they came
+   (launcher/judge/parse/gpu.py).
 
 A check whose evidence is absent (a log that prints no listing, no stamps, no tokens) does not
 pass silently: it is listed as not checked, and the verdict says so. Pure: no I/O.
