@@ -32,6 +32,7 @@ LAUNCHER_ENV = frozenset(
         "NODE_ADDRS",
         "RAY_ADDRESS",  # which cluster the job runs on
         "RAY_DEDUP_LOGS",  # every step line must reach the log
+        "PYTHONUNBUFFERED",  # ... when it is printed (the host's clock stamps its arrival)
         "PYTHONPATH",  # miles' path and the launcher's node programs (the rows' check)
         "CUDA_VISIBLE_DEVICES",  # which GPUs the preflight sees
         "HF_TOKEN",  # a secret: never in a recipe (a Ray submission is readable by all)

@@ -386,6 +386,9 @@ class ScriptContext(Placement):
             "# every step line reaches the log: Ray's dedup would fold lines that differ only in "
             "numbers",
             "export RAY_DEDUP_LOGS=0",
+            "# each line leaves when printed: through a pipe Python holds stdout in 8 KiB blocks, "
+            "and the host's clock (check 6) stamps lines as they arrive",
+            "export PYTHONUNBUFFERED=1",
         ]
         lines += [f"export {k}={q(v)}" for k, v in container_env(self.recipe, self.profile)]
         lines += [

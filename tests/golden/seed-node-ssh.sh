@@ -395,6 +395,8 @@ trap _on_exit EXIT
 export PYTHONPATH=/root/miles:/root/Megatron-LM:"/opt/reproduce/scripts"
 # every step line reaches the log: Ray's dedup would fold lines that differ only in numbers
 export RAY_DEDUP_LOGS=0
+# each line leaves when printed: through a pipe Python holds stdout in 8 KiB blocks, and the host's clock (check 6) stamps lines as they arrive
+export PYTHONUNBUFFERED=1
 export CUDA_DEVICE_MAX_CONNECTIONS=1
 export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:False
 export NCCL_NVLS_ENABLE=0
