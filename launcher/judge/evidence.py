@@ -57,11 +57,12 @@ STEP_TIME_TOLERANCE = 0.05
 _STAMP_RESOLUTION_S = {True: 0.001, False: 1.0}
 # Check 7: each GPU's median utilization.gpu over the window must be at least this. Why 50%, so
 # low: utilization.gpu is the share of the sample period in which any kernel ran, and training at
-# the seed's MFU keeps kernels running nearly all the time (above 90% on the H200s measured:
-# docs/benchmarks.md); its pauses (the rollout's wait, the optimizer step's host work) are short
-# beside a step. An idle GPU reads 0. The median, not the mean: a window that idles more than
-# half its samples fails, whatever a few busy samples say. Conservative: a real run is never
-# failed by it, and a GPU idle for most of the window never passes.
+# the seed's MFU should keep kernels running nearly all the time, its pauses (the rollout's wait,
+# the optimizer step's host work) short beside a step. Assumed, not yet measured: no real miles
+# run was sampled (benchmarks/device_image_figures.sh samples a card under a bf16 matmul loop).
+# An idle GPU reads 0. The median, not the mean: a window that idles more than half its samples
+# fails, whatever a few busy samples say. Meant to be conservative: a GPU idle for most of the
+# window never passes, and a real run should stay far above it.
 BUSY_UTIL_PERCENT = 50.0
 # The samples must cover the window: no gap between samples of a GPU (or between the window's
 # ends and its first and last sample) longer than this. The sampler asks once a second; a longer
@@ -308,16 +309,30 @@ NO_HOST_CLOCK = (
 )
 
 
+def _host_span(
+    recs: Mapping[int, StepRecord], present: list[int]
+) -> tuple[int, int, float, float] | None:
+    """The window's host span, which checks 6 and 7 share: its first and last step lines with a
+    host arrival bound, and those bounds (None: fewer than two such lines)."""
+    clocked = [s for s in sorted(present) if recs[s].arrived is not None]
+    if len(clocked) < 2:
+        return None
+    first, last = clocked[0], clocked[-1]
+    start, end = recs[first].arrived, recs[last].arrived
+    assert start is not None and end is not None  # clocked
+    return first, last, start, end
+
+
 def _host_clock(ev: Evidence, recs: Mapping[int, StepRecord], present: list[int]) -> None:
     """Check 6: the window's first and last step lines with a host arrival bound: the host's
     span between them against the claimed perf/step_time of the steps after the first up to
     the last (a step line is printed as its step ends). Each bound lies within CLOCK_GAP_S
     before the line began to arrive, so the span is known to CLOCK_GAP_S at each end."""
-    clocked = [s for s in sorted(present) if recs[s].arrived is not None]
-    if len(clocked) < 2:
+    span = _host_span(recs, present)
+    if span is None:
         ev.not_checked.append(NO_HOST_CLOCK)
         return
-    first, last = clocked[0], clocked[-1]
+    first, last, start, end = span
     times = [recs[s].step_time if s in recs else None for s in range(first + 1, last + 1)]
     claims = [t for t in times if t is not None and math.isfinite(t)]
     if len(claims) != len(times):
@@ -326,8 +341,6 @@ def _host_clock(ev: Evidence, recs: Mapping[int, StepRecord], present: list[int]
             "claimed span is not known"
         )
         return
-    start, end = recs[first].arrived, recs[last].arrived
-    assert start is not None and end is not None  # clocked
     host, claimed = end - start, sum(claims)
     allowed = STEP_TIME_TOLERANCE * claimed + 2 * CLOCK_GAP_S
     ev.cross.update(
@@ -387,8 +400,8 @@ def _gpus_busy(
     a node whose every GPU idled fails whichever they are, and GPUs the run did not have, idle,
     never fail an honest run. Where fewer GPUs than that were watched over the whole span, the
     ones not covered are not checked, and said."""
-    clocked = [s for s in sorted(present) if recs[s].arrived is not None]
-    if samples is None or len(clocked) < 2:
+    span = _host_span(recs, present)
+    if samples is None or span is None:
         ev.not_checked.append(NO_GPU_SAMPLES if samples is None else NO_CLOCK_FOR_SAMPLES)
         return
     if samples.problem is not None or not samples.samples:
@@ -398,9 +411,7 @@ def _gpus_busy(
             f"{samples.refused} line(s) refused), so nothing the host saw says the GPUs worked"
         )
         return
-    first, last = clocked[0], clocked[-1]
-    start, end = recs[first].arrived, recs[last].arrived
-    assert start is not None and end is not None  # clocked
+    first, last, start, end = span
     gpu = raw.get("gpu") or {}
     per_node = gpu.get("per_node") or gpu.get("count")
     gpus = int(per_node) if isinstance(per_node, int) and per_node > 0 else 0
