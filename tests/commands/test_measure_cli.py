@@ -150,7 +150,9 @@ def test_measure_log_out_writes_the_same_report_html_a_run_directory_gets(logs, 
     assert "reproduced" in page.lower() and "<svg" in page  # judged, with its charts
     assert "could not be shown" not in page
     # a run directory measured into another place: the page goes there too, the run dir's own
-    # record still read from the run directory
+    # record (its recipe.yaml, written here: the module's tests may run on other workers, in any
+    # order) still read from the run directory
+    (run_dir / "recipe.yaml").write_text(SEED.read_text())
     elsewhere = tmp_path / "elsewhere"
     assert cli("measure", run_dir, "--out", elsewhere).returncode == 0
     assert _sections((elsewhere / "report.html").read_text()) == _sections(run_page)
