@@ -14,7 +14,7 @@ _PKG = Path(__file__).resolve().parent
 
 @cache
 def data_dir(name: str) -> Path:
-    """`schema`, `scripts`, `env` or `recipes`, wherever this installation keeps them."""
+    """`schema`, `scripts`, `env`, `recipes` or `templates`, wherever this installation has it."""
     for candidate in (_PKG / "_data" / name, _PKG.parent / name):
         if candidate.is_dir():
             return candidate

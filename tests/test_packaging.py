@@ -38,6 +38,8 @@ def test_wheel_carries_profiles_schemas_and_node_scripts(tmp_path: Path) -> None
         timeout=300,
     )
     assert (target / "launcher" / "_data" / "scripts" / "preflight.py").is_file()
+    # node.sh's template: the dry runs below render it from the installed copy
+    assert (target / "launcher" / "_data" / "templates" / "node.sh").is_file()
     env = {**os.environ, "PYTHONPATH": str(target)}  # the installed copy wins over the checkout
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()

@@ -23,6 +23,7 @@ from launcher.inputs.stack import expected_versions
 from launcher.plan import multinode, ray_stage, stage_graph
 from launcher.plan.asset_spec import cache_entries_check
 from launcher.plan.background import BACKGROUND_FUNCTIONS
+from launcher.plan.bash_template import BashTemplate, Lines, template
 from launcher.plan.host_clock import training_run
 from launcher.plan.image_record import BuiltImage, base_label_check, present_or_pull
 from launcher.plan.measured import train_lines
@@ -440,159 +441,109 @@ def render_node_script(
     after_training: Sequence[str] = (),
     asset_header: Sequence[str] = (),
 ) -> str:
-    """node.sh: the header, the node's stages (those of stage_graph.PARALLEL at once), then ray
-    and train in the container; `after_training` runs once the container ended (the asset uploads
-    finish: asset_stages), `asset_header` sets the asset stages' names before any stage."""
+    """node.sh: templates/node.sh filled for this run. The template holds the script's text and
+    order; this function only supplies its values (every one from a recipe or a profile quoted)
+    and picks its optional blocks. `after_training` runs once the container ended (the asset
+    uploads finish: asset_stages), `asset_header` sets the asset stages' names before any stage."""
     r, p = ctx.recipe, ctx.profile
     by = {s.name: s for s in stages}
-    digest = hashlib.sha256(r.text.encode()).hexdigest()
-    head = [
-        "#!/usr/bin/env bash",
-        _comment(f"# reproduce node script for {r.slug}"),
-        f"#   recipe file sha256 {digest}",
-        _comment(
-            f"#   run {ctx.run_id} on cluster profile {p.name} (kind {p.kind}), {r.nodes} x "
-            f"{r.gpus_per_node} {r.gpu_type}"
-        ),
-        "# Plain bash, runnable by hand on the node: bash node.sh",
-        MARKER_HELP,
-        "# bash reads the whole { ... } group before running any of it: text added to this file"
-        " later never runs.",
-        "{",
-        "set -euo pipefail",
-        NONCE_LINE,
-        "",
-        f"RUN_ID={q(ctx.run_id)}",
-        multinode.run_dir_line(ctx),
-        f"CACHE_DIR={q(ctx.cache_dir)}",
-        f"IMAGE={q(ctx.image.ref)}",
-        f"IMAGE_DIGEST={q(ctx.image.digest)}",
-        multinode.container_line(ctx),
-        f"HF_CKPT={q(ctx.assets.hf_ckpt)}",
-        f"TORCH_DIST={q(ctx.assets.torch_dist)}",
-        f"SFT_DATA={q(ctx.assets.sft_data)}",
-        f'REPRODUCE_OUT_DIR="$NODE_RUN_DIR/{OUT_DIR}"  # the only one a container may write',
-        "export RUN_ID NODE_RUN_DIR REPRODUCE_OUT_DIR HF_CKPT TORCH_DIST SFT_DATA",
-        "",
-        "# Secrets (HF_TOKEN) arrive in a 0600 file that is read first and deleted; never echoed,"
-        " never exported:",
-        "# only the host's asset commands (resolve, fetch) get HF_TOKEN, no container does.",
-        'HF_TOKEN="${HF_TOKEN:-}"',
-        "export -n HF_TOKEN",
-        f'if [ -f "$NODE_RUN_DIR/{SECRETS_FILE}" ]; then . "$NODE_RUN_DIR/{SECRETS_FILE}"; '
-        f'rm -f "$NODE_RUN_DIR/{SECRETS_FILE}"; fi',
-        *multinode.header_lines(ctx),
-        "",
-        "# The directories the run writes to and trusts must be ours and writable by no one else"
-        " (shared hosts);",
-        "# a missing one is made 0700 (on a disk only root can write to, such as the DLAMI's"
-        " /opt/dlami/nvme, by sudo -n).",
-        TRUSTED_DIR_FN.rstrip("\n"),
-        'for dir in "$NODE_RUN_DIR" "$CACHE_DIR" "$CACHE_DIR/.incoming" "$(dirname '
-        '"$HF_CKPT")" "$(dirname "$TORCH_DIST")" "$(dirname "$SFT_DATA")"; do',
-        '  _trusted_dir "$dir" || exit 1',
-        "done",
-        *(cache_entries_check(ctx.cache_dir, ctx.assets.paths()) if ctx.docker else []),
-        "# what a container makes for the cache (rows, a conversion) lands in a fresh directory"
-        " of this run's,",
-        "# which the host checks before it moves anything into the cache (read-only in every"
-        " container)",
-        'ASSET_NEW="$CACHE_DIR/.incoming/$RUN_ID-${NODE_RANK:-0}"',
-        'REPRODUCE_HOST_IDS="$(id -u):$(id -g)"',
-        "export REPRODUCE_HOST_IDS",
-        '[ ! -L "$CACHE_DIR/.incoming" ] && mkdir -m 700 "$ASSET_NEW" '
-        '|| { echo "reproduce: cannot make a fresh $ASSET_NEW" >&2; exit 1; }',
-        f'mkdir -p -m 700 "$REPRODUCE_OUT_DIR" "$NODE_RUN_DIR/{STATE_DIR}"',
-        'cd "$NODE_RUN_DIR"',
-        *asset_header,
-        "",
-        STAGE_FUNCTIONS,
-    ]
+    tpl = template("node.sh")
     background = stage_graph.at_once(p.kind)
-    if background:
-        head += [BACKGROUND_FUNCTIONS]
     stop = "_bg_stop; " if background else ""
+
     if ctx.docker:
-        head += [
-            "# on a cancel's TERM the container gets up to 5 s for its EXIT trap (its end marker)",
-            f'_cleanup() {{ {stop}timeout 5 docker wait "$CONTAINER" >/dev/null 2>&1 || true; '
-            'docker rm -f "$CONTAINER" >/dev/null 2>&1 || true; }',
-            "trap _on_exit EXIT",
-            "",
-            "# flags of every docker run below (miles' documented ones; mounts of the run's out"
-            " and state dirs, the cache, scripts)",
-            f"GPU_ARGS=({shlex.join(ctx.gpu_args())})",
-            f"DOCKER_ARGS=({shlex.join(ctx.docker_args())})",
-            f"NET_ARGS=({shlex.join(ctx.net_args())})",
-            *multinode.mount_words(ctx, CONTAINER_SCRIPTS),
-            "# EFA devices go into the container when the node has them (p5en: 16)",
-            "EFA_ARGS=()",
-        ]
         mode = p.docker.efa_devices
-        if mode != "never":
-            head += [
-                "for dev in /dev/infiniband/*; do",
-                '  [ -e "$dev" ] && EFA_ARGS+=(--device "$dev")',
-                "done",
-            ]
-            if mode == "always":
-                head += [
-                    "[ ${#EFA_ARGS[@]} -gt 0 ] || { echo 'profile says efa_devices: always, but "
-                    "the node has "
-                    "no /dev/infiniband devices' >&2; exit 1; }"
-                ]
+        efa = (
+            tpl.fill("efa_devices", {}, {"efa_required": _block(tpl, "efa_required", mode)})
+            if mode != "never"
+            else []
+        )
+        flags = {
+            "bg_stop": stop,
+            "gpu_args": shlex.join(ctx.gpu_args()),
+            "docker_args": shlex.join(ctx.docker_args()),
+            "net_args": shlex.join(ctx.net_args()),
+        }
+        mounts = multinode.mount_words(ctx, CONTAINER_SCRIPTS)
+        setup = tpl.fill("docker_setup", flags, {"mount_words": mounts, "efa_devices": efa})
     else:
-        head += [f"_cleanup() {{ {stop or ':; '}}}", "trap _on_exit EXIT", "EFA_ARGS=()"]
-    if p.kind == "ray":  # the launcher reads only the job's log: the result files end it
-        head += [
-            ': "${REPRODUCE_SCRIPTS:?the directory of node.sh and the node programs '
-            '(the job sets it)}"',
-            "# the node programs where the host's own commands look for them too",
-            'mkdir -p -m 700 "$NODE_RUN_DIR/scripts" && '
-            'cp -R "$REPRODUCE_SCRIPTS/." "$NODE_RUN_DIR/scripts/"',
-            *results_block(collect_command(ctx.node_run_dir)),
-            "_cleanup() { _results; }",
-        ]
-
-    body: list[str] = []
-    if not stage_graph.at_once(p.kind):  # one by one (stage_graph.at_once says why)
-        for name in (*stage_graph.PARALLEL, "convert"):
-            body += stage_graph.inline(by[name])
-    else:
-        body += stage_graph.at_once_lines(by)
-        body += stage_graph.inline(by["convert"])
-
-    container_body = "\n".join(
-        [
-            "set -euo pipefail",
-            # docker keeps no order between a container's stdout and stderr (two streams, copied
-            # apart): the stage markers (stdout) and miles' log (stderr) must be one stream
-            "exec 2>&1  # one stream: the markers stay where they were printed among the log lines",
-            STAGE_FUNCTIONS,
-            "_cleanup() { :; }",
-            "trap _on_exit EXIT",
-            *ctx.exports(),
-            *patch_lines(r),
-            "",
-            f"# ---- stage ray: {by['ray'].title}",
-            "_stage_begin ray",
-            *by["ray"].commands,
-            "_stage_end",
-            "",
-            *train_lines(by["train"].title, MILES_DIR, by["train"].commands[0], ctx.measured_runs),
-        ]
+        setup = tpl.fill("host_setup", {"cleanup_body": stop or ":; "}, {})
+    ray_job = (  # the launcher reads only the job's log: the result files end it
+        tpl.fill("ray_job", {}, {"results_block": results_block(collect_command(ctx.node_run_dir))})
+        if p.kind == "ray"
+        else []
     )
-    tag = _heredoc_tag(container_body, "REPRODUCE_CONTAINER_SCRIPT")
-    body += [
-        "",
-        "# ---- stages ray + train, inside the training container (this text runs verbatim there)",
-        f"IFS= read -r -d '' CONTAINER_SCRIPT <<'{tag}' || true",
-        container_body,
-        tag,
-    ]
-    if ctx.docker:
-        body += training_run(host_clock=p.docker.host_clock)
+
+    node_stages: list[str] = []
+    if not background:  # one by one (stage_graph.at_once says why)
+        for name in (*stage_graph.PARALLEL, "convert"):
+            node_stages += stage_graph.inline(by[name])
     else:
-        body += ['bash -c "$CONTAINER_SCRIPT"']
-    body += [*after_training, "", DONE_LINE, "exit", "}", ""]
-    return "\n".join(head + body)
+        node_stages += stage_graph.at_once_lines(by)
+        node_stages += stage_graph.inline(by["convert"])
+
+    container_script = tpl.fill(
+        "container_script",
+        {"ray_title": by["ray"].title},
+        {
+            "stage_functions": STAGE_FUNCTIONS,
+            "exports": ctx.exports(),
+            "patches": patch_lines(r),
+            "ray_commands": by["ray"].commands,
+            "train": train_lines(
+                by["train"].title, MILES_DIR, by["train"].commands[0], ctx.measured_runs
+            ),
+        },
+    )
+    values = {
+        "slug": _comment(r.slug),
+        "recipe_sha256": hashlib.sha256(r.text.encode()).hexdigest(),
+        "run_id_comment": _comment(ctx.run_id),
+        "profile_name": _comment(p.name),
+        "kind": _comment(p.kind),
+        "nodes": _comment(r.nodes),
+        "gpus_per_node": _comment(r.gpus_per_node),
+        "gpu_type": _comment(r.gpu_type),
+        "run_id": q(ctx.run_id),
+        "cache_dir": q(ctx.cache_dir),
+        "image": q(ctx.image.ref),
+        "image_digest": q(ctx.image.digest),
+        "hf_ckpt": q(ctx.assets.hf_ckpt),
+        "torch_dist": q(ctx.assets.torch_dist),
+        "sft_data": q(ctx.assets.sft_data),
+        "out_dir": OUT_DIR,
+        "secrets_file": SECRETS_FILE,
+        "state_dir": STATE_DIR,
+        "heredoc_tag": _heredoc_tag("\n".join(container_script), "REPRODUCE_CONTAINER_SCRIPT"),
+    }
+    slots: dict[str, Lines] = {
+        "marker_help": MARKER_HELP,
+        "nonce_line": NONCE_LINE,
+        "run_dir_line": multinode.run_dir_line(ctx),
+        "container_line": multinode.container_line(ctx),
+        "multinode_header": multinode.header_lines(ctx),
+        "trusted_dir_fn": TRUSTED_DIR_FN.rstrip("\n"),
+        "cache_entries_check": (
+            cache_entries_check(ctx.cache_dir, ctx.assets.paths()) if ctx.docker else []
+        ),
+        "asset_header": asset_header,
+        "stage_functions": STAGE_FUNCTIONS,
+        "background_functions": [BACKGROUND_FUNCTIONS] if background else [],
+        "setup": setup,
+        "ray_job": ray_job,
+        "node_stages": node_stages,
+        "container_script": container_script,
+        "training_run": (
+            training_run(host_clock=p.docker.host_clock)
+            if ctx.docker
+            else ['bash -c "$CONTAINER_SCRIPT"']
+        ),
+        "after_training": after_training,
+        "done_line": DONE_LINE,
+    }
+    return "\n".join(tpl.fill("node.sh", values, slots)) + "\n"
+
+
+def _block(tpl: BashTemplate, name: str, mode: str) -> list[str]:
+    """Block NAME (it has no values) where the profile's efa_devices is `always`, else none."""
+    return tpl.fill(name, {}, {}) if mode == "always" else []

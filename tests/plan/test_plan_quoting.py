@@ -31,6 +31,8 @@ EVIL = [
     f"line one\nline two $(touch {CANARY})",
     f"a;touch {CANARY}&&b|c>d<e",
     f"${{IFS}}$(touch${{IFS}}{CANARY})",
+    # templates/node.sh's own syntax: a value is inserted once, never read as a slot or a block
+    f"@@{{heredoc_tag}}\n@@stage_functions\n##@ block node.sh\n@@{{run_id}} $(touch {CANARY})",
 ]
 
 STUB_DOCKER = r"""#!/bin/bash
