@@ -445,7 +445,7 @@ def gpu_name_matches(gpu_type: str, name: str) -> bool:
     word of the name, case aside. The preflight decides on the node by the same rule
     (scripts/preflight_checks.py, check_gpu_model; tests/test_catalog.py holds the two equal), so
     what `validate` lets through the node does not refuse after it was paid for: "H20" is not an
-    H200, "H200 NVL" not the H200 of a p5en (found 2026-12-04: both validated by substring)."""
+    H200, "H200 NVL" not the H200 of a p5en (a substring would take both)."""
     pattern = rf"(?<![A-Za-z0-9]){re.escape(gpu_type)}(?![A-Za-z0-9])"
     return bool(gpu_type) and re.search(pattern, name, re.I) is not None
 

@@ -3,7 +3,7 @@
 The promise: an error message, a hint or a status detail quotes at most `MAX_LINES` lines of
 someone else's output, each at most `MAX_LINE_CHARS` characters (a longer line is cut in the
 middle and says how much was left out), with control characters replaced (the bytes reach the
-user's terminal). A log file is read from its last `TAIL_BYTES` only: a 96 MiB last line (issue 19)
+user's terminal). A log file is read from its last `TAIL_BYTES` only: a 96 MiB last line
 costs 64 KiB of reading and a few hundred characters of message, never 100 million. Every excerpt
 quoted in a message goes through `excerpt_lines` (text) or `log_tail` (a file).
 

@@ -5,13 +5,20 @@
   included (a lazy import is still a dependency), and two folders of one layer never import each
   other.
 - No import cycle between modules.
-- No module over 600 lines; at most 6 modules at the top of launcher/.
+- At most 6 modules at the top of launcher/. A module over 600 lines is a warning, not a failure:
+  module boundaries follow concepts, and a size rule kept as a target only reshapes code to fit.
+- No comment or docstring in launcher/, scripts/ or templates/ tells history (an issue number, a
+  dated incident): that belongs in the commit's body; the why stays.
 Each failure names the file and line, so the fix is found without reading this test.
 """
 
 from __future__ import annotations
 
 import ast
+import io
+import re
+import tokenize
+import warnings
 from pathlib import Path
 
 import pytest
@@ -154,14 +161,115 @@ def _sccs(graph: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
+LONG_MODULE_LINES = 600
+
+
 @pytest.mark.parametrize("tree", ["launcher", "scripts"])
-def test_no_module_over_600_lines(tree):
-    long = [
-        f"{p.relative_to(REPO)}: {n} lines"
-        for p in sorted((REPO / tree).rglob("*.py"))
-        if (n := len(p.read_text().splitlines())) > 600
-    ]
-    assert not long, "modules over 600 lines (split them by job):\n" + "\n".join(long)
+def test_long_modules_are_named_not_failed(tree):
+    """A module over LONG_MODULE_LINES is worth a look (does it hold one concept?), never a failure:
+    the warning is printed in pytest's summary."""
+    for p in sorted((REPO / tree).rglob("*.py")):
+        if (n := len(p.read_text().splitlines())) > LONG_MODULE_LINES:
+            warnings.warn(
+                f"{p.relative_to(REPO)}: {n} lines (over {LONG_MODULE_LINES}: one concept?)",
+                stacklevel=1,
+            )
+
+
+# --- no history in comments: issue numbers and dated incidents go into commit bodies ---
+
+_ISSUE = re.compile(r"\bissues?\s*#?\d+", re.I)
+_DATE = r"\b20\d\d-[01]\d-[0-3]\d\b"
+_INCIDENT = re.compile(
+    r"\b(found|fixed|seen|broke|hit|reported|incident)\b\W{0,3}(?:on\s+|in\s+)?" + _DATE, re.I
+)
+# A date stays where it is a source's (a price list read, a figure measured, a commit) or an
+# example of input (in backticks).
+_SOURCE = re.compile(
+    r"\b(measured|read|updated|list price|pull|commit|benchmarks?|released|as of)\b", re.I
+)
+
+
+def _comment_blocks(path: Path) -> list[tuple[int, str]]:
+    """(first line, text) of every comment block and docstring, whitespace folded, so a phrase
+    broken over two lines is still one phrase."""
+    text = path.read_text()
+    blocks: list[tuple[int, str]] = []
+    run: list[str] = []
+    start = prev = -2
+
+    def comment(line_no: int, body: str) -> None:
+        nonlocal start, prev
+        if line_no != prev + 1 and run:
+            blocks.append((start, " ".join(run)))
+            run.clear()
+        if not run:
+            start = line_no
+        run.append(body)
+        prev = line_no
+
+    if path.suffix == ".py":
+        for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+            if tok.type == tokenize.COMMENT:
+                comment(tok.start[0], tok.string.lstrip("#").strip())
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+                doc = ast.get_docstring(node, clean=False)
+                if doc:
+                    blocks.append((node.body[0].lineno, " ".join(doc.split())))
+    else:  # bash: the node script's template, shell programs
+        for i, line in enumerate(text.splitlines(), 1):
+            if line.lstrip().startswith("#") and not line.startswith("#!"):
+                comment(i, line.strip().lstrip("#@").strip())
+    if run:
+        blocks.append((start, " ".join(run)))
+    return blocks
+
+
+def history_in(text: str) -> list[str]:
+    """What in one comment block tells history rather than why."""
+    found = []
+    if m := _ISSUE.search(text):
+        found.append(f"cites {m.group(0)!r}")
+    if m := _INCIDENT.search(text):
+        found.append(f"dates an incident: {m.group(0)!r}")
+    bare = re.sub(r"`[^`]*`", "", text)
+    if not found and (m := re.search(_DATE, bare)) and not _SOURCE.search(bare):
+        found.append(f"a date, and no source it is the date of: {m.group(0)!r}")
+    return found
+
+
+def test_no_history_in_comments():
+    bad = []
+    for tree in ("launcher", "scripts", "templates"):
+        for p in sorted((REPO / tree).rglob("*")):
+            if p.is_file() and (p.suffix in (".py", ".sh") or tree == "templates"):
+                for line, text in _comment_blocks(p):
+                    bad += [f"{p.relative_to(REPO)}:{line}: {why}" for why in history_in(text)]
+    assert not bad, (
+        "comments that tell history (keep the why; the story goes into the commit body):\n"
+        + "\n".join(bad)
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "history"),
+    [
+        ("the run stayed open (issue 20)", True),
+        ("see Issue #7 for why", True),
+        ("refused on a shared host (found 2026-12-04: a key leaked)", True),
+        ("the traceback landed mid-hint (found\n 2026-12-05)", True),
+        ("fixed on 2026-11-30 after a crash", True),
+        ("a marker flood (2026-12-04)", True),
+        ("the list price, updated 2026-08-26", False),
+        ("measured on an H200 (2026-11-29)", False),
+        ("a prefix such as `[2026-10-21 10:00:00]`", False),
+        ("at most 4 MiB: a report is read bounded", False),
+        ("the issue is that ssh reads it as an option", False),
+    ],
+)
+def test_the_history_rule_tells_history_from_why(text, history):
+    assert bool(history_in(" ".join(text.split()))) is history
 
 
 def test_the_top_of_launcher_holds_at_most_six_modules():

@@ -34,7 +34,7 @@ def output_file(value: Path | None) -> Path | None:
     --html, --record, keygen's PATH): the file is replaced through a rename, so whatever stood at
     the path was gone, a FIFO or a device included (as root, `--script-out /dev/full` replaced
     the device node), and a link rather than what it points to. So the path must name a regular
-    file or nothing, in a directory that exists; an empty path is none (found 2026-12-04)."""
+    file or nothing, in a directory that exists; an empty path is none."""
     if value is None:
         return None
     if value.name in ("", ".", ".."):

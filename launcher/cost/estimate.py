@@ -31,7 +31,7 @@ from launcher.plan import stage_graph
 if TYPE_CHECKING:
     from launcher.inputs.profile import Profile
 
-GOAL_OVERHEAD_HOURS = 0.30  # issue 24: our own overhead on a fresh node with a warm store
+GOAL_OVERHEAD_HOURS = 0.30  # the goal for our own overhead on a fresh node with a warm store
 
 # Checkpoints whose size a recipe does not state: TOTAL parameters (bf16: 2 bytes each). A
 # mixture of experts stores every expert, so its checkpoint is sized by its total parameters,
@@ -369,7 +369,7 @@ def nightly_lines(recipe: Recipe, *, fresh_instance: bool, store: str | None) ->
 
 
 def overhead_line(est: Estimate, *, fresh_instance: bool) -> str:
-    """Our own overhead with a warm store against issue 24's goal: everything but provisioning
+    """Our own overhead with a warm store against GOAL_OVERHEAD_HOURS: everything but provisioning
     and the recipe's own ray+train and window, as the estimate above builds it; on a launch for
     both ways a fresh node gets its image: pulled, or present on a baked AMI."""
     provision = FIGURES["provision"].value if fresh_instance else 0.0

@@ -45,8 +45,8 @@ LAUNCHER_ENV = frozenset(
 # Variables that change how a program starts: the shell's start-up files and options, the dynamic
 # loader, where programs and Python come from. Where the env reaches only the training container
 # (local, SSH, AWS), that is the recipe's business; on a Ray cluster the job's env is the env of
-# node.sh itself and of every check it runs (found 2026-12-04: `BASH_ENV: '$(...)'` ran the
-# recipe's code in the job's shell before the image digest check), so there none may be set.
+# node.sh itself and of every check it runs (`BASH_ENV: '$(...)'` would run the recipe's code in
+# the job's shell before the image digest check), so there none may be set.
 STARTUP_ENV = frozenset(
     {
         *("BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "PS4", "PROMPT_COMMAND", "GLOBIGNORE"),

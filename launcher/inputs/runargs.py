@@ -277,7 +277,7 @@ def commands(script: str) -> list[Command]:
 
 # A command of the run block longer than this is not read for its arguments (it is one the training
 # reads as a whole: no train invocation is this long), since shlex reads a long word in quadratic
-# time (found 2026-12-04: a 900 KB word made `validate` take 44 s).
+# time (a 900 KB word made `validate` take 44 s).
 MAX_COMMAND_CHARS = 32 * 1024
 _ASSIGN_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.S)
 _ARRAY_RE = re.compile(

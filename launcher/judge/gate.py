@@ -5,8 +5,8 @@ launcher/judge/evidence.py's gate and launcher/judge/failures.py's rules); `comp
 measurement's `--reference` read loss curves, through launcher/results/evaluate.py's `read_log`
 (the one reader of files), which hands each log to `assess` here.
 If those readers parsed on their own, they could pass a log `measure` calls unreadable or a
-mismatch (issue 20: compare kept the first of two different losses of a replayed step, and called
-a gzip file a convergence FAIL). So every reader gets a log's steps from `assess`, which applies
+mismatch (`compare` would keep the first of two different losses of a replayed step, and call a
+gzip file a convergence FAIL). So every reader gets a log's steps from `assess`, which applies
 the same rules as the verdict: readability (measure.unreadable), one value per step
 (evidence.one_value), lines only half understood (failures), and the identity the log itself
 prints (Megatron's arguments listing). The run directory's files (verdict.json, result.yaml) are

@@ -73,7 +73,7 @@ class Tolerance:
 # "The policy"), an attestation records it in measure.json and `reproduce verify` re-measures
 # only under the same one (docs/attestation.md). Bump the version whenever a rule or default
 # changes a figure or a status for the same inputs, so two verdicts are comparable exactly when
-# their policies are. v2: issue 20's fail-closed rules (an error that ended training, a frozen
+# their policies are. v2: the fail-closed rules (an error that ended training, a frozen
 # loss, a skipped optimizer step, half-read lines; a run with no step is incomplete, not failed).
 # v3: a claim that is a mean of N runs is judged on the mean of K measured runs, fail closed
 # (launcher/judge/aggregate.py, the last rule). v4: the evidence gate holds the window's claimed

@@ -266,7 +266,7 @@ def _charts(rows: Sequence[RunRow], judged: Sequence[Assessment], card: Mapping[
         scale = _percent if key == "mfu" else (lambda v: v)
         suffix = "%" if key == "mfu" else ""
         # Only a judged run's figure is a point of the trend; a failed, incomplete or mismatched
-        # run is the cross on the axis, whatever figure its log gave (issue 20).
+        # run is the cross on the axis, whatever figure its log gave.
         values = [
             scale(number(getattr(r, key)))
             if has_figures(r) and r.verdict in JUDGED_VERDICTS

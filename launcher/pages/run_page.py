@@ -240,7 +240,7 @@ def _figures(ctx: rs.Context) -> str:
             diff = number(ctx.verdict.get("difference_percent"))
         judged = ctx.verdict.get("status") in JUDGED
         if ctx.verdict.get("status") in ("failed", "incomplete") and key == "tokens_per_s_per_gpu":
-            diff = None  # training stopped: no place against the band, no mark (issue 20)
+            diff = None  # training stopped: no place against the band, no mark
         chip = _chip(key, diff, tol, judged)
         gauge = (
             _gauge(diff, tol, judged) if key == "tokens_per_s_per_gpu" and diff is not None else ""

@@ -270,7 +270,7 @@ def _check_recipe_env(recipe: Recipe, profile: Profile) -> None:
 
 # Linux's limit on one argument (MAX_ARG_STRLEN, 32 pages): `bash -c "$CONTAINER_SCRIPT"` passes
 # the training container's whole script as one, and execve refuses a longer one ("Argument list
-# too long") at the train stage, after every paid stage before it (found 2026-12-04).
+# too long") at the train stage, after every paid stage before it.
 MAX_ARG_BYTES = 128 * 1024
 _CONTAINER_SCRIPT = re.compile(r"CONTAINER_SCRIPT <<'(\w+)' \|\| true\n(.*?)\n\1\n", re.S)
 

@@ -175,7 +175,7 @@ _MARKER_LINE = re.compile(rb"^" + re.escape(MARKER.encode()) + rb" (.*?)\r?$")
 
 # What a stage marker may say, and nothing else: its words are shown on the operator's screen, in
 # the timeline, the report and the attestation, and a line a container printed can look like one
-# (found 2026-12-04: `status='ok<ESC>]52;...'` set the operator's clipboard through the console).
+# (`status='ok<ESC>]52;...'` would set the operator's clipboard through the console).
 MARKER_STATUSES = frozenset({"ok", "failed", "stopped", "cancelled"})
 _MARKER_KEYS = frozenset({"stage", "event", "status", "rc", "t", "n"})
 _N = re.compile(r"^[0-9a-f]{0,64}$")
@@ -227,8 +227,8 @@ class MarkerGate:
 
     Why: the recipe's code prints into the same stream, and a well-formed marker it prints looked
     like node.sh's own: a container could close the preflight as failed and so have its own
-    failure blamed on the node (exit 3 instead of 1), or end a stage node.sh was running (found
-    2026-12-04). node.sh's first line gives its nonce (NONCE_LINE); from then on a marker without
+    failure blamed on the node (exit 3 instead of 1), or end a stage node.sh was running.
+    node.sh's first line gives its nonce (NONCE_LINE); from then on a marker without
     it counts only for CONTAINER_STAGES. A stream with no nonce line (a run of an older launcher,
     a hand-made log) is read as before: every well-formed marker counts."""
 

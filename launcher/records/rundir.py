@@ -218,8 +218,7 @@ def _write_atomic(path: Path, data: bytes) -> None:
 # A run has tens of stages (K measured runs add one train stage each); a timeline of more is a
 # flood of markers some process of the node printed, and keeping every one cost the launcher
 # quadratic time (a start inserted in time order, the whole file rewritten per marker) while the
-# budget went unchecked (found 2026-12-04: 4,000 markers, 209 s). Past this, new stages are counted,
-# not kept.
+# budget went unchecked (4,000 markers took 209 s). Past this, new stages are counted, not kept.
 MAX_STAGES = 500
 
 

@@ -1,4 +1,4 @@
-"""A finished run's results: measured and written once, and (issue 21) attested and verified.
+"""A finished run's results: measured and written once, then attested and verified.
 
 evaluate.py  a run directory (or a bare log) judged: steps.jsonl, result.yaml, verdict.json,
              report.md, plots/ and report.html written, each through records/rundir.py's names

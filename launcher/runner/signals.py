@@ -193,8 +193,8 @@ def report_thread_failures() -> None:
     Why: Python's default hook prints the whole traceback. paramiko reads a file with a thread of
     its own that sends the read requests (`_prefetch_thread`); when the node goes away mid-read
     (a node unreachable mid-run, which the launcher handles by detaching with a hint), that thread
-    died with `OSError: Socket is closed` and its traceback landed in the middle of the hint
-    (found 2026-12-05). A connection lost inside paramiko's own threads is said by the main
+    dies with `OSError: Socket is closed`, and its traceback would land in the middle of the
+    hint. A connection lost inside paramiko's own threads is said by the main
     thread already, so it is dropped here; anything else is one warning line."""
     import sys
     import traceback
