@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import typer
 
-from launcher.catalog import DEFAULT_REGION
-from launcher.commands.cli_ops import OPS_COMMANDS, finite, output_file, show_version
+from launcher.commands import options as o
+from launcher.commands.cli_ops import OPS_COMMANDS, output_file, show_version
 from launcher.commands.cli_ops import fail as _fail
+from launcher.commands.options import finite
 from launcher.errors import ReproduceError
 from launcher.judge.verdict import DEFAULT_TOLERANCE_PERCENT
 
@@ -39,27 +41,17 @@ def _options(
     """Reproduce a published GPU training recipe and judge whether its numbers hold."""
 
 
-# --- commands are added below; keep each body a call into a module, imports lazy ---
+# --- commands are declared below and registered at the end, by group (COMMANDS); shared options
+# come from launcher/commands/options.py; keep each body a call into a module, imports lazy ---
 
 
 # --- run (the default command): launcher/commands/run.py; validate: launcher/inputs/recipe.py ---
 
 
-@app.command("run")
 def run_cmd(
     recipe: Path = typer.Argument(..., help="Recipe file (OpenRecipes YAML, schema_version 1)."),
-    cluster: str = typer.Option(
-        "local",
-        "--cluster",
-        "-c",
-        help="Profile name from env/ (local, ssh, aws, ray) or a path to a profile file.",
-    ),
-    dry_run: bool = typer.Option(
-        False,
-        "--dry-run",
-        help="Print the plan (header, provisioning request, node script) and exit; "
-        "needs no credentials or network.",
-    ),
+    cluster: o.Cluster = "local",
+    dry_run: o.DryRun = False,
     check: bool = typer.Option(
         False,
         "--check",
@@ -81,44 +73,18 @@ def run_cmd(
     instance_id: str | None = typer.Option(
         None, "--instance-id", help="aws: target this existing instance (never terminated)."
     ),
-    price_per_hour: float | None = typer.Option(
-        None,
-        "--price-per-hour",
-        help="US$ per node-hour for cost figures (overrides the profile and the price table).",
-        callback=finite,
-    ),
+    price_per_hour: o.PricePerHour = None,
     keep: bool = typer.Option(
         False,
         "--keep",
         help="aws: keep the instance after the run (prints its cost per hour and how to end it).",
     ),
-    max_usd: float | None = typer.Option(
-        None, "--max-usd", help="Stop the run when its cost would exceed this US$.", callback=finite
-    ),
-    max_hours: float | None = typer.Option(
-        None, "--max-hours", help="Stop the run after this many wall-clock hours.", callback=finite
-    ),
-    on_interrupt: str = typer.Option(
-        "ask", "--on-interrupt", help="On Ctrl-C: ask, cancel, or detach."
-    ),
-    runs_dir: Path | None = typer.Option(
-        None,
-        "--runs-dir",
-        help="Where run directories go (default: $REPRODUCE_RUNS_DIR or ./runs).",
-    ),
-    yes: bool = typer.Option(
-        False,
-        "--yes",
-        "-y",
-        help="Accept the cost shown without being asked (a launch without a terminal needs "
-        "this or --max-usd).",
-    ),
-    runs: int | None = typer.Option(
-        None,
-        "--runs",
-        help="Measured runs on the one node (default: the claim's result.runs N; the verdict "
-        "is on their mean). --runs K < N measures fewer, and the verdict says so.",
-    ),
+    max_usd: o.MaxUsd = None,
+    max_hours: o.MaxHours = None,
+    on_interrupt: o.Interrupt = o.OnInterrupt.ask,
+    runs_dir: o.RunsDir = None,
+    yes: o.Yes = False,
+    runs: o.Runs = None,
 ) -> None:
     """Reproduce RECIPE on a cluster (also: `reproduce RECIPE ...`): provision, check, train,
     measure, judge, release."""
@@ -134,7 +100,7 @@ def run_cmd(
         keep=keep,
         max_usd=max_usd,
         max_hours=max_hours,
-        on_interrupt=on_interrupt,
+        on_interrupt=on_interrupt.value,
         runs_dir=runs_dir,
         yes=yes,
         runs=runs,
@@ -146,7 +112,6 @@ def run_cmd(
     raise typer.Exit(code)
 
 
-@app.command()
 def validate(
     recipes: list[Path] = typer.Argument(..., help="Recipe files to check."),
 ) -> None:
@@ -173,7 +138,6 @@ def validate(
 # --- measurement, verdict and report: `measure`, `compare` (launcher/commands/measure.py) ---
 
 
-@app.command("measure")
 def measure_cmd(
     log: Path = typer.Argument(
         ...,
@@ -185,13 +149,9 @@ def measure_cmd(
         "--recipe",
         help="the recipe whose claim is judged (default: a run directory's recipe.yaml)",
     ),
-    json_out: bool = typer.Option(False, "--json", help="print exactly one JSON object on stdout"),
-    price_per_hour: float | None = typer.Option(
-        None, "--price-per-hour", help="override the $/h price", callback=finite
-    ),
-    region: str | None = typer.Option(
-        None, "--region", help=f"price region (default {DEFAULT_REGION})"
-    ),
+    json_out: o.Json = False,
+    price_per_hour: o.PricePerHour = None,
+    region: o.Region = None,
     timeline: Path | None = typer.Option(
         None, "--timeline", help="timeline.json for GPU-hours (log file only)"
     ),
@@ -207,20 +167,10 @@ def measure_cmd(
         help="percent above the claim still 'reproduced'",
         callback=finite,
     ),
-    out: Path | None = typer.Option(
-        None,
-        "--out",
-        help="write steps.jsonl, result.yaml, verdict.json, report.md and plots/ here "
-        "(a log file's are written nowhere without it)",
-    ),
-    runs: int | None = typer.Option(
-        None,
-        "--runs",
-        help="--runs 1 judges one run (a log) against a claim that is a mean of result.runs "
-        "runs (default: what the run directory was started with)",
-    ),
+    out: o.Out = None,
+    runs: o.Runs = None,
 ) -> None:
-    """Measure a miles log against the recipe's claim. Exit 0 reproduced, 1 otherwise (mismatch included), 2 bad input or an unreadable log."""  # noqa: E501 - typer shows its line breaks
+    """Measure a miles log against the recipe's claim (files written to --out, or a run directory; a log file's nowhere without it). Exit 0 reproduced, 1 otherwise (mismatch included), 2 bad input or an unreadable log."""  # noqa: E501 - typer shows its line breaks
     try:
         from launcher.commands.measure import run_measure
 
@@ -241,11 +191,10 @@ def measure_cmd(
     raise typer.Exit(code)
 
 
-@app.command("compare")
 def compare_cmd(
     candidate: Path = typer.Argument(..., help="candidate run directory or log"),
     reference: Path = typer.Argument(..., help="reference run directory or log"),
-    json_out: bool = typer.Option(False, "--json", help="print exactly one JSON object on stdout"),
+    json_out: o.Json = False,
     allow_different: bool = typer.Option(
         False,
         "--allow-different-recipes",
@@ -267,20 +216,15 @@ def compare_cmd(
 # --- aws: `down`, `reap`, `capacity` (launcher/commands/aws.py) ---
 
 
-@app.command()
 def down(
     run: str = typer.Argument(
         ...,
         help="Run directory (or its aws.json), or a run id (the user's index, or the runs root).",
     ),
-    runs_dir: Path | None = typer.Option(
-        None, "--runs-dir", help="Runs root (default: $REPRODUCE_RUNS_DIR or ./runs)."
-    ),
-    region: str | None = typer.Option(
-        None, "--region", help="Region to search when the run's aws.json cannot be read."
-    ),
+    runs_dir: o.RunsDir = None,
+    region: o.Region = None,
 ) -> None:
-    """End what an aws run launched (a --keep node, or what a crash left): instances, Elastic IPs, groups, key pair."""  # noqa: E501 - typer shows its line breaks
+    """End what an aws run launched (a --keep node, or what a crash left): instances, Elastic IPs, groups, key pair; --region: where to search when its aws.json cannot be read."""  # noqa: E501 - typer shows its line breaks
     from launcher.commands.aws import down_run
 
     try:
@@ -289,14 +233,11 @@ def down(
         raise _fail(err) from None
 
 
-@app.command()
 def capacity(
     recipe: Path = typer.Argument(
         ..., help="Recipe whose instance type and node count are wanted."
     ),
-    cluster: str = typer.Option(
-        "aws", "--cluster", "-c", help="aws profile (region, instance_type)."
-    ),
+    cluster: o.Cluster = "aws",
     hours: int = typer.Option(24, "--hours", help="Block length: whole days (24, 48, ...)."),
     nodes: int | None = typer.Option(
         None, "--nodes", help="Instances in the block (default: the recipe's nodes)."
@@ -310,15 +251,8 @@ def capacity(
         "--buy",
         help="Buy this offering id. It CANNOT be cancelled; its price is printed first.",
     ),
-    max_usd: float | None = typer.Option(
-        None,
-        "--max-usd",
-        help="With --buy: refuse an offering costing more (without a terminal: consent below it).",
-        callback=finite,
-    ),
-    yes: bool = typer.Option(
-        False, "--yes", "-y", help="With --buy: buy without asking (the price is still shown)."
-    ),
+    max_usd: o.MaxUsd = None,
+    yes: o.Yes = False,
 ) -> None:
     """List Capacity Block offerings for RECIPE (price, start time); buy one only with --buy OFFERING_ID."""  # noqa: E501 - typer shows its line breaks
     from launcher.commands.aws import capacity_command
@@ -342,23 +276,20 @@ def capacity(
 # --- prepare: a recipe's assets into a store (launcher/commands/assets.py) ---
 
 
-@app.command("prepare")
 def prepare_cmd(
     recipe: Path = typer.Argument(..., help="Recipe whose assets go into the store."),
     store: str | None = typer.Option(
         None, "--store", help="s3://BUCKET/PREFIX or a directory (local or shared)."
     ),
-    cluster: str | None = typer.Option(
-        None, "--cluster", "-c", help="Take the store from this profile's assets.store."
-    ),
+    cluster: o.ClusterOrNone = None,
     work_dir: Path | None = typer.Option(
         None, "--work-dir", help="Local copy of the assets (default ~/.cache/reproduce/assets)."
     ),
     rows: Path | None = typer.Option(
         None, "--rows", help="Rows built elsewhere: uploaded if their sha256 is the recipe's."
     ),
-    rows_builder: str = typer.Option(
-        "auto",
+    rows_builder: o.RowsBuilder = typer.Option(
+        o.RowsBuilder.auto,
         "--rows-builder",
         help="auto (miles here, else the image: asked first, it is ~20 GB), host (miles here), "
         "docker (pull and run the recipe's image), or skip.",
@@ -371,7 +302,7 @@ def prepare_cmd(
         "(builtin:whitespace-test) instead of miles'; docs/assets.md.",
     ),
 ) -> None:
-    """Fetch RECIPE's checkpoint and dataset at their pinned revisions, build its rows, verify every hash, upload with a manifest; no GPU; resumable."""  # noqa: E501 - typer shows its line breaks
+    """Fetch RECIPE's checkpoint and dataset at their pinned revisions, build its rows, verify every hash, upload with a manifest (to --store, or the --cluster profile's assets.store); no GPU; resumable."""  # noqa: E501 - typer shows its line breaks
     from launcher.commands.assets import prepare_command
 
     try:
@@ -381,7 +312,7 @@ def prepare_cmd(
             cluster=cluster,
             work_dir=work_dir,
             rows_file=rows,
-            rows_builder=rows_builder,
+            rows_builder=rows_builder.value,
             threads=threads,
             encoder=test_encoder,
         )
@@ -390,18 +321,12 @@ def prepare_cmd(
     raise typer.Exit(code)
 
 
-# --- attach, cancel, history, nightly, runs, status: declared in launcher/commands/cli_ops.py ---
-for _name, _command in OPS_COMMANDS:
-    app.command(_name)(_command)
-
-
 # --- image: the recipe's image built for multi-node (launcher/commands/image.py) ---
 
 image_app = typer.Typer(
     no_args_is_help=True,
     help="The recipe's image: built with EFA (docs/image.md), baked into an AMI (docs/aws.md).",
 )
-app.add_typer(image_app, name="image")
 
 
 @image_app.command("build")
@@ -428,8 +353,8 @@ def image_build_cmd(
         help="Record file (default: images/<recipe slug>.json beside runs/).",
         callback=output_file,
     ),
-    network: str = typer.Option(
-        "default", "--network", help="docker build --network for RUN steps: none, default, host."
+    network: o.BuildNetwork = typer.Option(
+        o.BuildNetwork.default, "--network", help="docker build --network for RUN steps."
     ),
     dockerfile: Path | None = typer.Option(
         None, "--dockerfile", help="Another Dockerfile (default: the repository's)."
@@ -449,7 +374,7 @@ def image_build_cmd(
                 tag=tag,
                 efa_version=efa_version,
                 record=record,
-                network=network,
+                network=network.value,
                 dockerfile=dockerfile,
             )
         )
@@ -461,11 +386,9 @@ def image_build_cmd(
 @image_app.command("bake")
 def image_bake_cmd(
     recipe: Path = typer.Argument(..., help="Recipe whose image (pinned by digest) the AMI holds."),
-    profile: str = typer.Option(
-        "aws", "--profile", "--cluster", help="The aws profile (name in env/ or a path)."
-    ),
-    region: str | None = typer.Option(None, "--region", help="Region (default: the profile's)."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Print the requests; send nothing."),
+    cluster: o.Cluster = "aws",
+    region: o.Region = None,
+    dry_run: o.DryRun = False,
 ) -> None:
     """Bake an AMI holding RECIPE's image by digest, for `ami: baked` (docs/aws.md)."""
     from launcher.commands.image import bake_command
@@ -473,7 +396,7 @@ def image_bake_cmd(
 
     try:
         code = bake_command(
-            BakeRequest(recipe=recipe, profile=profile, region=region), dry_run=dry_run
+            BakeRequest(recipe=recipe, profile=cluster, region=region), dry_run=dry_run
         )
     except ReproduceError as err:
         raise _fail(err) from None
@@ -485,26 +408,57 @@ def image_prune_cmd(
     recipe: Path | None = typer.Argument(
         None, help="Recipe whose image's baked AMIs are pruned (or --all-images)."
     ),
-    profile: str = typer.Option(
-        "aws", "--profile", "--cluster", help="The aws profile (name in env/ or a path)."
-    ),
-    region: str | None = typer.Option(None, "--region", help="Region (default: the profile's)."),
-    keep: int = typer.Option(
-        1, "--keep", help="The newest available AMIs of each image that stay (1: the one runs use)."
+    cluster: o.Cluster = "aws",
+    region: o.Region = None,
+    keep_newest: int = typer.Option(
+        1,
+        "--keep-newest",
+        help="The newest available AMIs of each image that stay (1: the one runs use).",
     ),
     all_images: bool = typer.Option(False, "--all-images", help="Every image's baked AMIs."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="List the plan; remove nothing."),
+    dry_run: o.DryRun = False,
 ) -> None:
     """Remove this owner's older baked AMIs and their snapshots; the newest of each image stays (docs/aws.md)."""  # noqa: E501 - typer shows its line breaks
     from launcher.commands.image import prune_command
     from launcher.prepare.prune import PruneRequest
 
-    req = PruneRequest(recipe, profile, region, keep=keep, all_images=all_images)
+    req = PruneRequest(recipe, cluster, region, keep=keep_newest, all_images=all_images)
     try:
         code = prune_command(req, dry_run=dry_run)
     except ReproduceError as err:
         raise _fail(err) from None
     raise typer.Exit(code)
+
+
+# --- the command table: `reproduce --help` shows the commands in these groups, in this order ---
+
+COMMANDS: tuple[tuple[str, Callable[..., None] | None, str], ...] = (
+    ("run", run_cmd, o.RUN),
+    ("validate", validate, o.RUN),
+    ("nightly", None, o.RUN),
+    ("runs", None, o.WATCH),
+    ("status", None, o.WATCH),
+    ("logs", None, o.WATCH),
+    ("attach", None, o.WATCH),
+    ("cancel", None, o.WATCH),
+    ("ssh", None, o.WATCH),
+    ("measure", measure_cmd, o.JUDGE),
+    ("compare", compare_cmd, o.JUDGE),
+    ("history", None, o.JUDGE),
+    ("attest", None, o.ATTEST),
+    ("verify", None, o.ATTEST),
+    ("bundle", None, o.ATTEST),
+    ("keygen", None, o.ATTEST),
+    ("down", down, o.AWS),
+    ("reap", None, o.AWS),
+    ("capacity", capacity, o.AWS),
+    ("prepare", prepare_cmd, o.ASSETS),
+)
+_OPS: dict[str, Callable[..., None]] = dict(OPS_COMMANDS)  # declared in cli_ops.py
+for _name, _command, _panel in COMMANDS:
+    app.command(_name, rich_help_panel=_panel)(_command or _OPS.pop(_name))
+assert not _OPS, f"commands of cli_ops.py in no group: {sorted(_OPS)}"
+app.add_typer(image_app, name="image", rich_help_panel=o.ASSETS)
 
 
 def _default_to_run(argv: list[str]) -> list[str]:

@@ -1,32 +1,23 @@
-"""More of the `reproduce` command line: following runs (attach, cancel, runs, status) and their
-history (history, nightly). Declarations only, as in launcher/commands/cli.py, which registers them
-(OPS_COMMANDS); kept apart so that neither file grows past a screenful of commands.
+"""More of the `reproduce` command line: following runs (attach, cancel, runs, status, logs, ssh),
+their history (history, nightly), attestations and the reaper. Declarations only, as in
+launcher/commands/cli.py, whose command table (COMMANDS) registers them in their groups; shared
+options come from launcher/commands/options.py.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import stat
 import sys
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
+from launcher.commands import options as o
+from launcher.commands.options import finite as finite
 from launcher.errors import ReproduceError
 from launcher.excerpt import printable
-
-_RUN_HELP = "Run directory, or a run id (from any directory: the user's index, or the runs root)."
-
-
-def finite(value: float | None) -> float | None:
-    """The callback of every number option (--max-usd, --tolerance-slower, ...): click reads
-    "nan" and "inf" as floats, and a NaN limit or bound is never crossed, so such a value is a
-    usage error (exit 2) naming the option, before any command body sees it (docs/architecture.md,
-    "Numbers are finite"; tests/commands/test_cli_numbers.py walks every option)."""
-    if value is not None and not math.isfinite(value):
-        raise typer.BadParameter(f"got {value}; expected a finite number")
-    return value
 
 
 def output_file(value: Path | None) -> Path | None:
@@ -81,39 +72,25 @@ def show_version(value: bool) -> None:
 
 # --- attach / cancel (launcher/commands/run.py) ---
 
-_ON_INTERRUPT_HELP = (
-    "On Ctrl-C: ask (default when interactive; cancel otherwise), cancel, or detach."
-)
-
 
 def attach(
-    run: str = typer.Argument(
-        ...,
-        help=_RUN_HELP,
-    ),
-    runs_dir: Path | None = typer.Option(
-        None, "--runs-dir", help="Runs root (default: $REPRODUCE_RUNS_DIR or ./runs)."
-    ),
-    on_interrupt: str = typer.Option("ask", "--on-interrupt", help=_ON_INTERRUPT_HELP),
+    run: o.RunArg,
+    runs_dir: o.RunsDir = None,
+    on_interrupt: o.Interrupt = o.OnInterrupt.ask,
 ) -> None:
     """Reattach to a run in progress: continue collecting its log where it stopped, then measure."""
     from launcher.commands.run import attach_command
 
     try:
-        code = attach_command(run, runs_dir, on_interrupt)
+        code = attach_command(run, runs_dir, on_interrupt.value)
     except ReproduceError as err:
         raise fail(err) from None
     raise typer.Exit(code)
 
 
 def cancel(
-    run: str = typer.Argument(
-        ...,
-        help=_RUN_HELP,
-    ),
-    runs_dir: Path | None = typer.Option(
-        None, "--runs-dir", help="Runs root (default: $REPRODUCE_RUNS_DIR or ./runs)."
-    ),
+    run: o.RunArg,
+    runs_dir: o.RunsDir = None,
 ) -> None:
     """Stop a run on its node: its processes and its container (with Ray inside); nothing else."""
     from launcher.commands.run import cancel_command
@@ -127,8 +104,6 @@ def cancel(
 
 # --- history and nightly (launcher/commands/history.py) ---
 
-_HISTORY_HELP = "History database (default: $REPRODUCE_HISTORY or <runs dir>/history.sqlite)."
-
 
 def history_cmd(
     recipe: str | None = typer.Argument(
@@ -136,20 +111,14 @@ def history_cmd(
         help="Recipe file, its name under recipes/ (qwen3-30b-a3b/h200/attune-tp1-pp1-ep8-mt16k) "
         "or its slug (as `reproduce runs` shows it).",
     ),
-    import_dir: Path | None = typer.Option(
-        None, "--import", help="First index every finished run directory under this runs tree."
-    ),
-    json_out: bool = typer.Option(False, "--json", help="Print exactly one JSON object on stdout."),
+    import_dir: o.Import = None,
+    json_out: o.Json = False,
     limit: int = typer.Option(
         20, "--limit", help="Show the last N runs (the trend uses all of them)."
     ),
-    cluster: str | None = typer.Option(
-        None, "--cluster", "-c", help="Only runs on this cluster profile name."
-    ),
-    history: Path | None = typer.Option(None, "--history", help=_HISTORY_HELP),
-    runs_dir: Path | None = typer.Option(
-        None, "--runs-dir", help="Runs root (default: $REPRODUCE_RUNS_DIR or ./runs)."
-    ),
+    cluster: o.ClusterOrNone = None,
+    history: o.History = None,
+    runs_dir: o.RunsDir = None,
     html: Path | None = typer.Option(
         None,
         "--html",
@@ -157,7 +126,7 @@ def history_cmd(
         callback=output_file,
     ),
 ) -> None:
-    """Past runs of a recipe, the trend and whether the latest run is a regression (exit 1 when it is)."""  # noqa: E501 - typer shows its line breaks
+    """Past runs of a recipe (with --cluster: those on that profile), the trend and whether the latest run is a regression (exit 1 when it is)."""  # noqa: E501 - typer shows its line breaks
     from launcher.commands.history import run_history
 
     try:
@@ -177,45 +146,21 @@ def history_cmd(
 
 
 def nightly_cmd(
-    recipes: list[Path] = typer.Argument(
-        ..., help="Recipe files, or directories (every *.yaml under them, sorted)."
-    ),
-    cluster: str = typer.Option(
-        ..., "--cluster", "-c", help="Profile name from env/ or a path to a profile file."
-    ),
-    runs_dir: Path | None = typer.Option(
-        None,
-        "--runs-dir",
-        help="Where run directories and nightly-<date>.md go "
-        "(default: $REPRODUCE_RUNS_DIR or ./runs).",
-    ),
-    history: Path | None = typer.Option(None, "--history", help=_HISTORY_HELP),
-    max_usd: float | None = typer.Option(
-        None,
-        "--max-usd",
-        help="Per recipe: stop a run when its cost would exceed this many US$.",
-        callback=finite,
-    ),
-    max_hours: float | None = typer.Option(
-        None,
-        "--max-hours",
-        help="Per recipe: stop a run after this many wall-clock hours.",
-        callback=finite,
-    ),
-    yes: bool = typer.Option(
-        False,
-        "--yes",
-        help="Paid clusters (aws): accept each recipe's cost without a --max-usd budget "
-        "(a nightly is unattended: one of the two is required there).",
-    ),
-    attest_key: Path | None = typer.Option(
-        None,
-        "--attest-key",
-        help="Attest every measured run with this ed25519 private key (reproduce attest; "
-        "an encrypted key's passphrase from $REPRODUCE_KEY_PASSPHRASE).",
-    ),
+    recipes: Annotated[
+        list[Path],
+        typer.Argument(help="Recipe files, or directories (every *.yaml under them, sorted)."),
+    ],
+    cluster: o.Cluster,
+    runs_dir: o.RunsDir = None,
+    history: o.History = None,
+    max_usd: o.MaxUsd = None,
+    max_hours: o.MaxHours = None,
+    yes: o.Yes = False,
+    key: o.Key = None,
 ) -> None:
-    """Reproduce each recipe in turn (on aws, recipes of one node shape share one launched node), record it in the history, flag regressions; exit 0 all good, 1 any regression or failed check, 3 infra."""  # noqa: E501 - typer shows its line breaks
+    """Reproduce each recipe in turn (on aws, recipes of one node shape share one launched node), record it in the history, flag regressions; exit 0 all good, 1 any regression or failed check, 3 infra.
+
+    --max-usd and --max-hours hold for each recipe; on a paid cluster a nightly, unattended, needs --max-usd or --yes. --key attests every measured run (as `reproduce attest`)."""  # noqa: E501 - typer shows its line breaks
     from launcher.commands.history import run_nightly
 
     try:
@@ -227,7 +172,7 @@ def nightly_cmd(
             max_usd=max_usd,
             max_hours=max_hours,
             yes=yes,
-            attest_key=attest_key,
+            attest_key=key,
         )
     except ReproduceError as err:
         raise fail(err) from None
@@ -238,42 +183,23 @@ def nightly_cmd(
 
 
 def runs_cmd(
-    runs_dir: Path | None = typer.Option(
-        None,
-        "--runs-dir",
-        help="Only the runs under this runs root (default: every run in this user's index, "
-        "$REPRODUCE_HOME, and under $REPRODUCE_RUNS_DIR or ./runs).",
-    ),
-    import_dir: Path | None = typer.Option(
-        None,
-        "--import",
-        help="First enter every run directory under this runs root in the user's index, so "
-        "its runs are found by id from any directory.",
-    ),
-    json_out: bool = typer.Option(False, "--json", help="Print exactly one JSON object on stdout."),
+    runs_dir: o.RunsDir = None,
+    import_dir: o.Import = None,
+    json_out: o.Json = False,
     live: bool = typer.Option(
         False,
         "--live",
         help="Instead: the instances this tool launched that still exist (by tag, in the "
         "aws profile's region).",
     ),
-    cluster: str = typer.Option(
-        "aws", "--cluster", "-c", help="--live: the aws profile whose region is searched."
-    ),
-    region: str | None = typer.Option(
-        None, "--region", help="--live: the region to search (overrides the profile's)."
-    ),
-    refresh: bool = typer.Option(
-        False,
-        "--refresh",
-        "-r",
-        help="Ask AWS whether each aws run's instances still exist (else: the last known state).",
-    ),
+    cluster: o.Cluster = "aws",
+    region: o.Region = None,
+    refresh: o.Refresh = False,
     cost: bool = typer.Option(
         False, "--cost", help="What the runs cost: per run, in total, by recipe and by cluster."
     ),
 ) -> None:
-    """Every run this user made, from any directory: id, recipe, target, state, verdict, started, GPU-hours, cost so far."""  # noqa: E501 - typer shows its line breaks
+    """Every run this user made, from any directory (with --runs-dir: those under it): id, recipe, target, state, verdict, started, GPU-hours, cost so far; --live searches the --cluster profile's region."""  # noqa: E501 - typer shows its line breaks
     from launcher.commands.runs import runs_command
 
     try:
@@ -293,17 +219,10 @@ def runs_cmd(
 
 
 def status_cmd(
-    run: str = typer.Argument(
-        ...,
-        help=_RUN_HELP,
-    ),
-    runs_dir: Path | None = typer.Option(
-        None, "--runs-dir", help="Runs root (default: $REPRODUCE_RUNS_DIR or ./runs)."
-    ),
-    json_out: bool = typer.Option(False, "--json", help="Print exactly one JSON object on stdout."),
-    refresh: bool = typer.Option(
-        False, "--refresh", "-r", help="Ask AWS whether the run's instances still exist."
-    ),
+    run: o.RunArg,
+    runs_dir: o.RunsDir = None,
+    json_out: o.Json = False,
+    refresh: o.Refresh = False,
 ) -> None:
     """Where a run is: its stage, step N of M (a run nobody follows: as its node has it), elapsed, cost so far, a node still billing, where its logs are."""  # noqa: E501 - typer shows its line breaks
     from launcher.commands.runs import status_command
@@ -319,17 +238,15 @@ def status_cmd(
 
 
 def logs_cmd(
-    run: str = typer.Argument(..., help=_RUN_HELP),
+    run: o.RunArg,
     follow: bool = typer.Option(
         False, "--follow", "-f", help="Go on printing until the run ends on its node."
     ),
     stage: str | None = typer.Option(
         None, "--stage", help="Only this stage's lines (image, assets, train, ...)."
     ),
-    node: int = typer.Option(0, "--node", help="Node K of a multi-node run (default 0, the head)."),
-    runs_dir: Path | None = typer.Option(
-        None, "--runs-dir", help="Runs root (default: $REPRODUCE_RUNS_DIR or ./runs)."
-    ),
+    node: o.Node = 0,
+    runs_dir: o.RunsDir = None,
 ) -> None:
     """A run's log: the run directory's copy and, while it runs, the rest from the node; never takes the run over (no attach, nothing written)."""  # noqa: E501 - typer shows its line breaks
     from launcher.commands.logs import logs_command
@@ -343,19 +260,14 @@ def logs_cmd(
 
 # --- signed evidence: attest, verify, bundle, keygen (launcher/commands/attest.py) ---
 
-_KEY_HELP = (
-    "Signing key: an OpenSSH (or PEM) ed25519 private key "
-    "(default: $REPRODUCE_ATTEST_KEY, else ~/.ssh/id_ed25519)."
-)
-
 
 def attest_cmd(
     run: str = typer.Argument(
         ..., help="A run directory, a run id, or a `measure --out` directory."
     ),
-    key: Path | None = typer.Option(None, "--key", help=_KEY_HELP),
-    runs_dir: Path | None = typer.Option(None, "--runs-dir", help="Where to look for a run id."),
-    json_out: bool = typer.Option(False, "--json", help="One JSON object on stdout."),
+    key: o.Key = None,
+    runs_dir: o.RunsDir = None,
+    json_out: o.Json = False,
 ) -> None:
     """Sign what a run holds and showed (in-toto statement, DSSE envelope, ed25519): writes attestation.intoto.json into it; exit 1 when its figures are not what its logs give."""  # noqa: E501 - typer shows its line breaks
     from launcher.commands.attest import run_attest
@@ -369,13 +281,8 @@ def attest_cmd(
 
 def verify_cmd(
     target: Path = typer.Argument(..., help="An attested directory, or a bundle (.tar.gz)."),
-    key: Path | None = typer.Option(
-        None,
-        "--key",
-        help="The signer's public key (OpenSSH .pub line); default: the attestation.pub beside "
-        "it, which checks the files but not who signed.",
-    ),
-    json_out: bool = typer.Option(False, "--json", help="One JSON object on stdout."),
+    key: o.Key = None,
+    json_out: o.Json = False,
 ) -> None:
     """Check an attestation offline: the signature, every file's sha256, then the figures and verdict measured again from the raw log; exit 0 all hold, 1 the first difference, 2 bad input."""  # noqa: E501 - typer shows its line breaks
     from launcher.commands.attest import run_verify
@@ -385,12 +292,10 @@ def verify_cmd(
 
 def bundle_cmd(
     run: str = typer.Argument(..., help="An attested directory or run id."),
-    out: Path | None = typer.Option(
-        None, "--out", help="The bundle's path (default: beside the directory, .attested.tar.gz)."
-    ),
-    runs_dir: Path | None = typer.Option(None, "--runs-dir", help="Where to look for a run id."),
+    out: o.Out = None,
+    runs_dir: o.RunsDir = None,
 ) -> None:
-    """Pack an attested run (after verifying it) and its files into one .tar.gz to share; `verify` takes it as it is."""  # noqa: E501 - typer shows its line breaks
+    """Pack an attested run (after verifying it) and its files into one .tar.gz to share (--out, default: beside the directory, .attested.tar.gz); `verify` takes it as it is."""  # noqa: E501 - typer shows its line breaks
     from launcher.commands.attest import run_bundle
 
     try:
@@ -401,14 +306,12 @@ def bundle_cmd(
 
 
 def ssh_cmd(
-    run: str = typer.Argument(..., help=_RUN_HELP),
+    run: o.RunArg,
     command: list[str] | None = typer.Argument(
         None, help="A command to run there instead of a shell (after --)."
     ),
-    node: int = typer.Option(0, "--node", help="Node K of a multi-node run (default 0, the head)."),
-    runs_dir: Path | None = typer.Option(
-        None, "--runs-dir", help="Runs root (default: $REPRODUCE_RUNS_DIR or ./runs)."
-    ),
+    node: o.Node = 0,
+    runs_dir: o.RunsDir = None,
 ) -> None:
     """A shell (or `-- COMMAND`) on a node the run holds, trusting only the host key the run pinned."""  # noqa: E501 - typer shows its line breaks
     from launcher.commands.logs import ssh_command
@@ -436,13 +339,9 @@ def keygen_cmd(
 
 
 def reap(
-    cluster: str = typer.Option(
-        "aws", "--cluster", "-c", help="aws profile whose region is searched."
-    ),
-    region: str | None = typer.Option(
-        None, "--region", help="Region to search (overrides the profile's)."
-    ),
-    dry_run: bool = typer.Option(False, "--dry-run", help="List what would be ended; end nothing."),
+    cluster: o.Cluster = "aws",
+    region: o.Region = None,
+    dry_run: o.DryRun = False,
 ) -> None:
     """End every instance (and its Elastic IPs, groups, key pair) the launcher tagged whose expires-at has passed."""  # noqa: E501 - typer shows its line breaks
     from launcher.commands.aws import reap_command

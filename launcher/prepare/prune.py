@@ -54,7 +54,7 @@ class PruneJob:
 
         if req.keep < 0:
             raise BadInput(
-                f"--keep {req.keep}: expected 0 or more (the newest AMIs of each image that "
+                f"--keep-newest {req.keep}: expected 0 or more (the newest AMIs of each image that "
                 "stay; 0 removes even the one `ami: baked` would use)."
             )
         if (req.recipe is None) == (not req.all_images):
@@ -66,7 +66,7 @@ class PruneJob:
         if profile.kind != "aws":
             raise BadInput(
                 f"profile {profile.path}: kind {profile.kind}; baked AMIs are AWS's: expected "
-                "an aws profile (--profile)."
+                "an aws profile (--cluster)."
             )
         region = req.region or profile.region
         if req.recipe is None:

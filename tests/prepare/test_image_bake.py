@@ -228,7 +228,7 @@ def test_the_refusal_when_no_baked_ami_exists_creates_nothing(aws, tmp_path):
 )
 def test_bad_input_is_one_paragraph_exit_2_and_nothing_is_asked(tmp_path, fields, words):
     profile = write_profile(tmp_path, **fields)
-    res = reproduce("image", "bake", str(SEED), "--profile", str(profile), "--dry-run")
+    res = reproduce("image", "bake", str(SEED), "--cluster", str(profile), "--dry-run")
     assert res.code == 2, res.out + res.err
     assert "Traceback" not in res.err and res.out == ""
     for word in words:
@@ -270,7 +270,7 @@ def test_without_credentials_the_bake_is_refused_and_nothing_is_made(tmp_path, m
     ):
         monkeypatch.delenv(key, raising=False)
     monkeypatch.chdir(tmp_path)
-    res = reproduce("image", "bake", str(SEED), "--profile", "aws")
+    res = reproduce("image", "bake", str(SEED), "--cluster", "aws")
     assert res.code == 2, res.out + res.err
     assert "credentials" in res.err.lower() and "Traceback" not in res.err
     assert not (tmp_path / "images").exists()  # not even the bake's record directory

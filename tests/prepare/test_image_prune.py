@@ -144,11 +144,17 @@ def test_the_dry_run_reads_the_same_plan_and_removes_nothing(account, tmp_path):
     ec2, ids = account["ec2"], account["ids"]
     before = (_left(ec2), _snaps_left(ec2))
     profile = write_profile(tmp_path)
-    result = reproduce_here("image", "prune", "--all-images", "--keep", "0", "--profile", profile,
+    result = reproduce_here("image", "prune", "--all-images", "--keep-newest", "0", "--cluster", profile,
                             "--dry-run")  # fmt: skip
     assert result.code == 0, result.err
     assert (_left(ec2), _snaps_left(ec2)) == before
-    for key in ("newest", "middle", "oldest", "failed", "other-image"):  # --keep 0: every one
+    for key in (
+        "newest",
+        "middle",
+        "oldest",
+        "failed",
+        "other-image",
+    ):  # --keep-newest 0: every one
         assert _line(result.out, ids[key]) == "would", key
     assert "dry run: nothing removed" in result.out
     assert ids["untagged"] not in result.out  # not a bake of any image
@@ -220,7 +226,7 @@ def test_the_requests_in_order_and_a_snapshot_that_cannot_go_is_exit_3_with_its_
 @pytest.mark.parametrize(
     ("args", "words"),
     [
-        (["--keep", "-1"], "--keep -1: expected 0 or more"),
+        (["--keep-newest", "-1"], "--keep-newest -1: expected 0 or more"),
         ([], "give a RECIPE"),
         (["--all-images", str(SEED)], "one of the two"),
     ],
@@ -234,7 +240,7 @@ def test_bad_input_is_one_paragraph_exit_2_and_nothing_is_asked(
     monkeypatch.setattr("launcher.clusters.aws.session.make_session", asked)
     profile = write_profile(tmp_path)
     recipe = [] if "--all-images" in args or args == [] else [str(SEED)]
-    result = reproduce_here("image", "prune", *recipe, *args, "--profile", profile)
+    result = reproduce_here("image", "prune", *recipe, *args, "--cluster", profile)
     assert result.code == 2, result.out + result.err
     assert words in result.err and "Traceback" not in result.err
 
@@ -242,7 +248,7 @@ def test_bad_input_is_one_paragraph_exit_2_and_nothing_is_asked(
 def test_a_profile_of_another_kind_is_refused(aws, tmp_path):
     local = tmp_path / "local.yaml"
     local.write_text("kind: local\n")
-    result = reproduce_here("image", "prune", SEED, "--profile", local)
+    result = reproduce_here("image", "prune", SEED, "--cluster", local)
     assert result.code == 2 and "expected an aws profile" in result.err
 
 
@@ -250,6 +256,6 @@ def test_without_credentials_nothing_is_asked(monkeypatch, tmp_path):
     set_fake_env(monkeypatch)
     for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
         monkeypatch.delenv(key, raising=False)
-    result = reproduce_here("image", "prune", SEED, "--profile", write_profile(tmp_path))
+    result = reproduce_here("image", "prune", SEED, "--cluster", write_profile(tmp_path))
     assert result.code == 2
     assert "no AWS credentials found, so nothing was removed" in result.err

@@ -1,4 +1,4 @@
-"""`reproduce nightly --attest-key KEY` attests every run it measured; a key that cannot be read is
+"""`reproduce nightly --key KEY` attests every run it measured; a key that cannot be read is
 bad input before the first recipe runs (nothing is paid for)."""
 
 from __future__ import annotations
