@@ -19,6 +19,7 @@ price enter MFU and $ per 1M tokens.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -98,7 +99,7 @@ class Price:
             text += f" (read {self.read_at})"
         return text + (f"; {self.fallback}" if self.fallback else "")
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, str | float | None]:
         return {
             "usd_per_hour": self.value,
             "unit": self.unit,
@@ -111,7 +112,7 @@ class Price:
         }
 
     @classmethod
-    def from_dict(cls, data: Any) -> Price | None:
+    def from_dict(cls, data: object) -> Price | None:
         """A recorded price (run.json's `price`) read back; None when it is not one (a run
         directory from before prices were recorded, or a damaged one: then nothing is assumed)."""
         if not isinstance(data, dict):
@@ -450,7 +451,7 @@ def gpu_name_matches(gpu_type: str, name: str) -> bool:
     return bool(gpu_type) and re.search(pattern, name, re.I) is not None
 
 
-def instance_problems(gpu_block: dict) -> list[tuple[str, str]]:
+def instance_problems(gpu_block: Mapping[str, Any]) -> list[tuple[str, str]]:
     """Where a recipe's `gpu` block contradicts the catalog's facts of its gpu.instance: the GPU
     model, the GPUs per node and the memory per GPU, as (field, message).
 

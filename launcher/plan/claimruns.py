@@ -103,7 +103,7 @@ def _plan_runs(run_dir: Path) -> dict[str, Any]:
     return runs if isinstance(runs, dict) else {}
 
 
-def _count(value: Any) -> int | None:
+def _count(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 

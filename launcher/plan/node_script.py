@@ -415,7 +415,7 @@ def container_env(recipe: Recipe, profile: Profile) -> list[tuple[str, str]]:
     return pairs
 
 
-def _comment(text: Any) -> str:
+def _comment(text: object) -> str:
     """Text safe inside a `# ...` line: a newline in a recipe value would end the comment."""
     return re.sub(r"[\x00-\x1f\x7f]+", " ", str(text))
 

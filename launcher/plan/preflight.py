@@ -15,13 +15,16 @@ import re
 import shlex
 from dataclasses import dataclass, field
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from launcher import catalog
 from launcher.errors import BadInput, InfraError
 from launcher.excerpt import MAX_LINES, clip, excerpt
 from launcher.records.nodejson import Fields, NodeJSONError, decode_at, load_file
 from launcher.resources import data_dir
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 THRESHOLDS_FILE = "preflight_thresholds.json"
 
@@ -199,7 +202,7 @@ class PreflightReport:
             t.add_row(c.name, c.shown_value, c.expected, result)
         return t
 
-    def render(self, console: Any) -> None:
+    def render(self, console: Console) -> None:
         """Print the table, then each warning and failure reason, on a rich Console."""
         console.print(self.table())
         for c in self.checks:
