@@ -70,6 +70,7 @@ cd "$NODE_RUN_DIR"
 @@node_stages
 
 # ---- stages ray + train, inside the training container (this text runs verbatim there)
+##@ heredoc_tag: a word that no line of the filled container script is (node_script._heredoc_tag)
 IFS= read -r -d '' CONTAINER_SCRIPT <<'@@{heredoc_tag}' || true
 @@container_script
 @@{heredoc_tag}
