@@ -1,6 +1,6 @@
 """Attest one directory: build the statement, check it, sign it, write it, show it on the page.
 
-Why a module apart from the command: `reproduce attest` and `reproduce nightly --attest-key` both
+Why a module apart from the command: `reproduce attest` and `reproduce nightly --key` both
 sign runs, and they must do it the one same way: nothing is signed whose figures are not what its
 logs give (the same re-measure `verify` runs), and what was written is verified as a reader will
 verify it before the page says "verify passed". docs/attestation.md.
