@@ -105,6 +105,16 @@ def _ask(question: str) -> bool:
         return False
 
 
+def _yes(question: str) -> bool:
+    """`--yes`: the question is still shown, and answered for the user."""
+    try:
+        sys.stderr.write(f"{question}y (--yes)\n")
+        sys.stderr.flush()
+    except OSError:
+        pass
+    return True
+
+
 def store_of(store: str | None, cluster: str | None) -> str:
     """--store, else the profile's assets.store."""
     if store:
@@ -132,8 +142,10 @@ def prepare_command(
     rows_builder: str = "auto",
     threads: int = 8,
     encoder: str | None = None,
+    yes: bool = False,
 ) -> int:
-    """`reproduce prepare RECIPE --store URL`: exit 0 when every asset is in the store."""
+    """`reproduce prepare RECIPE --store URL`: exit 0 when every asset is in the store. What it
+    would ask (pulling the training image) is asked at a terminal, answered yes by `yes`."""
     from launcher.inputs.recipe import load_recipe
     from launcher.plan.nodelib import node_module
     from launcher.prepare.assets import PrepareOptions, prepare
@@ -148,7 +160,7 @@ def prepare_command(
         rows_builder=rows_builder,
         encoder=encoder,
         threads=threads,
-        confirm=_ask if sys.stdin.isatty() and sys.stderr.isatty() else None,
+        confirm=_yes if yes else (_ask if sys.stdin.isatty() and sys.stderr.isatty() else None),
     )
     hub = node_module("hf_hub")
     hub.CANCEL.clear()

@@ -301,6 +301,7 @@ def prepare_cmd(
         help="Testing with small assets only: build the rows with a stand-in tokenizer "
         "(builtin:whitespace-test) instead of miles'; docs/assets.md.",
     ),
+    yes: o.Yes = False,
 ) -> None:
     """Fetch RECIPE's checkpoint and dataset at their pinned revisions, build its rows, verify every hash, upload with a manifest (to --store, or the --cluster profile's assets.store); no GPU; resumable."""  # noqa: E501 - typer shows its line breaks
     from launcher.commands.assets import prepare_command
@@ -315,6 +316,7 @@ def prepare_cmd(
             rows_builder=rows_builder.value,
             threads=threads,
             encoder=test_encoder,
+            yes=yes,
         )
     except ReproduceError as err:
         raise _fail(err) from None

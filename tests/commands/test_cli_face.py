@@ -150,3 +150,29 @@ def test_choices_are_enums_of_the_domains_words(name: str) -> None:
 def test_a_retired_name_is_a_usage_error(tmp_path: Path) -> None:
     res = reproduce_here("image", "prune", "--all-images", "--profile", "aws")
     assert res.code == 2 and "--profile" in res.err
+
+
+def test_prepare_yes_answers_its_question_and_still_shows_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`prepare` asks before it pulls the training image; -y answers, the question still shown.
+    Without it and without a terminal nothing answers (tests/prepare/test_assets_prepare.py)."""
+    from support.cli import SEED
+
+    import launcher.prepare.assets as assets
+
+    seen: dict[str, Any] = {}
+
+    def fake_prepare(recipe: Any, options: Any, events: Any) -> dict[str, str]:
+        seen["no terminal"] = options.confirm
+        return {}
+
+    monkeypatch.setattr(assets, "prepare", fake_prepare)
+    res = reproduce_here("prepare", SEED, "--store", tmp_path / "s", "-y")
+    assert res.code == 0, res.err
+    confirm = seen["no terminal"]
+    capsys.readouterr()
+    assert confirm is not None and confirm("Pull it? [y/N] ") is True
+    assert capsys.readouterr().err == "Pull it? [y/N] y (--yes)\n"
+    res = reproduce_here("prepare", SEED, "--store", tmp_path / "s")
+    assert res.code == 0 and seen["no terminal"] is None, res.err
