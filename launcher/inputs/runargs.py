@@ -5,10 +5,11 @@ uses) and once as the miles arguments of its `run` block (which training uses). 
 disagree, every figure is computed for a run that did not happen. The same table serves two
 checks, so they cannot drift apart:
 
-- `validate` reads the `run` block as the shell would (continuation lines joined, quotes removed,
-  arrays defined in the block expanded; anything only known at run time, such as
-  `"${MODEL_ARGS[@]}"` filled by `read`, is left alone and makes absent arguments unknown) and
-  compares each argument with its field;
+- `validate` reads the `run` block as bash does (runblock.py: here-documents, quotes, comments,
+  continuation lines, arrays and variables the block sets; anything only known at run time, such
+  as `"${MODEL_ARGS[@]}"` filled by `read`, is left alone and makes absent arguments unknown;
+  a train call it cannot be sure of refuses the block) and compares each argument with its
+  field;
 - measuring compares the arguments miles printed at start-up (Megatron's `arguments` listing,
   docs/miles-log.md) with the same fields.
 
@@ -19,16 +20,14 @@ checks and what is deliberately left out.
 from __future__ import annotations
 
 import re
-import shlex
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-# A word whose value is only known when the script runs (a variable filled at run time) ...
-OPAQUE = object()
-# ... and words whose number too is only known then (`"${ARR[@]}"` of an array filled at run
-# time, `$(...)`): they may hold any option.
-OPAQUE_WORDS = object()
+from launcher.inputs.bashwords import OPAQUE, OPAQUE_WORDS
+from launcher.inputs.runblock import TRAIN_SCRIPTS, RunBlock, read_run_block
+
+__all__ = ["OPAQUE", "OPAQUE_WORDS", "TRAIN_SCRIPTS", "RunBlock", "read_run_block"]
 
 
 def _layout(raw: dict[str, Any], key: str, default: Any = None) -> Any:
@@ -205,172 +204,6 @@ _BY_OPTION = {a.option: a for a in ARGS}
 _FLAGS = {a.option for a in ARGS if a.flag}
 # rollout batch x samples per prompt = rows per rollout, which must be one global batch.
 ROLLOUT_BATCH, SAMPLES_PER_PROMPT = "--rollout-batch-size", "--n-samples-per-prompt"
-TRAIN_SCRIPTS = ("train.py", "train_async.py")
-
-
-# -------------------------------------------------------------------------------------------------
-# Reading a bash script as words
-
-
-@dataclass
-class Command:
-    line: int  # where it starts in the script (1-based)
-    text: str
-
-
-def commands(script: str) -> list[Command]:
-    """The script's simple commands, split where bash splits them (newline, ;, &, |) outside
-    quotes, `$(...)` and array parentheses; backslash-newlines joined, comments dropped."""
-    out: list[Command] = []
-    buf: list[str] = []
-    line, start = 1, 1
-    quote = ""  # "'", '"' or "`"
-    depth = 0
-    i, n = 0, len(script)
-
-    def flush() -> None:
-        text = "".join(buf).strip()
-        if text:
-            out.append(Command(start, text))
-        buf.clear()
-
-    while i < n:
-        c = script[i]
-        if c == "\\" and quote != "'" and i + 1 < n:
-            if script[i + 1] == "\n":  # a continuation line
-                i, line = i + 2, line + 1
-                buf.append(" ")
-                continue
-            buf.append(script[i : i + 2])
-            i += 2
-            continue
-        if c == "\n":
-            line += 1
-        if quote:
-            if c == quote:
-                quote = ""
-            buf.append(c)
-        elif c in "'\"`":
-            quote = c
-            buf.append(c)
-        elif c == "#" and (not buf or buf[-1][-1:].isspace() or buf[-1] in ";&|("):
-            while i < n and script[i] != "\n":
-                i += 1
-            continue
-        elif c == "(" and (buf and (buf[-1].endswith("$") or buf[-1].endswith("="))):
-            depth += 1
-            buf.append(c)
-        elif c == ")" and depth:
-            depth -= 1
-            buf.append(c)
-        elif c in "\n;&|" and not depth:
-            flush()
-            start = line
-        else:
-            if not buf:
-                start = line
-            buf.append(c)
-        i += 1
-    flush()
-    return out
-
-
-# A command of the run block longer than this is not read for its arguments (it is one the training
-# reads as a whole: no train invocation is this long), since shlex reads a long word in quadratic
-# time (a 900 KB word made `validate` take 44 s).
-MAX_COMMAND_CHARS = 32 * 1024
-_ASSIGN_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.S)
-_ARRAY_RE = re.compile(
-    r"^(?:(?:export|local|readonly|declare(?:\s+-\w+)*)\s+)?([A-Za-z_][A-Za-z0-9_]*)=\((.*)\)$",
-    re.S,
-)
-_EXPANSION_RE = re.compile(r"^\$\{?([A-Za-z_][A-Za-z0-9_]*)(\[[@*]\])?\}?$")
-_READ_RE = re.compile(r"\bread\s+(?:-\w+\s+)*([A-Za-z_][A-Za-z0-9_ ]*)")
-
-
-def _dynamic(word: str) -> bool:
-    return "$" in word or "`" in word
-
-
-@dataclass
-class RunBlock:
-    """What the run block says: the train script's arguments and its exports."""
-
-    invocations: list[tuple[int, list[Any]]] = field(default_factory=list)  # (line, argv words)
-    exports: dict[str, tuple[int, Any]] = field(default_factory=dict)  # name -> (line, value)
-    unparsed: list[tuple[int, str]] = field(default_factory=list)  # commands shlex could not read
-
-
-def read_run_block(script: str) -> RunBlock:
-    """The train script's argument words (OPAQUE where only the running shell knows them)."""
-    block = RunBlock()
-    scalars: dict[str, Any] = {}
-    arrays: dict[str, list[Any]] = {}
-    for cmd in commands(script):
-        if len(cmd.text) > MAX_COMMAND_CHARS:  # shlex reads a long word in quadratic time
-            block.unparsed.append((cmd.line, cmd.text[:200]))
-            continue
-        m = _ARRAY_RE.match(cmd.text)
-        if m:
-            try:
-                words = shlex.split(m.group(2))
-            except ValueError:
-                block.unparsed.append((cmd.line, cmd.text))
-                continue
-            arrays[m.group(1)] = [_expand_one(w, scalars, arrays) for w in words]
-            continue
-        for name in _READ_RE.findall(cmd.text):  # `read -ra X`: filled at run time
-            for var in name.split():
-                arrays[var] = [OPAQUE_WORDS]
-                scalars[var] = OPAQUE
-        try:
-            words = shlex.split(cmd.text)
-        except ValueError:
-            block.unparsed.append((cmd.line, cmd.text))
-            continue
-        keyword = (
-            words[0] if words and words[0] in ("export", "declare", "local", "readonly") else ""
-        )
-        if keyword:
-            words = [w for w in words[1:] if not w.startswith("-")]
-        assigns = [_ASSIGN_RE.match(w) for w in words]
-        if words and all(assigns):
-            for a in assigns:
-                assert a is not None
-                value = OPAQUE if _dynamic(a.group(2)) else a.group(2)
-                scalars[a.group(1)] = value
-                arrays.pop(a.group(1), None)
-                if keyword == "export":
-                    block.exports[a.group(1)] = (cmd.line, value)
-            continue
-        while words and _ASSIGN_RE.match(words[0]):  # FOO=1 python3 train.py ...
-            words = words[1:]
-        for i, word in enumerate(words):
-            if word.rsplit("/", 1)[-1] in TRAIN_SCRIPTS:
-                block.invocations.append((cmd.line, _expand(words[i + 1 :], scalars, arrays)))
-                break
-    return block
-
-
-def _expand(words: list[str], scalars: dict[str, Any], arrays: dict[str, list[Any]]) -> list[Any]:
-    out: list[Any] = []
-    for word in words:
-        m = _EXPANSION_RE.match(word)
-        if m and m.group(2) and m.group(1) in arrays:
-            out.extend(arrays[m.group(1)])
-        else:
-            out.append(_expand_one(word, scalars, arrays))
-    return out
-
-
-def _expand_one(word: str, scalars: dict[str, Any], arrays: dict[str, list[Any]]) -> Any:
-    """One word: itself, a known variable's value, OPAQUE (one unknown word) or OPAQUE_WORDS."""
-    if not _dynamic(word):
-        return word
-    m = _EXPANSION_RE.match(word)
-    if m and not m.group(2):
-        return scalars.get(m.group(1), OPAQUE)
-    return OPAQUE if m is None and "$(" not in word and "`" not in word else OPAQUE_WORDS
 
 
 @dataclass
@@ -468,6 +301,17 @@ def run_block_problems(raw: dict[str, Any]) -> list[tuple[str, str]]:
     if problems:
         return problems
     block = read_run_block(raw["run"])
+    if block.problems:
+        return [("run", p) for p in block.problems]
+    if not block.invocations:
+        return [
+            (
+                "run",
+                f"calls no train script ({' or '.join(TRAIN_SCRIPTS)}) that validate can see "
+                "bash run; expected a `python3 train.py ...` command of its own, so the "
+                "arguments that training uses are the ones checked",
+            )
+        ]
     env = raw.get("env") or {}
     for name, (line, value) in sorted(block.exports.items()):
         if name in env and value is not OPAQUE and value != str(env[name]):
@@ -554,32 +398,45 @@ def _arg_problem(arg: Arg, raw: dict[str, Any], opts: Options, where: str) -> st
 
 
 def _rollout_problems(raw: dict[str, Any], opts: Options, where: str) -> list[tuple[str, str]]:
+    """A rollout's rows (rollout batch x samples per prompt) must be one global batch: a
+    recipe's step is one rollout. Samples per prompt absent from the block's own words count as
+    miles' default, 1, even beside words known only at run time: a rollout batch that no whole
+    number of samples makes one global batch is refused whatever those words hold, and one that
+    needs more than 1 must say so in the block."""
     batch, samples = opts.values.get(ROLLOUT_BATCH), opts.values.get(SAMPLES_PER_PROMPT, "1")
     if batch is None or batch is OPAQUE or samples is OPAQUE:
         return []
-    if samples == "1" and SAMPLES_PER_PROMPT not in opts.values and opts.opaque:
-        return []  # the samples per prompt may hide in a run-time word
     try:
         rows = coerce(batch, int) * coerce(samples, int)
     except (ValueError, TypeError):
         return [
             (
                 "workload.global_batch",
-                f"the run block passes {ROLLOUT_BATCH} {batch!r} "
-                f"{where}, which miles does not read as an integer",
+                f"the run block passes {ROLLOUT_BATCH} {batch!r} or {SAMPLES_PER_PROMPT} "
+                f"{samples!r} {where}, which miles does not read as an integer",
             )
         ]
     global_batch = raw["workload"]["global_batch"]
-    if rows != global_batch:
-        return [
-            (
-                "workload.global_batch",
-                f"{global_batch}, but the run block's rollouts hold {ROLLOUT_BATCH} {batch} x "
-                f"{SAMPLES_PER_PROMPT} {samples} = {rows} rows {where}; a recipe's step is one "
-                "rollout of one global batch, so expected the same",
-            )
-        ]
-    return []
+    if rows == global_batch:
+        return []
+    shown = f"{ROLLOUT_BATCH} {batch} x {SAMPLES_PER_PROMPT} {samples}"
+    if SAMPLES_PER_PROMPT not in opts.values:
+        shown += " (absent: miles' default)"
+    per_prompt = global_batch // int(batch) if int(batch) and global_batch % int(batch) == 0 else 0
+    fix = (
+        f"pass {SAMPLES_PER_PROMPT} {per_prompt} in the block's own words"
+        if per_prompt and SAMPLES_PER_PROMPT not in opts.values
+        else "no whole number of samples per prompt makes these rows one global batch"
+        if not per_prompt
+        else "expected the same"
+    )
+    return [
+        (
+            "workload.global_batch",
+            f"{global_batch}, but the run block's rollouts hold {shown} = {rows} rows {where}; "
+            f"a recipe's step is one rollout of one global batch: {fix}",
+        )
+    ]
 
 
 def checked_dests() -> list[str]:

@@ -14,7 +14,8 @@ import yaml
 from support.cli import SEED, reproduce_here
 from support.paths import TESTS
 
-from launcher.inputs.runargs import OPAQUE, OPAQUE_WORDS, commands, options_of, read_run_block
+from launcher.inputs.bashread import read_script
+from launcher.inputs.runargs import OPAQUE, OPAQUE_WORDS, options_of, read_run_block
 
 DENSE = TESTS / "data" / "recipes" / "llama3.1-8b-h100-p5-dense.yaml"
 
@@ -95,16 +96,17 @@ def test_words_known_only_at_run_time_are_left_alone():
 
 
 def test_the_shell_reading_joins_continuations_keeps_quotes_and_drops_comments():
-    found = commands(
+    found = read_script(
         "export A='x; y' # not a command\n"
         'B="two\nlines"; python3 train.py \\\n --lr 1e-5 | tee log\n'
         "ARR=(\n  --a 1  # the first\n  --b 2\n)\n"
-    )
-    assert [c.text for c in found] == [
-        "export A='x; y'",
-        'B="two\nlines"',
-        "python3 train.py   --lr 1e-5",
-        "tee log",
-        "ARR=(\n  --a 1  \n  --b 2\n)",
+    ).commands
+    assert [[w.raw for w in c.words] for c in found] == [
+        ["export", "A='x; y'"],
+        ['B="two\nlines"'],
+        ["python3", "train.py", "--lr", "1e-5"],
+        ["tee", "log"],
+        ["ARR=(\n  --a 1  # the first\n  --b 2\n)"],
     ]
     assert [c.line for c in found] == [1, 2, 3, 4, 5]
+    assert [w.raw for w in found[-1].words[0].elements or ()] == ["--a", "1", "--b", "2"]

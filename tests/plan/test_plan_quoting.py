@@ -71,8 +71,9 @@ def hostile_inputs(tmp_path: Path) -> tuple[Path, Path, Path]:
     data["result"]["active_params"]["revision"] = "v1.0-evil"
     data["result"]["active_params"]["source"] = "https://huggingface.co/evil/repo.v1"
     data["workload"]["dataset"]["build"]["builder"] = EVIL[3]
-    data["run"] = (
+    data["run"] = (  # then the seed's train call, which validate requires (a stub here)
         'printenv > "$NODE_RUN_DIR/container-env.txt"\nprintf "%s" "$SFT_DATA" > "$NODE_RUN_DIR/sft.txt"\n'
+        + data["run"]
     )
     weird = tmp_path / ("dir " + EVIL[3].replace("\n", " "))
     rows = weird / "rows.parquet"
