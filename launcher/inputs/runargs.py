@@ -19,15 +19,13 @@ checks and what is deliberately left out.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from launcher.inputs.bashwords import OPAQUE, OPAQUE_WORDS
-from launcher.inputs.runblock import TRAIN_SCRIPTS, RunBlock, read_run_block
-
-__all__ = ["OPAQUE", "OPAQUE_WORDS", "TRAIN_SCRIPTS", "RunBlock", "read_run_block"]
+from launcher.inputs.derived import coerce, rollouts_from_epochs, vpp_from_layers
+from launcher.inputs.runblock import TRAIN_SCRIPTS, read_run_block
 
 
 def _layout(raw: dict[str, Any], key: str, default: Any = None) -> Any:
@@ -68,6 +66,9 @@ class Arg:
     # to say so: the run block passing it then contradicts the field
     null_absent: Callable[[dict[str, Any]], bool] | None = None
     null_words: str = ""
+    # the value miles derives later when the option is absent (printed None), from other
+    # arguments: (recipe, a getter of arguments by dest) -> (the value or None, how or why not)
+    derived: Callable[[dict[str, Any], Callable[[str], Any]], tuple[Any, str]] | None = None
 
 
 def _nodes(raw: dict[str, Any]) -> int:
@@ -111,6 +112,7 @@ ARGS: tuple[Arg, ...] = (
         "num_rollout",
         "result.steps_per_run",
         lambda r: r["result"]["steps_per_run"],
+        derived=rollouts_from_epochs,
     ),
     Arg(
         "--tensor-model-parallel-size",
@@ -154,6 +156,7 @@ ARGS: tuple[Arg, ...] = (
         "layout.vpp",
         lambda r: _layout(r, "vpp", 1),
         default=1,  # no virtual pipeline
+        derived=vpp_from_layers,
     ),
     # Megatron turns sequence parallelism off where tp is 1: only compared where it applies.
     Arg(
@@ -244,24 +247,6 @@ def options_of(argv: list[Any]) -> Options:
 
 # -------------------------------------------------------------------------------------------------
 # Comparing
-
-
-def coerce(value: Any, kind: type) -> Any:
-    """A printed or written value as the type miles parses it; ValueError when it cannot be."""
-    if value is None or value is True and kind is bool:
-        return value
-    text = str(value).strip()
-    if text == "None":
-        return None
-    if kind is bool:
-        if text in ("True", "False"):
-            return text == "True"
-        raise ValueError(text)
-    if kind is int:
-        if not re.fullmatch(r"[-+]?\d+", text):
-            raise ValueError(text)
-        return int(text)
-    return text
 
 
 _KIND_WORDS = {int: "an integer", bool: "true or false", str: "text"}
@@ -364,6 +349,17 @@ def _arg_problem(arg: Arg, raw: dict[str, Any], opts: Options, where: str) -> st
             "expected the option absent or the field stated"
         )
     layout = arg.field.startswith("layout.")
+    derived = arg.derived(raw, lambda d: _option_value(opts, d)) if arg.derived else (None, "")
+    if given is None and derived != (None, ""):
+        value, how = derived
+        if value is None:
+            return (
+                f"{expected!r}, but the run block does not pass {arg.option}, and {how} "
+                f"{where}; expected {arg.option} passed, or a count validate can derive"
+            )
+        if value != expected:
+            return f"{expected!r}, but {how} {where}; expected the same"
+        return None
     if given is None:
         default = arg.default(raw) if callable(arg.default) else arg.default
         if not layout and (opts.opaque or default is None):
@@ -395,6 +391,26 @@ def _arg_problem(arg: Arg, raw: dict[str, Any], opts: Options, where: str) -> st
     if not equal(expected, given_value, arg.kind):
         return f"{expected!r}, but the run block {how} {where}; expected the same"
     return None
+
+
+def _option_value(opts: Options, dest: str) -> Any:
+    """An argument of the run block by miles' dest name (None: absent; OPAQUE: run time)."""
+    if dest == "rollout_global_dataset":
+        return False if "--disable-rollout-global-dataset" in opts.values else None
+    return opts.values.get("--" + dest.replace("_", "-"))
+
+
+def printed_getter(logged: Mapping[str, str]) -> Callable[[str], Any]:
+    """An argument of miles' printed listing by dest name, as Python printed it (None: absent
+    or printed None; True and False for switches)."""
+
+    def get(dest: str) -> Any:
+        text = logged.get(dest)
+        if text is None or text.strip() == "None":
+            return None
+        return {"True": True, "False": False}.get(text.strip(), text.strip())
+
+    return get
 
 
 def _rollout_problems(raw: dict[str, Any], opts: Options, where: str) -> list[tuple[str, str]]:

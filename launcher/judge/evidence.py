@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
-from launcher.inputs.runargs import ARGS, coerce, equal
+from launcher.inputs.runargs import ARGS, coerce, equal, printed_getter
 from launcher.judge.parse.clock import CLOCK_GAP_S
 
 if TYPE_CHECKING:
@@ -151,6 +151,9 @@ def logged_args_disagreements(raw: dict[str, Any], logged: Mapping[str, str]) ->
             got = 1  # no virtual pipeline
         if got is None and arg.dest == "expert_tensor_parallel_size":  # Megatron: tp's
             got = coerce(logged.get("tensor_model_parallel_size", "1"), int)
+        if got is None and arg.derived is not None:  # miles derives it after printing None
+            got, how = arg.derived(raw, printed_getter(logged))
+            text = f"{text} ({how})"
         if not equal(expected, got, arg.kind):
             out.append(
                 Disagreement(

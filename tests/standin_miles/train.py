@@ -202,11 +202,20 @@ def main(argv):
     if os.environ.get("STANDIN_PRINT_ARGS", "1") != "0":
         print_arguments(argv)
     parser = argparse.ArgumentParser(add_help=False)
-    parser.add_argument("--num-rollout", type=int, default=20)
+    parser.add_argument("--num-rollout", type=int, default=None)
+    parser.add_argument("--num-epoch", type=int, default=None)
+    parser.add_argument("--rollout-batch-size", type=int, default=128)
     parser.add_argument("--global-batch-size", type=int, default=128)
     parser.add_argument("--actor-num-nodes", type=int, default=1)
     parser.add_argument("--actor-num-gpus-per-node", type=int, default=8)
     args, _ignored = parser.parse_known_args(argv)
+    if args.num_rollout is None and args.num_epoch is not None:
+        # miles/ray/placement_group.py, after the listing printed num_rollout None: the
+        # dataset's rows (the stand-in reads no parquet: STANDIN_PROMPT_ROWS) // rollout batch
+        rows = int(os.environ["STANDIN_PROMPT_ROWS"])
+        args.num_rollout = args.num_epoch * (rows // args.rollout_batch_size)
+    elif args.num_rollout is None:
+        args.num_rollout = 20
 
     row_tokens = int(_env_float("STANDIN_ROW_TOKENS", 8192))
     tokens = args.global_batch_size * row_tokens
