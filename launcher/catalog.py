@@ -458,12 +458,27 @@ def instance_problems(gpu_block: Mapping[str, Any]) -> list[tuple[str, str]]:
     Why in `validate` (launcher/inputs/recipe.py calls it for every target): the instance names what
     the figures were measured on and prices them, so an H200 recipe on an H100 instance, or 16
     GPUs per node of an 8-GPU instance, is a claim no node can reproduce and a price of the wrong
-    hardware. An instance type the catalog does not know is not checked (no facts, no guess).
+    hardware. An instance type the catalog does not know is refused, naming the known ones: a
+    typo ("p5en.48xlarg") would otherwise get no facts, no price and an AWS plan that says NO
+    PRICE; a cluster that is no cloud instance states null.
     """
-    entry = instance(gpu_block.get("instance"))
-    if entry is None:
+    named = gpu_block.get("instance")
+    if named is None:
         return []
-    where = f"gpu.instance {gpu_block.get('instance')!r}"
+    entry = instance(named)
+    provider = split_instance(named)[0]
+    if entry is None or (provider is not None and provider != entry.provider):
+        known = ", ".join(f"{t.provider.upper()} {t.name}" for t in INSTANCE_TYPES.values())
+        return [
+            (
+                "gpu.instance",
+                f"{named!r} is not an instance type the catalog knows (launcher/catalog.py: its "
+                f"GPUs, network and price); expected one of {known}, or null for a cluster "
+                "that is no cloud instance (its price then comes from the profile or "
+                "--price-per-hour)",
+            )
+        ]
+    where = f"gpu.instance {named!r}"
     problems: list[tuple[str, str]] = []
     wanted = gpu(gpu_block.get("type"))
     have = str(entry.gpu).upper()

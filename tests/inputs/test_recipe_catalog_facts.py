@@ -90,8 +90,21 @@ def test_every_catalog_instance_refuses_one_gpu_more_per_node(name, tmp_path):
         load_recipe(path)
 
 
-def test_an_instance_the_catalog_does_not_know_is_not_checked(tmp_path):
-    path = write(tmp_path, instance="AWS p9.96xlarge", per_node=16, count=16)
-    assert load_recipe(path).gpus_per_node == 16
+@pytest.mark.parametrize(
+    "named", ["AWS p5en.48xlarg", "AWS p9.96xlarge", "p5en.48xlarge.", "GCP p5en.48xlarge"]
+)
+def test_an_instance_the_catalog_does_not_know_is_refused_naming_the_known_ones(tmp_path, named):
+    """A typo got no facts, no price and an AWS plan that said NO PRICE; now exit 2 before any
+    plan, naming the field and every type the catalog knows."""
+    path = write(tmp_path, instance=named)
+    for args in (("validate", path), (path, "--dry-run"), (path, "--dry-run", "--cluster", "aws")):
+        res = reproduce_here(*args)
+        assert res.code == 2 and "Traceback" not in res.err, res
+        assert f"- gpu.instance: {named!r} is not an instance type the catalog knows" in res.err
+        assert all(f"AWS {t}" in res.err for t in catalog.INSTANCE_TYPES), res.err
+        assert "NO PRICE" not in res.out + res.err
+
+
+def test_a_cluster_that_is_no_cloud_instance_states_null(tmp_path):
     none = write(tmp_path, instance=None, per_node=16, count=16)
     assert load_recipe(none).gpus_per_node == 16
