@@ -56,6 +56,23 @@ STARTUP_ENV = frozenset(
 )
 STARTUP_ENV_PREFIXES = ("BASH_FUNC_",)  # bash imports a function from such a variable
 
+# Variables miles' model scripts read to change the model they describe: at miles 78527b91,
+# scripts/models/*.py read MODEL_ARGS_NUM_LAYERS (qwen3-30B-A3B.py: `--num-layers` from it, else
+# 48), MODEL_ARGS_ROTARY_BASE and MODEL_ARGS_FIRST_K_DENSE_REPLACE from the environment (the
+# scripts/models/*.sh before them read the same names). A recipe is a claim about its `model`:
+# one that sets them trains another architecture (24 layers of a 48-layer model) under its name.
+MODEL_ENV_PREFIX = "MODEL_ARGS_"
+MODEL_ENV_READ = (
+    "MODEL_ARGS_NUM_LAYERS",
+    "MODEL_ARGS_ROTARY_BASE",
+    "MODEL_ARGS_FIRST_K_DENSE_REPLACE",
+)
+MODEL_ENV_WHY = (
+    "which miles' model scripts read to change the model's architecture (scripts/models/*.py: "
+    "MODEL_ARGS_NUM_LAYERS, MODEL_ARGS_ROTARY_BASE, MODEL_ARGS_FIRST_K_DENSE_REPLACE), so the "
+    "run would train another model than the recipe's `model`"
+)
+
 
 def launcher_env_problems(
     env: dict[str, Any],
@@ -80,6 +97,15 @@ def launcher_env_problems(
                     "Python): on a Ray cluster the job's env is that of node.sh and of every check "
                     "it runs, so it could run code before the checks; expected it removed from "
                     "env (set it in the run block, which only the training runs)",
+                )
+            )
+            continue
+        if name.startswith(MODEL_ENV_PREFIX):
+            problems.append(
+                (
+                    f"{field}.{name}",
+                    f"sets {name}, {MODEL_ENV_WHY}; expected it removed (a recipe of another "
+                    "architecture names that model and its own active_params)",
                 )
             )
             continue

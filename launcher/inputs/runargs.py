@@ -19,12 +19,14 @@ checks and what is deliberately left out.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from launcher.inputs.bashwords import OPAQUE, OPAQUE_WORDS
 from launcher.inputs.derived import coerce, rollouts_from_epochs, vpp_from_layers
+from launcher.inputs.envnames import MODEL_ENV_PREFIX, MODEL_ENV_READ, MODEL_ENV_WHY
 from launcher.inputs.runblock import TRAIN_SCRIPTS, read_run_block
 
 
@@ -298,6 +300,24 @@ def run_block_problems(raw: dict[str, Any]) -> list[tuple[str, str]]:
             )
         ]
     env = raw.get("env") or {}
+    named = [n for n in MODEL_ENV_READ if re.search(rf"\b{n}\b", raw["run"])]
+    for name in named:  # also inside a $(...), a here-document, a string: anywhere
+        line = raw["run"][: raw["run"].index(name)].count("\n") + 1
+        problems.append(
+            (
+                "run",
+                f"line {line} names {name}, {MODEL_ENV_WHY}; expected no such variable",
+            )
+        )
+    for line, name, _value in block.environ:
+        if name.startswith(MODEL_ENV_PREFIX) and name not in named:
+            problems.append(
+                (
+                    "run",
+                    f"line {line} puts {name} in a program's environment, {MODEL_ENV_WHY}; "
+                    "expected no such variable",
+                )
+            )
     for name, (line, value) in sorted(block.exports.items()):
         if name in env and value is not OPAQUE and value != str(env[name]):
             problems.append(
