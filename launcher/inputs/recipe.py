@@ -21,6 +21,7 @@ import yaml
 
 from launcher import catalog
 from launcher.errors import BadInput
+from launcher.inputs.claims import claim_problems
 from launcher.inputs.envnames import BOUND_VARIABLES, launcher_env_problems
 from launcher.inputs.patches import problems as patch_problems
 from launcher.inputs.runargs import run_block_problems
@@ -387,6 +388,7 @@ def consistency_problems(raw: dict[str, Any]) -> list[tuple[str, str]]:
         )
 
     problems += catalog.instance_problems(gpu)
+    problems += claim_problems(raw)
 
     first, last = result["window"]
     steps = result["steps_per_run"]

@@ -268,8 +268,9 @@ def test_ctrl_c_stops_the_job_and_a_dead_launcher_is_reattached(cluster, tmp_pat
 
 
 def test_the_budget_stops_the_job(cluster, tmp_path):
-    # a claim of 0.02 GPU-hours, a limit of 0.004 h (14 s): reached while training
-    recipe, profile = setup_run(tmp_path, one_node_raw(gpu_hours=0.02), STANDIN_SLEEP_S="3")
+    # no GPU-hours claimed (nothing refused before the launch; 0.02, under the window's own time,
+    # is refused by validate), a limit of 0.004 h (14 s): reached while training
+    recipe, profile = setup_run(tmp_path, one_node_raw(gpu_hours=None), STANDIN_SLEEP_S="3")
     runs = tmp_path / "runs"
     res = cluster.cli(
         str(recipe), "--cluster", str(profile), "--runs-dir", str(runs), "--max-hours", "0.004"
