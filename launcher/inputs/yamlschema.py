@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from launcher.errors import BadInput
+from launcher.inputs.yamlbudget import has_aliases, unshared, within_budget
 
 # libyaml's loader when present (faster), else PyYAML's; safe either way.
 FastSafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -130,30 +131,6 @@ def read_text_capped(path: Path, what: str, limit: int = MAX_FILE_BYTES) -> str:
         ) from None
 
 
-def refuse_aliases(path: Path, text: str, what: str) -> None:
-    """Anchors and aliases are refused: a few lines of them can stand for billions of nodes (an
-    "alias bomb"), and a recipe is data a person reads, where one value written twice is clearer
-    than a reference. Checked on the token stream, before anything is composed."""
-    if "&" not in text and "*" not in text:
-        return
-    loader = FastSafeLoader(text)
-    try:
-        while loader.check_token():
-            token = loader.get_token()
-            if isinstance(token, (yaml.AnchorToken, yaml.AliasToken)):
-                kind = "anchor" if isinstance(token, yaml.AnchorToken) else "alias"
-                mark = token.start_mark
-                raise BadInput(
-                    f"{path}: line {mark.line + 1}, column {mark.column + 1}: a YAML {kind} "
-                    f"(&name / *name); a {what} may not use anchors or aliases: write the value "
-                    "out."
-                )
-    except yaml.YAMLError:
-        return  # the loader reports the syntax error, with its position
-    finally:
-        loader.dispose()
-
-
 def duplicate_keys(node: Any, path: tuple[Any, ...] = ()) -> list[tuple[str, int, int]]:
     """Every key written twice in one mapping of a composed YAML document: (key path, first line,
     second line), lines 1-based, in document order.
@@ -187,6 +164,9 @@ def _load_checked(path: Path, text: str, what: str) -> Any:
         node = loader.get_single_node()
         if node is None:
             return None
+        aliased = has_aliases(text)
+        if aliased:
+            within_budget(node, path, what)  # before anything walks it, duplicate_keys included
         dups = sorted(duplicate_keys(node), key=lambda d: (d[2], d[1]))
         if dups:
             listed = "; ".join(f"{key} at lines {a} and {b}" for key, a, b in dups)
@@ -195,7 +175,8 @@ def _load_checked(path: Path, text: str, what: str) -> Any:
                 f"{listed}. YAML would keep the later value silently, so the value a reader sees "
                 "may not be the one used; expected each key once in its mapping."
             )
-        return loader.construct_document(node)
+        data = loader.construct_document(node)
+        return unshared(data) if aliased else data
     finally:
         loader.dispose()
 
@@ -203,7 +184,6 @@ def _load_checked(path: Path, text: str, what: str) -> Any:
 def read_yaml_mapping(path: Path, what: str) -> tuple[dict[str, Any], str]:
     """Read a YAML file that must hold a mapping; every failure is a BadInput naming the file."""
     text = read_text_capped(path, what)
-    refuse_aliases(path, text, what)
     try:
         data = _load_checked(path, text, what)
     except yaml.YAMLError as err:

@@ -34,7 +34,8 @@ from typing import Any
 import yaml
 
 from launcher.errors import BadInput, InfraError
-from launcher.inputs.yamlschema import FastSafeLoader, refuse_aliases
+from launcher.inputs.yamlbudget import bound_aliases
+from launcher.inputs.yamlschema import FastSafeLoader
 from launcher.judge.split import TRAIN_STAGE as TRAIN_STAGE  # the stage whose log is the training
 from launcher.records import nodejson
 from launcher.records.atomic import write_atomic
@@ -58,11 +59,11 @@ def load_yaml(text: str, where: Path) -> Any:
     yaml.safe_load reads it, with libyaml's safe loader where present: the same values for 9-10
     times less CPU (docs/benchmarks.md, "A run directory's YAML"; a run page, a history row and
     an attestation each read result.yaml, and the pure-Python loader was most of their time).
-    Anchors and aliases are refused (BadInput
-    naming WHERE): none is written (`dump_yaml`), and a few lines of them stand for billions of
-    nodes, which a comparison or a JSON dump of the document then walks. Raises yaml.YAMLError
-    as safe_load does."""
-    refuse_aliases(where, text, "run record")
+    Anchors and aliases are read within a budget (BadInput naming WHERE past it): none is
+    written (`dump_yaml`), but a recipe.yaml is its author's bytes, and a few lines of them
+    stand for billions of nodes, which a comparison or a JSON dump of the document then walks.
+    Raises yaml.YAMLError as safe_load does."""
+    bound_aliases(where, text, "run record")
     return yaml.load(text, Loader=FastSafeLoader)  # noqa: S506 - a safe loader
 
 

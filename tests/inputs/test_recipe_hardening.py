@@ -1,6 +1,7 @@
 """Input hardening of recipe and profile files: whatever the file, a quick, bounded, clear refusal.
 
 - a YAML alias bomb (a few KB standing for billions of nodes) is refused before anything expands
+  (anchors and aliases within the budget are read as if written out)
   it, the validation cache's key included;
 - a FIFO, a device or a huge file is refused without reading it (a FIFO would hang the reader);
 - schema patterns match the whole text: an env key "NCCL_DEBUG\\n" is not a variable name;
@@ -22,6 +23,7 @@ from support.cli import SEED, reproduce, reproduce_here
 
 from launcher.errors import BadInput
 from launcher.inputs.recipe import TEXT_BLOCKS, load_recipe
+from launcher.inputs.yamlbudget import MAX_EXPANDED_CHARS, MAX_EXPANDED_NODES
 from launcher.inputs.yamlschema import MAX_FILE_BYTES
 
 
@@ -47,21 +49,56 @@ def test_an_alias_bomb_is_refused_quickly_with_bounded_memory(tmp_path):
     path = write(tmp_path, alias_bomb())
     assert 8_000 < path.stat().st_size < 10_500
     tracemalloc.start()
-    with pytest.raises(BadInput, match="anchors or aliases"):
+    with pytest.raises(BadInput, match="anchors and aliases expand here to"):
         load_recipe(path)
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     assert peak < 20 * 2**20  # never expanded (that is 387 million leaves), so quick too
     res = reproduce_here("validate", path)  # the CLI, cache and all
-    assert res.code == 2 and "line 2" in res.err and "Traceback" not in res.err
+    assert res.code == 2 and "Traceback" not in res.err, res
+    # the line of the first list whose expansion passes the budget (a4: 9**4 texts of 90, line 6)
+    assert "line 6" in res.err and f"{MAX_EXPANDED_NODES:,} nodes" in res.err, res.err
 
 
-def test_a_single_alias_is_refused_too_naming_its_line(tmp_path):
-    text = SEED.read_text().replace(
-        "  count: 8\n  per_node: 8\n", "  count: &n 8\n  per_node: *n\n"
-    )
+@pytest.mark.parametrize(
+    "text",
+    [
+        "schema_version: 1\nx: &x [a, *x]\n",  # an alias inside its own anchor
+        "schema_version: 1\nx: &x {k: *x}\n",
+    ],
+)
+def test_an_alias_that_contains_itself_is_refused(tmp_path, text):
     res = reproduce_here("validate", write(tmp_path, text))
-    assert res.code == 2 and "anchor" in res.err and "write the value out" in res.err
+    assert res.code == 2 and "Traceback" not in res.err, res
+    assert "a value that contains itself" in res.err and "line 2" in res.err
+
+
+def test_a_long_text_aliased_many_times_is_bounded_by_its_characters(tmp_path):
+    text = "schema_version: 1\nt: &t " + "y" * 500_000 + "\nl: [" + ", ".join(["*t"] * 20) + "]\n"
+    res = reproduce_here("validate", write(tmp_path, text))
+    assert res.code == 2 and f"{MAX_EXPANDED_CHARS:,} characters" in res.err, res.err
+
+
+def test_anchors_and_aliases_authors_use_are_read_as_written_out(tmp_path):
+    """The seed with its gpu count, its env and a block written once and aliased (a merge key
+    too): the same recipe as the seed (its slug included), every value its own object."""
+    text = (
+        SEED.read_text()
+        .replace("  count: 8\n  per_node: 8\n", "  count: &n 8\n  per_node: *n\n")
+        .replace("  tp: 1\n  pp: 1\n", "  <<: &one {tp: 1, pp: 1}\n")
+    )
+    assert "*n" in text and "<<: &one" in text
+    res = reproduce_here("validate", write(tmp_path, text))
+    assert res.code == 0, res.err
+    aliased, seed = load_recipe(write(tmp_path, text, "aliased.yaml")), load_recipe(SEED)
+    assert aliased.raw == seed.raw and aliased.slug == seed.slug
+    shared = "defaults: &d {a: [1]}\none: *d\ntwo: *d\n"
+    path = write(tmp_path, shared, "shared.yaml")
+    from launcher.inputs.yamlschema import read_yaml_mapping
+
+    data, _ = read_yaml_mapping(path, "recipe")
+    data["one"]["a"].append(2)
+    assert data["two"] == {"a": [1]} and data["defaults"] == {"a": [1]}
 
 
 def test_a_fifo_is_refused_at_once_instead_of_hanging(tmp_path):
