@@ -128,7 +128,7 @@ class _Lexer:
         start, s, n = self.i, self.s, len(self.s)
         if s[self.i] in "<>":  # <( ... ) or >( ... )
             self.i += 1
-            self._balanced("(", ")")
+            self.balanced("(", ")")
         while self.i < n:
             c = s[self.i]
             if c in _META:
@@ -136,7 +136,7 @@ class _Lexer:
                     return self._array(start, line)
                 if c in "<>" and s.startswith("(", self.i + 1):
                     self.i += 1
-                    self._balanced("(", ")")
+                    self.balanced("(", ")")
                     continue
                 break
             if c == "\\":
@@ -155,10 +155,10 @@ class _Lexer:
                 if nxt == "'":
                     self._ansi()
                 else:
-                    self._balanced(nxt, ")" if nxt == "(" else "}")
+                    self.balanced(nxt, ")" if nxt == "(" else "}")
             else:
                 self.i += 1
-        raw = s[start : self.i].replace("\\\n", "")
+        raw = s[start : self.i]
         if raw.isdigit() and self.i < n and s[self.i] in "<>":
             return _Token("fd", raw, line)  # `2>&1`: the file descriptor of a redirection
         return _Token("word", raw, line, Word(raw, line))
@@ -217,7 +217,7 @@ class _Lexer:
             elif c == "$" and self.i + 1 < n and s[self.i + 1] in "({":
                 nxt = s[self.i + 1]
                 self.i += 1
-                self._balanced(nxt, ")" if nxt == "(" else "}")
+                self.balanced(nxt, ")" if nxt == "(" else "}")
             else:
                 self.i += 1
         raise ReadError(f"line {self.line}: an unclosed double quote")
@@ -233,10 +233,12 @@ class _Lexer:
             raise ReadError(f"line {self.line}: an unclosed backquote")
         self.i += 1
 
-    def _balanced(self, opener: str, closer: str) -> None:
-        """From an opener at self.i to its closer, quotes and nesting respected."""
+    def balanced(self, opener: str, closer: str) -> None:
+        """From an opener at self.i to its closer, quotes and nesting respected; inside `$(...)`
+        also comments and here-documents, whose text may hold any quote or parenthesis."""
         s, n = self.s, len(self.s)
         depth = 0
+        inner: list[tuple[str, bool]] = []  # here-documents named inside, read at the newline
         while self.i < n:
             c = s[self.i]
             if c == opener:
@@ -248,6 +250,23 @@ class _Lexer:
                     return
             elif c == "\\":
                 self.i += 1
+            elif opener == "(" and c == "#" and (self.i == 0 or s[self.i - 1] in " \t\n;(|&"):
+                end = s.find("\n", self.i)
+                self.i = n if end < 0 else end
+                continue
+            elif opener == "(" and s.startswith("<<", self.i) and not s.startswith("<<<", self.i):
+                self.i += 3 if s.startswith("<<-", self.i) else 2
+                strip = s[self.i - 1] == "-"
+                while self.i < n and s[self.i] in " \t":
+                    self.i += 1
+                start = self.i
+                while self.i < n and s[self.i] not in " \t\n;&|<>()":
+                    if s[self.i] in "'\"":
+                        self._to(s[self.i], self.i + 1)
+                    else:
+                        self.i += 1
+                inner.append((dequote_delimiter(s[start : self.i])[0], strip))
+                continue
             elif c == "'" and opener == "(":
                 self._to("'", self.i + 1)
                 continue
@@ -259,8 +278,24 @@ class _Lexer:
                 continue
             elif c == "\n":
                 self.line += 1
+                self.i += 1
+                for delimiter, strip in inner:
+                    self._skip_body(delimiter, strip)
+                inner.clear()
+                continue
             self.i += 1
         raise ReadError(f"line {self.line}: an unclosed {opener}")
+
+    def _skip_body(self, delimiter: str, strip: bool) -> None:
+        s = self.s
+        while self.i < len(s):
+            end = s.find("\n", self.i)
+            end = len(s) if end < 0 else end
+            text = s[self.i : end]
+            self.i = min(end + 1, len(s))
+            self.line += 1
+            if (text.lstrip("\t") if strip else text) == delimiter:
+                return
 
     def _heredoc_bodies(self) -> None:
         """Here-documents begin on the line after their operator, in the order they were named."""
@@ -347,6 +382,13 @@ def read_script(text: str) -> Script:
                     f"line {tok.line}: an arithmetic `for ((...))`, which this reader does not "
                     "follow"
                 )
+            if tok.text == "(" and at_start and lexer.s.startswith("(", lexer.i):
+                start = lexer.i - 1  # (( ... )): an arithmetic command, one test word
+                lexer.i = start
+                lexer.balanced("(", ")")
+                cmd.kind = "test"
+                cmd.words.append(Word(lexer.s[start : lexer.i], tok.line))
+                continue
             if tok.text == "(" and at_start:
                 stack.append("(")
                 pending_function = False

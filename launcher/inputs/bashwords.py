@@ -175,9 +175,11 @@ def expand(word: Word, vs: Vars, *, split: bool = True) -> list[Any]:
     while i < n:
         c = raw[i]
         if c == "\\":
-            if i + 1 < n:
+            if i + 1 < n and raw[i + 1] != "\n":  # a backslash-newline is no character
                 out.add(raw[i + 1])
             i += 2
+        elif c == "$" and raw[i + 1 : i + 2] == '"':  # $"...": a translated string, as "..."
+            i += 1
         elif c == "'":
             end = raw.find("'", i + 1)
             end = n if end < 0 else end
@@ -229,7 +231,8 @@ def _double(raw: str, i: int, vs: Vars, out: _Fields, whole: str) -> int:
     while i < n and raw[i] != '"':
         c = raw[i]
         if c == "\\" and i + 1 < n:
-            out.add(raw[i + 1] if raw[i + 1] in '$`"\\' else raw[i : i + 2])
+            nxt = raw[i + 1]
+            out.add("" if nxt == "\n" else nxt if nxt in '$`"\\' else raw[i : i + 2])
             i += 2
         elif c == "`":
             end = raw.find("`", i + 1)

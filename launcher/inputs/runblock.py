@@ -27,6 +27,14 @@ _MENTION_RE = re.compile(r"(?<![\w.-])(?:train|train_async)\.py(?![\w-])")
 _PYTHON_RE = re.compile(r"(?:.*/)?python(?:\d+(?:\.\d+)*)?")
 _ASSIGN_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(\+?)=(.*)$", re.S)
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_ELEMENT_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\[[^]]*\]\+?=")  # ARR[1]=64
+# What changes a variable from inside a word: `${NAME:=...}` and arithmetic (`$((N = 64))`,
+# `((N++))`, `let N=64`).
+_DEFAULT_SET_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*):?=")
+_ARITH_SET_RE = re.compile(
+    r"([A-Za-z_][A-Za-z0-9_]*)\s*(?:\[[^]]*\])?\s*(?:[-+*/%&|^]|<<|>>)?=(?!=)"
+    r"|(?:\+\+|--)\s*([A-Za-z_][A-Za-z0-9_]*)|([A-Za-z_][A-Za-z0-9_]*)\s*(?:\+\+|--)"
+)
 # python's options that take a value, and those that end its options (-c CODE, -m MODULE, -)
 _PY_WITH_VALUE = frozenset({"-W", "-X", "--check-hash-based-pycs"})
 # Commands that run the rest of their words as a command, and how many option words each
@@ -83,15 +91,27 @@ def read_run_block(script: str) -> RunBlock:
                 f"line {line} defines a function `{name}`, which changes what that command "
                 "does where the block names it; expected no function of that name"
             )
-    walker = _Walker(block)
+    walker = _Walker(block, {name for _, name in parsed.functions})
     for cmd in parsed.commands:
         walker.command(cmd)
     return block
 
 
 class _Walker:
-    def __init__(self, block: RunBlock):
+    def __init__(self, block: RunBlock, functions: set[str]):
         self.block, self.vs, self.allexport = block, Vars(), False
+        self.functions = functions
+        self.transformed: set[str] = set()  # declare -i/-l/-u: an assignment's value changes
+
+    def side_effects(self, cmd: Command) -> None:
+        """Variables a command changes from inside its words: unknown after it."""
+        for w in [*cmd.words, *cmd.redirects]:
+            for name in _DEFAULT_SET_RE.findall(w.raw):
+                self.vs.forget(name)
+            arithmetic = "$((" in w.raw or "$[" in w.raw or cmd.kind == "test"
+            if arithmetic or (cmd.words and cmd.words[0].raw == "let"):
+                for m in _ARITH_SET_RE.finditer(w.raw):
+                    self.vs.forget(next(g for g in m.groups() if g))
 
     def hidden(self, line: int, where: str, hint: str = "") -> None:
         self.block.problems.append(
@@ -105,6 +125,7 @@ class _Walker:
         return mentions_train(word.raw) or (text is not None and mentions_train(text))
 
     def command(self, cmd: Command) -> None:
+        self.side_effects(cmd)
         for body in cmd.heredocs:
             if mentions_train(body.raw):
                 self.hidden(body.line, "in a here-document's text")
@@ -124,7 +145,14 @@ class _Walker:
             return
         words = cmd.words
         i = 0
-        while i < len(words) and _ASSIGN_RE.match(words[i].raw):
+        while i < len(words) and (
+            _ASSIGN_RE.match(words[i].raw) or _ELEMENT_RE.match(words[i].raw)
+        ):
+            element = _ELEMENT_RE.match(words[i].raw)
+            if element:  # ARR[1]=64: the array is no longer what the block said
+                if self._mention(words[i]):
+                    self.hidden(words[i].line, f"in the value of {element.group(1)}")
+                self.vs.forget(element.group(1))
             i += 1
         if i == len(words):  # assignments alone: the shell's own variables
             for w in words:
@@ -132,7 +160,8 @@ class _Walker:
             return
         for w in words[:i]:  # FOO=1 cmd: in cmd's environment only
             m = _ASSIGN_RE.match(w.raw)
-            assert m is not None
+            if m is None:
+                continue
             value = self.value_of(w, m)
             self.block.environ.append((w.line, m.group(1), value))
         name_word = words[i]
@@ -200,21 +229,29 @@ class _Walker:
                 self.vs.set_array(name, [v for e in w.elements for v in expand(e, self.vs)])
             return
         value = self.value_of(w, m)
-        self.vs.set_scalar(name, OPAQUE if cmd.conditional or m.group(2) else value)
+        changed = cmd.conditional or m.group(2) or name in self.transformed
+        self.vs.set_scalar(name, OPAQUE if changed else value)
         if exported:
             self.block.exports[name] = (w.line, self.vs.scalars[name])
             self.block.environ.append((w.line, name, self.vs.scalars[name]))
 
     def declare(self, keyword: str, words: list[Word], cmd: Command) -> None:
-        flags = "".join(w.raw[1:] for w in words if w.raw.startswith("-"))
+        flags = "".join(w.raw[1:] for w in words if w.raw.startswith(("-", "+")))
         exported = keyword == "export" or "x" in flags or self.allexport
+        if "n" in flags and keyword != "export":  # a name reference: assignments go elsewhere
+            self.vs.unknown = True
+        if set(flags) & set("ilu"):  # the value is evaluated or its case changed
+            for w in words:
+                name = w.raw.split("=", 1)[0].split("+", 1)[0]
+                if _NAME_RE.fullmatch(name):
+                    self.transformed.add(name)
         for k, w in enumerate(words):
             if self._mention(w):
                 folded = k > 0 and bool(_PYTHON_RE.fullmatch(words[k - 1].raw))
                 self.hidden(w.line, f"as an argument of `{keyword}`", FOLDED_HINT * folded)
                 return
         for w in words:
-            if w.raw.startswith("-"):
+            if w.raw.startswith(("-", "+")):
                 continue
             if _ASSIGN_RE.match(w.raw):
                 self.assign(w, cmd, exported=exported)
@@ -248,12 +285,18 @@ class _Walker:
                 elif isinstance(a, str) and _NAME_RE.fullmatch(a):
                     self.vs.forget(a)
                 k += 1
-        elif name in ("mapfile", "readarray", "unset"):
+        elif name in ("mapfile", "readarray", "unset", "getopts"):
             for a in words:
-                if _NAME_RE.fullmatch(a):
-                    self.vs.forget(a)
+                base = a.split("[", 1)[0]
+                if _NAME_RE.fullmatch(base):
+                    self.vs.forget(base)
+        elif name in self.functions:  # its body may set any variable
+            self.vs.scalars.clear()
+            self.vs.arrays.clear()
+        elif name == "trap" and any(a in ("DEBUG", "ERR", "RETURN") for a in words):
+            self.vs.unknown = True  # code run before (or after) every command
         elif name == "printf" and "-v" in words[:-1]:
-            self.vs.forget(words[words.index("-v") + 1])
+            self.vs.forget(words[words.index("-v") + 1].split("[", 1)[0])
         elif name == "set" and any(a in ("-a", "allexport") for a in words):
             self.allexport = True
         elif name == "shopt" and "expand_aliases" in words:

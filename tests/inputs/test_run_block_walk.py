@@ -242,6 +242,49 @@ def test_a_train_call_validate_cannot_be_sure_of_is_refused(form):
     assert problems and all(f == "run" for f, _ in problems), (form, problems)
 
 
+# Ways a block changes a variable after it set it, before the train call reads it: validate may
+# never read the stale value (it reads the new one, or nothing it would compare).
+REWRITES = {
+    "a branch": "if true; then GBS=64; fi\n",
+    "a function it calls": "set_gbs() { GBS=64; }\nGBS=128\nset_gbs\n",
+    "an array element": "ARGS[1]=64\n",
+    "arithmetic": "(( GBS = 64 ))\n",
+    "an arithmetic expansion": ": $(( GBS = 64 ))\n",
+    "let": "let GBS=64\n",
+    "a default": "unset GBS\n: ${GBS:=64}\n",
+    "printf -v": "printf -v GBS '%d' 64\n",
+    "read": "read -r GBS <<< 64\n",
+    "eval": "eval GBS=64\n",
+    "declare -i": "declare -i GBS\nGBS=32*2\n",
+    "a name reference": "declare -n REF=GBS\nREF=64\n",
+    "a DEBUG trap": "trap 'GBS=64' DEBUG\n",
+    "IFS": "IFS=x\nGBS=64\n",
+}
+
+
+@pytest.mark.parametrize("how", sorted(REWRITES))
+def test_a_variable_changed_after_it_was_set_is_never_read_stale(how, bash_env, tmp_path):
+    OPTION[0] = "--global-batch-size"
+    run = (
+        PRELUDE
+        + "GBS=128\nARGS=(--global-batch-size 128)\n"
+        + REWRITES[how]
+        + call(
+            '"${ARGS[@]}" --global-batch-size "$GBS"'
+            if how != "an array element"
+            else '"${ARGS[@]}"'
+        )
+    )
+    passed = last_value(bash_argv(run, bash_env, tmp_path), "--global-batch-size")
+    assert passed == "64", (how, passed)  # bash's word
+    ((_, argv),) = read_run_block(run).invocations
+    read = options_of(argv).values.get("--global-batch-size")
+    assert read != "128", (how, argv)
+    if isinstance(read, str):
+        assert read == "64"
+        assert any(f == "workload.global_batch" for f, _ in run_block_problems(recipe_with(run)))
+
+
 def test_the_issue_cases_through_the_cli(tmp_path):
     """A here-document holding one apostrophe, and a folded `run: >` block: exit 2, the field named."""
     raw = yaml.safe_load(SEED.read_text())
