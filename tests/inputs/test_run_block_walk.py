@@ -318,3 +318,61 @@ def test_the_issue_cases_through_the_cli(tmp_path):
 def test_bash_is_here_for_the_oracle():
     assert subprocess.run(["bash", "-c", "true"], check=False).returncode == 0
     assert os.environ.get("PATH")
+
+
+NOISE = [
+    "cat > /dev/null <<EOF\nit's $HOME ) ( \" ` \nEOF\n",
+    "cat > /dev/null <<'E O'\n' \" $( ) `\nE O\n",
+    "cat > /dev/null <<-X\n\tdon't\n\t X\n\tX\n",
+    "cat > /dev/null <<A; cat > /dev/null <<B\nA'\nA\nB\"\nB\n",
+    '# it\'s a comment with "quotes" and $(\n',
+    "NOTE=$(cat <<'EOF'\nit's (here\nEOF\n)\n",
+    ": \"$(echo ')')\" `echo '('`\n",
+    "EXTRA=(\n  --lr 1e-5  # don't\n  --min-lr 1e-6\n)\n",
+    'helper() {\n  echo "it\'s" > /dev/null\n}\n',
+    "if false; then\n  echo no\nfi\n",
+    "for i in 1 2; do :; done\n",
+    "{ :; } 2>/dev/null\n",
+    "x=1; y=2 && true || false\n",
+    "read -r LINE <<< 'a b' || true\n",
+]
+VALUE_STYLES = [
+    lambda v: v,
+    lambda v: f"'{v}'",
+    lambda v: f'"{v}"',
+    lambda v: f"$'{v}'",
+    lambda v: f"\"{v[:1]}\"'{v[1:]}'",
+    lambda v: f"{v[:1]}\\\n{v[1:]}",
+    lambda v: '"$V"',
+    lambda v: "${V}",
+]
+HEADS = [
+    "python3 train.py",
+    "exec python3 train.py",
+    "env A=1 python3 -u train.py",
+    "timeout 1h nohup python3 ./train.py",
+]
+TAILS = ["", " 2>&1 | tee /dev/null", " || true", "  # it's the end", " &\nwait"]
+
+
+def test_generated_blocks_are_read_as_bash_runs_them(bash_env, tmp_path, no_bash_n):
+    """Noise, quoting, wrappers and tails drawn at random (seeded, 60 blocks): validate's reading
+    of --global-batch-size is bash's, and the honest block is never refused."""
+    import random
+
+    rng = random.Random(38)
+    OPTION[0] = "--global-batch-size"
+    for _ in range(60):
+        value = rng.choice(["128", "64"])
+        style = rng.choice(VALUE_STYLES)
+        noise = "".join(rng.sample(NOISE, rng.randint(1, 4)))
+        head, tail = rng.choice(HEADS), rng.choice(TAILS)
+        setup = f"V={value}\n" if "V" in style("x") else ""
+        text = call(f"--global-batch-size {style(value)}", head=head).rstrip("\n") + tail + "\n"
+        run = PRELUDE + noise + setup + text
+        ((_, argv),) = read_run_block(run).invocations
+        read = options_of(argv).values.get("--global-batch-size")
+        passed = last_value(bash_argv(run, bash_env, tmp_path), "--global-batch-size")
+        assert read == passed == value, (run, read, passed)
+        problems = run_block_problems(recipe_with(run))
+        assert (problems == []) == (value == "128"), (run, problems)
