@@ -22,6 +22,8 @@ from launcher.inputs.recipe import load_recipe
 def write(tmp_path: Path, **gpu) -> Path:
     raw = yaml.safe_load(SEED.read_text())
     raw["gpu"].update(gpu)
+    if {"type", "instance"} & set(gpu):  # the seed's MFU and $ are its H200s' on p5en
+        raw["result"].update(mfu=None, usd_per_million_tokens=None)
     layout = raw["layout"]
     layout["dp"] = raw["gpu"]["count"] // (layout["tp"] * layout["pp"] * layout["cp"])
     per_node, nodes = raw["gpu"]["per_node"], raw["gpu"]["count"] // raw["gpu"]["per_node"]
