@@ -22,6 +22,7 @@ _OPERATORS = (
     ";;&", ";;", ";&", "&&", "&>>", "&>", "||", "|&", "<<<", "<<-", "<<", "<&", "<>", ">>", ">&",
     ">|", ";", "&", "|", "<", ">", "(", ")",
 )  # fmt: skip
+_BY_FIRST = {c: [op for op in _OPERATORS if op[0] == c] for c in ";&|<>()"}
 REDIRECTIONS = frozenset({"&>>", "&>", "<<<", "<<-", "<<", "<&", "<>", ">>", ">&", ">|", "<", ">"})
 SEPARATORS = frozenset({";", "&", "\n", "&&", "||", "|", "|&", ";;", ";;&", ";&"})
 _OPENERS = {"if": "fi", "while": "done", "until": "done", "for": "done", "select": "done"}
@@ -118,7 +119,7 @@ class _Lexer:
         if c in "<>" and s.startswith("(", self.i + 1):  # process substitution: a word
             return self._word(line)
         if c in _META:
-            for op in _OPERATORS:
+            for op in _BY_FIRST[c]:
                 if s.startswith(op, self.i):
                     self.i += len(op)
                     return _Token("op", op, line)

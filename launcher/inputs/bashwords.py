@@ -29,6 +29,7 @@ _BRACED_RE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(\[[@*]\])?")
 _ANSI = {"n": "\n", "t": "\t", "r": "\r", "a": "\a", "b": "\b", "e": "\x1b", "E": "\x1b",
          "f": "\f", "v": "\v", "\\": "\\", "'": "'", '"': '"', "?": "?"}  # fmt: skip
 _BLANKS_RE = re.compile(r"[ \t\n]+")
+_SPECIAL_RE = re.compile(r"[\\'\"`$~{]")
 
 
 @dataclass
@@ -168,6 +169,8 @@ def _dollar(raw: str, i: int, vs: Vars) -> tuple[int, str, Any]:
 def expand(word: Word, vs: Vars, *, split: bool = True) -> list[Any]:
     """The fields bash makes of WORD (split=False: an assignment's value, one field)."""
     raw, out, i, n = word.raw, _Fields(), 0, len(word.raw)
+    if not _SPECIAL_RE.search(raw):  # a plain word, most of them: itself
+        return [raw] if raw or not split else []
     if split and raw[:1] == "~":
         return [OPAQUE]
     if split and re.search(r"(?<![\\$]){[^}'\"]*(,|\.\.)[^}'\"]*}", raw):

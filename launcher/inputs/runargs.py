@@ -260,6 +260,11 @@ def equal(expected: Any, got: Any, kind: type) -> bool:
     return bool(expected == got) if kind is bool else expected == got
 
 
+# Linux's limit on one argument (MAX_ARG_STRLEN): the container's script, the run block in it,
+# is one (launcher/plan/plan.py checks the whole script against the same figure).
+MAX_RUN_BYTES = 128 * 1024
+
+
 def syntax_problems(script: str) -> list[tuple[str, str]]:
     """What `bash -n` says of the run block: a syntax error found now, not in the training
     container after every paid stage (node.sh's own `bash -n` cannot see it: the block is in a
@@ -284,6 +289,17 @@ def syntax_problems(script: str) -> list[tuple[str, str]]:
 
 def run_block_problems(raw: dict[str, Any]) -> list[tuple[str, str]]:
     """Every run-block argument and export that contradicts a field: (field, message)."""
+    size = len(raw["run"].encode())
+    if size > MAX_RUN_BYTES:  # never read: it could not start, and reading it costs time
+        return [
+            (
+                "run",
+                f"is {size:,} bytes, over the {MAX_RUN_BYTES:,} bytes Linux passes as one "
+                "argument: the training container's script carries the block whole in one "
+                "(`docker run ... bash -c`), so it could not start; expected a smaller run block "
+                "(keep large text in the image or a file)",
+            )
+        ]
     problems = syntax_problems(raw["run"])
     if problems:
         return problems

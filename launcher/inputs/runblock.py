@@ -27,6 +27,7 @@ _MENTION_RE = re.compile(r"(?<![\w.-])(?:train|train_async)\.py(?![\w-])")
 _PYTHON_RE = re.compile(r"(?:.*/)?python(?:\d+(?:\.\d+)*)?")
 _ASSIGN_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(\+?)=(.*)$", re.S)
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_UNQUOTE = str.maketrans("", "", "'\"\\\n")  # what quote removal drops between letters
 _ELEMENT_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\[[^]]*\]\+?=")  # ARR[1]=64
 # What changes a variable from inside a word: `${NAME:=...}` and arithmetic (`$((N = 64))`,
 # `((N++))`, `let N=64`).
@@ -121,8 +122,11 @@ class _Walker:
         )
 
     def _mention(self, word: Word) -> bool:
+        raw = word.raw
+        if "$'" not in raw and '$"' not in raw:  # quotes and escapes only join letters
+            return mentions_train(raw) or mentions_train(raw.translate(_UNQUOTE))
         text = literal(word)
-        return mentions_train(word.raw) or (text is not None and mentions_train(text))
+        return mentions_train(raw) or (text is not None and mentions_train(text))
 
     def command(self, cmd: Command) -> None:
         self.side_effects(cmd)

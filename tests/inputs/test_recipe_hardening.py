@@ -304,11 +304,21 @@ def test_the_seed_and_every_shipped_recipe_still_load():
 
 def test_a_command_of_a_long_word_is_read_and_the_commands_around_it_too():
     """shlex read one long word in quadratic time (a 900 KB word made `validate` take 44 s):
-    the block's reader goes through a word once, so a 128 KB word is read like any other and
+    the block's reader goes through a word once, so a 100 KB word is read like any other and
     the commands around it are still read."""
     from launcher.inputs.runargs import read_run_block
 
-    script = "A=1\n: " + "x" * (128 * 1024) + "\nexport B=2\npython3 train.py --lr 1\n"
+    script = "A=1\n: " + "x" * (100 * 1024) + "\nexport B=2\npython3 train.py --lr 1\n"
     block = read_run_block(script)
     assert block.problems == [] and block.exports["B"][1] == "2"
     assert block.invocations == [(4, ["--lr", "1"])]
+
+
+def test_a_run_block_over_one_arguments_limit_is_refused_unread(tmp_path):
+    """It could never start (the container's script is one argument of at most 128 KiB), and
+    reading 1 MiB of commands would cost seconds: validate refuses it by its size, exit 2."""
+    raw = yaml.safe_load(SEED.read_text())
+    raw["run"] = "a;" * 70_000 + "\n" + raw["run"]
+    res = reproduce_here("validate", write(tmp_path, raw))
+    assert res.code == 2 and "Traceback" not in res.err, res
+    assert "- run: is 141,465 bytes, over the 131,072 bytes Linux passes as one argument" in res.err
