@@ -310,8 +310,11 @@ class _Walker:
             )
 
     def unwrap(self, argv: list[Any], cmd: Command) -> int:
-        """The index of the command a chain of wrappers (exec, env, timeout, ...) runs."""
+        """The index of the command a chain of wrappers (exec, env, timeout, ...; miles' own
+        `ray job submit ... -- COMMAND`) runs."""
         i = 0
+        if argv[:3] == ["ray", "job", "submit"] and "--" in argv:
+            i = argv.index("--") + 1
         while i < len(argv) and argv[i] in WRAPPERS:
             options = WRAPPERS[argv[i]]
             wrapper = argv[i]

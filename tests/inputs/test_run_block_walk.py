@@ -134,6 +134,12 @@ CONSTRUCTS: dict[str, Callable[[str, str], str]] = {
         + call(f"{o} {v}", head="exec env -u X A=1 timeout -s INT 10h python3 -u ./train.py")
     ),
     "given twice, this one last": lambda o, v: PRELUDE + call(f"{o} {SEED_VALUES[o]} {o} {v}"),
+    "miles' ray job submit": lambda o, v: (
+        PRELUDE
+        + call(
+            f"{o} {v}", head='ray job submit --address="http://127.0.0.1:8265" -- python3 train.py'
+        )
+    ),
 }
 
 
@@ -157,6 +163,9 @@ def bash_env(tmp_path_factory) -> dict[str, str]:
     fake = bindir / "python3"
     fake.write_text(FAKE_PYTHON)
     fake.chmod(0o755)
+    ray = bindir / "ray"  # `ray job submit ... -- COMMAND` runs COMMAND (the job's entrypoint)
+    ray.write_text('#!/bin/bash\nwhile [ "$1" != "--" ]; do shift; done\nshift\nexec "$@"\n')
+    ray.chmod(0o755)
     return {
         "PATH": f"{bindir}:/usr/bin:/bin",
         "HF_CKPT": "/ckpt",
