@@ -140,3 +140,17 @@ def test_vpp_by_layers_that_gives_another_size_is_refused_with_the_arithmetic(tm
             raw["run"] = 'read -ra MODEL_ARGS <<< "$(cat args)"\n' + raw["run"]
         problems = run_block_problems(raw)
         assert any(f == "layout.vpp" and why in m for f, m in problems), (words, problems)
+
+
+def test_an_honest_vpp_by_layers_log_agrees_with_the_recipe(tmp_path):
+    """Megatron prints the virtual pipeline size it derived (2), which the gate holds to
+    layout.vpp like any other (the stand-in derives it as Megatron's validate_args does)."""
+    raw = vpp_recipe("--num-layers-per-virtual-pipeline-stage 8")
+    log = tmp_path / "train.log"
+    assert run_standin(log, 20, raw=raw) == 0
+    assert "virtual_pipeline_model_parallel_size ...." in log.read_text()
+    logged = {"virtual_pipeline_model_parallel_size": "2"}
+    assert logged_args_disagreements(raw, logged) == []
+    res = reproduce_here("measure", log, "--recipe", write(tmp_path, raw, "vpp.yaml"), "--json")
+    verdict = json.loads(res.out)["verdict"]
+    assert not any("virtual_pipeline" in r for r in verdict["reasons"]), verdict["reasons"]

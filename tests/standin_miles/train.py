@@ -131,6 +131,12 @@ def print_arguments(argv):
     for dest, value in values.items():
         if isinstance(value, str) and _NUMBER.match(value):
             values[dest] = int(value) if value.lstrip("+-").isdigit() else float(value)
+    per_vstage = values.get("num_layers_per_virtual_pipeline_stage")
+    if per_vstage and values["virtual_pipeline_model_parallel_size"] is None:
+        # Megatron's validate_args: layers // pp // layers per virtual stage (1: no virtual pipeline)
+        vpp = int(values.get("num_layers", 0)) // int(values["pipeline_model_parallel_size"])
+        vpp //= int(per_vstage)
+        values["virtual_pipeline_model_parallel_size"] = vpp if vpp > 1 else None
     if values["expert_tensor_parallel_size"] is None:  # Megatron: defaults to tp
         values["expert_tensor_parallel_size"] = values["tensor_model_parallel_size"]
     if values["tensor_model_parallel_size"] == 1:  # Megatron turns it off without tp
