@@ -110,3 +110,27 @@ def test_the_shell_reading_joins_continuations_keeps_quotes_and_drops_comments()
     ]
     assert [c.line for c in found] == [1, 2, 3, 4, 5]
     assert [w.raw for w in found[-1].words[0].elements or ()] == ["--a", "1", "--b", "2"]
+
+
+def test_a_rollout_no_samples_per_prompt_makes_one_global_batch_is_refused(tmp_path):
+    """256 rows a rollout against a global batch of 128: no whole --n-samples-per-prompt makes
+    that one batch, whatever the seed's run-time words hold; validate and the dry run, exit 2."""
+    path = edited(tmp_path, SEED, "--rollout-batch-size 128", "--rollout-batch-size 256")
+    for args in (("validate", path), (path, "--dry-run")):
+        res = reproduce_here(*args)
+        assert res.code == 2 and "Traceback" not in res.err, res
+        assert "- workload.global_batch: 128, but the run block's rollouts hold " in res.err
+        assert "--rollout-batch-size 256 x --n-samples-per-prompt 1 (absent: miles' default)" in (
+            res.err
+        )
+        assert "no whole number of samples per prompt" in res.err
+    # a rollout of 64 prompts needs its 2 samples each written in the block
+    path = edited(tmp_path, SEED, "--rollout-batch-size 128", "--rollout-batch-size 64")
+    assert "pass --n-samples-per-prompt 2" in reproduce_here("validate", path).err
+    path = edited(
+        tmp_path,
+        SEED,
+        "--rollout-batch-size 128",
+        "--rollout-batch-size 64 --n-samples-per-prompt 2",
+    )
+    assert reproduce_here("validate", path).code == 0
