@@ -197,6 +197,9 @@ class _Walker:
                     argv[script_at - 1] == "-m" and script in _TRAIN_MODULES
                 ):
                     self.block.invocations.append((cmd.line, argv[script_at + 1 :]))
+                    for w in dict.fromkeys(sources[script_at + 1 :]):  # what its words run
+                        if any(m in w.raw for m in ("$(", "`", "<(", ">(")) and self._mention(w):
+                            self.hidden(w.line, "in a command its arguments run")
                     return
             else:
                 self.block.problems.append(

@@ -230,6 +230,9 @@ HIDDEN = {
     "bash -c": 'bash -c "{call}"\n',
     "eval": "eval '{call}'\n",
     "a command substitution": 'OUT="$({call})"\n',
+    "a command substitution in the call's own arguments": (
+        'python3 train.py --num-rollout 20 --notes "$(python3 train.py --num-rollout 5)"\n'
+    ),
     "python -c": 'python3 -c \'import subprocess; subprocess.run(["python3", "train.py"])\'\n',
     "a script written by a here-document": "cat > go.sh <<EOF\n{call}EOF\nbash go.sh\n",
     "a folded run: > block": 'read -ra MODEL_ARGS <<< "$MODEL_ARGS_LINE" {call}',
