@@ -73,8 +73,18 @@ class RunBlock:
     problems: list[str] = field(default_factory=list)  # why it cannot be read, with the line
 
 
+# Expansions a text may hold, which can join letters around them once expanded (`tr${E}ain.py`
+# with E empty): a mention is looked for with them taken out too.
+_EXPANSION_RE = re.compile(r"\$\{[^}]*\}|\$[A-Za-z_][A-Za-z0-9_]*|\$\([^()]*\)|`[^`]*`")
+
+
 def mentions_train(text: str) -> bool:
-    return _MENTION_RE.search(text) is not None
+    """Whether TEXT names a train script: as written, or joined across its quotes, escapes and
+    the expansions in it (which the running shell could make empty)."""
+    if _MENTION_RE.search(text) is not None:
+        return True
+    joined = _EXPANSION_RE.sub("", text).translate(_UNQUOTE)
+    return _MENTION_RE.search(joined) is not None
 
 
 def read_run_block(script: str) -> RunBlock:
@@ -124,7 +134,7 @@ class _Walker:
     def _mention(self, word: Word) -> bool:
         raw = word.raw
         if "$'" not in raw and '$"' not in raw:  # quotes and escapes only join letters
-            return mentions_train(raw) or mentions_train(raw.translate(_UNQUOTE))
+            return mentions_train(raw)
         text = literal(word)
         return mentions_train(raw) or (text is not None and mentions_train(text))
 

@@ -228,6 +228,10 @@ def test_every_check_inside_every_construct(construct, bash_env, tmp_path, no_ba
 HIDDEN = {
     "a here-document fed to bash": "bash <<'EOF'\n{call}EOF\n",
     "bash -c": 'bash -c "{call}"\n',
+    "bash -c, the name joined across an expansion": 'E=\nbash -c "python3 tr${E}ain.py"\n',
+    "a here-document to bash, the name joined across an expansion": (
+        "bash <<EOF\npython3 tr$(true)ain.py --num-rollout 20\nEOF\n"
+    ),
     "eval": "eval '{call}'\n",
     "a command substitution": 'OUT="$({call})"\n',
     "a command substitution in the call's own arguments": (
@@ -249,9 +253,15 @@ HIDDEN = {
 def test_a_train_call_validate_cannot_be_sure_of_is_refused(form):
     OPTION[0] = ""
     honest = call("").replace(" \\\n  \n", "\n").replace(" \\\n", " ").rstrip() + "\n"
-    run = PRELUDE + HIDDEN[form].replace("{call}", honest)
-    problems = run_block_problems(recipe_with(run))
+    hidden = HIDDEN[form].replace("{call}", honest)
+    if form != "no train call at all":  # an honest call beside it: the hidden one alone refuses
+        problems = run_block_problems(recipe_with(PRELUDE + honest))
+        assert problems == [], problems
+        hidden += honest
+    problems = run_block_problems(recipe_with(PRELUDE + hidden))
     assert problems and all(f == "run" for f, _ in problems), (form, problems)
+    if form != "no train call at all":
+        assert not any("calls no train script" in m for _, m in problems), (form, problems)
 
 
 # Ways a block changes a variable after it set it, before the train call reads it: validate may
