@@ -54,6 +54,7 @@ WRAPPERS: dict[str, dict[str, bool]] = {
 _DECLARERS = frozenset({"export", "declare", "typeset", "local", "readonly"})
 _READERS = frozenset({"read", "mapfile", "readarray"})
 _RUNS_TEXT = frozenset({"eval", "source", "."})
+_SHELLS = frozenset({"bash", "sh", "dash", "zsh", "ksh"})
 # Function names that would change what this reading relies on.
 _RESERVED_NAMES = _DECLARERS | _READERS | _RUNS_TEXT | set(WRAPPERS) | {"printf", "unset", "set"}
 FOLDED_HINT = (
@@ -288,6 +289,15 @@ class _Walker:
         """What a builtin does to the variables the reading knows."""
         name = argv[0]
         words = [a for a in argv[1:] if isinstance(a, str)]
+        shell_text = name.rsplit("/", 1)[-1] in _SHELLS and "-c" in argv[1:-1]
+        text = (
+            argv[argv.index("-c") + 1 :][:1] if shell_text else argv[1:] if name == "eval" else []
+        )
+        if any(not isinstance(t, str) for t in text):
+            self.block.problems.append(
+                f"line {cmd.line}: `{name}` runs text only known at run time, which may call "
+                "train.py where validate cannot read it; expected the commands written in the block"
+            )
         if name in _RUNS_TEXT:
             self.vs.unknown = True  # it may set anything
         elif name == "read":

@@ -233,6 +233,8 @@ HIDDEN = {
         "bash <<EOF\npython3 tr$(true)ain.py --num-rollout 20\nEOF\n"
     ),
     "eval": "eval '{call}'\n",
+    "eval of text only known at run time": 'CMD="$(cat cmd.txt)"\neval "$CMD"\n',
+    "bash -c of text only known at run time": 'bash -c "$(cat cmd.txt)"\n',
     "a command substitution": 'OUT="$({call})"\n',
     "a command substitution in the call's own arguments": (
         'python3 train.py --num-rollout 20 --notes "$(python3 train.py --num-rollout 5)"\n'
