@@ -18,6 +18,7 @@ Standard library only; python 3.8 (the node's host python3); never imports `laun
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -26,7 +27,12 @@ import sys
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path, PurePosixPath
-from typing import Any, Callable, Protocol  # typing's: subscripted at run time (python 3.8)
+from typing import (
+    Any,
+    Callable,
+    ContextManager,
+    Protocol,
+)  # typing's: subscripted at run time (python 3.8)
 
 _HERE = str(Path(__file__).resolve().parent)
 if _HERE not in sys.path:
@@ -185,6 +191,12 @@ class Store:
 
     def put_manifest(self, key: str, manifest: dict[str, Any]) -> None:
         raise NotImplementedError
+
+    def exclusive(self, key: str) -> ContextManager[None]:
+        """Held for a whole push into KEY: a second writer fails at once with StoreError, so no
+        manifest is ever written over files another writer replaced meanwhile. A store that
+        cannot lock (S3) holds nothing; its objects carry the sha256 of their own bytes."""
+        return contextlib.nullcontext()
 
 
 def fetch_ranges(

@@ -396,6 +396,6 @@ def _run(call: Callable[[], Any]) -> Any:
     except store_mod.StoreError as err:
         raise (CheckFailed if err.mismatch else InfraError)(str(err)) from None
     except hub.HubError as err:
-        raise (InfraError if err.kind == "network" else CheckFailed)(str(err)) from None
+        raise (InfraError if err.infra else CheckFailed)(str(err)) from None
     except OSError as err:
         raise InfraError(f"{getattr(err, 'filename', '') or ''}: {err.strerror or err}") from None
