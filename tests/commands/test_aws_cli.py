@@ -12,6 +12,7 @@ import pytest
 from support.aws import NOTHING, REPO, SEED, live_resources, seed_recipe, write_profile
 
 from launcher.clusters.aws.cluster import AwsCluster
+from launcher.records.rundir import owner
 
 pytestmark = pytest.mark.aws
 
@@ -51,7 +52,7 @@ def kept_run(tmp_path, banner, run_id: str, ttl_hours: float = 6, started_hours_
         key_dir=tmp_path / "keys",
         poll_s=0.05,
         log=lambda m: None,
-        owner="test",
+        owner=owner(),  # the CLI's own, in the subprocesses below
     )
     c.now = lambda: datetime.now(UTC) - timedelta(hours=started_hours_ago)
     c.acquire()
@@ -78,7 +79,11 @@ def test_reap_ends_expired_runs_only(moto_server, tmp_path, banner):
     assert dry.returncode == 0, dry.stderr
     assert "would end run expired" in dry.stdout and "current" not in dry.stdout
     assert len(live_resources(ec2)["instances"]) == 2
-    result = reproduce("reap", "--region", "us-east-1")
+    unasked = reproduce("reap", "--region", "us-east-1")  # no terminal to ask, no --yes
+    assert unasked.returncode == 2 and "nothing was ended" in unasked.stderr, unasked.stderr
+    assert "Traceback" not in unasked.stderr and "run expired" in unasked.stdout
+    assert len(live_resources(ec2)["instances"]) == 2
+    result = reproduce("reap", "--region", "us-east-1", "--yes")
     assert result.returncode == 0, result.stderr
     left = live_resources(ec2)
     assert len(left["instances"]) == 1

@@ -28,6 +28,35 @@ LIVE_STATES = ["pending", "running", "stopping", "stopped", "shutting-down"]
 Log = Callable[[str], Any]
 
 
+NAME_KEYS = {
+    "security_group": "GroupName",
+    "key_pair": "KeyName",
+    "placement_group": "GroupName",
+}
+
+
+def not_made_because(kind: str, item: dict, run_id: str, launch_id: str | None) -> str:
+    """Why ITEM (as a Describe call answers it) is not what launch LAUNCH_ID of RUN_ID made,
+    by a fact beside its tags ('' when it is, or when no such fact exists: an Elastic IP has no
+    name, and a launch id unknown leaves nothing to compare). Tags are a claim anyone in the
+    account can write; an instance's ClientToken and a group's or key pair's name are set when
+    it is made (requests.client_token, requests.resource_name)."""
+    if not launch_id:
+        return ""
+    if kind == "instances":
+        token = str(item.get("ClientToken") or "")
+        if not token.startswith(f"reproduce-{launch_id}-"):
+            return f"it was not launched with this launch's ClientToken (it has {token!r})"
+        return ""
+    name_key = NAME_KEYS.get(kind)
+    if name_key is None:
+        return ""
+    want = rq.resource_name(run_id, launch_id)
+    if item.get(name_key) != want:
+        return f"its name is {item.get(name_key)!r}, not this launch's {want!r}"
+    return ""
+
+
 def not_found(err: BaseException) -> bool:
     return error_code(err).startswith("InvalidInstanceID.NotFound")
 
@@ -94,6 +123,8 @@ def _discover_instances(ec2: Any, state: AwsState, mine: list[dict]) -> int:
     found = 0
     for r in resp.get("Reservations", []):
         for inst in r.get("Instances", []):
+            if not_made_because("instances", inst, d["run_id"], d.get("launch_id")):
+                continue  # tagged like ours, not launched by us
             found += 1
             iid = inst["InstanceId"]
             if iid not in d["targeted"] and iid not in d["instances"]:
@@ -107,16 +138,23 @@ def _discover_the_rest(ec2: Any, state: AwsState, mine: list[dict]) -> None:
     for addr in ec2.describe_addresses(Filters=mine).get("Addresses", []):
         if addr["AllocationId"] not in known:
             d["addresses"].append(address_record(addr))
+    run_id, launch_id = d["run_id"], d.get("launch_id")
+
+    def made(kind: str, items: list[dict]) -> list[dict]:
+        return [i for i in items if not not_made_because(kind, i, run_id, launch_id)]
+
     if not d["security_group"]:
-        groups = ec2.describe_security_groups(Filters=mine).get("SecurityGroups", [])
+        groups = made(
+            "security_group", ec2.describe_security_groups(Filters=mine).get("SecurityGroups", [])
+        )
         if groups:
             d["security_group"] = groups[0]["GroupId"]
     if not d["key_pair"]:
-        keys = ec2.describe_key_pairs(Filters=mine).get("KeyPairs", [])
+        keys = made("key_pair", ec2.describe_key_pairs(Filters=mine).get("KeyPairs", []))
         if keys:
             d["key_pair"] = keys[0]["KeyName"]
     if not d["placement_group"]:
-        pgs = placement_groups(ec2, mine)
+        pgs = made("placement_group", placement_groups(ec2, mine))
         if pgs:
             d["placement_group"] = pgs[0]["GroupName"]
 
@@ -152,8 +190,10 @@ def sort_out(ec2: Any, state: AwsState, log: Log, poll_s: float) -> None:
     run_id, launch_id = str(d.get("run_id") or ""), d.get("launch_id")
     where = f"{d.get('region')} (account {d.get('account') or '?'})"
 
-    def judge(kind: str, what: str, tags: list[dict] | None) -> bool:
-        why = rq.foreign_because(tags, run_id, launch_id)
+    def judge(kind: str, what: str, item: dict) -> bool:
+        why = rq.foreign_because(item.get("Tags"), run_id, launch_id) or not_made_because(
+            kind, item, run_id, launch_id
+        )
         if why:
             refuse(state, kind, what, why, log)
         return not why
@@ -164,7 +204,7 @@ def sort_out(ec2: Any, state: AwsState, log: Log, poll_s: float) -> None:
         found = _one(ec2.describe_addresses, "Addresses", "allocation-id", aid)
         if found is None:
             d["addresses"].remove(addr)  # released already
-        elif not judge("addresses", aid, found.get("Tags")):
+        elif not judge("addresses", aid, found):
             d["addresses"].remove(addr)
     checks = (
         ("security_group", ec2.describe_security_groups, "SecurityGroups", "group-id"),
@@ -180,7 +220,7 @@ def sort_out(ec2: Any, state: AwsState, log: Log, poll_s: float) -> None:
             found = groups[0] if groups else None
         else:
             found = _one(describe, listed, name, value)
-        if found is None or not judge(key, value, found.get("Tags")):
+        if found is None or not judge(key, value, found):
             d[key] = None
     state.save()
 
@@ -195,7 +235,7 @@ def _sort_out_instances(
         for inst in _instances(ec2, unseen):
             iid = inst["InstanceId"]
             unseen.remove(iid)
-            if not judge("instances", iid, inst.get("Tags")):
+            if not judge("instances", iid, inst):
                 d["instances"].remove(iid)
             elif inst["State"]["Name"] == "terminated":  # a lost node (spot, by hand): ended
                 d["instances"].remove(iid)

@@ -33,7 +33,8 @@ from support.aws import (
 )
 
 from launcher.clusters.aws.cluster import AwsCluster
-from launcher.clusters.aws.down import down, reap
+from launcher.clusters.aws.down import down
+from launcher.clusters.aws.reap import reap
 from launcher.errors import BadInput, CheckFailed, InfraError, Interrupted
 
 pytestmark = pytest.mark.aws
@@ -362,10 +363,11 @@ def test_launcher_killed_then_reap_or_down_ends_everything(moto_server, tmp_path
     session = boto3.Session(region_name="us-east-1")
     if cleanup == "reap":
         assert (
-            reap("us-east-1", session=session, poll_s=0.01, log=lambda m: None) == []
+            reap("us-east-1", owner="test", session=session, poll_s=0.01, log=lambda m: None) == []
         )  # not expired yet
         ended = reap(
             "us-east-1",
+            owner="test",
             now=datetime.now(UTC) + timedelta(hours=7),
             session=session,
             poll_s=0.01,
