@@ -62,6 +62,29 @@ class StoreError(Exception):
         self.mismatch = mismatch
 
 
+# How a store's answers are read, for every caller (docs/assets.md, "Errors are not absence").
+# Only these S3 error codes mean "this object is not there"; NoSuchBucket, AccessDenied, a
+# throttle, a 5xx, no connection, anything else is the store failing (StoreError, exit 3), and
+# bytes that differ from a manifest are a mismatch (exit 1). A directory store's one "absent" is
+# FileNotFoundError under a root that exists. A HEAD carries no error body, so S3 says only "404"
+# there (a missing bucket too): `stat` may read it as absent, which only ever leads to an
+# upload, and the upload then fails on a missing bucket.
+S3_ABSENT = frozenset({"404", "NoSuchKey", "NotFound"})
+_CLI_CODE = re.compile(r"An error occurred \(([A-Za-z0-9.]+)\)")
+
+
+def s3_absent(code: str) -> bool:
+    """Whether an S3 error CODE means the object is not there (S3_ABSENT), and nothing else."""
+    return code in S3_ABSENT
+
+
+def s3_cli_code(stderr: str) -> str:
+    """The S3 error code in the aws CLI's message ("An error occurred (NoSuchKey) when ..."),
+    '' when it names none (a connection error, a crash: never read as absent)."""
+    found = _CLI_CODE.findall(stderr)
+    return found[-1] if found else ""
+
+
 class Digest:
     """One file's hashes, fed once with its bytes in order as they arrive: the sha256 (what a
     manifest records) always, and the git blob id (sha1 of "blob <size>\\0" + bytes, what the Hub
