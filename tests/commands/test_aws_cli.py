@@ -9,7 +9,15 @@ import sys
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from support.aws import NOTHING, REPO, SEED, live_resources, seed_recipe, write_profile
+from support.aws import (
+    NOTHING,
+    REPO,
+    SEED,
+    live_resources,
+    seed_recipe,
+    serve_placement_groups,
+    write_profile,
+)
 
 from launcher.clusters.aws.cluster import AwsCluster
 from launcher.records.rundir import owner
@@ -70,7 +78,8 @@ def test_down_by_run_id_ends_a_kept_node(moto_server, tmp_path, banner):
     assert not list((tmp_path / "keys").glob("reproduce-keep1-*.pem"))
 
 
-def test_reap_ends_expired_runs_only(moto_server, tmp_path, banner):
+def test_reap_ends_expired_runs_only(moto_server, tmp_path, banner, monkeypatch):
+    serve_placement_groups(monkeypatch)  # reap's listing needs them answered, not failed
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     ec2, _ = kept_run(tmp_path / "a", banner, "expired", ttl_hours=1, started_hours_ago=2)

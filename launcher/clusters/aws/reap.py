@@ -121,7 +121,7 @@ def survey(ec2: Any, now: datetime) -> list[Seen]:
         keep("security_group", group["GroupId"], group.get("Tags"), _named(group, "GroupName"))
     for key in ec2.describe_key_pairs(Filters=has_expiry).get("KeyPairs", []):
         keep("key_pair", key["KeyName"], key.get("Tags"), _named(key, "KeyName"))
-    for pg in ownership.placement_groups(ec2, has_expiry):
+    for pg in ownership.placement_groups(ec2, has_expiry, strict=True):
         keep("placement_group", pg["GroupName"], pg.get("Tags"), _named(pg, "GroupName"))
     return seen
 

@@ -26,6 +26,7 @@ from support.aws import (
     live_resources,
     load,
     seed_recipe,
+    serve_placement_groups,
     write_profile,
 )
 from support.aws import (
@@ -329,8 +330,12 @@ time.sleep(600)
 
 
 @pytest.mark.parametrize("cleanup", ["reap", "down"])
-def test_launcher_killed_then_reap_or_down_ends_everything(moto_server, tmp_path, banner, cleanup):
+def test_launcher_killed_then_reap_or_down_ends_everything(
+    moto_server, tmp_path, banner, cleanup, monkeypatch
+):
     import boto3
+
+    serve_placement_groups(monkeypatch)  # reap's listing needs them answered, not failed
 
     ec2 = boto3.client("ec2", region_name="us-east-1")
     image = ec2.register_image(Name="dlami-standin", RootDeviceName="/dev/sda1")["ImageId"]

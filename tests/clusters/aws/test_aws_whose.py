@@ -183,3 +183,66 @@ def test_no_command_ends_a_resource_that_is_not_its_own(aws, ami, tmp_path, bann
     ended = reap("us-east-1", owner=None, session=aws, poll_s=0.01, log=lambda _: None)
     assert f"instance {bobs}" in ended and not _alive(ec2, bobs)
     assert plant.missing() == []
+
+
+# ---- AWS's answers to reap's listing: an error is never an empty account -------------------------
+
+AWS_ANSWERS = {
+    "UnauthorizedOperation": 403,
+    "AuthFailure": 401,
+    "RequestLimitExceeded": 503,
+    "InternalError": 500,
+    "connection": 0,
+}
+LISTING = [
+    "DescribeInstances",
+    "DescribeAddresses",
+    "DescribeSecurityGroups",
+    "DescribeKeyPairs",
+    "DescribePlacementGroups",
+]
+
+
+def test_reap_ends_nothing_and_says_so_on_every_error_of_its_listing(aws, ami, tmp_path, banner):
+    """Each call of reap's listing answered, in turn, with each kind of error: reap fails (a
+    ReproduceError, one line), ends nothing and never says there was nothing to end."""
+    from botocore.awsrequest import AWSResponse
+    from botocore.exceptions import EndpointConnectionError
+
+    from launcher.errors import ReproduceError
+
+    ec2 = ec2_of(aws)
+    events = aws._real.events  # the session's: every client reap makes from it inherits them
+    old = _kept(aws, ami, tmp_path, banner.port, "old", "alice-old", "alice", 3)
+    for op in LISTING:
+        for code, status in AWS_ANSWERS.items():
+
+            def answer(code: str = code, status: int = status, **_: Any) -> Any:
+                if code == "connection":
+                    raise EndpointConnectionError(endpoint_url="http://127.0.0.1:1")
+                body = {"Error": {"Code": code, "Message": "injected"}, "ResponseMetadata": {}}
+                return AWSResponse("http://127.0.0.1", status, {}, None), body
+
+            if op == "DescribePlacementGroups":  # answered by the session's stand-in
+                err = None
+                try:
+                    answer()
+                except EndpointConnectionError as e:
+                    err = e
+                if err is None:
+                    from botocore.exceptions import ClientError
+
+                    err = ClientError(answer()[1], op)
+                aws.faults["describe_placement_groups"] = err
+            else:
+                events.register_first(f"before-call.ec2.{op}", answer)
+            lines: list[str] = []
+            with pytest.raises(ReproduceError):
+                reap("us-east-1", owner="alice", session=aws, poll_s=0.01, log=lines.append)
+            assert _alive(ec2, old), (op, code)
+            assert not any("nothing" in line and "past its expires-at" in line for line in lines)
+            aws.faults.pop("describe_placement_groups", None)
+            events.unregister(f"before-call.ec2.{op}", answer)
+    assert f"instance {old}" in reap(
+        "us-east-1", owner="alice", session=aws, poll_s=0.01, log=lambda _: None
+    )
