@@ -82,6 +82,7 @@ def discover(ec2: Any, state: AwsState, log: Log, poll_s: float) -> None:
     run_id = d.get("run_id")
     if not run_id:
         return
+    d["search_failed"] = None  # this search's own outcome: an error is never "nothing there"
     mine = rq.launch_filter(run_id, d.get("launch_id"))
     pending = bool(d.get("pending_launch"))
     until = time.monotonic() + (CONSISTENCY_WINDOW_S if pending else 0.0)
@@ -95,7 +96,7 @@ def discover(ec2: Any, state: AwsState, log: Log, poll_s: float) -> None:
         if found or not pending or time.monotonic() >= until:
             break
         time.sleep(poll_s)
-    if pending:
+    if pending and not d.get("search_failed"):  # a failed search keeps it for the next one
         d["pending_launch"] = None
         if not found:
             log(f"aws: nothing it launched appeared within {CONSISTENCY_WINDOW_S:.0f} s")
@@ -106,7 +107,20 @@ def discover(ec2: Any, state: AwsState, log: Log, poll_s: float) -> None:
             raise
         if error_code(err) in ("AuthFailure", "UnauthorizedOperation"):
             raise translate(err, "finding the run's resources") from err
+        d["search_failed"] = f"{error_code(err) or type(err).__name__}"
+    if d.get("search_failed"):
+        log(
+            f"aws: the search by tag for what aws.json may have missed failed "
+            f"({d['search_failed']}): what it lists is ended, and the run is not said to be gone"
+        )
     state.save()
+
+
+def search_left(state: AwsState) -> list[str]:
+    """What teardown reports as left when its search by tag failed: not a resource, but the
+    fact that what aws.json missed was not looked for (`reproduce down` searches again)."""
+    why = state.data.get("search_failed")
+    return [f"whatever aws.json missed (the search by tag failed: {why})"] if why else []
 
 
 def _discover_instances(ec2: Any, state: AwsState, mine: list[dict]) -> int:
@@ -119,6 +133,7 @@ def _discover_instances(ec2: Any, state: AwsState, mine: list[dict]) -> int:
             raise
         if error_code(err) in ("AuthFailure", "UnauthorizedOperation"):
             raise translate(err, "finding the run's instances") from err
+        d["search_failed"] = f"{error_code(err) or type(err).__name__}"
         return 0
     found = 0
     for r in resp.get("Reservations", []):

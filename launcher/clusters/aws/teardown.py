@@ -103,7 +103,7 @@ def teardown(
         ):
             state.set(**{key: None})
     _remove_key_file(state, key_dir)
-    left = state.allocated()
+    left = state.allocated() + (ownership.search_left(state) if discover else [])
     state.set(released=not left, left=left, ended=[t for t in targets if t not in left])
     if state.save_error:
         log(
