@@ -281,23 +281,30 @@ def _listing(body: bytes, repo: str, repo_type: str, what: str) -> RepoInfo:
 
 def check_access(info: RepoInfo, path: str, token: str | None = None) -> None:
     """Raise HubError unless this token (or none) may download PATH (gated repos say no only
-    here)."""
+    here). A 429 or 5xx is asked again RETRIES times, as for the listing."""
     what = f"{info.repo_type} {info.repo}@{info.commit[:12]}: {path}"
     url = file_url(info.repo, info.commit, path, info.repo_type)
-    try:
-        with _request(url, token, headers={"Range": "bytes=0-0"}) as resp:
-            resp.read(1)
-    except urllib.error.HTTPError as err:
-        if err.code == 416:  # an empty file: the range is unsatisfiable, the access is fine
+    attempt = 0
+    while True:
+        try:
+            with _request(url, token, headers={"Range": "bytes=0-0"}) as resp:
+                resp.read(1)
             return
-        raise _hub_error(err, what, token) from None
-    except (
-        urllib.error.URLError,
-        socket.timeout,
-        ConnectionError,
-        http.client.HTTPException,
-    ) as err:
-        raise _network_error(err, what, token) from None
+        except urllib.error.HTTPError as err:
+            if err.code == 416:  # an empty file: the range is unsatisfiable, the access is fine
+                return
+            failure = _hub_error(err, what, token)
+            if failure.kind != "busy" or attempt >= RETRIES:
+                raise failure from None
+        except (
+            urllib.error.URLError,
+            socket.timeout,
+            ConnectionError,
+            http.client.HTTPException,
+        ) as err:
+            raise _network_error(err, what, token) from None
+        attempt += 1
+        _pause(attempt)
 
 
 def git_blob_sha1(path: Path) -> str:
