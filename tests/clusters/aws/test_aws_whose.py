@@ -246,3 +246,23 @@ def test_reap_ends_nothing_and_says_so_on_every_error_of_its_listing(aws, ami, t
     assert f"instance {old}" in reap(
         "us-east-1", owner="alice", session=aws, poll_s=0.01, log=lambda _: None
     )
+
+
+def test_a_failed_bakes_cleanup_deletes_its_own_snapshots_not_a_tag_copy(aws):
+    """bake.discard_image finds a half-made AMI's snapshots by its mapping and by the bake's
+    launch tags; one that copies those tags but was not made for the AMI is left alone."""
+    from launcher.clusters.aws.bake import discard_image
+
+    plant = Planted(aws, "")
+    ec2 = plant.ec2
+    tags = {rq.TAG_RUN_ID: "bake-1", rq.TAG_LAUNCH: "0123456789ab", rq.TAG_OWNER: "alice"}
+    image_id = ec2.register_image(Name="half-made", RootDeviceName="/dev/sda1")["ImageId"]
+    [img] = ec2.describe_images(ImageIds=[image_id])["Images"]
+    own = [m["Ebs"]["SnapshotId"] for m in img["BlockDeviceMappings"] if "Ebs" in m]
+    ec2.create_tags(Resources=own, Tags=_spec("x", tags)[0]["Tags"])
+    plant.snapshot(tags)  # the same tags, another description
+    lines: list[str] = []
+    assert discard_image(ec2, image_id, "bake-1", "0123456789ab", lines.append) == []
+    left = {s["SnapshotId"] for s in ec2.describe_snapshots(OwnerIds=["self"])["Snapshots"]}
+    assert not set(own) & left and plant.missing() == []
+    assert any("left alone" in line for line in lines)
