@@ -277,7 +277,7 @@ def _hub_check(
         return (
             False,
             f"Hub {hf_hub.endpoint()}: {hf_hub.redact(str(err), token)}"
-            + (" [network]" if err.kind == "network" else ""),
+            + (" [network]" if err.unreachable else " [hub]" if err.infra else ""),
             0,
         )
     total = sum(max(f.size, 0) for f in chosen)
@@ -437,7 +437,7 @@ def resolve(spec: dict[str, Any], *, full: bool = True, threads: int = 8) -> dic
         if res["source"] is None:
             problems.append(_explain(asset, res))
             tried = res["tried"] + [t for sub in subs.values() for t in sub["tried"]]
-            infra = infra or any(t.endswith(("[network]", "[store]")) for t in tried)
+            infra = infra or any(t.endswith(("[network]", "[hub]", "[store]")) for t in tried)
     for name in ("tokenizer", "dataset"):
         if name in by_name and name not in plan["assets"]:
             plan["assets"][name] = {

@@ -21,16 +21,23 @@ uploaded is hashed as it is read, so a store object never carries a sha256 its b
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
+import secrets
 import stat
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable  # typing's: subscripted at run time (python 3.8 hosts)
+from typing import (
+    Any,
+    Callable,
+    ContextManager,
+)  # typing's: subscripted at run time (python 3.8 hosts)
 
 _HERE = str(Path(__file__).resolve().parent)
 if _HERE not in sys.path:
@@ -229,25 +236,90 @@ class LocalStore(Store):
                 lambda off, n: os.pread(fd, n, off), dest, size, path, progress, git_blob=git_blob
             )
 
+    def exclusive(self, key: str) -> ContextManager[None]:
+        return _push_lock(self.root, key, self.where(key))
+
     def put_file(self, key: str, path: str, src: Path, sha256: str, progress: Progress) -> str:
+        """SRC copied into a temporary file of this writer's own (an interrupted copy's
+        `.partial` is claimed by renaming it, so two writers never share one), hashed through
+        that file, and renamed into place only when its bytes are SHA256."""
         target = self.root / key / path
         partial = target.with_name(target.name + ".partial")
-        got, resumed = _copy_resuming(src, partial, path, progress, base=self.root)
-        if got != sha256 and resumed:  # an older attempt's bytes: once more from the start
-            os.unlink(str(partial))
-            got, resumed = _copy_resuming(src, partial, path, progress, base=self.root)
-        if got != sha256:
-            os.unlink(str(partial))
-            raise StoreError(
-                f"{target}: the bytes read from {src} have sha256 {got}, its manifest says "
-                f"{sha256}; not stored",
-                mismatch=True,
-            )
-        os.replace(str(partial), str(target))  # replaces whatever name was there, never follows
+        mine = _claim(partial)
+        try:
+            got, resumed = _copy_resuming(src, mine, path, progress, base=self.root)
+            if got != sha256 and resumed:  # an older attempt's bytes: once more from the start
+                os.unlink(str(mine))
+                got, resumed = _copy_resuming(src, mine, path, progress, base=self.root)
+            if got != sha256:
+                os.unlink(str(mine))
+                raise StoreError(
+                    f"{target}: the bytes read from {src} have sha256 {got}, its manifest says "
+                    f"{sha256}; not stored",
+                    mismatch=True,
+                )
+            ino = os.lstat(str(mine)).st_ino
+            os.replace(str(mine), str(target))  # replaces whatever name was there, never follows
+        except BaseException:
+            _unclaim(mine, partial)  # what was copied stays for the next attempt to continue
+            raise
+        if os.lstat(str(target)).st_ino != ino:
+            raise StoreError(f"{target}: another writer replaced it while it was stored")
         return "resumed" if resumed else "copied"
 
     def put_manifest(self, key: str, manifest: dict[str, Any]) -> None:
         write_local_manifest(self.root / key, manifest, base=self.root)
+
+
+PUSH_LOCK = ".reproduce-push.lock"
+
+
+@contextlib.contextmanager
+def _push_lock(root: Path, key: str, where: str) -> Iterator[None]:
+    """An exclusive, non-blocking flock on KEY's lock file, held for the whole push (the kernel
+    drops it when the writer dies, so a killed push never leaves the key locked)."""
+    folder = safe_io.make_dirs(root / key, base=root)
+    lock = folder / PUSH_LOCK
+    flags = os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(str(lock), flags, 0o644)
+    except OSError as err:
+        raise StoreError(f"{where}: cannot open its lock file {lock} ({err.strerror})") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise StoreError(
+                f"{where}: another push into it is under way (it holds {lock}); this push "
+                "stored nothing. Run it again when that one has ended: what the other push "
+                "stored is then checked, not copied again"
+            ) from None
+        yield
+    finally:
+        os.close(fd)
+
+
+def _claim(partial: Path) -> Path:
+    """A name of this writer's own for a copy to PARTIAL's place: PARTIAL itself renamed (an
+    interrupted copy is continued by exactly one writer), else a fresh name."""
+    mine = partial.with_name(f".{partial.name[:-8]}.{os.getpid()}.{secrets.token_hex(6)}.partial")
+    try:
+        os.rename(str(partial), str(mine))  # atomic: of two writers, one gets it
+    except FileNotFoundError:
+        pass
+    return mine
+
+
+def _unclaim(mine: Path, partial: Path) -> None:
+    """Give a failed copy's bytes back to PARTIAL's name (unless another writer's are there)."""
+    try:
+        os.link(str(mine), str(partial))
+    except OSError:
+        pass
+    try:
+        os.unlink(str(mine))
+    except OSError:
+        pass
 
 
 def _copy_resuming(
@@ -443,6 +515,20 @@ def push(
     size and sha256 is skipped; an unfinished upload continues; the manifest comes last."""
     if isinstance(store, LocalStore):
         store.root.mkdir(parents=True, exist_ok=True)
+    with store.exclusive(key):
+        return _push_held(store, key, src, manifest, threads=threads, progress=progress, log=log)
+
+
+def _push_held(
+    store: Store,
+    key: str,
+    src: Path,
+    manifest: dict[str, Any],
+    *,
+    threads: int,
+    progress: Progress,
+    log: Log,
+) -> dict[str, Any]:
     existing = store.read_manifest(key)
     if existing is not None and existing.get("asset") != manifest["asset"]:
         raise StoreError(

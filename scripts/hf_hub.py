@@ -15,6 +15,7 @@ of ours: a symlink or anything else planted there is removed, never written thro
 from __future__ import annotations
 
 import hashlib
+import http.client
 import json
 import os
 import re
@@ -52,14 +53,43 @@ class Cancelled(Exception):
     """A transfer stopped because CANCEL was set."""
 
 
+# How each answer of the Hub is read, for every caller (docs/assets.md, "Errors are not
+# absence"): kind -> (what it means, whether it is the infrastructure's failure: exit 3).
+# Only UNREACHABLE means the Hub gave no answer at all; every other kind is the Hub's "no", and
+# no caller may read it as "the Hub is away" (a store's recorded listing stands in only then).
+KINDS: dict[str, tuple[str, bool]] = {
+    "network": ("unreachable: refused, DNS, timeout, a connection cut mid-answer", True),
+    "busy": ("429 or 5xx on every one of the bounded retries: refused", True),
+    "repo-not-found": ("no: the repository does not exist (or is private without a token)", False),
+    "revision-not-found": ("no: the pinned revision does not exist", False),
+    "entry-not-found": ("no: no such file at this revision", False),
+    "gated": ("no: a gated repository this token may not read", False),
+    "unauthorized": ("no: 401, the token is missing or refused", False),
+    "forbidden": ("no: 403, the token may not read it", False),
+    "malformed": ("no: a 200 that is not the listing asked for", False),
+    "http": ("no: any other HTTP answer", False),
+    "mismatch": ("no: the bytes are not the listed ones", False),
+}
+UNREACHABLE = "network"
+RETRIES = 3  # a 429 or 5xx is asked again this many times, with doubling pauses, then refused
+
+
 class HubError(Exception):
-    """A Hub answer that means this asset cannot come from the Hub. `kind` says which:
-    repo-not-found, revision-not-found, entry-not-found, gated, forbidden, network, http,
-    mismatch."""
+    """A Hub answer that means this asset cannot come from the Hub. `kind` is one of KINDS."""
 
     def __init__(self, kind: str, message: str):
         super().__init__(message)
-        self.kind = kind
+        self.kind = kind if kind in KINDS else "http"
+
+    @property
+    def unreachable(self) -> bool:
+        """The Hub gave no answer at all (the only kind a recorded listing may stand in for)."""
+        return self.kind == UNREACHABLE
+
+    @property
+    def infra(self) -> bool:
+        """The network or the Hub failed (exit 3), rather than the Hub saying no (exit 1)."""
+        return KINDS[self.kind][1]
 
 
 class RemoteFile:
@@ -154,10 +184,15 @@ def _request(
     return _OPENER.open(req, timeout=TIMEOUT_S)
 
 
+def _token_words(token: str | None) -> str:
+    return "HF_TOKEN is set but was refused" if token else "no HF_TOKEN is set"
+
+
 def _hub_error(err: urllib.error.HTTPError, what: str, token: str | None) -> HubError:
     code = err.headers.get("X-Error-Code") or ""
     server = err.headers.get("X-Error-Message") or ""
     detail = f"HTTP {err.code}" + (f" {code}" if code else "") + (f": {server}" if server else "")
+    detail = redact(detail, token)
     if code == "RevisionNotFound":
         return HubError("revision-not-found", f"{what}: the revision does not exist ({detail})")
     if code == "EntryNotFound":
@@ -165,11 +200,18 @@ def _hub_error(err: urllib.error.HTTPError, what: str, token: str | None) -> Hub
     if code == "GatedRepo":
         hint = "set HF_TOKEN" if not token else "HF_TOKEN's account has not been granted access"
         return HubError("gated", f"{what}: gated repository ({hint}; {detail})")
-    if code == "RepoNotFound" or err.code == 401:
+    if code == "RepoNotFound":
         hint = " or private/gated without HF_TOKEN" if not token else ""
         return HubError("repo-not-found", f"{what}: repository not found{hint} ({detail})")
+    if err.code == 401:
+        return HubError(
+            "unauthorized", f"{what}: the Hub refused the request ({_token_words(token)}; {detail})"
+        )
     if err.code == 403:
-        return HubError("forbidden", f"{what}: access refused ({detail})")
+        words = "HF_TOKEN's account may not read it" if token else "no HF_TOKEN is set"
+        return HubError("forbidden", f"{what}: access refused ({words}; {detail})")
+    if err.code == 429 or err.code >= 500:
+        return HubError("busy", f"{what}: the Hub answered {detail}")
     return HubError("http", f"{what}: {detail}")
 
 
@@ -181,50 +223,88 @@ def _network_error(err: BaseException, what: str, token: str | None) -> HubError
 def repo_info(
     repo: str, revision: str, repo_type: str = "model", token: str | None = None
 ) -> RepoInfo:
-    """The repo's files at REVISION (a commit, branch or tag) with sizes and hashes."""
+    """The repo's files at REVISION (a commit, branch or tag) with sizes and hashes. A 429 or 5xx
+    is asked again RETRIES times (doubling pauses), then refused ("busy"); an answer that is not
+    a listing is "malformed", never read as no answer."""
     what = f"{repo_type} {repo}@{revision}"
     if not REPO_RE.fullmatch(repo):
         raise HubError("repo-not-found", f"{what}: expected OWNER/NAME")
+    attempt = 0
+    while True:
+        try:
+            with _request(api_url(repo, revision, repo_type), token) as resp:
+                body = resp.read()
+            break
+        except urllib.error.HTTPError as err:
+            failure = _hub_error(err, what, token)
+            if failure.kind != "busy" or attempt >= RETRIES:
+                raise failure from None
+        except (urllib.error.URLError, socket.timeout, ConnectionError) as err:
+            raise _network_error(err, what, token) from None
+        except http.client.HTTPException as err:  # an answer cut short: no listing came
+            raise _network_error(err, what, token) from None
+        attempt += 1
+        _pause(attempt)
+    return _listing(body, repo, repo_type, what)
+
+
+def _listing(body: bytes, repo: str, repo_type: str, what: str) -> RepoInfo:
+    """The Hub's JSON answer as a RepoInfo; HubError("malformed") for anything else."""
     try:
-        with _request(api_url(repo, revision, repo_type), token) as resp:
-            data = json.loads(resp.read().decode("utf-8"))
-    except urllib.error.HTTPError as err:
-        raise _hub_error(err, what, token) from None
-    except (urllib.error.URLError, socket.timeout, ConnectionError) as err:
-        raise _network_error(err, what, token) from None
+        data = json.loads(body.decode("utf-8"))
     except ValueError:
-        raise HubError("http", f"{what}: the Hub's answer is not JSON") from None
+        raise HubError("malformed", f"{what}: the Hub's answer is not JSON") from None
+    if not isinstance(data, dict):
+        raise HubError("malformed", f"{what}: the Hub's answer is not a listing")
     commit = str(data.get("sha") or "")
     if not COMMIT_RE.fullmatch(commit):
-        raise HubError("http", f"{what}: the Hub's answer names no commit")
+        raise HubError("malformed", f"{what}: the Hub's answer names no commit")
     files = []
-    for s in data.get("siblings") or []:
-        lfs = s.get("lfs") or {}
-        files.append(
-            RemoteFile(
-                str(s["rfilename"]),
-                int(lfs.get("size", s.get("size", -1)) if lfs else s.get("size", -1)),
-                str(lfs["sha256"]).lower() if lfs.get("sha256") else None,
-                s.get("blobId"),
+    siblings = data.get("siblings") or []
+    try:
+        for s in siblings:
+            lfs = s.get("lfs") or {}
+            files.append(
+                RemoteFile(
+                    str(s["rfilename"]),
+                    int(lfs.get("size", s.get("size", -1)) if lfs else s.get("size", -1)),
+                    str(lfs["sha256"]).lower() if lfs.get("sha256") else None,
+                    s.get("blobId"),
+                )
             )
-        )
+    except (AttributeError, KeyError, TypeError, ValueError):
+        raise HubError(
+            "malformed", f"{what}: the Hub's listing has an entry it cannot read"
+        ) from None
     return RepoInfo(repo, repo_type, commit, data.get("gated", False), files)
 
 
 def check_access(info: RepoInfo, path: str, token: str | None = None) -> None:
     """Raise HubError unless this token (or none) may download PATH (gated repos say no only
-    here)."""
+    here). A 429 or 5xx is asked again RETRIES times, as for the listing."""
     what = f"{info.repo_type} {info.repo}@{info.commit[:12]}: {path}"
     url = file_url(info.repo, info.commit, path, info.repo_type)
-    try:
-        with _request(url, token, headers={"Range": "bytes=0-0"}) as resp:
-            resp.read(1)
-    except urllib.error.HTTPError as err:
-        if err.code == 416:  # an empty file: the range is unsatisfiable, the access is fine
+    attempt = 0
+    while True:
+        try:
+            with _request(url, token, headers={"Range": "bytes=0-0"}) as resp:
+                resp.read(1)
             return
-        raise _hub_error(err, what, token) from None
-    except (urllib.error.URLError, socket.timeout, ConnectionError) as err:
-        raise _network_error(err, what, token) from None
+        except urllib.error.HTTPError as err:
+            if err.code == 416:  # an empty file: the range is unsatisfiable, the access is fine
+                return
+            failure = _hub_error(err, what, token)
+            if failure.kind != "busy" or attempt >= RETRIES:
+                raise failure from None
+        except (
+            urllib.error.URLError,
+            socket.timeout,
+            ConnectionError,
+            http.client.HTTPException,
+        ) as err:
+            raise _network_error(err, what, token) from None
+        attempt += 1
+        _pause(attempt)
 
 
 def git_blob_sha1(path: Path) -> str:

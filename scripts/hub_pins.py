@@ -14,12 +14,16 @@ file by file against the Hub's listing of the commit the recipe pins, and nothin
   anything kept in git) by its git blob id, sha1 of "blob <size>\\0" + bytes; before the file
   takes its name. A file the listing gives neither hash for cannot be checked, and is refused.
 
-The listing is the live one when the Hub answers. When it does not, the listing recorded beside
+The listing is the live one when the Hub answers. When it gives no answer at all (refused, DNS,
+a timeout: hf_hub.KINDS' one "unreachable" kind), the listing recorded beside
 the snapshot when it was downloaded from the Hub (`hub_listing` in the store's manifest) stands in
 for it: that record lives in the store, so it keeps out a damaged or half-replaced copy, not a
 writer of the store who rewrites the record too (docs/architecture.md says so). A manifest of an
 older reproduce records only the LFS sha256 (`hub_lfs_sha256`), which cannot check the other
-files: it is refused, with a message saying to prepare the store again.
+files: it is refused, with a message saying to prepare the store again. Any answer of the Hub
+is never read as its absence: a missing revision, a 401 or 403 (the token), a 429 or 5xx after
+hf_hub's bounded retries, a 200 that is not a listing, each refuses the store's copy, since the
+record is the store's own word and a store writer could have rewritten it with the bytes.
 
 Standard library only; python 3.8; never imports `launcher`. Used by node_assets.py (the record,
 when a snapshot comes from the Hub) and asset_trust.py (the check, when it comes from a store).
@@ -150,7 +154,7 @@ def records(commit: str, chosen: Sequence[hf_hub.RemoteFile]) -> dict[str, Any]:
 def recorded(asset: dict[str, Any], manifest: dict[str, Any], err: hf_hub.HubError) -> HubPins:
     """The listing recorded in the store's manifest, standing in for the Hub that did not answer
     (ERR); Failed when there is none this launcher can check every file against."""
-    name, infra = asset["name"], err.kind == "network"
+    name, infra = asset["name"], err.infra
     rec = manifest.get(RECORD)
     if not isinstance(rec, dict):
         if manifest.get(OLD_RECORD):
@@ -200,6 +204,14 @@ def for_snapshot(asset: dict[str, Any], manifest: dict[str, Any], log: Log = std
         pins = HubPins.of_listing(chosen, f"the Hub's listing of {asset['repo']}@{rev[:12]}")
         pins.kept = records(info.commit, chosen)
     except hf_hub.HubError as err:
+        if not err.unreachable:
+            raise Failed(
+                f"asset {asset['name']}: the Hub answered, but not with the listing of "
+                f"{asset['repo']}@{rev[:12]}: {err}. The store's copy is not taken: the listing "
+                "recorded in the store stands in only when the Hub cannot be reached at all; "
+                "nothing was fetched",
+                infra=err.infra,
+            ) from None
         pins = recorded(asset, manifest, err)
     log(f"{asset['name']}: every one of {len(pins.files)} file(s) is checked against {pins.how}")
     return pins

@@ -94,7 +94,7 @@ def hub_fetch(
     try:
         info = hf_hub.repo_info(cand["repo"], cand["revision"], cand["repo_type"], token)
     except hf_hub.HubError as err:
-        raise Failed(f"asset {asset['name']}: {err}", infra=err.kind == "network") from None
+        raise Failed(f"asset {asset['name']}: {err}", infra=err.infra) from None
     if asset["kind"] == "hf-files":
         listed = {f.path: f for f in info.files}
         chosen = [listed[n] for n in asset["files"] if n in listed]
@@ -125,7 +125,7 @@ def hub_fetch(
         with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
             states = list(pool.map(one, chosen))
     except hf_hub.HubError as err:
-        raise Failed(f"asset {asset['name']}: {err}", infra=err.kind == "network") from None
+        raise Failed(f"asset {asset['name']}: {err}", infra=err.infra) from None
     manifest = asset_store.make_manifest(
         dest,
         want,

@@ -41,6 +41,8 @@ from store_base import (  # noqa: E402
     StoreError,
     fetch_ranges,
     parse_manifest,
+    s3_absent,
+    s3_cli_code,
 )
 
 MAX_PARTS = 10_000
@@ -186,7 +188,7 @@ class Boto3S3(S3Store):
 
 def _missing(err: BaseException) -> bool:
     code = str((getattr(err, "response", None) or {}).get("Error", {}).get("Code", ""))
-    return code in ("404", "NoSuchKey", "NotFound")
+    return s3_absent(code)
 
 
 def _md5_b64(data: bytes) -> tuple[str, str]:
@@ -320,7 +322,7 @@ class CliS3(S3Store):
         if proc.returncode == 0:
             return proc.stdout
         err = proc.stderr.decode("utf-8", "replace").strip()
-        if re.search(r"\((404|NoSuchKey|NotFound)\)|Not Found|does not exist", err):
+        if s3_absent(s3_cli_code(err)):
             return None
         raise StoreError(f"{what}: aws {args[0]} {args[1]} failed: {err.splitlines()[-1:]}")
 
@@ -396,7 +398,7 @@ class CliS3(S3Store):
             if rc != 0:
                 err.seek(0)
                 text = err.read().decode("utf-8", "replace").strip()
-                if re.search(r"\((404|NoSuchKey|NotFound)\)|Not Found|does not exist", text):
+                if s3_absent(s3_cli_code(text)):
                     raise StoreError(f"download of {url}: the object is not there")
                 raise StoreError(f"download of {url}: aws s3 cp failed: {text.splitlines()[-1:]}")
         if done != size:

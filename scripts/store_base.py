@@ -18,6 +18,7 @@ Standard library only; python 3.8 (the node's host python3); never imports `laun
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -26,7 +27,12 @@ import sys
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path, PurePosixPath
-from typing import Any, Callable, Protocol  # typing's: subscripted at run time (python 3.8)
+from typing import (
+    Any,
+    Callable,
+    ContextManager,
+    Protocol,
+)  # typing's: subscripted at run time (python 3.8)
 
 _HERE = str(Path(__file__).resolve().parent)
 if _HERE not in sys.path:
@@ -54,6 +60,29 @@ class StoreError(Exception):
     def __init__(self, message: str, *, mismatch: bool = False):
         super().__init__(message)
         self.mismatch = mismatch
+
+
+# How a store's answers are read, for every caller (docs/assets.md, "Errors are not absence").
+# Only these S3 error codes mean "this object is not there"; NoSuchBucket, AccessDenied, a
+# throttle, a 5xx, no connection, anything else is the store failing (StoreError, exit 3), and
+# bytes that differ from a manifest are a mismatch (exit 1). A directory store's one "absent" is
+# FileNotFoundError under a root that exists. A HEAD carries no error body, so S3 says only "404"
+# there (a missing bucket too): `stat` may read it as absent, which only ever leads to an
+# upload, and the upload then fails on a missing bucket.
+S3_ABSENT = frozenset({"404", "NoSuchKey", "NotFound"})
+_CLI_CODE = re.compile(r"An error occurred \(([A-Za-z0-9.]+)\)")
+
+
+def s3_absent(code: str) -> bool:
+    """Whether an S3 error CODE means the object is not there (S3_ABSENT), and nothing else."""
+    return code in S3_ABSENT
+
+
+def s3_cli_code(stderr: str) -> str:
+    """The S3 error code in the aws CLI's message ("An error occurred (NoSuchKey) when ..."),
+    '' when it names none (a connection error, a crash: never read as absent)."""
+    found = _CLI_CODE.findall(stderr)
+    return found[-1] if found else ""
 
 
 class Digest:
@@ -185,6 +214,12 @@ class Store:
 
     def put_manifest(self, key: str, manifest: dict[str, Any]) -> None:
         raise NotImplementedError
+
+    def exclusive(self, key: str) -> ContextManager[None]:
+        """Held for a whole push into KEY: a second writer fails at once with StoreError, so no
+        manifest is ever written over files another writer replaced meanwhile. A store that
+        cannot lock (S3) holds nothing; its objects carry the sha256 of their own bytes."""
+        return contextlib.nullcontext()
 
 
 def fetch_ranges(

@@ -42,11 +42,20 @@ def down_run(
 
 
 def reap_command(
-    cluster: str = "aws", region: str | None = None, *, dry_run: bool = False, say: Say = print
+    cluster: str = "aws",
+    region: str | None = None,
+    *,
+    dry_run: bool = False,
+    all_owners: bool = False,
+    yes: bool = False,
+    say: Say = print,
 ) -> list[str]:
-    """`reproduce reap`: the region from --region, else the aws profile's, else AWS's config."""
-    from launcher.clusters.aws.down import reap
+    """`reproduce reap`: the region from --region, else the aws profile's, else AWS's config.
+    Only the caller's launches unless ALL_OWNERS; what would end is listed first, then asked
+    at a terminal, taken by YES, and refused (exit 2, nothing ended) otherwise."""
+    from launcher.clusters.aws.reap import ReapPlan, reap
     from launcher.clusters.aws.session import make_session
+    from launcher.records.rundir import owner
 
     if region is None:
         from launcher.inputs.profile import load_profile
@@ -60,7 +69,31 @@ def reap_command(
         region = profile.region
     if region is None:
         region = make_session(None).region_name
-    return reap(str(region), dry_run=dry_run, log=say)
+    refused: list[ReapPlan] = []
+
+    def confirm(found: ReapPlan) -> bool:
+        if yes:
+            return True
+        count = sum(len(state.allocated()) for state in found.runs.values())
+        if _has_terminal():
+            return _ask(f"End these {count} resources in {found.region}? [y/N] ")
+        refused.append(found)
+        return False
+
+    ended = reap(
+        str(region),
+        owner=None if all_owners else owner(),
+        dry_run=dry_run,
+        confirm=confirm,
+        log=say,
+    )
+    if refused:
+        raise BadInput(
+            "reap would end what is listed above, and nobody confirmed it (no terminal to ask); "
+            "nothing was ended.",
+            hint="Pass --yes to end them, or --dry-run to only list them.",
+        )
+    return ended
 
 
 def capacity_command(
@@ -122,7 +155,8 @@ def _has_terminal() -> bool:
 
 
 def _ask(question: str) -> bool:
-    """y/yes buys; anything else, an end of input or Ctrl-C is a no (the launch's rule)."""
+    """y/yes goes on (buys, ends); anything else, an end of input or Ctrl-C is a no (the
+    launch's rule)."""
     try:
         sys.stderr.write(question)
         sys.stderr.flush()

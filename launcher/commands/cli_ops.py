@@ -342,12 +342,14 @@ def reap(
     cluster: o.Cluster = "aws",
     region: o.Region = None,
     dry_run: o.DryRun = False,
+    all_owners: o.AllOwners = False,
+    yes: o.Yes = False,
 ) -> None:
-    """End every instance (and its Elastic IPs, groups, key pair) the launcher tagged whose expires-at has passed."""  # noqa: E501 - typer shows its line breaks
+    """End your launches (instances, Elastic IPs, groups, key pairs) whose expires-at has passed, after listing them."""  # noqa: E501 - typer shows its line breaks
     from launcher.commands.aws import reap_command
 
     try:
-        reap_command(cluster, region, dry_run=dry_run)
+        reap_command(cluster, region, dry_run=dry_run, all_owners=all_owners, yes=yes)
     except ReproduceError as err:
         raise fail(err) from None
 

@@ -103,7 +103,13 @@ Yes = Annotated[
         "--yes",
         "-y",
         help="Go ahead without asking: accept the cost or price shown (without a terminal, a paid "
-        "launch needs this or --max-usd).",
+        "launch needs this or --max-usd), or end what reap lists.",
+    ),
+]
+AllOwners = Annotated[
+    bool,
+    typer.Option(
+        "--all-owners", help="Also end other owners' expired launches (their reproduce:owner)."
     ),
 ]
 Key = Annotated[

@@ -49,7 +49,7 @@ class BuiltImage:
     origin: str = "profile image"  # where the launcher read it, for messages and node.sh comments
     record_path: str | None = None
     # the recipe image's RootFS layers as the build saw them: the built image's must begin with
-    # them (content, not a label); () for the profile's inline form, which records none
+    # them (content, not a label); a profile image without them is refused (profile_image)
     base_layers: tuple[str, ...] = ()
 
     @property
@@ -236,6 +236,7 @@ def profile_image(recipe: Recipe, profile: Profile) -> BuiltImage | None:
             base_digest=str(raw["base_digest"]),
             tag=raw.get("tag"),
             origin="profile image",
+            base_layers=tuple(str(x) for x in raw.get("base_layers") or ()),
         )
         _check_digests(built, f"{profile.path}: image")
     if built.base_digest != recipe.image.digest:
@@ -245,6 +246,17 @@ def profile_image(recipe: Recipe, profile: Profile) -> BuiltImage | None:
             f"({recipe.image.source_field}): an image built from another base is not this "
             "recipe's image; nothing was started.",
             hint="Build one from this recipe: reproduce image build RECIPE --push REGISTRY.",
+        )
+    if not built.base_layers:
+        field = "its base.layers" if built.record_path else "image.base_layers"
+        raise BadInput(
+            f"{profile.path}: {built.origin} {built.ref} names no layers of the recipe's image "
+            f"({field} is missing or empty): its {BASE_DIGEST_LABEL} label alone is text any "
+            f"image can carry, so the node could not check that it was built FROM "
+            f"{recipe.image.digest}; nothing was started.",
+            hint="Build it again with `reproduce image build` (the record keeps the layers), or "
+            "give image.base_layers: the recipe image's RootFS layers, as `docker image inspect "
+            "--format '{{json .RootFS.Layers}}' REPOSITORY@DIGEST` prints them.",
         )
     return built
 

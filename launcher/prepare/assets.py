@@ -32,6 +32,7 @@ from launcher.errors import BadInput, CheckFailed, InfraError
 from launcher.inputs.recipe import Recipe
 from launcher.plan.asset_spec import CACHE_ENTRIES, build_spec
 from launcher.plan.nodelib import node_module
+from launcher.prepare import dockercli
 from launcher.records import nodejson
 from launcher.records.atomic import write_atomic
 
@@ -280,13 +281,8 @@ def hub_unreachable(plan: dict[str, Any]) -> str | None:
 
 
 def _image_here(ref: str) -> bool:
-    try:
-        proc = subprocess.run(
-            ["docker", "image", "inspect", ref], capture_output=True, check=False, timeout=30
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return proc.returncode == 0
+    """Whether docker holds REF; InfraError when docker cannot say (dockercli's reading)."""
+    return dockercli.inspect(ref, "{{json .Id}}") is not None
 
 
 def choose_rows_builder(recipe: Recipe, options: PrepareOptions) -> str:
@@ -396,6 +392,6 @@ def _run(call: Callable[[], Any]) -> Any:
     except store_mod.StoreError as err:
         raise (CheckFailed if err.mismatch else InfraError)(str(err)) from None
     except hub.HubError as err:
-        raise (InfraError if err.kind == "network" else CheckFailed)(str(err)) from None
+        raise (InfraError if err.infra else CheckFailed)(str(err)) from None
     except OSError as err:
         raise InfraError(f"{getattr(err, 'filename', '') or ''}: {err.strerror or err}") from None

@@ -39,8 +39,8 @@ from launcher.plan.image_record import (
     new_record,
     write_record,
 )
+from launcher.prepare import dockercli
 from launcher.prepare.registry import Login, Target, default_tag, ecr_login, push_target
-from launcher.records import nodejson
 
 NETWORKS = ("none", "default", "host")
 INSTALLER_NAME = re.compile(r"aws-efa-installer-(?P<version>[0-9]+(?:\.[0-9]+)+)\.tar\.gz")
@@ -299,27 +299,21 @@ def _pushed_digest(docker: str, target: Target, push_output: Sequence[str]) -> s
 
 def _base_layers(docker: str, ref: str, say: Callable[[str], Any]) -> list[str]:
     """The recipe image's layers (RootFS diff ids: the content, not a label): the build pulled it
-    FROM its digest; a Dockerfile that did not is the case to catch, so pull it then."""
-    try:
-        return list(_inspect(docker, ref, "{{json .RootFS.Layers}}") or [])
-    except InfraError:
+    FROM its digest; a Dockerfile that did not is the case to catch, so pull it then (only when
+    docker says it is not here: a docker that cannot answer is not an absent image)."""
+    layers = dockercli.inspect(ref, "{{json .RootFS.Layers}}", docker=docker)
+    if layers is None:
         _run([docker, "pull", ref], say, "docker pull (the recipe's image, to compare layers)")
-        return list(_inspect(docker, ref, "{{json .RootFS.Layers}}") or [])
+        layers = _inspect(docker, ref, "{{json .RootFS.Layers}}")
+    return list(layers or [])
 
 
 def _inspect(docker: str, ref: str, fmt: str) -> Any:
-    proc = subprocess.run(
-        [docker, "image", "inspect", "--format", fmt, ref],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    if proc.returncode != 0:
-        raise InfraError(f"docker image inspect {ref}: {excerpt(proc.stderr, 3)}")
-    try:  # bounded: the answer describes an image whose config anyone may have written
-        return nodejson.loads(proc.stdout)
-    except nodejson.NodeJSONError as err:
-        raise InfraError(f"docker image inspect {ref}: {err.message}") from None
+    """An image that must be here (just built or pulled): absent is a failure too."""
+    found = dockercli.inspect(ref, fmt, docker=docker)
+    if found is None:
+        raise InfraError(f"docker image inspect {ref}: docker says the image is not here")
+    return found
 
 
 def _run(

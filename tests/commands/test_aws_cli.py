@@ -9,9 +9,18 @@ import sys
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from support.aws import NOTHING, REPO, SEED, live_resources, seed_recipe, write_profile
+from support.aws import (
+    NOTHING,
+    REPO,
+    SEED,
+    live_resources,
+    seed_recipe,
+    serve_placement_groups,
+    write_profile,
+)
 
 from launcher.clusters.aws.cluster import AwsCluster
+from launcher.records.rundir import owner
 
 pytestmark = pytest.mark.aws
 
@@ -29,7 +38,14 @@ def reproduce(*args: str) -> subprocess.CompletedProcess:
     )
 
 
-def kept_run(tmp_path, banner, run_id: str, ttl_hours: float = 6, started_hours_ago: float = 0):
+def kept_run(
+    tmp_path,
+    banner,
+    run_id: str,
+    ttl_hours: float = 6,
+    started_hours_ago: float = 0,
+    who: str | None = None,
+):
     import boto3
 
     from launcher.inputs.profile import load_profile
@@ -51,7 +67,7 @@ def kept_run(tmp_path, banner, run_id: str, ttl_hours: float = 6, started_hours_
         key_dir=tmp_path / "keys",
         poll_s=0.05,
         log=lambda m: None,
-        owner="test",
+        owner=who or owner(),  # the CLI's own, in the subprocesses below
     )
     c.now = lambda: datetime.now(UTC) - timedelta(hours=started_hours_ago)
     c.acquire()
@@ -69,20 +85,35 @@ def test_down_by_run_id_ends_a_kept_node(moto_server, tmp_path, banner):
     assert not list((tmp_path / "keys").glob("reproduce-keep1-*.pem"))
 
 
-def test_reap_ends_expired_runs_only(moto_server, tmp_path, banner):
+def test_reap_ends_expired_runs_only(moto_server, tmp_path, banner, monkeypatch):
+    serve_placement_groups(monkeypatch)  # reap's listing needs them answered, not failed
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
+    (tmp_path / "c").mkdir()
     ec2, _ = kept_run(tmp_path / "a", banner, "expired", ttl_hours=1, started_hours_ago=2)
     _, _ = kept_run(tmp_path / "b", banner, "current", ttl_hours=6)
+    _, _ = kept_run(tmp_path / "c", banner, "bobs", ttl_hours=1, started_hours_ago=2, who="bob")
     dry = reproduce("reap", "--region", "us-east-1", "--dry-run")
     assert dry.returncode == 0, dry.stderr
     assert "would end run expired" in dry.stdout and "current" not in dry.stdout
-    assert len(live_resources(ec2)["instances"]) == 2
-    result = reproduce("reap", "--region", "us-east-1")
+    assert "run bobs" in dry.stdout and "--all-owners" in dry.stdout  # listed as left alone
+    assert "would end run bobs" not in dry.stdout
+    assert len(live_resources(ec2)["instances"]) == 3
+    unasked = reproduce("reap", "--region", "us-east-1")  # no terminal to ask, no --yes
+    assert unasked.returncode == 2 and "nothing was ended" in unasked.stderr, unasked.stderr
+    assert "Traceback" not in unasked.stderr and "run expired" in unasked.stdout
+    assert len(live_resources(ec2)["instances"]) == 3
+    result = reproduce("reap", "--region", "us-east-1", "--yes")
     assert result.returncode == 0, result.stderr
     left = live_resources(ec2)
-    assert len(left["instances"]) == 1
-    assert [k.rsplit("-", 1)[0] for k in left["key_pairs"]] == ["reproduce-current"]
+    assert len(left["instances"]) == 2  # the current run's and bob's
+    assert sorted(k.rsplit("-", 1)[0] for k in left["key_pairs"]) == [
+        "reproduce-bobs",
+        "reproduce-current",
+    ]
+    every = reproduce("reap", "--region", "us-east-1", "--all-owners", "--yes")
+    assert every.returncode == 0, every.stderr
+    assert [k.rsplit("-", 1)[0] for k in live_resources(ec2)["key_pairs"]] == ["reproduce-current"]
 
 
 @pytest.mark.parametrize(

@@ -128,11 +128,17 @@ def test_bake_pulls_over_ssh_makes_the_tagged_ami_ends_the_instance_and_a_run_fi
     state = json.loads((tmp_path / "bake" / "aws.json").read_text())
     assert state["baked_image"] == result.image_id and state["terminated"] == [inst["InstanceId"]]
 
-    # the next launch with `ami: baked` finds it by the recipe's digest (DescribeImages) and
-    # launches from it; the id is recorded like an SSM-resolved one
+    # the next launch with `ami: baked` by the same owner finds it by the recipe's digest
+    # (DescribeImages) and launches from it; the id is recorded like an SSM-resolved one
     run_profile = load_profile(str(write_profile(tmp_path, ami="baked", port=banner.port)))
     c = cluster(
-        aws, None, tmp_path, run_id="r-baked", recipe=load_recipe(recipe), profile=run_profile
+        aws,
+        None,
+        tmp_path,
+        run_id="r-baked",
+        recipe=load_recipe(recipe),
+        profile=run_profile,
+        owner=tags[TAG_OWNER],
     )
     [gpu_node] = c.acquire()
     try:
@@ -147,6 +153,7 @@ def test_bake_pulls_over_ssh_makes_the_tagged_ami_ends_the_instance_and_a_run_fi
         assert record["ami_id"] == result.image_id
         assert record["baked_ami"]["image_digest"] == test_image.digest
         assert record["baked_ami"]["base_ami"] == ami
+        assert record["baked_ami"]["owner"] == tags[TAG_OWNER]
     finally:
         c.release()
     assert live_with_operator_key(ec2) == NOTHING

@@ -259,16 +259,22 @@ def test_a_run_with_the_profile_image_pulls_the_built_digest_and_says_so(
 
 @pytest.mark.docker
 def test_the_node_refuses_an_image_whose_label_does_not_name_the_recipes_digest(
-    efa_base, container_run_args, tmp_path, runs_root
+    efa_base, built, container_run_args, tmp_path, runs_root
 ):
-    """The profile says the base itself was "built FROM" the recipe's digest: the record check
-    passes, but the pulled image carries no base label, so the image stage stops the run."""
+    """The profile says the base itself was "built FROM" the recipe's digest (its layers do
+    begin with the recipe image's: it is that image): the record check passes, but the pulled
+    image carries no base label, so the image stage stops the run."""
     from launcher.clusters.local import LocalCluster
     from launcher.records.rundir import RunDir
     from launcher.runner.runner import Runner
 
     recipe = write_recipe(tmp_path, efa_base, run_prefix="echo SHOULD-NOT-RUN")
-    lie = {"repository": efa_base.repo, "digest": efa_base.digest, "base_digest": efa_base.digest}
+    lie = {
+        "repository": efa_base.repo,
+        "digest": efa_base.digest,
+        "base_digest": efa_base.digest,
+        "base_layers": json.loads(built.record.read_text())["base"]["layers"],
+    }
     plan = plan_for(recipe, write_profile(tmp_path, LOCAL, container_run_args, image=lie))
     rd = RunDir.create(runs_root, plan.recipe.slug, plan.run_id)
     with pytest.raises(InfraError, match="stage image") as err:
@@ -368,13 +374,24 @@ def test_docker_login_goes_to_a_throwaway_config_with_the_password_on_stdin(regi
 # The profile's image against the recipe (no docker: the plan and the dry run)
 
 
-def _record(path: Path, base_digest: str, repository: str = "127.0.0.1:5000/built/miles") -> Path:
+LAYERS = ["sha256:" + "3" * 64, "sha256:" + "4" * 64]
+
+
+def _record(
+    path: Path,
+    base_digest: str,
+    repository: str = "127.0.0.1:5000/built/miles",
+    layers: list[str] | None = LAYERS,
+) -> Path:
+    base: dict[str, Any] = {"repository": "radixark/miles", "digest": base_digest}
+    if layers is not None:
+        base["layers"] = layers
     path.write_text(
         json.dumps(
             {
                 "schema": RECORD_SCHEMA,
                 "image": {"repository": repository, "digest": BUILT_DIGEST, "tag": "t"},
-                "base": {"repository": "radixark/miles", "digest": base_digest},
+                "base": base,
             }
         )
     )
@@ -399,7 +416,43 @@ def test_the_dry_run_shows_the_profile_image_and_the_node_checks_its_label(tmp_p
     assert f"IMAGE=127.0.0.1:5000/built/miles@{BUILT_DIGEST}\n" in script
     assert f"IMAGE_DIGEST={BUILT_DIGEST}\n" in script
     assert f"IMAGE_BASE_DIGEST={SEED_DIGEST}\n" in script and BASE_DIGEST_LABEL in script
+    assert "IMAGE_BASE_LAYERS=" in script and LAYERS[1] in script  # the layers, not only the label
     assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
+
+
+@pytest.mark.parametrize("form", ["record", "record-empty", "inline"])
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_a_profile_image_naming_no_base_layers_is_refused(tmp_path, form, dry_run):
+    """Without the recipe image's layers the node could check only the label, which any image
+    can carry: such a record (or inline image) is refused before anything starts."""
+    if form == "inline":
+        image: dict[str, Any] = {
+            "repository": "r.example/miles",
+            "digest": BUILT_DIGEST,
+            "base_digest": SEED_DIGEST,
+        }
+    else:
+        layers = None if form == "record" else []
+        image = {"record": str(_record(tmp_path / "rec.json", SEED_DIGEST, layers=layers))}
+    args = [str(SEED), "--cluster", str(_profile(tmp_path, image)), "--runs-dir", str(tmp_path)]
+    res = cli(*args, *(["--dry-run"] if dry_run else []))
+    assert res.returncode == 2, res.stderr
+    assert "names no layers of the recipe's image" in res.stderr
+    assert ("image.base_layers" if form == "inline" else "base.layers") in res.stderr
+    assert "nothing was started" in res.stderr and "Traceback" not in res.stderr
+    assert not list(tmp_path.rglob("run.json"))
+
+
+def test_an_inline_image_with_base_layers_is_checked_by_them_on_the_node(tmp_path):
+    image = {
+        "repository": "r.example/miles",
+        "digest": BUILT_DIGEST,
+        "base_digest": SEED_DIGEST,
+        "base_layers": LAYERS,
+    }
+    res = cli(str(SEED), "--cluster", str(_profile(tmp_path, image)), "--dry-run")
+    assert res.returncode == 0, res.stderr
+    assert "IMAGE_BASE_LAYERS=" in res.stdout and LAYERS[0] in res.stdout
 
 
 @pytest.mark.parametrize("form", ["record", "inline"])

@@ -225,3 +225,72 @@ def test_a_copy_checked_against_the_live_hub_records_the_live_listing_not_the_st
     assert set(kept["hub_lfs_sha256"].values()) == {
         e["sha256"] for e in truth["files"].values() if e["sha256"]
     }
+
+
+class _Answering:
+    """A Hub on loopback that answers every request with one status (and X-Error-Code)."""
+
+    def __init__(self, status: int, code: str = "", body: bytes = b"{}") -> None:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                self.send_response(status)
+                if code:
+                    self.send_header("X-Error-Code", code)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize(
+    ("status", "code", "body", "exit_code"),
+    [
+        (404, "RevisionNotFound", b"{}", 1),
+        (401, "", b"{}", 1),
+        (403, "", b"{}", 1),
+        (429, "", b"{}", 3),
+        (500, "", b"{}", 3),
+        (200, "", b"<html>a captive portal</html>", 1),
+    ],
+    ids=["404-revision", "401", "403", "429", "500", "200-not-json"],
+)
+def test_a_hub_that_answers_no_never_lets_the_stores_rewritten_record_in(
+    pristine, tmp_path, tiny, hub, monkeypatch, status, code, body, exit_code
+):
+    """The store's writer rewrote config.json, its manifest entry and the recorded listing, so
+    the record vouches for the forgery; the Hub answers, but not with the listing. The node's
+    fetch refuses (the record stands in only for a Hub that cannot be reached), one paragraph,
+    no traceback, nothing in the cache."""
+    attack = Attack(pristine, tmp_path, tiny, True, monkeypatch)
+    forged = forgery((attack.key / "config.json").read_bytes())
+    attack.plant("config.json", forged)
+    blob = hashlib.sha1(b"blob %d\0" % len(forged) + forged).hexdigest()  # noqa: S324
+    attack.manifest["hub_listing"]["files"]["config.json"].update(bytes=len(forged), blob_id=blob)
+    attack.save()
+    answering = _Answering(status, code, body)
+    monkeypatch.setenv("HF_ENDPOINT", answering.url)
+    try:
+        proc = attack.fetch()
+    finally:
+        answering.stop()
+    assert proc.returncode == exit_code, proc.stderr
+    assert "not taken" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert "not reachable" not in proc.stderr
+    assert not (attack.dest / store_mod.MANIFEST).exists()
+    assert not (attack.dest / "config.json").exists()

@@ -219,8 +219,10 @@ def wait_image(
 def discard_image(
     ec2: Any, image_id: str, run_id: str, launch_id: str, log: Callable[[str], Any]
 ) -> list[str]:
-    """Deregister a half-made AMI and delete its snapshots (those its mappings name and those
-    carrying this launch's tags); returns what could not be removed, in words."""
+    """Deregister a half-made AMI and delete its snapshots (those its mappings name, and those
+    carrying this launch's tags whose description EC2 wrote for this AMI: "Created by
+    CreateImage(i-...) for ami-..."; a snapshot that only copies the tags is left); returns what
+    could not be removed, in words."""
     left: list[str] = []
     snapshots: set[str] = set()
     try:
@@ -241,7 +243,14 @@ def discard_image(
         found = ec2.describe_snapshots(
             OwnerIds=["self"], Filters=rq.launch_filter(run_id, launch_id)
         ).get("Snapshots", [])
-        snapshots |= {str(s["SnapshotId"]) for s in found}
+        for snap in found:
+            if image_id in str(snap.get("Description") or ""):
+                snapshots.add(str(snap["SnapshotId"]))
+            elif str(snap["SnapshotId"]) not in snapshots:
+                log(
+                    f"aws: snapshot {snap['SnapshotId']} carries this bake's tags but was not "
+                    f"made for {image_id}: left alone"
+                )
     except Exception as err:  # noqa: BLE001
         left.append(f"snapshots tagged {rq.TAG_LAUNCH}={launch_id} ({error_message(err)})")
     for snap in sorted(snapshots):

@@ -14,9 +14,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from launcher.errors import BadInput
+from launcher.records import nodejson
 from launcher.records.atomic import write_atomic
 from launcher.records.billing import LIVE_STATES, Billing, aws_facts, billing_of, refresh_path
-from launcher.records.rundir import RunDir
+from launcher.records.rundir import Files, RunDir
 
 
 def refresh(
@@ -24,7 +26,7 @@ def refresh(
 ) -> dict[str, Billing | None]:
     """Ask EC2 about every aws run's instances (one call per region); keep each answer in the
     state directory. {run dir: Billing, or None when none of its instances exists}."""
-    from launcher.clusters.aws.session import make_session, translate
+    from launcher.clusters.aws.session import caller_account, make_session, translate
 
     wanted: dict[str, list[tuple[RunDir, list[str]]]] = {}
     for path in run_dirs:
@@ -43,6 +45,7 @@ def refresh(
     for region, runs in wanted.items():
         ids = sorted({i for _rd, found in runs for i in found})
         aws = make_session(region, session, nothing="AWS was not asked (--refresh)")
+        _same_account(aws, region, runs, caller_account)
         ec2 = aws.client("ec2", region_name=region)
         states: dict[str, str] = {}
         try:
@@ -65,6 +68,34 @@ def refresh(
             live = {i: s for i, s in mine_now.items() if s in LIVE_STATES}
             out[str(rd.path)] = billing_of(rd, rd.record(), live, "cloud", checked, region, now)
     return out
+
+
+def _same_account(aws: Any, region: str, runs: list[tuple[RunDir, list[str]]], ask: Any) -> None:
+    """Under another account's credentials EC2 lists none of a run's instances, which must never
+    read as "terminated": a run whose aws.json records another account than these credentials'
+    is refused (the rule `down` keeps, teardown.check_account), before EC2 is asked."""
+    recorded = {str(rd.path): _recorded_account(rd) for rd, _ids in runs}
+    if not any(recorded.values()):
+        return
+    account = ask(aws.client("sts", region_name=region), "asking which account may see the runs")
+    other = {path: acc for path, acc in recorded.items() if acc and acc != account}
+    if other:
+        path, acc = sorted(other.items())[0]
+        raise BadInput(
+            f"{path}: its instances are in AWS account {acc}, and these credentials are account "
+            f"{account}'s ({len(other)} run(s) so): EC2 would list none of them, which is not "
+            "their end; nothing was refreshed.",
+            hint=f"Refresh with account {acc}'s credentials (AWS_PROFILE=...).",
+        )
+
+
+def _recorded_account(rd: RunDir) -> str | None:
+    try:  # written on the node's behalf: bounded, never raised
+        data = nodejson.load_file(rd.path / Files.AWS)
+    except (OSError, nodejson.NodeJSONError):
+        return None
+    account = data.get("account") if isinstance(data, dict) else None
+    return account if isinstance(account, str) and account else None
 
 
 def _keep_answer(run_id: str, region: str, checked: float, states: dict[str, str]) -> None:

@@ -1,4 +1,4 @@
-"""`reproduce down` (one run, from its directory) and `reproduce reap` (whatever has expired).
+"""`reproduce down`: one run, from its directory (`reproduce reap`, whatever has expired: reap.py).
 
 Why `down` does not simply trust aws.json: the file sits in the run directory. It can be cut short
 (a crash, a full disk), overwritten (the node's files are collected into the same directory) or
@@ -11,12 +11,10 @@ given) region.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from launcher.clusters.aws import ownership
-from launcher.clusters.aws import requests as rq
 from launcher.clusters.aws.session import (
     CallLog,
     RecordedClient,
@@ -257,102 +255,5 @@ def _down_elsewhere(
             "either.",
             hint="If the run id is another one (see the run directory's name), give it: "
             "`reproduce down RUN --run-id ID --region REGION`.",
-        )
-    return ended
-
-
-# ------------------------------------------------------------------------------------------------
-# reap
-
-
-def _expired(tags: list[dict] | None, now: datetime) -> tuple[str, str] | None:
-    """(run id, launch id) of a resource whose expires-at has passed, else None."""
-    values = rq.tag_values(tags)
-    run_id, when = values.get(rq.TAG_RUN_ID), values.get(rq.TAG_EXPIRES)
-    if not run_id or not when:
-        return None
-    try:
-        at = datetime.strptime(when, rq.EXPIRES_FORMAT).replace(tzinfo=UTC)
-    except ValueError:
-        return None
-    return (run_id, values.get(rq.TAG_LAUNCH, "")) if at <= now else None
-
-
-def expired_runs(ec2: Any, region: str, now: datetime) -> dict[tuple[str, str], AwsState]:
-    """What the launcher tagged and whose expires-at has passed, by run id and launch id."""
-    has_expiry = [{"Name": "tag-key", "Values": [rq.TAG_EXPIRES]}]
-    runs: dict[tuple[str, str], AwsState] = {}
-
-    def state_for(tags: list[dict] | None) -> AwsState | None:
-        hit = _expired(tags, now)
-        if not hit:
-            return None
-        data = {"run_id": hit[0], "launch_id": hit[1] or None, "region": region}
-        return runs.setdefault(hit, AwsState(None, data))
-
-    alive = [{"Name": "instance-state-name", "Values": ownership.LIVE_STATES}]
-    for page in ec2.get_paginator("describe_instances").paginate(Filters=has_expiry + alive):
-        for r in page["Reservations"]:
-            for inst in r["Instances"]:
-                if st := state_for(inst.get("Tags")):
-                    st.data["instances"].append(inst["InstanceId"])
-    for addr in ec2.describe_addresses(Filters=has_expiry).get("Addresses", []):
-        if st := state_for(addr.get("Tags")):
-            st.data["addresses"].append(ownership.address_record(addr))
-    for group in ec2.describe_security_groups(Filters=has_expiry).get("SecurityGroups", []):
-        if st := state_for(group.get("Tags")):
-            st.data["security_group"] = group["GroupId"]
-    for key in ec2.describe_key_pairs(Filters=has_expiry).get("KeyPairs", []):
-        if st := state_for(key.get("Tags")):
-            st.data["key_pair"] = key["KeyName"]
-    for pg in ownership.placement_groups(ec2, has_expiry):
-        if st := state_for(pg.get("Tags")):
-            st.data["placement_group"] = pg["GroupName"]
-    return runs
-
-
-def reap(
-    region: str,
-    *,
-    now: datetime | None = None,
-    dry_run: bool = False,
-    session: Any = None,
-    log: Log = _quiet,
-    poll_s: float = 5.0,
-    key_dir: Path | None = None,
-) -> list[str]:
-    """End every resource the launcher tagged whose expires-at has passed; return what ended.
-
-    Only resources carrying the launcher's run-id and expires-at tags are touched, so a targeted
-    instance (never tagged) or anything made by hand is safe.
-    """
-    log = safe(log)
-    now = now or datetime.now(UTC)
-    session = make_session(region, session, nothing="`reproduce reap` ended nothing")
-    ec2 = session.client("ec2", region_name=region)
-    try:
-        runs = expired_runs(ec2, region, now)
-    except Exception as err:  # noqa: BLE001
-        raise translate(err, f"listing the launcher's resources in {region}") from err
-    ended: list[str] = []
-    left: list[str] = []
-    for (run_id, launch_id), state in sorted(runs.items()):
-        things = state.allocated()
-        name = f"run {run_id}" + (f" (launch {launch_id})" if launch_id else "")
-        if dry_run:
-            log(f"aws: would end {name}: {', '.join(things)}")
-            ended += things
-            continue
-        log(f"aws: {name} is past its expires-at: ending {', '.join(things)}")
-        left += teardown(
-            ec2, state, log=log, poll_s=poll_s, key_dir=key_dir or state_root() / "keys"
-        )
-        ended += list(state.data.get("ended", []))
-    if not runs:
-        log(f"aws: nothing of the launcher's is past its expires-at in {region}")
-    if left:
-        raise InfraError(
-            f"reap could not end: {', '.join(left)} (in {region}); run `reproduce reap` again "
-            "or end them in the EC2 console."
         )
     return ended

@@ -150,30 +150,51 @@ def ami(launch: Launch, api: Executor) -> None:
 
 
 def baked_ami(launch: Launch, api: Executor) -> None:
-    """`ami: baked`: the newest available AMI of this account that `reproduce image bake` made for
-    the run's image (its reproduce:image-digest tag), recorded like an SSM-resolved AMI. None is
-    a refusal here, before anything is created."""
+    """`ami: baked`: the newest available AMI that this owner's `reproduce image bake` made for
+    the run's image (reproduce:image-digest, reproduce:owner, a bake's run id), recorded like an
+    SSM-resolved AMI. Another owner's bake of the same image is never taken (whoever baked it
+    decides what its docker store holds, and the run's secrets go to that node): a newer one is
+    named, not used. None of this owner's is a refusal here, before anything is created."""
     s = launch.s
     digest = str(s.image_digest)
     answer = api.read(
         "ec2",
         "DescribeImages",
         rq.baked_images_request(digest),
-        f"ami: baked: this account's AMI holding {s.image_ref} (newest wins; recorded in the run)",
+        f"ami: baked: this account's AMI holding {s.image_ref}, baked by {launch.owner} "
+        "(newest wins; recorded in the run)",
         f"finding the baked AMI of {digest}",
     )
     if answer is None:
-        launch.ami_id = rq.placeholder(f"resolved at launch: the newest AMI baked with {digest}")
+        launch.ami_id = rq.placeholder(
+            f"resolved at launch: the newest AMI {launch.owner} baked with {digest}"
+        )
         launch.root_device = rq.placeholder("root device name of the AMI")
         return
-    image = rq.newest_image(answer.get("Images") or [])
+    images = answer.get("Images") or []
+    why = {
+        str(i.get("ImageId")): rq.foreign_bake(rq.tag_values(i.get("Tags")), launch.owner)
+        for i in images
+    }
+    image = rq.newest_image([i for i in images if not why[str(i.get("ImageId"))]])
+    since = str(image.get("CreationDate") or "") if image else ""
+    others = [
+        f"{i.get('ImageId')} ({why[str(i.get('ImageId'))]}, {i.get('CreationDate') or 'no date'})"
+        for i in sorted(images, key=lambda i: str(i.get("CreationDate") or ""), reverse=True)
+        if why[str(i.get("ImageId"))] and str(i.get("CreationDate") or "") >= since
+    ]
     if image is None:
+        theirs = f"; not taken: {', '.join(others)}" if others else ""
         raise BadInput(
-            f"ami: baked, but this account has no available AMI in {launch.region} tagged "
-            f"{rq.TAG_IMAGE_DIGEST}={digest} (the image {s.image_ref}); nothing was created.",
+            f"ami: baked, but {launch.owner} has no available AMI in {launch.region} tagged "
+            f"{rq.TAG_IMAGE_DIGEST}={digest} (the image {s.image_ref}) and {rq.TAG_OWNER}="
+            f"{launch.owner}{theirs}; nothing was created.",
             hint="Make one first: `reproduce image bake RECIPE --cluster PROFILE` "
             "(docs/aws.md, 'An AMI that holds the image'), or set ami to ssm:/... or ami-...",
         )
+    for other in others:
+        launch.log(f"aws: a newer AMI of this image is not taken: {other}")
+        api.checked(f"note AMI {other} is newer but not taken")
     launch.ami_id = str(image["ImageId"])
     launch.root_device = image.get("RootDeviceName") or "/dev/sda1"
     tags = rq.tag_values(image.get("Tags"))
@@ -185,11 +206,13 @@ def baked_ami(launch: Launch, api: Executor) -> None:
             "base_ami": tags.get(rq.TAG_BASE_AMI),
             "created": image.get("CreationDate"),
             "name": image.get("Name"),
+            "owner": tags.get(rq.TAG_OWNER),
+            "not_taken": others,
         }
     )
     if api.sending:
         when = image.get("CreationDate")
-        launch.log(f"aws: AMI {launch.ami_id} (baked with {s.image_ref}, {when})")
+        launch.log(f"aws: AMI {launch.ami_id} (baked with {s.image_ref} by {launch.owner}, {when})")
     api.checked(f"ok   AMI {launch.ami_id} baked with {digest} (root device {launch.root_device})")
 
 

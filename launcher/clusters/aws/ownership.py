@@ -28,6 +28,35 @@ LIVE_STATES = ["pending", "running", "stopping", "stopped", "shutting-down"]
 Log = Callable[[str], Any]
 
 
+NAME_KEYS = {
+    "security_group": "GroupName",
+    "key_pair": "KeyName",
+    "placement_group": "GroupName",
+}
+
+
+def not_made_because(kind: str, item: dict, run_id: str, launch_id: str | None) -> str:
+    """Why ITEM (as a Describe call answers it) is not what launch LAUNCH_ID of RUN_ID made,
+    by a fact beside its tags ('' when it is, or when no such fact exists: an Elastic IP has no
+    name, and a launch id unknown leaves nothing to compare). Tags are a claim anyone in the
+    account can write; an instance's ClientToken and a group's or key pair's name are set when
+    it is made (requests.client_token, requests.resource_name)."""
+    if not launch_id:
+        return ""
+    if kind == "instances":
+        token = str(item.get("ClientToken") or "")
+        if not token.startswith(f"reproduce-{launch_id}-"):
+            return f"it was not launched with this launch's ClientToken (it has {token!r})"
+        return ""
+    name_key = NAME_KEYS.get(kind)
+    if name_key is None:
+        return ""
+    want = rq.resource_name(run_id, launch_id)
+    if item.get(name_key) != want:
+        return f"its name is {item.get(name_key)!r}, not this launch's {want!r}"
+    return ""
+
+
 def not_found(err: BaseException) -> bool:
     return error_code(err).startswith("InvalidInstanceID.NotFound")
 
@@ -53,6 +82,7 @@ def discover(ec2: Any, state: AwsState, log: Log, poll_s: float) -> None:
     run_id = d.get("run_id")
     if not run_id:
         return
+    d["search_failed"] = None  # this search's own outcome: an error is never "nothing there"
     mine = rq.launch_filter(run_id, d.get("launch_id"))
     pending = bool(d.get("pending_launch"))
     until = time.monotonic() + (CONSISTENCY_WINDOW_S if pending else 0.0)
@@ -66,7 +96,7 @@ def discover(ec2: Any, state: AwsState, log: Log, poll_s: float) -> None:
         if found or not pending or time.monotonic() >= until:
             break
         time.sleep(poll_s)
-    if pending:
+    if pending and not d.get("search_failed"):  # a failed search keeps it for the next one
         d["pending_launch"] = None
         if not found:
             log(f"aws: nothing it launched appeared within {CONSISTENCY_WINDOW_S:.0f} s")
@@ -77,7 +107,20 @@ def discover(ec2: Any, state: AwsState, log: Log, poll_s: float) -> None:
             raise
         if error_code(err) in ("AuthFailure", "UnauthorizedOperation"):
             raise translate(err, "finding the run's resources") from err
+        d["search_failed"] = f"{error_code(err) or type(err).__name__}"
+    if d.get("search_failed"):
+        log(
+            f"aws: the search by tag for what aws.json may have missed failed "
+            f"({d['search_failed']}): what it lists is ended, and the run is not said to be gone"
+        )
     state.save()
+
+
+def search_left(state: AwsState) -> list[str]:
+    """What teardown reports as left when its search by tag failed: not a resource, but the
+    fact that what aws.json missed was not looked for (`reproduce down` searches again)."""
+    why = state.data.get("search_failed")
+    return [f"whatever aws.json missed (the search by tag failed: {why})"] if why else []
 
 
 def _discover_instances(ec2: Any, state: AwsState, mine: list[dict]) -> int:
@@ -90,10 +133,13 @@ def _discover_instances(ec2: Any, state: AwsState, mine: list[dict]) -> int:
             raise
         if error_code(err) in ("AuthFailure", "UnauthorizedOperation"):
             raise translate(err, "finding the run's instances") from err
+        d["search_failed"] = f"{error_code(err) or type(err).__name__}"
         return 0
     found = 0
     for r in resp.get("Reservations", []):
         for inst in r.get("Instances", []):
+            if not_made_because("instances", inst, d["run_id"], d.get("launch_id")):
+                continue  # tagged like ours, not launched by us
             found += 1
             iid = inst["InstanceId"]
             if iid not in d["targeted"] and iid not in d["instances"]:
@@ -107,25 +153,35 @@ def _discover_the_rest(ec2: Any, state: AwsState, mine: list[dict]) -> None:
     for addr in ec2.describe_addresses(Filters=mine).get("Addresses", []):
         if addr["AllocationId"] not in known:
             d["addresses"].append(address_record(addr))
+    run_id, launch_id = d["run_id"], d.get("launch_id")
+
+    def made(kind: str, items: list[dict]) -> list[dict]:
+        return [i for i in items if not not_made_because(kind, i, run_id, launch_id)]
+
     if not d["security_group"]:
-        groups = ec2.describe_security_groups(Filters=mine).get("SecurityGroups", [])
+        groups = made(
+            "security_group", ec2.describe_security_groups(Filters=mine).get("SecurityGroups", [])
+        )
         if groups:
             d["security_group"] = groups[0]["GroupId"]
     if not d["key_pair"]:
-        keys = ec2.describe_key_pairs(Filters=mine).get("KeyPairs", [])
+        keys = made("key_pair", ec2.describe_key_pairs(Filters=mine).get("KeyPairs", []))
         if keys:
             d["key_pair"] = keys[0]["KeyName"]
     if not d["placement_group"]:
-        pgs = placement_groups(ec2, mine)
+        pgs = made("placement_group", placement_groups(ec2, mine))
         if pgs:
             d["placement_group"] = pgs[0]["GroupName"]
 
 
-def placement_groups(ec2: Any, filters: list[dict]) -> list[dict]:
+def placement_groups(ec2: Any, filters: list[dict], *, strict: bool = False) -> list[dict]:
+    """The placement groups FILTERS find. An AWS error reads as none unless STRICT: a net
+    (teardown's discovery) may go on without them, a listing that decides what ends (reap)
+    may not, since an error there is not an empty account."""
     try:
         return ec2.describe_placement_groups(Filters=filters).get("PlacementGroups", [])
     except Exception as err:  # noqa: BLE001 - not every endpoint (moto) implements them
-        if not aws_said_no(err):
+        if strict or not aws_said_no(err):
             raise
         return []
 
@@ -152,8 +208,10 @@ def sort_out(ec2: Any, state: AwsState, log: Log, poll_s: float) -> None:
     run_id, launch_id = str(d.get("run_id") or ""), d.get("launch_id")
     where = f"{d.get('region')} (account {d.get('account') or '?'})"
 
-    def judge(kind: str, what: str, tags: list[dict] | None) -> bool:
-        why = rq.foreign_because(tags, run_id, launch_id)
+    def judge(kind: str, what: str, item: dict) -> bool:
+        why = rq.foreign_because(item.get("Tags"), run_id, launch_id) or not_made_because(
+            kind, item, run_id, launch_id
+        )
         if why:
             refuse(state, kind, what, why, log)
         return not why
@@ -164,7 +222,7 @@ def sort_out(ec2: Any, state: AwsState, log: Log, poll_s: float) -> None:
         found = _one(ec2.describe_addresses, "Addresses", "allocation-id", aid)
         if found is None:
             d["addresses"].remove(addr)  # released already
-        elif not judge("addresses", aid, found.get("Tags")):
+        elif not judge("addresses", aid, found):
             d["addresses"].remove(addr)
     checks = (
         ("security_group", ec2.describe_security_groups, "SecurityGroups", "group-id"),
@@ -180,7 +238,7 @@ def sort_out(ec2: Any, state: AwsState, log: Log, poll_s: float) -> None:
             found = groups[0] if groups else None
         else:
             found = _one(describe, listed, name, value)
-        if found is None or not judge(key, value, found.get("Tags")):
+        if found is None or not judge(key, value, found):
             d[key] = None
     state.save()
 
@@ -195,7 +253,7 @@ def _sort_out_instances(
         for inst in _instances(ec2, unseen):
             iid = inst["InstanceId"]
             unseen.remove(iid)
-            if not judge("instances", iid, inst.get("Tags")):
+            if not judge("instances", iid, inst):
                 d["instances"].remove(iid)
             elif inst["State"]["Name"] == "terminated":  # a lost node (spot, by hand): ended
                 d["instances"].remove(iid)

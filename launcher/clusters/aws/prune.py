@@ -25,7 +25,7 @@ from launcher.clusters.aws import requests as rq
 from launcher.clusters.aws.session import error_code, error_message
 
 SNAPSHOT_USD_PER_GB_MONTH = 0.05  # Amazon EBS pricing: snapshot storage, standard tier, us-east-1
-BAKE_RUN_PREFIX = "bake-"  # prepare/bake.py: a bake's run id
+BAKE_RUN_PREFIX = rq.BAKE_RUN_PREFIX
 LEFT_ALONE_STATES = {
     "pending": "a bake still under way",
     "disabled": "disabled by hand: enable or deregister it yourself",
@@ -96,10 +96,9 @@ def plan(images: list[BakedAmi], *, owner: str, keep: int) -> PrunePlan:
     left: list[tuple[BakedAmi, str]] = []
     mine: dict[str, list[BakedAmi]] = {}
     for ami in images:
-        if ami.owner != owner:
-            left.append((ami, f"{rq.TAG_OWNER}={ami.owner or '(none)'}: not this owner's"))
-        elif not ami.run_id.startswith(BAKE_RUN_PREFIX) or not ami.digest:
-            left.append((ami, "not made by `reproduce image bake`"))
+        tags = {rq.TAG_OWNER: ami.owner, rq.TAG_RUN_ID: ami.run_id, rq.TAG_IMAGE_DIGEST: ami.digest}
+        if why := rq.foreign_bake(tags, owner):
+            left.append((ami, why))
         elif ami.state in LEFT_ALONE_STATES:
             left.append((ami, LEFT_ALONE_STATES[ami.state]))
         elif ami.state != "available":  # failed, error, invalid: no run can use it

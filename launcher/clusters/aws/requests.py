@@ -391,6 +391,20 @@ def baked_images_request(digest: str) -> dict[str, Any]:
     }
 
 
+BAKE_RUN_PREFIX = "bake-"  # prepare/bake.py: a bake's run id
+
+
+def foreign_bake(have: dict[str, str], owner: str) -> str:
+    """Why an AMI is not a bake of OWNER's ('' when it is): `ami: baked` launches and `image
+    prune` removes only AMIs tagged reproduce:owner = OWNER by a bake's run id, since whoever
+    baked the AMI decides what image its docker store holds. HAVE: its tags (tag_values)."""
+    if have.get(TAG_OWNER) != owner:
+        return f"{TAG_OWNER}={have.get(TAG_OWNER) or '(none)'}: not this owner's"
+    if not have.get(TAG_RUN_ID, "").startswith(BAKE_RUN_PREFIX) or not have.get(TAG_IMAGE_DIGEST):
+        return "not made by `reproduce image bake`"
+    return ""
+
+
 def newest_image(images: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The newest of DescribeImages' answer (CreationDate is ISO 8601 UTC: it sorts as text)."""
     return max(images, key=lambda i: (str(i.get("CreationDate") or ""), i["ImageId"]), default=None)

@@ -73,13 +73,17 @@ def teardown(
     poll_s: float = 5.0,
     key_dir: Path | None = None,
     terminate_timeout_s: float = TERMINATE_TIMEOUT_S,
+    discover: bool = True,
 ) -> list[str]:
-    """End everything this launch created (and only that); return what is still allocated."""
+    """End everything this launch created (and only that); return what is still allocated.
+    DISCOVER: also what carries the launch's tags but the state misses (reap has already
+    judged each resource it found, and ends only those: reap.py)."""
     log = safe(log)
     check_account(state, account)
     state.strict = False  # from here a failed save is reported, never in the way
     ownership.sort_out(ec2, state, log, poll_s)  # first: what aws.json names may be anyone's
-    ownership.discover(ec2, state, log, poll_s)
+    if discover:
+        ownership.discover(ec2, state, log, poll_s)
     targets = state.allocated()
     ids = state.launched_instances
     live = _terminate(ec2, state, ids, log, poll_s, terminate_timeout_s) if ids else []
@@ -99,7 +103,7 @@ def teardown(
         ):
             state.set(**{key: None})
     _remove_key_file(state, key_dir)
-    left = state.allocated()
+    left = state.allocated() + (ownership.search_left(state) if discover else [])
     state.set(released=not left, left=left, ended=[t for t in targets if t not in left])
     if state.save_error:
         log(

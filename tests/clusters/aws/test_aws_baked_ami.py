@@ -42,7 +42,10 @@ def stubbed(monkeypatch):
     session.done()
 
 
-def image(iid: str, created: str, state: str = "available") -> dict:
+ME = "alice"
+
+
+def image(iid: str, created: str, state: str = "available", who: str = ME) -> dict:
     return {
         "ImageId": iid,
         "CreationDate": created,
@@ -52,12 +55,16 @@ def image(iid: str, created: str, state: str = "available") -> dict:
         "Tags": [
             {"Key": rq.TAG_IMAGE_DIGEST, "Value": DIGEST},
             {"Key": rq.TAG_BASE_AMI, "Value": "ami-0123456789abcdef0"},
+            {"Key": rq.TAG_OWNER, "Value": who},
+            {"Key": rq.TAG_RUN_ID, "Value": f"bake-{iid}"},
         ],
     }
 
 
 def lookup(session, tmp_path, mode: Mode = Mode.CHECK):
-    cluster = AwsCluster(seed_recipe(), load(tmp_path, ami="baked"), "b1", session=session)
+    cluster = AwsCluster(
+        seed_recipe(), load(tmp_path, ami="baked"), "b1", session=session, owner=ME
+    )
     launch = cluster.launch_context()
     api = Executor(mode, cluster.settings, cluster.client)
     ami_step(launch, api)

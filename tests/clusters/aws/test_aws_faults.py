@@ -26,6 +26,7 @@ from support.aws import (
     live_resources,
     load,
     seed_recipe,
+    serve_placement_groups,
     write_profile,
 )
 from support.aws import (
@@ -33,7 +34,8 @@ from support.aws import (
 )
 
 from launcher.clusters.aws.cluster import AwsCluster
-from launcher.clusters.aws.down import down, reap
+from launcher.clusters.aws.down import down
+from launcher.clusters.aws.reap import reap
 from launcher.errors import BadInput, CheckFailed, InfraError, Interrupted
 
 pytestmark = pytest.mark.aws
@@ -328,8 +330,12 @@ time.sleep(600)
 
 
 @pytest.mark.parametrize("cleanup", ["reap", "down"])
-def test_launcher_killed_then_reap_or_down_ends_everything(moto_server, tmp_path, banner, cleanup):
+def test_launcher_killed_then_reap_or_down_ends_everything(
+    moto_server, tmp_path, banner, cleanup, monkeypatch
+):
     import boto3
+
+    serve_placement_groups(monkeypatch)  # reap's listing needs them answered, not failed
 
     ec2 = boto3.client("ec2", region_name="us-east-1")
     image = ec2.register_image(Name="dlami-standin", RootDeviceName="/dev/sda1")["ImageId"]
@@ -362,10 +368,11 @@ def test_launcher_killed_then_reap_or_down_ends_everything(moto_server, tmp_path
     session = boto3.Session(region_name="us-east-1")
     if cleanup == "reap":
         assert (
-            reap("us-east-1", session=session, poll_s=0.01, log=lambda m: None) == []
+            reap("us-east-1", owner="test", session=session, poll_s=0.01, log=lambda m: None) == []
         )  # not expired yet
         ended = reap(
             "us-east-1",
+            owner="test",
             now=datetime.now(UTC) + timedelta(hours=7),
             session=session,
             poll_s=0.01,

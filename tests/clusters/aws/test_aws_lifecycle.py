@@ -22,7 +22,8 @@ from support.aws import (
 )
 
 from launcher.clusters.aws import from_record
-from launcher.clusters.aws.down import down, reap
+from launcher.clusters.aws.down import down
+from launcher.clusters.aws.reap import reap
 from launcher.clusters.aws.requests import TAG_EXPIRES, TAG_RUN_ID
 
 pytestmark = pytest.mark.aws
@@ -216,13 +217,13 @@ def test_reap_ends_only_expired_runs_and_their_resources(aws, ami, tmp_path, ban
     ][0]["InstanceId"]
 
     assert "instance " + old_node.meta["instance_id"] in reap(
-        "us-east-1", dry_run=True, session=aws, log=lambda m: None
+        "us-east-1", owner="alice@laptop", dry_run=True, session=aws, log=lambda m: None
     )
     assert (
         old_node.meta["instance_id"] in live_resources(ec2)["instances"]
     )  # a dry run ends nothing
 
-    ended = reap("us-east-1", session=aws, poll_s=0.01, log=lambda m: None)
+    ended = reap("us-east-1", owner="alice@laptop", session=aws, poll_s=0.01, log=lambda m: None)
     assert ended[0] == f"instance {old_node.meta['instance_id']}"
     assert any(e.startswith("Elastic IP") for e in ended) and any(
         e.startswith("key pair reproduce-old-") for e in ended
