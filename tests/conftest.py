@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from support.docker import Registry, TestImage, dockerd_running, push_test_image, run_args
+from support.slurm_cluster import SlurmLoop, have_slurm
 from support.sshd import SshServer
 
 # Fixture modules every folder's tests may ask for (AWS on moto, the loopback Hub and S3): registered
@@ -120,6 +121,25 @@ def sshd(tmp_path_factory: pytest.TempPathFactory):
     server = SshServer(tmp_path_factory.mktemp("sshd")).start()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmLoop]:
+    """The loopback Slurm cluster, started once per session; SLURM_CONF names it to every
+    Slurm command the launcher (and its CLI subprocesses) run."""
+    if not have_slurm():
+        pytest.fail(
+            "Slurm is not installed (tests/run.sh installs slurmctld slurmd slurm-client munge)"
+        )
+    cluster = SlurmLoop(tmp_path_factory.mktemp("slurm")).start()
+    before = os.environ.get("SLURM_CONF")
+    os.environ["SLURM_CONF"] = str(cluster.conf)
+    yield cluster
+    cluster.stop()
+    if before is None:
+        os.environ.pop("SLURM_CONF", None)
+    else:
+        os.environ["SLURM_CONF"] = before
 
 
 @pytest.fixture(scope="session")

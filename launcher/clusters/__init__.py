@@ -30,13 +30,15 @@ BACKENDS: dict[str, str] = {
     "ssh": "launcher.clusters.ssh",
     "aws": "launcher.clusters.aws",
     "ray": "launcher.clusters.ray.cluster",
+    "slurm": "launcher.clusters.slurm",
 }
 # Kinds a real run refuses although the dry run can show their plan (kind -> why).
 DRY_RUN_ONLY: dict[str, str] = {}
 # Kinds whose real runs may span several nodes (a multi-node recipe is refused on the others).
 # ray: the recipe's nodes are the cluster's, and the job checks it has them before training.
 # aws: the launch makes all the recipe's nodes at once (one placement group) or none.
-MULTI_NODE_KINDS: frozenset[str] = frozenset({"ssh", "ray", "aws"})
+# slurm: one job holds all the recipe's nodes at once, or none.
+MULTI_NODE_KINDS: frozenset[str] = frozenset({"ssh", "ray", "aws", "slurm"})
 
 
 def backend(kind: str) -> ModuleType:
@@ -61,6 +63,16 @@ def check_ready(profile: Profile) -> None:
     check = getattr(backend(profile.kind), "check_ready", None)
     if check is not None:
         check(profile)
+
+
+def check_fits(recipe: Any, profile: Profile) -> None:
+    """What a backend can ask its cluster about the recipe before a run directory exists and
+    anything is submitted (slurm: the partition has the recipe's nodes and GPUs per node, by
+    sinfo): BadInput when it cannot hold the recipe. Optional: a backend without
+    `check_fits(recipe, profile)` checks this when it acquires."""
+    check = getattr(backend(profile.kind), "check_fits", None)
+    if check is not None:
+        check(recipe, profile)
 
 
 def live_price(recipe: Any, profile: Profile, fallback: Any) -> tuple[Any, str | None]:

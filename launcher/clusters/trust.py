@@ -35,8 +35,10 @@ from launcher.records import nodejson
 from launcher.records.rundir import Files
 
 # Kinds on which the node side runs behind the launcher's boundary (containers it starts, over a
-# shell it holds, reports written where the recipe's code cannot write).
-HELD: frozenset[str] = frozenset({"local", "ssh", "aws"})
+# shell it holds, reports written where the recipe's code cannot write). slurm: the job's task on
+# each node runs node.sh as the launcher's user, as over SSH (docker pulls by digest; the run
+# directories on the shared work dir are checked as any work dir); pyxis is dry-run only.
+HELD: frozenset[str] = frozenset({"local", "ssh", "aws", "slurm"})
 
 # What a cluster not in HELD vouched for itself: predicate field -> why the launcher did not
 # verify it. The same fields the node's reports fill (attest_predicate.py).

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import re
 import types
 from dataclasses import dataclass
 from functools import cache
@@ -32,7 +33,7 @@ from launcher.resources import data_dir
 _MISSING = object()
 # The profile's fields that may break lines: its env values (quoted in node.sh, like a recipe's).
 TEXT_BLOCKS = (("env", "*"),)
-Kind = Literal["local", "ssh", "aws", "ray"]
+Kind = Literal["local", "ssh", "aws", "ray", "slurm"]
 
 
 @dataclass(frozen=True)
@@ -195,11 +196,29 @@ class RayProfile(Profile):
     nodes_wait_s: float
 
 
+@dataclass(frozen=True)
+class SlurmProfile(Profile, _Reach):
+    """A Slurm cluster: one batch job per run, submitted on its login node (this host, or
+    `login_host` over SSH, whose key is checked as an ssh profile's). `work_dir` is the cluster's
+    shared directory, seen alike by the login node and every compute node."""
+
+    login_host: str | None
+    partition: str | None
+    account: str | None
+    qos: str | None
+    reservation: str | None
+    constraint: str | None
+    time_limit_hours: float | None
+    container_runtime: str
+    gpu_option: str
+
+
 PROFILE_TYPES: dict[str, type[Profile]] = {
     "local": LocalProfile,
     "ssh": SshProfile,
     "aws": AwsProfile,
     "ray": RayProfile,
+    "slurm": SlurmProfile,
 }
 _OWN = ("name", "path", "raw")  # not profile fields: where the profile came from
 
@@ -309,6 +328,30 @@ def _repeated_hosts(hosts: list[Any]) -> list[tuple[str, str]]:
     return problems
 
 
+# A slurm profile's directories reach `#SBATCH --output=` lines, which sbatch reads itself (no
+# shell, no quoting): only characters that need none.
+_SBATCH_PATH = re.compile(r"/[A-Za-z0-9_./+-]*")
+
+
+def _slurm_problems(raw: dict[str, Any]) -> list[tuple[str, str]]:
+    """What a slurm profile cannot do without, and directories sbatch could not read as given."""
+    problems = []
+    if not raw.get("partition"):
+        problems.append(
+            ("partition", "missing; a profile of kind slurm names the partition its jobs ask for")
+        )
+    work = raw.get("work_dir")
+    if isinstance(work, str) and not _SBATCH_PATH.fullmatch(work):
+        problems.append(
+            (
+                "work_dir",
+                f"{work!r} holds characters an #SBATCH line cannot carry unquoted; expected an "
+                "absolute path of letters, digits and . _ + - /",
+            )
+        )
+    return problems
+
+
 def kind_problems(raw: dict[str, Any]) -> list[tuple[str, str]]:
     """Fields set for another kind of profile, and the fields a kind cannot do without."""
     kind = raw["kind"]
@@ -338,6 +381,7 @@ def kind_problems(raw: dict[str, Any]) -> list[tuple[str, str]]:
                 "missing; a profile of kind ray needs the cluster's job server, e.g. http://head:8265",
             )
         )
+    problems += _slurm_problems(raw) if kind == "slurm" else []
     cidr = raw.get("ssh_cidr")
     if isinstance(cidr, str) and cidr.strip() in ("0.0.0.0/0", "::/0"):
         problems.append(

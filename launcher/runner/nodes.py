@@ -53,11 +53,15 @@ class NodeRun:
 class NodeFailure(Exception):  # noqa: N818 - an event of the run, not a program error
     """A node failed or was lost while the run went on: the run stops on every node."""
 
-    def __init__(self, node: NodeRun | None, what: str, *, lost: bool = False) -> None:
+    def __init__(
+        self, node: NodeRun | None, what: str, *, lost: bool = False, void: bool = False
+    ) -> None:
         super().__init__(what)
         self.node = node
         self.what = what
         self.lost = lost
+        # the scheduler ended (or restarted) the run for reasons of its own: no verdict is given
+        self.void = void
 
     @property
     def stage(self) -> str | None:
@@ -106,6 +110,39 @@ def ended_early(n: NodeRun, code: int | None) -> str:
     log = n.logs / f"{where}.log" if where else n.logs / "node.log"
     at = f" in stage {where}" if where else ""
     return f"{n.label} ended{at} with {how} before node 0 finished; see {log}.{tail_of(log)}"
+
+
+def scheduler_failure(cluster: object, nodes: list[NodeRun]) -> NodeFailure | None:
+    """A scheduler's word that it ended or restarted the run's job for reasons of its own
+    (slurm: NODE_FAIL, PREEMPTED, TIMEOUT, a requeue), where the backend can tell
+    (`cluster.job_failure()`): the run stops with no verdict, naming the node(s). None when it
+    did not, or did not answer (no answer is no news about the job)."""
+    probe = getattr(cluster, "job_failure", None)
+    if not callable(probe):
+        return None
+    try:
+        word = probe()
+    except (ReproduceError, OSError, EOFError):
+        return None
+    if not word:
+        return None
+    named = next((n for n in nodes if names(n.node.name, str(word))), None)
+    return NodeFailure(named, str(word), lost=True, void=True)
+
+
+def failure_text(failed: NodeFailure, problems: list[str]) -> str:
+    """The error of a run stopped on every node by one that failed or was lost."""
+    text = f"{failed.what}\nThe run was stopped on every node and the cluster released."
+    if failed.void:
+        text += " No verdict: the scheduler, not the recipe, ended this attempt."
+    if problems:
+        text += " Not everything could be stopped: " + "; ".join(problems) + "."
+    if failed.lost and failed.node is not None and not failed.void:
+        text += (
+            f" {failed.node.label} could not be reached: the run may still be going on "
+            "there (and costing money)."
+        )
+    return text
 
 
 def failed_entry(failed: NodeFailure) -> dict[str, Any]:

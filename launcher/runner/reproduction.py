@@ -118,6 +118,11 @@ def prepare(recipe_path: str | Path, options: Options) -> Prepared:
         profile = profile.with_overrides(instance_id=options.instance_id)
     if options.price_per_hour is not None:
         profile = profile.with_overrides(price_per_hour=options.price_per_hour)
+    if profile.kind == "slurm":  # --max-hours/--max-usd become the job's time limit too
+        from launcher.clusters.slurm.script import with_time_limit
+
+        given = options.price_per_hour or profile.price_per_hour
+        profile = with_time_limit(recipe, profile, options.max_hours, options.max_usd, given)
     run_id = options.run_id or new_run_id()
     who = owner()
     provisioning: tuple[Any, ...] = ()
@@ -149,6 +154,8 @@ def node_price(recipe: Recipe, profile: Profile, option: float | None = None) ->
 
     itype = profile.instance_type or recipe.instance_type
     region = profile.region
+    if profile.kind == "slurm" and option is None and profile.price_per_hour is None:
+        return None  # a cluster the user owns has a price only if the profile gives one
     if option is not None:
         return price_per_hour(itype, region, option, override_source="option")
     return price_per_hour(itype, region, profile.price_per_hour, override_source="profile")
@@ -214,6 +221,10 @@ def dry_run_text(
         from launcher.clusters.ray.cluster import request_text
 
         lines += ["", request_text(plan)]
+    if p.kind == "slurm":
+        from launcher.clusters.slurm.script import dry_run_section
+
+        lines += ["", dry_run_section(plan)]
     where = "the Ray job's entrypoint" if p.kind == "ray" else "run detached on the node"
     lines += ["", f"# ---- node script (node.sh), {where} ----", plan.node_script]
     return "\n".join(lines)

@@ -103,6 +103,7 @@ class Runner:
         # catalog's) and the cost gate (shown, then confirmed, --yes, or a budget); a refusal
         # leaves nothing.
         clusters.check_ready(profile)
+        clusters.check_fits(recipe, profile)
         if not refused_unattended(profile, options, unattended=self.settings.unattended):
             # The one cloud call before the gate: a read (the price), never a launch; a run the
             # gate refuses anyway sends nothing at all.

@@ -40,10 +40,12 @@ from launcher.runner.nodes import (
     end_workers,
     ended_early,
     failed_entry,
+    failure_text,
     names,
     on_each,
     place_of,
     quietly,
+    scheduler_failure,
 )
 from launcher.runner.outcome import Outcome, detached_message, failure, reattach_hint
 from launcher.runner.reporter import Reporter
@@ -250,6 +252,9 @@ class RunSession:
         order = self.nodes[1:] + self.nodes[:1]
         while True:
             raise_pending()  # an interrupt whose exception was dropped in a finalizer
+            failed = scheduler_failure(self.cluster, self.nodes)  # its word: no verdict
+            if failed is not None:
+                raise failed
             for n in order:
                 if n.ended is not None:
                     continue
@@ -323,16 +328,10 @@ class RunSession:
             self.release()
         except ReproduceError as err:  # the caller releases again and reports what is left
             self.reporter.say(f"teardown did not finish yet ({str(err).splitlines()[0]})")
-        if self.settings.measure and any(s["name"] == TRAIN_STAGE for s in self.timeline.stages):
+        trained = any(s["name"] == TRAIN_STAGE for s in self.timeline.stages)
+        if self.settings.measure and trained and not failed.void:
             self.write_quietly(self.judge)
-        text = f"{failed.what}\nThe run was stopped on every node and the cluster released."
-        if problems:
-            text += " Not everything could be stopped: " + "; ".join(problems) + "."
-        if failed.lost and failed.node is not None:
-            text += (
-                f" {failed.node.label} could not be reached: the run may still be going on "
-                "there (and costing money)."
-            )
+        text = failure_text(failed, problems)
         raise (CheckFailed(text) if failed.check else InfraError(text)) from None
 
     def _stop_if_over_budget(self) -> None:

@@ -220,7 +220,7 @@ def test_bad_profiles_exit_2(profile: dict, field: str, expected: str, tmp_path:
 
 def test_unknown_profile_name_lists_the_known_ones() -> None:
     res = reproduce_here(SEED, "--cluster", "gcp", "--dry-run")
-    assert res.code == 2 and "aws, local, ray, ssh" in res.err
+    assert res.code == 2 and "aws, local, ray, slurm, ssh" in res.err
 
 
 def test_ray_profile_submits_to_the_existing_cluster() -> None:

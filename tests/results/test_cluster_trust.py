@@ -25,7 +25,7 @@ from launcher.records.history_rows import row_from_run_dir
 from launcher.results.attest_predicate import build_predicate
 
 # kind -> whether the cluster vouches for its own checks (the launcher's boundary does not hold)
-VOUCHED = {"local": False, "ssh": False, "aws": False, "ray": True}
+VOUCHED = {"local": False, "ssh": False, "aws": False, "ray": True, "slurm": False}
 LINE = "cluster was trusted for its image and its checks"
 
 

@@ -1,0 +1,466 @@
+"""A Slurm cluster (`kind: slurm`): one batch job per run, submitted on the login node.
+
+The launcher reaches the login node only: this host (sbatch on the PATH) or `login_host` over SSH,
+its key checked as an ssh profile's. Everything else goes through the cluster's shared work dir,
+which the login node and every compute node see alike: node.sh, the wrapper and the node programs
+are staged into each node's run directory there, each node's wrapper writes its pid, node.log and
+exit_code there, and the launcher reads them back by byte offset, as over SSH (launcher/clusters/
+slurm/execution.py). The job's own state comes from the scheduler: `squeue`, then `scontrol show
+job`, then `sacct` where accounting exists (its absence is not an error).
+
+A job that Slurm ends for reasons of its own (NODE_FAIL, BOOT_FAIL, PREEMPTED, TIMEOUT, a
+deadline, out of memory), or starts a second time (a requeue), is an infrastructure failure: the
+run gets no verdict, and the error names the job's nodes that failed (`job_failure`).
+
+Release and cancel end only the job this run submitted: by its id, and only as its user
+(`scancel --user`), TERM to every process of the job first, a grace, then Slurm's own end of the
+job, then KILL.
+"""
+
+from __future__ import annotations
+
+import getpass
+import re
+import shlex
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from launcher.clusters.base import CommandResult, LaunchOptions, Node, Transport
+from launcher.clusters.slurm import script
+from launcher.errors import BadInput, InfraError
+from launcher.excerpt import excerpt
+from launcher.inputs.profile import SlurmProfile
+from launcher.plan.protocol import CANCEL_GRACE_TENTHS
+
+if TYPE_CHECKING:
+    from launcher.clusters.execution import Place
+    from launcher.clusters.slurm.execution import SlurmExecution
+    from launcher.clusters.ssh import SSHSettings
+    from launcher.plan.plan import Plan
+
+# Job states (squeue %T, scontrol JobState, sacct State) in which the job still holds its nodes.
+ALIVE = frozenset(
+    {
+        "PENDING",
+        "CONFIGURING",
+        "RUNNING",
+        "COMPLETING",
+        "SUSPENDED",
+        "RESIZING",
+        "REQUEUED",
+        "REQUEUE_FED",
+        "REQUEUE_HOLD",
+        "RESV_DEL_HOLD",
+        "SIGNALING",
+        "STAGE_OUT",
+        "STOPPED",
+    }
+)
+# States in which Slurm, not the run, ended the job: no verdict is given for such a run.
+INFRA = frozenset(
+    {"NODE_FAIL", "BOOT_FAIL", "PREEMPTED", "TIMEOUT", "DEADLINE", "OUT_OF_MEMORY", "REVOKED"}
+)
+STATE_CACHE_S = 1.0
+ENDED_GRACE_S = 10.0  # a shared file system may show exit_code a little after the job ended
+NODE_PREFIX = "job-node-"
+
+
+class SlurmCluster:
+    """The login node, and the one job of a run: submitted once, asked about, ended."""
+
+    name = "slurm"
+
+    def __init__(
+        self,
+        login: SSHSettings | None,
+        *,
+        plan: Plan | None = None,
+        run_dir: Path | None = None,
+        job_id: str | None = None,
+        user: str | None = None,
+        nodes: int = 1,
+    ) -> None:
+        self.login = login
+        self.plan = plan
+        self.run_dir = run_dir
+        self.job_id = job_id
+        self.user = user or getpass.getuser()
+        self.node_count = plan.recipe.nodes if plan is not None else nodes
+        self.version: str | None = None
+        self.gpu_option: str | None = None
+        self._transport: Transport | None = None
+        self._lock = threading.Lock()
+        self._state: dict[str, str] | None = None
+        self._state_at = float("-inf")
+        self._ended_at: float | None = None
+
+    # --- the login node -------------------------------------------------------------------------
+
+    def login_transport(self) -> Transport:
+        if self._transport is None:
+            if self.login is None:
+                from launcher.clusters.local import LocalTransport
+
+                self._transport = LocalTransport("the login node (this host)")
+            else:
+                from launcher.clusters.ssh import SSHTransport
+
+                self._transport = SSHTransport(self.login.node(), self.login)
+        return self._transport
+
+    def _run(self, command: str, timeout_s: float = 60) -> CommandResult:
+        return self.login_transport().run(command, timeout_s=timeout_s, check=False)
+
+    def transport(self, node: Node) -> Transport:
+        """Every node's files are on the shared work dir: the login node reaches them all."""
+        return self.login_transport()
+
+    def execution(self, node: Node, place: Place) -> SlurmExecution:
+        from launcher.clusters.slurm.execution import SlurmExecution
+
+        return SlurmExecution(self, node, place)
+
+    # --- before anything is submitted ---------------------------------------------------------
+
+    def acquire(self) -> list[Node]:
+        """Probe the cluster (its version, once, recorded) and refuse a recipe the partition
+        cannot hold, before anything is submitted; one Node per node of the job to come."""
+        plan = self.plan
+        if plan is None:
+            raise InfraError("a recorded slurm run is followed, not acquired again")
+        profile = plan.profile
+        assert isinstance(profile, SlurmProfile)
+        probe = self._run("sinfo --version")
+        if probe.exit_code != 0:
+            raise InfraError(
+                "sinfo did not answer on the login node (is Slurm's client installed and on the "
+                f"PATH?): {excerpt(probe.stderr or probe.stdout, 2, 300)}"
+            )
+        self.version = probe.stdout.strip()
+        self.gpu_option = script.gpu_option_for(
+            script.parse_version(self.version), profile.gpu_option
+        )
+        refuse_misfit(self._run, plan.recipe, profile)
+        self._record(slurm={"version": self.version, "gpu_option": self.gpu_option})
+        return [
+            Node(
+                name=f"{NODE_PREFIX}{k}",
+                host="(assigned when the job starts)",
+                work_dir=script.node_work_dir(profile.work_dir, k) if k else None,
+                meta={"slurm_node_index": k},
+            )
+            for k in range(self.node_count)
+        ]
+
+    def _record(self, **fields: Any) -> None:
+        if self.run_dir is not None:
+            from launcher.records.rundir import RunDir
+
+            RunDir(self.run_dir).update_record(**fields)
+
+    # --- the job ---------------------------------------------------------------------------------
+
+    def batch_script(self) -> str:
+        """The script this run submits: the dry run's, with the GPU option the probe chose."""
+        if self.plan is None:
+            raise InfraError("a recorded slurm run cannot be submitted again")
+        return script.render(script.batch_of(self.plan, self.gpu_option or "auto"))
+
+    def submit_once(self) -> str:
+        """Submit the job (the first node's launch does; the others get its id)."""
+        with self._lock:
+            if self.job_id is not None:
+                return self.job_id
+            text = self.batch_script()
+            plan = self.plan
+            assert plan is not None
+            run_dir = script.node_dirs(
+                plan.profile.work_dir, plan.node_run_dir, plan.run_id, plan.recipe.nodes
+            )[0]
+            path = f"{run_dir}/{script.SCRIPT_NAME}"
+            self.login_transport().put_text(text, path, mode=0o700)
+            if self.run_dir is not None:
+                from launcher.records.rundir import RunDir
+
+                RunDir(self.run_dir).write_text(script.SCRIPT_NAME, text)
+            answer = self._run(
+                f"cd {shlex.quote(run_dir)} && sbatch --parsable {shlex.quote(path)}", 120
+            )
+            job = answer.stdout.strip().split(";")[0].strip()
+            if answer.exit_code != 0 or not job.isdigit():
+                raise InfraError(
+                    f"sbatch refused the job (exit {answer.exit_code}): "
+                    f"{excerpt(answer.stderr or answer.stdout, 3, 400)}"
+                )
+            self.job_id = job
+            self._record(cluster=self.to_record())
+            return job
+
+    def job_state(self, *, fresh: bool = False) -> dict[str, str] | None:
+        """The job as the scheduler says now (cached STATE_CACHE_S): JobState, NodeList,
+        Restarts, Reason, StartTime, EndTime, ...; None when no source knows the job."""
+        if self.job_id is None:
+            return None
+        if not fresh and time.monotonic() - self._state_at < STATE_CACHE_S:
+            return self._state
+        job = shlex.quote(self.job_id)
+        state: dict[str, str] | None = None
+        listed = self._run(f"squeue -h -j {job} -o '%T|%N|%u'")
+        if listed.exit_code == 0 and listed.stdout.strip():
+            first = listed.stdout.strip().splitlines()[0].split("|")
+            state = {"JobState": first[0], "NodeList": first[1] if len(first) > 1 else ""}
+        shown = self._run(f"scontrol show job -o {job}")
+        if shown.exit_code == 0 and "JobState=" in shown.stdout:
+            fields = parse_scontrol(shown.stdout)
+            state = {**fields, **(state or {})}
+        if state is None:
+            state = self._sacct(job)
+        self._state, self._state_at = state, time.monotonic()
+        return state
+
+    def _sacct(self, job: str) -> dict[str, str] | None:
+        """The job from accounting, where the cluster keeps it (many keep none: not an error)."""
+        answer = self._run(f"sacct -n -P -X -j {job} -o State,NodeList,Start,End,Restarts 2>&1")
+        if answer.exit_code != 0:
+            return None
+        for line in answer.stdout.splitlines():
+            parts = line.split("|")
+            if len(parts) >= 5 and parts[0].strip():
+                return {
+                    "JobState": parts[0].split()[0],
+                    "NodeList": parts[1],
+                    "StartTime": parts[2],
+                    "EndTime": parts[3],
+                    "Restarts": parts[4],
+                }
+        return None
+
+    def alive(self) -> bool | None:
+        """Does the job still hold its nodes? None: no source knows it (any more)."""
+        state = self.job_state()
+        if state is None:
+            return None
+        return state.get("JobState", "").split()[0] in ALIVE if state.get("JobState") else None
+
+    def ended_long_enough(self) -> bool:
+        """The job has ended, and a shared file system had ENDED_GRACE_S to show its files."""
+        if self.alive():
+            self._ended_at = None
+            return False
+        if self._ended_at is None:
+            self._ended_at = time.monotonic()
+        return time.monotonic() - self._ended_at >= ENDED_GRACE_S
+
+    def job_failure(self) -> str | None:
+        """Why Slurm, not the run, ended or restarted the job (no verdict then), naming its
+        nodes that failed; None when it did not."""
+        state = self.job_state()
+        if not state:
+            return None
+        restarts = state.get("Restarts", "0")
+        if restarts.isdigit() and int(restarts) > 0:
+            return (
+                f"slurm job {self.job_id} was requeued (Restarts={restarts}, now "
+                f"{state.get('JobState')}): a second attempt would join the first in one "
+                "measurement, so the run is refused as two attempts"
+            )
+        word = state.get("JobState", "").split()[0] if state.get("JobState") else ""
+        if word not in INFRA:
+            return None
+        nodes = state.get("NodeList", "")
+        failed = self._failed_nodes(nodes)
+        which = f"; failed node(s): {failed}" if failed else f" on {nodes}" if nodes else ""
+        reason = state.get("Reason")
+        because = f" ({reason})" if reason and reason != "None" else ""
+        return f"slurm job {self.job_id} ended {word}{because}{which}: an infrastructure failure"
+
+    def _failed_nodes(self, nodelist: str) -> str:
+        """The job's nodes sinfo calls down, failed or not responding, with Slurm's reason; and
+        which node of the run each is (job-node-K: the K-th of the job's node list)."""
+        if not nodelist or nodelist == "(null)":
+            return ""
+        names = self._run(f"scontrol show hostnames {shlex.quote(nodelist)}").stdout.split()
+        answer = self._run(f"sinfo -h -N -n {shlex.quote(nodelist)} -o '%N|%T|%E'")
+        bad = []
+        for line in answer.stdout.splitlines():
+            parts = line.split("|")
+            if len(parts) < 3:
+                continue
+            name, node_state, why = parts[0].strip(), parts[1].strip().lower(), parts[2].strip()
+            if any(w in node_state for w in ("down", "fail", "drain", "not_resp", "*")):
+                rank = names.index(name) if name in names else None
+                label = f"{NODE_PREFIX}{rank} = " if rank is not None else ""
+                bad.append(f"{label}{name} is {node_state} ({why or 'no reason given'})")
+        return "; ".join(dict.fromkeys(bad))
+
+    def nodes_of_job(self) -> list[str]:
+        state = self.job_state() or {}
+        nodes = state.get("NodeList", "")
+        if not nodes or nodes == "(null)":
+            return []
+        return self._run(f"scontrol show hostnames {shlex.quote(nodes)}").stdout.split()
+
+    def cancel_job(self, timeout_s: float) -> str:
+        """End this run's job, and only it (its id, as its user): `scancel`, with which Slurm
+        sends TERM to every process of the job, gives them the cluster's KillWait to end by
+        themselves (node.sh's EXIT trap prints the cancelled stage's end and removes its
+        container), then KILLs what is left; past `timeout_s`, KILL from us. What is still in
+        squeue then ("" when the job is gone)."""
+        with self._lock:
+            if self.job_id is None:
+                return ""
+            job, user = shlex.quote(self.job_id), shlex.quote(self.user)
+            if not self.alive():
+                return ""
+            self._run(f"scancel --user={user} {job}")
+            self._wait(max(CANCEL_GRACE_TENTHS / 10, timeout_s - 10))
+            if self.alive():
+                self._run(f"scancel --signal=KILL --full --user={user} {job}")
+                self._wait(10)
+            if self.alive():
+                state = self.job_state(fresh=True) or {}
+                return f"slurm job {self.job_id} ({state.get('JobState')})"
+            return ""
+
+    def _wait(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            self.job_state(fresh=True)
+            if not self.alive():
+                return
+            time.sleep(0.3)
+
+    def release(self) -> None:
+        """A job of this run still holding nodes is ended (not after a detach: the runner keeps
+        the cluster then); the connection to the login node is closed."""
+        try:
+            if self.job_id is not None and self.alive():
+                left = self.cancel_job(120)
+                if left:
+                    raise InfraError(f"could not end {left}; end it with `scancel {self.job_id}`")
+        finally:
+            if self._transport is not None:
+                self._transport.close()
+
+    def to_record(self) -> dict[str, Any]:
+        """What attach, cancel and logs need to find the job again (run.json; no secrets)."""
+        return {
+            "kind": "slurm",
+            "login": asdict(self.login) if self.login is not None else None,
+            "job_id": self.job_id,
+            "user": self.user,
+            "nodes": self.node_count,
+        }
+
+
+def refuse_misfit(run: Any, recipe: Any, profile: SlurmProfile) -> None:
+    """BadInput when the partition has too few nodes with the recipe's GPUs per node (sinfo's
+    gres, whatever the nodes' state: a node down now may be up when the job starts)."""
+    part = shlex.quote(str(profile.partition))
+    answer = run(f"sinfo -h -N -p {part} -o '%N|%G'")
+    if answer.exit_code != 0:
+        raise InfraError(
+            f"sinfo could not list partition {profile.partition}: "
+            f"{excerpt(answer.stderr or answer.stdout, 2, 300)}"
+        )
+    per_node: dict[str, int] = {}
+    for line in answer.stdout.splitlines():
+        name, _, gres = line.partition("|")
+        if name.strip():
+            per_node[name.strip()] = max(per_node.get(name.strip(), 0), gpus_in(gres))
+    need, count = recipe.gpus_per_node, recipe.nodes
+    fit = [n for n, gpus in per_node.items() if gpus >= need]
+    if not per_node:
+        raise BadInput(
+            f"{profile.path}: partition {profile.partition} has no nodes (sinfo lists none); "
+            "nothing was submitted."
+        )
+    if len(fit) < count:
+        most = max(per_node.values())
+        raise BadInput(
+            f"{recipe.path}: the recipe needs {count} node(s) with {need} GPUs each, but "
+            f"partition {profile.partition} has {len(fit)} such node(s) (at most {most} GPUs "
+            f"per node on {len(per_node)} node(s), as sinfo counts gres); nothing was "
+            "submitted."
+        )
+
+
+def check_fits(recipe: Any, profile: Any) -> None:
+    """Before the run directory (launcher.clusters.check_fits): the partition can hold the
+    recipe, asked on the login node."""
+    if not isinstance(profile, SlurmProfile):
+        return
+    cluster = SlurmCluster(_login_of(profile.raw))
+    try:
+        refuse_misfit(cluster._run, recipe, profile)  # noqa: SLF001 - its own module
+    finally:
+        cluster.release()
+
+
+_GRES_GPU = re.compile(r"(?:^|,)gpu(?::[A-Za-z0-9_.-]+)?:(\d+)")
+
+
+def gpus_in(gres: str) -> int:
+    """GPUs in sinfo's %G ("gpu:8", "gpu:h100:8(S:0-1)", "gpu:a:4,gpu:b:4"), added up."""
+    return sum(int(m.group(1)) for m in _GRES_GPU.finditer(gres.strip()))
+
+
+def parse_scontrol(text: str) -> dict[str, str]:
+    """`scontrol show job -o`'s one line of Key=Value words."""
+    fields: dict[str, str] = {}
+    for word in text.split():
+        key, sep, value = word.partition("=")
+        if sep and key and key not in fields:
+            fields[key] = value
+    return fields
+
+
+def _login_of(profile: Mapping[str, Any]) -> SSHSettings | None:
+    if not profile.get("login_host"):
+        return None
+    from launcher.clusters.ssh import SSHSettings
+
+    fields = {k: v for k, v in profile.items() if k in SSHSettings.__dataclass_fields__}
+    fields["host"] = profile["login_host"]
+    fields.pop("work_dir", None)
+    return SSHSettings.from_mapping(fields)
+
+
+def from_plan(plan: Plan, options: LaunchOptions, run_dir: Path) -> SlurmCluster:
+    """The cluster of a new run (launcher.clusters.from_plan)."""
+    del options
+    profile = plan.profile
+    if isinstance(profile, SlurmProfile) and profile.container_runtime == "pyxis":
+        raise BadInput(
+            f"{profile.path}: container_runtime pyxis is rendered by --dry-run only in this "
+            "version (docs/slurm.md); use container_runtime: docker for a real run."
+        )
+    return SlurmCluster(_login_of(plan.profile.raw), plan=plan, run_dir=run_dir)
+
+
+def from_record(record: Mapping[str, Any]) -> SlurmCluster:
+    """The cluster of a recorded run (launcher.clusters.from_record)."""
+    login = record.get("login")
+    settings = None
+    if isinstance(login, Mapping):
+        from launcher.clusters.ssh import SSHSettings
+
+        settings = SSHSettings.from_mapping(login)
+    job = record.get("job_id")
+    nodes = record.get("nodes")
+    return SlurmCluster(
+        settings,
+        job_id=str(job) if job is not None else None,
+        user=str(record.get("user") or "") or None,
+        nodes=nodes if isinstance(nodes, int) and nodes > 0 else 1,
+    )
+
+
+def live_price(recipe: Any, profile: Any, fallback: Any) -> tuple[Any, str | None]:
+    """A cluster the user owns has no list price: only the profile's (or --price-per-hour)."""
+    del recipe, profile, fallback
+    return None, None

@@ -1,0 +1,319 @@
+"""The one batch script of a run on Slurm, rendered from the Plan: what --dry-run prints byte for
+byte and what sbatch gets.
+
+The job asks for whole nodes (`--exclusive`), the recipe's node count and GPUs per node, never to be
+requeued (`--no-requeue`: a second attempt would join the first in one log and one measurement),
+a time limit, and writes its own output into the run's directory on the shared work dir. Its body
+runs node.sh's wrapper once on every node (`srun --ntasks-per-node=1`): node 0 heads Ray, the others
+join it, exactly as a multi-node run over SSH does, with the rank, the head's address and every
+node's address taken from the job itself (SLURM_NODEID, `scontrol show hostnames`, each node's
+NodeAddr). Values in the body are shell-quoted; values in `#SBATCH` lines, which sbatch reads
+itself, are held by the profile schema to characters that need no quoting.
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from launcher.errors import BadInput
+from launcher.inputs.profile import Profile, SlurmProfile
+from launcher.plan import stage_graph
+from launcher.plan.protocol import CANCEL_MARK, RUN_MARK, WRAPPER_NAME
+
+if TYPE_CHECKING:
+    from launcher.inputs.recipe import Recipe
+    from launcher.plan.plan import Plan
+
+SCRIPT_NAME = "job.sbatch"
+OUTPUT_NAME = "slurm-%j.out"  # sbatch's own output (the batch shell's lines), in node 0's run dir
+# Slurm's first version with --gpus-per-node (19.05); older ones take --gres=gpu:N.
+GPUS_PER_NODE_SINCE = (19, 5)
+MIN_DEFAULT_HOURS = 2.0
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Everything the batch script says, decided once (the dry run and the submission)."""
+
+    job_name: str
+    partition: str
+    account: str | None
+    qos: str | None
+    reservation: str | None
+    constraint: str | None
+    nodes: int
+    gpus_per_node: int
+    gpu_option: str  # gpus-per-node | gres
+    time_minutes: int
+    run_dir: str  # node 0's run directory: the job's script and output
+    node_dirs: tuple[str, ...]  # node K's run directory, in rank order
+    containers: tuple[str, ...]  # node K's training container (removed after its wrapper ends)
+    runtime: str  # docker | pyxis
+    image: str  # IMAGE@sha256:... (pyxis: what srun --container-image gets)
+
+
+def job_name(run_id: str) -> str:
+    """The job's name: the run's, so `squeue --name reproduce-<run id>` finds it."""
+    return f"reproduce-{run_id}"
+
+
+def node_dirs(work_dir: str, node_run_dir: str, run_id: str, count: int) -> tuple[str, ...]:
+    """Node K's run directory on the shared work dir: the plan's for node 0, a per-node work dir
+    of its own for the others (every node's wrapper writes pid, node.log and exit_code)."""
+    others = tuple(node_work_dir(work_dir, k) + f"/runs/{run_id}" for k in range(1, count))
+    return (node_run_dir.rstrip("/"), *others)
+
+
+def node_work_dir(work_dir: str, index: int) -> str:
+    return f"{work_dir.rstrip('/')}/nodes/{index}"
+
+
+def gpu_option_for(version: tuple[int, int] | None, wanted: str) -> str:
+    """--gpus-per-node where Slurm has it (or the profile says so), else --gres=gpu:N."""
+    if wanted != "auto":
+        return wanted
+    if version is not None and version < GPUS_PER_NODE_SINCE:
+        return "gres"
+    return "gpus-per-node"
+
+
+def parse_version(text: str) -> tuple[int, int] | None:
+    """`sinfo --version` ("slurm 22.05.8", "slurm-wlm 22.05.8") -> (22, 5); None if unreadable."""
+    for word in text.split():
+        parts = word.split(".")
+        if len(parts) >= 2 and parts[0].isdigit() and parts[1].isdigit():
+            return int(parts[0]), int(parts[1])
+    return None
+
+
+def limit_hours(
+    recipe: Recipe,
+    profile: Profile,
+    max_hours: float | None,
+    max_usd: float | None,
+    price: float | None,
+) -> float:
+    """The job's time limit in hours: the shortest of --max-hours, what --max-usd buys at the
+    profile's price, and the profile's time_limit_hours, which defaults to twice the claim's
+    wall-clock hours plus one (at least MIN_DEFAULT_HOURS)."""
+    own = profile.time_limit_hours if isinstance(profile, SlurmProfile) else None
+    if own is None:
+        claimed = recipe.claimed_gpu_hours
+        wall = claimed / recipe.gpu_count if claimed and recipe.gpu_count else None
+        own = max(MIN_DEFAULT_HOURS, 2 * wall + 1) if wall else MIN_DEFAULT_HOURS
+    limits = [own]
+    if max_hours is not None:
+        limits.append(max_hours)
+    if max_usd is not None and price:
+        limits.append(max_usd / (price * max(1, recipe.nodes)))
+    return min(limits)
+
+
+def with_time_limit(
+    recipe: Recipe,
+    profile: Profile,
+    max_hours: float | None,
+    max_usd: float | None,
+    price: float | None,
+) -> Profile:
+    """The profile whose time_limit_hours is the job's (the run directory's profile.yaml keeps it,
+    so the dry run and the submission render the same script)."""
+    if not isinstance(profile, SlurmProfile):
+        return profile
+    hours = limit_hours(recipe, profile, max_hours, max_usd, price)
+    return replace(profile, time_limit_hours=hours, raw={**profile.raw, "time_limit_hours": hours})
+
+
+def batch_of(plan: Plan, gpu_option: str) -> Batch:
+    """The batch script's settings from the plan and the GPU option the cluster wants."""
+    p = plan.profile
+    if not isinstance(p, SlurmProfile) or not p.partition:
+        raise BadInput(f"{p.path}: not a slurm profile with a partition")
+    r = plan.recipe
+    hours = p.time_limit_hours or MIN_DEFAULT_HOURS
+    dirs = node_dirs(p.work_dir, plan.node_run_dir, plan.run_id, r.nodes)
+    containers = (
+        (plan.container,)
+        if r.nodes == 1
+        else tuple(f"{plan.container}-node{k}" for k in range(r.nodes))
+    )
+    return Batch(
+        job_name=job_name(plan.run_id),
+        partition=p.partition,
+        account=p.account,
+        qos=p.qos,
+        reservation=p.reservation,
+        constraint=p.constraint,
+        nodes=r.nodes,
+        gpus_per_node=r.gpus_per_node,
+        gpu_option=gpu_option_for(None, gpu_option),
+        time_minutes=max(1, math.ceil(hours * 60)),
+        run_dir=dirs[0],
+        node_dirs=dirs,
+        containers=containers,
+        runtime=p.container_runtime,
+        image=plan.image_ref,
+    )
+
+
+def _time(minutes: int) -> str:
+    """Slurm's D-HH:MM:SS."""
+    days, rest = divmod(minutes, 24 * 60)
+    return f"{days}-{rest // 60:02d}:{rest % 60:02d}:00"
+
+
+def render(b: Batch) -> str:
+    """The batch script, byte for byte."""
+    q = shlex.quote
+    gpus = (
+        f"--gpus-per-node={b.gpus_per_node}"
+        if b.gpu_option == "gpus-per-node"
+        else f"--gres=gpu:{b.gpus_per_node}"
+    )
+    head = [
+        "#!/bin/bash",
+        f"#SBATCH --job-name={b.job_name}",
+        f"#SBATCH --partition={b.partition}",
+        *([f"#SBATCH --account={b.account}"] if b.account else []),
+        *([f"#SBATCH --qos={b.qos}"] if b.qos else []),
+        *([f"#SBATCH --reservation={b.reservation}"] if b.reservation else []),
+        *([f"#SBATCH --constraint={b.constraint}"] if b.constraint else []),
+        f"#SBATCH --nodes={b.nodes}",
+        "#SBATCH --ntasks-per-node=1",
+        f"#SBATCH {gpus}",
+        "#SBATCH --exclusive",
+        "#SBATCH --no-requeue",
+        f"#SBATCH --time={_time(b.time_minutes)}",
+        f"#SBATCH --output={b.run_dir}/{OUTPUT_NAME}",
+        f"#SBATCH --error={b.run_dir}/{OUTPUT_NAME}",
+        "# Written by reproduce from the run's plan (printed byte for byte by --dry-run).",
+    ]
+    cases = "\n".join(
+        f"  {k}) d={q(d)}; c={q(c)} ;;"
+        for k, (d, c) in enumerate(zip(b.node_dirs, b.containers, strict=True))
+    )
+    multi = b.nodes > 1
+    # What each node's task runs: its wrapper in the foreground (the step lasts as long as
+    # node.sh), then the removal of its training container, whatever ended the wrapper.
+    task = [
+        "set -u",
+        'case "$SLURM_NODEID" in',
+        cases,
+        '  *) echo "reproduce: no run directory for node $SLURM_NODEID" >&2; exit 3 ;;',
+        "esac",
+        "trap 'echo \"reproduce: task got SIGTERM\" >&2' TERM",
+        'cd "$d" || exit 3',
+        *(
+            [
+                'read -r -a addrs <<< "$REPRODUCE_NODE_ADDRS"',
+                'export NODE_RANK="$SLURM_NODEID" HEAD_ADDR="${addrs[0]}" '
+                'NODE_ADDRS="$REPRODUCE_NODE_ADDRS" NODE_RUN_DIR="$d"',
+                # an address Ray can bind (else node.sh asks the host), as over SSH
+                'ip="${addrs[$SLURM_NODEID]}"',
+                'if [[ "$ip" =~ ^[0-9.]+$ || "$ip" == *:* ]]; then export NODE_IP="$ip"; fi',
+            ]
+            if multi
+            else []
+        ),
+        f'{RUN_MARK}="$(pwd -P)" bash {WRAPPER_NAME} </dev/null',
+        "rc=$?",
+        "if command -v docker >/dev/null 2>&1; then",
+        '  docker rm -f "$c" '
+        + " ".join(f'"$c-{s}"' for s in stage_graph.IN_IMAGE)
+        + " >/dev/null 2>&1 || true",
+        "fi",
+        'exit "$rc"',
+    ]
+    task_text = "\n".join(task) + "\n"
+    srun = [
+        "srun",
+        f"--nodes={b.nodes}",
+        f"--ntasks={b.nodes}",
+        "--ntasks-per-node=1",
+        "--kill-on-bad-exit=0",
+        gpus,
+        *(["--container-image=" + q(b.image)] if b.runtime == "pyxis" else []),
+        "bash",
+        "-c",
+    ]
+    body = [
+        "set -u",
+        # A job Slurm starts again is a second attempt: its log would join the first's.
+        'if [ "${SLURM_RESTART_COUNT:-0}" != 0 ]; then',
+        '  echo "reproduce: job $SLURM_JOB_ID was requeued (restart $SLURM_RESTART_COUNT);'
+        ' a second attempt would join the first in one measurement: refused" >&2',
+        "  exit 3",
+        "fi",
+        f"if [ -e {q(b.run_dir + '/' + CANCEL_MARK)} ]; then",
+        '  echo "reproduce: the run was cancelled before its job started" >&2; exit 3',
+        "fi",
+        "# every node's address, in the job's node order (SLURM_NODEID)",
+        "addrs=()",
+        'for n in $(scontrol show hostnames "$SLURM_JOB_NODELIST"); do',
+        '  a=$(scontrol show node "$n" | tr " " "\\n" | sed -n "s/^NodeAddr=//p" | head -n 1)',
+        '  addrs+=("${a:-$n}")',
+        "done",
+        'export REPRODUCE_NODE_ADDRS="${addrs[*]}"',
+        'echo "reproduce: job $SLURM_JOB_ID on $SLURM_JOB_NODELIST ($REPRODUCE_NODE_ADDRS)"',
+        *(_enroot_check(b) if b.runtime == "pyxis" else []),
+        " ".join(srun) + " " + q(task_text),
+    ]
+    return "\n".join(head + ["", *body]) + "\n"
+
+
+def dry_run_gpu_option(plan: Plan) -> tuple[str, str]:
+    """The GPU option the dry run renders, and why: the profile's when it names one; for `auto`,
+    the version of the Slurm client on this host when the launcher runs on the login node
+    (`sinfo --version` is the client's own, no cluster is asked); else --gpus-per-node, which
+    every Slurm since 19.05 reads (a real run asks the login node and records the answer)."""
+    p = plan.profile
+    assert isinstance(p, SlurmProfile)
+    if p.gpu_option != "auto":
+        return p.gpu_option, f"gpu_option {p.gpu_option} (the profile's)"
+    if p.login_host is None:
+        import shutil
+        import subprocess
+
+        if shutil.which("sinfo"):
+            try:
+                out = subprocess.run(
+                    ["sinfo", "--version"], capture_output=True, text=True, timeout=10
+                ).stdout
+            except (OSError, subprocess.SubprocessError):
+                out = ""
+            version = parse_version(out)
+            if version is not None:
+                chosen = gpu_option_for(version, "auto")
+                return chosen, f"gpu_option auto: {out.strip()} on this host"
+    return "gpus-per-node", (
+        "gpu_option auto: --gpus-per-node until the login node's `sinfo --version` is asked "
+        "(a real run asks it once and records it; Slurm older than 19.05 gets --gres=gpu:N)"
+    )
+
+
+def dry_run_section(plan: Plan) -> str:
+    """The dry run's part for a slurm profile: the batch script, byte for byte."""
+    option, why = dry_run_gpu_option(plan)
+    b = batch_of(plan, option)
+    where = f"{b.run_dir}/{SCRIPT_NAME}"
+    return (
+        f"# ---- Slurm batch script ({where}), submitted with `sbatch --parsable`; {why} ----\n"
+        + render(b)
+    )
+
+
+def _enroot_check(b: Batch) -> list[str]:
+    """pyxis: every node's enroot must parse the image's digest (4.0 and newer); an older one
+    would pull by tag, and a named container could hold an older image (none is named here)."""
+    return [
+        "# pyxis: enroot >= 4.0 on every node (older enroot does not parse IMAGE@sha256:...)",
+        f"oldest=$(srun --nodes={b.nodes} --ntasks={b.nodes} --ntasks-per-node=1 enroot version"
+        " | sort -V | head -n 1)",
+        'if [ "$(printf \'%s\\n\' 4.0 "$oldest" | sort -V | head -n 1)" != 4.0 ]; then',
+        '  echo "reproduce: enroot $oldest cannot pull by digest (4.0 or newer needed)" >&2',
+        "  exit 3",
+        "fi",
+    ]

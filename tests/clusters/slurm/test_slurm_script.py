@@ -1,0 +1,172 @@
+"""The batch script of a run on Slurm, as `reproduce RECIPE --cluster <slurm profile> --dry-run`
+prints it: golden files for the seed (one node, every optional #SBATCH setting), a 2-node recipe
+(--gres) and the pyxis path (rendered only); the time limit from --max-hours/--max-usd; every
+value in the body quoted (a hostile work dir is refused before it reaches an #SBATCH line, a
+hostile run id is quoted); the slurm profile's fields, and a dry run that imports no backend."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from support.cli import FOUR_NODES, REPO, SEED, reproduce
+from support.golden import assert_golden
+
+from launcher.clusters.slurm import script
+from launcher.clusters.slurm.cluster import gpus_in, parse_scontrol
+
+RUN_ID = "20261201T120000Z-golden"
+SHIPPED = REPO / "env" / "slurm.yaml"
+MACHINE = {str(REPO): "<repo>"}
+
+
+def two_node_recipe(tmp_path: Path) -> Path:
+    """The 4-node fixture's model on 2 x 8 GPUs (the loopback cluster's shape)."""
+    raw = yaml.safe_load(FOUR_NODES.read_text())
+    raw["gpu"]["count"] = 16
+    raw["layout"]["dp"] = 16
+    raw["run"] = raw["run"].replace("--actor-num-nodes 4", "--actor-num-nodes 2")
+    raw["result"]["gpu_hours"] = raw["result"]["gpu_hours"] / 2
+    path = tmp_path / "recipes" / "two-node.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+def profile(tmp_path: Path, **fields: object) -> Path:
+    raw = yaml.safe_load(SHIPPED.read_text())
+    raw.update({"gpu_option": "gpus-per-node", **fields})
+    path = tmp_path / "slurm-profile.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+def batch_section(text: str) -> str:
+    """The batch script out of a dry run: from its header line to the node script's."""
+    start = text.index("# ---- Slurm batch script")
+    end = text.index("\n\n# ---- node script")
+    return text[start:end] + "\n"
+
+
+def dry_run(recipe: Path, prof: Path, *extra: str) -> str:
+    result = reproduce(str(recipe), "--cluster", str(prof), "--dry-run", "--run-id", RUN_ID, *extra)
+    assert result.code == 0, result.err
+    return result.out
+
+
+def test_seed_batch_script_matches_golden(tmp_path: Path) -> None:
+    prof = profile(
+        tmp_path, account="ml-team", qos="high", reservation="bench", constraint="h200&ib"
+    )
+    text = batch_section(dry_run(SEED, prof))
+    assert_golden("slurm-seed.sbatch", text, normalize=MACHINE)
+
+
+def test_two_node_batch_script_matches_golden(tmp_path: Path) -> None:
+    text = batch_section(dry_run(two_node_recipe(tmp_path), profile(tmp_path, gpu_option="gres")))
+    assert "#SBATCH --nodes=2\n" in text and "#SBATCH --gres=gpu:8\n" in text
+    assert_golden("slurm-2node.sbatch", text, normalize={str(tmp_path): "<tmp>"})
+
+
+def test_pyxis_batch_script_matches_golden(tmp_path: Path) -> None:
+    text = batch_section(dry_run(SEED, profile(tmp_path, container_runtime="pyxis")))
+    assert "--container-image=radixark/miles@sha256:" in text and "enroot version" in text
+    assert_golden("slurm-pyxis.sbatch", text, normalize=MACHINE)
+
+
+def test_the_script_is_bash_and_every_body_value_is_quoted(tmp_path: Path) -> None:
+    canary = tmp_path / "pwned"
+    weird = f"x';touch {canary};'$(touch {canary})"
+    result = reproduce(
+        str(two_node_recipe(tmp_path)), "--cluster", str(profile(tmp_path)), "--dry-run",
+        "--run-id", "ok-id",
+    )  # fmt: skip
+    assert result.code == 0, result.err
+    body = batch_section(result.out).split("\n", 1)[1]
+    assert subprocess.run(["bash", "-n"], input=body, text=True).returncode == 0
+    # a work dir an #SBATCH line could not carry unquoted is refused with the field named
+    bad = profile(tmp_path, work_dir=f"/shared/{weird}")
+    refused = reproduce(str(SEED), "--cluster", str(bad), "--dry-run")
+    assert refused.code == 2 and "work_dir" in refused.err
+    assert "Traceback" not in refused.err
+    # what reaches the body is quoted: run the script with stand-ins for scontrol and srun (which
+    # runs the task as node 0 would), and nothing of the hostile values runs
+    b = script.Batch(
+        job_name="reproduce-x", partition="gpu", account=None, qos=None, reservation=None,
+        constraint=None, nodes=2, gpus_per_node=8, gpu_option="gres", time_minutes=90,
+        run_dir=f"/w/{weird}", node_dirs=(f"/w/{weird}", f"/w/{weird}2"),
+        containers=(f"c{weird}", "c2"), runtime="docker", image="img@sha256:" + "a" * 64,
+    )  # fmt: skip
+    rendered = script.render(b)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text("#!/bin/bash\necho n1\n")
+    (bin_dir / "srun").write_text('#!/bin/bash\nSLURM_NODEID=0 exec bash -c "${@: -1}"\n')
+    for f in bin_dir.iterdir():
+        f.chmod(0o755)
+    job = tmp_path / "job.sbatch"
+    job.write_text(rendered)
+    ran = subprocess.run(
+        ["bash", str(job)], capture_output=True, text=True,
+        env={"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURM_JOB_NODELIST": "n1", "SLURM_JOB_ID": "1"},
+    )  # fmt: skip
+    assert ran.returncode == 3, ran.stderr  # `cd` into the (absent) hostile directory failed
+    assert f"/w/{weird}" in ran.stderr  # named literally
+    assert not canary.exists()
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        ((), "0-02:00:00"),  # the seed's claim (1.25 GPU-hours on 8 GPUs) -> the 2 h floor
+        (("--max-hours", "1.5"), "0-01:30:00"),
+        (("--max-usd", "100", "--price-per-hour", "40"), "0-02:00:00"),
+        (("--max-usd", "20", "--price-per-hour", "40"), "0-00:30:00"),
+    ],
+)
+def test_the_time_limit_is_the_shortest_of_the_budget_and_the_profile(
+    tmp_path: Path, extra: tuple[str, ...], expected: str
+) -> None:
+    text = batch_section(dry_run(SEED, profile(tmp_path), "--yes", *extra))
+    assert f"#SBATCH --time={expected}\n" in text
+
+
+def test_a_cluster_without_a_price_in_the_profile_has_none(tmp_path: Path) -> None:
+    text = dry_run(SEED, profile(tmp_path))
+    assert "NO PRICE" in text or "no price" in text.lower()
+    priced = dry_run(SEED, profile(tmp_path, price_per_hour=30))
+    assert "$" in priced.split("# expected", 1)[1].splitlines()[0]
+
+
+def test_profile_fields_are_checked(tmp_path: Path) -> None:
+    no_partition = profile(tmp_path, partition=None)
+    result = reproduce(str(SEED), "--cluster", str(no_partition), "--dry-run")
+    assert result.code == 2 and "partition" in result.err
+    for field, value in (("partition", "gpu --x"), ("account", "a b"), ("qos", "q\n")):
+        bad = profile(tmp_path, **{field: value})
+        result = reproduce(str(SEED), "--cluster", str(bad), "--dry-run")
+        assert result.code == 2 and field in result.err, (field, result.err)
+    elsewhere = profile(tmp_path, instance_id="i-123")
+    result = reproduce(str(SEED), "--cluster", str(elsewhere), "--dry-run")
+    assert result.code == 2 and "instance_id" in result.err
+
+
+def test_gpu_option_follows_the_slurm_version() -> None:
+    assert script.parse_version("slurm-wlm 22.05.8") == (22, 5)
+    assert script.parse_version("slurm 18.08.9") == (18, 8)
+    assert script.parse_version("nonsense") is None
+    assert script.gpu_option_for((22, 5), "auto") == "gpus-per-node"
+    assert script.gpu_option_for((18, 8), "auto") == "gres"
+    assert script.gpu_option_for(None, "auto") == "gpus-per-node"
+    assert script.gpu_option_for((18, 8), "gpus-per-node") == "gpus-per-node"
+
+
+def test_sinfo_gres_and_scontrol_are_read() -> None:
+    assert gpus_in("gpu:8") == 8
+    assert gpus_in("gpu:h100:8(S:0-1)") == 8
+    assert gpus_in("gpu:a100:4,gpu:h100:4") == 8
+    assert gpus_in("(null)") == 0 and gpus_in("mps:100") == 0
+    fields = parse_scontrol("JobId=7 JobName=x JobState=NODE_FAIL Reason=NodeDown Restarts=1")
+    assert fields["JobState"] == "NODE_FAIL" and fields["Restarts"] == "1"
