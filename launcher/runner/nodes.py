@@ -112,22 +112,22 @@ def ended_early(n: NodeRun, code: int | None) -> str:
     return f"{n.label} ended{at} with {how} before node 0 finished; see {log}.{tail_of(log)}"
 
 
-def scheduler_failure(cluster: object, nodes: list[NodeRun]) -> NodeFailure | None:
+def check_scheduler(cluster: object, nodes: list[NodeRun], *, now: bool = False) -> None:
     """A scheduler's word that it ended or restarted the run's job for reasons of its own
     (slurm: NODE_FAIL, PREEMPTED, TIMEOUT, a requeue), where the backend can tell
-    (`cluster.job_failure()`): the run stops with no verdict, naming the node(s). None when it
-    did not, or did not answer (no answer is no news about the job)."""
+    (`cluster.job_failure(now=)`): NodeFailure, the run stops with no verdict, naming the
+    node(s). `now`: a node's script just ended, and the scheduler may be what ended it, so it is
+    asked afresh. No answer is no news about the job."""
     probe = getattr(cluster, "job_failure", None)
     if not callable(probe):
-        return None
+        return
     try:
-        word = probe()
+        word = probe(now=now)
     except (ReproduceError, OSError, EOFError):
-        return None
-    if not word:
-        return None
-    named = next((n for n in nodes if names(n.node.name, str(word))), None)
-    return NodeFailure(named, str(word), lost=True, void=True)
+        return
+    if word:
+        named = next((n for n in nodes if names(n.node.name, str(word))), None)
+        raise NodeFailure(named, str(word), lost=True, void=True)
 
 
 def failure_text(failed: NodeFailure, problems: list[str]) -> str:

@@ -37,6 +37,7 @@ from launcher.runner.nodes import (
     Throttled,
     acquiring_words,
     cancel_quietly,
+    check_scheduler,
     end_workers,
     ended_early,
     failed_entry,
@@ -45,7 +46,6 @@ from launcher.runner.nodes import (
     on_each,
     place_of,
     quietly,
-    scheduler_failure,
 )
 from launcher.runner.outcome import Outcome, detached_message, failure, reattach_hint
 from launcher.runner.reporter import Reporter
@@ -252,9 +252,7 @@ class RunSession:
         order = self.nodes[1:] + self.nodes[:1]
         while True:
             raise_pending()  # an interrupt whose exception was dropped in a finalizer
-            failed = scheduler_failure(self.cluster, self.nodes)  # its word: no verdict
-            if failed is not None:
-                raise failed
+            check_scheduler(self.cluster, self.nodes)  # the scheduler ended the job: no verdict
             for n in order:
                 if n.ended is not None:
                     continue
@@ -269,6 +267,7 @@ class RunSession:
                 if ended is None:
                     continue
                 n.ended = ended
+                check_scheduler(self.cluster, self.nodes, now=True)  # ended by the scheduler?
                 if n.index == 0:
                     return ended.code
                 if quietly(n.execution.was_cancelled):

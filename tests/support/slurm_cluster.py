@@ -23,6 +23,7 @@ from support.ports import free_port
 
 NODES = {"n1": "127.0.0.2", "n2": "127.0.0.3"}
 SLURMD_TIMEOUT_S = 6
+NODE_MARK = "REPRODUCE_TEST_SLURM_NODE"
 # A partition of one node with 4 GPUs and no slurmd (it never runs anything): what sinfo says of
 # it is enough for the refusal of a recipe that needs 8 GPUs per node.
 SMALL_PARTITION, SMALL_NODE = "small", "n3"
@@ -125,9 +126,13 @@ PartitionName={SMALL_PARTITION} Nodes={SMALL_NODE} MaxTime=INFINITE State=UP
         return self
 
     def start_node(self, name: str) -> None:
-        env = {**os.environ, **self.env}
+        # the mark every process of this node's slurmd carries (its slurmstepd's too)
+        env = {**os.environ, **self.env, NODE_MARK: self.mark(name)}
         subprocess.run(["/usr/sbin/slurmd", "-f", str(self.conf), "-N", name], env=env, check=True)
         self.wait(lambda: (self.root / f"slurmd-{name}.pid").is_file(), f"slurmd {name}")
+
+    def mark(self, name: str) -> str:
+        return f"{self.root}/{name}"
 
     def run(self, *argv: str, check: bool = False) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -143,30 +148,53 @@ PartitionName={SMALL_PARTITION} Nodes={SMALL_NODE} MaxTime=INFINITE State=UP
     def squeue(self) -> str:
         return self.run("squeue", "-h", "-o", "%i %j %T %N").stdout.strip()
 
-    def kill_node(self, name: str) -> None:
-        """The node dies: its slurmd and every process of the jobs' steps on it."""
-        pid = int((self.root / f"slurmd-{name}.pid").read_text())
-        os.kill(pid, signal.SIGKILL)
+    def node_processes(self, name: str) -> list[int]:
+        """Every process of node `name`: its slurmd and slurmstepd (they carry NODE_MARK) and the
+        job tasks they started there (SLURMD_NODENAME of this cluster's SLURM_CONF)."""
+        mark = f"{NODE_MARK}={self.mark(name)}".encode()
+        task = (f"SLURMD_NODENAME={name}".encode(), f"SLURM_CONF={self.conf}".encode())
+        found = []
         for proc in Path("/proc").iterdir():
-            if not proc.name.isdigit():
+            if not proc.name.isdigit() or int(proc.name) == os.getpid():
                 continue
             try:
                 environ = (proc / "environ").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if f"SLURMD_NODENAME={name}".encode() in environ:
-                try:
-                    os.kill(int(proc.name), signal.SIGKILL)
-                except OSError:
-                    pass
+            if mark in environ or all(t in environ for t in task):
+                found.append(int(proc.name))
+        return found
+
+    def freeze_node(self, name: str) -> list[int]:
+        """The machine stops answering, as a dead one does: every process of the node stopped
+        (SIGSTOP; no connection is closed, nothing says goodbye). Returns them."""
+        frozen = self.node_processes(name)
+        for pid in frozen:
+            try:
+                os.kill(pid, signal.SIGSTOP)
+            except OSError:
+                pass
+        return frozen
 
     def revive(self, name: str) -> None:
-        """Bring a killed node back and make it idle again (for the tests after it)."""
+        """After freeze_node: its processes killed, its slurmd started again, the node resumed."""
+        for pid in self.node_processes(name):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        (self.root / f"slurmd-{name}.pid").unlink(missing_ok=True)
         self.start_node(name)
         self.run("scontrol", "update", f"nodename={name}", "state=resume")
         self.wait(self.all_idle, "both nodes idle again", timeout_s=60)
 
     def stop(self) -> None:
+        for name in NODES:  # a frozen node's processes first
+            for pid in self.node_processes(name):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
         for path in [self.root / f for f in ("slurmd-n1.pid", "slurmd-n2.pid", "ctld.pid")] + [
             self.munge_dir / "munged.pid"
         ]:

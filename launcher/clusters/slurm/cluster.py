@@ -64,7 +64,10 @@ ALIVE = frozenset(
 INFRA = frozenset(
     {"NODE_FAIL", "BOOT_FAIL", "PREEMPTED", "TIMEOUT", "DEADLINE", "OUT_OF_MEMORY", "REVOKED"}
 )
+# What scontrol's Reason says while a job that Slurm ends is still COMPLETING -> its end state.
+INFRA_REASONS = {"NodeDown": "NODE_FAIL", "BootFail": "BOOT_FAIL", "TimeLimit": "TIMEOUT"}
 STATE_CACHE_S = 1.0
+SETTLE_S = 20.0
 ENDED_GRACE_S = 10.0  # a shared file system may show exit_code a little after the job ended
 NODE_PREFIX = "job-node-"
 
@@ -83,6 +86,7 @@ class SlurmCluster:
         job_id: str | None = None,
         user: str | None = None,
         nodes: int = 1,
+        job_nodes: list[str] | None = None,
     ) -> None:
         self.login = login
         self.plan = plan
@@ -90,6 +94,7 @@ class SlurmCluster:
         self.job_id = job_id
         self.user = user or getpass.getuser()
         self.node_count = plan.recipe.nodes if plan is not None else nodes
+        self.job_nodes: list[str] = list(job_nodes or [])
         self.version: str | None = None
         self.gpu_option: str | None = None
         self._transport: Transport | None = None
@@ -220,7 +225,19 @@ class SlurmCluster:
         if state is None:
             state = self._sacct(job)
         self._state, self._state_at = state, time.monotonic()
+        if not self.job_nodes and state and _word(state) in ("RUNNING", "COMPLETING"):
+            self._learn_nodes(state.get("NodeList", ""))
         return state
+
+    def _learn_nodes(self, nodelist: str) -> None:
+        """The job's nodes in its order (job-node-K is the K-th), kept once it starts: Slurm
+        drops a failed node from the job's NodeList, and the failure must still name it."""
+        if not nodelist or nodelist == "(null)":
+            return
+        names = self._run(f"scontrol show hostnames {shlex.quote(nodelist)}").stdout.split()
+        if len(names) == self.node_count:
+            self.job_nodes = names
+            self._record(cluster=self.to_record())
 
     def _sacct(self, job: str) -> dict[str, str] | None:
         """The job from accounting, where the cluster keeps it (many keep none: not an error)."""
@@ -255,10 +272,15 @@ class SlurmCluster:
             self._ended_at = time.monotonic()
         return time.monotonic() - self._ended_at >= ENDED_GRACE_S
 
-    def job_failure(self) -> str | None:
+    def job_failure(self, *, now: bool = False) -> str | None:
         """Why Slurm, not the run, ended or restarted the job (no verdict then), naming its
-        nodes that failed; None when it did not."""
-        state = self.job_state()
+        nodes that failed; None when it did not. `now`: a node's script just ended: asked
+        afresh, and a job still COMPLETING is given SETTLE_S to show how it ended."""
+        state = self.job_state(fresh=now)
+        deadline = time.monotonic() + SETTLE_S
+        while now and state and _word(state) == "COMPLETING" and time.monotonic() < deadline:
+            time.sleep(0.5)
+            state = self.job_state(fresh=True)
         if not state:
             return None
         restarts = state.get("Restarts", "0")
@@ -268,23 +290,29 @@ class SlurmCluster:
                 f"{state.get('JobState')}): a second attempt would join the first in one "
                 "measurement, so the run is refused as two attempts"
             )
-        word = state.get("JobState", "").split()[0] if state.get("JobState") else ""
+        word = _word(state)
+        reason = state.get("Reason")
+        if word == "COMPLETING" and reason in INFRA_REASONS:  # being ended for a node's sake
+            word = INFRA_REASONS[reason]
         if word not in INFRA:
             return None
-        nodes = state.get("NodeList", "")
+        nodes = ",".join(self.job_nodes) or state.get("NodeList", "")
         failed = self._failed_nodes(nodes)
         which = f"; failed node(s): {failed}" if failed else f" on {nodes}" if nodes else ""
-        reason = state.get("Reason")
         because = f" ({reason})" if reason and reason != "None" else ""
         return f"slurm job {self.job_id} ended {word}{because}{which}: an infrastructure failure"
 
     def _failed_nodes(self, nodelist: str) -> str:
         """The job's nodes sinfo calls down, failed or not responding, with Slurm's reason; and
         which node of the run each is (job-node-K: the K-th of the job's node list)."""
-        if not nodelist or nodelist == "(null)":
+        names = self.job_nodes or (
+            self._run(f"scontrol show hostnames {shlex.quote(nodelist)}").stdout.split()
+            if nodelist and nodelist != "(null)"
+            else []
+        )
+        if not names:
             return ""
-        names = self._run(f"scontrol show hostnames {shlex.quote(nodelist)}").stdout.split()
-        answer = self._run(f"sinfo -h -N -n {shlex.quote(nodelist)} -o '%N|%T|%E'")
+        answer = self._run(f"sinfo -h -N -n {shlex.quote(','.join(names))} -o '%N|%T|%E'")
         bad = []
         for line in answer.stdout.splitlines():
             parts = line.split("|")
@@ -296,13 +324,6 @@ class SlurmCluster:
                 label = f"{NODE_PREFIX}{rank} = " if rank is not None else ""
                 bad.append(f"{label}{name} is {node_state} ({why or 'no reason given'})")
         return "; ".join(dict.fromkeys(bad))
-
-    def nodes_of_job(self) -> list[str]:
-        state = self.job_state() or {}
-        nodes = state.get("NodeList", "")
-        if not nodes or nodes == "(null)":
-            return []
-        return self._run(f"scontrol show hostnames {shlex.quote(nodes)}").stdout.split()
 
     def cancel_job(self, timeout_s: float) -> str:
         """End this run's job, and only it (its id, as its user): `scancel`, with which Slurm
@@ -354,6 +375,7 @@ class SlurmCluster:
             "job_id": self.job_id,
             "user": self.user,
             "nodes": self.node_count,
+            "job_nodes": self.job_nodes,
         }
 
 
@@ -419,6 +441,12 @@ def parse_scontrol(text: str) -> dict[str, str]:
     return fields
 
 
+def _word(state: Mapping[str, str]) -> str:
+    """The job's state word (squeue's and scontrol's may carry a suffix: "CANCELLED by 0")."""
+    text = state.get("JobState") or ""
+    return text.split()[0] if text.split() else ""
+
+
 def _login_of(profile: Mapping[str, Any]) -> SSHSettings | None:
     if not profile.get("login_host"):
         return None
@@ -457,6 +485,7 @@ def from_record(record: Mapping[str, Any]) -> SlurmCluster:
         job_id=str(job) if job is not None else None,
         user=str(record.get("user") or "") or None,
         nodes=nodes if isinstance(nodes, int) and nodes > 0 else 1,
+        job_nodes=[str(n) for n in record.get("job_nodes") or [] if isinstance(n, str)],
     )
 
 

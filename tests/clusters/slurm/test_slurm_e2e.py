@@ -15,10 +15,15 @@ import uuid
 from pathlib import Path
 
 import pytest
+import yaml
+from support.cli import FOUR_NODES
 from support.docker import docker
 from support.helpers import assert_log_collected, cli, start_cli, wait_for
+from support.multinode import Netns
 from support.plan_env import write_profile, write_recipe
 from support.slurm_cluster import SMALL_PARTITION
+
+from launcher.inputs.recipe import load_recipe
 
 pytestmark = [pytest.mark.slurm, pytest.mark.docker, pytest.mark.timeout(600)]
 
@@ -171,4 +176,86 @@ def test_a_requeued_job_is_refused_as_two_attempts(slurm, test_image, container_
     rd = _run_dir(runs, run_id)
     assert not (rd / "verdict.json").exists()
     assert json.loads((rd / "status.json").read_text())["state"] == "failed"
+    _nothing_left(slurm, run_id)
+
+
+@pytest.fixture(scope="module")
+def netns(test_image, container_run_args):
+    """One loopback-only network namespace for every node's containers: Ray's head on n1's
+    address (127.0.0.2), its worker on n2's (127.0.0.3), as the job's NodeAddr says."""
+    holder = Netns(test_image.ref, container_run_args).start()
+    yield holder
+    holder.stop()
+
+
+def _two_nodes(tmp_path: Path, test_image, run_args: list[str], netns, **env: str):
+    raw = yaml.safe_load(FOUR_NODES.read_text())
+    raw["gpu"]["count"] = 16
+    raw["layout"]["dp"] = 16
+    raw["run"] = raw["run"].replace("--actor-num-nodes 4", "--actor-num-nodes 2")
+    raw["result"]["gpu_hours"] = raw["result"]["gpu_hours"] / 2
+    recipe = write_recipe(tmp_path, test_image, raw=raw, name="standin-2node")
+    r = load_recipe(recipe)
+    step_s = r.tokens_per_step / r.claim["tokens_per_s_per_gpu"] / r.gpu_count
+    profile = _profile(
+        tmp_path, run_args, docker={"network": netns.network},
+        env={"STANDIN_STEP_TIME_S": f"{step_s:.4f}", "STANDIN_STARTUP_S": "0", **env},
+        ray={"port": 6379, "join_timeout_s": 120},
+    )  # fmt: skip
+    return recipe, profile
+
+
+def test_two_node_recipe_runs_as_one_job_to_a_verdict(
+    slurm, netns, test_image, container_run_args, tmp_path
+):
+    recipe, profile = _two_nodes(tmp_path, test_image, container_run_args, netns)
+    run_id = f"sl2-{uuid.uuid4().hex[:8]}"
+    runs = tmp_path / "runs"
+    result = cli(*_args(recipe, profile, runs, run_id), timeout=500)
+    rd = _run_dir(runs, run_id)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "verdict: reproduced" in result.stderr
+    assert_log_collected(rd)
+    ray_log = (rd / "logs" / "ray.log").read_text()
+    assert "all 2 nodes joined: 127.0.0.2 127.0.0.3" in ray_log, ray_log[-2000:]
+    train_log = (rd / "logs" / "train.log").read_text()
+    assert "placed 16 GPUs (2 actors) on 2 nodes: 127.0.0.2 x8, 127.0.0.3 x8" in train_log
+    worker = rd / "logs" / "node-1"
+    assert "##reproduce stage=ray event=end status=ok" in (worker / "node.log").read_text()
+    job = _job_of(rd)
+    shown = slurm.run("scontrol", "show", "job", job).stdout
+    assert "JobState=COMPLETED" in shown and "NodeList=n[1-2]" in shown, shown
+    assert json.loads((rd / "verdict.json").read_text())["status"] == "reproduced"
+    _nothing_left(slurm, run_id)
+
+
+def test_a_node_lost_mid_run_is_an_infrastructure_failure_naming_it_with_no_verdict(
+    slurm, netns, test_image, container_run_args, tmp_path
+):
+    recipe, profile = _two_nodes(
+        tmp_path, test_image, container_run_args, netns, STANDIN_SLEEP_S="2"
+    )
+    run_id = f"slk-{uuid.uuid4().hex[:8]}"
+    runs = tmp_path / "runs"
+    proc = start_cli(*_args(recipe, profile, runs, run_id))
+    try:
+        wait_for(lambda: bool(list(runs.glob(f"**/*{run_id}/run.json"))), 300, "the run dir")
+        train_log = _run_dir(runs, run_id) / "logs" / "train.log"
+        wait_for(lambda: "step 1:" in train_log.read_text(), 400, "training on node 0")
+        # n2 stops answering, as a dead machine does: its slurmd, the job's processes on it and
+        # its container frozen
+        assert slurm.freeze_node("n2")
+        docker("pause", f"reproduce-{run_id}-node1")
+        _out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        docker("rm", "-f", f"reproduce-{run_id}-node1", check=False)
+        slurm.revive("n2")
+    rd = _run_dir(runs, run_id)
+    assert proc.returncode == 3, err[-4000:]
+    assert "NODE_FAIL" in err and "job-node-1 = n2" in err and "No verdict" in err, err[-3000:]
+    assert not (rd / "verdict.json").exists()
+    status = json.loads((rd / "status.json").read_text())
+    assert status["state"] == "failed" and "n2" in status["detail"]
     _nothing_left(slurm, run_id)
