@@ -51,9 +51,13 @@ fi
 #   fonts-dejavu-core, fonts-liberation2  fonts the pages render with in chromium's screenshots
 #   tmux               a real terminal emulator whose screen   tests/support/screen.py (what stays
 #                      the tests read back (capture-pane)      on screen: the live line, Ctrl-C)
+#   slurmctld, slurmd, slurm-client, munge                   tests/support/slurm_cluster.py (a
+#                      2-node Slurm 22.05 cluster on loopback; sbatch, squeue, scontrol, sinfo,
+#                      scancel for the slurm backend: tests/clusters/slurm/)
 PACKAGES=(docker.io docker-registry openssh-server openssh-client iproute2 procps git
           python3 python3-venv python3-pip ca-certificates tar coreutils util-linux bash
-          chromium fonts-dejavu-core fonts-liberation2 tmux)
+          chromium fonts-dejavu-core fonts-liberation2 tmux
+          slurmctld slurmd slurm-client munge)
 missing=()
 for pkg in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

@@ -112,12 +112,20 @@ def ended_early(n: NodeRun, code: int | None) -> str:
     return f"{n.label} ended{at} with {how} before node 0 finished; see {log}.{tail_of(log)}"
 
 
-def check_scheduler(cluster: object, nodes: list[NodeRun], *, now: bool = False) -> None:
-    """A scheduler's word that it ended or restarted the run's job for reasons of its own
-    (slurm: NODE_FAIL, PREEMPTED, TIMEOUT, a requeue), where the backend can tell
-    (`cluster.job_failure(now=)`): NodeFailure, the run stops with no verdict, naming the
-    node(s). `now`: a node's script just ended, and the scheduler may be what ended it, so it is
-    asked afresh. No answer is no news about the job."""
+def check_scheduler(
+    cluster: object, nodes: list[NodeRun], *, now: bool = False, timeline: Timeline | None = None
+) -> None:
+    """What a scheduler says of the run's job, where the backend can tell. When the job started
+    holding its nodes (`cluster.job_started_at()`): the run's clock (GPU-hours, the budget)
+    starts there, never while the job waited in the queue. And whether it ended or restarted
+    the job for reasons of its own (`cluster.job_failure(now=)`; slurm: NODE_FAIL, PREEMPTED,
+    TIMEOUT, a requeue): NodeFailure, the run stops with no verdict, naming the node(s). `now`:
+    a node's script just ended, and the scheduler may be what ended it, so it is asked afresh.
+    No answer is no news about the job."""
+    started = getattr(cluster, "job_started_at", None)
+    at = started() if callable(started) and timeline is not None else None
+    if isinstance(at, float) and timeline is not None and (timeline.acquired_at or 0) < at:
+        timeline.acquired_at = at
     probe = getattr(cluster, "job_failure", None)
     if not callable(probe):
         return

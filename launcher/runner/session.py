@@ -252,7 +252,7 @@ class RunSession:
         order = self.nodes[1:] + self.nodes[:1]
         while True:
             raise_pending()  # an interrupt whose exception was dropped in a finalizer
-            check_scheduler(self.cluster, self.nodes)  # the scheduler ended the job: no verdict
+            check_scheduler(self.cluster, self.nodes, timeline=self.timeline)  # job's start, end
             for n in order:
                 if n.ended is not None:
                     continue

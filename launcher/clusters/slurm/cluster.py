@@ -87,6 +87,7 @@ class SlurmCluster:
         user: str | None = None,
         nodes: int = 1,
         job_nodes: list[str] | None = None,
+        started_at: float | None = None,
     ) -> None:
         self.login = login
         self.plan = plan
@@ -95,6 +96,7 @@ class SlurmCluster:
         self.user = user or getpass.getuser()
         self.node_count = plan.recipe.nodes if plan is not None else nodes
         self.job_nodes: list[str] = list(job_nodes or [])
+        self.started_at: float | None = started_at
         self.version: str | None = None
         self.gpu_option: str | None = None
         self._transport: Transport | None = None
@@ -227,7 +229,17 @@ class SlurmCluster:
         self._state, self._state_at = state, time.monotonic()
         if not self.job_nodes and state and _word(state) in ("RUNNING", "COMPLETING"):
             self._learn_nodes(state.get("NodeList", ""))
+        if self.started_at is None and state and state.get("RunTime"):
+            ran = run_seconds(state["RunTime"])
+            if ran is not None and _word(state) in ("RUNNING", "COMPLETING"):
+                self.started_at = time.time() - ran
+                self._record(cluster=self.to_record())
         return state
+
+    def job_started_at(self) -> float | None:
+        """When the job started holding its nodes (epoch s), from scontrol's RunTime (no time
+        zone to get wrong): GPU-hours count from here, never the time it waited in the queue."""
+        return self.started_at
 
     def _learn_nodes(self, nodelist: str) -> None:
         """The job's nodes in its order (job-node-K is the K-th), kept once it starts: Slurm
@@ -376,6 +388,7 @@ class SlurmCluster:
             "user": self.user,
             "nodes": self.node_count,
             "job_nodes": self.job_nodes,
+            "started_at": self.started_at,
         }
 
 
@@ -441,6 +454,22 @@ def parse_scontrol(text: str) -> dict[str, str]:
     return fields
 
 
+def run_seconds(text: str) -> float | None:
+    """scontrol's RunTime ([D-]HH:MM:SS) in seconds; None when it is not one."""
+    days, _, clock = text.rpartition("-")
+    parts = clock.split(":")
+    if (
+        not all(p.isdigit() for p in parts)
+        or not 1 <= len(parts) <= 3
+        or (days and not days.isdigit())
+    ):
+        return None
+    seconds = 0
+    for p in parts:
+        seconds = seconds * 60 + int(p)
+    return float(seconds + (int(days) * 86400 if days else 0))
+
+
 def _word(state: Mapping[str, str]) -> str:
     """The job's state word (squeue's and scontrol's may carry a suffix: "CANCELLED by 0")."""
     text = state.get("JobState") or ""
@@ -480,12 +509,14 @@ def from_record(record: Mapping[str, Any]) -> SlurmCluster:
         settings = SSHSettings.from_mapping(login)
     job = record.get("job_id")
     nodes = record.get("nodes")
+    started = record.get("started_at")
     return SlurmCluster(
         settings,
         job_id=str(job) if job is not None else None,
         user=str(record.get("user") or "") or None,
         nodes=nodes if isinstance(nodes, int) and nodes > 0 else 1,
         job_nodes=[str(n) for n in record.get("job_nodes") or [] if isinstance(n, str)],
+        started_at=float(started) if isinstance(started, int | float) else None,
     )
 
 

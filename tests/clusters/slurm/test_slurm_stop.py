@@ -1,0 +1,171 @@
+"""Ending a run on the loopback Slurm cluster (tests/support/slurm_cluster.py) through the CLI,
+each mid-run with the stand-in miles training in the test image: Ctrl-C and `reproduce cancel`
+(nothing left in squeue, no container, another job untouched), a detach then `status`, `logs` and
+`attach` to the verdict, a requeue (refused as two attempts) and a node that stops answering
+(NODE_FAIL: an infrastructure failure naming the node, no verdict)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import uuid
+from pathlib import Path
+
+import pytest
+from support.docker import docker
+from support.helpers import cli, start_cli, wait_for
+from support.plan_env import write_recipe
+from support.slurm_runs import find_run, job_of, nothing_left, run_argv, slurm_profile, two_nodes
+
+pytestmark = [pytest.mark.slurm, pytest.mark.docker, pytest.mark.timeout(600)]
+
+
+def _slow_run(tmp_path: Path, test_image, run_args: list[str], slurm, prefix: str):
+    """A 1-node run whose training takes minutes, started at the CLI, followed to step 2."""
+    recipe = write_recipe(tmp_path, test_image)
+    profile = slurm_profile(
+        tmp_path, run_args, env={"STANDIN_SLEEP_S": "2", "STANDIN_STARTUP_S": "0"}
+    )
+    run_id = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    runs = tmp_path / "runs"
+    proc = start_cli(*run_argv(recipe, profile, runs, run_id))
+    wait_for(lambda: bool(list(runs.glob(f"**/*{run_id}/run.json"))), 300, "the run dir")
+    train_log = find_run(runs, run_id) / "logs" / "train.log"
+    wait_for(lambda: "step 1:" in train_log.read_text(), 300, "training")
+    assert f"reproduce-{run_id}" in slurm.squeue()
+    return proc, runs, run_id
+
+
+def test_ctrl_c_mid_run_cancels_the_job_and_leaves_nothing(
+    slurm, test_image, container_run_args, tmp_path
+):
+    proc, runs, run_id = _slow_run(tmp_path, test_image, container_run_args, slurm, "slc")
+    try:
+        os.killpg(proc.pid, signal.SIGINT)
+        _out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err[-3000:]
+    rd = find_run(runs, run_id)
+    assert json.loads((rd / "status.json").read_text())["state"] == "cancelled"
+    assert not (rd / "verdict.json").exists()
+    shown = slurm.run("scontrol", "show", "job", job_of(rd)).stdout
+    assert "JobState=CANCELLED" in shown, shown
+    nothing_left(slurm, run_id)
+
+
+def test_reproduce_cancel_ends_the_job_and_only_it(slurm, test_image, container_run_args, tmp_path):
+    # someone else's job on the same cluster: never touched by this run's cancel
+    other = slurm.run(
+        "sbatch", "--parsable", "--job-name=someone-else", "-o", "/dev/null", "--wrap", "sleep 300"
+    ).stdout.strip()
+    proc, runs, run_id = _slow_run(tmp_path, test_image, container_run_args, slurm, "slx")
+    try:
+        rd = find_run(runs, run_id)
+        result = cli("cancel", str(rd), timeout=180)
+        assert result.returncode in (0, 130), result.stderr[-3000:]
+        _out, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        state = slurm.run("squeue", "-h", "-j", other, "-o", "%T").stdout.strip()
+        slurm.run("scancel", other)
+    assert state in ("RUNNING", "PENDING"), state  # the other job was left alone
+    assert proc.returncode != 0, err[-3000:]
+    assert not (rd / "verdict.json").exists()
+    assert json.loads((rd / "status.json").read_text())["state"] == "cancelled"
+    nothing_left(slurm, run_id)
+
+
+def test_a_requeued_job_is_refused_as_two_attempts(slurm, test_image, container_run_args, tmp_path):
+    proc, runs, run_id = _slow_run(tmp_path, test_image, container_run_args, slurm, "slr")
+    try:
+        job = job_of(find_run(runs, run_id))
+        # what an operator (or a preemption policy) can still do to a --no-requeue job
+        slurm.run("scontrol", "update", f"jobid={job}", "requeue=1", check=True)
+        slurm.run("scontrol", "requeue", job, check=True)
+        _out, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 3, err[-3000:]
+    assert f"slurm job {job} was requeued" in err and "two attempts" in err
+    assert "No verdict" in err
+    rd = find_run(runs, run_id)
+    assert not (rd / "verdict.json").exists()
+    assert json.loads((rd / "status.json").read_text())["state"] == "failed"
+    nothing_left(slurm, run_id)
+
+
+def test_a_node_lost_mid_run_is_an_infrastructure_failure_naming_it_with_no_verdict(
+    slurm, netns, test_image, container_run_args, tmp_path
+):
+    recipe, profile = two_nodes(
+        tmp_path, test_image, container_run_args, netns, STANDIN_SLEEP_S="2"
+    )
+    run_id = f"slk-{uuid.uuid4().hex[:8]}"
+    runs = tmp_path / "runs"
+    proc = start_cli(*run_argv(recipe, profile, runs, run_id))
+    try:
+        wait_for(lambda: bool(list(runs.glob(f"**/*{run_id}/run.json"))), 300, "the run dir")
+        train_log = find_run(runs, run_id) / "logs" / "train.log"
+        wait_for(lambda: "step 1:" in train_log.read_text(), 400, "training on node 0")
+        # n2 stops answering, as a dead machine does: its slurmd, the job's processes on it and
+        # its container frozen
+        assert slurm.freeze_node("n2")
+        docker("pause", f"reproduce-{run_id}-node1")
+        _out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        docker("rm", "-f", f"reproduce-{run_id}-node1", check=False)
+        slurm.revive("n2")
+    rd = find_run(runs, run_id)
+    assert proc.returncode == 3, err[-4000:]
+    assert "NODE_FAIL" in err and "job-node-1 = n2" in err and "No verdict" in err, err[-3000:]
+    assert not (rd / "verdict.json").exists()
+    status = json.loads((rd / "status.json").read_text())
+    assert status["state"] == "failed" and "n2" in status["detail"]
+    nothing_left(slurm, run_id)
+
+
+def test_detach_then_status_logs_and_attach_to_the_verdict(
+    slurm, test_image, container_run_args, tmp_path
+):
+    recipe = write_recipe(tmp_path, test_image)
+    prof = slurm_profile(
+        tmp_path, container_run_args, env={"STANDIN_SLEEP_S": "0.5", "STANDIN_STARTUP_S": "0"}
+    )
+    run_id = f"sla-{uuid.uuid4().hex[:8]}"
+    runs = tmp_path / "runs"
+    argv = run_argv(recipe, prof, runs, run_id)
+    argv[argv.index("cancel")] = "detach"
+    proc = start_cli(*argv)
+    try:
+        wait_for(lambda: bool(list(runs.glob(f"**/*{run_id}/run.json"))), 300, "the run dir")
+        train_log = find_run(runs, run_id) / "logs" / "train.log"
+        wait_for(lambda: "step 1:" in train_log.read_text(), 300, "training")
+        os.killpg(proc.pid, signal.SIGINT)
+        _out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    rd = find_run(runs, run_id)
+    assert json.loads((rd / "status.json").read_text())["state"] == "detached", err[-2000:]
+    assert (
+        f"reproduce-{run_id}" in slurm.squeue()
+        or (Path(json.loads((rd / "run.json").read_text())["node_run_dir"]) / "exit_code").exists()
+    )  # the job went on without the launcher
+    status = cli("status", str(rd), timeout=60)
+    assert status.returncode == 0 and "slurm" in status.stdout + status.stderr, status.stderr
+    logs = cli("logs", str(rd), timeout=60)
+    assert logs.returncode == 0 and "step 1:" in logs.stdout, logs.stderr
+    runs_list = cli("runs", "--runs-dir", str(runs), timeout=60)
+    assert run_id in runs_list.stdout, runs_list.stderr
+    attached = cli("attach", str(rd), timeout=300)
+    assert attached.returncode == 0, attached.stderr[-3000:]
+    assert "verdict: reproduced" in attached.stderr
+    assert json.loads((rd / "verdict.json").read_text())["status"] == "reproduced"
+    nothing_left(slurm, run_id)
