@@ -34,7 +34,7 @@ from launcher.clusters.slurm import script
 from launcher.errors import BadInput, InfraError
 from launcher.excerpt import excerpt
 from launcher.inputs.profile import SlurmProfile
-from launcher.plan.protocol import CANCEL_GRACE_TENTHS
+from launcher.plan.protocol import CANCEL_GRACE_TENTHS, CANCEL_MARK
 
 if TYPE_CHECKING:
     from launcher.clusters.execution import Place
@@ -96,6 +96,7 @@ class SlurmCluster:
         self.user = user or getpass.getuser()
         self.node_count = plan.recipe.nodes if plan is not None else nodes
         self.job_nodes: list[str] = list(job_nodes or [])
+        self.run_dirs: list[str] = []
         self.started_at: float | None = started_at
         self.version: str | None = None
         self.gpu_option: str | None = None
@@ -129,6 +130,7 @@ class SlurmCluster:
     def execution(self, node: Node, place: Place) -> SlurmExecution:
         from launcher.clusters.slurm.execution import SlurmExecution
 
+        self.add_run_dir(place.node_run_dir)
         return SlurmExecution(self, node, place)
 
     # --- before anything is submitted ---------------------------------------------------------
@@ -217,6 +219,11 @@ class SlurmCluster:
         job = shlex.quote(self.job_id)
         state: dict[str, str] | None = None
         listed = self._run(f"squeue -h -j {job} -o '%T|%N|%u'")
+        if listed.exit_code != 0 and "invalid job id" not in listed.stderr.lower():
+            # the controller did not answer: no news about the job (the runner retries)
+            raise InfraError(
+                f"the Slurm controller did not answer squeue: {excerpt(listed.stderr, 2, 300)}"
+            )
         if listed.exit_code == 0 and listed.stdout.strip():
             first = listed.stdout.strip().splitlines()[0].split("|")
             state = {"JobState": first[0], "NodeList": first[1] if len(first) > 1 else ""}
@@ -347,6 +354,7 @@ class SlurmCluster:
             if self.job_id is None:
                 return ""
             job, user = shlex.quote(self.job_id), shlex.quote(self.user)
+            self._mark_cancelled()
             if not self.alive():
                 return ""
             self._run(f"scancel --user={user} {job}")
@@ -358,6 +366,18 @@ class SlurmCluster:
                 state = self.job_state(fresh=True) or {}
                 return f"slurm job {self.job_id} ({state.get('JobState')})"
             return ""
+
+    def add_run_dir(self, node_run_dir: str) -> None:
+        """A node's run directory (each node's execution says), marked first by a cancel."""
+        if node_run_dir not in self.run_dirs:
+            self.run_dirs.append(node_run_dir)
+
+    def _mark_cancelled(self) -> None:
+        """Every node's cancel mark before the job is ended: each node's EXIT trap then reads
+        its stage as cancelled, whichever node's cancel came first."""
+        if self.run_dirs:
+            marks = " ".join(shlex.quote(f"{d}/{CANCEL_MARK}") for d in self.run_dirs)
+            self._run(f"touch {marks} 2>/dev/null; true")
 
     def _wait(self, seconds: float) -> None:
         deadline = time.monotonic() + seconds

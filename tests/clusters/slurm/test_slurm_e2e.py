@@ -3,8 +3,8 @@ cluster (tests/support/slurm_cluster.py: slurmctld, two slurmd with 8 gres GPUs 
 accounting): the job's script runs node.sh on every node with srun, in the test image pulled by
 digest from the local registry, with Ray and the stand-in miles, to a verdict. And what must end a
 run without one: more GPUs per node than the partition has (refused before sbatch), Ctrl-C and
-`reproduce cancel` (nothing left in squeue, no container), a requeue (two attempts), a node lost
-mid-run (NODE_FAIL, naming the node): test_slurm_stop.py."""
+`reproduce cancel` (nothing left in squeue, no container), a requeue (two attempts):
+test_slurm_stop.py; a node lost mid-run (NODE_FAIL, naming the node, no verdict): here."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-from support.helpers import assert_log_collected, cli
+from support.docker import docker
+from support.helpers import assert_log_collected, cli, start_cli, wait_for
 from support.plan_env import write_recipe
 from support.slurm_cluster import SMALL_PARTITION
 from support.slurm_runs import find_run, job_of, nothing_left, run_argv, slurm_profile, two_nodes
@@ -93,4 +94,36 @@ def test_two_node_recipe_runs_as_one_job_to_a_verdict(
     shown = slurm.run("scontrol", "show", "job", job).stdout
     assert "JobState=COMPLETED" in shown and "NodeList=n[1-2]" in shown, shown
     assert json.loads((rd / "verdict.json").read_text())["status"] == "reproduced"
+    nothing_left(slurm, run_id)
+
+
+def test_a_node_lost_mid_run_is_an_infrastructure_failure_naming_it_with_no_verdict(
+    slurm, netns, test_image, container_run_args, tmp_path
+):
+    recipe, profile = two_nodes(
+        tmp_path, test_image, container_run_args, netns, STANDIN_SLEEP_S="2"
+    )
+    run_id = f"slk-{uuid.uuid4().hex[:8]}"
+    runs = tmp_path / "runs"
+    proc = start_cli(*run_argv(recipe, profile, runs, run_id))
+    try:
+        wait_for(lambda: bool(list(runs.glob(f"**/*{run_id}/run.json"))), 300, "the run dir")
+        train_log = find_run(runs, run_id) / "logs" / "train.log"
+        wait_for(lambda: "step 1:" in train_log.read_text(), 400, "training on node 0")
+        # n2 stops answering, as a dead machine does: its slurmd, the job's processes on it and
+        # its container frozen
+        assert slurm.freeze_node("n2")
+        docker("pause", f"reproduce-{run_id}-node1")
+        _out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        docker("rm", "-f", f"reproduce-{run_id}-node1", check=False)
+        slurm.revive("n2")
+    rd = find_run(runs, run_id)
+    assert proc.returncode == 3, err[-4000:]
+    assert "NODE_FAIL" in err and "job-node-1 = n2" in err and "No verdict" in err, err[-3000:]
+    assert not (rd / "verdict.json").exists()
+    status = json.loads((rd / "status.json").read_text())
+    assert status["state"] == "failed" and "n2" in status["detail"]
     nothing_left(slurm, run_id)
