@@ -18,18 +18,38 @@ from support.helpers import assert_log_collected, cli, start_cli, wait_for
 from support.plan_env import write_recipe
 from support.slurm_cluster import SMALL_PARTITION
 from support.slurm_runs import find_run, job_of, nothing_left, run_argv, slurm_profile, two_nodes
+from support.sshd import SshServer
 
-pytestmark = [pytest.mark.slurm, pytest.mark.docker, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.slurm, pytest.mark.docker, pytest.mark.ssh, pytest.mark.timeout(600)]
 
 
-def test_one_node_recipe_runs_as_a_slurm_job_to_a_verdict(
-    slurm, test_image, container_run_args, tmp_path
+@pytest.fixture(scope="module")
+def login(slurm, tmp_path_factory):
+    """The login node over SSH: a real sshd on 127.0.0.1 whose sessions find the cluster."""
+    server = SshServer(
+        tmp_path_factory.mktemp("login"),
+        env={**slurm.env, "PATH": "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"},
+    ).start()
+    yield server
+    server.stop()
+
+
+def test_one_node_recipe_runs_as_a_slurm_job_over_ssh_to_the_login_node(
+    slurm, login, test_image, container_run_args, tmp_path, monkeypatch
 ):
     recipe = write_recipe(tmp_path, test_image)
-    profile = slurm_profile(tmp_path, container_run_args)
+    reach = login.profile()
+    profile = slurm_profile(
+        tmp_path, container_run_args, login_host="127.0.0.1", port=reach["port"],
+        user=reach["user"], identity_file=reach["identity_file"],
+        host_key_fingerprint=login.host_fingerprint,
+    )  # fmt: skip
     run_id = f"sl1-{uuid.uuid4().hex[:8]}"
     runs = tmp_path / "runs"
+    # this host cannot reach the cluster itself: every Slurm command must go through the login node
+    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "no-such-slurm.conf"))
     result = cli(*run_argv(recipe, profile, runs, run_id), timeout=500)
+    monkeypatch.undo()
     rd = find_run(runs, run_id)
     node_log = (rd / "logs" / "node.log").read_text() if (rd / "logs" / "node.log").exists() else ""
     assert result.returncode == 0, result.stderr[-3000:] + node_log[-3000:]
@@ -38,6 +58,8 @@ def test_one_node_recipe_runs_as_a_slurm_job_to_a_verdict(
     record = json.loads((rd / "run.json").read_text())
     job = record["cluster"]["job_id"]
     assert record["cluster"]["kind"] == "slurm" and job.isdigit()
+    assert record["cluster"]["login"]["host"] == "127.0.0.1"
+    assert record["cluster"]["login"]["host_key_fingerprint"] == login.host_fingerprint
     assert (
         record["slurm"]["version"].endswith("22.05.8") and record["slurm"]["gpu_option"] == "gres"
     )
