@@ -88,6 +88,7 @@ class SlurmCluster:
         nodes: int = 1,
         job_nodes: list[str] | None = None,
         started_at: float | None = None,
+        job_name: str | None = None,
     ) -> None:
         self.login = login
         self.plan = plan
@@ -97,6 +98,9 @@ class SlurmCluster:
         self.node_count = plan.recipe.nodes if plan is not None else nodes
         self.job_nodes: list[str] = list(job_nodes or [])
         self.run_dirs: list[str] = []
+        self.job_name = script.job_name(plan.run_id) if plan is not None else job_name
+        self.settle_s = SETTLE_S
+        self.submitting = False  # sbatch was called: a job may exist even without its id
         self.started_at: float | None = started_at
         self.version: str | None = None
         self.gpu_option: str | None = None
@@ -196,6 +200,7 @@ class SlurmCluster:
                 from launcher.records.rundir import RunDir
 
                 RunDir(self.run_dir).write_text(script.SCRIPT_NAME, text)
+            self.submitting = True
             answer = self._run(
                 f"cd {shlex.quote(run_dir)} && sbatch --parsable {shlex.quote(path)}", 120
             )
@@ -294,9 +299,9 @@ class SlurmCluster:
     def job_failure(self, *, now: bool = False) -> str | None:
         """Why Slurm, not the run, ended or restarted the job (no verdict then), naming its
         nodes that failed; None when it did not. `now`: a node's script just ended: asked
-        afresh, and a job still COMPLETING is given SETTLE_S to show how it ended."""
+        afresh, and a job still COMPLETING is given settle_s to show how it ended."""
         state = self.job_state(fresh=now)
-        deadline = time.monotonic() + SETTLE_S
+        deadline = time.monotonic() + self.settle_s
         while now and state and _word(state) == "COMPLETING" and time.monotonic() < deadline:
             time.sleep(0.5)
             state = self.job_state(fresh=True)
@@ -352,6 +357,8 @@ class SlurmCluster:
         squeue then ("" when the job is gone)."""
         with self._lock:
             if self.job_id is None:
+                self.job_id = self._submitted_unrecorded()
+            if self.job_id is None:
                 return ""
             job, user = shlex.quote(self.job_id), shlex.quote(self.user)
             self._mark_cancelled()
@@ -366,6 +373,17 @@ class SlurmCluster:
                 state = self.job_state(fresh=True) or {}
                 return f"slurm job {self.job_id} ({state.get('JobState')})"
             return ""
+
+    def _submitted_unrecorded(self) -> str | None:
+        """A job this run submitted whose id never came back (sbatch's answer lost to Ctrl-C or
+        a dropped connection): found by the run's own job name and this user, never by more."""
+        if not self.job_name:
+            return None
+        found = self._run(
+            f"squeue -h -u {shlex.quote(self.user)} -n {shlex.quote(self.job_name)} -o %i"
+        ).stdout.split()
+        ids = [i for i in found if i.isdigit()]
+        return ids[0] if len(ids) == 1 else None
 
     def add_run_dir(self, node_run_dir: str) -> None:
         """A node's run directory (each node's execution says), marked first by a cancel."""
@@ -391,6 +409,8 @@ class SlurmCluster:
         """A job of this run still holding nodes is ended (not after a detach: the runner keeps
         the cluster then); the connection to the login node is closed."""
         try:
+            if self.job_id is None and self.submitting:
+                self.job_id = self._submitted_unrecorded()
             if self.job_id is not None and self.alive():
                 left = self.cancel_job(120)
                 if left:
@@ -409,6 +429,7 @@ class SlurmCluster:
             "nodes": self.node_count,
             "job_nodes": self.job_nodes,
             "started_at": self.started_at,
+            "job_name": self.job_name,
         }
 
 
@@ -537,6 +558,7 @@ def from_record(record: Mapping[str, Any]) -> SlurmCluster:
         nodes=nodes if isinstance(nodes, int) and nodes > 0 else 1,
         job_nodes=[str(n) for n in record.get("job_nodes") or [] if isinstance(n, str)],
         started_at=float(started) if isinstance(started, int | float) else None,
+        job_name=str(record["job_name"]) if isinstance(record.get("job_name"), str) else None,
     )
 
 
