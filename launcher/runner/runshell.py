@@ -134,6 +134,12 @@ def hops_for(rd: RunDir, index: int) -> tuple[list[Hop], str]:
         raise BadInput(
             f"run {rd.path.name} ran on this host: its directory there is {place.node_run_dir}."
         )
+    if kind == "slurm":
+        raise BadInput(
+            f"run {rd.path.name} ran as a Slurm job: `reproduce ssh` does not reach its nodes in "
+            f"this version; its run directories are on the cluster's shared work dir (node "
+            f"{index}: {place.node_run_dir}), and `reproduce logs RUN --node K` reads a node's log."
+        )
     if kind not in ("ssh", "aws"):
         raise BadInput(
             f"run {rd.path.name} ran on a {kind} cluster, which gives no shell on its nodes "

@@ -129,6 +129,8 @@ def test_detach_then_status_logs_and_attach_to_the_verdict(
     assert status.returncode == 0 and "slurm" in status.stdout + status.stderr, status.stderr
     logs = cli("logs", str(rd), timeout=60)
     assert logs.returncode == 0 and "step 1:" in logs.stdout, logs.stderr
+    shell = cli("ssh", str(rd), timeout=60)  # not in this version: said, not a traceback
+    assert shell.returncode == 2 and "Slurm job" in shell.stderr and "logs" in shell.stderr
     runs_list = cli("runs", "--runs-dir", str(runs), timeout=60)
     assert run_id in runs_list.stdout, runs_list.stderr
     attached = cli("attach", str(rd), timeout=300)
