@@ -148,6 +148,17 @@ PartitionName={SMALL_PARTITION} Nodes={SMALL_NODE} MaxTime=INFINITE State=UP
     def squeue(self) -> str:
         return self.run("squeue", "-h", "-o", "%i %j %T %N").stdout.strip()
 
+    def restart_controller(self, down_s: float = 3.0) -> None:
+        """slurmctld stops (its state saved), stays away `down_s`, and starts again: every Slurm
+        command fails meanwhile, while the jobs' steps on the nodes go on."""
+        pid = int((self.root / "ctld.pid").read_text())
+        os.kill(pid, signal.SIGTERM)
+        self.wait(lambda: not Path(f"/proc/{pid}").exists(), "slurmctld to stop")
+        time.sleep(down_s)
+        env = {**os.environ, **self.env}
+        subprocess.run(["/usr/sbin/slurmctld", "-f", str(self.conf)], env=env, check=True)
+        self.wait(lambda: self.run("squeue", "-h").returncode == 0, "slurmctld to answer again")
+
     def node_processes(self, name: str) -> list[int]:
         """Every process of node `name`: its slurmd and slurmstepd (they carry NODE_MARK) and the
         job tasks they started there (SLURMD_NODENAME of this cluster's SLURM_CONF)."""

@@ -138,3 +138,29 @@ def test_detach_then_status_logs_and_attach_to_the_verdict(
     assert "verdict: reproduced" in attached.stderr
     assert json.loads((rd / "verdict.json").read_text())["status"] == "reproduced"
     nothing_left(slurm, run_id)
+
+
+def test_a_controller_restart_mid_run_is_no_news_about_the_job(
+    slurm, test_image, container_run_args, tmp_path
+):
+    """slurmctld restarting mid-run (its clients wait for it or fail: either is no news about
+    the job, never its end) leaves the run going to its verdict."""
+    recipe = write_recipe(tmp_path, test_image)
+    prof = slurm_profile(
+        tmp_path, container_run_args, env={"STANDIN_SLEEP_S": "0.5", "STANDIN_STARTUP_S": "0"}
+    )
+    run_id = f"slh-{uuid.uuid4().hex[:8]}"
+    runs = tmp_path / "runs"
+    proc = start_cli(*run_argv(recipe, prof, runs, run_id))
+    try:
+        wait_for(lambda: bool(list(runs.glob(f"**/*{run_id}/run.json"))), 300, "the run dir")
+        train_log = find_run(runs, run_id) / "logs" / "train.log"
+        wait_for(lambda: "step 1:" in train_log.read_text(), 300, "training")
+        slurm.restart_controller(down_s=4)
+        _out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err[-3000:]
+    assert "verdict: reproduced" in err
+    nothing_left(slurm, run_id)
