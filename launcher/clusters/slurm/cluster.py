@@ -199,7 +199,8 @@ class SlurmCluster:
             if self.run_dir is not None:
                 from launcher.records.rundir import RunDir
 
-                RunDir(self.run_dir).write_text(script.SCRIPT_NAME, text)
+                rd = RunDir(self.run_dir)  # its writes are atomic
+                rd.write_text(script.SCRIPT_NAME, text)
             self.submitting = True
             answer = self._run(
                 f"cd {shlex.quote(run_dir)} && sbatch --parsable {shlex.quote(path)}", 120
