@@ -12,9 +12,10 @@ A job that Slurm ends for reasons of its own (NODE_FAIL, BOOT_FAIL, PREEMPTED, T
 deadline, out of memory), or starts a second time (a requeue), is an infrastructure failure: the
 run gets no verdict, and the error names the job's nodes that failed (`job_failure`).
 
-Release and cancel end only the job this run submitted: by its id, and only as its user
-(`scancel --user`), TERM to every process of the job first, a grace, then Slurm's own end of the
-job, then KILL.
+Release and cancel end only the job this run submitted: by its id (or, when sbatch's answer was
+lost, by the run's own job name), and only as its user (`scancel --user`): Slurm sends TERM to
+every process of the job, gives them the cluster's KillWait, then KILLs the rest; past the
+cancel's time, KILL from us.
 """
 
 from __future__ import annotations

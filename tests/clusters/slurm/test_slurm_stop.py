@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.slurm, pytest.mark.docker, pytest.mark.timeout(600)]
 
 
 def _slow_run(tmp_path: Path, test_image, run_args: list[str], slurm, prefix: str):
-    """A 1-node run whose training takes minutes, started at the CLI, followed to step 2."""
+    """A 1-node run whose training takes a minute, started at the CLI, followed to its step 1."""
     recipe = write_recipe(tmp_path, test_image)
     profile = slurm_profile(
         tmp_path, run_args, env={"STANDIN_SLEEP_S": "2", "STANDIN_STARTUP_S": "0"}
