@@ -210,9 +210,13 @@ PartitionName={SMALL_PARTITION} Nodes={SMALL_NODE} MaxTime=INFINITE State=UP
             self.munge_dir / "munged.pid"
         ]:
             try:
-                os.kill(int(path.read_text()), signal.SIGTERM)
+                pid = int(path.read_text())
+                os.kill(pid, signal.SIGTERM)
             except (OSError, ValueError):
-                pass
+                continue
+            deadline = time.monotonic() + 10  # munged writes its seed file as it exits
+            while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+                time.sleep(0.1)
         shutil.rmtree(self.munge_dir, ignore_errors=True)
 
     @staticmethod
