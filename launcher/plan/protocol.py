@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import math
 import posixpath
 import re
 import shlex
@@ -216,8 +217,9 @@ def parse_marker(line: bytes) -> dict[str, str] | None:
 
 
 # The stages that run inside the training container, whose markers the container prints itself
-# (without node.sh's nonce): the only ones a marker without it may open or close.
-CONTAINER_STAGES = frozenset({"ray", "train"})
+# (without node.sh's nonce), in the order it runs them: the only ones a marker without it may
+# open or close, and only as MarkerGate says.
+CONTAINER_STAGES = ("ray", "train")  # in the order the container runs them
 _NONCE_LINE = re.compile(rb"^" + re.escape(MARKER.encode()) + rb" nonce=([0-9a-f]{32})\r?$")
 
 
@@ -229,12 +231,22 @@ class MarkerGate:
     like node.sh's own: a container could close the preflight as failed and so have its own
     failure blamed on the node (exit 3 instead of 1), or end a stage node.sh was running.
     node.sh's first line gives its nonce (NONCE_LINE); from then on a marker without
-    it counts only for CONTAINER_STAGES. A stream with no nonce line (a run of an older launcher,
-    a hand-made log) is read as before: every well-formed marker counts."""
+    it speaks only for the training container, and only as that container's own script prints
+    them (`_container_marker`): it opens a stage of CONTAINER_STAGES when none of them is open,
+    never one that comes before the last it opened; it closes only the one open (or, when none
+    is, ends the last it opened once more: the container's own end after an early one the
+    recipe's code printed); its time is a finite number, never before the latest marker already
+    taken. So the recipe's code, which runs in the last of them, can neither end `ray` as failed
+    nor date a marker back before the container started (its failure blamed on Ray, exit 3
+    instead of 1). A stream with no nonce line (a run of an older launcher, a hand-made log) is
+    read as before: every well-formed marker counts."""
 
     def __init__(self) -> None:
         self.nonce: str | None = None
         self._settled = False  # the nonce is known, or a marker came first: none is taken now
+        self._open: str | None = None  # the container stage open now, by its own markers
+        self._rank = -1  # the place in CONTAINER_STAGES of the last container stage opened
+        self._floor: float | None = None  # the latest time of a marker taken
 
     @classmethod
     def of_log(cls, path: Path) -> MarkerGate:
@@ -250,6 +262,20 @@ class MarkerGate:
             pass
         return gate
 
+    def resume(self, stages: list[dict[str, object]]) -> None:
+        """Go on where a reader of the same stream left off, from the timeline it built (the
+        stages as records/rundir.py keeps them): the container stage open, the last one opened,
+        the latest time. For a reader that starts in the middle of node.log (`status`)."""
+        for stage in stages:
+            name = stage.get("name")
+            for key in ("start", "end"):
+                value = stage.get(key)
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    self._raise_floor(float(value))
+            if name in CONTAINER_STAGES:
+                self._rank = max(self._rank, CONTAINER_STAGES.index(str(name)))
+                self._open = str(name) if stage.get("status") == "running" else None
+
     def marker(self, line: bytes) -> dict[str, str] | None:
         """The marker on this line (without its newline), or None: a line of its stage's log."""
         if not self._settled:
@@ -261,9 +287,43 @@ class MarkerGate:
         self._settled = self._settled or fields is not None
         if fields is None or self.nonce is None:
             return fields
-        if fields.get("n") == self.nonce or fields["stage"] in CONTAINER_STAGES:
+        if fields.get("n") == self.nonce:
+            self._raise_floor(_time_of(fields))
             return fields
+        return self._container_marker(fields)
+
+    def _container_marker(self, fields: dict[str, str]) -> dict[str, str] | None:
+        """A marker without the nonce: taken only as the training container's script prints
+        its own (the class's docstring says which)."""
+        name, t = fields["stage"], _time_of(fields)
+        if name not in CONTAINER_STAGES or t is None:
+            return None
+        if self._floor is not None and t < self._floor:
+            return None  # dated before a marker already taken: before the container started
+        if fields["event"] == "start":
+            rank = CONTAINER_STAGES.index(name)
+            if self._open is not None or rank < self._rank:
+                return None
+            self._open, self._rank = name, rank
+        elif name == self._open:
+            self._open = None
+        elif self._open is not None or self._rank < 0 or name != CONTAINER_STAGES[self._rank]:
+            return None  # an end may also follow an end of the same stage (a forged early one)
+        self._raise_floor(t)
+        return fields
+
+    def _raise_floor(self, t: float | None) -> None:
+        if t is not None and math.isfinite(t) and (self._floor is None or t > self._floor):
+            self._floor = t
+
+
+def _time_of(fields: Mapping[str, str]) -> float | None:
+    """A marker's `t` as a finite number, or None (records/rundir.py reads it the same way)."""
+    try:
+        t = float(fields.get("t", "nan"))
+    except ValueError:
         return None
+    return t if math.isfinite(t) else None
 
 
 _UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
