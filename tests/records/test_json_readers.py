@@ -319,6 +319,7 @@ def _resign(d: Path, key: Path) -> None:
         path = d / subject["name"]
         if path.is_file() and not path.is_symlink():
             subject["digest"]["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
+            subject.setdefault("annotations", {})["size"] = path.stat().st_size
     (d / ENVELOPE_FILE).write_text(json.dumps(sign(stmt, load_signing_key(key))))
 
 
