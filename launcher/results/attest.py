@@ -415,6 +415,11 @@ class _Unpack:
         from launcher.results.attest_keys import load_public_key
 
         root = self.into / (self.top or "run")
+        if ENVELOPE_FILE not in self.written:
+            raise BadInput(
+                f"{self.bundle}: a bundle starts with its {ENVELOPE_FILE} (`reproduce bundle "
+                "RUN` writes one); this one has files before it. Refused, nothing extracted."
+            )
         envelope = read_envelope(root / ENVELOPE_FILE)
         if self.key is None and PUB_FILE not in self.written:
             raise BadInput(
