@@ -23,8 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from launcher.errors import BadInput, InfraError
+from launcher.excerpt import open_regular
 from launcher.plan.protocol import MAX_MARKER_LINE, SAFE_STAGE, MarkerGate
-from launcher.records.rundir import FINAL_STATES, Files, RunDir
+from launcher.records.rundir import FINAL_STATES, MAX_STAGES, Files, RunDir
 
 CHUNK = 1 << 20
 RECONNECT_S = 60.0  # how long --follow keeps trying a node it lost before it gives up
@@ -145,7 +146,8 @@ class StageFilter:
         if not SAFE_STAGE.match(name):
             return
         if marker["event"] == "start":
-            self.open_stages.append(name)
+            if len(self.open_stages) < MAX_STAGES:  # the splitter's cap (a flood of starts)
+                self.open_stages.append(name)
             self.last_started = name
         elif name in self.open_stages:
             at = len(self.open_stages) - 1 - self.open_stages[::-1].index(name)
@@ -173,12 +175,17 @@ def check_stage(name: str) -> None:
 
 
 def read_local(path: Path) -> Iterator[bytes]:
-    """A file of the run directory in chunks (a log may be gigabytes)."""
+    """A file of the run directory in chunks (a log may be gigabytes); nothing when it is
+    missing, BadInput naming it when it is not a regular file (a FIFO would block, a link
+    points anywhere: the run directory is anyone's)."""
     try:
-        with open(path, "rb") as fh:
-            yield from iter(lambda: fh.read(CHUNK), b"")
+        fh = open_regular(path)
     except FileNotFoundError:
         return
+    except OSError as err:
+        raise BadInput(f"{path} is not a log the run directory holds: {err.strerror}.") from None
+    with fh:
+        yield from iter(lambda: fh.read(CHUNK), b"")
 
 
 def read_node(
@@ -292,7 +299,7 @@ def node_progress(
     new_bytes = offset - size
     if len(tail) < max_bytes and not skipped:
         try:
-            with open(path, "rb") as fh:
+            with open_regular(path) as fh:
                 fh.seek(max(0, size - (max_bytes - len(tail))))
                 tail = bytearray(fh.read(max_bytes - len(tail))) + tail
         except OSError:
