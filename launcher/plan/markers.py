@@ -31,6 +31,8 @@ MARKER_STATUSES = frozenset({"ok", "failed", "stopped", "cancelled"})
 _MARKER_KEYS = frozenset({"stage", "event", "status", "rc", "t", "n"})
 _N = re.compile(r"^[0-9a-f]{0,64}$")
 _RC = re.compile(r"^-?[0-9]{1,4}$")
+# printable ASCII but quotes and backslashes: words split at spaces, as shlex splits them
+_PLAIN = re.compile(r"[ !#-&(-\[\]-~]*")
 _T = re.compile(r"^[!-~]{1,40}$")  # printable: a time the timeline reads, or None if it cannot
 
 
@@ -45,10 +47,14 @@ def parse_marker(line: bytes) -> dict[str, str] | None:
     match = _MARKER_LINE.match(line)
     if not match:
         return None
-    try:
-        words = shlex.split(match.group(1).decode(errors="replace"))
-    except ValueError:
-        return None
+    text = match.group(1).decode(errors="replace")
+    if _PLAIN.fullmatch(text):  # no quote, escape or control: shlex would split it the same
+        words = text.split()
+    else:
+        try:
+            words = shlex.split(text)
+        except ValueError:
+            return None
     pairs = [w.split("=", 1) for w in words]
     fields = dict(p for p in pairs if len(p) == 2)
     if len(fields) != len(words) or not set(fields) <= _MARKER_KEYS:

@@ -211,7 +211,7 @@ def train_progress(rd: RunDir) -> tuple[int | None, int | None]:
         with open_regular(log) as fh:  # never blocked by a FIFO, never through a link
             size = fh.seek(0, 2)
             fh.seek(max(0, size - TAIL_BYTES))
-            last = last_step(fh.read())
+            last = last_step(fh.read(TAIL_BYTES))
             step = last + 1 if last is not None else None
     except OSError:
         pass

@@ -354,7 +354,13 @@ class _Unpack:
         self.written: set[str] = set()
 
     def run(self) -> Path:
-        with tarfile.open(self.bundle, "r|*") as tar:
+        from launcher.excerpt import open_regular
+
+        # a regular file only (a FIFO would block the open for ever); the user named it
+        with (
+            open_regular(self.bundle, follow=True) as raw,
+            tarfile.open(fileobj=raw, mode="r|*") as tar,
+        ):
             for member in _members(tar, self.bundle):
                 self._take(tar, member)
         if self.top is None:
