@@ -160,7 +160,7 @@ STAGE_FUNCTIONS = "\n".join(
         f"    printf '{MARKER} stage=%s event=end status=%s rc=%s t=%s n=%s\\n' "
         f'"$_STAGE" "$status" "$rc" {_NOW} {_NONCE}',
         "  fi",
-        "  _cleanup",
+        '  _cleanup; "${_AFTER_CLEANUP:-:}"  # the container\'s leftovers (plan/leftovers.py)',
         '  exit "$rc"',
         "}",
     ]
