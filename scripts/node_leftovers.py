@@ -149,15 +149,20 @@ def between(runs: Path, own: Path) -> int:
     stuck: list[str] = []
     try:
         siblings = sorted(p for p in runs.iterdir() if p.is_dir() and not p.is_symlink())
-    except OSError:
-        return 0
+    except OSError as err:  # the runs of this work_dir are this user's: not listing them is news
+        print(f"reproduce: refusing to start: cannot list {runs}: {err.strerror}", file=sys.stderr)
+        return 3
     for run in siblings:
         if run.resolve() == own.resolve() or not (run / "exit_code").is_file():
             continue
         out = run / "out"
         if out.is_symlink() or not out.is_dir():
             continue
-        entries = sorted(out.iterdir())
+        try:
+            entries = sorted(out.iterdir())
+        except OSError:
+            stuck.append(str(out))
+            continue
         left = [str(e) for e in entries if not _remove(e)]
         stuck += left
         if entries and not left:
