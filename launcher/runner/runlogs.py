@@ -24,7 +24,7 @@ from typing import Any
 
 from launcher.errors import BadInput, InfraError
 from launcher.excerpt import open_regular
-from launcher.plan.protocol import MAX_MARKER_LINE, SAFE_STAGE, MarkerGate
+from launcher.plan.markers import MAX_MARKER_LINE, SAFE_STAGE, MarkerGate
 from launcher.records.rundir import FINAL_STATES, MAX_STAGES, Files, RunDir
 
 CHUNK = 1 << 20

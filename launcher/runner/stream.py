@@ -21,7 +21,8 @@ from launcher.clusters.execution import Execution
 from launcher.errors import BadInput, InfraError
 from launcher.judge.parse.miles import last_step
 from launcher.judge.parse.shapes import last_step_time
-from launcher.plan.protocol import MAX_MARKER_LINE, SAFE_STAGE, MarkerGate, progress_in
+from launcher.plan.markers import MAX_MARKER_LINE, SAFE_STAGE, MarkerGate
+from launcher.plan.protocol import progress_in
 from launcher.records.rundir import MAX_STAGES, TRAIN_STAGE, RunDir, RunDirUnwritable, Timeline
 from launcher.runner.reporter import Reporter
 from launcher.runner.signals import raise_pending

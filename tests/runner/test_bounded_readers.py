@@ -21,7 +21,7 @@ from typing import Any
 
 from support.paths import REPO
 
-from launcher.plan.protocol import MAX_MARKER_LINE
+from launcher.plan.markers import MAX_MARKER_LINE
 from launcher.records.rundir import Files, RunDir
 from launcher.runner import runlogs
 from launcher.runner.runlogs import StageFilter

@@ -26,8 +26,9 @@ from support.cli import SEED
 
 from launcher.inputs.profile import load_profile
 from launcher.inputs.recipe import load_recipe
+from launcher.plan.markers import CONTAINER_STAGES, MarkerGate
 from launcher.plan.plan import build_plan
-from launcher.plan.protocol import CONTAINER_STAGES, NONCE_LINE, STAGE_FUNCTIONS, MarkerGate
+from launcher.plan.protocol import NONCE_LINE, STAGE_FUNCTIONS
 from launcher.records.rundir import Timeline
 from launcher.runner.runlogs import StageFilter
 from launcher.runner.stream import LogSplitter
