@@ -69,7 +69,7 @@ def _slug(value: Any) -> bool:
         isinstance(value, str)
         and _path(value, absolute=False)
         and not value.startswith("/")
-        and all(_ID.fullmatch(p) for p in value.split("/"))
+        and all(_CONTAINER.fullmatch(p) for p in value.split("/"))  # words of up to 255
     )
 
 

@@ -661,6 +661,7 @@ def test_verify_of_every_hostile_bundle_writes_and_holds_little(tmp_path, doc):
 WHOLE_READS = {
     ("launcher/inputs/profile.py", "profile_schema"): "the shipped schema",
     ("launcher/inputs/recipe.py", "recipe_schema"): "the shipped schema",
+    ("launcher/plan/bash_template.py", "template"): "the shipped node.sh template",
     ("launcher/prepare/image.py", "build_and_push"): "docker's image id file, written by us",
     ("launcher/runner/runner.py", "run"): "the user's profile, loaded and checked already",
     ("launcher/results/attest_verify.py", "remeasure_check"): "a subject, at its attested size",
