@@ -42,7 +42,8 @@ def container_lines(scripts: str, *, exclusive: bool) -> list[str]:
         "# and its out/ given to the host's user (scripts/node_leftovers.py)",
         f"{tool} snapshot --out {SNAPSHOT} >/dev/null 2>&1 || true",
         f"_leftovers() {{ {tool} clean{mode} --before {SNAPSHOT} "
-        '--out-dir "$REPRODUCE_OUT_DIR" || true; }',
+        '--out-dir "$REPRODUCE_OUT_DIR" || echo "reproduce: leftovers not removed: the image'
+        "'s python3 could not run the check ($?)\"; }",
         "_AFTER_CLEANUP=_leftovers",
     ]
 

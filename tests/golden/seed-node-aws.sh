@@ -397,7 +397,7 @@ trap _on_exit EXIT
 # what this container leaves in the host's IPC and /dev/shm (--ipc host) is removed at its end,
 # and its out/ given to the host's user (scripts/node_leftovers.py)
 python3 "/opt/reproduce/scripts/node_leftovers.py" snapshot --out /tmp/.reproduce-ipc-before.json >/dev/null 2>&1 || true
-_leftovers() { python3 "/opt/reproduce/scripts/node_leftovers.py" clean --exclusive --before /tmp/.reproduce-ipc-before.json --out-dir "$REPRODUCE_OUT_DIR" || true; }
+_leftovers() { python3 "/opt/reproduce/scripts/node_leftovers.py" clean --exclusive --before /tmp/.reproduce-ipc-before.json --out-dir "$REPRODUCE_OUT_DIR" || echo "reproduce: leftovers not removed: the image's python3 could not run the check ($?)"; }
 _AFTER_CLEANUP=_leftovers
 export PYTHONPATH=/root/miles:/root/Megatron-LM:"/opt/reproduce/scripts"
 # every step line reaches the log: Ray's dedup would fold lines that differ only in numbers
