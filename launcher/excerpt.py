@@ -20,8 +20,11 @@ its terminal output.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import stat
 from pathlib import Path
+from typing import BinaryIO
 
 MAX_LINES = 8
 MAX_LINE_CHARS = 300
@@ -94,10 +97,48 @@ def excerpt(
     return sep.join(excerpt_lines(text, lines, width))
 
 
+class NotRegular(OSError):
+    """A path that is there but is no regular file (a FIFO, a device, a directory, a link)."""
+
+
+def open_regular(path: Path, *, follow: bool = False) -> BinaryIO:
+    """PATH opened for reading in chunks, when it is a regular file: the open never blocks (a
+    FIFO would wait for a writer for ever), the check is made on the open descriptor (a path
+    swapped after a check cannot slip through), and with FOLLOW=False never through a symlink
+    (a file of a directory someone else wrote). OSError otherwise (FileNotFoundError when it is
+    missing, NotRegular when it is something else). The one open of a stream someone else
+    wrote: a log of the run directory or the node, a file of a bundle."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags | (0 if follow else os.O_NOFOLLOW))
+    except OSError as err:
+        if isinstance(err, FileNotFoundError):
+            raise
+        raise NotRegular(err.errno, f"not a regular file ({err.strerror})", str(path)) from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NotRegular(0, "not a regular file", str(path))
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def sha256_of(path: Path, *, follow: bool = False) -> str:
+    """The sha256 of a regular file, read in chunks (a log may be gigabytes); OSError as
+    open_regular."""
+    digest = hashlib.sha256()
+    with open_regular(path, follow=follow) as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def log_tail(path: Path, lines: int = MAX_LINES, width: int = MAX_LINE_CHARS) -> list[str]:
     """The last lines of the file at PATH, read from its last TAIL_BYTES; [] when unreadable."""
     try:
-        with open(path, "rb") as fh:
+        with open_regular(path) as fh:
             size = os.fstat(fh.fileno()).st_size
             fh.seek(max(0, size - TAIL_BYTES))
             data = fh.read(TAIL_BYTES)

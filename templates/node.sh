@@ -58,6 +58,8 @@ export REPRODUCE_HOST_IDS
 [ ! -L "$CACHE_DIR/.incoming" ] && mkdir -m 700 "$ASSET_NEW" || { echo "reproduce: cannot make a fresh $ASSET_NEW" >&2; exit 1; }
 mkdir -p -m 700 "$REPRODUCE_OUT_DIR" "$NODE_RUN_DIR/@@{state_dir}"
 cd "$NODE_RUN_DIR"
+##@ the finished runs' out/ beside this one emptied, or the run refused (plan/leftovers.py)
+@@leftovers_between
 @@asset_header
 
 @@stage_functions
@@ -91,6 +93,8 @@ exec 2>&1  # one stream: the markers stay where they were printed among the log 
 @@stage_functions
 _cleanup() { :; }
 trap _on_exit EXIT
+##@ what this container leaves in the host's IPC, /dev/shm and out/ (plan/leftovers.py)
+@@leftovers_container
 @@exports
 @@patches
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from launcher.clusters.base import CommandResult, LaunchOptions, Node
 from launcher.errors import InfraError
-from launcher.excerpt import excerpt_lines
+from launcher.excerpt import excerpt_lines, open_regular
 from launcher.records.atomic import write_atomic
 
 if TYPE_CHECKING:
@@ -95,8 +95,8 @@ class LocalTransport:
         shutil.copyfile(remote, local)
 
     def read_from(self, remote: str, offset: int, max_bytes: int = 1 << 20) -> bytes:
-        try:
-            with open(remote, "rb") as fh:
+        try:  # a regular file only: a FIFO in its place would block the reader for ever
+            with open_regular(Path(remote)) as fh:
                 fh.seek(offset)
                 return fh.read(max_bytes)
         except FileNotFoundError:

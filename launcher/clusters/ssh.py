@@ -37,6 +37,29 @@ if TYPE_CHECKING:
     from launcher.plan.plan import Plan
 
 DEFAULT_CONNECT_TIMEOUT_S = 20.0
+# A command's answer is the node's: the launcher's longest (collect: the result files, each at
+# most 4 MiB, in base64) is far under this; stderr is kept up to its own bound and read to its end.
+MAX_ANSWER_BYTES = 64 << 20
+MAX_STDERR_BYTES = 1 << 20
+
+
+def _read_capped(stream: Any, cap: int, *, drain: bool = False) -> tuple[bytes, bool]:
+    """At most `cap` bytes of a channel's stream, and whether it had more: past the cap it
+    stops reading (stdout: the caller gives the command up) or, with `drain`, reads on to the
+    end and keeps nothing more (stderr: the command must not block on a full channel)."""
+    kept, over = bytearray(), False
+    while True:
+        chunk = stream.read(1 << 16)
+        if not chunk:
+            return bytes(kept), over
+        room = cap - len(kept)
+        kept += chunk[:room]
+        if len(chunk) > room:
+            over = True
+            if not drain:
+                return bytes(kept), over
+
+
 DEFAULT_IO_TIMEOUT_S = 60.0
 
 # paramiko logs its own thread's failures with tracebacks to stderr (Python's last-resort handler);
@@ -372,11 +395,17 @@ class SSHTransport:
                 def read_stderr() -> None:
                     # a silent connection times out here too; the main read reports it
                     with contextlib.suppress(OSError, EOFError, paramiko.SSHException):
-                        err_box.append(err_file.read())
+                        err_box.append(_read_capped(err_file, MAX_STDERR_BYTES, drain=True)[0])
 
                 reader = threading.Thread(target=read_stderr, daemon=True)
                 reader.start()
-                out = out_file.read()
+                out, over = _read_capped(out_file, MAX_ANSWER_BYTES)
+                if over:  # the node's shell printed without end: no answer of ours is that long
+                    self.close()
+                    raise InfraError(
+                        f"a command on {self._where()} answered more than {MAX_ANSWER_BYTES} "
+                        "bytes; the node's shell prints without end (its start-up files?)"
+                    )
                 reader.join(limit)
                 if not chan.status_event.wait(limit):
                     raise TimeoutError("no exit status")

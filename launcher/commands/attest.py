@@ -78,7 +78,7 @@ def verify_target(target: Path, key: Path | None) -> dict[str, Any]:
     if not is_bundle(target):
         raise BadInput(f"{target} is neither a directory nor a bundle (a .tar.gz from bundle).")
     with tempfile.TemporaryDirectory(prefix="reproduce-verify-") as tmp:
-        inner = extract_bundle(target, Path(tmp))
+        inner = extract_bundle(target, Path(tmp), key)
         out = verify_dir(inner, key).to_dict()
     out["directory"] = f"{target} ({inner.name}/)"
     return out

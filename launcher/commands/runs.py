@@ -305,6 +305,12 @@ def _from_node(rd: Any, summary: RunSummary) -> str | None:
     if update.stage is not None:
         summary.stage = update.stage
     summary.progress_from = "node"
+    if update.skipped:  # the node's log grew past what status reads (runlogs.node_progress)
+        return (
+            f"node      its log grew by {update.new_bytes:,} bytes; status read "
+            f"their first {runlogs.SCAN_BYTES >> 20} MiB and last {runlogs.TAIL_BYTES >> 20} MiB "
+            f"({update.skipped:,} bytes between not read: a stage begun there is not seen)"
+        )
     return None
 
 

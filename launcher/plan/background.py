@@ -7,7 +7,8 @@ these functions are node.sh's own machinery for running stages at once, rendered
 
 from __future__ import annotations
 
-from launcher.plan.protocol import CANCEL_MARK, MARKER, PROGRESS_WORD
+from launcher.plan.markers import MARKER
+from launcher.plan.protocol import CANCEL_MARK, PROGRESS_WORD
 
 # What runs at once (launcher/plan/stage_graph.py; docs/node-scripts.md, "What runs at once").
 # `_bg NAME FUNCTION AFTER...` runs a stage in the background, in a process group of its own (so

@@ -13,7 +13,8 @@ it on every path, writing into the node run directory, which no container mounts
 from __future__ import annotations
 
 from launcher.judge.parse.clock import CLOCK, CLOCK_GAP_S
-from launcher.plan.protocol import MARKER, NONCE_VAR
+from launcher.plan.markers import MARKER
+from launcher.plan.protocol import NONCE_VAR
 from launcher.records.rundir import Files
 
 CLOCK_NONCE_ENV = "REPRODUCE_CLOCK_NONCE"

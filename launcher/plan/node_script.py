@@ -20,7 +20,7 @@ from launcher.inputs.patches import node_lines as patch_lines
 from launcher.inputs.profile import AwsProfile, Profile, RayProfile
 from launcher.inputs.recipe import Image, Recipe
 from launcher.inputs.stack import expected_versions
-from launcher.plan import multinode, ray_stage, stage_graph
+from launcher.plan import leftovers, multinode, ray_stage, stage_graph
 from launcher.plan.asset_spec import cache_entries_check
 from launcher.plan.background import BACKGROUND_FUNCTIONS
 from launcher.plan.bash_template import BashTemplate, Lines, template
@@ -487,6 +487,11 @@ def render_node_script(
         {"ray_title": by["ray"].title},
         {
             "stage_functions": STAGE_FUNCTIONS,
+            "leftovers_container": (
+                leftovers.container_lines(CONTAINER_SCRIPTS, exclusive=leftovers.exclusive(p))
+                if ctx.docker
+                else []
+            ),
             "exports": ctx.exports(),
             "patches": patch_lines(r),
             "ray_commands": by["ray"].commands,
@@ -526,6 +531,7 @@ def render_node_script(
         "cache_entries_check": (
             cache_entries_check(ctx.cache_dir, ctx.assets.paths()) if ctx.docker else []
         ),
+        "leftovers_between": leftovers.host_lines() if ctx.docker else [],
         "asset_header": asset_header,
         "stage_functions": STAGE_FUNCTIONS,
         "background_functions": [BACKGROUND_FUNCTIONS] if background else [],

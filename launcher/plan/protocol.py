@@ -25,12 +25,19 @@ import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
 from launcher.plan import stage_graph
+from launcher.plan.markers import (  # noqa: F401 - the protocol's names, kept where readers look
+    CONTAINER_STAGES,
+    MARKER,
+    MARKER_STATUSES,
+    MAX_MARKER_LINE,
+    SAFE_STAGE,
+    MarkerGate,
+    parse_marker,
+)
 from launcher.records.rundir import NODE_RESULT_FILES, Files
 
-MARKER = "##reproduce"
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 # The node run directory (docs/architecture.md, "The node protocol") is the run's control room:
@@ -153,7 +160,7 @@ STAGE_FUNCTIONS = "\n".join(
         f"    printf '{MARKER} stage=%s event=end status=%s rc=%s t=%s n=%s\\n' "
         f'"$_STAGE" "$status" "$rc" {_NOW} {_NONCE}',
         "  fi",
-        "  _cleanup",
+        '  _cleanup; "${_AFTER_CLEANUP:-:}"  # the container\'s leftovers (plan/leftovers.py)',
         '  exit "$rc"',
         "}",
     ]
@@ -163,108 +170,6 @@ MARKER_HELP = (
     " the launcher builds the timeline from them."
 )
 DONE_LINE = f"echo '{MARKER} done'"
-
-# A marker line is short; a longer line is never one, so it is written on as it arrives instead of
-# being held (a long unterminated line costs linear time and bounded memory).
-MAX_MARKER_LINE = 4096
-# A stage's log is logs/<name>.log: a name the node prints may not be a path, and never "node"
-# (logs/node.log is the stream itself, whose size is the offset streaming continues from).
-SAFE_STAGE = re.compile(r"^(?!node$)(?!\.)[A-Za-z0-9_.-]{1,64}$")
-_MARKER_LINE = re.compile(rb"^" + re.escape(MARKER.encode()) + rb" (.*?)\r?$")
-
-
-# What a stage marker may say, and nothing else: its words are shown on the operator's screen, in
-# the timeline, the report and the attestation, and a line a container printed can look like one
-# (`status='ok<ESC>]52;...'` would set the operator's clipboard through the console).
-MARKER_STATUSES = frozenset({"ok", "failed", "stopped", "cancelled"})
-_MARKER_KEYS = frozenset({"stage", "event", "status", "rc", "t", "n"})
-_N = re.compile(r"^[0-9a-f]{0,64}$")
-_RC = re.compile(r"^-?[0-9]{1,4}$")
-_T = re.compile(r"^[!-~]{1,40}$")  # printable: a time the timeline reads, or None if it cannot
-
-
-def parse_marker(line: bytes) -> dict[str, str] | None:
-    """`##reproduce stage=train event=start t=1.5` -> {"stage": "train", ...}; else None.
-
-    Only what STAGE_FUNCTIONS and the background stages print passes: the keys stage, event,
-    status, rc and t, each once; a stage name SAFE_STAGE allows, event start or end, a status of
-    MARKER_STATUSES (on an end only), rc a small integer, t a short printable word (a time that
-    is not a finite number is no time: records/rundir.py). Anything else is not a marker: the line
-    stays a line of its stage's log."""
-    match = _MARKER_LINE.match(line)
-    if not match:
-        return None
-    try:
-        words = shlex.split(match.group(1).decode(errors="replace"))
-    except ValueError:
-        return None
-    pairs = [w.split("=", 1) for w in words]
-    fields = dict(p for p in pairs if len(p) == 2)
-    if len(fields) != len(words) or not set(fields) <= _MARKER_KEYS:
-        return None
-    event, status = fields.get("event"), fields.get("status")
-    if (
-        event not in ("start", "end")
-        or not SAFE_STAGE.match(fields.get("stage", ""))
-        or (status is not None and (event != "end" or status not in MARKER_STATUSES))
-        or ("rc" in fields and not _RC.match(fields["rc"]))
-        or ("t" in fields and not _T.match(fields["t"]))
-        or ("n" in fields and not _N.match(fields["n"]))
-    ):
-        return None
-    return fields
-
-
-# The stages that run inside the training container, whose markers the container prints itself
-# (without node.sh's nonce): the only ones a marker without it may open or close.
-CONTAINER_STAGES = frozenset({"ray", "train"})
-_NONCE_LINE = re.compile(rb"^" + re.escape(MARKER.encode()) + rb" nonce=([0-9a-f]{32})\r?$")
-
-
-class MarkerGate:
-    """Which `##reproduce stage=` lines of one node's stream are markers: the one place every
-    reader of node.log asks (the follower's splitter, `reproduce logs`, the measured runs' cut).
-
-    Why: the recipe's code prints into the same stream, and a well-formed marker it prints looked
-    like node.sh's own: a container could close the preflight as failed and so have its own
-    failure blamed on the node (exit 3 instead of 1), or end a stage node.sh was running.
-    node.sh's first line gives its nonce (NONCE_LINE); from then on a marker without
-    it counts only for CONTAINER_STAGES. A stream with no nonce line (a run of an older launcher,
-    a hand-made log) is read as before: every well-formed marker counts."""
-
-    def __init__(self) -> None:
-        self.nonce: str | None = None
-        self._settled = False  # the nonce is known, or a marker came first: none is taken now
-
-    @classmethod
-    def of_log(cls, path: Path) -> MarkerGate:
-        """A gate that knows the nonce from the first line of a node.log already on disk."""
-        gate = cls()
-        try:
-            with open(path, "rb") as fh:
-                for _ in range(64):  # node.sh's first line; a login shell may print before it
-                    gate.marker(fh.readline(MAX_MARKER_LINE).rstrip(b"\n"))
-                    if gate._settled:
-                        break
-        except OSError:
-            pass
-        return gate
-
-    def marker(self, line: bytes) -> dict[str, str] | None:
-        """The marker on this line (without its newline), or None: a line of its stage's log."""
-        if not self._settled:
-            found = _NONCE_LINE.match(line)
-            if found:
-                self.nonce, self._settled = found.group(1).decode(), True
-                return None
-        fields = parse_marker(line)
-        self._settled = self._settled or fields is not None
-        if fields is None or self.nonce is None:
-            return fields
-        if fields.get("n") == self.nonce or fields["stage"] in CONTAINER_STAGES:
-            return fields
-        return None
-
 
 _UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 

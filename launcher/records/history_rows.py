@@ -13,7 +13,6 @@ the row is keyed on the slug of the recipe.yaml the run kept, when it has one.
 
 from __future__ import annotations
 
-import hashlib
 import math
 import re
 from dataclasses import asdict, dataclass
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher.errors import BadInput
+from launcher.excerpt import sha256_of
 from launcher.records import nodejson
 from launcher.records.nodejson import Fields
 from launcher.records.rundir import Files, read_yaml
@@ -87,8 +87,9 @@ def db_value(value: Any) -> Any:
 
 
 def file_sha256(path: Path) -> str | None:
+    """In chunks, never through a link nor from a FIFO: a run directory's file is anyone's."""
     try:
-        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+        return sha256_of(Path(path))
     except OSError:
         return None
 

@@ -468,7 +468,13 @@ class RunDir:
     # --- run.json and status.json ---
 
     def record(self) -> dict[str, Any]:
-        return self.read_json(Files.RUN, {}) or {}
+        """run.json, every field that names a file or reaches a command line in its form
+        (launcher/records/recordform.py): BadInput naming the field otherwise."""
+        from launcher.records import recordform
+
+        data: dict[str, Any] = self.read_json(Files.RUN, {}) or {}
+        recordform.check(data, self.path / Files.RUN)
+        return data
 
     def update_record(self, **fields: Any) -> dict[str, Any]:
         data = self.record()

@@ -18,6 +18,7 @@ from typing import Any
 
 from launcher.catalog import Price
 from launcher.errors import BadInput
+from launcher.excerpt import open_regular
 from launcher.records.billing import Billing, last_known
 from launcher.records.nodejson import Fields
 from launcher.records.rundir import FINAL_STATES, TRAIN_STAGE, Files, RunDir, read_yaml
@@ -207,10 +208,10 @@ def train_progress(rd: RunDir) -> tuple[int | None, int | None]:
     log = rd.logs / f"{TRAIN_STAGE}.log"
     step = None
     try:
-        with open(log, "rb") as fh:
+        with open_regular(log) as fh:  # never blocked by a FIFO, never through a link
             size = fh.seek(0, 2)
             fh.seek(max(0, size - TAIL_BYTES))
-            last = last_step(fh.read())
+            last = last_step(fh.read(TAIL_BYTES))
             step = last + 1 if last is not None else None
     except OSError:
         pass

@@ -21,8 +21,9 @@ the attestation (ATTESTATION_FILES, report.html which shows it, hidden files suc
 lock). A link or a special file in the directory is refused: its bytes are not the directory's.
 
 A bundle is one gzip-compressed tar of the envelope, its public key and the subjects under one
-top directory; `verify` extracts it into a temporary directory, refusing absolute names, `..`,
-links and anything but plain files and directories.
+top directory; `verify` reads it as a stream into a temporary directory, refusing absolute names,
+`..`, links and anything but plain files and directories, and writes a subject only after the
+envelope's signature held, only one its statement names and only at its attested size.
 """
 
 from __future__ import annotations
@@ -94,7 +95,25 @@ def evidence_files(root: Path) -> list[str]:
 
 
 def subjects_of(root: Path, names: list[str]) -> list[dict[str, Any]]:
-    return [{"name": n, "digest": {"sha256": sha256_file(Path(root) / n)}} for n in names]
+    """Each file by name, sha256 and size in bytes (an in-toto ResourceDescriptor's
+    `annotations`): `verify` of a bundle extracts a subject only up to its attested size."""
+    return [
+        {
+            "name": n,
+            "digest": {"sha256": sha256_file(Path(root) / n)},
+            "annotations": {"size": (Path(root) / n).stat().st_size},
+        }
+        for n in names
+    ]
+
+
+def attested_size(subject: dict[str, Any]) -> int | None:
+    """A subject's attested size in bytes, or None when its statement records none."""
+    notes = subject.get("annotations")
+    size = notes.get("size") if isinstance(notes, dict) else None
+    if isinstance(size, int) and not isinstance(size, bool) and 0 <= size <= BUNDLE_MAX_BYTES:
+        return size
+    return None
 
 
 def statement(subjects: list[dict[str, Any]], predicate: dict[str, Any]) -> dict[str, Any]:
@@ -291,7 +310,8 @@ def is_bundle(path: Path) -> bool:
 
 
 def _members(tar: tarfile.TarFile, bundle: Path) -> Iterator[tarfile.TarInfo]:
-    total = 0
+    """Each entry, as it comes (a stream: nothing of an entry is read before it is taken),
+    refused unless it is a plain file or directory with a relative name inside the bundle."""
     for n, member in enumerate(tar):
         if n >= BUNDLE_MAX_MEMBERS:
             raise BadInput(f"{bundle}: more than {BUNDLE_MAX_MEMBERS} entries; not a bundle.")
@@ -305,36 +325,151 @@ def _members(tar: tarfile.TarFile, bundle: Path) -> Iterator[tarfile.TarInfo]:
                 f"{bundle}: entry {member.name!r} is a link or a special file; a bundle holds "
                 "only plain files. Refused."
             )
-        total += member.size
-        if total > BUNDLE_MAX_BYTES:
-            raise BadInput(f"{bundle}: unpacks to more than {BUNDLE_MAX_BYTES} bytes; refused.")
         yield member
 
 
-def extract_bundle(bundle: Path, into: Path) -> Path:
-    """Unpack a bundle safely into `into` (a fresh temporary directory); the attested directory
-    inside it. BadInput for anything that is not a bundle this module writes."""
+# The envelope and the key come first in a bundle (write_bundle), each at most this large (the
+# JSON reader's own bound: launcher/records/nodejson.py).
+ENVELOPE_MAX_BYTES = 4 << 20
+# What a tar stream may hold beyond the attested bytes: a header and its padding per entry.
+_PER_ENTRY = 3 << 10
+
+
+class _Unpack:
+    """One bundle read as a stream, in one pass, and written only as its signature allows.
+
+    First the envelope and its key (the first entries, each at most ENVELOPE_MAX_BYTES); then the
+    signature is checked (the key given, else the one found beside it) and the statement read;
+    from there on an entry is written only when the signed statement names it as a subject, at
+    exactly its attested size, and the stream may not run past the attested bytes (plus a header
+    per entry). So a bundle of a few megabytes that unpacks to gigabytes writes nothing but its
+    envelope unless its signed statement names those gigabytes, and an entry the statement does
+    not name is refused before any of its bytes are read."""
+
+    def __init__(self, bundle: Path, into: Path, key: Path | None) -> None:
+        self.bundle, self.into, self.key = bundle, into, key
+        self.top: str | None = None
+        self.sizes: dict[str, int] | None = None  # subject -> attested size, once signed
+        self.budget = 0  # where the stream must end by (bytes of the tar, unpacked)
+        self.written: set[str] = set()
+
+    def run(self) -> Path:
+        from launcher.excerpt import open_regular
+
+        # a regular file only (a FIFO would block the open for ever); the user named it
+        with (
+            open_regular(self.bundle, follow=True) as raw,
+            tarfile.open(fileobj=raw, mode="r|*") as tar,
+        ):
+            for member in _members(tar, self.bundle):
+                self._take(tar, member)
+        if self.top is None:
+            raise BadInput(
+                f"{self.bundle}: a bundle holds one directory with {ENVELOPE_FILE} in it "
+                "(`reproduce bundle RUN` writes one)."
+            )
+        if self.sizes is None:
+            self._signed()
+        return self.into / self.top
+
+    def _take(self, tar: tarfile.TarFile, member: tarfile.TarInfo) -> None:
+        parts = PurePosixPath(member.name.rstrip("/")).parts
+        if self.top is None:
+            self.top = parts[0]
+        if parts[0] != self.top:
+            raise BadInput(
+                f"{self.bundle}: entry {member.name!r} is outside the bundle's one directory "
+                f"{self.top}/; refused."
+            )
+        if member.isdir():
+            return  # directories are made for the files in them, never for themselves
+        rest = "/".join(parts[1:])
+        if self.sizes is None and rest in ATTESTATION_FILES and rest not in self.written:
+            if member.size > ENVELOPE_MAX_BYTES:
+                raise BadInput(
+                    f"{self.bundle}: {rest} is {member.size} bytes, more than an attestation "
+                    f"holds ({ENVELOPE_MAX_BYTES}); refused."
+                )
+            self._write(tar, member, rest)
+            self.budget = member.offset_data + member.size
+            return
+        if self.sizes is None:
+            self._signed()
+        assert self.sizes is not None
+        if rest in self.written:
+            raise BadInput(f"{self.bundle}: {rest} appears twice; refused.")
+        size = self.sizes.get(rest)
+        if size is None:
+            raise BadInput(
+                f"{self.bundle}: entry {member.name!r} is not a subject of its signed statement "
+                "(a bundle holds the attestation, its key and the subjects only); refused, "
+                "not extracted."
+            )
+        if member.size != size:
+            raise CheckFailed(
+                f"{self.bundle}: {rest} changed since it was attested ({size} bytes attested, "
+                f"{member.size} in the bundle); not extracted."
+            )
+        if member.offset_data + member.size > self.budget:
+            raise BadInput(
+                f"{self.bundle}: holds more than its signed statement names; refused at {rest}."
+            )
+        self._write(tar, member, rest)
+
+    def _signed(self) -> None:
+        """Check the envelope's signature; the subjects' attested sizes from its statement."""
+        from launcher.results.attest_keys import load_public_key
+
+        root = self.into / (self.top or "run")
+        if ENVELOPE_FILE not in self.written:
+            raise BadInput(
+                f"{self.bundle}: a bundle starts with its {ENVELOPE_FILE} (`reproduce bundle "
+                "RUN` writes one); this one has files before it. Refused, nothing extracted."
+            )
+        envelope = read_envelope(root / ENVELOPE_FILE)
+        if self.key is None and PUB_FILE not in self.written:
+            raise BadInput(
+                f"{self.bundle} holds no {PUB_FILE} before its files: pass the signer's public "
+                "key with --key."
+            )
+        public = load_public_key(self.key if self.key is not None else root / PUB_FILE)
+        stmt = open_envelope(envelope, public, root / ENVELOPE_FILE)
+        sizes: dict[str, int] = {}
+        for subject in stmt["subject"]:
+            size = attested_size(subject)
+            if size is None:
+                raise BadInput(
+                    f"{self.bundle}: its statement records no size for {subject['name']} (an "
+                    "older attestation): verify the directory itself, or attest it again."
+                )
+            sizes[subject["name"]] = size
+        total = sum(sizes.values())
+        if total > BUNDLE_MAX_BYTES:
+            raise BadInput(
+                f"{self.bundle}: its statement names {total} bytes, more than a bundle may "
+                f"unpack to ({BUNDLE_MAX_BYTES}); refused."
+            )
+        self.sizes = sizes
+        self.budget += total + _PER_ENTRY * (len(sizes) + 2)
+
+    def _write(self, tar: tarfile.TarFile, member: tarfile.TarInfo, rest: str) -> None:
+        dest = Path(self.into, self.top or "run", *PurePosixPath(rest).parts)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        src = tar.extractfile(member)
+        if src is None:
+            raise BadInput(f"{self.bundle}: entry {member.name!r} has no data.")
+        with src, open(dest, "xb") as fh:
+            shutil.copyfileobj(src, fh)
+        self.written.add(rest)
+
+
+def extract_bundle(bundle: Path, into: Path, key: Path | None = None) -> Path:
+    """Unpack a bundle into `into` (a fresh temporary directory) as its signature allows
+    (`_Unpack`); the attested directory inside it. BadInput for anything that is not a bundle
+    this module writes, CheckFailed when its signature or an entry's size does not hold."""
     try:
-        with tarfile.open(bundle, "r:*") as tar:
-            for member in _members(tar, bundle):
-                dest = Path(into, *PurePosixPath(member.name).parts)
-                if member.isdir():
-                    dest.mkdir(parents=True, exist_ok=True)
-                    continue
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                src = tar.extractfile(member)
-                if src is None:
-                    raise BadInput(f"{bundle}: entry {member.name!r} has no data.")
-                with src, open(dest, "xb") as fh:
-                    shutil.copyfileobj(src, fh)
+        return _Unpack(Path(bundle), Path(into), key).run()
     except (tarfile.TarError, EOFError, OSError) as err:
         if isinstance(err, FileExistsError):
             raise BadInput(f"{bundle}: an entry appears twice ({err.filename}).") from None
         raise BadInput(f"{bundle} is not a readable bundle (a .tar.gz): {err}.") from None
-    tops = list(Path(into).iterdir())
-    if len(tops) != 1 or not (tops[0] / ENVELOPE_FILE).is_file():
-        raise BadInput(
-            f"{bundle}: a bundle holds one directory with {ENVELOPE_FILE} in it "
-            "(`reproduce bundle RUN` writes one)."
-        )
-    return tops[0]

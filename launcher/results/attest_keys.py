@@ -37,9 +37,19 @@ def default_key_path() -> Path | None:
     return home if home.is_file() else None
 
 
+# a key file is a few hundred bytes; one found beside a stranger's files may be anything
+_KEY_MAX_BYTES = 64 << 10
+
+
 def _read(path: Path, what: str) -> bytes:
+    from launcher.excerpt import open_regular
+
     try:
-        return Path(path).read_bytes()
+        with open_regular(Path(path), follow=True) as fh:
+            data = fh.read(_KEY_MAX_BYTES + 1)
+        if len(data) > _KEY_MAX_BYTES:
+            raise BadInput(f"{what} {path} is larger than a key file ({_KEY_MAX_BYTES} bytes).")
+        return data
     except FileNotFoundError:
         raise BadInput(f"{what} {path} does not exist.", hint=_HINT) from None
     except IsADirectoryError:

@@ -34,6 +34,7 @@ from launcher.records.rundir import TRAIN_STAGE, Files, read_yaml
 from launcher.results.attest import (
     ENVELOPE_FILE,
     PUB_FILE,
+    attested_size,
     evidence_files,
     open_envelope,
     read_envelope,
@@ -146,8 +147,12 @@ def _structured(path: Path) -> Any:
 
 
 def _subject_changed(root: Path, name: str, digest: str, now: str, predicate: dict) -> str:
-    base = f"{root / name} changed since it was attested (sha256 {digest[:16]}... attested, "
-    base += f"{now[:16]}... now)"
+    """`now`: the file's sha256, or (its size differing) `<N> bytes` in words."""
+    base = f"{root / name} changed since it was attested "
+    if now.endswith(" bytes"):
+        base += f"({now[: -len(' bytes')]} bytes now, not the size attested)"
+    else:
+        base += f"(sha256 {digest[:16]}... attested, {now[:16]}... now)"
     try:
         if name == Files.RESULT:
             diff = first_difference(
@@ -176,6 +181,11 @@ def check_subjects(root: Path, stmt: dict[str, Any]) -> None:
             raise CheckFailed(f"subject {name} in {root} is not a regular file (a link?).")
         if not path.is_file():
             raise CheckFailed(f"subject {name} is missing from {root} (attested, now gone).")
+        size, attested = path.stat().st_size, attested_size(subject)
+        if attested is not None and size != attested:  # before hashing what may be any size
+            raise CheckFailed(
+                _subject_changed(root, name, digest, f"{size} bytes", stmt["predicate"])
+            )
         now = sha256_file(path)
         if now != digest:
             raise CheckFailed(_subject_changed(root, name, digest, now, stmt["predicate"]))

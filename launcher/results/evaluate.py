@@ -232,11 +232,11 @@ def _file_ref(path: Path | None, out: Path) -> dict | None:
     """A file the measurement read: its path (relative to `out` when inside it) and sha256."""
     if path is None:
         return None
-    import hashlib
+    from launcher.excerpt import sha256_of
 
     path = Path(path)
-    try:
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    try:  # in chunks: a log may be gigabytes (the user named it: a link is followed)
+        digest: str | None = sha256_of(path, follow=True)
     except OSError:
         digest = None
     try:

@@ -32,7 +32,7 @@ from launcher.judge.measure import Result, gpu_hours_from_timeline
 from launcher.judge.parse.records import StepRecord
 from launcher.judge.split import failed_stages
 from launcher.judge.verdict import Tolerance, Verdict
-from launcher.plan.protocol import MAX_MARKER_LINE, SAFE_STAGE, MarkerGate
+from launcher.plan.markers import MAX_MARKER_LINE, SAFE_STAGE, MarkerGate
 from launcher.records.atomic import write_atomic
 from launcher.records.rundir import TRAIN_STAGE, Files
 

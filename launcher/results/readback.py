@@ -91,7 +91,7 @@ def run_nonce(run_dir: Path) -> str | None:
     """The nonce node.sh printed first in a run directory's logs/node.log (None: no node.log, or
     one of an older launcher): the one that makes its host clock lines count. Read from the log,
     never from anything the container could write (launcher/plan/protocol.py, MarkerGate)."""
-    from launcher.plan.protocol import MarkerGate
+    from launcher.plan.markers import MarkerGate
 
     node_log = Path(run_dir) / Files.LOGS / Files.NODE_LOG
     return MarkerGate.of_log(node_log).nonce if node_log.is_file() else None

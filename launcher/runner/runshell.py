@@ -197,5 +197,9 @@ def write_known_hosts(run_id: str, index: int, hops: list[Hop]) -> Path:
     folder = state.home() / "ssh"
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     path = folder / f"{run_id}-node{index}.known_hosts"
+    if path.parent != folder or "/" in run_id or run_id in ("", ".", ".."):
+        # run.json's run_id is checked when read (launcher/records/recordform.py); this file is
+        # written only in its folder whatever a caller hands in
+        raise BadInput(f"run id {run_id!r} cannot name a file under {folder}.")
     write_atomic(path, known_hosts_text(hops), mode=0o600, chmod=0o600)
     return path

@@ -21,8 +21,9 @@ from launcher.clusters.execution import Execution
 from launcher.errors import BadInput, InfraError
 from launcher.judge.parse.miles import last_step
 from launcher.judge.parse.shapes import last_step_time
-from launcher.plan.protocol import MAX_MARKER_LINE, SAFE_STAGE, MarkerGate, progress_in
-from launcher.records.rundir import TRAIN_STAGE, RunDir, RunDirUnwritable, Timeline
+from launcher.plan.markers import MAX_MARKER_LINE, SAFE_STAGE, MarkerGate
+from launcher.plan.protocol import progress_in
+from launcher.records.rundir import MAX_STAGES, TRAIN_STAGE, RunDir, RunDirUnwritable, Timeline
 from launcher.runner.reporter import Reporter
 from launcher.runner.signals import raise_pending
 
@@ -138,7 +139,8 @@ class LogSplitter:
             return
         self.timeline.on_marker(marker)
         if marker["event"] == "start":
-            self.open_stages.append(name)
+            if len(self.open_stages) < MAX_STAGES:  # a flood of starts: bounded, like the timeline
+                self.open_stages.append(name)
         elif name in self.open_stages:
             del self.open_stages[len(self.open_stages) - 1 - self.open_stages[::-1].index(name)]
         if self.on_marker is not None and not replay:

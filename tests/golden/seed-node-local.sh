@@ -62,6 +62,8 @@ export REPRODUCE_HOST_IDS
 [ ! -L "$CACHE_DIR/.incoming" ] && mkdir -m 700 "$ASSET_NEW" || { echo "reproduce: cannot make a fresh $ASSET_NEW" >&2; exit 1; }
 mkdir -p -m 700 "$REPRODUCE_OUT_DIR" "$NODE_RUN_DIR/state"
 cd "$NODE_RUN_DIR"
+# the finished runs beside this one leave their out/ to no one: emptied (or, root's, refused: exit 3)
+python3 "$NODE_RUN_DIR/scripts/node_leftovers.py" between --runs "$(dirname "$NODE_RUN_DIR")" --self "$NODE_RUN_DIR" || exit 3
 # the asset stages' programs, spec and plan (resolve writes them to state/, which
 # containers read but cannot write; docs/assets.md)
 ASSETS_PY="$NODE_RUN_DIR/scripts/node_assets.py"
@@ -76,7 +78,7 @@ _on_exit() {
     [ -e "$NODE_RUN_DIR/state/cancelled" ] && status=cancelled  # `reproduce cancel` marks the run first
     printf '##reproduce stage=%s event=end status=%s rc=%s t=%s n=%s\n' "$_STAGE" "$status" "$rc" "$(date +%s.%N)" "${_REPRODUCE_NONCE:-}"
   fi
-  _cleanup
+  _cleanup; "${_AFTER_CLEANUP:-:}"  # the container's leftovers (plan/leftovers.py)
   exit "$rc"
 }
 STAGES_DIR="$NODE_RUN_DIR/stages"  # one log per background stage, added whole to node.log
@@ -387,11 +389,16 @@ _on_exit() {
     [ -e "$NODE_RUN_DIR/state/cancelled" ] && status=cancelled  # `reproduce cancel` marks the run first
     printf '##reproduce stage=%s event=end status=%s rc=%s t=%s n=%s\n' "$_STAGE" "$status" "$rc" "$(date +%s.%N)" "${_REPRODUCE_NONCE:-}"
   fi
-  _cleanup
+  _cleanup; "${_AFTER_CLEANUP:-:}"  # the container's leftovers (plan/leftovers.py)
   exit "$rc"
 }
 _cleanup() { :; }
 trap _on_exit EXIT
+# what this container leaves in the host's IPC and /dev/shm (--ipc host) is removed at its end,
+# and its out/ given to the host's user (scripts/node_leftovers.py)
+python3 "/opt/reproduce/scripts/node_leftovers.py" snapshot --out /tmp/.reproduce-ipc-before.json >/dev/null 2>&1 || true
+_leftovers() { python3 "/opt/reproduce/scripts/node_leftovers.py" clean --before /tmp/.reproduce-ipc-before.json --out-dir "$REPRODUCE_OUT_DIR" || echo "reproduce: leftovers not removed: the image's python3 could not run the check ($?)"; }
+_AFTER_CLEANUP=_leftovers
 export PYTHONPATH=/root/miles:/root/Megatron-LM:"/opt/reproduce/scripts"
 # every step line reaches the log: Ray's dedup would fold lines that differ only in numbers
 export RAY_DEDUP_LOGS=0

@@ -42,7 +42,7 @@ from launcher.judge.parse import shapes as log_shapes
 from launcher.judge.parse.miles import MilesLogParser, parse_lines
 
 PACKAGES = ("launcher.judge.parse", "launcher.runner")
-MODULES = ("launcher.plan.protocol",)
+MODULES = ("launcher.plan.protocol", "launcher.plan.markers")
 SMALL, LARGE = 2_000, 16_000
 RATIO = 30.0  # linear is 8, quadratic 64
 SLACK = 0.02  # CPU seconds: what a linear search of 16,000 characters never comes near
@@ -269,7 +269,7 @@ def test_every_module_pattern_is_found():
         "launcher.judge.parse.lines._RAY_PREFIX_RE",
         "launcher.judge.parse.lines._PAIR_RE",
         "launcher.judge.parse.templates._FLAT_RE",
-        "launcher.plan.protocol._MARKER_LINE",
+        "launcher.plan.markers._MARKER_LINE",
         "launcher.plan.protocol._PROGRESS_LINE",
     ):
         assert name in names, sorted(names)

@@ -27,7 +27,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -319,6 +319,7 @@ def _resign(d: Path, key: Path) -> None:
         path = d / subject["name"]
         if path.is_file() and not path.is_symlink():
             subject["digest"]["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
+            subject.setdefault("annotations", {})["size"] = path.stat().st_size
     (d / ENVELOPE_FILE).write_text(json.dumps(sign(stmt, load_signing_key(key))))
 
 
@@ -438,3 +439,254 @@ def test_the_launchers_own_yaml_has_no_alias_to_refuse(sample):
     assert "&" not in text and "*" not in text
     assert load_yaml(text, Path("result.yaml")) == {"claimed": shared, "measured": shared}
     assert "&" not in (sample["run"] / Files.RESULT).read_text()
+
+
+# --- the streams: logs, status, bundles. Bounded in bytes, memory and time, whatever they hold.
+#
+# A reader of a log (the run directory's copy, the node's, one stage's) or of a bundle gets every
+# hostile stream below: a line of 24 MiB, 24 MiB of NULs, a flood of stage markers, invalid
+# UTF-8 with controls, a FIFO, a symlink, a directory. It must end (HANG_GUARD), with a value or
+# a ReproduceError, having allocated at most STREAM_PEAK (tracemalloc: what Python allocated,
+# not the clock, so a loaded machine does not change it). A reader added later joins the table.
+
+STREAM_PEAK = 16 << 20  # the largest stream is 24 MiB: a reader that holds it whole fails
+NODE_LOG = "node:node.log"  # the node's own node.log (NODE_RUN_DIR), read from the copy's end
+
+
+def _sink() -> Any:
+    import io
+
+    class Sink(io.RawIOBase):
+        def writable(self) -> bool:
+            return True
+
+        def write(self, data: Any) -> int:
+            return len(data)
+
+        def isatty(self) -> bool:
+            return False
+
+    return Sink()
+
+
+def _logs(stage: str | None) -> Reader:
+    def read(d: Path) -> Any:
+        from launcher.commands.logs import logs_command
+
+        return logs_command(str(d), None, stage=stage, out=_sink())
+
+    return read
+
+
+def _live_stage_filter(d: Path) -> Any:
+    """`logs --stage train` of a run still going: the node's log through the filter."""
+    from launcher.runner.runlogs import StageFilter, read_local
+
+    filt = StageFilter("train")
+    for chunk in read_local(d / "logs" / "node.log"):
+        filt.feed(chunk)
+    return filt.finish()
+
+
+def _node_status(d: Path) -> Any:
+    from launcher.runner.runlogs import node_progress
+
+    return node_progress(RunDir(d))
+
+
+def _failure_tail(d: Path) -> Any:
+    from launcher.runner.outcome import tail_of
+
+    return tail_of(d / "logs" / "train.log")
+
+
+def _train_progress(d: Path) -> Any:
+    from launcher.records.runs import train_progress
+
+    return train_progress(RunDir(d))
+
+
+# reader -> the streams it reads (relative to the run directory; NODE_LOG: the node's log)
+STREAM_READERS: dict[str, tuple[Reader, tuple[str, ...]]] = {
+    "logs": (_logs(None), ("logs/node.log",)),
+    "logs --stage": (_logs("train"), ("logs/train.log",)),
+    "logs --stage (live)": (_live_stage_filter, ("logs/node.log",)),
+    "status: the node's log": (_node_status, ("logs/node.log", NODE_LOG)),
+    "status: the train tail": (_train_progress, ("logs/train.log",)),
+    "status: runs.summarize": (summarize, ("logs/train.log", "logs/node.log")),
+    "failure message tail": (_failure_tail, ("logs/train.log",)),
+    "history row": (row_from_run_dir, ("logs/train.log",)),
+}
+
+_MARKERS = b"##reproduce stage=a event=start t=1\n" * 30_000 + (
+    b"##reproduce stage=a event=end status=ok t=2\n" * 30_000
+)
+HOSTILE_STREAMS: dict[str, Callable[[], Iterator[bytes]] | str] = {
+    "a 24 MiB line": lambda: iter([b"x" * (1 << 20)] * 24),
+    "24 MiB of NULs": lambda: iter([b"\0" * (1 << 20)] * 24 + [b"\n"]),
+    "a flood of markers": lambda: iter([_MARKERS]),
+    "invalid UTF-8 and controls": lambda: iter([b"\xff\xfe\x1b[2J\xed\xa0\x80\r\x00\n" * 10_000]),
+    "a FIFO": "fifo",
+    "a symlink": "symlink",
+    "a directory": "directory",
+}
+
+
+def _stream_path(run: Path, name: str) -> Path:
+    if name == NODE_LOG:
+        return Path(RunDir(run).record()["node_run_dir"]) / "node.log"
+    return run / name
+
+
+def _place_stream(path: Path, doc: Callable[[], Iterator[bytes]] | str) -> None:
+    if isinstance(doc, str):
+        _place(path, doc)
+        return
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    with open(path, "wb") as fh:
+        for chunk in doc():
+            fh.write(chunk)
+
+
+def _peak_of(reader: Reader, run: Path) -> int:
+    import gc
+    import tracemalloc
+
+    gc.collect()
+    tracemalloc.start()
+    try:
+        _outcome(reader, run)
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+@HANG_GUARD
+@pytest.mark.parametrize(("reader", "name", "doc"), _cases(STREAM_READERS, HOSTILE_STREAMS))
+def test_every_stream_reader_given_every_hostile_stream(sample, reader, name, doc):
+    run = sample["run"]
+    path = _stream_path(run, name)
+    original = path.read_bytes()
+    try:
+        _place_stream(path, HOSTILE_STREAMS[doc])
+        peak = _peak_of(STREAM_READERS[reader][0], run)
+        assert peak < STREAM_PEAK, f"{reader} on {doc} in {name}: {peak >> 20} MiB at its peak"
+    finally:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        elif path.is_symlink() or path.exists():
+            path.unlink()
+        path.write_bytes(original)
+
+
+def _bomb(path: Path, top: str, first: str, size: int) -> None:
+    import io
+    import tarfile
+
+    class Zeros(io.RawIOBase):
+        def __init__(self) -> None:
+            self.left = size
+
+        def readable(self) -> bool:
+            return True
+
+        def readinto(self, buf: Any) -> int:
+            n = min(len(buf), self.left)
+            buf[:n] = bytes(n)
+            self.left -= n
+            return n
+
+    with tarfile.open(path, "w:gz", compresslevel=1) as tar:
+        info = tarfile.TarInfo(f"{top}/{first}")
+        info.size = size
+        tar.addfile(info, io.BufferedReader(Zeros()))
+
+
+def _many_entries(path: Path, top: str) -> None:
+    import io
+    import tarfile
+
+    with tarfile.open(path, "w:gz", compresslevel=1) as tar:
+        env = tarfile.TarInfo(f"{top}/{ENVELOPE_FILE}")
+        env.size = 2
+        tar.addfile(env, io.BytesIO(b"{}"))
+        for k in range(20_000):
+            info = tarfile.TarInfo(f"{top}/f{k}")
+            tar.addfile(info, io.BytesIO(b""))
+
+
+HOSTILE_BUNDLES: dict[str, Callable[[Path], None] | str] = {
+    "an entry of 64 MiB of zeros first": lambda p: _bomb(p, "run", "zeros", 64 << 20),
+    "an envelope of 64 MiB": lambda p: _bomb(p, "run", ENVELOPE_FILE, 64 << 20),
+    "20,000 entries after an envelope": lambda p: _many_entries(p, "run"),
+    "not gzip": lambda p: p.write_bytes(b"\x1f\x8b" + b"\0" * 100),
+    "a cut gzip": lambda p: (
+        _bomb(p, "run", "zeros", 1 << 20),
+        p.write_bytes(p.read_bytes()[:300]),
+    ),
+    "a FIFO": "fifo",
+    "a symlink": "symlink",
+    "a directory": "directory",
+}
+
+
+@HANG_GUARD
+@pytest.mark.parametrize("doc", sorted(HOSTILE_BUNDLES))
+def test_verify_of_every_hostile_bundle_writes_and_holds_little(tmp_path, doc):
+    """`reproduce verify BUNDLE` reads the bundle as a stream and writes only what its signed
+    statement names (launcher/results/attest.py, `_Unpack`): each of these ends in a
+    ReproduceError, having written at most an envelope's bound and allocated at most STREAM_PEAK."""
+    from launcher.commands.attest import verify_target
+    from launcher.results.attest import ENVELOPE_MAX_BYTES, extract_bundle
+
+    bundle = tmp_path / "hostile.tar.gz"
+    made = HOSTILE_BUNDLES[doc]
+    if isinstance(made, str):
+        _place(bundle, made)
+    else:
+        made(bundle)
+    into = tmp_path / "into"
+    into.mkdir()
+    assert _outcome(lambda _: extract_bundle(bundle, into), tmp_path).startswith("ReproduceError")
+    written = sum(p.stat().st_size for p in into.rglob("*") if p.is_file())
+    assert written <= ENVELOPE_MAX_BYTES, written
+    peak = _peak_of(lambda _: verify_target(bundle, None), tmp_path)
+    assert peak < STREAM_PEAK, f"verify of {doc}: {peak >> 20} MiB at its peak"
+
+
+# Every read of a whole file or stream in launcher/ (read_bytes, read_text, read() with no size,
+# readlines): each one here is bounded by what it reads, said why; a read added later fails
+# until it is bounded or placed here. nodejson and yamlschema are the bounded readers themselves.
+WHOLE_READS = {
+    ("launcher/inputs/profile.py", "profile_schema"): "the shipped schema",
+    ("launcher/inputs/recipe.py", "recipe_schema"): "the shipped schema",
+    ("launcher/plan/bash_template.py", "template"): "the shipped node.sh template",
+    ("launcher/prepare/image.py", "build_and_push"): "docker's image id file, written by us",
+    ("launcher/runner/runner.py", "run"): "the user's profile, loaded and checked already",
+    ("launcher/results/attest_verify.py", "remeasure_check"): "a subject, at its attested size",
+    ("launcher/results/attest_verify.py", "_same_runs"): "subjects, at their attested sizes",
+    ("launcher/results/evaluate.py", "_write_log_page"): "--timeline, read bounded before",
+}
+
+
+def test_no_whole_read_of_a_stream_is_unbounded():
+    found = []
+    for path in sorted((REPO / "launcher").rglob("*.py")):
+        rel = path.relative_to(REPO).as_posix()
+        tree = ast.parse(path.read_text(), rel)
+        for func in ast.walk(tree):
+            if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(func):
+                if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+                    continue
+                attr, receiver = node.func.attr, node.func.value
+                if isinstance(receiver, ast.Name) and receiver.id in ("nodejson", "yamlschema"):
+                    continue
+                whole = attr in ("read_bytes", "read_text", "readlines") or (
+                    attr == "read" and not node.args and not node.keywords
+                )
+                if whole and (rel, func.name) not in WHOLE_READS:
+                    found.append(f"{rel}:{node.lineno}: {attr} in {func.name}")
+    assert not found, "whole reads not bounded nor placed:\n" + "\n".join(sorted(set(found)))

@@ -107,3 +107,118 @@ def test_an_attested_directory_with_a_link_in_it_is_refused(tmp_path):
     proc = cli("attest", out, "--key", key)
     assert proc.returncode == 2 and "sneaky is a link or not a regular file" in proc.stderr
     assert not (out / ENVELOPE_FILE).exists()
+
+
+# --- what verify writes of a bundle before and after its signature is checked ---
+
+BIG = 256 << 20  # gzip makes it about a quarter of a megabyte; the child may write 64 MiB a file
+
+
+class _Zeros(io.RawIOBase):
+    def __init__(self, size: int) -> None:
+        self.left = size
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf) -> int:  # type: ignore[no-untyped-def]
+        n = min(len(buf), self.left)
+        buf[:n] = bytes(n)
+        self.left -= n
+        return n
+
+
+def _rebundle(bundle, out, *, before=None, replace=None, after=None) -> None:
+    """The real bundle's entries with a huge entry of zeros put first (`before`: its name), put
+    in place of a subject (`replace`), or added at the end (`after`)."""
+    with tarfile.open(bundle) as src, tarfile.open(out, "w:gz", compresslevel=1) as dst:
+        members = src.getmembers()
+        top = members[0].name.split("/")[0]
+
+        def huge(name: str) -> None:
+            info = tarfile.TarInfo(f"{top}/{name}")
+            info.size = BIG
+            dst.addfile(info, io.BufferedReader(_Zeros(BIG)))
+
+        if before:
+            huge(before)
+        for m in members:
+            if replace and m.name == f"{top}/{replace}":
+                huge(replace)
+                continue
+            dst.addfile(m, src.extractfile(m))
+        if after:
+            huge(after)
+
+
+def _verify_with_file_limit(bundle, *args):
+    import resource
+    import subprocess
+    import sys
+
+    from support.paths import REPO
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 20, 64 << 20))
+
+    return subprocess.run(
+        [sys.executable, "-m", "launcher", "verify", str(bundle), *map(str, args)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        preexec_fn=limit,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize(
+    ("where", "words", "code"),
+    [
+        ({"after": "inputs/extra.bin"}, "not a subject of its signed statement", 2),
+        ({"before": "zeros.bin"}, "a bundle starts with its attestation.intoto.json", 2),
+        ({"before": ENVELOPE_FILE}, "more than an attestation holds", 2),
+        ({"replace": "inputs/train.log"}, "changed since it was attested", 1),
+    ],
+    ids=["unnamed-entry", "entry-before-the-envelope", "huge-envelope", "subject-grown"],
+)
+def test_verify_writes_only_what_the_signed_statement_names_at_its_size(
+    attested, tmp_path, where, words, code
+):
+    """A bundle of a quarter of a megabyte that unpacks to 256 MiB, the child allowed 64 MiB a
+    file (RLIMIT_FSIZE: writing past it kills the child with SIGXFSZ): verify refuses with its
+    exit code and one paragraph, having written nothing of the huge entry."""
+    _, pub, bundle = attested
+    hostile = tmp_path / "hostile.tar.gz"
+    _rebundle(bundle, hostile, **where)
+    assert hostile.stat().st_size < 4 << 20
+    for key in ([], ["--key", pub]):
+        proc = _verify_with_file_limit(hostile, *key)
+        assert proc.returncode == code, (proc.returncode, proc.stderr)
+        assert words in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_a_bundle_whose_statement_records_no_sizes_is_refused_before_its_files(attested, tmp_path):
+    """An attestation made before sizes were recorded (re-signed here without them): the bundle
+    is refused, naming the way out; the directory itself still verifies."""
+    import base64
+    import json
+
+    from launcher.results.attest import sign
+    from launcher.results.attest_keys import load_signing_key
+
+    out, _, _ = attested
+    key = out.parent / "key"
+    old = tmp_path / out.name
+    import shutil
+
+    shutil.copytree(out, old)
+    envelope = json.loads((old / ENVELOPE_FILE).read_text())
+    stmt = json.loads(base64.b64decode(envelope["payload"]))
+    for subject in stmt["subject"]:
+        subject.pop("annotations", None)
+    (old / ENVELOPE_FILE).write_text(json.dumps(sign(stmt, load_signing_key(key))))
+    assert cli("verify", old).returncode == 0
+    bundle = tmp_path / "old.tar.gz"
+    assert cli("bundle", old, "--out", bundle).returncode == 0
+    proc = cli("verify", bundle)
+    assert proc.returncode == 2 and "records no size" in proc.stderr, proc.stderr

@@ -26,8 +26,9 @@ from support.cli import SEED
 
 from launcher.inputs.profile import load_profile
 from launcher.inputs.recipe import load_recipe
+from launcher.plan.markers import CONTAINER_STAGES, MarkerGate
 from launcher.plan.plan import build_plan
-from launcher.plan.protocol import CONTAINER_STAGES, NONCE_LINE, STAGE_FUNCTIONS
+from launcher.plan.protocol import NONCE_LINE, STAGE_FUNCTIONS
 from launcher.records.rundir import Timeline
 from launcher.runner.runlogs import StageFilter
 from launcher.runner.stream import LogSplitter
@@ -131,3 +132,79 @@ def test_a_stream_without_a_nonce_line_is_read_as_before(tmp_path):
     timeline = split(tmp_path, node_output(tmp_path, nonce=False))
     names = [s["name"] for s in timeline.stages]
     assert names[:2] == ["preflight", "image"] and "invented" in names
+
+
+def _container_forgeries(now: float) -> list[str]:
+    """Every marker a container could print without the nonce, for its own stages: each
+    event and status, dated before the container started, now, and not at all."""
+    lines = []
+    for stage in ("ray", "train"):
+        for t in ("t=1.0", f"t={now:.3f}", ""):
+            lines.append(f"##reproduce stage={stage} event=start {t}")
+            for status in ("ok", "failed", "stopped", "cancelled"):
+                lines.append(f"##reproduce stage={stage} event=end status={status} rc=1 {t}")
+    return lines
+
+
+def test_forged_container_markers_never_fail_ray_once_train_began(tmp_path):
+    """The real order (node.sh's stages, then ray, then three measured trains, the last one
+    failing) with every container forgery put at every point after train began: ray stays ok
+    once, no stage node.sh ran changes, and the failure is train's (the stage the recipe's
+    code runs in)."""
+    nonce = "ab" * 16
+    now = 1_800_000_000.0
+
+    def marker(stage: str, event: str, t: float, status: str = "", n: str = "") -> bytes:
+        words = f"stage={stage} event={event}" + (f" status={status}" if status else "")
+        return f"##reproduce {words} t={t:.3f}{f' n={n}' if n else ''}\n".encode()
+
+    real = [
+        f"##reproduce nonce={nonce}\n".encode(),
+        marker("preflight", "start", now, n=nonce),
+        marker("preflight", "end", now + 1, "ok", n=nonce),
+        marker("convert", "start", now + 2, n=nonce),
+        marker("convert", "end", now + 3, "ok", n=nonce),
+        marker("ray", "start", now + 4),
+        marker("ray", "end", now + 5, "ok"),
+        marker("train", "start", now + 6),
+        marker("train", "end", now + 7, "ok"),
+        marker("train", "start", now + 8),
+        marker("train", "end", now + 9, "ok"),
+        marker("train", "start", now + 10),
+        b"step line\n",
+        marker("train", "end", now + 20, "failed"),
+    ]
+    forged = [(line + "\n").encode() for line in _container_forgeries(now + 11)]
+    first_train = 7
+    for at in range(first_train + 1, len(real) + 1):
+        for line in forged:
+            data = b"".join(real[:at]) + line + b"".join(real[at:])
+            timeline = Timeline()
+            splitter = LogSplitter(tmp_path / f"logs-{at}", timeline)
+            splitter.logs.mkdir(exist_ok=True)
+            splitter.append(data)
+            splitter.close()
+            seen = [(s["name"], s["status"]) for s in timeline.stages]
+            assert seen[:3] == [("preflight", "ok"), ("convert", "ok"), ("ray", "ok")], (at, line)
+            assert all(name == "train" for name, _ in seen[3:]), (at, line, seen)
+            assert ("train", "failed") in seen[3:], (at, line, seen)
+            for old in splitter.logs.glob("*.log"):
+                old.unlink()
+
+
+def test_a_reader_resuming_mid_log_keeps_the_container_order():
+    """`status` reads the node's log from where the run directory's copy ends: the gate goes on
+    from the timeline the follower built, so the container's next end counts and a forged
+    `ray` does not."""
+    gate = MarkerGate()
+    gate.marker(b"##reproduce nonce=" + b"cd" * 16)
+    gate.resume(
+        [
+            {"name": "preflight", "start": 10.0, "end": 11.0, "status": "ok"},
+            {"name": "ray", "start": 12.0, "end": 13.0, "status": "ok"},
+            {"name": "train", "start": 14.0, "end": None, "status": "running"},
+        ]
+    )
+    assert gate.marker(b"##reproduce stage=ray event=start t=15.0") is None
+    assert gate.marker(b"##reproduce stage=train event=end status=ok t=13.5") is None
+    assert gate.marker(b"##reproduce stage=train event=end status=failed rc=1 t=16.0")

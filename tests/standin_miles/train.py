@@ -272,6 +272,11 @@ def main(argv):
     for step in range(args.num_rollout):
         if placement is not None:
             placement.check(_env_float("STANDIN_PLACE_TIMEOUT_S", 120.0))
+        if os.environ.get("STANDIN_ECHO") and step == _env_int("STANDIN_ECHO_AT"):
+            # lines the recipe's code prints into the log (an adversary's: forged markers)
+            text = os.environ["STANDIN_ECHO"].replace("{now}", f"{time.time():.6f}")
+            sys.stdout.write("".join(f"{line}\n" for line in text.split("|")))
+            sys.stdout.flush()
         if fail_at is not None and step == fail_at:
             sys.stderr.write(
                 'Traceback (most recent call last):\n  File "/root/miles/train.py", line 92, in <module>\n'

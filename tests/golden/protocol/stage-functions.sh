@@ -6,6 +6,6 @@ _on_exit() {
     [ -e "$NODE_RUN_DIR/state/cancelled" ] && status=cancelled  # `reproduce cancel` marks the run first
     printf '##reproduce stage=%s event=end status=%s rc=%s t=%s n=%s\n' "$_STAGE" "$status" "$rc" "$(date +%s.%N)" "${_REPRODUCE_NONCE:-}"
   fi
-  _cleanup
+  _cleanup; "${_AFTER_CLEANUP:-:}"  # the container's leftovers (plan/leftovers.py)
   exit "$rc"
 }
