@@ -5,7 +5,7 @@ cluster of a recorded run from run.json (`from_record`). Both go through `BACKEN
 is added in one line here plus its module, which exposes
 
     from_plan(plan: Plan, options: LaunchOptions, run_dir: Path) -> Cluster
-    from_record(record: Mapping[str, Any]) -> Cluster
+    from_record(record: Mapping[str, Any][, run_dir: Path]) -> Cluster
 
 Modules are imported only when a run needs them: the dry run never loads boto3 or paramiko.
 """
@@ -108,14 +108,23 @@ def from_plan(plan: Plan, options: LaunchOptions, run_dir: Path) -> Cluster:
     return cluster
 
 
-def from_record(record: Mapping[str, Any]) -> Cluster:
-    """The cluster of a recorded run (run.json's `cluster`): it reaches and releases its nodes."""
+def from_record(record: Mapping[str, Any], run_dir: Path | None = None) -> Cluster:
+    """The cluster of a recorded run (run.json's `cluster`): it reaches and releases its nodes.
+
+    `run_dir` (absolute) is the run directory the record is read from: a backend whose
+    `from_record` takes it reads the paths its record holds against it, never against the
+    directory the command runs in."""
     kind = record.get("kind")
     if not isinstance(kind, str) or kind not in BACKENDS:
         raise BadInput(f"run.json names no cluster kind this launcher has ({kind!r})")
     module = backend(kind)
     if not hasattr(module, "from_record"):
         raise BadInput(f"cluster kind {kind!r} cannot be reattached (no from_record)")
+    import inspect
+
+    if run_dir is not None and "run_dir" in inspect.signature(module.from_record).parameters:
+        made: Cluster = module.from_record(record, run_dir=Path(run_dir).absolute())
+        return made
     cluster: Cluster = module.from_record(record)
     return cluster
 

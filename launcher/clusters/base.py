@@ -43,6 +43,7 @@ class LaunchOptions:
     keep: bool = False  # leave launched nodes running after the run (aws --keep)
     owner: str = "unknown"  # who launches: tags and names carry it, as the dry run printed
     price_per_hour: float | None = None  # one node's price decided for the run (aws.json, --keep)
+    shared: bool = False  # a nightly's node, lent to several runs: no run's end may end it
 
 
 @dataclass(frozen=True)

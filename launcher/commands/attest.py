@@ -22,11 +22,9 @@ from launcher.excerpt import printable
 
 def _directory(ref: str, runs_root: Path | None) -> Path:
     """A directory given by path (a run directory or a `measure --out` one), or a run id."""
-    if Path(ref).is_dir():
-        return Path(ref)
     from launcher.records.rundir import RunDir
 
-    return RunDir.find(ref, runs_root).path
+    return RunDir.target(ref, runs_root)
 
 
 def _signing_key(key: Path | None) -> tuple[Path, Any]:
@@ -86,7 +84,9 @@ def verify_target(target: Path, key: Path | None) -> dict[str, Any]:
 
 def run_verify(target: Path, key: Path | None, json_out: bool) -> int:
     try:
-        out = verify_target(target, key)
+        from launcher.records.rundir import RunDir
+
+        out = verify_target(RunDir.target(target), key)
     except ReproduceError as err:
         if json_out:
             print(json.dumps({"verified": False, "error": str(err), "exit_code": err.exit_code}))

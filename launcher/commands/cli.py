@@ -141,8 +141,8 @@ def validate(
 def measure_cmd(
     log: Path = typer.Argument(
         ...,
-        help="one miles log file, or a run directory (one with run.json; its artifacts are "
-        "written there)",
+        help="one miles log file, a run directory (one with run.json; its artifacts are "
+        "written there), or a run id",
     ),
     recipe: Path | None = typer.Option(
         None,
@@ -192,8 +192,8 @@ def measure_cmd(
 
 
 def compare_cmd(
-    candidate: Path = typer.Argument(..., help="candidate run directory or log"),
-    reference: Path = typer.Argument(..., help="reference run directory or log"),
+    candidate: Path = typer.Argument(..., help="candidate run directory, run id or log"),
+    reference: Path = typer.Argument(..., help="reference run directory, run id or log"),
     json_out: o.Json = False,
     allow_different: bool = typer.Option(
         False,

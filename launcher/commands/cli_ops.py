@@ -280,7 +280,9 @@ def attest_cmd(
 
 
 def verify_cmd(
-    target: Path = typer.Argument(..., help="An attested directory, or a bundle (.tar.gz)."),
+    target: Path = typer.Argument(
+        ..., help="An attested directory, a run id, or a bundle (.tar.gz)."
+    ),
     key: o.Key = None,
     json_out: o.Json = False,
 ) -> None:

@@ -36,9 +36,10 @@ def run_history(
     """`reproduce history`: exit 0, or 1 when the latest run is a regression."""
     if limit < 1:
         raise BadInput(f"--limit must be at least 1, got {limit}.")
-    path = db if db is not None else default_history_path(runs_dir)
+    path = db if db is not None else default_history_path()
     imported: dict[str, Any] | None = None
-    with History(path) as hist:
+    # a query makes no file: only --import (or a run's end) creates the database
+    with History(path, create=import_dir is not None) as hist:
         if import_dir is not None:
             recorded, skipped = hist.import_runs(import_dir)
             imported = {

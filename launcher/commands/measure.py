@@ -18,6 +18,7 @@ from launcher.judge.convergence import check, loss_curve
 from launcher.judge.gate import LogEvidence, argument_differences
 from launcher.judge.verdict import DEFAULT_TOLERANCE_PERCENT, Tolerance
 from launcher.pages.report import render_convergence, render_summary
+from launcher.records.rundir import RunDir
 from launcher.results.evaluate import (
     RECIPE_FILE,
     check_input,
@@ -44,7 +45,7 @@ def run_measure(
 ) -> int:
     """Print the figures and the verdict; 0 when reproduced, 2 when the log could not be read,
     else 1. BadInput propagates."""
-    log = check_input(log)
+    log = check_input(RunDir.target(log))
     if recipe is None:
         if not (log.is_dir() and (log / RECIPE_FILE).is_file()):
             raise BadInput(
@@ -129,8 +130,8 @@ def run_compare(
     (by their recipe.yaml, or by the arguments both printed) are refused (BadInput) unless
     allowed: their loss curves passing the check would say nothing about either recipe.
     """
-    cand = read_log(check_input(candidate))
-    ref = read_log(check_input(reference))
+    cand = read_log(check_input(RunDir.target(candidate)))
+    ref = read_log(check_input(RunDir.target(reference)))
     for ev in (cand, ref):
         if ev.unreadable:
             raise BadInput(f"{ev.path}: {ev.unreadable}")

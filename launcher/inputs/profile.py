@@ -178,6 +178,7 @@ class AwsProfile(Profile, _Reach):
     efa_layout: str
     elastic_ip: bool
     self_terminate: bool
+    run_end_grace_s: float  # the instance ends itself this long after its run ends
     ready_timeout_s: float
     host_key_wait_s: float
     tags: dict[str, Any]

@@ -12,6 +12,7 @@ import hashlib
 import posixpath
 import re
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from launcher.errors import BadInput
@@ -60,14 +61,14 @@ class Plan(Placement):
         return {
             "run_id": self.run_id,
             "recipe": {
-                "path": str(self.recipe.path),
+                "path": str(Path(self.recipe.path).absolute()),  # the same from any directory
                 "slug": self.recipe.slug,
                 "sha256": hashlib.sha256(self.recipe.text.encode()).hexdigest(),
             },
             "profile": {
                 "name": self.profile.name,
                 "kind": self.profile.kind,
-                "path": str(self.profile.path),
+                "path": str(Path(self.profile.path).absolute()),
             },
             "image": self.image_ref,
             **({"built_image": self.built_image.to_dict(self.recipe)} if self.built_image else {}),

@@ -13,9 +13,13 @@ known to be terminated:
   $REPRODUCE_HOME/billing/<run id>.json, so the next plain `runs` shows it (with its time)
   instead of the older guess.
 
-The cost so far of a node that still exists runs from the run's acquisition until now (a kept
-node bills after its run's release), at the price the run decided once (run.json `price`; else the
-cost gate's, run.json `cost`).
+What an aws run's nodes cost is each instance's own lifetime as AWS states it, its LaunchTime to
+its termination (launcher/clusters/aws/lifetime.py keeps both in aws.json and in the refresh
+answer), times the price the run decided once (run.json `price`; else the cost gate's, run.json
+`cost`): `lifetime_cost`. A node that still exists costs until now (a kept node bills after its
+run's release); once every instance has ended the cost is frozen, whoever ended it and whenever
+the run's own record stopped. Without AWS's times (an older record, a launcher killed before it
+saw any) the cost runs from the run's acquisition, as before.
 `cost_report` sums what every run cost, by recipe and by cluster profile.
 """
 
@@ -98,6 +102,79 @@ def _texts(value: Any) -> list[str]:
     return [i for i in value if isinstance(i, str)] if isinstance(value, list) else []
 
 
+LIFETIMES = "lifetimes"  # launcher/clusters/aws/lifetime.py's KEY: named here, a layer below
+
+
+def _lifetimes_in(data: Any) -> dict[str, dict[str, float]]:
+    """The lifetimes of an aws.json or a refresh answer, typed: {id: {launched_at, terminated_at}}
+    with only finite numbers kept (a file read back is anyone's)."""
+    found = data.get(LIFETIMES) if isinstance(data, dict) else None
+    out: dict[str, dict[str, float]] = {}
+    for iid, entry in (found if isinstance(found, dict) else {}).items():
+        if not isinstance(iid, str) or not isinstance(entry, dict):
+            continue
+        times = {
+            k: float(v)
+            for k, v in entry.items()
+            if k in ("launched_at", "terminated_at")
+            and isinstance(v, (int, float))
+            and not isinstance(v, bool)
+            and v == v
+            and abs(v) < 1e12
+        }
+        out[iid] = times
+    return out
+
+
+def known_lifetimes(rd: RunDir, run_id: str) -> dict[str, dict[str, float]]:
+    """Every launch and end AWS stated for the run's instances: aws.json's (teardown saw them)
+    and the last refresh's, a time once known kept."""
+    try:
+        own = nodejson.load_file(rd.path / Files.AWS)
+    except nodejson.NodeJSONError:
+        own = None
+    merged = _lifetimes_in(own)
+    for iid, times in _lifetimes_in(_refreshed(run_id)).items():
+        entry = merged.setdefault(iid, {})
+        for key, value in times.items():
+            entry.setdefault(key, value)
+    return merged
+
+
+def lifetime_cost(
+    rd: RunDir, run_id: str, price: float | None, alive: Iterable[str], now: float
+) -> float | None:
+    """The run's nodes' cost: sum of each launched instance's lifetime (AWS's LaunchTime to its
+    termination; to `now` for one in `alive`) x `price` per node-hour. None when a launched
+    instance's launch, or the end of one not alive, is not known: the caller then falls back."""
+    if price is None:
+        return None
+    try:
+        own = nodejson.load_file(rd.path / Files.AWS)
+    except nodejson.NodeJSONError:
+        return None
+    if not isinstance(own, dict):
+        return None
+    targeted = set(_texts(own.get("targeted")))
+    launched = [
+        i for i in dict.fromkeys(_texts(own.get("instances")) + _texts(own.get("terminated")))
+        if i not in targeted
+    ]  # fmt: skip
+    if not launched:
+        return None
+    times = known_lifetimes(rd, run_id)
+    living = set(alive)
+    seconds = 0.0
+    for iid in launched:
+        entry = times.get(iid, {})
+        start = entry.get("launched_at")
+        end = now if iid in living else entry.get("terminated_at")
+        if start is None or end is None:
+            return None
+        seconds += max(0.0, end - start)
+    return seconds / 3600.0 * price
+
+
 def _refreshed(run_id: str) -> dict[str, Any] | None:
     try:
         data = nodejson.load_file(refresh_path(run_id))
@@ -152,8 +229,8 @@ def billing_of(
         float(price) if isinstance(price, (int, float)) and not isinstance(price, bool) else None
     )
     since = rd.timeline().acquired_at
-    so_far = None
-    if price is not None and since is not None:
+    so_far = lifetime_cost(rd, str(record.get("run_id")), price, instances, now)
+    if so_far is None and price is not None and since is not None:
         so_far = max(0.0, now - since) / 3600.0 * price * len(instances)
     return Billing(instances, source, checked, region, price, since, so_far)
 

@@ -140,29 +140,31 @@ _INSERT = (
 )
 
 
-def default_history_path(runs_root: Path | None = None) -> Path:
-    """$REPRODUCE_HISTORY, else <runs root>/history.sqlite (the runs root: --runs-dir,
-    $REPRODUCE_RUNS_DIR, else ./runs)."""
+def default_history_path() -> Path:
+    """$REPRODUCE_HISTORY, else history.sqlite in the user's state directory
+    (launcher/records/state.py): the same file from any directory, whichever runs root a run
+    used, as the run index is."""
     env = os.environ.get(HISTORY_ENV)
     if env:
-        return Path(env)
-    return Path(runs_root if runs_root is not None else _runs_root()) / "history.sqlite"
+        return Path(env).expanduser().absolute()
+    from launcher.records import state
 
-
-def _runs_root() -> Path:
-    from launcher.records.rundir import default_runs_root
-
-    return default_runs_root()
+    return state.home().absolute() / "history.sqlite"
 
 
 class History:
     """The history database; the schema is created on first use."""
 
-    def __init__(self, path: Path | None = None) -> None:
+    def __init__(self, path: Path | None = None, *, create: bool = True) -> None:
+        """`create=False` (a query): a database that does not exist yet is not made; the query
+        works on an empty one in memory, and no file is left behind."""
         self.path = Path(path) if path is not None else default_history_path()
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.conn = sqlite3.connect(str(self.path), timeout=BUSY_TIMEOUT_S)
+            if create or self.path.exists():
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self.conn = sqlite3.connect(str(self.path), timeout=BUSY_TIMEOUT_S)
+            else:
+                self.conn = sqlite3.connect(":memory:")
         except (OSError, sqlite3.Error) as err:
             raise BadInput(f"history database {self.path}: cannot open: {err}") from None
         self.conn.row_factory = sqlite3.Row
@@ -569,11 +571,18 @@ def runs_of_recipe(
 ) -> list[RunRow]:
     """The runs of `slug`, oldest first; BadInput naming the recorded recipes when there is none.
 
-    Runs made by `reproduce RECIPE` join the history here: the recipe's own directory under the
-    runs root (<runs root>/<slug>) is indexed first.
+    Runs made by `reproduce RECIPE` join the history here: the recipe's runs the user's run index
+    knows (launcher/records/state.py, from any directory) are indexed first, and those under
+    `runs_dir`/<slug> when a runs root is given.
     """
-    own = (Path(runs_dir) if runs_dir is not None else _runs_root()) / slug
-    if own.is_dir():
+    from launcher.records import state
+
+    found, _bad = state.entries()
+    for entry in found:
+        if entry.slug == slug and entry.present:
+            hist.import_runs(entry.run_dir)
+    own = Path(runs_dir) / slug if runs_dir is not None else None
+    if own is not None and own.is_dir():
         hist.import_runs(own)
     rows = hist.runs(slug, cluster=cluster)
     if not rows:

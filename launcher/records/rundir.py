@@ -296,7 +296,10 @@ class RunDir:
     """One run's directory; every file the run writes goes through here."""
 
     def __init__(self, path: Path) -> None:
-        self.path = Path(path)
+        # absolute from the start: every path a run records or prints derives from this one, and
+        # a record must mean the same from any directory (docs/operator.md, "No record of a run
+        # depends on the directory")
+        self.path = Path(path).absolute()
 
     # --- creating and finding ---
 
@@ -400,6 +403,58 @@ class RunDir:
                 "give the directory"
             )
         return cls(hits[0])
+
+    @classmethod
+    def target(cls, ref: str | Path, root: Path | None = None) -> Path:
+        """What a command that takes "a run" (`measure`, `compare`, `verify`, `attest`, as
+        `status`, `attach` and `cancel` do) was given, as an absolute path: a file or directory
+        that exists (a run directory, a log, a bundle) as it is, else a run id found as `find`
+        finds it, from any directory."""
+        as_path = Path(ref).expanduser()
+        if as_path.exists() or "/" in str(ref):  # a path: the command says what is missing
+            return as_path.absolute()
+        return cls.find(str(ref), root).path
+
+    def recorded_path(self, value: str, what: str) -> Path:
+        """A path this run recorded, as it was meant from any directory: absolute as it is;
+        relative to the run directory (how a run records a path of its own); or, in a record
+        written before that rule, relative to the directory the run was launched from
+        (`runs/<slug>/<run>/aws.json`), recognised by the run directory's own name in it and
+        read inside the run directory. BadInput naming run.json, the field and the value when
+        it is none of these (a silent miss would end nothing and say nothing)."""
+        path = Path(value)
+        if path.is_absolute() and (path.exists() or self.path.name not in path.parts[:-1]):
+            return path
+        if self.path.name in path.parts[:-1]:  # an older relative one, or the directory moved
+            at = len(path.parts) - 1 - path.parts[::-1].index(self.path.name)
+            return self.path.joinpath(*path.parts[at + 1 :])
+        if ".." in path.parts:
+            raise BadInput(
+                f"{self.path / Files.RUN}: {what} is {value!r}, which is neither absolute nor "
+                "inside the run directory; the record cannot say where it is.",
+                hint="Give the run by its directory, or fix the path in run.json by hand.",
+            )
+        return self.path / path
+
+    def instance_ids(self) -> list[str]:
+        """The cloud instance ids run.json's nodes name (meta.instance_id), each once."""
+        data = self.record()
+        ids: list[str] = []
+        for node in data.get("nodes") or [data.get("node") or {}]:
+            meta = node.get("meta") if isinstance(node, dict) else None
+            iid = meta.get("instance_id") if isinstance(meta, dict) else None
+            if isinstance(iid, str) and iid not in ids:
+                ids.append(iid)
+        return ids
+
+    def own_path(self, path: Path) -> str:
+        """How a run records one of its paths: relative to the run directory when inside it
+        (the record still holds when the directory is moved), else absolute."""
+        full = Path(path).absolute()
+        try:
+            return str(full.relative_to(self.path))
+        except ValueError:
+            return str(full)
 
     # --- files ---
 

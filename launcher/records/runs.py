@@ -19,7 +19,7 @@ from typing import Any
 from launcher.catalog import Price
 from launcher.errors import BadInput
 from launcher.excerpt import open_regular
-from launcher.records.billing import Billing, last_known
+from launcher.records.billing import Billing, last_known, lifetime_cost
 from launcher.records.nodejson import Fields
 from launcher.records.rundir import FINAL_STATES, TRAIN_STAGE, Files, RunDir, read_yaml
 
@@ -77,6 +77,10 @@ class RunSummary:
         return self
 
 
+def cluster_kind(record: Fields) -> str:
+    return record.obj("cluster").text("kind") or ""
+
+
 def run_dirs(root: Path) -> list[Path]:
     """Every run directory under the runs root (<root>/<recipe slug>/<run>/run.json), oldest
     first by name (run directory names start with their UTC start time)."""
@@ -121,6 +125,11 @@ def summarize(path: Path, now: float | None = None) -> RunSummary:
     if gpu_hours is None and elapsed is not None and gpus:
         gpu_hours = elapsed / 3600.0 * nodes * gpus
     usd = None if price is None or elapsed is None else elapsed / 3600.0 * nodes * price
+    if cluster_kind(record) == "aws":  # the instances' own lifetimes, as AWS states them
+        believed = last_known(rd, now)
+        alive = believed.instances if believed is not None else {}
+        by_aws = lifetime_cost(rd, record.word("run_id"), price, alive, now)
+        usd = by_aws if by_aws is not None else usd
     step, total = train_progress(rd)
     cluster = record.obj("cluster")
     return RunSummary(

@@ -202,11 +202,17 @@ def outcome_of(run: RecipeRun, assessment: Assessment) -> str:
 
 
 def exit_code_of(entries: Sequence[NightlyEntry]) -> int:
-    """Precedence: 130 interrupted > 1 regression/check/invalid > 3 infra/error > 0."""
+    """Precedence: 130 interrupted > 1 regression/check/invalid > 3 infra/error > 0.
+
+    A suspect run (one miss, not yet a regression) whose own verdict is not "reproduced" (its
+    run exited 1: slower, faster, mismatch...) is a 1 too: for cron the exit code is the one
+    signal, and the README promises 1 for any verdict other than reproduced."""
     outcomes = {e.outcome for e in entries}
     if "interrupted" in outcomes:
         return 130
     if outcomes & {"regression", "check failed", "invalid"}:
+        return 1
+    if any(e.outcome == "suspect" and e.run.code == 1 for e in entries):
         return 1
     if outcomes & {"infra", "error"}:
         return 3
@@ -254,7 +260,7 @@ def nightly(
 
         signing_key = load_signing_key(attest_key)  # BadInput now, before anything is paid for
     root = Path(runs_dir) if runs_dir is not None else default_runs_root()
-    db_path = Path(history) if history is not None else default_history_path(root)
+    db_path = Path(history) if history is not None else default_history_path()
     result = NightlyResult()
     started = time.time()  # the night's start (its page shows start and end)
     db: History | None = None
@@ -288,7 +294,9 @@ def nightly(
     if result.history_error and result.exit_code == 0:
         result.exit_code = 3  # nothing regressed that could be seen, but the trend was not checked
     stamp = now if now is not None else time.time()
-    result.summary_path = write_summary(root, result, profile.name, db_path, stamp)
+    result.summary_path = write_summary(
+        root, result, profile.name, db_path, stamp, started=min(started, stamp)
+    )
     echo(summary_text(result.entries))
     if result.history_error:
         echo(f"history not used: {result.history_error}")
@@ -488,14 +496,23 @@ def summary_text(entries: Sequence[NightlyEntry]) -> str:
 
 
 def write_summary(
-    root: Path, result: NightlyResult, cluster: str, db_path: Path, stamp: float
+    root: Path,
+    result: NightlyResult,
+    cluster: str,
+    db_path: Path,
+    stamp: float,
+    *,
+    started: float | None = None,
 ) -> Path:
-    """runs/nightly-<UTC date>.md (a second nightly on the same date replaces it)."""
+    """runs/nightly-<UTC date>.md (a second nightly on the same date replaces it). `stamp`: when
+    the night ended (it dates the file); `started`: when it began (its "Started" line)."""
+    began = stamp if started is None else started
     date = time.strftime("%Y-%m-%d", time.gmtime(stamp))
     lines = [
         f"# Nightly {date} (cluster {cluster})",
         "",
-        f"Started {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(stamp))} UTC; history {db_path}; "
+        f"Started {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(began))} UTC, ended "
+        f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(stamp))} UTC; history {db_path}; "
         f"exit code {result.exit_code}.",
         "",
         *([f"**History not used**: {result.history_error}", ""] if result.history_error else []),

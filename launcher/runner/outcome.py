@@ -171,10 +171,12 @@ def detached_message(rd: RunDir, cluster: object) -> str:
         price = (record.get("cost") or {}).get("price_per_hour")
         nodes = (record.get("cost") or {}).get("nodes") or 1
         rate = price * nodes if isinstance(price, (int, float)) else None
+        after = getattr(cluster, "node_after_run", None)
+        then = f": {after()}" if callable(after) else ""
         cost = (
-            f"; its node keeps billing (about ${rate:,.2f}/h) until the run ends"
+            f"; its node keeps billing (about ${rate:,.2f}/h) while it runs{then}"
             if rate
-            else "; its node keeps billing until the run ends"
+            else f"; its node keeps billing while it runs{then}"
         )
     return (
         f"detached: run {run_id} goes on on the node{cost}.\n"

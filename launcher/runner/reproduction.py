@@ -130,7 +130,14 @@ def prepare(recipe_path: str | Path, options: Options) -> Prepared:
         from launcher.clusters.aws import provisioning_calls
 
         provisioning = tuple(
-            provisioning_calls(recipe, profile, run_id, owner=who, now=datetime.now(UTC))
+            provisioning_calls(
+                recipe,
+                profile,
+                run_id,
+                owner=who,
+                now=datetime.now(UTC),
+                keep=bool(getattr(options, "keep", False)),
+            )
         )
     from launcher.plan import claimruns
 

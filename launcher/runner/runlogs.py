@@ -68,7 +68,7 @@ def open_execution(rd: RunDir, index: int) -> Any:
 
     record = rd.record()
     nodes = [Node(**n) for n in recorded_nodes(record)]
-    cluster = clusters.from_record(record["cluster"])
+    cluster = clusters.from_record(record["cluster"], rd.path)
     place = place_of(
         nodes[index],
         index,

@@ -123,7 +123,10 @@ class Runner:
             node_script=plan.node_script,
         )
         launch = LaunchOptions(
-            keep=options.keep, owner=prepared.owner, price_per_hour=gate.price_per_hour
+            keep=options.keep,
+            owner=prepared.owner,
+            price_per_hour=gate.price_per_hour,
+            shared=held is not None,
         )
         cluster = (
             clusters.from_plan(plan, launch, run_dir.path)
@@ -137,7 +140,7 @@ class Runner:
                 plan, run_dir, cluster, budget=budget, secrets=staging.secrets_for(profile)
             )
         finally:
-            record_history(run_dir.path, root, warn=self.reporter.warn)
+            record_history(run_dir.path, warn=self.reporter.warn)
             write_run_page_safely(run_dir.path, warn=self.reporter.warn)
             say_trust(run_dir.path, self.reporter)
 
@@ -198,7 +201,7 @@ class Runner:
                 raise BadInput(
                     f"run {rd.path} never reached a node (state {state}); nothing to attach to."
                 )
-            cluster = clusters.from_record(record["cluster"])
+            cluster = clusters.from_record(record["cluster"], rd.path)
             budget = None
             if record.get("budget"):  # the limits the run started with still hold after attach
                 budget = Budget(**record["budget"])
@@ -236,7 +239,7 @@ class Runner:
             rd.set_status("cancelled", "cancelled before it reached a node")
             say_trust(rd.path, self.reporter)
             return rd
-        run = self._session(rd, clusters.from_record(record["cluster"]), None, None)
+        run = self._session(rd, clusters.from_record(record["cluster"], rd.path), None, None)
         run.connect(_recorded_nodes(record))
         try:
             run.cancel_on_nodes()
@@ -294,22 +297,20 @@ def say_trust(run_dir: Path, reporter: Reporter) -> None:
 
 def record_history(
     run_dir: Path,
-    runs_root: Path | None = None,
     *,
     warn: Callable[[str], Any] | None = None,
 ) -> None:
     """Every finished run joins its recipe's history; a detached one later, when attach ends it.
 
-    The history lives in the runs root the run directory belongs to (<root>/<slug>/<run id>).
+    The history is the user's one database (launcher/records/history.py,
+    `default_history_path`), whatever runs root or directory the run was made from.
     """
     from launcher.records.history import default_history_path, record
 
     try:
         rd = RunDir(run_dir)
-        if runs_root is None:
-            runs_root = run_dir.parents[len(rd.record()["slug"].split("/"))]
         if rd.status().get("state") in FINAL_STATES:
-            record(run_dir, default_history_path(runs_root))
+            record(rd.path, default_history_path())
     except Exception as err:  # noqa: BLE001 - the run's own outcome matters more than its history
         if warn is not None:
             warn(f"warning: the run was not added to the history: {err}")

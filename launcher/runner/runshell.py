@@ -151,7 +151,7 @@ def hops_for(rd: RunDir, index: int) -> tuple[list[Hop], str]:
             f"run {rd.path.name} has ended ({state}) and its instance was ended with it: there "
             "is no node to open a shell on."
         )
-    cluster = clusters.from_record(record["cluster"])
+    cluster = clusters.from_record(record["cluster"], rd.path)
     transport = cluster.transport(nodes[index])
     try:
         return _verified_hops(transport, rd.run_id, index), place.node_run_dir

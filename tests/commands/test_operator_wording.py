@@ -135,5 +135,12 @@ def test_a_kept_runs_detach_message_says_it_bills(tmp_path):
             return "reproduce down X"
 
     text = detached_message(rd, Paid())
-    assert "its node keeps billing (about $126.59/h) until the run ends" in text
+    assert "its node keeps billing (about $126.59/h) while it runs" in text
+
+    class Ends(Paid):
+        def node_after_run(self) -> str:
+            return "it ends itself 10 min after the run ends"
+
+    said = detached_message(rd, Ends())
+    assert "while it runs: it ends itself 10 min after the run ends" in said
     assert "keeps billing" not in detached_message(rd, object())

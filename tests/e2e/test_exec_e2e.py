@@ -6,8 +6,10 @@ unreachable host and an unknown host key give exit 3 with the cause, and leave n
 from __future__ import annotations
 
 import json
+import os
 import socket
 import time
+from pathlib import Path
 
 import pytest
 from support.docker import containers_named
@@ -61,8 +63,8 @@ def test_reproduce_recipe_over_ssh_end_to_end(sshd, test_image, container_run_ar
     from launcher.records.history import runs as history_runs
 
     (row,) = history_runs(
-        load_recipe(recipe).slug, db=runs / "history.sqlite"
-    )  # joined its history
+        load_recipe(recipe).slug, db=Path(os.environ["REPRODUCE_HOME"]) / "history.sqlite"
+    )  # joined the user's history
     assert row.verdict == "reproduced" and row.run_id == rd.name
     assert (
         containers_named(f"reproduce-{json.loads((rd / 'run.json').read_text())['run_id']}") == []

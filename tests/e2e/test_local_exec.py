@@ -119,10 +119,10 @@ def test_run_survives_launcher_death_and_attach_continues_exactly(tmp_path, runs
     assert rd.status()["state"] == "done"
     from launcher.records.history import runs as history_runs
 
-    # the run ended while attached, so attach added it to its runs root's history
-    assert [r.run_id for r in history_runs("test/local", db=runs_root / "history.sqlite")] == [
-        rd.run_id
-    ]
+    # the run ended while attached, so attach added it to the user's history (state directory)
+    home = Path(os.environ["REPRODUCE_HOME"])
+    assert [r.run_id for r in history_runs("test/local", db=home / "history.sqlite")] == [rd.run_id]
+    assert not (runs_root / "history.sqlite").exists()
 
 
 def test_cancel_stops_the_process_group_and_nothing_else(tmp_path, runs_root):

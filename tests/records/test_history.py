@@ -361,15 +361,16 @@ def test_cli_history_unknown_slug_is_bad_input_without_traceback(tmp_path):
     assert "no runs of 'no/such/recipe'" in proc.stderr and "Traceback" not in proc.stderr
 
 
-def test_cli_history_indexes_the_recipes_own_run_directories_first(tmp_path):
-    """Runs made by plain `reproduce RECIPE` (never recorded) show up: <runs dir>/<slug>/ is indexed."""
+def test_cli_history_indexes_the_recipes_own_run_directories_first(tmp_path, reproduce_home):
+    """Runs made by plain `reproduce RECIPE` (never recorded) show up: <runs dir>/<slug>/ is
+    indexed. The default history is the user's state directory's, and a query creates no file."""
     root = build_history(tmp_path, [1000.0, 1002.0, 998.0, 700.0], 700.0, claim=1000.0)
-    proc = cli(
-        "history", SLUG, "--runs-dir", root, "--json"
-    )  # default history: <runs dir>/history.sqlite
+    proc = cli("history", SLUG, "--runs-dir", root, "--json")
     assert proc.returncode == 1, proc.stderr
     data = json.loads(proc.stdout)
-    assert len(data["runs"]) == 5 and data["history"] == str(root / "history.sqlite")
+    assert len(data["runs"]) == 5 and data["history"] == str(reproduce_home / "history.sqlite")
+    assert not (reproduce_home / "history.sqlite").exists()
+    assert not (root / "history.sqlite").exists()
     assert data["latest"]["claim_regression"] and data["latest"]["trend_regression"]
 
 

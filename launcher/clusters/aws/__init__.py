@@ -68,6 +68,7 @@ def from_plan(
         plan.profile,
         plan.run_id,
         keep=bool(getattr(options, "keep", False)),
+        shared=bool(getattr(options, "shared", False)),
         instance_id=plan.profile.instance_id if isinstance(plan.profile, AwsProfile) else None,
         owner=str(getattr(options, "owner", "unknown")),
         price_per_hour=getattr(options, "price_per_hour", None),
@@ -107,8 +108,14 @@ def live_price(recipe: Any, profile: Any, fallback: Any) -> tuple[Any, str | Non
     return look(recipe, profile, fallback)
 
 
-def from_record(record: Mapping[str, Any], *, log: Callable[[str], Any] = print) -> AwsCluster:
-    """The cluster of a recorded run (run.json): transports to its nodes, a release to end them."""
+def from_record(
+    record: Mapping[str, Any],
+    *,
+    run_dir: Path | None = None,
+    log: Callable[[str], Any] = print,
+) -> AwsCluster:
+    """The cluster of a recorded run (run.json): transports to its nodes, a release to end them.
+    `run_dir`: where the record was read, which its aws.json path is read against."""
     from launcher.clusters.aws.cluster import AwsCluster
 
-    return AwsCluster.from_record(record, log=log)
+    return AwsCluster.from_record(record, run_dir=run_dir, log=log)

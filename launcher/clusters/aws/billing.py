@@ -14,10 +14,18 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from launcher.clusters.aws import lifetime
 from launcher.errors import BadInput
 from launcher.records import nodejson
 from launcher.records.atomic import write_atomic
-from launcher.records.billing import LIVE_STATES, Billing, aws_facts, billing_of, refresh_path
+from launcher.records.billing import (
+    LIVE_STATES,
+    Billing,
+    aws_facts,
+    billing_of,
+    known_lifetimes,
+    refresh_path,
+)
 from launcher.records.rundir import Files, RunDir
 
 
@@ -48,11 +56,14 @@ def refresh(
         _same_account(aws, region, runs, caller_account)
         ec2 = aws.client("ec2", region_name=region)
         states: dict[str, str] = {}
+        lifetimes: dict[str, Any] = {}
+        seen = time.time()
         try:
             pages = ec2.get_paginator("describe_instances").paginate(
                 Filters=[{"Name": "instance-id", "Values": ids}]
             )
             for page in pages:
+                lifetimes = lifetime.noted(page, lifetimes, seen)
                 for reservation in page.get("Reservations", []):
                     for inst in reservation.get("Instances", []):
                         states[str(inst["InstanceId"])] = str(inst["State"]["Name"])
@@ -64,7 +75,11 @@ def refresh(
         checked = time.time() if now is None else now
         for rd, found in runs:
             mine_now = {i: states.get(i, "terminated") for i in found}  # not listed: long gone
-            _keep_answer(str(rd.record().get("run_id")), region, checked, mine_now)
+            own = known_lifetimes(rd, str(rd.record().get("run_id")))
+            for iid in found:  # a time once known is kept: AWS stops listing an ended one
+                for key, value in lifetimes.get(iid, {}).items():
+                    own.setdefault(iid, {}).setdefault(key, value)
+            _keep_answer(str(rd.record().get("run_id")), region, checked, mine_now, own)
             live = {i: s for i, s in mine_now.items() if s in LIVE_STATES}
             out[str(rd.path)] = billing_of(rd, rd.record(), live, "cloud", checked, region, now)
     return out
@@ -98,10 +113,20 @@ def _recorded_account(rd: RunDir) -> str | None:
     return account if isinstance(account, str) and account else None
 
 
-def _keep_answer(run_id: str, region: str, checked: float, states: dict[str, str]) -> None:
-    """The cloud's answer for the next plain listing (best effort: a listing never fails on it)."""
+def _keep_answer(
+    run_id: str,
+    region: str,
+    checked: float,
+    states: dict[str, str],
+    lifetimes: dict[str, Any],
+) -> None:
+    """The cloud's answer for the next plain listing (best effort: a listing never fails on it),
+    with each instance's launch and end as AWS stated them (its cost: lifetime.py)."""
     path = refresh_path(run_id)
-    body = json.dumps({"checked_at": checked, "region": region, "instances": states}, indent=2)
+    body = json.dumps(
+        {"checked_at": checked, "region": region, "instances": states, lifetime.KEY: lifetimes},
+        indent=2,
+    )
     try:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         write_atomic(path, body + "\n", mode=0o600)

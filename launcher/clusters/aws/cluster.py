@@ -24,12 +24,19 @@ from launcher.clusters.aws import program
 from launcher.clusters.aws.down import load_state
 from launcher.clusters.aws.executor import Executor, Launch, Mode, wait_until
 from launcher.clusters.aws.session import CallLog, caller_account, make_session, recorded_client
-from launcher.clusters.aws.settings import AwsSettings, settings_from
+from launcher.clusters.aws.settings import AwsSettings, run_end_dir, settings_from
 from launcher.clusters.aws.state import AwsState, state_root, write_launch_record
-from launcher.clusters.aws.teardown import kept_message, leftover_message, safe, teardown
+from launcher.clusters.aws.teardown import (
+    after_run_message,
+    kept_message,
+    leftover_message,
+    safe,
+    teardown,
+    unfound_message,
+)
 from launcher.clusters.base import Node
 from launcher.errors import BadInput, InfraError, ReproduceError
-from launcher.records.rundir import Files
+from launcher.records.rundir import Files, RunDir
 
 if TYPE_CHECKING:
     from launcher.cost.budget import Budget
@@ -64,21 +71,25 @@ class AwsCluster:
         poll_s: float = 5.0,
         now: Callable[[], datetime] | None = None,
         price_per_hour: float | None = None,
+        shared: bool = False,
     ) -> None:
         self.recipe = recipe
         self.price_per_hour = price_per_hour  # the run's decided price (else the catalog's)
         self.profile = profile
         self.run_id = run_id
         self.keep = keep
-        self.settings: AwsSettings | None = (
-            settings_from(recipe, profile) if recipe is not None and profile is not None else None
-        )
+        self.settings: AwsSettings | None = None
+        if recipe is not None and profile is not None:
+            watch = run_end_dir(profile, run_id, keep=keep, shared=shared)  # its run's end
+            self.settings = settings_from(recipe, profile, run_end_watch=watch)
         self.target_id = instance_id or (self.settings.instance_id if self.settings else None)
         self.owner = owner
         self._session = session
         self.ami_resolver = ami_resolver
         self.log = log
-        self.state_path = Path(state_path) if state_path else None
+        self.state_path = Path(state_path).absolute() if state_path else None
+        # a recorded run whose aws.json could not be found: release must not pass for done
+        self.unfound: str | None = None
         self.calls = CallLog(self.state_path.with_name(CALLS_FILE) if self.state_path else None)
         self.operator_cidr = operator_cidr
         self.key_dir = Path(key_dir) if key_dir else state_root() / "keys"
@@ -290,6 +301,8 @@ class AwsCluster:
             self.state.save()
             log(kept_message(self.state, self.down_command(), self.settings))
             return
+        if self.unfound is not None and not self.target_id:
+            raise InfraError(self.unfound)  # what it must end cannot be found: never "released"
         if self.target_id or self.state.data.get("region") is None:
             self._released = True  # targeted only, or stopped before anything could be created
             return
@@ -334,12 +347,22 @@ class AwsCluster:
         """What is still allocated (for the last message after a failed release)."""
         return self.state.allocated() if not self.keep else []
 
+    def node_after_run(self) -> str:
+        """What happens to a node this run launched once nobody follows the run (the detach
+        message says it): it ends itself run_end_grace_s after the run ends (requests.py's
+        user data), is kept, or waits for its TTL."""
+        return after_run_message(self.settings, self.keep, self.down_command())
+
     def down_command(self) -> str:
+        """`reproduce down` with the run's absolute directory: it works from any directory,
+        and without the user's index too (another $HOME)."""
         where = self.state_path.parent if self.state_path else self.run_id
         return f"reproduce down {where}"
 
     def to_record(self) -> dict:
-        """What attach/cancel need to reach and release this run's nodes (run.json; no secrets)."""
+        """What attach/cancel need to reach and release this run's nodes (run.json; no secrets).
+        aws.json is named by its absolute path, so the record holds from any directory (and,
+        read through RunDir.recorded_path, after the run directory is moved)."""
         return {
             "kind": "aws",
             "state_path": str(self.state_path) if self.state_path else None,
@@ -356,6 +379,7 @@ class AwsCluster:
         cls,
         record: Mapping[str, Any],
         *,
+        run_dir: Path | None = None,
         session: Any = None,
         log: Callable[[str], Any] = lambda _line: None,
     ) -> AwsCluster:
@@ -363,8 +387,18 @@ class AwsCluster:
 
         Its identity comes as `reproduce down` finds it (down.py): the launcher's own record over
         aws.json, and run.json's record when aws.json cannot be read (then its resources are
-        found by tag).
+        found by tag). aws.json is read against `run_dir` (RunDir.recorded_path), never against
+        the directory the command runs in; when it is not there, release is an error naming
+        the run's instances and `reproduce down`.
         """
+        recorded = record.get("state_path")
+        state_path: Path | None = None
+        if isinstance(recorded, str) and recorded:
+            state_path = (
+                RunDir(run_dir).recorded_path(recorded, "cluster.state_path")
+                if run_dir is not None
+                else Path(recorded)
+            )
         cluster = cls(
             None,
             None,
@@ -373,11 +407,14 @@ class AwsCluster:
             instance_id=record.get("target"),
             session=session,
             log=log,
-            state_path=Path(record["state_path"]) if record.get("state_path") else None,
+            state_path=state_path,
         )
         cluster.ssh_opts.update(record.get("ssh") or {})
         path = cluster.state_path
-        if path is not None and path.is_file():
+        if path is None or not path.is_file():
+            ids = RunDir(run_dir).instance_ids() if run_dir is not None else []
+            cluster.unfound = unfound_message(ids, path, record.get("region"), run_dir)
+        else:
             given = {k: record.get(k) for k in ("region", "run_id", "launch_id")}
             cluster.state = load_state(path, safe(log), **given)
             cluster.launch_id = str(cluster.state.data.get("launch_id") or cluster.launch_id)

@@ -29,7 +29,7 @@ from launcher.clusters.aws import lookups as look
 from launcher.clusters.aws import provision as prov
 from launcher.clusters.aws import requests as rq
 from launcher.clusters.aws.executor import Executor, Launch, Mode
-from launcher.clusters.aws.settings import settings_from
+from launcher.clusters.aws.settings import run_end_dir, settings_from
 
 if TYPE_CHECKING:
     from launcher.inputs.profile import Profile
@@ -92,12 +92,16 @@ def provisioning_calls(
     owner: str,
     now: datetime,
     operator_cidr: str | None = None,
+    keep: bool = False,
 ) -> list[rq.ApiCall]:
     """Every AWS call a launch makes, in order, with placeholders for what only the launch knows.
 
-    What the dry run prints; no credentials, no network, no boto3.
+    What the dry run prints; no credentials, no network, no boto3. `keep`: the launch keeps its
+    node (no end at the run's end in its user data), as AwsCluster decides it.
     """
-    s = settings_from(recipe, profile)
+    s = settings_from(
+        recipe, profile, run_end_watch=run_end_dir(profile, run_id, keep=keep, shared=False)
+    )
     launch = Launch(
         recipe,
         s,

@@ -228,6 +228,8 @@ def network_interfaces(
 
 
 PREPULL_LOG = "/var/log/reproduce-prepull.log"
+RUN_END_LOG = "/var/log/reproduce-run-end.log"
+RUN_END_POLL_S = 2  # how often the watcher looks for the run's exit code (a file test)
 
 
 def user_data(s: AwsSettings) -> str | None:
@@ -246,6 +248,12 @@ def user_data(s: AwsSettings) -> str | None:
             " left",
             f"shutdown -h +{minutes} 'reproduce: ttl_hours reached'",
         ]
+    if s.self_terminate and s.run_end_watch:
+        lines += [
+            "# reproduce: end this instance when its run has ended and a follower had"
+            f" {s.run_end_grace_s:g} s to collect (unless --keep)",
+            *run_end_lines(s.run_end_watch, s.run_end_grace_s, RUN_END_LOG),
+        ]
     if s.prepull_ref:
         lines += [
             "# reproduce: start pulling the run's image now; node.sh's pull joins it",
@@ -262,6 +270,22 @@ def prepull_lines(ref: str, log: str) -> list[str]:
         f"docker pull {shlex.quote(ref)}"
     )
     return [f"nohup setsid bash -c {shlex.quote(body)} >{shlex.quote(log)} 2>&1 </dev/null &"]
+
+
+def run_end_lines(node_run_dir: str, grace_s: float, log: str) -> list[str]:
+    """The boot's watcher of the run's end, in the background: once the node run directory's
+    exit_code exists (the wrapper writes it last, also for a cancel), it waits `grace_s` for a
+    follower to collect, then powers the instance off, which terminates it
+    (InstanceInitiatedShutdownBehavior), as the TTL's shutdown does."""
+    d = shlex.quote(node_run_dir)
+    body = (
+        f"until [ -f {d}/exit_code ]; do sleep {RUN_END_POLL_S}; done; "
+        f'echo "run ended: $(date -u +%FT%TZ); powering off in {grace_s:g} s"; '
+        f"sleep {grace_s:g}; shutdown -h now 'reproduce: the run ended'"
+    )
+    # stdin is cloud-init's (nothing to read): no `<` redirect, which a reader of the printed
+    # request takes for the start of a placeholder
+    return [f"nohup setsid bash -c {shlex.quote(body)} >{shlex.quote(log)} 2>&1 &"]
 
 
 def run_instances_request(

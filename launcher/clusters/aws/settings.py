@@ -74,6 +74,10 @@ class AwsSettings:
     # the image the instance starts pulling as it boots (its user data), None where its AMI holds
     # it (`ami: baked`) or the profile pulls nothing (docker.pull: false)
     prepull_ref: str | None = None
+    # the node run directory whose end (its exit_code) ends the instance run_end_grace_s later
+    # (its user data, requests.py); None: --keep, a nightly's shared node, no self_terminate
+    run_end_watch: str | None = None
+    run_end_grace_s: float = 600.0
 
     @property
     def ami_is_ssm(self) -> bool:
@@ -88,8 +92,23 @@ class AwsSettings:
         return self.ami[len("ssm:") :]
 
 
-def settings_from(recipe: Recipe, profile: Profile) -> AwsSettings:
-    """Read and check the aws fields; BadInput names the field for anything that cannot work."""
+def run_end_dir(profile: Profile, run_id: str, *, keep: bool, shared: bool) -> str | None:
+    """The node run directory whose end ends the instance (docs/operator.md, "A node bills only
+    while a run needs it"): the run's own (plan.py's `<work_dir>/runs/<run id>`), unless the
+    user asked to keep the node, a nightly lends it to several runs, it does not end itself at
+    all (self_terminate false) or it is not the launcher's (instance_id)."""
+    if keep or shared or not isinstance(profile, AwsProfile):
+        return None
+    if not profile.self_terminate or profile.instance_id:
+        return None
+    return f"{profile.work_dir.rstrip('/') or ''}/runs/{run_id}"
+
+
+def settings_from(
+    recipe: Recipe, profile: Profile, *, run_end_watch: str | None = None
+) -> AwsSettings:
+    """Read and check the aws fields; BadInput names the field for anything that cannot work.
+    `run_end_watch`: `run_end_dir`'s answer for a launch (None: the instance waits for its TTL)."""
     where = f"profile {profile.path}"
     if not isinstance(profile, AwsProfile):
         raise BadInput(f"{where}: kind {profile.kind}; expected a profile of kind aws.")
@@ -169,6 +188,10 @@ def settings_from(recipe: Recipe, profile: Profile) -> AwsSettings:
         volume_initialization_rate=profile.volume_initialization_rate,
         prepull_ref=prepull,
         image_digest=image.digest if image else None,
+        run_end_watch=run_end_watch,
+        run_end_grace_s=_finite(
+            where, "run_end_grace_s", profile.run_end_grace_s, above=-1.0, at_most=86400.0
+        ),
     )
 
 

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from launcher.clusters.aws import ownership
+from launcher.clusters.aws import lifetime, ownership
 from launcher.clusters.aws import requests as rq
 from launcher.clusters.aws.ownership import not_found
 from launcher.clusters.aws.session import aws_said_no, error_code, error_message, translate
@@ -149,7 +149,7 @@ def _terminate(
     deadline = time.monotonic() + (0 if refused else timeout_s)
     live = list(accepted)
     while live:
-        live = _live_instances(ec2, accepted)
+        live = _live_instances(ec2, accepted, state)
         if not live or time.monotonic() >= deadline:
             if live and not refused:
                 log(f"aws: {', '.join(live)} still not terminated after {timeout_s:.0f} s")
@@ -157,9 +157,15 @@ def _terminate(
         time.sleep(poll_s)
     still = sorted(set(live) | set(waiting))
     gone = [i for i in ids if i not in still]
+    lifetimes = dict(state.data.get(lifetime.KEY) or {})
+    for iid in gone:  # seen gone now: the cost stops here at the latest (lifetime.py)
+        entry = dict(lifetimes.get(iid) or {})
+        entry.setdefault("terminated_at", time.time())
+        lifetimes[iid] = entry
     state.set(
         instances=[i for i in state.data["instances"] if i not in gone],
         terminated=sorted(set(state.data.get("terminated", [])) | set(gone)),
+        **{lifetime.KEY: lifetimes},
     )
     return still
 
@@ -183,12 +189,17 @@ def _terminate_visible(ec2: Any, ids: list[str]) -> list[str]:
     return unknown
 
 
-def _live_instances(ec2: Any, ids: list[str]) -> list[str]:
-    """Those of `ids` not yet terminated (an id EC2 no longer shows has ended)."""
+def _live_instances(ec2: Any, ids: list[str], state: AwsState | None = None) -> list[str]:
+    """Those of `ids` not yet terminated (an id EC2 no longer shows has ended); each one's launch
+    and end as AWS states them kept in `state` (the run's cost: lifetime.py)."""
     try:
         resp = ec2.describe_instances(Filters=[{"Name": "instance-id", "Values": list(ids)}])
     except Exception as err:  # noqa: BLE001
         raise translate(err, "describing instances being terminated") from err
+    if state is not None:
+        state.data[lifetime.KEY] = lifetime.noted(
+            resp, dict(state.data.get(lifetime.KEY) or {}), time.time()
+        )
     return [
         i["InstanceId"]
         for r in resp["Reservations"]
@@ -284,6 +295,37 @@ def leftover_message(left: list[str], state_path: Path | None, region: str | Non
         f"teardown did not finish; still allocated in {region}: {', '.join(left)}. "
         f"End them with `reproduce down {where}` (or in the EC2 console); they are tagged "
         f"{rq.TAG_RUN_ID} and `reproduce reap` ends them after their expires-at."
+    )
+
+
+def after_run_message(settings: Any, keep: bool, down_command: str) -> str:
+    """What happens to a launched node once nobody follows its run: it ends itself its grace
+    after the run ends (requests.py's user data), is kept, or waits for its TTL."""
+    s = settings
+    if s is not None and s.run_end_watch and s.self_terminate:
+        grace = float(s.run_end_grace_s)
+        span = f"{grace / 60:g} min" if grace >= 120 else f"{grace:g} s"
+        return (
+            f"it ends itself {span} after the run ends (`reproduce attach` within that "
+            "collects the results; after it, the node is gone)"
+        )
+    if keep:
+        return f"it is kept (--keep): it bills until `{down_command}`"
+    ttl = f" (ttl_hours {s.ttl_hours:g})" if s is not None else ""
+    return f"it bills until `{down_command}`, `reproduce cancel`, or its TTL{ttl}"
+
+
+def unfound_message(ids: list[str], path: Path | None, region: Any, run_dir: Path | None) -> str:
+    """A recorded run whose aws.json is not where its record says: what it may still hold (the
+    instances run.json names) and the command that finds and ends it by its tags."""
+    what = f"instance {', '.join(ids)}" if ids else "its instance (no id recorded)"
+    where = f" in {region}" if isinstance(region, str) else ""
+    option = f" --region {region}" if isinstance(region, str) else ""
+    return (
+        f"cannot find this run's AWS record ({path or 'no aws.json recorded'}): nothing was "
+        f"ended, and {what}{where} may still be running and billing. End it with "
+        f"`reproduce down {run_dir or 'RUN'}{option}` (it finds the run's resources by their "
+        "tags)."
     )
 
 
