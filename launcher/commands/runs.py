@@ -93,6 +93,8 @@ def _refresh(found: list[RunSummary]) -> None:
     for s in found:
         if s.run_dir in answers:
             s.billing = None
+            # priced again: the answer holds the instances' own launch and end (their cost)
+            s.cost_usd = summarize(Path(s.run_dir)).cost_usd
             s.with_billing(answers[s.run_dir])
 
 
