@@ -79,17 +79,18 @@ class AwsCluster:
         self.run_id = run_id
         self.keep = keep
         self.settings: AwsSettings | None = None
+        self.run_end_grace_s: float | None = None  # the node ends itself after its run (aws.md)
         if recipe is not None and profile is not None:
             watch = run_end_dir(profile, run_id, keep=keep, shared=shared)  # its run's end
             self.settings = settings_from(recipe, profile, run_end_watch=watch)
+            self.run_end_grace_s = self.settings.run_end_grace_s if watch else None
         self.target_id = instance_id or (self.settings.instance_id if self.settings else None)
         self.owner = owner
         self._session = session
         self.ami_resolver = ami_resolver
         self.log = log
         self.state_path = Path(state_path).absolute() if state_path else None
-        # a recorded run whose aws.json could not be found: release must not pass for done
-        self.unfound: str | None = None
+        self.unfound: str | None = None  # a recorded run's aws.json not found: release fails
         self.calls = CallLog(self.state_path.with_name(CALLS_FILE) if self.state_path else None)
         self.operator_cidr = operator_cidr
         self.key_dir = Path(key_dir) if key_dir else state_root() / "keys"
@@ -348,10 +349,8 @@ class AwsCluster:
         return self.state.allocated() if not self.keep else []
 
     def node_after_run(self) -> str:
-        """What happens to a node this run launched once nobody follows the run (the detach
-        message says it): it ends itself run_end_grace_s after the run ends (requests.py's
-        user data), is kept, or waits for its TTL."""
-        return after_run_message(self.settings, self.keep, self.down_command())
+        """What happens to this run's node once nobody follows it (teardown.py words it)."""
+        return after_run_message(self.run_end_grace_s, self.keep, self.down_command())
 
     def down_command(self) -> str:
         """`reproduce down` with the run's absolute directory: it works from any directory,
@@ -370,6 +369,7 @@ class AwsCluster:
             "run_id": self.run_id,
             "launch_id": self.launch_id,
             "keep": self.keep,
+            "run_end_grace_s": self.run_end_grace_s,  # the node ends itself (None: it does not)
             "target": self.target_id,
             "ssh": dict(self.ssh_opts),
         }
@@ -410,6 +410,8 @@ class AwsCluster:
             state_path=state_path,
         )
         cluster.ssh_opts.update(record.get("ssh") or {})
+        if isinstance(grace := record.get("run_end_grace_s"), (int, float)):
+            cluster.run_end_grace_s = float(grace)
         path = cluster.state_path
         if path is None or not path.is_file():
             ids = RunDir(run_dir).instance_ids() if run_dir is not None else []

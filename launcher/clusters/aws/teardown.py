@@ -298,12 +298,11 @@ def leftover_message(left: list[str], state_path: Path | None, region: str | Non
     )
 
 
-def after_run_message(settings: Any, keep: bool, down_command: str) -> str:
-    """What happens to a launched node once nobody follows its run: it ends itself its grace
-    after the run ends (requests.py's user data), is kept, or waits for its TTL."""
-    s = settings
-    if s is not None and s.run_end_watch and s.self_terminate:
-        grace = float(s.run_end_grace_s)
+def after_run_message(grace: float | None, keep: bool, down_command: str) -> str:
+    """What happens to a launched node once nobody follows its run: it ends itself `grace`
+    seconds after the run ends (requests.py's user data; None: it does not), is kept, or waits
+    for its TTL."""
+    if grace is not None:
         span = f"{grace / 60:g} min" if grace >= 120 else f"{grace:g} s"
         return (
             f"it ends itself {span} after the run ends (`reproduce attach` within that "
@@ -311,8 +310,7 @@ def after_run_message(settings: Any, keep: bool, down_command: str) -> str:
         )
     if keep:
         return f"it is kept (--keep): it bills until `{down_command}`"
-    ttl = f" (ttl_hours {s.ttl_hours:g})" if s is not None else ""
-    return f"it bills until `{down_command}`, `reproduce cancel`, or its TTL{ttl}"
+    return f"it bills until `{down_command}`, `reproduce cancel`, or its TTL (ttl_hours)"
 
 
 def unfound_message(ids: list[str], path: Path | None, region: Any, run_dir: Path | None) -> str:
