@@ -19,6 +19,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from datetime import UTC
 from pathlib import Path
@@ -30,6 +32,7 @@ from support.aws import OPERATOR_KEY, live_resources, load, seed_recipe, serve_p
 from support.cli import completed_here
 from support.helpers import start_driver, wait_for
 from support.measure import SEED, seed_raw, step_times_for_tps
+from support.paths import REPO
 
 from launcher.records.rundir import RunDir
 
@@ -132,6 +135,8 @@ def reach(place: dict[str, Any], tmp_path: Path, state: str) -> dict[str, Any]:
     if state in ("followed", "kept", "down"):
         out, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, out + err
+        if keep:  # the command that ends it works from anywhere: the run's absolute directory
+            assert f"`reproduce down {run['rd'].path}`" in out + err, out + err
     else:
         wait_for(lambda: trained(run), 60, "the training's last step")
         if state == "killed-9":
@@ -160,6 +165,16 @@ def cli(place: dict[str, Any], where: str, run: dict[str, Any], *args: str):
     return completed_here(*argv, cwd=place["dirs"][where])
 
 
+def ssh(place: dict[str, Any], run: dict[str, Any]) -> subprocess.CompletedProcess:
+    """`reproduce ssh RUN -- true` from another directory: the system ssh, so its own process."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run(
+        [sys.executable, "-m", "launcher", "ssh", run["rd"].run_id, "--", "true"],
+        cwd=place["dirs"]["other"], env=env, capture_output=True, text=True,
+        stdin=subprocess.DEVNULL, timeout=60,
+    )  # fmt: skip
+
+
 def instances(place: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {
         i["InstanceId"]: i
@@ -182,6 +197,14 @@ def test_every_command_from_every_directory_in_every_state(place, tmp_path, stat
     run = reach(place, tmp_path, state)
     rd = run["rd"]
     try:
+        # a shell on the node from another directory: while its instance lives, and refused
+        # (saying why) once it is gone
+        if state in ("killed-9", "kept"):  # one process each: only where it tells most
+            shell = ssh(place, run)
+            assert shell.returncode == 0, shell.stderr
+        elif state == "followed":
+            shell = ssh(place, run)
+            assert shell.returncode == 2 and "its instance was ended with it" in shell.stderr
         ender = STATES[state]
         if ender is not None:
             command, where = ender
