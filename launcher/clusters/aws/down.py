@@ -42,10 +42,13 @@ def _quiet(_line: str) -> None:
 
 
 def state_file(run_dir: Path) -> Path:
-    """aws.json of a run directory (or the file itself); BadInput when there is none."""
+    """aws.json of a run directory (or the file itself); BadInput when there is none. An aws
+    run whose aws.json is gone (run.json says aws) still has one to name: its resources are
+    then found by their tags, as for a damaged one (load_state)."""
     run_dir = Path(run_dir)
     path = run_dir if run_dir.is_file() else run_dir / Files.AWS
-    if not path.is_file():
+    if not path.is_file() and _run_json(run_dir).get("kind") == "aws":
+        return path
         raise BadInput(
             f"{run_dir}: no aws.json here; this run did not use --cluster aws "
             "(or its directory moved)."
@@ -64,7 +67,7 @@ def _run_json(run_dir: Path) -> dict[str, Any]:
     cluster = data.get("cluster")
     if not isinstance(cluster, dict):
         cluster = {}
-    found = {k: cluster[k] for k in IDENTITY if isinstance(cluster.get(k), str)}
+    found = {k: cluster[k] for k in (*IDENTITY, "kind") if isinstance(cluster.get(k), str)}
     if isinstance(data.get("run_id"), str):
         found.setdefault("run_id", data["run_id"])
     return found

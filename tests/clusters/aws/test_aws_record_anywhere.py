@@ -14,6 +14,7 @@ from support.aws import NOTHING, live_resources
 from support.aws import cluster as aws_cluster
 
 from launcher import clusters
+from launcher.clusters.aws.down import down
 from launcher.errors import BadInput, InfraError
 from launcher.records.rundir import RunDir
 
@@ -67,9 +68,12 @@ def test_a_release_that_cannot_find_its_record_is_an_error_naming_the_instance(
     said = str(err.value)
     assert iid in said and f"reproduce down {run_dir}" in said and "--region us-east-1" in said
     assert "nothing was ended" in said
-    # and it was not pretending: the instance is there, for `down` to end
+    # and it was not pretending: the instance is there, and the command it names ends it
     live = live_resources(aws._real.client("ec2"))
     assert live["instances"] == [iid]
+    ended = down(run_dir, session=aws, poll_s=0.01, region="us-east-1")
+    assert f"instance {iid}" in ended
+    assert live_resources(aws._real.client("ec2")) == NOTHING
 
 
 def test_recorded_paths_mean_the_same_from_any_directory(tmp_path):
