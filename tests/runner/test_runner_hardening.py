@@ -145,7 +145,7 @@ def test_a_refused_attach_releases_nothing(tmp_path: Path, runs_root, monkeypatc
     proc = start_driver(_driver_spec(rd, plan), tmp_path)
     try:
         wait_for(lambda: rd.status().get("state") == "running", what="the run to start")
-        monkeypatch.setattr(clusters, "from_record", lambda record: Counting())
+        monkeypatch.setattr(clusters, "from_record", lambda record, run_dir=None: Counting())
         # the launcher that started the run still follows it: attach is refused
         with pytest.raises(BadInput, match="being followed by another"):
             Runner(measure=False).attach(str(rd.path))
