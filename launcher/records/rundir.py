@@ -200,6 +200,23 @@ def default_runs_root() -> Path:
     return Path(os.environ.get("REPRODUCE_RUNS_DIR", "runs"))
 
 
+class RunRecord(dict[str, Any]):
+    """run.json as read back: a field the code needs and the file lacks is BadInput naming the
+    file and the field (exit 2), never a KeyError's traceback. A damaged or older record must
+    say what it is missing; `get` still answers None for a field that is optional."""
+
+    def __init__(self, data: dict[str, Any], *, where: Path) -> None:
+        super().__init__(data)
+        self.where = where
+
+    def __missing__(self, key: str) -> Any:
+        raise BadInput(
+            f"{self.where}: the run record has no {key!r}, which this command needs; the record "
+            "is damaged or was written by an older reproduce.",
+            hint="Give another run, or look at run.json by hand.",
+        )
+
+
 class RunDirUnwritable(InfraError):  # noqa: N818 - named for what happened, as InfraError is
     """The launcher's own disk refused a write (full, read-only): not a problem of the node."""
 
@@ -529,12 +546,12 @@ class RunDir:
 
         data: dict[str, Any] = self.read_json(Files.RUN, {}) or {}
         recordform.check(data, self.path / Files.RUN)
-        return data
+        return RunRecord(data, where=self.path / Files.RUN)
 
     def update_record(self, **fields: Any) -> dict[str, Any]:
         data = self.record()
         data.update(fields)
-        self.write_json(Files.RUN, data)
+        self.write_json(Files.RUN, dict(data))
         return data
 
     def status(self) -> dict[str, Any]:

@@ -172,3 +172,23 @@ def test_every_form_key_wherever_it_stands_refuses_every_hostile_value(tmp_path)
                 with pytest.raises(BadInput, match=str(path[-1])):
                     rd.record()
     assert tried >= {"run_id", "node_run_dir", "container", "host", "user", "identity_file"}
+
+
+@pytest.mark.ssh
+def test_a_record_missing_any_field_is_named_never_a_traceback(sshd, tmp_path, runs_root):
+    """Absence is not a KeyError: a detached run whose run.json lacks any one field, given to each
+    command that reads a run, ends with a documented exit code and, where it fails, a message;
+    never Python's traceback. Walks every top-level key of a real record, so a field added later
+    is covered unasked."""
+    rd = _ssh_run(runs_root, tmp_path, sshd)
+    whole = json.loads((rd.path / Files.RUN).read_text())
+    assert {"node_run_dir", "container", "cluster", "nodes"} <= set(whole)
+    for key in sorted(whole):
+        (rd.path / Files.RUN).write_text(json.dumps({k: v for k, v in whole.items() if k != key}))
+        for command in (["status", str(rd.path)], ["logs", str(rd.path)]):
+            out = _cli(*command, cwd=tmp_path)
+            said = out.stdout + out.stderr
+            assert "Traceback" not in said, (key, command, said[-2000:])
+            assert out.returncode in (0, 1, 2, 3), (key, command, out.returncode, said[-2000:])
+            if out.returncode:
+                assert said.strip(), (key, command)
