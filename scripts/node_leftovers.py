@@ -116,7 +116,8 @@ def clean(before: Path, out_dir: Path | None, owner: str | None, exclusive: bool
         print("reproduce: leftovers: no snapshot to compare with; nothing removed")
         return 0
     old = {k: set(v) for k, v in (state.get("sysv") or {}).items()}
-    removed, kept = [], []
+    removed: list[str] = []
+    kept: list[str] = []
     for kind, objects in sysv_objects().items():
         for ident, cpid in objects.items():
             if ident in old.get(kind, set()):
