@@ -22,10 +22,10 @@ from launcher.records.rundir import RunDir
 from launcher.results.evaluate import (
     RECIPE_FILE,
     check_input,
-    json_safe,
     measure_path,
     read_log,
 )
+from launcher.results.measure_record import json_safe
 
 UNREADABLE_EXIT = BadInput.exit_code
 

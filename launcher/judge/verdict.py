@@ -24,6 +24,7 @@ from launcher.judge.split import failed_after_note
 
 if TYPE_CHECKING:
     from launcher.inputs.recipe import Recipe
+    from launcher.judge.assurance import Assurance
     from launcher.judge.measure import Result
 
 STATUSES = (
@@ -131,6 +132,8 @@ class Verdict:
     noise_band_percent: float | None = None
     error: str | None = None  # the log line of the error that ended training, when there is one
     runs: dict | None = None  # a mean of K runs: each run's status and figure (judge/aggregate.py)
+    # how strong the evidence is (launcher/judge/assurance.py): set where the run's kind is known
+    assurance: Assurance | None = None
 
     @property
     def policy(self) -> dict:
@@ -152,6 +155,7 @@ class Verdict:
             "noise_band_percent": self.noise_band_percent,
             "error": self.error,
             **({"runs": self.runs} if self.runs is not None else {}),
+            "assurance": self.assurance.to_dict() if self.assurance is not None else None,
         }
 
 

@@ -55,7 +55,7 @@ def plain(value: Any) -> Any:
     are compared in this form, exactly."""
     import datetime as dt
 
-    from launcher.results.evaluate import json_safe
+    from launcher.results.measure_record import json_safe
 
     def default(obj: Any) -> Any:
         if isinstance(obj, (dt.date, dt.datetime)):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from support.measure import as_recipe, seed_raw, step_times_for_tps
+from support.measure import as_recipe, seed_arguments, seed_raw, step_times_for_tps
 
 from launcher.errors import BadInput
 from launcher.judge.measure import measure
@@ -35,7 +35,7 @@ def run(
     ]
     from launcher.judge.parse.miles import ParseStats
 
-    stats = ParseStats(truncated=1 if truncated else 0)
+    stats = ParseStats(truncated=1 if truncated else 0, arguments=seed_arguments())
     result = measure(recs, as_recipe(raw), parse_stats=stats, timeline=timeline)
     return judge(result, as_recipe(raw), **kw)
 
