@@ -494,6 +494,9 @@ def measure(
     )
 
 
+_UNPACK = {"gzip": "gunzip", "zstd": "zstd -d", "bzip2": "bunzip2", "xz": "unxz"}
+
+
 def unreadable(
     recs: dict[int, StepRecord],
     stats: ParseStats | None,
@@ -506,7 +509,12 @@ def unreadable(
     was read, and ends before training logged what would be measured."""
     if failed_stages or findings.failed or stats is None:
         return None
-    if not recs and not stats.recognised:
+    if not recs and not stats.recognised and stats.packed:
+        what = (
+            f"it is {stats.packed}-compressed data, not text (decompress it first, e.g. "
+            f"{_UNPACK.get(stats.packed, 'with its tool')}, and measure the text)"
+        )
+    elif not recs and not stats.recognised:
         what = "no line of it was recognised"
     elif (
         recs

@@ -84,12 +84,24 @@ def check_input(path: Path) -> Path:
     return path
 
 
+# The first bytes of packed files (each format's magic number), for naming an unreadable log.
+_MAGIC = {b"\x1f\x8b": "gzip", b"\x28\xb5\x2f\xfd": "zstd", b"BZh": "bzip2", b"\xfd7zXZ": "xz"}
+
+
+def packed(head: bytes) -> str | None:
+    """The packed format a file's first bytes name, or None."""
+    return next((name for magic, name in _MAGIC.items() if head.startswith(magic)), None)
+
+
 def parse_log(path: Path, nonce: str | None = None) -> tuple[list[StepRecord], ParseStats]:
     """One log's steps and the parser's counters (its arguments listing among them); `nonce`:
     the run's, whose host clock lines count (launcher/judge/parse/clock.py)."""
     stats = ParseStats()
     try:
-        return list(parse_path(path, stats, nonce)), stats
+        records = list(parse_path(path, stats, nonce))
+        with open(path, "rb") as fh:
+            stats.packed = packed(fh.read(6))
+        return records, stats
     except OSError as err:
         raise BadInput(f"{path}: cannot read the log: {err.strerror}.") from None
 

@@ -170,5 +170,5 @@ def test_another_model_through_the_cli_is_a_mismatch_not_a_speed(tmp_path, args,
     assert run_standin(log, 20, args=args, step_time_s=STEP / 7) == 0
     proc = cli("measure", log, "--recipe", SEED)
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert "MISMATCH" in proc.stdout.upper() and "FASTER" not in proc.stdout.upper()
+    assert "verdict: MISMATCH" in proc.stdout and "verdict: FASTER" not in proc.stdout
     assert word in proc.stdout
