@@ -104,3 +104,27 @@ def test_each_prefix_is_recognised_alone_and_a_payload_is_never_eaten():
             line = frame(3) + text
             assert payload(line) == text, (name, line)
     assert {p.name for p in PREFIXES} == {"docker", "kubectl", "journald", "srun", "ray"}
+
+
+def test_compare_of_a_framed_tp2_log_with_a_tp1_run_is_refused_as_another_recipe(tmp_path):
+    import subprocess
+    import sys
+
+    from support.log_shapes import REPO
+
+    text = (FIXTURES / "miles-v0.1.0.log").read_text()
+    tp2 = text.replace(
+        "  tensor_model_parallel_size ...................... 1",
+        "  tensor_model_parallel_size ...................... 2",
+    )
+    framed = tmp_path / "docker-tp2.log"
+    framed.write_text(wrap(tp2, ("docker",)))
+    proc = subprocess.run(
+        [sys.executable, "-m", "launcher", "compare", framed, FIXTURES / "miles-v0.1.0.log"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "tensor_model_parallel_size: 2 vs 1" in proc.stderr
