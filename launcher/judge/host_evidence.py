@@ -35,7 +35,8 @@ if TYPE_CHECKING:
 BUSY_UTIL_PERCENT = 50.0
 # The samples must cover the window: no gap between samples of a GPU (or between the window's
 # ends and its first and last sample) longer than this. The sampler asks once a second; a longer
-# gap is nvidia-smi stalling on the host, and a window the host did not watch is not checked.
+# gap is nvidia-smi stalling on the host (or the sampler dead): a window the host did not watch
+# is named as not checked, or fails where the run owes the samples.
 MAX_SAMPLE_GAP_S = 5.0
 
 

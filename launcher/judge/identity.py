@@ -36,6 +36,21 @@ NAME_FACTOR = 1.5
 # What the count needs from the listing (Megatron fills ffn_hidden_size and kv_channels in
 # validate_args when they are not given, so the listing always has them).
 NEEDED = ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size", "vocab_size")
+# Every argument the count reads: what says two logs ran one model (`compare`'s identity too).
+MODEL_ARGS = (
+    *NEEDED,
+    "group_query_attention",
+    "num_query_groups",
+    "kv_channels",
+    "num_experts",
+    "moe_router_topk",
+    "moe_ffn_hidden_size",
+    "moe_shared_expert_intermediate_size",
+    "moe_layer_freq",
+    "swiglu",
+    "attention_output_gate",
+    "untie_embeddings_and_output_weights",
+)
 # A figure of parameters in a model's name: `30B`, `0.6B`, `235B`, `600M`; not `A3B` (active).
 _NAME_FIGURE = re.compile(r"(?<![A-Za-z0-9.])([0-9]{1,4}(?:\.[0-9]{1,3})?)([BbMm])(?![A-Za-z0-9])")
 

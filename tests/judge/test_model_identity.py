@@ -172,3 +172,12 @@ def test_another_model_through_the_cli_is_a_mismatch_not_a_speed(tmp_path, args,
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "verdict: MISMATCH" in proc.stdout and "verdict: FASTER" not in proc.stdout
     assert word in proc.stdout
+
+
+def test_compare_of_two_logs_of_two_models_is_refused_as_two_recipes(tmp_path):
+    a, b = tmp_path / "a.log", tmp_path / "b.log"
+    assert run_standin(a, 20) == 0
+    assert run_standin(b, 20, args={"moe_router_topk": 4}) == 0
+    proc = cli("compare", a, b)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "moe_router_topk: 8 vs 4" in proc.stderr
