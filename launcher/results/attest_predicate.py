@@ -107,7 +107,8 @@ def figures_of(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def verdict_of(verdict: dict[str, Any]) -> dict[str, Any]:
-    return {k: verdict.get(k) for k in ("status", "difference_percent", "reasons", "tolerance")}
+    keys = ("status", "difference_percent", "reasons", "tolerance", "assurance")
+    return {k: verdict.get(k) for k in keys}
 
 
 def measured_inputs(root: Path, record: dict[str, Any]) -> dict[str, Any]:
