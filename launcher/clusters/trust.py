@@ -31,6 +31,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from launcher.judge.assurance import decide
+from launcher.judge.verdict import Verdict
 from launcher.records import nodejson
 from launcher.records.rundir import Files
 
@@ -82,6 +84,15 @@ def add_note(reasons: list[str], kind: str | None) -> None:
     line = note(kind)
     if line is not None and f"note: {line}" not in reasons:
         reasons.append(f"note: {line}")
+
+
+def mark(verdict: Verdict, kind: str | None) -> None:
+    """A verdict of a run on KIND as every surface shows it: the note for a cluster that vouched
+    for its own checks, and the assurance level (launcher/judge/assurance.py decides it from the
+    verdict's evidence and whether KIND vouched)."""
+    add_note(verdict.reasons, kind)
+    if vouched(kind):
+        verdict.assurance = decide((), vouched=True)
 
 
 def line(kind: str | None) -> str | None:

@@ -14,18 +14,20 @@ from pathlib import Path
 from launcher.commands.output import say
 from launcher.errors import BadInput
 from launcher.inputs.recipe import load_recipe
+from launcher.judge.assurance import shown
 from launcher.judge.convergence import check, loss_curve
 from launcher.judge.gate import LogEvidence, argument_differences
 from launcher.judge.verdict import DEFAULT_TOLERANCE_PERCENT, Tolerance
-from launcher.pages.report import render_convergence, render_summary
+from launcher.pages.report import fmt, render_convergence, render_summary
 from launcher.records.rundir import RunDir
 from launcher.results.evaluate import (
     RECIPE_FILE,
     check_input,
-    json_safe,
     measure_path,
     read_log,
 )
+from launcher.results.measure_record import json_safe
+from launcher.results.side_by_side import FIGURES, Side, side_of
 
 UNREADABLE_EXIT = BadInput.exit_code
 
@@ -114,6 +116,21 @@ def _identity(cand: LogEvidence, ref: LogEvidence, allow_different: bool) -> str
     )
 
 
+def _side_by_side(sides: tuple[Side, Side]) -> str:
+    """Both runs' figures and verdicts (with their assurance), above the loss check."""
+    rows = [f"{'':<20}{'candidate':>24}{'reference':>24}"]
+    for key, label, digits in FIGURES:
+        cells = [fmt(s.figures.get(key), digits) if s.figures else "n/a" for s in sides]
+        rows.append(f"{label:<20}{cells[0]:>24}{cells[1]:>24}")
+    verdicts = [shown(s.verdict, s.assurance) if s.verdict else "not judged" for s in sides]
+    rows.append(f"{'verdict':<20}{verdicts[0]:>24}{verdicts[1]:>24}")
+    rows += [
+        f"{role}: {s.path}: {s.source}"
+        for role, s in zip(("candidate", "reference"), sides, strict=True)
+    ]
+    return "\n".join(rows)
+
+
 def run_compare(
     candidate: Path,
     reference: Path,
@@ -146,11 +163,14 @@ def run_compare(
         result.passed = False
         result.reasons[:0] = unsound
     ids = {"candidate": cand.recipe, "reference": ref.recipe}
+    sides = (side_of(cand.path, ref.path), side_of(ref.path, cand.path))
     if json_out:
         payload = result.to_dict()
         payload["recipes"] = {**ids, "identity": identity}
+        payload["runs"] = {"candidate": sides[0].to_dict(), "reference": sides[1].to_dict()}
         print(json.dumps(json_safe(payload), allow_nan=False))
     else:
+        say(_side_by_side(sides))
         say(f"recipes: {identity}")
         say(render_convergence(result))
     return 0 if result.passed else 1

@@ -8,7 +8,8 @@ run, each reporting every disagreement with both values (docs/measurement.md, "T
 gate", states each check and its tolerance):
 
 1. arguments: what miles printed at start-up (Megatron's `arguments` listing) against the
-   recipe's fields (launcher/inputs/runargs.py holds the table);
+   recipe's fields (launcher/inputs/runargs.py holds the table), and the model it printed
+   against the recipe's (launcher/judge/identity.py); a log without the listing fails;
 2. tokens per step: what miles logged (`actor_train_tok_per_s x actor_train_time`) against
    global_batch x row_tokens, each step within TOKENS_TOLERANCE;
 3. step times: the time between consecutive step lines' logging stamps against the sum of their
@@ -25,21 +26,37 @@ gate", states each check and its tolerance):
    lines came at the pace they claim; this one that the GPUs worked while they came
    (launcher/judge/parse/gpu.py).
 
-A check whose evidence is absent (a log that prints no listing, no stamps, no tokens) does not
-pass silently: it is listed as not checked, and the verdict says so. Pure: no I/O.
+Checks 6 and 7, the host's evidence, are in launcher/judge/host_evidence.py; the records the
+checks fill, in launcher/judge/evidence_records.py.
+
+Absent evidence never passes silently: a log without the listing (which every miles version
+prints) fails, as does evidence of the host's that the run owes; a check that cannot apply (no
+stamps, no tokens, a bare log's host evidence) is listed as not checked. Pure: no I/O.
 """
 
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 from launcher.inputs.runargs import ARGS, coerce, equal, printed_getter
-from launcher.judge.parse.clock import CLOCK_GAP_S
+from launcher.judge.evidence_records import (
+    STEP_TIME_TOLERANCE,
+    Disagreement,
+    Evidence,
+    HostWatch,
+)
+from launcher.judge.host_evidence import (
+    BUSY_UTIL_PERCENT,
+    MAX_SAMPLE_GAP_S,
+    NO_CLOCK_FOR_SAMPLES,
+    NO_GPU_SAMPLES,
+    NO_HOST_CLOCK,
+    gpus_busy,
+    host_clock,
+)
+from launcher.judge.identity import identity
 
 if TYPE_CHECKING:
     from launcher.judge.parse.gpu import GpuSamples
@@ -49,70 +66,24 @@ if TYPE_CHECKING:
 # are fixed length (workload.row_tokens), so miles' count is exact up to float rounding; a
 # different batch or row length is off by far more (64 vs 128 rows: 50%).
 TOKENS_TOLERANCE = 0.01
-# The span of logging stamps over consecutive steps may differ from the sum of their
-# perf/step_time by this fraction (perf/step_time is train wait + train time, the loop's wall
-# time; what else the loop does takes well under 5% in the runs measured) ...
-STEP_TIME_TOLERANCE = 0.05
-# ... plus the stamps' own resolution, once per run of consecutive steps.
+# The stamps' own resolution (beside STEP_TIME_TOLERANCE), once per run of consecutive steps.
 _STAMP_RESOLUTION_S = {True: 0.001, False: 1.0}
-# Check 7: each GPU's median utilization.gpu over the window must be at least this. Why 50%, so
-# low: utilization.gpu is the share of the sample period in which any kernel ran, and training at
-# the seed's MFU should keep kernels running nearly all the time, its pauses (the rollout's wait,
-# the optimizer step's host work) short beside a step. Assumed, not yet measured: no real miles
-# run was sampled (benchmarks/device_image_figures.sh samples a card under a bf16 matmul loop).
-# An idle GPU reads 0. The median, not the mean: a window that idles more than half its samples
-# fails, whatever a few busy samples say. Meant to be conservative: a GPU idle for most of the
-# window never passes, and a real run should stay far above it.
-BUSY_UTIL_PERCENT = 50.0
-# The samples must cover the window: no gap between samples of a GPU (or between the window's
-# ends and its first and last sample) longer than this. The sampler asks once a second; a longer
-# gap is nvidia-smi stalling on the host, and a window the host did not watch is not checked.
-MAX_SAMPLE_GAP_S = 5.0
-
-
-@dataclass(frozen=True)
-class Disagreement:
-    """One fact the evidence and the recipe (or two pieces of evidence) state differently."""
-
-    # arguments | tokens per step | step times | steps | one value per step | host clock |
-    # gpus busy
-    check: str
-    what: str  # the field or figure
-    recipe: Any  # the recipe's value (or the first source's)
-    evidence: Any  # the log's value (or the second source's)
-    detail: str  # one sentence with both values
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "check": self.check,
-            "what": self.what,
-            "recipe": self.recipe,
-            "evidence": self.evidence,
-            "detail": self.detail,
-        }
-
-
-@dataclass
-class Evidence:
-    """What the gate found: disagreements, the checks that ran, those that could not."""
-
-    disagreements: list[Disagreement] = field(default_factory=list)
-    checked: list[str] = field(default_factory=list)
-    not_checked: list[str] = field(default_factory=list)
-    cross: dict[str, Any] = field(default_factory=dict)  # the figures the checks compared
-
-    @property
-    def consistent(self) -> bool:
-        return not self.disagreements
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "consistent": self.consistent,
-            "disagreements": [d.to_dict() for d in self.disagreements],
-            "checked": list(self.checked),
-            "not_checked": list(self.not_checked),
-            "figures": dict(self.cross),
-        }
+# The names the gate's readers import from here (its records and checks live in
+# evidence_records.py and host_evidence.py).
+__all__ = [
+    "BUSY_UTIL_PERCENT",
+    "MAX_SAMPLE_GAP_S",
+    "NO_CLOCK_FOR_SAMPLES",
+    "NO_GPU_SAMPLES",
+    "NO_HOST_CLOCK",
+    "STEP_TIME_TOLERANCE",
+    "Disagreement",
+    "Evidence",
+    "HostWatch",
+    "gather",
+    "logged_args_disagreements",
+    "one_value",
+]
 
 
 def gather(
@@ -121,17 +92,19 @@ def gather(
     present: list[int],
     stats: ParseStats | None,
     gpu_samples: GpuSamples | None = None,
+    host: HostWatch | None = None,
 ) -> Evidence:
     """Run every check of the gate (module docstring) on one log's steps and counters;
-    `gpu_samples`: the host's samples of node 0's GPUs (None: the run has no sampler file)."""
+    `gpu_samples`: the host's samples of node 0's GPUs (None: the run has no sampler file);
+    `host`: what the run was launched with (None: not known, a bare log)."""
     ev = Evidence()
     _arguments(ev, raw, stats)
     _tokens(ev, raw, recs)
     _step_times(ev, recs, present, stats)
     _steps(ev, raw, recs)
     _one_value(ev, stats)
-    _host_clock(ev, recs, present)
-    _gpus_busy(ev, raw, recs, present, gpu_samples)
+    host_clock(ev, recs, present, host)
+    gpus_busy(ev, raw, recs, present, gpu_samples, host)
     return ev
 
 
@@ -185,13 +158,23 @@ def logged_args_disagreements(raw: dict[str, Any], logged: Mapping[str, str]) ->
     return out
 
 
+# Every miles and slime version prints Megatron's listing on the driver at start-up
+# (docs/miles-log.md), so a log without one is not evidence of a run of this recipe: fails closed.
+NO_LISTING = (
+    "the run's arguments: the log prints no `arguments` listing (every miles version prints "
+    "Megatron's at start-up), so nothing shows this is a run of the recipe's model, layout and "
+    "batch: its identity is not proven"
+)
+
+
 def _arguments(ev: Evidence, raw: dict[str, Any], stats: ParseStats | None) -> None:
     logged = stats.arguments if stats is not None else {}
     if not logged:
-        ev.not_checked.append(
-            "the run's arguments: the log prints no `arguments` listing (miles prints Megatron's "
-            "at start-up), so global batch, rollout batch, nodes, GPUs per node, rollouts, "
-            "TP/PP/CP/EP/ETP and max tokens per GPU were not compared with the recipe"
+        if stats is None:  # steps read back from steps.jsonl: the listing was judged then
+            ev.not_checked.append("the run's arguments: the steps were read back, not parsed")
+            return
+        ev.disagreements.append(
+            Disagreement("arguments", "the arguments listing", "printed", None, NO_LISTING)
         )
         return
     found = logged_args_disagreements(raw, logged)
@@ -203,6 +186,41 @@ def _arguments(ev: Evidence, raw: dict[str, Any], stats: ParseStats | None) -> N
         f"the run's arguments: {len(compared)} printed arguments compared with the recipe's "
         f"fields, {len(found)} disagree"
     )
+    _model(ev, raw, logged)
+
+
+def _model(ev: Evidence, raw: dict[str, Any], logged: Mapping[str, str]) -> None:
+    """The model's identity (launcher/judge/identity.py): the printed architecture's parameter
+    counts against the recipe's active_params and name. Unreadable fails closed; a model family
+    the count does not cover is named as not checked."""
+    found = identity(raw, logged)
+    if found.not_covered is not None:
+        ev.not_checked.append(f"the model: {found.not_covered}, so it was not held to the recipe")
+        return
+    if found.unreadable is not None or found.counts is None or found.architecture is None:
+        ev.disagreements.append(
+            Disagreement(
+                "model",
+                "the model's architecture",
+                "printed",
+                None,
+                f"the model: {found.unreadable}, so nothing shows this is a run of the "
+                "recipe's model: its identity is not proven",
+            )
+        )
+        return
+    ev.cross["model_active_params"] = found.counts.active
+    ev.cross["model_total_params"] = found.counts.total
+    ev.cross["model_architecture"] = found.architecture.to_dict()
+    ev.checked.append(
+        f"the model: the printed architecture gives {found.counts.active:,} active and "
+        f"{found.counts.total:,} total parameters, held to result.active_params.count and the "
+        "model's name"
+    )
+    for problem in found.problems:
+        ev.disagreements.append(
+            Disagreement("model", "result.active_params.count", None, None, problem)
+        )
 
 
 def _span(steps: list[int]) -> str:
@@ -300,165 +318,6 @@ def _step_times(
                 f"apart over {pairs} steps; allowed {100 * STEP_TIME_TOLERANCE:g}%)",
             )
         )
-
-
-# Where a log has no host clock: what the verdict says instead of the check (the kinds of run
-# without one: docs/measurement.md, "The evidence gate").
-NO_HOST_CLOCK = (
-    "the host's clock: the log holds no host clock lines with the run's nonce before the "
-    "window's steps (a run on a Ray cluster, with runtime: host or with docker.host_clock off, a "
-    "log measured apart from its run directory, or a run of an older launcher), so "
-    "perf/step_time was held only to the container's own logging stamps"
-)
-
-
-def _host_span(
-    recs: Mapping[int, StepRecord], present: list[int]
-) -> tuple[int, int, float, float] | None:
-    """The window's host span, which checks 6 and 7 share: its first and last step lines with a
-    host arrival bound, and those bounds (None: fewer than two such lines)."""
-    clocked = [s for s in sorted(present) if recs[s].arrived is not None]
-    if len(clocked) < 2:
-        return None
-    first, last = clocked[0], clocked[-1]
-    start, end = recs[first].arrived, recs[last].arrived
-    assert start is not None and end is not None  # clocked
-    return first, last, start, end
-
-
-def _host_clock(ev: Evidence, recs: Mapping[int, StepRecord], present: list[int]) -> None:
-    """Check 6: the window's first and last step lines with a host arrival bound: the host's
-    span between them against the claimed perf/step_time of the steps after the first up to
-    the last (a step line is printed as its step ends). Each bound lies within CLOCK_GAP_S
-    before the line began to arrive, so the span is known to CLOCK_GAP_S at each end."""
-    span = _host_span(recs, present)
-    if span is None:
-        ev.not_checked.append(NO_HOST_CLOCK)
-        return
-    first, last, start, end = span
-    times = [recs[s].step_time if s in recs else None for s in range(first + 1, last + 1)]
-    claims = [t for t in times if t is not None and math.isfinite(t)]
-    if len(claims) != len(times):
-        ev.not_checked.append(
-            f"the host's clock: a step between {first} and {last} has no step time, so their "
-            "claimed span is not known"
-        )
-        return
-    host, claimed = end - start, sum(claims)
-    allowed = STEP_TIME_TOLERANCE * claimed + 2 * CLOCK_GAP_S
-    ev.cross.update(
-        {
-            "host_clock_steps": [first, last],
-            "host_clock_span_s": host,
-            "host_clock_claimed_s": claimed,
-        }
-    )
-    ev.checked.append(
-        f"the host's clock: steps {first}-{last} arrived over {host:.3f} s of the host's clock, "
-        f"perf/step_time claims {claimed:.3f} s (within {100 * STEP_TIME_TOLERANCE:g}% plus "
-        f"{CLOCK_GAP_S:g} s at each end)"
-    )
-    if abs(host - claimed) > allowed:
-        apart = f"{100 * abs(host - claimed) / claimed:.1f}% apart" if claimed > 0 else "apart"
-        ev.disagreements.append(
-            Disagreement(
-                "host clock",
-                "perf/step_time",
-                round(claimed, 3),
-                round(host, 3),
-                f"host clock: steps {first} to {last} arrived {host:.3f} s apart on the host's "
-                f"clock, but their perf/step_time adds up to {claimed:.3f} s ({apart}; allowed "
-                f"{100 * STEP_TIME_TOLERANCE:g}% plus {2 * CLOCK_GAP_S:g} s)",
-            )
-        )
-
-
-# Where check 7 cannot run: no sampler file (the kinds of run without one), or no host clock to
-# place the window on the samples.
-NO_GPU_SAMPLES = (
-    "the GPUs at work: the run directory holds no GPU sampler file (gpu-samples.csv: a run on a "
-    "Ray cluster, with runtime: host or with docker.host_clock off, a log measured apart from its "
-    "run directory, or a run of an older launcher), so nothing the host saw says the GPUs worked "
-    "during the window"
-)
-NO_CLOCK_FOR_SAMPLES = (
-    "the GPUs at work: the log holds no host clock to place the window on the host's GPU "
-    "samples, so nothing the host saw says the GPUs worked during the window"
-)
-
-
-def _gpus_busy(
-    ev: Evidence,
-    raw: dict[str, Any],
-    recs: Mapping[int, StepRecord],
-    present: list[int],
-    samples: GpuSamples | None,
-) -> None:
-    """Check 7: over the host span of check 6 (the window's first and last step lines' arrival
-    bounds), the gpu.per_node GPUs the recipe uses on node 0 must each have samples covering the
-    span (no gap over MAX_SAMPLE_GAP_S) whose median utilization.gpu is at least
-    BUSY_UTIL_PERCENT. Which of the node's GPUs the run had is not assumed: a profile may give
-    the container `docker.gpus: device=2,3`, and nvidia-smi's indices need not be the
-    container's. So the per_node busiest GPUs the host watched over the span are the ones judged:
-    a node whose every GPU idled fails whichever they are, and GPUs the run did not have, idle,
-    never fail an honest run. Where fewer GPUs than that were watched over the whole span, the
-    ones not covered are not checked, and said."""
-    span = _host_span(recs, present)
-    if samples is None or span is None:
-        ev.not_checked.append(NO_GPU_SAMPLES if samples is None else NO_CLOCK_FOR_SAMPLES)
-        return
-    if samples.problem is not None or not samples.samples:
-        why = samples.problem or samples.why_none or "the file holds no sample in its form"
-        ev.not_checked.append(
-            f"the GPUs at work: the host's GPU sampler file gives no samples ({why}; "
-            f"{samples.refused} line(s) refused), so nothing the host saw says the GPUs worked"
-        )
-        return
-    first, last, start, end = span
-    gpu = raw.get("gpu") or {}
-    per_node = gpu.get("per_node") or gpu.get("count")
-    gpus = int(per_node) if isinstance(per_node, int) and per_node > 0 else 0
-    covered: dict[int, float] = {}
-    uncovered: list[str] = []
-    for index in sorted(set(samples.by_gpu) | set(range(gpus))):
-        seen = [(t, u) for t, u in samples.by_gpu.get(index, []) if start <= t <= end]
-        edges = [start, *(t for t, _ in seen), end]
-        gap = max(b - a for a, b in pairwise(edges))
-        if not seen or gap > MAX_SAMPLE_GAP_S:
-            uncovered.append(f"GPU {index} ({len(seen)} samples, a gap of {gap:.1f} s)")
-            continue
-        covered[index] = statistics.median(u for _, u in seen)
-    # the per_node busiest of the GPUs watched, in index order (see the docstring)
-    busiest = sorted(covered, key=lambda i: (-covered[i], i))[:gpus]
-    medians = {i: covered[i] for i in sorted(busiest)}
-    if uncovered and len(covered) < gpus:
-        ev.not_checked.append(
-            f"the GPUs at work: the host's samples of {', '.join(uncovered)} do not cover steps "
-            f"{first}-{last} ({end - start:.1f} s on the host's clock; a gap of at most "
-            f"{MAX_SAMPLE_GAP_S:g} s allowed), so the host did not watch them work"
-        )
-    if not medians:
-        return
-    ev.cross["gpu_busy_median_percent"] = {str(i): m for i, m in medians.items()}
-    shown = ", ".join(f"GPU {i} {m:g}%" for i, m in medians.items())
-    ev.checked.append(
-        f"the GPUs at work: the host's samples over steps {first}-{last} ({end - start:.1f} s "
-        f"on its clock) give median utilization {shown} (at least {BUSY_UTIL_PERCENT:g}% each)"
-    )
-    for index, median in medians.items():
-        if median < BUSY_UTIL_PERCENT:
-            ev.disagreements.append(
-                Disagreement(
-                    "gpus busy",
-                    f"GPU {index} utilization.gpu",
-                    BUSY_UTIL_PERCENT,
-                    median,
-                    f"gpus busy: GPU {index}'s median utilization.gpu over steps {first} to "
-                    f"{last} ({end - start:.1f} s on the host's clock) is {median:g}%, under "
-                    f"the {BUSY_UTIL_PERCENT:g}% a GPU doing the claimed work shows: the host "
-                    "saw it idle while the step lines came",
-                )
-            )
 
 
 def _steps(ev: Evidence, raw: dict[str, Any], recs: Mapping[int, StepRecord]) -> None:

@@ -12,8 +12,13 @@ them in the Result and launcher/judge/verdict.py turns them into the status. Pur
   watchdog timeout, a fatal abort, the shell's `Killed`: launcher/judge/parse/shapes.py, SIGNALS)
   after which no step was logged: training stopped there, and the LAST such line is the one that
   stopped it, whatever was printed and survived before.
-- incomplete: a failure line in the measured window after which the run went on (the window is
-  not one undisturbed run).
+- incomplete: a process-ending failure in the measured window after which the run went on (an
+  OOM, a CUDA error, an NCCL abort, a fatal error, `Killed`: the trainer died and was started
+  again, so the window is not one undisturbed run).
+- a note only: an exception (its traceback) in the window that the run went on from in the same
+  process (a retried read: "retry 1 succeeded"). Its presence proves nothing: whether it
+  disturbed the window is for the step times to say (the CV limit, the stamps' and the host's
+  clock checks, every window step's time), which judge the run as they judge any other.
 - a note only: a failure line the run went on from before its window (a warning logged with its
   traceback at start-up, a retry, a process restarted before the window), and one printed after
   the recipe's last step had finished (shutdown).
@@ -148,7 +153,15 @@ def _errors(
             out.error = end["line"]
     start = window_start if window_start is not None else 0
     before = [g for g in recovered if g["after_step"] + 1 < start]
-    inside = [g for g in recovered if g["after_step"] + 1 >= start]
+    inside = [g for g in recovered if g["after_step"] + 1 >= start and g["kind"] != "exception"]
+    handled = [g for g in recovered if g["after_step"] + 1 >= start and g["kind"] == "exception"]
+    if handled:
+        out.notes.append(
+            f"{_what(handled[0], recs)}"
+            + (f" (and {len(handled) - 1} more such group(s))" if len(handled) > 1 else "")
+            + "; the run went on in the same process: an exception it recovered from is judged "
+            "by the window's step times, not by its presence"
+        )
     if before:
         out.notes.append(
             f"{_what(before[0], recs)}"

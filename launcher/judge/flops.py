@@ -35,7 +35,7 @@ class MegatronFlops:
     reason: str | None = None  # why there is no figure
 
 
-def _value(args: Mapping[str, str], name: str) -> object:
+def arg_value(args: Mapping[str, str], name: str) -> object:
     text = args.get(name)
     if text is None or text == "None":
         return None
@@ -45,34 +45,36 @@ def _value(args: Mapping[str, str], name: str) -> object:
         return text
 
 
-def _int(args: Mapping[str, str], name: str, default: int | None = None) -> int | None:
-    value = _value(args, name)
+def arg_int(args: Mapping[str, str], name: str, default: int | None = None) -> int | None:
+    value = arg_value(args, name)
     return value if isinstance(value, int) and not isinstance(value, bool) else default
 
 
 def per_token(args: Mapping[str, str], seq_length: int) -> MegatronFlops:
     """Megatron's training FLOPs per token of a step, from the printed arguments."""
-    missing = [n for n in _NEEDED if _int(args, n) is None]
+    missing = [n for n in _NEEDED if arg_int(args, n) is None]
     if missing:
         return MegatronFlops(None, f"the log's arguments listing lacks {', '.join(missing)}")
     for flag in ("multi_latent_attention", "hybrid_override_pattern", "hybrid_layer_pattern"):
-        if _value(args, flag) not in (None, False, ""):
+        if arg_value(args, flag) not in (None, False, ""):
             return MegatronFlops(None, f"{flag} is set: a model this count does not cover")
-    if _value(args, "experimental_attention_variant") not in (None, ""):
+    if arg_value(args, "experimental_attention_variant") not in (None, ""):
         return MegatronFlops(None, "experimental_attention_variant is set: not covered")
-    layers = _int(args, "num_layers") or 0
-    hidden = _int(args, "hidden_size") or 0
-    heads = _int(args, "num_attention_heads") or 0
-    ffn = _int(args, "ffn_hidden_size") or 0
-    groups = _int(args, "num_query_groups") if _value(args, "group_query_attention") else heads
-    kv = _int(args, "kv_channels", hidden // heads if heads else 0) or 0
-    swiglu = _value(args, "swiglu") is True
-    experts = _int(args, "num_experts")
-    mtp = _int(args, "mtp_num_layers", 0) or 0
+    layers = arg_int(args, "num_layers") or 0
+    hidden = arg_int(args, "hidden_size") or 0
+    heads = arg_int(args, "num_attention_heads") or 0
+    ffn = arg_int(args, "ffn_hidden_size") or 0
+    groups = (
+        arg_int(args, "num_query_groups") if arg_value(args, "group_query_attention") else heads
+    )
+    kv = arg_int(args, "kv_channels", hidden // heads if heads else 0) or 0
+    swiglu = arg_value(args, "swiglu") is True
+    experts = arg_int(args, "num_experts")
+    mtp = arg_int(args, "mtp_num_layers", 0) or 0
     if experts is None:
         dense, moe, routed, last_moe = layers, 0, 0, 0
     else:
-        freq = _value(args, "moe_layer_freq")
+        freq = arg_value(args, "moe_layer_freq")
         pattern = (
             [1 if i % freq == 0 else 0 for i in range(layers)]
             if isinstance(freq, int) and freq > 0
@@ -83,15 +85,19 @@ def per_token(args: Mapping[str, str], seq_length: int) -> MegatronFlops:
         if len(pattern) != layers:
             return MegatronFlops(None, f"moe_layer_freq {freq!r} does not give {layers} layers")
         moe = sum(1 for p in pattern if p)
-        dense, routed, last_moe = layers - moe, _int(args, "moe_router_topk", 2) or 0, pattern[-1]
+        dense, routed, last_moe = (
+            layers - moe,
+            arg_int(args, "moe_router_topk", 2) or 0,
+            pattern[-1],
+        )
     moe += last_moe * mtp
     dense += (1 - last_moe) * mtp
-    moe_ffn = _int(args, "moe_ffn_hidden_size", ffn) or ffn
-    shared = _int(args, "moe_shared_expert_intermediate_size", 0) or 0
+    moe_ffn = arg_int(args, "moe_ffn_hidden_size", ffn) or ffn
+    shared = arg_int(args, "moe_shared_expert_intermediate_size", 0) or 0
     ffn_factor = 3 if swiglu else 2
     q = kv * heads
     k = v = kv * (groups or heads)
-    gate = q if _value(args, "attention_output_gate") is True else 0
+    gate = q if arg_value(args, "attention_output_gate") is True else 0
     attn = 3 * 2 * (hidden * (q + k + v + gate) + q * seq_length / 2 * 2 + q * hidden)
     mlp = (
         3
@@ -111,8 +117,8 @@ def per_token(args: Mapping[str, str], seq_length: int) -> MegatronFlops:
 def _padded_vocab(args: Mapping[str, str]) -> int:
     """Megatron's padded_vocab_size: vocab_size up to a multiple of make_vocab_size_divisible_by
     x tensor parallel (megatron/training/tokenizer, _vocab_size_with_padding)."""
-    vocab = _int(args, "vocab_size") or 0
-    multiple = (_int(args, "make_vocab_size_divisible_by", 128) or 128) * (
-        _int(args, "tensor_model_parallel_size", 1) or 1
+    vocab = arg_int(args, "vocab_size") or 0
+    multiple = (arg_int(args, "make_vocab_size_divisible_by", 128) or 128) * (
+        arg_int(args, "tensor_model_parallel_size", 1) or 1
     )
     return -(-vocab // multiple) * multiple

@@ -20,7 +20,7 @@ from launcher import catalog
 from launcher.catalog import Price
 from launcher.errors import BadInput
 from launcher.inputs.recipe import Recipe
-from launcher.judge.evidence import Evidence, gather
+from launcher.judge.evidence import Evidence, HostWatch, gather
 from launcher.judge.failures import Findings, find
 from launcher.judge.flops import MEGATRON_SOURCE, per_token
 from launcher.judge.parse.gpu import GpuSamples
@@ -347,11 +347,13 @@ def measure(
     measured: str | None = None,
     price: Price | None = None,
     gpu_samples: GpuSamples | None = None,
+    host: HostWatch | None = None,
 ) -> Result:
     """Compute the recipe's `result` figures from parsed steps. Pure: no I/O.
 
     `gpu_samples`: the host's samples of the node's GPUs (the evidence gate's check 7); None
-    where the run has no sampler file.
+    where the run has no sampler file. `host`: whether the run was launched with the host's clock
+    and sampler on (then their evidence is owed: launcher/judge/evidence.py, HostWatch).
 
     `price` is the price the run used (run.json's, decided once when it started); without it,
     `price_per_hour` (--price-per-hour) or the catalog's for `region` prices the $ figure."""
@@ -422,7 +424,7 @@ def measure(
             usd_per_hour=price.value * nodes if price else None,
         )
 
-    evidence = gather(raw, recs, present, parse_stats, gpu_samples)
+    evidence = gather(raw, recs, present, parse_stats, gpu_samples, host)
     megatron = per_token(
         parse_stats.arguments if parse_stats else {}, int(_require(raw, "workload", "row_tokens"))
     )
@@ -492,6 +494,9 @@ def measure(
     )
 
 
+_UNPACK = {"gzip": "gunzip", "zstd": "zstd -d", "bzip2": "bunzip2", "xz": "unxz"}
+
+
 def unreadable(
     recs: dict[int, StepRecord],
     stats: ParseStats | None,
@@ -504,7 +509,12 @@ def unreadable(
     was read, and ends before training logged what would be measured."""
     if failed_stages or findings.failed or stats is None:
         return None
-    if not recs and not stats.recognised:
+    if not recs and not stats.recognised and stats.packed:
+        what = (
+            f"it is {stats.packed}-compressed data, not text (decompress it first, e.g. "
+            f"{_UNPACK.get(stats.packed, 'with its tool')}, and measure the text)"
+        )
+    elif not recs and not stats.recognised:
         what = "no line of it was recognised"
     elif (
         recs

@@ -24,6 +24,7 @@ from launcher.judge.split import failed_after_note
 
 if TYPE_CHECKING:
     from launcher.inputs.recipe import Recipe
+    from launcher.judge.assurance import Assurance
     from launcher.judge.measure import Result
 
 STATUSES = (
@@ -78,18 +79,27 @@ class Tolerance:
 # v3: a claim that is a mean of N runs is judged on the mean of K measured runs, fail closed
 # (launcher/judge/aggregate.py, the last rule). v4: the evidence gate holds the window's claimed
 # step times to the host's clock (launcher/judge/evidence.py, check 6). v5: and a window whose
-# GPUs the host saw idle is a mismatch (check 7: the GPUs at work).
+# GPUs the host saw idle is a mismatch (check 7: the GPUs at work). v6: positive proof: the
+# model's identity from the listing (launcher/judge/identity.py), a log without the listing and
+# owed host evidence missing fail closed, an MFU above the chip's peak is a mismatch, an exception
+# the run recovered from in the same process is a note, and every verdict carries its assurance
+# level (launcher/judge/assurance.py).
 POLICY_NAME = "reproduce-verdict"
-POLICY_VERSION = 5
+POLICY_VERSION = 6
 POLICY_RULES = (
     "unreadable: nothing in the log is miles', or no step carries a step time it knows",
     "failed: the log shows training failing (NaN/inf loss, grad norm or step time, a loss frozen "
     f"for {FROZEN_LOSS_STEPS} steps, a skipped optimizer step, an error after which no step "
     "came, a failed stage, no window step with a step time)",
-    "mismatch: the log is not evidence of this recipe, disagrees with itself or with the host's "
-    "clock, the host saw a GPU of the recipe idle during the window, or holds metric lines the "
-    "parser only half understood",
-    "incomplete: window steps missing, the run ended early or was cut, or an error mid-run",
+    "mismatch: the log is not evidence of this recipe (its arguments or its model, by the "
+    "parameter counts of the architecture it printed, disagree with the recipe, or it prints no "
+    "arguments listing), disagrees with itself or with the host's clock, the host saw a GPU of "
+    "the recipe idle during the window, evidence the host owes (its clock, its GPU samples, for "
+    "a run launched with them on) is missing or cut short, a figure is impossible (MFU above the "
+    "chip's peak), or it holds metric lines the parser only half understood",
+    "incomplete: window steps missing, the run ended early or was cut, or a process-ending error "
+    "mid-run after which the trainer started again (an exception recovered from in the same "
+    "process is a note: the step times judge it)",
     "unstable: step-time CV above max(cv_factor x the recipe's CV, cv_floor_percent)",
     "slower / faster / reproduced: tokens/s per GPU over the window against the claim, "
     "outside or inside the tolerance",
@@ -98,6 +108,9 @@ POLICY_RULES = (
     "status (in that order), naming the run; a run unstable, or the runs' mean CV above the limit, "
     "makes it unstable; else the mean of the runs' tokens/s per GPU is judged against the claim. "
     "K < N runs (--runs K) is judged on their mean and the reasons say so",
+    "assurance: every verdict says how strong its evidence is: host-verified (the host's clock "
+    "and GPU samples held the window), log-only (the log alone), cluster-vouched (a cluster ran "
+    "the launcher's checks as its own job); a mean of K runs takes its weakest run's",
 )
 
 
@@ -131,6 +144,8 @@ class Verdict:
     noise_band_percent: float | None = None
     error: str | None = None  # the log line of the error that ended training, when there is one
     runs: dict | None = None  # a mean of K runs: each run's status and figure (judge/aggregate.py)
+    # how strong the evidence is (launcher/judge/assurance.py): set where the run's kind is known
+    assurance: Assurance | None = None
 
     @property
     def policy(self) -> dict:
@@ -152,6 +167,7 @@ class Verdict:
             "noise_band_percent": self.noise_band_percent,
             "error": self.error,
             **({"runs": self.runs} if self.runs is not None else {}),
+            "assurance": self.assurance.to_dict() if self.assurance is not None else None,
         }
 
 
@@ -236,6 +252,7 @@ def judge(result: Result, recipe: Recipe, *, tolerance: Tolerance | None = None)
         incomplete.append("the log's last line is cut mid-record (the run was killed)")
 
     mismatch = [d.detail for d in result.evidence.disagreements] + findings.half_read
+    mismatch += _impossible(result)
     not_checked = [f"not checked: {n}" for n in result.evidence.not_checked]
     not_checked += [f"note: {n}" for n in findings.notes]
     if result.failed_after_training:
@@ -298,6 +315,20 @@ def judge(result: Result, recipe: Recipe, *, tolerance: Tolerance | None = None)
         status = "reproduced"
     error = findings.error if status in ("failed", "incomplete") else None
     return Verdict(status, diff, reasons + not_checked, claimed, measured, tolerance, noise, error)
+
+
+def _impossible(result: Result) -> list[str]:
+    """Figures no GPU can give (an MFU above the chip's peak, by either count): the log's step
+    times or tokens are not this run's work, so no speed verdict stands on them."""
+    out = []
+    for name, mfu in (("6 x N", result.mfu), ("Megatron's count", result.megatron_mfu)):
+        if mfu is not None and math.isfinite(mfu) and mfu > 1.0:
+            out.append(
+                f"impossible figure: MFU {mfu:.4f} by {name} is above the GPU's peak (1.0): no "
+                "run computes faster than its chip, so these step times or tokens are not the "
+                "work of this recipe on these GPUs"
+            )
+    return out
 
 
 def _steps(steps: list[int], limit: int = 12) -> str:

@@ -216,10 +216,15 @@ def trust_mark(row: RunRow) -> str:
     words = trust.line(row.cluster_kind) or (
         trust.run_line(Path(row.run_dir)) if row.run_dir else None
     )
+    level = row.assurance or "assurance not recorded"
+    mark = f' <span class="dim" data-assurance="{esc(level)}">{esc(level)}</span>'
+    if row.verdict is None:
+        mark = ""
     if words is None:
-        return ""
+        return mark
     return (
         f' <span class="no" data-trust="unverified" title="{esc(words)}">{esc(trust.MARK)}</span>'
+        + mark
     )
 
 

@@ -19,9 +19,11 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from launcher.judge.assurance import shown
 from launcher.judge.measure import STD_KIND
 from launcher.judge.parse.miles import StepRecord
 from launcher.judge.split import PARALLEL_PART
+from launcher.judge.verdict import JUDGED
 
 if TYPE_CHECKING:
     from launcher.inputs.recipe import Recipe
@@ -56,6 +58,12 @@ def fmt(value: Any, spec: str | int = ",.2f", *, missing: str = "n/a", suffix: s
 
 def _peak(flops: float | None) -> str:
     return f"{flops / 1e12:g} TFLOP/s" if flops else "unknown"
+
+
+def _assurance_lines(verdict: Verdict, label: str) -> list[str]:
+    """How strong the verdict's evidence is (launcher/judge/assurance.py), one line."""
+    a = verdict.assurance
+    return [f"{label}{a.level}: {a.why}"] if a is not None else [f"{label}not recorded"]
 
 
 def _diff(measured: Any, claimed: Any) -> str:
@@ -197,6 +205,8 @@ def render_markdown(
         "",
         f"**Verdict: {verdict.status}**{difference}",
         "",
+        *_assurance_lines(verdict, "Assurance: "),
+        "",
     ]
     lines += [f"- {r}" for r in verdict.reasons] + [""]
     lines += [
@@ -208,7 +218,7 @@ def render_markdown(
     for key, label, digits in _FIGURES:
         lines.append(
             f"| {label} | {fmt(claim.get(key), digits)} | {fmt(measured.get(key), digits)} | "
-            f"{_diff(measured.get(key), claim.get(key))} |"
+            f"{_diff(measured.get(key), claim.get(key)) if verdict.status in JUDGED else '-'} |"
         )
     steps_run = (result.last_step + 1) if result.last_step is not None else 0
     lines += [
@@ -346,9 +356,9 @@ def render_summary(result: Result, verdict: Verdict) -> str:
     m, c = result.to_dict(), verdict.claimed
     rows = [f"{'figure':<24}{'claimed':>14}{'reproduced':>14}{'difference':>12}"]
     for key, label, digits in _FIGURES:
+        diff = _diff(m.get(key), c.get(key)) if verdict.status in JUDGED else "-"
         rows.append(
-            f"{label:<24}{fmt(c.get(key), digits):>14}{fmt(m.get(key), digits):>14}"
-            f"{_diff(m.get(key), c.get(key)):>12}"
+            f"{label:<24}{fmt(c.get(key), digits):>14}{fmt(m.get(key), digits):>14}{diff:>12}"
         )
     price = f"${result.price.value}/h ({result.price.describe()})" if result.price else "none known"
     rows += [
@@ -372,7 +382,8 @@ def render_summary(result: Result, verdict: Verdict) -> str:
     head = f"verdict: {verdict.status.upper()}"
     if verdict.difference_percent is not None:
         head += f" ({verdict.difference_percent:+.2f}% tokens/s per GPU)"
-    rows += ["", head] + [f"  - {r}" for r in verdict.reasons]
+    rows += ["", head, *_assurance_lines(verdict, "assurance: ")]
+    rows += [f"  - {r}" for r in verdict.reasons]
     return "\n".join(rows)
 
 
@@ -469,7 +480,7 @@ def history_report(slug: str, rows: Sequence[RunRow], assessment: Assessment | N
             utc(r.started_at),
             r.cluster_name or "-",
             r.state or "-",
-            r.verdict or "-",
+            shown(r.verdict, r.assurance) if r.verdict else "-",
             fmt(r.tokens_per_s_per_gpu, missing="-")
             + (f" (mean of {r.measured_runs})" if r.measured_runs else ""),
             fmt(r.difference_percent, "+.2f", missing="-", suffix="%"),

@@ -200,6 +200,14 @@ def _verdict(ctx: rs.Context) -> str:
     reasons = trust.other_reasons(reasons, _kind(ctx))  # the header says it
     if reasons:
         lines.append("<ul>" + "".join(f"<li>{esc(r)}</li>" for r in reasons) + "</ul>")
+    found = v.get("assurance") if v else None
+    if isinstance(found, dict) and isinstance(found.get("level"), str):
+        lines.append(
+            f'<p class="dim" data-assurance="{esc(found["level"])}">Assurance: '
+            f"<b>{esc(found['level'])}</b> — {esc(found.get('why') or '')}</p>"
+        )
+    elif v:
+        lines.append('<p class="dim" data-assurance="">Assurance: not recorded.</p>')
     lines.append(rs.extra_verdict_fields(v))
     if state:
         detail = state.get("detail")

@@ -77,7 +77,7 @@ __all__ = [
 # 2: rows are keyed on the recipe's content-derived slug; `legacy_slug` keeps the path-derived
 # name version 1 used (migrated on open: old rows still read, under both names).
 # 3: `measured_runs`, K: the row's figures are the mean of K measured runs (null: one run).
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 # How long a writer waits for another one (a nightly and a person importing runs) before giving
 # up with a clear error instead of a traceback.
 BUSY_TIMEOUT_S = 30.0
@@ -115,7 +115,8 @@ CREATE TABLE IF NOT EXISTS runs (
     detail TEXT,
     recorded_at REAL NOT NULL,
     legacy_slug TEXT,
-    measured_runs INTEGER
+    measured_runs INTEGER,
+    assurance TEXT
 );
 CREATE INDEX IF NOT EXISTS runs_by_slug ON runs (slug, started_at, run_id);
 """
@@ -245,6 +246,8 @@ class History:
         columns = {r[1] for r in self.conn.execute("PRAGMA table_info(runs)")}
         if "measured_runs" not in columns:  # 3: K measured runs (older rows: one run, null)
             self.conn.execute("ALTER TABLE runs ADD COLUMN measured_runs INTEGER")
+        if "assurance" not in columns:  # 4: the verdict's assurance level (older rows: null)
+            self.conn.execute("ALTER TABLE runs ADD COLUMN assurance TEXT")
         self.conn.execute("DELETE FROM schema_version")
         self.conn.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from launcher.errors import BadInput
 from launcher.excerpt import sha256_of
+from launcher.judge.assurance import level_of
 from launcher.records import nodejson
 from launcher.records.nodejson import Fields
 from launcher.records.rundir import Files, read_yaml
@@ -56,6 +57,8 @@ class RunRow:
     recorded_at: float = 0.0
     legacy_slug: str | None = None  # the name an older launcher gave the recipe (its file path)
     measured_runs: int | None = None  # K: the figures are the mean of K measured runs (result.yaml)
+    # how strong the verdict's evidence is (verdict.json's assurance.level: judge/assurance.py)
+    assurance: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -155,6 +158,7 @@ def row_from_run_dir(run_dir: Path) -> RunRow:
         image=image,
         detail=status.text("detail"),
         measured_runs=_measured_runs(result.mapping()),
+        assurance=level_of(verdict.mapping()),
     )
 
 

@@ -55,7 +55,7 @@ def plain(value: Any) -> Any:
     are compared in this form, exactly."""
     import datetime as dt
 
-    from launcher.results.evaluate import json_safe
+    from launcher.results.measure_record import json_safe
 
     def default(obj: Any) -> Any:
         if isinstance(obj, (dt.date, dt.datetime)):
@@ -107,7 +107,8 @@ def figures_of(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def verdict_of(verdict: dict[str, Any]) -> dict[str, Any]:
-    return {k: verdict.get(k) for k in ("status", "difference_percent", "reasons", "tolerance")}
+    keys = ("status", "difference_percent", "reasons", "tolerance", "assurance")
+    return {k: verdict.get(k) for k in keys}
 
 
 def measured_inputs(root: Path, record: dict[str, Any]) -> dict[str, Any]:

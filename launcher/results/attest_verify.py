@@ -201,7 +201,7 @@ def remeasure_check(
     from launcher.inputs.recipe import load_recipe
     from launcher.judge.verdict import POLICY_NAME, POLICY_VERSION, Tolerance
     from launcher.results.evaluate import remeasure, result_yaml
-    from launcher.results.readback import read_gpu_samples
+    from launcher.results.readback import host_watch, read_gpu_samples
 
     predicate = stmt["predicate"]
     names = {s["name"] for s in stmt["subject"]}
@@ -247,10 +247,11 @@ def remeasure_check(
             nonce=nonce if isinstance(nonce, str) else None,
             # the host's GPU samples the measurement read: a signed subject, or none
             gpu_samples=read_gpu_samples(root) if Files.GPU_SAMPLES in names else None,
+            host=host_watch(root),  # node.sh when a subject, else measure.json's record
             **pricing,
         )
     kind = record.get("cluster")  # the kind the measurement read (run.json), as it noted it
-    trust.add_note(verdict.reasons, kind if isinstance(kind, str) else None)
+    trust.mark(verdict, kind if isinstance(kind, str) else None)
     again = _norm(result_yaml(result, verdict))
     judged = _norm(verdict.to_dict())
     attested = [

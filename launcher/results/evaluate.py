@@ -27,7 +27,6 @@ whole run directory.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -36,16 +35,23 @@ from launcher.catalog import Price
 from launcher.clusters import trust
 from launcher.errors import BadInput
 from launcher.inputs.recipe import Recipe, load_recipe
+from launcher.judge.assurance import Assurance, decide, weakest
 from launcher.judge.convergence import check, loss_curve
+from launcher.judge.evidence import HostWatch
 from launcher.judge.gate import LogEvidence, assess
 from launcher.judge.measure import Result, measure, measured_date
 from launcher.judge.parse.gpu import GpuSamples
 from launcher.judge.parse.reader import ParseStats, StepRecord, parse_path
-from launcher.judge.verdict import POLICY_NAME, POLICY_VERSION, Tolerance, Verdict, judge
+from launcher.judge.verdict import Tolerance, Verdict, judge
 from launcher.pages import report
 from launcher.records.atomic import write_atomic
 from launcher.records.rundir import Files, dump_yaml
+from launcher.results.measure_record import (
+    _write_json,
+    write_measure_record,
+)
 from launcher.results.readback import (
+    host_watch,
     load_timeline,
     read_gpu_samples,
     read_steps,
@@ -56,7 +62,6 @@ from launcher.results.readback import (
 
 RECIPE_FILE = Files.RECIPE  # the recipe as the run used it, kept in its run directory
 RUN_FILE = Files.RUN  # what makes a directory a run directory
-MEASURE_FILE = Files.MEASURE  # the measurement's record: its inputs and parameters
 TRAIN_LOG = Path("logs") / "train.log"
 
 
@@ -79,12 +84,24 @@ def check_input(path: Path) -> Path:
     return path
 
 
+# The first bytes of packed files (each format's magic number), for naming an unreadable log.
+_MAGIC = {b"\x1f\x8b": "gzip", b"\x28\xb5\x2f\xfd": "zstd", b"BZh": "bzip2", b"\xfd7zXZ": "xz"}
+
+
+def packed(head: bytes) -> str | None:
+    """The packed format a file's first bytes name, or None."""
+    return next((name for magic, name in _MAGIC.items() if head.startswith(magic)), None)
+
+
 def parse_log(path: Path, nonce: str | None = None) -> tuple[list[StepRecord], ParseStats]:
     """One log's steps and the parser's counters (its arguments listing among them); `nonce`:
     the run's, whose host clock lines count (launcher/judge/parse/clock.py)."""
     stats = ParseStats()
     try:
-        return list(parse_path(path, stats, nonce)), stats
+        records = list(parse_path(path, stats, nonce))
+        with open(path, "rb") as fh:
+            stats.packed = packed(fh.read(6))
+        return records, stats
     except OSError as err:
         raise BadInput(f"{path}: cannot read the log: {err.strerror}.") from None
 
@@ -145,21 +162,6 @@ def recipe_identity(path: Path) -> str | None:
     return recipe_slug(raw)
 
 
-def json_safe(value: Any) -> Any:
-    """Non-finite floats become None so the output is strict JSON."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
-    return value
-
-
-def _write_json(path: Path, data: Any) -> None:
-    write_atomic(path, json.dumps(json_safe(data), indent=2) + "\n")
-
-
 def write_steps_jsonl(path: Path, records: Iterable[StepRecord]) -> None:
     write_atomic(path, "".join(json.dumps(rec.to_dict()) + "\n" for rec in records))
 
@@ -208,6 +210,7 @@ def remeasure(
     price: Price | None = None,
     nonce: str | None = None,
     gpu_samples: GpuSamples | None = None,
+    host: HostWatch | None = None,
 ) -> tuple[list[StepRecord], Result, Verdict]:
     """Parse and judge one log exactly as a measurement does, writing nothing: `reproduce
     verify` checks an attested directory with it (measure into memory, never into the directory
@@ -224,80 +227,9 @@ def remeasure(
         runs,
         price=price,
         gpu_samples=gpu_samples,
+        host=host,
     )
     return records, result, verdict
-
-
-def _file_ref(path: Path | None, out: Path) -> dict | None:
-    """A file the measurement read: its path (relative to `out` when inside it) and sha256."""
-    if path is None:
-        return None
-    from launcher.excerpt import sha256_of
-
-    path = Path(path)
-    try:  # in chunks: a log may be gigabytes (the user named it: a link is followed)
-        digest: str | None = sha256_of(path, follow=True)
-    except OSError:
-        digest = None
-    try:
-        shown = path.resolve().relative_to(Path(out).resolve()).as_posix()
-    except ValueError:
-        shown = str(path.resolve())
-    return {"path": shown, "sha256": digest}
-
-
-def write_measure_record(
-    out: Path,
-    *,
-    log: Path,
-    recipe: Recipe,
-    timeline: dict | None,
-    timeline_source: Path | None,
-    price_per_hour: float | None,
-    region: str | None,
-    tolerance: Tolerance | None,
-    reference: Path | None = None,
-    runs: int | None = None,
-    price: Price | None = None,
-    measured: int = 1,
-    node_log: Path | None = None,
-    cluster: str | None = None,
-    nonce: str | None = None,
-) -> None:
-    """out/measure.json: what this measurement read and how it judged (its record). The timeline
-    is kept as it was read: a run's timeline.json gains its release time after the run was
-    measured, and a re-measure must see what the measurement saw. No clock in it: measuring
-    the same inputs again writes the same bytes."""
-    from launcher.records.identity import launcher_identity
-
-    out = Path(out)
-    recipe_ref = _file_ref(recipe.path, out)
-    own = out / RECIPE_FILE  # the run directory's copy, when it is the recipe measured
-    if recipe_ref is not None and own.is_file():
-        mine = _file_ref(own, out)
-        if mine is not None and mine["sha256"] == recipe_ref["sha256"]:
-            recipe_ref = mine
-    record = {
-        "schema": 1,
-        "log": _file_ref(log, out),
-        "recipe": recipe_ref,
-        "timeline": timeline,
-        "timeline_source": (_file_ref(timeline_source, out) or {}).get("path"),
-        "price_per_hour": price_per_hour,
-        "region": region,
-        "tolerance": (tolerance if tolerance is not None else Tolerance()).to_dict(),
-        "reference": str(reference) if reference is not None else None,
-        "runs": runs,  # fewer measured runs than the claim's mean, accepted (--runs)
-        "measured_runs": measured,  # K: the figures are the mean of measured/1..K
-        "node_log": _file_ref(node_log, out) if measured > 1 else None,  # K runs are cut from it
-        "price": price.to_dict() if price is not None else None,  # the run's decided price
-        "cluster": cluster,  # its kind: verify notes what the cluster vouched for (trust.py)
-        # the run's nonce, which made its host clock lines count: a secret only while it ran
-        "clock_nonce": nonce,
-        "policy": {"name": POLICY_NAME, "version": POLICY_VERSION},
-        "launcher": launcher_identity(),
-    }
-    _write_json(out / MEASURE_FILE, record)
 
 
 def _judged(
@@ -313,6 +245,7 @@ def _judged(
     *,
     alone: bool = False,
     gpu_samples: GpuSamples | None = None,
+    host: HostWatch | None = None,
 ) -> tuple[Result, Verdict]:
     """Measure and judge one run; `alone`: one of K measured runs, judged without the claim's
     result.runs (the mean of the K is judged by launcher/judge/aggregate.py)."""
@@ -328,12 +261,16 @@ def _judged(
         measured=measured_date(records),
         price=price,
         gpu_samples=gpu_samples,
+        host=host,
     )
     verdict = judge(result, recipe, tolerance=tolerance)
+    verdict.assurance = decide(result.evidence.checked, vouched=False)  # trust.mark: the kind's
     if alone:
         return result, verdict
     # the claim's result.runs against this one run (launcher/plan/claimruns.py)
-    return result, claimruns.apply(verdict, recipe, runs)
+    verdict = claimruns.apply(verdict, recipe, runs)
+    verdict.assurance = decide(result.evidence.checked, vouched=False)
+    return result, verdict
 
 
 def write_outputs(
@@ -386,7 +323,7 @@ def measure_run_dir(
         raise BadInput(f"run directory {run_dir} holds no {TRAIN_LOG}: nothing to measure.")
     recipe = recipe if recipe is not None else recipe_of(run_dir)
     measured = measured_in(run_dir)
-    nonce = run_nonce(run_dir)
+    nonce, watch = run_nonce(run_dir), host_watch(run_dir)
     if runs is not None and measured > 1 and runs != measured:
         raise BadInput(
             f"--runs {runs}: run directory {run_dir} measured {measured} runs (plan.json "
@@ -426,9 +363,10 @@ def measure_run_dir(
             runs,
             price=recorded,
             gpu_samples=read_gpu_samples(run_dir),
+            host=watch,
         )
     kind = trust.run_kind(run_dir)
-    trust.add_note(verdict.reasons, kind)  # a cluster that vouched for its own checks says so
+    trust.mark(verdict, kind)  # a cluster that vouched for its own checks says so
     convergence = None
     if reference is not None:
         convergence = check(loss_curve(records), reference_curve(reference))
@@ -449,6 +387,7 @@ def measure_run_dir(
         node_log=run_dir / Files.LOGS / Files.NODE_LOG,
         cluster=kind,
         nonce=nonce,
+        host=watch,
     )
     if write_page:
         from launcher.pages import write_run_page
@@ -479,6 +418,8 @@ def measure_k_runs(
     price_per_hour, region, tolerance, price = pricing
     nonce = run_nonce(run_dir)  # each run's log is cut from run_dir's node.log
     samples = read_gpu_samples(run_dir)  # one sampler for the K runs: each its own span of it
+    watch = host_watch(run_dir)
+    levels: list[Assurance | None] = []
 
     def one(k: int, sub: Path, tl: dict) -> tuple[Result, Verdict, list[StepRecord]]:
         records, stats = parse_log(sub / TRAIN_LOG, nonce)
@@ -493,8 +434,10 @@ def measure_k_runs(
             price=price,
             alone=True,
             gpu_samples=samples,
+            host=watch,
         )
         verdict.reasons.append(mr.one_run_reason(k, expected))
+        levels.append(verdict.assurance)
         if result.gpu_hours is not None:
             result.gpu_hours_source = mr.RUN_HOURS_NOTE
         write_outputs(sub, result, verdict, recipe, records, plots=write_plots)
@@ -509,10 +452,11 @@ def measure_k_runs(
             tolerance=tolerance,
             price=price,
             nonce=nonce,
+            host=watch,
         )
         return result, verdict, records
 
-    return mr.measure_runs(
+    judged = mr.measure_runs(
         run_dir,
         target,
         recipe,
@@ -523,6 +467,9 @@ def measure_k_runs(
         timeline=timeline,
         measure_one=one,
     )
+    if judged is not None:  # the mean's evidence is as strong as its weakest run's
+        judged[1].assurance = weakest(levels)
+    return judged
 
 
 def out_dir(path: Path) -> Path:

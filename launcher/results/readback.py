@@ -11,6 +11,7 @@ from pathlib import Path
 from launcher.catalog import Price
 from launcher.errors import BadInput
 from launcher.inputs.yamlschema import read_text_capped
+from launcher.judge.evidence import HostWatch
 from launcher.judge.parse.gpu import GpuSamples, parse_samples
 from launcher.judge.parse.reader import StepRecord
 from launcher.records import nodejson
@@ -95,3 +96,33 @@ def run_nonce(run_dir: Path) -> str | None:
 
     node_log = Path(run_dir) / Files.LOGS / Files.NODE_LOG
     return MarkerGate.of_log(node_log).nonce if node_log.is_file() else None
+
+
+# What node.sh runs when the host watches the training (launcher/plan/host_clock.py): the words
+# that start the host's clock and its GPU sampler.
+_CLOCK_WORDS, _SAMPLER_WORDS = "scripts/host_clock.py", "scripts/gpu_sampler.py"
+
+
+def host_watch(run_dir: Path) -> HostWatch | None:
+    """Whether the run was launched with the host's clock and GPU sampler on: read from the node
+    script the run directory keeps (node.sh, what was run, byte for byte), else from the record
+    of an earlier measurement of it (measure.json's `host_watch`: an attested bundle). None
+    where neither says (a log, a run of an older launcher): then the checks that cannot apply
+    are named, not owed (launcher/judge/evidence.py, HostWatch)."""
+    script = Path(run_dir) / Files.NODE_SCRIPT
+    try:
+        text = nodejson.read_text(script)
+    except nodejson.NodeJSONError:
+        text = None
+    if text is not None:
+        return HostWatch(clock=_CLOCK_WORDS in text, sampler=_SAMPLER_WORDS in text)
+    try:
+        record = nodejson.load_file(Path(run_dir) / Files.MEASURE)
+    except nodejson.NodeJSONError:
+        return None
+    watch = record.get("host_watch") if isinstance(record, dict) else None
+    if isinstance(watch, dict) and all(
+        isinstance(watch.get(k), bool) for k in ("clock", "sampler")
+    ):
+        return HostWatch(clock=watch["clock"], sampler=watch["sampler"])
+    return None

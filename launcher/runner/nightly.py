@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from launcher.errors import BadInput, ReproduceError
+from launcher.judge.assurance import shown
 from launcher.pages.report import fmt, markdown_table, text_table, trend_lines
 from launcher.records.atomic import write_atomic
 from launcher.records.history import (
@@ -488,7 +489,8 @@ def _cells(e: NightlyEntry) -> list[str]:
     else:
         trend = "n/a" if a.judged else "-"
     reg = "yes" if a.regression else ("suspect" if a.suspect else ("no" if a.judged else "n/a"))
-    return [r.slug, e.outcome, r.verdict or "-", tps, claim, trend, reg]
+    verdict = shown(r.verdict, r.assurance) if r.verdict else "-"  # with its assurance level
+    return [r.slug, e.outcome, verdict, tps, claim, trend, reg]
 
 
 def summary_text(entries: Sequence[NightlyEntry]) -> str:

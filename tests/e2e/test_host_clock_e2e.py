@@ -86,9 +86,12 @@ def test_a_stand_in_pacing_what_it_claims_passes_the_host_clock(
     evidence = yaml.safe_load((rd / "result.yaml").read_text())["provenance"]["evidence"]
     assert any(c.startswith("the host's clock: steps 5-19") for c in evidence["checked"])
     assert not [d for d in evidence["disagreements"] if d["check"] == "host clock"]
+    assert not evidence["disagreements"]
     verdict = json.loads((rd / "verdict.json").read_text())
-    assert verdict["status"] == "faster", verdict["reasons"]  # 0.4 s steps beat the seed's claim
-    assert result.returncode == 1  # faster is not reproduced
+    # 0.4 s steps are 47 x the seed's claim, an MFU no chip reaches: never a speed verdict
+    assert verdict["status"] == "mismatch", verdict["reasons"]
+    assert [r for r in verdict["reasons"] if r.startswith("impossible figure: MFU")]
+    assert result.returncode == 1
 
 
 def test_a_stand_in_whose_gpus_the_host_saw_idle_is_judged_mismatch_naming_the_check(
@@ -114,4 +117,11 @@ def test_a_stand_in_whose_gpus_the_host_saw_busy_passes_the_check(
     (seen,) = [c for c in evidence["checked"] if c.startswith("the GPUs at work:")]
     assert "GPU 0 97%" in seen and "GPU 7 97%" in seen
     assert not [d for d in evidence["disagreements"] if d["check"] == "gpus busy"]
-    assert json.loads((rd / "verdict.json").read_text())["status"] == "faster"
+    assert not evidence["disagreements"]  # every check of the gate passed, 6 and 7 included
+    verdict = json.loads((rd / "verdict.json").read_text())
+    # the stand-in's 0.4 s steps are 47 x the claim (MFU about 6): no chip computes that, so
+    # never a speed verdict (policy v6), whatever the host saw
+    assert verdict["status"] == "mismatch"
+    assert [r for r in verdict["reasons"] if r.startswith("impossible figure: MFU")]
+    # the host clocked the window and saw the GPUs work: the strongest assurance
+    assert verdict["assurance"]["level"] == "host-verified"

@@ -77,5 +77,5 @@ def test_result_records_both_mfus_each_named_with_formula_and_peak(tmp_path):
     tps = result.tokens_per_s_per_gpu
     assert mg["mfu"] == pytest.approx(mg["flops_per_token"] * tps / 989e12)
     assert data["mfu"] == pytest.approx(6 * 3041656832 * tps / 989e12, abs=1e-4)  # unchanged
-    assert prov["policy"]["name"] == "reproduce-verdict" and prov["policy"]["version"] == 5
+    assert prov["policy"]["name"] == "reproduce-verdict" and prov["policy"]["version"] == 6
     assert "Megatron's count: MFU" in (tmp_path / "report.md").read_text()

@@ -100,6 +100,8 @@ def test_compare_calls_an_unreadable_log_unreadable_exit_2_as_measure_does(tmp_p
         assert measured.returncode == compared.returncode == 2, compared.stdout
         assert "not a log this launcher can read" in compared.stderr
         assert "Traceback" not in compared.stderr
+        named = "gzip-compressed data, not text" in measured.stderr + measured.stdout
+        assert named == (bad == packed), measured.stderr  # a gzip log is named as gzip
 
 
 def test_two_bare_logs_with_different_printed_arguments_are_not_one_recipe(tmp_path):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from support.measure import as_recipe, seed_raw, step_times_for_tps
+from support.measure import as_recipe, seed_arguments, seed_raw, step_times_for_tps
 
 from launcher.errors import BadInput
 from launcher.judge.measure import measure
@@ -35,7 +35,7 @@ def run(
     ]
     from launcher.judge.parse.miles import ParseStats
 
-    stats = ParseStats(truncated=1 if truncated else 0)
+    stats = ParseStats(truncated=1 if truncated else 0, arguments=seed_arguments())
     result = measure(recs, as_recipe(raw), parse_stats=stats, timeline=timeline)
     return judge(result, as_recipe(raw), **kw)
 
@@ -163,3 +163,27 @@ def test_a_claim_that_is_not_finite_is_never_judged_even_past_the_loader(claim):
     raw["result"]["tokens_per_s_per_gpu"] = claim
     with pytest.raises(BadInput, match="finite"):
         judge(result, as_recipe(raw))
+
+
+@pytest.mark.parametrize("times", [8.0, 20.0])
+def test_an_mfu_above_the_chips_peak_is_never_a_speed_verdict(times):
+    # 8 x the claim is MFU 1.02 by 6 x N (1.56 by Megatron's count): no chip computes that
+    v = run(tps=CLAIM * times)
+    assert v.status == "mismatch" and v.difference_percent is None
+    assert any(r.startswith("impossible figure: MFU") for r in v.reasons)
+    assert run(tps=CLAIM * 5).status == "faster"  # MFU 0.64, 0.97 by Megatron: possible
+
+
+def test_an_incomplete_verdict_states_no_difference_in_the_summary_either():
+    from launcher.pages.report import render_summary
+
+    raw = seed_raw()
+    t = step_times_for_tps(CLAIM * 1.005)
+    recs = [StepRecord(step=s, loss=1.0 + 1.0 / (s + 2), step_time=t) for s in range(15)]
+    from launcher.judge.parse.miles import ParseStats
+
+    result = measure(recs, as_recipe(raw), parse_stats=ParseStats(arguments=seed_arguments()))
+    verdict = judge(result, as_recipe(raw))
+    assert verdict.status == "incomplete" and verdict.difference_percent is None
+    table = render_summary(result, verdict).split("verdict:")[0]
+    assert "+0.50%" not in table and "%" not in table.split("tokens/s per GPU")[1].split("\n")[0]

@@ -86,8 +86,9 @@ def test_without_an_arguments_listing_the_tokens_still_disagree_and_the_gap_is_s
     run_standin(log, 20, args=args, step_time_s=SEED_STEP / 2, print_args=0)
     result, verdict = judged(log)
     assert verdict.status == "mismatch"
-    assert [d.check for d in result.evidence.disagreements] == ["tokens per step"]
-    assert any(r.startswith("not checked: the run's arguments") for r in verdict.reasons)
+    checks = [d.check for d in result.evidence.disagreements]
+    assert checks == ["arguments", "tokens per step"]
+    assert any("prints no `arguments` listing" in r for r in verdict.reasons)
 
 
 def test_the_seed_log_against_a_4_node_recipe_is_a_mismatch_naming_nodes_and_steps(tmp_path):
@@ -155,12 +156,14 @@ def test_consistent_evidence_is_still_reproduced_and_says_what_was_checked(tmp_p
     assert any("printed arguments compared" in c for c in result.evidence.checked)
 
 
-def test_a_seed_log_without_arguments_is_judged_and_says_which_checks_did_not_run(tmp_path):
+def test_a_seed_log_without_arguments_fails_closed_its_identity_unproven(tmp_path):
+    # Every miles version prints the listing: a log without it does not show this is a run of
+    # the recipe's model, layout and batch, so it is never reproduced, and the reason says so.
     log = tmp_path / "train.log"
     run_standin(log, 20, print_args=0)
     result, verdict = judged(log)
-    assert verdict.status == "reproduced"
-    assert any(r.startswith("not checked: the run's arguments") for r in verdict.reasons)
+    assert verdict.status == "mismatch" and verdict.difference_percent is None
+    assert any("identity is not proven" in r for r in verdict.reasons)
 
 
 @pytest.mark.parametrize(

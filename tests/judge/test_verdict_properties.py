@@ -116,10 +116,11 @@ def ran(run: Run) -> int:
 
 
 def went_on_in_window(run: Run) -> bool:
-    """A failure printed that the run went on from, with a window step after it."""
+    """A trainer killed and started again, with a window step after it (a retried call's
+    traceback is not: the run went on in the same process, and the step times judge it)."""
     n = ran(run)
-    went_on = [k for k in (run.recovered_after, run.restart_after) if k is not None]
-    return any(k + 1 < n and k + 1 >= WINDOW.start for k in went_on)
+    k = run.restart_after
+    return k is not None and k + 1 < n and k + 1 >= WINDOW.start
 
 
 def errs(run: Run) -> bool:

@@ -196,7 +196,7 @@ def test_record_reads_every_field_and_rerecording_replaces(tmp_path):
     got = runs(SLUG, db=db)
     assert len(got) == 1 and got[0].verdict == "slower" and got[0].image.endswith("b" * 64)
     con = sqlite3.connect(db)
-    assert con.execute("select version from schema_version").fetchall() == [(3,)]
+    assert con.execute("select version from schema_version").fetchall() == [(4,)]
     assert con.execute("select count(*) from runs").fetchone() == (1,)
 
 
@@ -416,7 +416,7 @@ def test_a_version_1_database_is_migrated_and_its_rows_still_read(tmp_path):
     assert sorted(r.run_id for r in by_old_name) == ["r1", "r2"]  # the vanished run stays readable
     assert by_content[0].tokens_per_s_per_gpu == 1000.0
     con = sqlite3.connect(db)
-    assert con.execute("select version from schema_version").fetchall() == [(3,)]
+    assert con.execute("select version from schema_version").fetchall() == [(4,)]
 
 
 def test_a_version_2_database_gains_measured_runs_and_its_rows_still_read(tmp_path):
@@ -440,7 +440,7 @@ def test_a_version_2_database_gains_measured_runs_and_its_rows_still_read(tmp_pa
         hist.insert(RunRow(run_id="r2", slug=SLUG, measured_runs=3, recorded_at=2.0))
         assert [r.measured_runs for r in hist.runs(SLUG)] == [None, 3]
     con = sqlite3.connect(db)
-    assert con.execute("select version from schema_version").fetchall() == [(3,)]
+    assert con.execute("select version from schema_version").fetchall() == [(4,)]
     text = history_report(SLUG, [RunRow(run_id="r", slug=SLUG, tokens_per_s_per_gpu=6913.0,
                                         measured_runs=3)], None)  # fmt: skip
     assert "6,913.00 (mean of 3)" in text

@@ -81,7 +81,7 @@ def test_a_run_directory_the_runner_made_is_attested_and_verifies(made):
     assert predicate["image"]["repo_digests"] == [predicate["image"]["pinned"]]
     assert predicate["verdict"]["status"] == "reproduced"
     assert predicate["figures"]["tokens_per_s_per_gpu"] == CLAIM
-    assert predicate["launcher"]["run"]["version"] and predicate["policy"]["version"] == 5
+    assert predicate["launcher"]["run"]["version"] and predicate["policy"]["version"] == 6
     # a local host has no instance id: null, with the reason, never invented
     assert predicate["instance"]["nodes"][0]["instance_id"] is None
     assert "local" in predicate["unavailable"]["instance.nodes.instance_id"]

@@ -78,7 +78,7 @@ def test_runs_3_is_three_measured_runs_judged_on_their_mean(tmp_path):
     spread = result["provenance"]["measured_runs"]["spread"]
     assert spread["min"] < expected < spread["max"]
     saved = json.loads((rd.path / "verdict.json").read_text())
-    assert saved["runs"]["measured"] == 3 and saved["policy"]["version"] == 5
+    assert saved["runs"]["measured"] == 3 and saved["policy"]["version"] == 6
     assert "measured/1" in (rd.path / "report.md").read_text()
     # offline: the same verdict from the run directory alone
     code, again = _measure_cli(rd.path)

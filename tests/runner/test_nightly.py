@@ -121,8 +121,15 @@ def test_nightly_runs_every_recipe_records_each_and_flags_the_trend_regression(r
 
     summary = (runs_dir / "nightly-2026-10-21.md").read_text()
     assert result.summary_path == runs_dir / "nightly-2026-10-21.md"
-    assert f"| {sa} | suspect | reproduced | 950.00 | -1.04% | -5.00% | suspect |" in summary
-    assert f"| {sb} | reproduced | reproduced | 1,000.00 | +0.00% | n/a | no |" in summary
+    # every verdict with its assurance level (docs/measurement.md, "Assurance levels")
+    assert (
+        f"| {sa} | suspect | reproduced (host-verified) | 950.00 | -1.04% | -5.00% | suspect |"
+        in summary
+    )
+    assert (
+        f"| {sb} | reproduced | reproduced (host-verified) | 1,000.00 | +0.00% | n/a | no |"
+        in summary
+    )
     assert f"| {sc} | infra | - | - | - | - | n/a |" in summary
     assert "lost the connection to the node" in summary and "exit code 3" in summary
 

@@ -147,3 +147,25 @@ def test_the_real_nvidia_smi_is_sampled_in_the_form_the_launcher_reads(tmp_path)
     samples = parse_samples(out.read_text())
     assert samples.refused == 0 and sorted(samples.by_gpu) == list(range(gpus))
     assert all(0 <= u <= 100 for series in samples.by_gpu.values() for _, u in series)
+
+
+@pytest.mark.parametrize("how", ["TERM", "gone", "KILL"])
+def test_its_last_line_says_whether_it_ended_in_order(tmp_path, how):
+    # The end line is the sampler's record of its own exit (docs/measurement.md, "The host's
+    # evidence fails closed"): stopped by node.sh (TERM) or because node.sh is gone, it writes
+    # one; killed (or its writes failing: a full disk), it cannot, and the file reads cut off.
+    out = tmp_path / "gpu-samples.csv"
+    watched = subprocess.Popen(["sleep", "600"])
+    proc = _start(out, "--while-pid", str(watched.pid))
+    _until(lambda: _samples(out) >= 8 * 2)
+    if how == "TERM":
+        proc.send_signal(signal.SIGTERM)
+    elif how == "gone":
+        watched.kill()
+        watched.wait()  # reaped: a zombie still answers kill(pid, 0)
+    else:
+        proc.send_signal(signal.SIGKILL)
+    proc.wait(60)
+    watched.kill()
+    watched.wait()
+    assert parse_samples(out.read_text()).ended == (how != "KILL"), out.read_text()[-200:]

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from support.cli import completed_here
-from support.measure import REPO, SEED, STANDIN, recipe_argv, seed_raw, step_times_for_tps
+from support.measure import REPO, SEED, STANDIN, seed_raw, standin_words, step_times_for_tps
 from support.nodescript import job
 
 CLAIM = seed_raw()["result"]["tokens_per_s_per_gpu"]
@@ -58,7 +58,7 @@ def _gpu_report(n: int) -> dict:
 
 def _node_body(step_time_s: float) -> str:
     q = shlex.quote
-    argv = " ".join(q(a) for a in recipe_argv(seed_raw(), 20))
+    argv = standin_words(seed_raw(), 20)
     image = {
         "image": IMAGE,
         "digest": IMAGE.split("@")[1],

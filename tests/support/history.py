@@ -33,6 +33,7 @@ def make_run_dir(
     slug: str = SLUG,
     cluster: str = "aws",
     image: str = "ghcr.io/x/miles@sha256:" + "a" * 64,
+    assurance: str | None = "host-verified",
 ) -> Path:
     """A finished run directory with the files the run path and measure_run_dir write."""
     d = root / slug / run_id
@@ -82,6 +83,7 @@ def make_run_dir(
                     "claimed": {"tokens_per_s_per_gpu": claim},
                     "measured": {"tokens_per_s_per_gpu": tps},
                     "tolerance": {"slower_percent": 3.0, "faster_percent": 3.0},
+                    "assurance": {"level": assurance, "why": "test"} if assurance else None,
                 }
             )
         )

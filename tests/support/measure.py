@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import importlib.util
+import io
 import os
+import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -51,6 +56,52 @@ def recipe_argv(raw: dict, steps: int | None = None, **override: object) -> list
     return out
 
 
+def model_argv(raw: dict) -> list[str]:
+    """The model's flags a run block reads from `model_args_utils.py MODEL` (the stand-in's
+    table, as the real run block reads miles'), which recipe_argv leaves out (known only when
+    the block runs); none when the block does not call it."""
+    found = re.search(r"model_args_utils\.py\s+([A-Za-z0-9_.-]+)", raw.get("run") or "")
+    if found is None:
+        return []
+    spec = importlib.util.spec_from_file_location(
+        "standin_model_args", STANDIN / "miles/utils/external_utils/model_args_utils.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return list(module.MODELS[found[1]])
+
+
+def standin_words(raw: dict, steps: int = 20) -> str:
+    """The stand-in's command-line words for a run of `raw` (its model's flags and its run
+    block's arguments), shell-quoted: what a test's hand-written train stage passes, so the
+    listing it prints is an honest run's."""
+    return shlex.join(model_argv(raw) + recipe_argv(raw, steps))
+
+
+def seed_arguments() -> dict[str, str]:
+    """The arguments listing of an honest run of the seed, as the parser reads it (name ->
+    value as printed): what a unit test gives ParseStats.arguments for a run of the seed."""
+    from launcher.judge.parse.miles import parse_lines
+    from launcher.judge.parse.records import ParseStats
+
+    if not _SEED_ARGUMENTS:
+        out = io.StringIO()
+        spec = importlib.util.spec_from_file_location("standin_train", STANDIN / "train.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        with contextlib.redirect_stdout(out):
+            module.print_arguments(model_argv(seed_raw()) + recipe_argv(seed_raw(), 20))
+        stats = ParseStats()
+        list(parse_lines(out.getvalue().splitlines(), stats))
+        _SEED_ARGUMENTS.update(stats.arguments)
+    return dict(_SEED_ARGUMENTS)
+
+
+_SEED_ARGUMENTS: dict[str, str] = {}
+
+
 def run_standin(
     log: Path, steps: int = 20, *, raw: dict | None = None, args: dict | None = None, **env: object
 ) -> int:
@@ -60,7 +111,8 @@ def run_standin(
     full["STANDIN_START_EPOCH"] = str(START)
     full.update({f"STANDIN_{k.upper()}": str(v) for k, v in env.items()})
     log.parent.mkdir(parents=True, exist_ok=True)
-    argv = recipe_argv(raw if raw is not None else seed_raw(), steps, **(args or {}))
+    raw = raw if raw is not None else seed_raw()
+    argv = model_argv(raw) + recipe_argv(raw, steps, **(args or {}))
     with open(log, "wb") as fh:
         proc = subprocess.run(
             [sys.executable, "train.py", *argv],

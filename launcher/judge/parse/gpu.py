@@ -26,6 +26,9 @@ from launcher.excerpt import printable
 
 _SAMPLE = re.compile(r"([0-9]{1,12})\.([0-9]{9}),([0-9]{1,3}),([0-9]{1,3}),[^,\n]{0,32}")
 NO_SAMPLES = "# no samples: "
+# The lines scripts/gpu_sampler.py writes last, whichever way it ends (stopped by node.sh or
+# because node.sh is gone, nvidia-smi ended, no samples at all, the file at its limit).
+END_LINES = ("# stopped", "# nvidia-smi ended (exit ", NO_SAMPLES, "# truncated at ")
 MAX_INDEX = 255  # a node holds at most a few dozen GPUs; a larger index is no GPU's
 
 
@@ -38,6 +41,10 @@ class GpuSamples:
     refused: int = 0  # lines neither a comment nor a sample in the sampler's form
     why_none: str | None = None  # the sampler's `# no samples: ...`, shown
     problem: str | None = None  # the file could not be read (the reader's why)
+    # The file's last line is one the sampler writes as it ends (END_LINES): a file without one
+    # was cut off (the sampler killed, or its writes failing: a full disk), so its samples may
+    # stop anywhere before the run did.
+    ended: bool = False
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -46,14 +53,18 @@ class GpuSamples:
             "refused": self.refused,
             "why_none": self.why_none,
             "problem": self.problem,
+            "ended": self.ended,
         }
 
 
 def parse_samples(text: str) -> GpuSamples:
-    """Every line of a sampler file; never raises, whatever the text."""
+    """Every line of a sampler file; never raises, whatever the text. A file whose text does not
+    end with a line break was cut mid-line: not ended, whatever its last line holds."""
     out = GpuSamples()
     last = float("-inf")
     for line in text.splitlines():
+        if line.strip():
+            out.ended = line.startswith(END_LINES)
         if line.startswith("#"):
             if line.startswith(NO_SAMPLES) and out.why_none is None:
                 out.why_none = printable(line[len(NO_SAMPLES) :][:200])
@@ -72,4 +83,6 @@ def parse_samples(text: str) -> GpuSamples:
         last = t
         out.by_gpu.setdefault(index, []).append((t, util))
         out.samples += 1
+    if text and not text.endswith("\n"):
+        out.ended = False
     return out

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from launcher.excerpt import printable
+from launcher.judge.parse.frame import payload
 
 # A metric line: `step 7: {`, `perf 7: {`, `rollout 7: {`, anywhere in the line, so any prefix
 # (Ray, ANSI, the logging prefix, a fragment of another process's line) is allowed before it.
@@ -59,16 +60,8 @@ MAX_DIGITS = 18
 # its literal first, then the blanks and colour codes before it are walked back (`repeated`).
 REPEATED_TEXT_RE = re.compile(r"\[repeated (\d{1,18})x across cluster\]")
 REPEATED_BYTES_RE = re.compile(rb"\[repeated ([0-9]{1,18})x across cluster\]")
-ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _ANSI_FINAL = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
 _ANSI_PARAM = frozenset("0123456789;?")
-# Ray's prefix of an actor's output line, `(MegatronTrainRayActor pid=5123, ip=10.0.0.2) `: the
-# parenthesis is matched whole, then searched for `pid=N` (`[^()]*pid=\d+[^()]*` in one
-# expression tried every split of a long parenthesis: quadratic).
-_RAY_PREFIX_RE = re.compile(
-    r"^(?:\x1b\[[0-9;?]*[A-Za-z])*\(([^()]*)\)(?:\x1b\[[0-9;?]*[A-Za-z])* ?"
-)
-_PID_RE = re.compile(r"pid=\d")
 
 # Flat dict of string keys to numbers: the shape of every metric payload miles prints. The digits
 # before a point are one run (`\d+(?:\.\d*)?`, never `\d+\.?\d*`, whose two runs split a long
@@ -237,13 +230,9 @@ def depth(text: str) -> int:
 
 
 def strip_prefix(line: str) -> str:
-    """A line without Ray's actor prefix, colour codes and a carriage return."""
-    found = _RAY_PREFIX_RE.match(line)
-    if found is not None and _PID_RE.search(found.group(1)):
-        line = line[found.end() :]
-    if "\x1b" in line:
-        line = ANSI_RE.sub("", line)
-    return line.rstrip("\r\n")
+    """A line's payload: without the prefixes a capture put before it (docker, kubectl,
+    journald, srun, Ray: launcher/judge/parse/frame.py, the one rule), colour codes and its end."""
+    return payload(line)
 
 
 def continues_dict(line: str) -> bool:
@@ -254,7 +243,7 @@ def continues_dict(line: str) -> bool:
 
 def argument(line: str) -> tuple[str, str] | None:
     """(name, value as printed) of one line of the arguments listing, or None."""
-    m = _ARG_RE.match(strip_prefix(line))
+    m = _ARG_RE.match(payload(line))
     return (m.group(1), m.group(2)) if m else None
 
 

@@ -95,6 +95,9 @@ class ParseStats:
     skipped_rollouts: list[int] = field(default_factory=list)
     conflict_examples: list[dict] = field(default_factory=list)
     first_lines: list[str] = field(default_factory=list)  # the log's first non-blank lines
+    # What the file's first bytes say it is when it is packed (gzip, zstd, bzip2, xz): set by the
+    # file's reader (launcher/results/evaluate.py, parse_log), so an unreadable log is named.
+    packed: str | None = None
     arguments: dict[str, str] = field(default_factory=dict)  # the first listing: name -> value
 
     @property

@@ -22,8 +22,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from launcher.judge.parse.frame import payload
 from launcher.judge.parse.lines import (
-    ANSI_RE,
     as_float,
     marker,
     number,
@@ -142,7 +142,7 @@ def signal(line: str) -> str | None:
     for needle, kind in SIGNALS:
         if needle in line:
             confirm = _CONFIRM.get(needle)
-            if confirm is not None and confirm.search(ANSI_RE.sub("", line)) is None:
+            if confirm is not None and confirm.search(payload(line)) is None:
                 continue
             if kind != "exception":
                 return kind

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 from support.aws import NOTHING, live_with_operator_key, load, multinode_fields, nodes_recipe
 from support.helpers import group_alive, wait_for
+from support.measure import standin_words
 from support.paths import TESTS
 
 from launcher.clusters.aws.cluster import AwsCluster
@@ -80,7 +81,9 @@ def setup(aws, ami, tmp_path, loopback_nodes, train: str):
     )
     cluster.work_root = tmp_path / "hosts"
     plan = build_plan(recipe, profile, run_id=rd.run_id)
-    script = SCRIPT.format(nodes=recipe.nodes, train=train)
+    script = SCRIPT.format(
+        nodes=recipe.nodes, train=train.replace("{args}", standin_words(recipe.raw))
+    )
     return rd, cluster, dataclasses.replace(plan, node_script=script)
 
 
@@ -95,7 +98,7 @@ def the_run_pids(cluster: OneHostCluster, rd: RunDir) -> list[int]:
 
 def test_four_nodes_on_aws_run_to_a_verdict_and_leave_nothing(aws, ami, tmp_path, loopback_nodes):
     # the recipe's global batch (4 x the seed's: the same work per GPU)
-    train = f"STANDIN_PRINT_ARGS=0 python3 {STANDIN} --num-rollout 20 --global-batch-size 512"
+    train = f"python3 {STANDIN} {{args}}"  # the recipe's arguments: 4 nodes, global batch 512
     rd, cluster, plan = setup(aws, ami, tmp_path, loopback_nodes, train)
     outcome = Runner(poll_s=0.05, measure=True).execute(plan, rd, cluster)
 

@@ -13,6 +13,7 @@ import types
 from pathlib import Path
 
 import pytest
+from support.measure import seed_raw, standin_words
 from support.nodescript import job
 from support.paths import TESTS
 
@@ -289,9 +290,7 @@ def test_the_budget_still_holds_after_a_reattach(tmp_path, monkeypatch):
 def test_a_teardown_that_fails_once_still_judges_the_run_and_retries(tmp_path):
     """The first release fails, the run is still measured and judged, the retry ends the node."""
     standin = TESTS / "standin_miles" / "train.py"
-    rd, plan = _job(
-        tmp_path, f"_mark train start\nSTANDIN_PRINT_ARGS=0 python3 {standin} --num-rollout 20\n"
-    )
+    rd, plan = _job(tmp_path, f"_mark train start\npython3 {standin} {standin_words(seed_raw())}\n")
     cluster = PaidCluster(release_errors=[InfraError("TerminateInstances: RequestLimitExceeded")])
     outcome = _runner(measure=True).execute(plan, rd, cluster)
     assert outcome.state == "done" and outcome.measurement[1].status == "reproduced"
