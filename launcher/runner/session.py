@@ -169,7 +169,9 @@ class RunSession:
                     for n in self.nodes:
                         n.execution.discard_secrets()
                 raise
-            pid: int | str = int(ids[0]) if ids[0].isdigit() else ids[0]
+            # a process id where node 0's launch is a process; a job's or a submission's id
+            # (slurm, ray) is in launch_ids only: run.json's pid is a process id or nothing
+            pid = int(ids[0]) if ids[0].isdigit() else None
             self.rd.update_record(pid=pid, launch_ids=ids, launched_at=time.time())
             where = self.nodes[0].node.name if len(ids) == 1 else f"{len(ids)} nodes"
             self.reporter.say(

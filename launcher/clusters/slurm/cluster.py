@@ -163,7 +163,7 @@ class SlurmCluster:
         return [
             Node(
                 name=f"{NODE_PREFIX}{k}",
-                host="(assigned when the job starts)",
+                host="slurm-assigned",  # a placeholder: the job names its nodes when it starts
                 work_dir=script.node_work_dir(profile.work_dir, k) if k else None,
                 meta={"slurm_node_index": k},
             )
