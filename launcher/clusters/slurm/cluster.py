@@ -387,6 +387,49 @@ class SlurmCluster:
         ids = [i for i in found if i.isdigit()]
         return ids[0] if len(ids) == 1 else None
 
+    def step_argv(self, index: int, node_run_dir: str, remote: list[str]) -> list[str]:
+        """`reproduce ssh`: the srun command, run on the login node, that opens a shell (or runs
+        `remote`) on node `index` of this run's job, as one more step of the job (`--overlap`:
+        beside the step that runs node.sh, on resources the job already holds). Slurm's own
+        authentication carries it to the node, so no compute node's host key is trusted, and
+        clusters that forbid SSH to compute nodes (no pam_slurm_adopt) allow it. Only while the
+        job runs, and only when it is this run's: its name and its user must be the recorded
+        ones, so a reused job id never opens a shell in another job, or another user's."""
+        if self.job_id is None:
+            raise BadInput("the run recorded no Slurm job: there is no node to open a shell on.")
+        state = self.job_state(fresh=True)
+        if not state:
+            raise BadInput(
+                f"slurm job {self.job_id} is not known to the scheduler any more (it ended): "
+                "there is no node to open a shell on."
+            )
+        word = _word(state)
+        owner = (state.get("UserId") or "").split("(")[0]
+        if owner != self.user or state.get("JobName") != self.job_name:
+            raise BadInput(
+                f"slurm job {self.job_id} is not this run's (it is {state.get('JobName') or '?'} "
+                f"of user {owner or '?'}; the run submitted {self.job_name} as {self.user}): no "
+                "shell is opened in another job."
+            )
+        if word != "RUNNING":
+            raise BadInput(
+                f"slurm job {self.job_id} is {word or 'in no known state'}: it holds no node to "
+                "open a shell on."
+            )
+        if len(self.job_nodes) != self.node_count:
+            raise InfraError(f"slurm job {self.job_id}'s nodes could not be read from Slurm")
+        here = "--pty" if not remote else ""
+        shell = (
+            ["/bin/sh", "-c", " ".join(remote)]
+            if remote
+            else ["/bin/sh", "-c", 'exec "${SHELL:-/bin/bash}" -l']
+        )
+        argv = [
+            "srun", f"--jobid={self.job_id}", "--overlap", "--nodes=1", "--ntasks=1",
+            f"--nodelist={self.job_nodes[index]}", f"--chdir={node_run_dir}", "--quiet",
+        ]  # fmt: skip
+        return [*argv, *([here] if here else []), *shell]
+
     def add_run_dir(self, node_run_dir: str) -> None:
         """A node's run directory (each node's execution says), marked first by a cancel."""
         if node_run_dir not in self.run_dirs:

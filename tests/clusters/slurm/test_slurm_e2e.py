@@ -18,20 +18,8 @@ from support.helpers import assert_log_collected, cli, start_cli, wait_for
 from support.plan_env import write_recipe
 from support.slurm_cluster import SMALL_PARTITION
 from support.slurm_runs import find_run, job_of, nothing_left, run_argv, slurm_profile, two_nodes
-from support.sshd import SshServer
 
 pytestmark = [pytest.mark.slurm, pytest.mark.docker, pytest.mark.ssh, pytest.mark.timeout(600)]
-
-
-@pytest.fixture(scope="module")
-def login(slurm, tmp_path_factory):
-    """The login node over SSH: a real sshd on 127.0.0.1 whose sessions find the cluster."""
-    server = SshServer(
-        tmp_path_factory.mktemp("login"),
-        env={**slurm.env, "PATH": "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"},
-    ).start()
-    yield server
-    server.stop()
 
 
 def test_one_node_recipe_runs_as_a_slurm_job_over_ssh_to_the_login_node(
