@@ -110,6 +110,7 @@ class SlurmCluster:
         self._state: dict[str, str] | None = None
         self._state_at = float("-inf")
         self._ended_at: float | None = None
+        self._job_ended_at: float | None = None
 
     # --- the login node -------------------------------------------------------------------------
 
@@ -250,6 +251,24 @@ class SlurmCluster:
                 self._record(cluster=self.to_record())
         return state
 
+    def job_ended_at(self) -> float | None:
+        """When the job stopped holding its nodes (epoch s, on the launcher's clock): its start
+        plus the run time Slurm gives an ended job (scontrol's RunTime, sacct's Elapsed: End -
+        Start, so no time zone and no clock of the cluster's is read). Known after release
+        (None while it runs, or when no source told): GPU-hours end here, not at the
+        launcher's release, which comes after its own polling and collecting."""
+        return self._job_ended_at
+
+    def _learn_end(self) -> None:
+        if self.job_id is None or self.started_at is None:
+            return
+        state = self.job_state(fresh=True)
+        if not state or _word(state) in ALIVE or not _word(state):
+            return
+        ran = run_seconds(state.get("RunTime", ""))
+        if ran is not None:
+            self._job_ended_at = self.started_at + ran
+
     def job_started_at(self) -> float | None:
         """When the job started holding its nodes (epoch s), from scontrol's RunTime (no time
         zone to get wrong): GPU-hours count from here, never the time it waited in the queue."""
@@ -267,7 +286,9 @@ class SlurmCluster:
 
     def _sacct(self, job: str) -> dict[str, str] | None:
         """The job from accounting, where the cluster keeps it (many keep none: not an error)."""
-        answer = self._run(f"sacct -n -P -X -j {job} -o State,NodeList,Start,End,Restarts 2>&1")
+        answer = self._run(
+            f"sacct -n -P -X -j {job} -o State,NodeList,Start,End,Restarts,Elapsed 2>&1"
+        )
         if answer.exit_code != 0:
             return None
         for line in answer.stdout.splitlines():
@@ -279,6 +300,7 @@ class SlurmCluster:
                     "StartTime": parts[2],
                     "EndTime": parts[3],
                     "Restarts": parts[4],
+                    "RunTime": parts[5] if len(parts) > 5 else "",
                 }
         return None
 
@@ -460,6 +482,10 @@ class SlurmCluster:
                 left = self.cancel_job(120)
                 if left:
                     raise InfraError(f"could not end {left}; end it with `scancel {self.job_id}`")
+            try:
+                self._learn_end()
+            except (InfraError, OSError):
+                pass  # no answer: the run's release is its end, as on a host
         finally:
             if self._transport is not None:
                 self._transport.close()
