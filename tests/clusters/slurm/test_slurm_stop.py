@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from support.helpers import cli, start_cli, wait_for
-from support.plan_env import write_recipe
+from support.plan_env import seed_raw, write_recipe
 from support.slurm_runs import (
     find_run,
     job_of,
@@ -193,4 +193,29 @@ def test_a_controller_restart_mid_run_is_no_news_about_the_job(
             proc.kill()
     assert proc.returncode == 0, err[-3000:]
     assert "verdict: reproduced" in err
+    nothing_left(slurm, run_id)
+
+
+def test_the_budget_scancels_the_job(slurm, test_image, container_run_args, tmp_path):
+    """--max-usd at the profile's price (1 $/s for the node) is reached while training: the run
+    stops (exit 1, no verdict), its job is scancelled and squeue holds nothing of it; the job's
+    own --time was the budget's too."""
+    raw = seed_raw()
+    raw["result"]["gpu_hours"] = None  # no claim to refuse the budget against before the launch
+    recipe = write_recipe(tmp_path, test_image, raw=raw)
+    profile = slurm_profile(
+        tmp_path, container_run_args, price_per_hour=3600,
+        env={"STANDIN_SLEEP_S": "2", "STANDIN_STARTUP_S": "0"},
+    )  # fmt: skip
+    run_id = f"slb-{uuid.uuid4().hex[:8]}"
+    runs = tmp_path / "runs"
+    result = cli(*run_argv(recipe, profile, runs, run_id), "--max-usd", "25", timeout=400)
+    rd = find_run(runs, run_id)
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "budget reached" in result.stderr, result.stderr[-3000:]
+    assert "step 1:" in (rd / "logs" / "train.log").read_text()  # stopped while training
+    assert not (rd / "verdict.json").exists()
+    assert "#SBATCH --time=0-00:01:00\n" in (rd / "job.sbatch").read_text()
+    shown = slurm.run("scontrol", "show", "job", job_of(rd)).stdout
+    assert "JobState=CANCELLED" in shown, shown
     nothing_left(slurm, run_id)
