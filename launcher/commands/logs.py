@@ -120,12 +120,9 @@ def ssh_command(
     from launcher.runner import runshell
 
     rd = RunDir.find(ref, runs_dir)
-    if shutil.which("ssh") is None:
-        raise BadInput("`reproduce ssh` runs OpenSSH's ssh, which is not installed here.")
-    hops, node_run_dir = runshell.hops_for(rd, node)
-    known = runshell.write_known_hosts(rd.run_id, node, hops)
-    command = list(remote or []) or runshell.login_command(node_run_dir)
-    argv = runshell.ssh_argv(hops, known, command, tty=not remote)
+    argv = runshell.shell_argv(rd, node, list(remote or []))
+    if shutil.which(argv[0]) is None:
+        raise BadInput(f"`reproduce ssh` runs {argv[0]} here, which is not installed.")
     sys.stdout.flush()
     sys.stderr.flush()
     os.execvp(argv[0], argv)  # noqa: S606 - the system ssh, its argv built here: no shell

@@ -103,6 +103,55 @@ def login_command(node_run_dir: str) -> list[str]:
     return [f'cd {shlex.quote(node_run_dir)} 2>/dev/null; exec "${{SHELL:-/bin/bash}}" -l']
 
 
+def shell_argv(rd: RunDir, index: int, remote: list[str]) -> list[str]:
+    """The command line that opens a shell (or runs `remote`) on node `index` of the run: ssh
+    to the node (through the hops it needs), or for a Slurm run a step of its job on that node
+    (`SlurmCluster.step_argv`), run on the login node: here when the launcher runs there, else
+    over ssh to it, its host key pinned as the run pinned it."""
+    record = rd.record()
+    cluster_record = record.get("cluster") or {}
+    if isinstance(cluster_record, dict) and cluster_record.get("kind") == "slurm":
+        return _slurm_argv(rd, record, index, remote)
+    hops, node_run_dir = hops_for(rd, index)
+    known = write_known_hosts(rd.run_id, index, hops)
+    command = list(remote) or login_command(node_run_dir)
+    return ssh_argv(hops, known, command, tty=not remote)
+
+
+def _slurm_argv(rd: RunDir, record: dict[str, Any], index: int, remote: list[str]) -> list[str]:
+    from launcher import clusters
+    from launcher.clusters.base import Node
+    from launcher.clusters.slurm.cluster import SlurmCluster
+    from launcher.runner.nodes import place_of
+    from launcher.runner.runlogs import recorded_nodes
+
+    nodes = recorded_nodes(record)
+    if not 0 <= index < len(nodes):
+        raise BadInput(
+            f"--node {index}: run {rd.path.name} has {len(nodes)} node(s), numbered 0 to "
+            f"{max(len(nodes) - 1, 0)}."
+        )
+    place = place_of(
+        Node(**nodes[index]),
+        index,
+        len(nodes),
+        str(record.get("run_id")),
+        str(record.get("node_run_dir")),
+        str(record.get("container")),
+    )
+    cluster = clusters.from_record(record["cluster"])
+    assert isinstance(cluster, SlurmCluster)
+    try:
+        step = cluster.step_argv(index, place.node_run_dir, remote)
+        if cluster.login is None:
+            return step  # the launcher runs on the login node: srun here
+        hops = _verified_hops(cluster.login_transport(), rd.run_id, index)
+    finally:
+        cluster.login_transport().close()
+    known = write_known_hosts(rd.run_id, index, hops)
+    return ssh_argv(hops, known, [shlex.join(step)], tty=not remote)
+
+
 def hops_for(rd: RunDir, index: int) -> tuple[list[Hop], str]:
     """The verified way to node `index` of the run, and its run directory there. Connects once
     with the run's own transport (its host key checked as the run checks it); InfraError when
@@ -133,12 +182,6 @@ def hops_for(rd: RunDir, index: int) -> tuple[list[Hop], str]:
     if kind == "local":
         raise BadInput(
             f"run {rd.path.name} ran on this host: its directory there is {place.node_run_dir}."
-        )
-    if kind == "slurm":
-        raise BadInput(
-            f"run {rd.path.name} ran as a Slurm job: `reproduce ssh` does not reach its nodes in "
-            f"this version; its run directories are on the cluster's shared work dir (node "
-            f"{index}: {place.node_run_dir}), and `reproduce logs RUN --node K` reads a node's log."
         )
     if kind not in ("ssh", "aws"):
         raise BadInput(

@@ -169,7 +169,9 @@ class RunSession:
                     for n in self.nodes:
                         n.execution.discard_secrets()
                 raise
-            pid: int | str = int(ids[0]) if ids[0].isdigit() else ids[0]
+            # a process id where node 0's launch is a process; a job's or a submission's id
+            # (slurm, ray) is in launch_ids only: run.json's pid is a process id or nothing
+            pid = int(ids[0]) if ids[0].isdigit() else None
             self.rd.update_record(pid=pid, launch_ids=ids, launched_at=time.time())
             where = self.nodes[0].node.name if len(ids) == 1 else f"{len(ids)} nodes"
             self.reporter.say(
@@ -583,8 +585,20 @@ class RunSession:
                 raise error
         finally:
             if self.timeline.acquired_at is not None and self.timeline.released_at is None:
-                self.timeline.released_at = time.time()
+                self.timeline.released_at = self._held_until(time.time())
             self.write_quietly(lambda: self.rd.write_timeline(self.timeline))
+
+    def _held_until(self, released: float) -> float:
+        """When the run stopped holding its nodes: the release, or earlier, when a scheduler
+        says its job ended before (`cluster.job_ended_at()`; slurm): GPU-hours end there."""
+        hook = getattr(self.cluster, "job_ended_at", None)
+        ended = hook() if callable(hook) else None
+        acquired = self.timeline.acquired_at
+        if not isinstance(ended, float) or acquired is None or not acquired <= ended <= released:
+            return released
+        if self.timeline.release_started_at is not None:
+            self.timeline.release_started_at = min(self.timeline.release_started_at, ended)
+        return ended
 
     def release_after(self, original: BaseException | None) -> None:
         """The release on the way out of a run; a teardown failure keeps why the run failed."""

@@ -59,3 +59,12 @@ def job_of(rd: Path) -> str:
     import json
 
     return str(json.loads((rd / "run.json").read_text())["cluster"]["job_id"])
+
+
+def over_login(login) -> dict:
+    """A slurm profile's fields that reach the login node over SSH, its host key pinned."""
+    reach = login.profile()
+    return {
+        "login_host": "127.0.0.1", "port": reach["port"], "user": reach["user"],
+        "identity_file": reach["identity_file"], "host_key_fingerprint": login.host_fingerprint,
+    }  # fmt: skip

@@ -110,6 +110,7 @@ class SlurmCluster:
         self._state: dict[str, str] | None = None
         self._state_at = float("-inf")
         self._ended_at: float | None = None
+        self._job_ended_at: float | None = None
 
     # --- the login node -------------------------------------------------------------------------
 
@@ -163,7 +164,7 @@ class SlurmCluster:
         return [
             Node(
                 name=f"{NODE_PREFIX}{k}",
-                host="(assigned when the job starts)",
+                host="slurm-assigned",  # a placeholder: the job names its nodes when it starts
                 work_dir=script.node_work_dir(profile.work_dir, k) if k else None,
                 meta={"slurm_node_index": k},
             )
@@ -250,6 +251,24 @@ class SlurmCluster:
                 self._record(cluster=self.to_record())
         return state
 
+    def job_ended_at(self) -> float | None:
+        """When the job stopped holding its nodes (epoch s, on the launcher's clock): its start
+        plus the run time Slurm gives an ended job (scontrol's RunTime, sacct's Elapsed: End -
+        Start, so no time zone and no clock of the cluster's is read). Known after release
+        (None while it runs, or when no source told): GPU-hours end here, not at the
+        launcher's release, which comes after its own polling and collecting."""
+        return self._job_ended_at
+
+    def _learn_end(self) -> None:
+        if self.job_id is None or self.started_at is None:
+            return
+        state = self.job_state(fresh=True)
+        if not state or _word(state) in ALIVE or not _word(state):
+            return
+        ran = run_seconds(state.get("RunTime", ""))
+        if ran is not None:
+            self._job_ended_at = self.started_at + ran
+
     def job_started_at(self) -> float | None:
         """When the job started holding its nodes (epoch s), from scontrol's RunTime (no time
         zone to get wrong): GPU-hours count from here, never the time it waited in the queue."""
@@ -267,7 +286,9 @@ class SlurmCluster:
 
     def _sacct(self, job: str) -> dict[str, str] | None:
         """The job from accounting, where the cluster keeps it (many keep none: not an error)."""
-        answer = self._run(f"sacct -n -P -X -j {job} -o State,NodeList,Start,End,Restarts 2>&1")
+        answer = self._run(
+            f"sacct -n -P -X -j {job} -o State,NodeList,Start,End,Restarts,Elapsed 2>&1"
+        )
         if answer.exit_code != 0:
             return None
         for line in answer.stdout.splitlines():
@@ -279,6 +300,7 @@ class SlurmCluster:
                     "StartTime": parts[2],
                     "EndTime": parts[3],
                     "Restarts": parts[4],
+                    "RunTime": parts[5] if len(parts) > 5 else "",
                 }
         return None
 
@@ -387,6 +409,49 @@ class SlurmCluster:
         ids = [i for i in found if i.isdigit()]
         return ids[0] if len(ids) == 1 else None
 
+    def step_argv(self, index: int, node_run_dir: str, remote: list[str]) -> list[str]:
+        """`reproduce ssh`: the srun command, run on the login node, that opens a shell (or runs
+        `remote`) on node `index` of this run's job, as one more step of the job (`--overlap`:
+        beside the step that runs node.sh, on resources the job already holds). Slurm's own
+        authentication carries it to the node, so no compute node's host key is trusted, and
+        clusters that forbid SSH to compute nodes (no pam_slurm_adopt) allow it. Only while the
+        job runs, and only when it is this run's: its name and its user must be the recorded
+        ones, so a reused job id never opens a shell in another job, or another user's."""
+        if self.job_id is None:
+            raise BadInput("the run recorded no Slurm job: there is no node to open a shell on.")
+        state = self.job_state(fresh=True)
+        if not state:
+            raise BadInput(
+                f"slurm job {self.job_id} is not known to the scheduler any more (it ended): "
+                "there is no node to open a shell on."
+            )
+        word = _word(state)
+        owner = (state.get("UserId") or "").split("(")[0]
+        if owner != self.user or state.get("JobName") != self.job_name:
+            raise BadInput(
+                f"slurm job {self.job_id} is not this run's (it is {state.get('JobName') or '?'} "
+                f"of user {owner or '?'}; the run submitted {self.job_name} as {self.user}): no "
+                "shell is opened in another job."
+            )
+        if word != "RUNNING":
+            raise BadInput(
+                f"slurm job {self.job_id} is {word or 'in no known state'}: it holds no node to "
+                "open a shell on."
+            )
+        if len(self.job_nodes) != self.node_count:
+            raise InfraError(f"slurm job {self.job_id}'s nodes could not be read from Slurm")
+        here = "--pty" if not remote else ""
+        shell = (
+            ["/bin/sh", "-c", " ".join(remote)]
+            if remote
+            else ["/bin/sh", "-c", 'exec "${SHELL:-/bin/bash}" -l']
+        )
+        argv = [
+            "srun", f"--jobid={self.job_id}", "--overlap", "--nodes=1", "--ntasks=1",
+            f"--nodelist={self.job_nodes[index]}", f"--chdir={node_run_dir}", "--quiet",
+        ]  # fmt: skip
+        return [*argv, *([here] if here else []), *shell]
+
     def add_run_dir(self, node_run_dir: str) -> None:
         """A node's run directory (each node's execution says), marked first by a cancel."""
         if node_run_dir not in self.run_dirs:
@@ -417,6 +482,10 @@ class SlurmCluster:
                 left = self.cancel_job(120)
                 if left:
                     raise InfraError(f"could not end {left}; end it with `scancel {self.job_id}`")
+            try:
+                self._learn_end()
+            except (InfraError, OSError):
+                pass  # no answer: the run's release is its end, as on a host
         finally:
             if self._transport is not None:
                 self._transport.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from support.multinode import Netns
+from support.sshd import SshServer
 
 
 @pytest.fixture(scope="module")
@@ -13,3 +14,14 @@ def netns(test_image, container_run_args):
     holder = Netns(test_image.ref, container_run_args).start()
     yield holder
     holder.stop()
+
+
+@pytest.fixture(scope="module")
+def login(slurm, tmp_path_factory):
+    """The login node over SSH: a real sshd on 127.0.0.1 whose sessions find the cluster."""
+    server = SshServer(
+        tmp_path_factory.mktemp("login"),
+        env={**slurm.env, "PATH": "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"},
+    ).start()
+    yield server
+    server.stop()

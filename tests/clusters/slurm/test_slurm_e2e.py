@@ -9,6 +9,8 @@ test_slurm_stop.py; a node lost mid-run (NODE_FAIL, naming the node, no verdict)
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import uuid
 from pathlib import Path
 
@@ -18,20 +20,8 @@ from support.helpers import assert_log_collected, cli, start_cli, wait_for
 from support.plan_env import write_recipe
 from support.slurm_cluster import SMALL_PARTITION
 from support.slurm_runs import find_run, job_of, nothing_left, run_argv, slurm_profile, two_nodes
-from support.sshd import SshServer
 
 pytestmark = [pytest.mark.slurm, pytest.mark.docker, pytest.mark.ssh, pytest.mark.timeout(600)]
-
-
-@pytest.fixture(scope="module")
-def login(slurm, tmp_path_factory):
-    """The login node over SSH: a real sshd on 127.0.0.1 whose sessions find the cluster."""
-    server = SshServer(
-        tmp_path_factory.mktemp("login"),
-        env={**slurm.env, "PATH": "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"},
-    ).start()
-    yield server
-    server.stop()
 
 
 def test_one_node_recipe_runs_as_a_slurm_job_over_ssh_to_the_login_node(
@@ -76,6 +66,15 @@ def test_one_node_recipe_runs_as_a_slurm_job_over_ssh_to_the_login_node(
     timeline = json.loads((rd / "timeline.json").read_text())
     started = record["cluster"]["started_at"]
     assert started is not None and abs(timeline["acquired_at"] - started) < 2
+    # ... and end at the job's own end, not at the launcher's release after it
+    epoch = subprocess.run(
+        ["scontrol", "show", "job", "-o", job], capture_output=True, text=True, check=True,
+        env={**os.environ, **slurm.env, "SLURM_TIME_FORMAT": "%s"},
+    ).stdout  # fmt: skip
+    times = dict(w.split("=", 1) for w in epoch.split() if w.startswith(("StartTime", "EndTime")))
+    held_s = int(times["EndTime"]) - int(times["StartTime"])
+    assert abs(timeline["released_at"] - timeline["acquired_at"] - held_s) < 1e-6, (times, timeline)
+    assert timeline["release_started_at"] <= timeline["released_at"]
     nothing_left(slurm, run_id)
 
 

@@ -8,23 +8,31 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import uuid
 from pathlib import Path
 
 import pytest
 from support.helpers import cli, start_cli, wait_for
-from support.plan_env import write_recipe
-from support.slurm_runs import find_run, job_of, nothing_left, run_argv, slurm_profile
+from support.plan_env import seed_raw, write_recipe
+from support.slurm_runs import (
+    find_run,
+    job_of,
+    nothing_left,
+    over_login,
+    run_argv,
+    slurm_profile,
+)
 
 pytestmark = [pytest.mark.slurm, pytest.mark.docker, pytest.mark.timeout(600)]
 
 
-def _slow_run(tmp_path: Path, test_image, run_args: list[str], slurm, prefix: str):
+def _slow_run(tmp_path: Path, test_image, run_args: list[str], slurm, prefix: str, **fields):
     """A 1-node run whose training takes a minute, started at the CLI, followed to its step 1."""
     recipe = write_recipe(tmp_path, test_image)
     profile = slurm_profile(
-        tmp_path, run_args, env={"STANDIN_SLEEP_S": "2", "STANDIN_STARTUP_S": "0"}
+        tmp_path, run_args, env={"STANDIN_SLEEP_S": "2", "STANDIN_STARTUP_S": "0"}, **fields
     )
     run_id = f"{prefix}-{uuid.uuid4().hex[:8]}"
     runs = tmp_path / "runs"
@@ -55,14 +63,38 @@ def test_ctrl_c_mid_run_cancels_the_job_and_leaves_nothing(
     nothing_left(slurm, run_id)
 
 
-def test_reproduce_cancel_ends_the_job_and_only_it(slurm, test_image, container_run_args, tmp_path):
+def test_ssh_to_the_jobs_node_then_cancel_ends_the_job_and_only_it(
+    slurm, login, test_image, container_run_args, tmp_path
+):
+    """Through the login node over SSH (its host key pinned): `reproduce ssh` runs a command on
+    the job's node as a step of the job, never in another job; `reproduce cancel` ends the job
+    and leaves someone else's alone."""
     # someone else's job on the same cluster: never touched by this run's cancel
     other = slurm.run(
         "sbatch", "--parsable", "--job-name=someone-else", "-o", "/dev/null", "--wrap", "sleep 300"
     ).stdout.strip()
-    proc, runs, run_id = _slow_run(tmp_path, test_image, container_run_args, slurm, "slx")
+    proc, runs, run_id = _slow_run(
+        tmp_path, test_image, container_run_args, slurm, "slx", **over_login(login)
+    )
     try:
         rd = find_run(runs, run_id)
+        record = json.loads((rd / "run.json").read_text())
+        job = job_of(rd)
+        node = slurm.run("squeue", "-h", "-j", job, "-o", "%N").stdout.strip()
+        shell = cli("ssh", str(rd), "--", "echo", "on", "$SLURMD_NODENAME", "job",
+                    "$SLURM_JOB_ID", "in", "$PWD", timeout=60)  # fmt: skip
+        assert shell.returncode == 0, shell.stderr[-2000:]
+        assert f"on {node} job {job} in {record['node_run_dir']}" in shell.stdout, shell.stdout
+        # the same run's record pointing at another job: no shell is opened in it
+        stolen = tmp_path / "stolen" / rd.name
+        shutil.copytree(rd, stolen)
+        forged = json.loads((stolen / "run.json").read_text())
+        forged["cluster"]["job_id"] = other
+        (stolen / "run.json").write_text(json.dumps(forged))
+        refused = cli("ssh", str(stolen), "--", "touch", str(tmp_path / "ran"), timeout=60)
+        assert refused.returncode == 2, refused.stderr[-2000:]
+        assert f"slurm job {other} is not this run's" in refused.stderr, refused.stderr
+        assert not (tmp_path / "ran").exists()
         result = cli("cancel", str(rd), timeout=180)
         assert result.returncode in (0, 130), result.stderr[-3000:]
         _out, err = proc.communicate(timeout=180)
@@ -129,8 +161,6 @@ def test_detach_then_status_logs_and_attach_to_the_verdict(
     assert status.returncode == 0 and "slurm" in status.stdout + status.stderr, status.stderr
     logs = cli("logs", str(rd), timeout=60)
     assert logs.returncode == 0 and "step 1:" in logs.stdout, logs.stderr
-    shell = cli("ssh", str(rd), timeout=60)  # not in this version: said, not a traceback
-    assert shell.returncode == 2 and "Slurm job" in shell.stderr and "logs" in shell.stderr
     runs_list = cli("runs", "--runs-dir", str(runs), timeout=60)
     assert run_id in runs_list.stdout, runs_list.stderr
     attached = cli("attach", str(rd), timeout=300)
@@ -163,4 +193,29 @@ def test_a_controller_restart_mid_run_is_no_news_about_the_job(
             proc.kill()
     assert proc.returncode == 0, err[-3000:]
     assert "verdict: reproduced" in err
+    nothing_left(slurm, run_id)
+
+
+def test_the_budget_scancels_the_job(slurm, test_image, container_run_args, tmp_path):
+    """--max-usd at the profile's price (1 $/s for the node) is reached while training: the run
+    stops (exit 1, no verdict), its job is scancelled and squeue holds nothing of it; the job's
+    own --time was the budget's too."""
+    raw = seed_raw()
+    raw["result"]["gpu_hours"] = None  # no claim to refuse the budget against before the launch
+    recipe = write_recipe(tmp_path, test_image, raw=raw)
+    profile = slurm_profile(
+        tmp_path, container_run_args, price_per_hour=3600,
+        env={"STANDIN_SLEEP_S": "2", "STANDIN_STARTUP_S": "0"},
+    )  # fmt: skip
+    run_id = f"slb-{uuid.uuid4().hex[:8]}"
+    runs = tmp_path / "runs"
+    result = cli(*run_argv(recipe, profile, runs, run_id), "--max-usd", "25", timeout=400)
+    rd = find_run(runs, run_id)
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "budget reached" in result.stderr, result.stderr[-3000:]
+    assert "step 1:" in (rd / "logs" / "train.log").read_text()  # stopped while training
+    assert not (rd / "verdict.json").exists()
+    assert "#SBATCH --time=0-00:01:00\n" in (rd / "job.sbatch").read_text()
+    shown = slurm.run("scontrol", "show", "job", job_of(rd)).stdout
+    assert "JobState=CANCELLED" in shown, shown
     nothing_left(slurm, run_id)
