@@ -94,8 +94,7 @@ def checkpoint_bytes(recipe: Recipe) -> tuple[float | None, str]:
                 f"x {BF16_BYTES} bytes (bf16; the node's resolve reads the Hub's exact sizes)",
             )
     if recipe.active_params:
-        layout = recipe.raw.get("layout") or {}
-        experts = int(layout.get("ep") or 1) > 1 or "--num-experts" in recipe.run_script
+        experts = (recipe.layout.ep or 1) > 1 or "--num-experts" in recipe.run_script
         if not experts:
             return (
                 recipe.active_params * BF16_BYTES,
@@ -114,7 +113,7 @@ def _train_seconds(recipe: Recipe) -> tuple[float, float] | None:
     """(ray + train outside the window, the window) from the recipe's claim: its GPU-hours with
     the assets on the node, and the window's steps at the claimed throughput."""
     hours = recipe.claimed_gpu_hours
-    tps = recipe.claim.get("tokens_per_s_per_gpu")
+    tps = recipe.claim.tokens_per_s_per_gpu
     if not hours or not tps:
         return None
     first, last = recipe.window
@@ -157,9 +156,9 @@ def estimate(
     ckpt, ckpt_from = checkpoint_bytes(recipe)
     ckpt = ckpt or 0.0
     converted = ckpt * f["converted_ratio"]
-    build = recipe.dataset.get("build") or {}
-    rows = float(build.get("parquet_bytes") or 0)
-    tokens = float(build.get("rows") or 0) * float(build.get("row_tokens") or recipe.row_tokens)
+    build = recipe.dataset.build
+    rows = float(build.parquet_bytes or 0)
+    tokens = float(build.rows or 0) * float(build.row_tokens or recipe.row_tokens)
     train = _train_seconds(recipe)
     sizes = [
         f"checkpoint {ckpt / GB:.1f} GB ({ckpt_from})",
@@ -453,7 +452,7 @@ def cache_bytes(recipe: Recipe) -> float:
     """What a cold node writes to its cache before training: the checkpoint, its conversion, the
     rows and the dataset (the image is docker's, elsewhere)."""
     ckpt = checkpoint_bytes(recipe)[0] or 0.0
-    rows = float((recipe.dataset.get("build") or {}).get("parquet_bytes") or 0)
+    rows = float(recipe.dataset.build.parquet_bytes or 0)
     converted = ckpt * FIGURES["converted_ratio"].value
     return ckpt + converted + rows + FIGURES["dataset_bytes"].value
 

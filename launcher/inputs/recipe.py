@@ -9,9 +9,11 @@ fixes a file in one pass.
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import json
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache, cached_property
 from pathlib import Path
@@ -24,8 +26,8 @@ from launcher.errors import BadInput
 from launcher.inputs.claims import claim_problems
 from launcher.inputs.envnames import BOUND_VARIABLES, launcher_env_problems
 from launcher.inputs.patches import problems as patch_problems
-from launcher.inputs.runargs import run_block_problems
-from launcher.inputs.stack import stack_problems, stack_version
+from launcher.inputs.runargs import Arg, run_block_problems
+from launcher.inputs.stack import expected_versions, stack_problems, stack_version
 from launcher.inputs.yamlschema import (
     FastSafeLoader,
     format_problems,
@@ -96,9 +98,267 @@ class Image:
         return f"{self.repository}@{self.digest}"
 
 
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _count(value: object) -> int | None:
+    """An integer field (a bool is not one, though Python says so)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _number(value: object) -> float | None:
+    """A number field as written (an int stays an int, so what is written back reads the same)."""
+    return value if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _date_text(value: object) -> str | None:
+    """A date as ISO text (YAML reads `measured: 2026-10-21` as a date)."""
+    if value is None:
+        return None
+    if isinstance(value, datetime.date):
+        return value.isoformat()
+    return str(value)
+
+
+def _block(raw: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    value = raw.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """The recipe's `gpu` block. None where a field is absent or not of its type: a validated
+    recipe has every required one; a run directory's recipe read back may not."""
+
+    type: str | None
+    count: int | None
+    per_node: int | None
+    instance: str | None  # as written: "AWS p5en.48xlarge"
+    memory_gb: float | None
+
+    @classmethod
+    def of(cls, raw: Mapping[str, Any]) -> Hardware:
+        gpu = _block(raw, "gpu")
+        return cls(
+            type=_text(gpu.get("type")),
+            count=_count(gpu.get("count")),
+            per_node=_count(gpu.get("per_node")),
+            instance=_text(gpu.get("instance")),
+            memory_gb=_number(gpu.get("memory_gb")),
+        )
+
+
+@dataclass(frozen=True)
+class RowsBuild:
+    """`workload.dataset.build`: how the fixed-length rows were built, and their pins."""
+
+    name: str | None = None
+    tokenizer: str | None = None
+    loss_mask: str | None = None
+    rows: int | None = None
+    row_tokens: int | None = None
+    seed: int | None = None
+    parquet_sha256: str | None = None
+    parquet_bytes: int | None = None
+    stated: frozenset[str] = frozenset()  # the keys the block writes, null or not
+
+    @classmethod
+    def of(cls, build: Mapping[str, Any]) -> RowsBuild:
+        return cls(
+            name=_text(build.get("name")),
+            tokenizer=_text(build.get("tokenizer")),
+            loss_mask=_text(build.get("loss_mask")),
+            rows=_count(build.get("rows")),
+            row_tokens=_count(build.get("row_tokens")),
+            seed=_count(build.get("seed")),
+            parquet_sha256=_text(build.get("parquet_sha256")),
+            parquet_bytes=_count(build.get("parquet_bytes")),
+            stated=frozenset(k for k, v in build.items() if v is not None),
+        )
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """`workload.dataset`: the rows' source data set and their build."""
+
+    name: str | None = None
+    source: str | None = None
+    revision: str | None = None
+    rows_sha256: str | None = None
+    build: RowsBuild = RowsBuild()
+
+    @classmethod
+    def of(cls, dataset: Mapping[str, Any]) -> Dataset:
+        return cls(
+            name=_text(dataset.get("name")),
+            source=_text(dataset.get("source")),
+            revision=_text(dataset.get("revision")),
+            rows_sha256=_text(dataset.get("rows_sha256")),
+            build=RowsBuild.of(_block(dataset, "build")),
+        )
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The recipe's `workload` block: one step is global_batch rows of row_tokens tokens."""
+
+    global_batch: int | None
+    row_tokens: int | None
+    dataset: Dataset
+
+    @classmethod
+    def of(cls, raw: Mapping[str, Any]) -> Workload:
+        workload = _block(raw, "workload")
+        return cls(
+            global_batch=_count(workload.get("global_batch")),
+            row_tokens=_count(workload.get("row_tokens")),
+            dataset=Dataset.of(_block(workload, "dataset")),
+        )
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The recipe's `layout` block: the parallel layout (absent degrees are None)."""
+
+    tp: int | None
+    pp: int | None
+    cp: int | None
+    dp: int | None
+    ep: int | None
+    etp: int | None
+    label: str | None
+
+    @classmethod
+    def of(cls, raw: Mapping[str, Any]) -> Layout:
+        layout = _block(raw, "layout")
+        return cls(
+            tp=_count(layout.get("tp")),
+            pp=_count(layout.get("pp")),
+            cp=_count(layout.get("cp")),
+            dp=_count(layout.get("dp")),
+            ep=_count(layout.get("ep")),
+            etp=_count(layout.get("etp")),
+            label=_text(layout.get("label")),
+        )
+
+
+# The claimed figures of `result`, by the name the result and the verdict give them.
+FIGURES = (
+    "tokens_per_s_per_gpu",
+    "step_time_cv_percent",
+    "mfu",
+    "usd_per_million_tokens",
+    "gpu_hours",
+)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """The recipe's `result` block: what it claims, and over which steps."""
+
+    tokens_per_s_per_gpu: float | None
+    step_time_cv_percent: float | None
+    mfu: float | None
+    usd_per_million_tokens: float | None
+    gpu_hours: float | None
+    window: tuple[int, int] | None  # None: absent, or not two integer steps
+    window_tokens: int | None
+    steps_per_run: int | None
+    runs: int | None
+    measured: str | None  # the date the claim was measured on
+    active_params: int | None  # active_params.count
+    active_params_source: str | None
+    active_params_revision: str | None
+    written: tuple[str, ...]  # the fields `result` writes (null ones too), in its order
+
+    @classmethod
+    def of(cls, raw: Mapping[str, Any]) -> Claim:
+        result = _block(raw, "result")
+        window = result.get("window")
+        pair = (
+            (window[0], window[1])
+            if isinstance(window, list | tuple)
+            and len(window) == 2
+            and all(_count(w) is not None for w in window)
+            else None
+        )
+        params = _block(result, "active_params")
+        measured = result.get("measured")
+        return cls(
+            tokens_per_s_per_gpu=_number(result.get("tokens_per_s_per_gpu")),
+            step_time_cv_percent=_number(result.get("step_time_cv_percent")),
+            mfu=_number(result.get("mfu")),
+            usd_per_million_tokens=_number(result.get("usd_per_million_tokens")),
+            gpu_hours=_number(result.get("gpu_hours")),
+            window=pair,
+            window_tokens=_count(result.get("window_tokens")),
+            steps_per_run=_count(result.get("steps_per_run")),
+            runs=_count(result.get("runs")),
+            measured=_date_text(measured),
+            active_params=_count(params.get("count")),
+            active_params_source=_text(params.get("source")),
+            active_params_revision=_text(params.get("revision")),
+            written=tuple(str(k) for k in result),
+        )
+
+    def stated(self, name: str) -> float | list[int] | str | None:
+        """A field of `result` by its name, typed (the window as a list): for the records that
+        copy the claim beside the measured figures (the attestation's predicate)."""
+        fields: dict[str, float | list[int] | str | None] = {
+            "window": list(self.window) if self.window is not None else None,
+            "window_tokens": self.window_tokens,
+            "steps_per_run": self.steps_per_run,
+            "measured": self.measured,
+        }
+        return fields[name] if name in fields else self.figure(name)
+
+    def figure(self, name: str) -> float | None:
+        """One claimed figure of FIGURES by its name (the tables that show them side by side)."""
+        figures: dict[str, float | None] = {
+            "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
+            "step_time_cv_percent": self.step_time_cv_percent,
+            "mfu": self.mfu,
+            "usd_per_million_tokens": self.usd_per_million_tokens,
+            "gpu_hours": self.gpu_hours,
+        }
+        return figures[name]
+
+
+@dataclass(frozen=True)
+class Sections:
+    """A recipe mapping's typed sections: a validated recipe's (Recipe.sections), or the copy a
+    run directory or a bundle holds, read back unvalidated (every field None where it is not of
+    its type), so no reader outside inputs/ reads a recipe by key."""
+
+    model: str | None
+    author: str | None
+    status: str | None
+    hardware: Hardware
+    workload: Workload
+    layout: Layout
+    claim: Claim
+
+    @classmethod
+    def of(cls, raw: Mapping[str, Any]) -> Sections:
+        status = raw.get("status")
+        model = raw.get("model")
+        return cls(
+            model=None if model is None else str(model),
+            author=_text(_block(raw, "author").get("name")),
+            status=None if status is None else str(status),
+            hardware=Hardware.of(raw),
+            workload=Workload.of(raw),
+            layout=Layout.of(raw),
+            claim=Claim.of(raw),
+        )
+
+
 @dataclass(frozen=True)
 class Recipe:
-    """A validated recipe. `raw` is the mapping as written; the properties are derived facts."""
+    """A validated recipe. `raw` is the mapping as written, kept for what is written back (the
+    content hash, the run directory's copy) and for inputs/'s own checks; every reader outside
+    inputs/ reads the typed sections (`hardware`, `workload`, `layout`, `claim`), built once."""
 
     path: Path
     raw: dict[str, Any]
@@ -186,9 +446,45 @@ class Recipe:
     def steps_per_run(self) -> int:
         return self.raw["result"]["steps_per_run"]
 
+    @cached_property
+    def sections(self) -> Sections:
+        """The typed sections, built once from the mapping."""
+        return Sections.of(self.raw)
+
     @property
-    def claim(self) -> dict[str, Any]:
-        return self.raw["result"]
+    def claim(self) -> Claim:
+        return self.sections.claim
+
+    @property
+    def hardware(self) -> Hardware:
+        return self.sections.hardware
+
+    @property
+    def workload(self) -> Workload:
+        return self.sections.workload
+
+    @property
+    def layout(self) -> Layout:
+        return self.sections.layout
+
+    @property
+    def stack_source(self) -> str:
+        """stack.source as written: the prose that names the image and its stack."""
+        return str(_block(self.raw, "stack").get("source") or "")
+
+    @property
+    def expected_versions(self) -> dict[str, str]:
+        """The stack versions the recipe pins, as the stack probe compares them."""
+        return expected_versions(self.raw["stack"])
+
+    def expected_argument(self, arg: Arg) -> Any:
+        """The value the recipe's field gives miles' argument ARG (None: not stated)."""
+        return arg.expected(self.raw)
+
+    def derived_argument(self, arg: Arg, printed: Callable[[str], Any]) -> tuple[Any, str]:
+        """What miles derives for ARG after printing None, from the printed arguments."""
+        assert arg.derived is not None
+        return arg.derived(self.raw, printed)
 
     @property
     def claimed_gpu_hours(self) -> float | None:
@@ -230,8 +526,8 @@ class Recipe:
         return m.group(1), params.get("revision")
 
     @property
-    def dataset(self) -> dict[str, Any]:
-        return dict(self.raw["workload"].get("dataset") or {})
+    def dataset(self) -> Dataset:
+        return self.workload.dataset
 
 
 # ------------------------------------------------------------------------------------------------

@@ -38,9 +38,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from launcher.inputs.runargs import ARGS, coerce, equal, printed_getter
+from launcher.inputs.derived import coerce
+from launcher.inputs.runargs import ARGS, equal, printed_getter
 from launcher.judge.evidence_records import (
     STEP_TIME_TOLERANCE,
     Disagreement,
@@ -59,6 +60,7 @@ from launcher.judge.host_evidence import (
 from launcher.judge.identity import identity
 
 if TYPE_CHECKING:
+    from launcher.inputs.recipe import Recipe
     from launcher.judge.parse.gpu import GpuSamples
     from launcher.judge.parse.records import ParseStats, StepRecord
 
@@ -87,7 +89,7 @@ __all__ = [
 
 
 def gather(
-    raw: dict[str, Any],
+    recipe: Recipe,
     recs: Mapping[int, StepRecord],
     present: list[int],
     stats: ParseStats | None,
@@ -98,21 +100,21 @@ def gather(
     `gpu_samples`: the host's samples of node 0's GPUs (None: the run has no sampler file);
     `host`: what the run was launched with (None: not known, a bare log)."""
     ev = Evidence()
-    _arguments(ev, raw, stats)
-    _tokens(ev, raw, recs)
+    _arguments(ev, recipe, stats)
+    _tokens(ev, recipe, recs)
     _step_times(ev, recs, present, stats)
-    _steps(ev, raw, recs)
+    _steps(ev, recipe, recs)
     _one_value(ev, stats)
     host_clock(ev, recs, present, host)
-    gpus_busy(ev, raw, recs, present, gpu_samples, host)
+    gpus_busy(ev, recipe.hardware, recs, present, gpu_samples, host)
     return ev
 
 
-def logged_args_disagreements(raw: dict[str, Any], logged: Mapping[str, str]) -> list[Disagreement]:
+def logged_args_disagreements(recipe: Recipe, logged: Mapping[str, str]) -> list[Disagreement]:
     """The arguments miles printed against the recipe's fields (only fields the recipe states)."""
     out: list[Disagreement] = []
     for arg in ARGS:
-        expected = arg.expected(raw)
+        expected = recipe.expected_argument(arg)
         if not arg.in_log or expected is None or arg.dest not in logged:
             continue
         text = logged[arg.dest]
@@ -125,7 +127,7 @@ def logged_args_disagreements(raw: dict[str, Any], logged: Mapping[str, str]) ->
         if got is None and arg.dest == "expert_tensor_parallel_size":  # Megatron: tp's
             got = coerce(logged.get("tensor_model_parallel_size", "1"), int)
         if got is None and arg.derived is not None:  # miles derives it after printing None
-            got, how = arg.derived(raw, printed_getter(logged))
+            got, how = recipe.derived_argument(arg, printed_getter(logged))
             text = f"{text} ({how})"
         if not equal(expected, got, arg.kind):
             out.append(
@@ -142,7 +144,7 @@ def logged_args_disagreements(raw: dict[str, Any], logged: Mapping[str, str]) ->
         rows = coerce(batch, int) * coerce(samples, int) if batch is not None else None
     except (ValueError, TypeError):
         rows = None
-    global_batch = raw["workload"]["global_batch"]
+    global_batch = recipe.workload.global_batch
     if rows is not None and rows != global_batch:
         out.append(
             Disagreement(
@@ -167,7 +169,7 @@ NO_LISTING = (
 )
 
 
-def _arguments(ev: Evidence, raw: dict[str, Any], stats: ParseStats | None) -> None:
+def _arguments(ev: Evidence, recipe: Recipe, stats: ParseStats | None) -> None:
     logged = stats.arguments if stats is not None else {}
     if not logged:
         if stats is None:  # steps read back from steps.jsonl: the listing was judged then
@@ -177,23 +179,25 @@ def _arguments(ev: Evidence, raw: dict[str, Any], stats: ParseStats | None) -> N
             Disagreement("arguments", "the arguments listing", "printed", None, NO_LISTING)
         )
         return
-    found = logged_args_disagreements(raw, logged)
+    found = logged_args_disagreements(recipe, logged)
     ev.disagreements += found
     compared = [
-        a.dest for a in ARGS if a.in_log and a.dest in logged and a.expected(raw) is not None
+        a.dest
+        for a in ARGS
+        if a.in_log and a.dest in logged and recipe.expected_argument(a) is not None
     ]
     ev.checked.append(
         f"the run's arguments: {len(compared)} printed arguments compared with the recipe's "
         f"fields, {len(found)} disagree"
     )
-    _model(ev, raw, logged)
+    _model(ev, recipe, logged)
 
 
-def _model(ev: Evidence, raw: dict[str, Any], logged: Mapping[str, str]) -> None:
+def _model(ev: Evidence, recipe: Recipe, logged: Mapping[str, str]) -> None:
     """The model's identity (launcher/judge/identity.py): the printed architecture's parameter
     counts against the recipe's active_params and name. Unreadable fails closed; a model family
     the count does not cover is named as not checked."""
-    found = identity(raw, logged)
+    found = identity(recipe.sections, logged)
     if found.not_covered is not None:
         ev.not_checked.append(f"the model: {found.not_covered}, so it was not held to the recipe")
         return
@@ -232,9 +236,8 @@ def _span(steps: list[int]) -> str:
     return shown + (f", ... ({len(steps)} in all)" if len(steps) > 8 else "")
 
 
-def _tokens(ev: Evidence, raw: dict[str, Any], recs: Mapping[int, StepRecord]) -> None:
-    workload = raw["workload"]
-    expected = int(workload["global_batch"]) * int(workload["row_tokens"])
+def _tokens(ev: Evidence, recipe: Recipe, recs: Mapping[int, StepRecord]) -> None:
+    expected = recipe.tokens_per_step
     logged = {s: r.tokens for s, r in recs.items() if r.tokens is not None}
     if not logged:
         ev.not_checked.append(
@@ -260,7 +263,7 @@ def _tokens(ev: Evidence, raw: dict[str, Any], recs: Mapping[int, StepRecord]) -
                 expected,
                 values[0] if len(values) == 1 else values[:3],
                 f"tokens per step: the recipe implies {expected:,} (global_batch "
-                f"{workload['global_batch']} x row_tokens {workload['row_tokens']}), miles logged "
+                f"{recipe.global_batch} x row_tokens {recipe.row_tokens}), miles logged "
                 f"{shown} at {len(off)} of {len(logged)} steps (steps {_span(off)})",
             )
         )
@@ -320,9 +323,9 @@ def _step_times(
         )
 
 
-def _steps(ev: Evidence, raw: dict[str, Any], recs: Mapping[int, StepRecord]) -> None:
-    expected = (raw.get("result") or {}).get("steps_per_run")
-    if not isinstance(expected, int) or not recs:
+def _steps(ev: Evidence, recipe: Recipe, recs: Mapping[int, StepRecord]) -> None:
+    expected = recipe.claim.steps_per_run
+    if expected is None or not recs:
         return
     last = max(recs)
     ev.checked.append(f"steps: the log's steps against result.steps_per_run {expected}")

@@ -10,7 +10,7 @@ import math
 import statistics
 from collections.abc import Mapping
 from itertools import pairwise
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from launcher.judge.evidence_records import (
     STEP_TIME_TOLERANCE,
@@ -21,6 +21,7 @@ from launcher.judge.evidence_records import (
 from launcher.judge.parse.clock import CLOCK_GAP_S
 
 if TYPE_CHECKING:
+    from launcher.inputs.recipe import Hardware
     from launcher.judge.parse.gpu import GpuSamples
     from launcher.judge.parse.records import StepRecord
 
@@ -146,7 +147,7 @@ NO_CLOCK_FOR_SAMPLES = (
 
 def gpus_busy(
     ev: Evidence,
-    raw: dict[str, Any],
+    gpu: Hardware,
     recs: Mapping[int, StepRecord],
     present: list[int],
     samples: GpuSamples | None,
@@ -200,9 +201,8 @@ def gpus_busy(
             "what the GPUs did after its last sample is not known",
         )
     first, last, start, end = span
-    gpu = raw.get("gpu") or {}
-    per_node = gpu.get("per_node") or gpu.get("count")
-    gpus = int(per_node) if isinstance(per_node, int) and per_node > 0 else 0
+    per_node = gpu.per_node or gpu.count
+    gpus = per_node if per_node is not None and per_node > 0 else 0
     covered: dict[int, float] = {}
     uncovered: list[str] = []
     for index in sorted(set(samples.by_gpu) | set(range(gpus))):

@@ -27,6 +27,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from launcher.inputs.recipe import Sections
 from launcher.judge.flops import arg_int, arg_value
 
 # The recipe's active count against the listing's, relative: Qwen3-30B-A3B's one layer more or
@@ -173,7 +174,7 @@ class Identity:
     not_covered: str | None  # a model family the count does not cover (named, not passed)
 
 
-def identity(raw: Mapping[str, object], args: Mapping[str, str]) -> Identity:
+def identity(card: Sections, args: Mapping[str, str]) -> Identity:
     """The printed arguments' model held to the recipe's (module docstring)."""
     arch = architecture(args)
     if isinstance(arch, str):
@@ -182,9 +183,7 @@ def identity(raw: Mapping[str, object], args: Mapping[str, str]) -> Identity:
     tied = arg_value(args, "untie_embeddings_and_output_weights") is not True
     found = counts(arch, tied=tied)
     problems: list[str] = []
-    result = raw.get("result")
-    active_params = result.get("active_params") if isinstance(result, dict) else None
-    claimed = active_params.get("count") if isinstance(active_params, dict) else None
+    claimed = card.claim.active_params
     shape = (
         f"{arch.layers} layers, hidden {arch.hidden}, FFN {arch.ffn}, {arch.heads} heads "
         f"({arch.query_groups} query groups of {arch.kv_channels}), vocabulary {arch.vocab}"
@@ -205,10 +204,10 @@ def identity(raw: Mapping[str, object], args: Mapping[str, str]) -> Identity:
             )
     else:
         problems.append("the model: the recipe states no result.active_params.count to hold it to")
-    stated = name_figure(raw.get("model"))
+    stated = name_figure(card.model)
     if stated is not None and not stated / NAME_FACTOR <= found.total <= stated * NAME_FACTOR:
         problems.append(
-            f"the model: its name {raw.get('model')!r} states about {stated:,.0f} parameters, but "
+            f"the model: its name {card.model!r} states about {stated:,.0f} parameters, but "
             f"the printed arguments ({shape}) give {found.total:,} in all"
         )
     return Identity(arch, found, tuple(problems), None, None)

@@ -14,7 +14,7 @@ import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from typing import Any, TypeGuard
+from typing import TypeGuard
 
 from launcher import catalog
 from launcher.catalog import Price
@@ -212,28 +212,23 @@ def _finite(x: float | None) -> TypeGuard[float]:
     return x is not None and math.isfinite(x)
 
 
-def _require(raw: dict, *keys: str) -> Any:
+def _require(value: int | None, field: str) -> int:
     """A field measurement cannot do without; BadInput naming it when absent."""
-    node: Any = raw
-    for key in keys:
-        if not isinstance(node, dict) or key not in node or node[key] is None:
-            raise BadInput(f"recipe has no {'.'.join(keys)}: cannot measure against it.")
-        node = node[key]
-    return node
+    if value is None:
+        raise BadInput(f"recipe has no {field}: cannot measure against it.")
+    return value
 
 
 def recipe_window(recipe: Recipe) -> tuple[int, int]:
     """result.window as an inclusive (first, last) step pair; BadInput when malformed."""
-    window = _require(recipe.raw, "result", "window")
-    if not (
-        isinstance(window, (list, tuple))
-        and len(window) == 2
-        and all(isinstance(w, int) for w in window)
-    ):
-        raise BadInput(f"recipe result.window must be [first, last] steps, got {window!r}.")
+    window = recipe.claim.window
+    if window is None:
+        raise BadInput(
+            "recipe has no result.window of [first, last] steps: cannot measure against it."
+        )
     first, last = window
     if first < 0 or last < first:
-        raise BadInput(f"recipe result.window {window!r} is empty or negative.")
+        raise BadInput(f"recipe result.window {list(window)!r} is empty or negative.")
     return first, last
 
 
@@ -318,18 +313,18 @@ def _peak(recipe: Recipe, recs: dict[int, StepRecord], present: list[int]) -> tu
 def _recipe_notes(recipe: Recipe, window: tuple[int, int], tokens_per_step: int) -> list[str]:
     """The recipe's consistency with itself, as far as the figures depend on it."""
     first, last = window
-    claim = recipe.raw.get("result") or {}
+    claim = recipe.claim
     notes: list[str] = []
     steps = last - first + 1
     expected_window_tokens = steps * tokens_per_step
-    claimed_wt = claim.get("window_tokens")
+    claimed_wt = claim.window_tokens
     if claimed_wt is not None and claimed_wt != expected_window_tokens:
         notes.append(
             f"recipe inconsistent: result.window_tokens {claimed_wt} != {steps} steps x "
             f"{tokens_per_step} tokens = {expected_window_tokens}"
         )
-    steps_expected = claim.get("steps_per_run")
-    if isinstance(steps_expected, int) and steps_expected <= last:
+    steps_expected = claim.steps_per_run
+    if steps_expected is not None and steps_expected <= last:
         notes.append(
             f"recipe inconsistent: steps_per_run {steps_expected} does not cover window end {last}"
         )
@@ -357,13 +352,11 @@ def measure(
 
     `price` is the price the run used (run.json's, decided once when it started); without it,
     `price_per_hour` (--price-per-hour) or the catalog's for `region` prices the $ figure."""
-    raw = recipe.raw
-    gpus = int(_require(raw, "gpu", "count"))
-    tokens_per_step = int(_require(raw, "workload", "global_batch")) * int(
-        _require(raw, "workload", "row_tokens")
-    )
+    hardware, workload = recipe.hardware, recipe.workload
+    gpus = _require(hardware.count, "gpu.count")
+    row_tokens = _require(workload.row_tokens, "workload.row_tokens")
+    tokens_per_step = _require(workload.global_batch, "workload.global_batch") * row_tokens
     first, last = recipe_window(recipe)
-    claim = raw.get("result") or {}
     notes = _recipe_notes(recipe, (first, last), tokens_per_step)
 
     recs: dict[int, StepRecord] = {}
@@ -398,10 +391,10 @@ def measure(
     if active is None:
         notes.append("no MFU: recipe gives no result.active_params.count")
     elif peak is None:
-        gpu_type = str((raw.get("gpu") or {}).get("type") or "")
+        gpu_type = hardware.type or ""
         notes.append(f"no MFU: no known peak for GPU type {gpu_type!r}")
 
-    instance = catalog.instance_type_of((raw.get("gpu") or {}).get("instance"))
+    instance = catalog.instance_type_of(hardware.instance)
     if price is None or price_per_hour is not None:
         price = catalog.price_per_hour(instance, region, price_per_hour)
     if price is None:
@@ -409,8 +402,8 @@ def measure(
             f"no $/1M tokens: no price known for instance {instance!r}; pass --price-per-hour"
         )
     # The price is per node (instance); a multi-node recipe pays it once per node.
-    per_node = (raw.get("gpu") or {}).get("per_node")
-    nodes = max(1, -(-gpus // int(per_node))) if isinstance(per_node, int) and per_node > 0 else 1
+    per_node = hardware.per_node
+    nodes = max(1, -(-gpus // per_node)) if per_node is not None and per_node > 0 else 1
     if price is not None and nodes > 1:
         notes.append(f"$/1M tokens priced for {nodes} nodes: {nodes} x ${price.value:g}/h")
 
@@ -424,10 +417,8 @@ def measure(
             usd_per_hour=price.value * nodes if price else None,
         )
 
-    evidence = gather(raw, recs, present, parse_stats, gpu_samples, host)
-    megatron = per_token(
-        parse_stats.arguments if parse_stats else {}, int(_require(raw, "workload", "row_tokens"))
-    )
+    evidence = gather(recipe, recs, present, parse_stats, gpu_samples, host)
+    megatron = per_token(parse_stats.arguments if parse_stats else {}, row_tokens)
     megatron_mfu = (
         megatron.flops_per_token * tps / peak
         if megatron.flops_per_token is not None and tps is not None and peak
@@ -443,8 +434,7 @@ def measure(
             timeline, gpus, sum(times) if times else None
         )
 
-    steps_expected = claim.get("steps_per_run")
-    expected = steps_expected if isinstance(steps_expected, int) else None
+    expected = recipe.claim.steps_per_run
     noise = 2.0 * cv / math.sqrt(len(times)) if cv is not None and len(times) > 1 else None
     findings = find(recs, parse_stats, expected, first)
     return Result(

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from launcher.errors import BadInput
+from launcher.inputs.recipe import FIGURES
 from launcher.judge.failures import FROZEN_LOSS_STEPS
 from launcher.judge.split import failed_after_note
 
@@ -138,7 +139,7 @@ class Verdict:
     status: str
     difference_percent: float | None  # signed: (measured - claimed) / claimed x 100
     reasons: list[str] = field(default_factory=list)
-    claimed: dict = field(default_factory=dict)
+    claimed: dict[str, Any] = field(default_factory=dict)
     measured: dict = field(default_factory=dict)
     tolerance: Tolerance = field(default_factory=Tolerance)
     noise_band_percent: float | None = None
@@ -184,25 +185,16 @@ def _rel(measured: float | None, claimed: float | None) -> float | None:
 def judge(result: Result, recipe: Recipe, *, tolerance: Tolerance | None = None) -> Verdict:
     """The verdict: one status of STATUSES, the signed difference, and every reason."""
     tolerance = tolerance if tolerance is not None else Tolerance()
-    claim = recipe.raw.get("result") or {}
-    claimed_tps = claim.get("tokens_per_s_per_gpu")
-    if not isinstance(claimed_tps, (int, float)) or not 0 < claimed_tps < math.inf:
+    claim = recipe.claim
+    claimed_tps = claim.tokens_per_s_per_gpu
+    if claimed_tps is None or not 0 < claimed_tps < math.inf:
         raise BadInput(
             "recipe has no positive, finite result.tokens_per_s_per_gpu to judge against."
         )
-    claimed_cv = claim.get("step_time_cv_percent")
+    claimed_cv = claim.step_time_cv_percent
 
-    claimed = {
-        k: claim.get(k)
-        for k in (
-            "tokens_per_s_per_gpu",
-            "step_time_cv_percent",
-            "mfu",
-            "usd_per_million_tokens",
-            "gpu_hours",
-            "window",
-        )
-    }
+    claimed: dict[str, Any] = {k: claim.figure(k) for k in FIGURES}
+    claimed["window"] = list(claim.window) if claim.window is not None else None
     measured = {
         "tokens_per_s_per_gpu": result.tokens_per_s_per_gpu,
         "step_time_cv_percent": result.step_time_cv_percent,

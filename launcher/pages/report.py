@@ -43,6 +43,10 @@ _FIGURES = (
 PLOTS = ("loss.png", "step_time.png")
 
 
+def _or(value: object) -> str:
+    return "?" if value is None else str(value)
+
+
 def fmt(value: Any, spec: str | int = ",.2f", *, missing: str = "n/a", suffix: str = "") -> str:
     """One figure for people: a float by `spec` (a format spec, or a number of decimals with
     thousands separators), NaN/inf as nan/inf, None as `missing`, any other value (an int as
@@ -84,8 +88,8 @@ def _diff(measured: Any, claimed: Any) -> str:
 
 def claimed_step_time(result: Result, recipe: Recipe) -> float | None:
     """The mean step time the claim implies (drawn beside the measured ones), or None."""
-    tps = (recipe.raw.get("result") or {}).get("tokens_per_s_per_gpu")
-    if isinstance(tps, (int, float)) and tps > 0:
+    tps = recipe.claim.tokens_per_s_per_gpu
+    if tps is not None and tps > 0:
         return result.tokens_per_step / tps / result.gpus
     return None
 
@@ -190,9 +194,7 @@ def render_markdown(
     plots: Sequence[str] = (),
 ) -> str:
     """The report's text; `plots` are the image paths relative to the report."""
-    raw = recipe.raw
-    claim = raw.get("result") or {}
-    gpu = raw.get("gpu") or {}
+    claim, gpu = recipe.claim, recipe.hardware
     measured = result.to_dict()
     difference = (
         f" ({verdict.difference_percent:+.2f}% tokens/s per GPU against the claim)"
@@ -200,8 +202,8 @@ def render_markdown(
         else ""
     )
     lines = [
-        f"# Reproduction of {raw.get('model', '?')} on {gpu.get('count', '?')} x "
-        f"{gpu.get('type', '?')} ({gpu.get('instance', '?')})",
+        f"# Reproduction of {recipe.model} on {_or(gpu.count)} x "
+        f"{_or(gpu.type)} ({_or(gpu.instance)})",
         "",
         f"**Verdict: {verdict.status}**{difference}",
         "",
@@ -217,15 +219,15 @@ def render_markdown(
     ]
     for key, label, digits in _FIGURES:
         lines.append(
-            f"| {label} | {fmt(claim.get(key), digits)} | {fmt(measured.get(key), digits)} | "
-            f"{_diff(measured.get(key), claim.get(key)) if verdict.status in JUDGED else '-'} |"
+            f"| {label} | {fmt(claim.figure(key), digits)} | {fmt(measured.get(key), digits)} | "
+            f"{_diff(measured.get(key), claim.figure(key)) if verdict.status in JUDGED else '-'} |"
         )
     steps_run = (result.last_step + 1) if result.last_step is not None else 0
     lines += [
-        f"| window | {claim.get('window')} | {list(result.window)} "
+        f"| window | {list(claim.window) if claim.window else None} | {list(result.window)} "
         f"({len(result.window_steps_present)} steps with a time) | |",
-        f"| window tokens | {claim.get('window_tokens')} | {result.window_tokens} | |",
-        f"| steps per run | {claim.get('steps_per_run')} | {steps_run} | |",
+        f"| window tokens | {claim.window_tokens} | {result.window_tokens} | |",
+        f"| steps per run | {claim.steps_per_run} | {steps_run} | |",
         "",
     ]
     lines += measured_runs_lines(result.run_summary)

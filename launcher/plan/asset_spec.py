@@ -122,15 +122,13 @@ def build_spec(
     """
     cache = cache_dir.rstrip("/") or "/"
     dataset = recipe.dataset
-    build = dict(dataset.get("build") or {})
+    build = dataset.build
     checkpoint = recipe.hf_model
     assets: list[dict[str, Any]] = []
     problems: list[str] = []
 
     try:
-        pin = parse_tokenizer(
-            build.get("tokenizer_files") or build.get("tokenizer") or "", checkpoint
-        )
+        pin = parse_tokenizer(build.tokenizer or "", checkpoint)
     except ValueError as err:
         pin = None
         problems.append(f"workload.dataset.build.tokenizer: {err}")
@@ -148,8 +146,8 @@ def build_spec(
             }
         )
 
-    repo = dataset_repo(str(dataset.get("source") or ""))
-    revision = dataset.get("revision")
+    repo = dataset_repo(dataset.source or "")
+    revision = dataset.revision
     if repo and revision:
         assets.append(
             {
@@ -158,7 +156,7 @@ def build_spec(
                 "repo_type": "dataset",
                 "repo": repo,
                 "revision": str(revision),
-                "include": list(dataset.get("files") or DEFAULT_DATASET_FILES),
+                "include": list(DEFAULT_DATASET_FILES),
                 "path": f"{cache}/hf/datasets/{_slug(repo)}@{str(revision)[:12]}",
                 "field": "workload.dataset.source/revision",
             }
@@ -169,7 +167,7 @@ def build_spec(
             "rows"
         )
     for key in ("rows", "row_tokens", "seed", "loss_mask"):
-        if build.get(key) is None:
+        if key not in build.stated:
             problems.append(f"workload.dataset.build.{key} is not stated")
 
     assets.append(
@@ -177,12 +175,12 @@ def build_spec(
             "name": "rows",
             "kind": "rows",
             "path": sft_data,
-            "parquet_sha256": build.get("parquet_sha256"),
-            "rows_sha256": dataset.get("rows_sha256"),
-            "rows": build.get("rows"),
-            "row_tokens": build.get("row_tokens") or recipe.row_tokens,
-            "seed": build.get("seed"),
-            "loss_mask": build.get("loss_mask"),
+            "parquet_sha256": build.parquet_sha256,
+            "rows_sha256": dataset.rows_sha256,
+            "rows": build.rows,
+            "row_tokens": build.row_tokens or recipe.row_tokens,
+            "seed": build.seed,
+            "loss_mask": build.loss_mask,
             "messages_column": "messages",
             "build_problem": "; ".join(problems) or None,
             "field": "workload.dataset.build",

@@ -37,8 +37,8 @@ if TYPE_CHECKING:
 
 def claimed_runs(recipe: Recipe) -> int:
     """result.runs, 1 when the recipe does not say."""
-    runs = (recipe.raw.get("result") or {}).get("runs")
-    return int(runs) if isinstance(runs, int) and not isinstance(runs, bool) and runs > 0 else 1
+    runs = recipe.claim.runs
+    return runs if runs is not None and runs > 0 else 1
 
 
 def check_option(recipe: Recipe, runs: int | None) -> int | None:

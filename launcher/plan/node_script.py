@@ -19,7 +19,6 @@ from typing import Any
 from launcher.inputs.patches import node_lines as patch_lines
 from launcher.inputs.profile import AwsProfile, Profile, RayProfile
 from launcher.inputs.recipe import Image, Recipe
-from launcher.inputs.stack import expected_versions
 from launcher.plan import leftovers, multinode, ray_stage, stage_graph
 from launcher.plan.asset_spec import cache_entries_check
 from launcher.plan.background import BACKGROUND_FUNCTIONS
@@ -356,7 +355,7 @@ class ScriptContext(Placement):
         return lines
 
     def stack_check(self) -> str:
-        expect = expected_versions(self.recipe.raw["stack"])
+        expect = self.recipe.expected_versions
         import json
 
         policy = self.profile.stack_check

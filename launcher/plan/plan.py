@@ -306,11 +306,9 @@ def _assets(recipe: Recipe, profile: Profile, cache_dir: str) -> Assets:
     hf = recipe.hf_model
     repo, rev = hf if hf else (None, None)
     tag = f"{repo.replace('/', '--')}@{(rev or 'main')[:12]}" if repo else recipe.model
-    build = recipe.dataset.get("build") or {}
-    parquet_sha = build.get("parquet_sha256")
-    rows_name = build.get("name") or re.sub(
-        r"[^A-Za-z0-9_.-]+", "-", recipe.dataset.get("name", "rows")
-    )
+    build = recipe.dataset.build
+    parquet_sha = build.parquet_sha256
+    rows_name = build.name or re.sub(r"[^A-Za-z0-9_.-]+", "-", recipe.dataset.name or "rows")
     rows_file = f"{rows_name}-{parquet_sha[:12]}.parquet" if parquet_sha else f"{rows_name}.parquet"
     return Assets(
         hf_ckpt=profile.assets.hf_ckpt or f"{cache_dir}/hf/{tag}",

@@ -71,9 +71,9 @@ def work_spec(recipe: Recipe, options: PrepareOptions) -> dict[str, Any]:
     work = str(options.work_dir.resolve())
     ckpt = recipe.hf_model
     tag = f"{_slug(ckpt[0])}@{(ckpt[1] or 'main')[:12]}" if ckpt else recipe.model
-    build = recipe.dataset.get("build") or {}
-    sha = build.get("parquet_sha256")
-    rows_name = f"{build.get('name') or 'rows'}" + (f"-{sha[:12]}" if sha else "")
+    build = recipe.dataset.build
+    sha = build.parquet_sha256
+    rows_name = f"{build.name or 'rows'}" + (f"-{sha[:12]}" if sha else "")
     return build_spec(
         recipe,
         cache_dir=work,

@@ -112,7 +112,7 @@ def check_installer(req: BuildRequest, recipe: Recipe) -> dict[str, Any]:
             f"--efa-installer {path.name}: the version is not in the file name "
             "(aws-efa-installer-<version>.tar.gz); pass --efa-version."
         )
-    said = _RECIPE_EFA.search(str(recipe.raw["stack"].get("source") or ""))
+    said = _RECIPE_EFA.search(recipe.stack_source)
     if said and not (version + ".").startswith(said.group("version") + "."):
         raise BadInput(
             f"the EFA installer is version {version}, but the recipe's stack.source says EFA "

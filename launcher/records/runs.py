@@ -19,6 +19,7 @@ from typing import Any
 from launcher.catalog import Price
 from launcher.errors import BadInput
 from launcher.excerpt import open_regular
+from launcher.inputs.recipe import Sections
 from launcher.records.billing import Billing, last_known, lifetime_cost
 from launcher.records.nodejson import Fields
 from launcher.records.rundir import FINAL_STATES, TRAIN_STAGE, Files, RunDir, read_yaml
@@ -284,10 +285,9 @@ def _measured_gpu_hours(rd: RunDir) -> float | None:
 def _steps_per_run(recipe_file: Path) -> int | None:
     try:
         raw = read_yaml(recipe_file)
-        value = raw["result"]["steps_per_run"]
-    except (BadInput, KeyError, TypeError):
+    except BadInput:
         return None
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    return Sections.of(raw).claim.steps_per_run if isinstance(raw, dict) else None
 
 
 def _count(value: Any) -> int | None:

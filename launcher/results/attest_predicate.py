@@ -339,14 +339,13 @@ def _build_predicate(root: Path, now: float | None) -> dict[str, Any]:
     missing: dict[str, str] = {}
     recipe_path = root / inputs["recipe"]["path"]
     raw = read_yaml(recipe_path) or {}
-    from launcher.inputs.recipe import recipe_slug
+    from launcher.inputs.recipe import Sections, recipe_slug
 
     plan_recipe = plan.get("recipe") or {}
     if not plan:
         missing["recipe.source"] = "no plan.json: a measurement, not a run; see measurement"
-    claim: dict[str, Any] = raw["result"] if isinstance(raw.get("result"), dict) else {}
-    gpu: dict[str, Any] = raw["gpu"] if isinstance(raw.get("gpu"), dict) else {}
-    plan_recipe["instance"] = gpu.get("instance")
+    card = Sections.of(raw if isinstance(raw, dict) else {})
+    plan_recipe["instance"] = card.hardware.instance
     stamp = time.time() if now is None else now
     return plain(
         {
@@ -355,14 +354,12 @@ def _build_predicate(root: Path, now: float | None) -> dict[str, Any]:
                 "file": inputs["recipe"]["path"],
                 "sha256": inputs["recipe"]["sha256"],
                 "slug": recipe_slug(raw) if isinstance(raw, dict) else None,
-                "model": raw.get("model"),
-                "author": (raw.get("author") or {}).get("name")
-                if isinstance(raw.get("author"), dict)
-                else None,
-                "status": raw.get("status"),
+                "model": card.model,
+                "author": card.author,
+                "status": card.status,
                 "source": plan_recipe.get("path") or record["recipe"].get("path"),
             },
-            "claim": {k: claim.get(k) for k in FIGURES if k in claim},
+            "claim": {k: card.claim.stated(k) for k in FIGURES if k in card.claim.written},
             "figures": figures_of(result),
             "verdict": verdict_of(verdict),
             "policy": dict(record.get("policy") or {}),

@@ -205,7 +205,7 @@ def dry_run_text(
         f"# expected  {cost_line(r, prepared.price)}",
         *[f"# {line}" for line in likely_lines(prepared, max_usd)],
         *_worst_lines(prepared),
-        f"# claim     {r.claim['tokens_per_s_per_gpu']:g} tokens/s/GPU over steps "
+        f"# claim     {r.claim.tokens_per_s_per_gpu:g} tokens/s/GPU over steps "
         f"{r.window[0]}-{r.window[1]} of {r.steps_per_run}",
         *[
             f"# {line}" for line in claim_lines(plan.recipe, plan.runs.get("accepted"))

@@ -63,7 +63,7 @@ def setup(moto, sshd, netns, test_image, run_args, tmp_path: Path, **env: str):
         tmp_path, test_image, raw=yaml.safe_load(FOUR_NODES.read_text()), name="standin-4node"
     )
     r = load_recipe(recipe)
-    step_s = r.tokens_per_step / r.claim["tokens_per_s_per_gpu"] / r.gpu_count
+    step_s = r.tokens_per_step / r.claim.tokens_per_s_per_gpu / r.gpu_count
     base = {
         "kind": "aws",
         "region": "us-east-1",

@@ -48,7 +48,7 @@ def _recipe_and_profile(tmp_path: Path, hosts, netns, test_image, run_args, **en
         tmp_path, test_image, raw=yaml.safe_load(FOUR_NODES.read_text()), name="standin-4node"
     )
     r = load_recipe(recipe)
-    step_s = r.tokens_per_step / r.claim["tokens_per_s_per_gpu"] / r.gpu_count
+    step_s = r.tokens_per_step / r.claim.tokens_per_s_per_gpu / r.gpu_count
     profile = write_profile(
         tmp_path,
         hosts.profile(),

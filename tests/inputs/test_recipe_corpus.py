@@ -41,7 +41,7 @@ def run_block_log(recipe: Path, log: Path) -> None:
     """The recipe's own run block, run by bash from the stand-in tree as from /root/miles, at
     the recipe's claimed speed."""
     r = load_recipe(recipe)
-    step = r.tokens_per_step / r.claim["tokens_per_s_per_gpu"] / r.gpu_count
+    step = r.tokens_per_step / r.claim.tokens_per_s_per_gpu / r.gpu_count
     env = {k: v for k, v in os.environ.items() if not k.startswith("STANDIN_")}
     env.update(
         HF_CKPT="/nonexistent/hf",
@@ -121,7 +121,7 @@ def test_each_recipe_measures_with_its_own_peak_and_price(tmp_path, recipe, pric
     run_block_log(recipe, log)
     data = measure(log, recipe, *(["--price-per-hour", price] if price else []))
     r = load_recipe(recipe)
-    claim = r.claim["tokens_per_s_per_gpu"]
+    claim = r.claim.tokens_per_s_per_gpu
     assert data["verdict"]["status"] == "reproduced", data["verdict"]["reasons"]
     # a log measured alone has no host clock (its run's node.log holds the nonce): said, not passed
     assert data["evidence"]["consistent"] and data["evidence"]["not_checked"] == [
@@ -137,8 +137,8 @@ def test_each_recipe_measures_with_its_own_peak_and_price(tmp_path, recipe, pric
         hourly * nodes / (claim * r.gpu_count * 3600 / 1e6), rel=1e-6
     )
     if recipe is MOE_4:
-        assert round(data["usd_per_million_tokens"], 2) == r.claim["usd_per_million_tokens"]
-        assert round(data["mfu"], 4) == r.claim["mfu"]
+        assert round(data["usd_per_million_tokens"], 2) == r.claim.usd_per_million_tokens
+        assert round(data["mfu"], 4) == r.claim.mfu
 
 
 def test_the_dense_p5_recipe_shows_its_usd_per_million_tokens(tmp_path):
@@ -146,13 +146,13 @@ def test_the_dense_p5_recipe_shows_its_usd_per_million_tokens(tmp_path):
     run_block_log(DENSE, log)
     data = measure(log, DENSE)
     r = load_recipe(DENSE)
-    claim = r.claim["tokens_per_s_per_gpu"]
+    claim = r.claim.tokens_per_s_per_gpu
     assert data["price"]["usd_per_hour"] == 55.04 and data["price"]["source"] == "catalog"
     assert data["usd_per_million_tokens"] == pytest.approx(
         55.04 / (claim * r.gpu_count * 3600 / 1e6), rel=1e-6
     )
     assert not any("no price known" in n for n in data["notes"])
-    assert round(data["mfu"], 4) == r.claim["mfu"]
+    assert round(data["mfu"], 4) == r.claim.mfu
 
 
 NULLABLE = [

@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 from support.cli import reproduce_here
-from support.measure import run_standin, seed_raw
+from support.measure import as_recipe, run_standin, seed_raw
 
 from launcher.inputs.runargs import printed_getter, rollouts_from_epochs, run_block_problems
 from launcher.judge.evidence import logged_args_disagreements
@@ -91,7 +91,7 @@ def test_an_honest_num_epoch_log_is_judged_on_its_speed_not_mismatch(tmp_path):
     assert not any("num_rollout" in r for r in verdict["reasons"]), verdict["reasons"]
     # and a listing whose epoch gives another count than the recipe's disagrees, saying why
     logged = {"num_rollout": "None", "num_epoch": "1", "rollout_batch_size": "128"}
-    (found,) = logged_args_disagreements(epoch_recipe(25), logged)
+    (found,) = logged_args_disagreements(as_recipe(epoch_recipe(25)), logged)
     assert found.what == "result.steps_per_run"
     assert "num_rollout = None (--num-epoch 1 x (6400 rows // " in found.detail
 
@@ -150,7 +150,7 @@ def test_an_honest_vpp_by_layers_log_agrees_with_the_recipe(tmp_path):
     assert run_standin(log, 20, raw=raw) == 0
     assert "virtual_pipeline_model_parallel_size ...." in log.read_text()
     logged = {"virtual_pipeline_model_parallel_size": "2"}
-    assert logged_args_disagreements(raw, logged) == []
+    assert logged_args_disagreements(as_recipe(raw), logged) == []
     res = reproduce_here("measure", log, "--recipe", write(tmp_path, raw, "vpp.yaml"), "--json")
     verdict = json.loads(res.out)["verdict"]
     assert not any("virtual_pipeline" in r for r in verdict["reasons"]), verdict["reasons"]

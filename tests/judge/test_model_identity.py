@@ -24,6 +24,7 @@ from support.measure import (
     step_times_for_tps,
 )
 
+from launcher.inputs.recipe import Sections
 from launcher.judge.identity import counts, identity, name_figure
 from launcher.judge.measure import measure
 from launcher.judge.parse.miles import ParseStats, StepRecord
@@ -42,7 +43,7 @@ def verdict_of(arguments: dict[str, str], raw: dict | None = None):
 
 
 def test_the_seeds_listing_gives_exactly_its_active_parameters():
-    found = identity(seed_raw(), seed_arguments())
+    found = identity(Sections.of(seed_raw()), seed_arguments())
     assert found.problems == () and found.counts is not None
     assert found.counts.active == seed_raw()["result"]["active_params"]["count"] == 3_041_656_832
     assert 29e9 < found.counts.total < 31e9  # Qwen3-30B-A3B: "30B"
@@ -110,7 +111,7 @@ def test_the_same_model_written_another_way_is_still_the_model(name, value):
 
 def test_a_recipe_counting_the_input_embedding_too_is_the_same_model():
     raw = seed_raw()
-    found = identity(raw, seed_arguments()).counts
+    found = identity(Sections.of(raw), seed_arguments()).counts
     assert found is not None
     raw["result"]["active_params"]["count"] = found.active_with_embedding
     assert verdict_of(seed_arguments(), raw)[1].status == "reproduced"
@@ -140,7 +141,7 @@ def test_the_name_states_a_total_and_a_tied_model_counts_its_vocabulary_once():
     assert name_figure("Qwen2.5-0.5B") == 0.5e9
     assert name_figure("Llama-3.1-8B-Instruct") == 8e9
     assert name_figure("DeepSeek-V3") is None
-    found = identity(seed_raw(), seed_arguments())
+    found = identity(Sections.of(seed_raw()), seed_arguments())
     assert found.architecture is not None and found.counts is not None
     tied = counts(found.architecture, tied=True)
     assert found.counts.total - tied.total == 151936 * 2048

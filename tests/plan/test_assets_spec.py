@@ -34,7 +34,7 @@ def seed_spec(tmp_path, **kw):
 
 def test_the_seeds_tokenizer_prose_becomes_files_hashes_and_sources():
     recipe = load_recipe(SEED)
-    pin = parse_tokenizer(recipe.dataset["build"]["tokenizer"], recipe.hf_model)
+    pin = parse_tokenizer(recipe.dataset.build.tokenizer or "", recipe.hf_model)
     assert pin.files == {
         "tokenizer.json": "aeb13307a71acd8fe81861d94ad54ab689df773318809eed3cbe794b4492dae4",
         "tokenizer_config.json": "d5d09f07b48c3086c508b30d1c9114bd1189145b74e982a265350c923acd8101",

@@ -121,7 +121,7 @@ def settings_from(
     provider = getattr(recipe, "provider", None)
     if not profile.instance_type and provider not in (None, "aws"):
         raise BadInput(
-            f"{recipe.path}: gpu.instance is {recipe.raw['gpu'].get('instance')!r}, not an AWS "
+            f"{recipe.path}: gpu.instance is {recipe.hardware.instance!r}, not an AWS "
             "instance; set instance_type in the aws profile to the EC2 type to use."
         )
     ami = profile.ami or DEFAULT_AMI
