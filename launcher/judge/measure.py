@@ -26,6 +26,7 @@ from launcher.judge.flops import MEGATRON_SOURCE, per_token
 from launcher.judge.parse.gpu import GpuSamples
 from launcher.judge.parse.records import ParseStats, StepRecord
 from launcher.judge.split import failed_stages, stage_split, stage_work
+from launcher.judge.timeline import RunTimeline
 
 MFU_FORMULA = "6 x N_active x tokens/s per GPU / peak (no attention term)"
 STD_KIND = "population"
@@ -253,25 +254,22 @@ def pure_figures(
 
 
 def gpu_hours_from_timeline(
-    timeline: dict, gpus: int, window_s: float | Sequence[float] | None = None
+    timeline: RunTimeline, gpus: int, window_s: float | Sequence[float] | None = None
 ) -> tuple[float | None, str, dict[str, float]]:
     """GPU-hours = GPUs x (released_at - acquired_at) / 3600, plus where they went (stage_split).
 
     A run still held (released_at null) is counted up to its last recorded stage time, and the
     note says so: an open-ended figure would be a guess.
     """
-    last_seen = None
-    for stage in timeline.get("stages") or []:
-        for t in (stage.get("start"), stage.get("end")):
-            if _finite(t):
-                last_seen = t if last_seen is None else max(last_seen, t)
+    times = [t for s in timeline.stages for t in (s.start, s.end) if t is not None]
+    last_seen = max(times) if times else None
     by_stage = {k: gpus * v / 3600.0 for k, v in stage_split(timeline, window_s).items()}
-    acquired, released = timeline.get("acquired_at"), timeline.get("released_at")
-    if not _finite(acquired):
+    acquired, released = timeline.acquired_at, timeline.released_at
+    if acquired is None:
         return None, "timeline has no acquired_at: no GPU-hours", by_stage
-    if _finite(released) and released < acquired:
+    if released is not None and released < acquired:
         return None, "timeline's released_at is before its acquired_at: no GPU-hours", by_stage
-    if _finite(released):
+    if released is not None:
         return (
             gpus * (released - acquired) / 3600.0,
             "GPUs x (node acquired to node released), from the run timeline, including startup",
@@ -335,7 +333,7 @@ def measure(
     records: Iterable[StepRecord],
     recipe: Recipe,
     *,
-    timeline: dict | None = None,
+    timeline: RunTimeline | None = None,
     price_per_hour: float | None = None,
     region: str | None = None,
     parse_stats: ParseStats | None = None,
@@ -428,8 +426,8 @@ def measure(
     gpu_hours = None
     gpu_hours_source = "no run timeline: no GPU-hours"
     by_stage: dict[str, float] = {}
-    failed, failed_after = failed_stages(timeline or {})
-    if timeline:
+    failed, failed_after = failed_stages(timeline or RunTimeline())
+    if timeline is not None and timeline.recorded:
         gpu_hours, gpu_hours_source, by_stage = gpu_hours_from_timeline(
             timeline, gpus, sum(times) if times else None
         )
@@ -464,7 +462,7 @@ def measure(
         gpu_hours_by_stage=by_stage,
         gpu_hours_overlapped={
             part: {k: gpus * v / 3600.0 for k, v in work.items()}
-            for part, work in stage_work(timeline or {}).items()
+            for part, work in stage_work(timeline or RunTimeline()).items()
         },
         window_gpu_hours=(gpus * sum(times) / 3600.0) if times else None,
         failed_stages=failed,

@@ -7,20 +7,16 @@ go", defines every part. A pure function of timeline.json, like the rest of the 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from typing import Any, TypeGuard
+from dataclasses import dataclass
 
-
-def _finite(x: Any) -> TypeGuard[float]:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-
+from launcher.judge.timeline import RunTimeline, StageTimes
 
 # The stage whose log is the training (records/rundir.py re-exports it as TRAIN_STAGE).
 TRAIN_STAGE = "train"
 
 
-def failed_stages(timeline: dict) -> tuple[list[str], list[str]]:
+def failed_stages(timeline: RunTimeline) -> tuple[list[str], list[str]]:
     """(the failed stages that decide the verdict, the failed stages that began after training).
 
     Why one function: a run judged alone and a mean of K measured runs must read one timeline
@@ -28,21 +24,18 @@ def failed_stages(timeline: dict) -> tuple[list[str], list[str]]:
     not made as the recipe says: failed. A stage that began after every train stage had ended ok
     (the store's push, a collection) failed once the figures were made: they stand, the verdict
     says so in a note, and the run's own exit code still says it failed."""
-    stages = timeline.get("stages") or []
-    trains = [s for s in stages if s.get("name") == TRAIN_STAGE]
-    trained_by = None
-    if trains and all(s.get("status") == "ok" and _finite(s.get("end")) for s in trains):
-        trained_by = max(s["end"] for s in trains)
+    stages = timeline.stages
+    trains = [s for s in stages if s.name == TRAIN_STAGE]
+    ends = [s.end for s in trains if s.status == "ok" and s.end is not None]
+    trained_by = max(ends) if trains and len(ends) == len(trains) else None
     deciding: list[str] = []
     after: list[str] = []
     for stage in stages:
-        if stage.get("status") != "failed":
+        if stage.status != "failed":
             continue
-        start = stage.get("start")
-        late = trained_by is not None and _finite(start) and start >= trained_by
-        (after if late and stage.get("name") != TRAIN_STAGE else deciding).append(
-            str(stage.get("name"))
-        )
+        start = stage.start
+        late = trained_by is not None and start is not None and start >= trained_by
+        (after if late and stage.name != TRAIN_STAGE else deciding).append(str(stage.name))
     return deciding, after
 
 
@@ -60,36 +53,46 @@ def failed_after_note(names: Sequence[str]) -> str:
 PARALLEL_PART = "parallel: "
 
 
-def _ended_stages(timeline: dict) -> list[dict]:
+@dataclass(frozen=True)
+class _Ended:
+    """A stage with a start and an end."""
+
+    name: str
+    start: float
+    end: float
+
+
+def _ended_stages(timeline: RunTimeline) -> list[_Ended]:
     """The stages with a start and an end, in the order they started."""
-    stages = [
-        s
-        for s in timeline.get("stages") or []
-        if _finite(s.get("start")) and _finite(s.get("end")) and s["end"] >= s["start"]
-    ]
-    return sorted(stages, key=lambda s: s["start"])
+    stages = [_ended(s) for s in timeline.stages]
+    return sorted((s for s in stages if s is not None), key=lambda s: s.start)
 
 
-def _overlap_groups(stages: list[dict]) -> list[list[dict]]:
+def _ended(stage: StageTimes) -> _Ended | None:
+    span = stage.span
+    return None if span is None else _Ended(str(stage.name), *span)
+
+
+def _overlap_groups(stages: list[_Ended]) -> list[list[_Ended]]:
     """Stages (in start order) grouped where they overlap in time: a stage that starts before
     every earlier one of its group has ended joins the group."""
-    groups: list[list[dict]] = []
+    groups: list[list[_Ended]] = []
     end = float("-inf")
     for stage in stages:
-        if groups and stage["start"] < end:
+        if groups and stage.start < end:
             groups[-1].append(stage)
         else:
             groups.append([stage])
-        end = max(end, stage["end"]) if len(groups[-1]) > 1 else stage["end"]
+        end = max(end, stage.end) if len(groups[-1]) > 1 else stage.end
     return groups
 
 
-def _part_name(group: list[dict]) -> str:
-    names = dict.fromkeys(str(s.get("name")) for s in group)
+def _part_name(group: list[_Ended]) -> str:
+    names = dict.fromkeys(s.name for s in group)
     return next(iter(names)) if len(names) == 1 else PARALLEL_PART + "+".join(names)
 
 
-def stage_work(timeline: dict) -> dict[str, dict[str, float]]:
+def stage_work(timeline: RunTimeline) -> dict[str, dict[str, float]]:
     """Each part of the split made of stages that ran at once -> each stage's own seconds in it
     (the work per stage, beside the part's wall time; these do not add up to the part)."""
     work: dict[str, dict[str, float]] = {}
@@ -97,13 +100,12 @@ def stage_work(timeline: dict) -> dict[str, dict[str, float]]:
         if len(group) > 1:
             mine = work.setdefault(_part_name(group), {})
             for stage in group:
-                name = str(stage.get("name"))
-                mine[name] = mine.get(name, 0.0) + stage["end"] - stage["start"]
+                mine[stage.name] = mine.get(stage.name, 0.0) + stage.end - stage.start
     return work
 
 
 def stage_split(
-    timeline: dict, window_s: float | Sequence[float] | None = None
+    timeline: RunTimeline, window_s: float | Sequence[float] | None = None
 ) -> dict[str, float]:
     """Seconds from acquisition to release, by stage, in order (docs/measurement.md, "Where the
     GPU-hours go"): `acquire` (provisioning, boot, staging: until the node's first stage), each
@@ -114,22 +116,22 @@ def stage_split(
     `release`. The parts add up to released_at - acquired_at (clocks permitting: the node's marks
     and the launcher's times come from two clocks, and a negative part is 0). A sequence of
     window seconds is one per `train` stage, in order (K measured runs)."""
-    acquired = timeline.get("acquired_at")
-    released = timeline.get("released_at")
-    releasing = timeline.get("release_started_at")
+    acquired = timeline.acquired_at
+    released = timeline.released_at
+    releasing = timeline.release_started_at
     stages = _ended_stages(timeline)
     split: dict[str, float] = {}
-    if not _finite(acquired):
+    if acquired is None:
         return split
     if stages:
-        split["acquire"] = max(0.0, stages[0]["start"] - acquired)
+        split["acquire"] = max(0.0, stages[0].start - acquired)
     between = 0.0
     end: float | None = None
     windows = [window_s] if isinstance(window_s, (int, float)) else list(window_s or [])
     trains = 0
     for group in _overlap_groups(stages):
         name = _part_name(group)
-        start, group_end = group[0]["start"], max(s["end"] for s in group)
+        start, group_end = group[0].start, max(s.end for s in group)
         if end is not None:
             between += max(0.0, start - end)
         end = group_end
@@ -145,10 +147,10 @@ def stage_split(
         split["between"] = between
     if end is None:
         end = acquired
-    if _finite(releasing):
+    if releasing is not None:
         split["collect"] = max(0.0, releasing - end)
-        if _finite(released):
+        if released is not None:
             split["release"] = max(0.0, released - releasing)
-    elif _finite(released):
+    elif released is not None:
         split["collect"] = max(0.0, released - end)  # release start not recorded: both here
     return split

@@ -307,11 +307,7 @@ def _assets(ctx: Context) -> str:
                 else "The recipe pins no asset hash."
             )
         )
-    status = {
-        str(s.get("name")): s.get("status")
-        for s in (ctx.timeline.get("stages") or [])
-        if isinstance(s, dict)
-    }
+    status = {str(s.name): s.status for s in ctx.timeline.stages}
     if "assets" in status:
         word = status["assets"]
         out.append(

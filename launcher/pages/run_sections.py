@@ -16,6 +16,7 @@ from typing import Any
 
 from launcher.judge.measure import gpu_hours_from_timeline, stage_split
 from launcher.judge.split import PARALLEL_PART
+from launcher.judge.timeline import RunTimeline
 from launcher.judge.verdict import DEFAULT_TOLERANCE_PERCENT
 from launcher.pages import svg
 from launcher.pages.html import badge, duration, esc, not_recorded, num, number, section, table
@@ -36,7 +37,7 @@ class Context:
     prov: dict[str, Any]
     unrounded: dict[str, Any]
     verdict: dict[str, Any]
-    timeline: dict[str, Any]
+    timeline: RunTimeline
     plan: dict[str, Any]
     slug: str
     run_id: str
@@ -84,7 +85,7 @@ class Context:
             prov=prov,
             unrounded=_map(prov.get("unrounded")),
             verdict=verdict,
-            timeline=files.mapping(Files.TIMELINE),
+            timeline=RunTimeline.of(files.mapping(Files.TIMELINE)),
             plan=plan,
             slug=slug,
             run_id=str(run.get("run_id") or plan.get("run_id") or files.path.name),
@@ -235,53 +236,53 @@ def _short(value: Any, limit: int = 300) -> str:
 
 
 def stage_rows(
-    timeline: dict[str, Any], window_s: float | None = None
+    timeline: RunTimeline, window_s: float | None = None
 ) -> list[tuple[str, float, str, float | None]]:
     """(name, seconds, status, start) from acquisition to release: the measured split
     (measure.stage_split, the same parts as result.yaml's gpu_hours_by_stage: acquire, each
     stage, the window inside training, collect, release), then any stage that never ended."""
-    acquired = number(timeline.get("acquired_at"))
-    stages = [s for s in (timeline.get("stages") or []) if isinstance(s, dict)]
-    by_name = {str(s.get("name")): s for s in stages}
+    acquired = timeline.acquired_at
+    by_name = {str(s.name): s for s in timeline.stages}
     rows: list[tuple[str, float, str, float | None]] = []
     split_names: set[str] = set()
     for name, secs in stage_split(timeline, window_s).items():
         # a part of stages that ran at once starts with the first of them (judge/split.py)
         members = name.removeprefix(PARALLEL_PART).split("+")
-        stage = by_name.get("train" if name == "window" else members[0], {})
-        start = number(stage.get("start")) if stage else (acquired if name == "acquire" else None)
-        statuses = [str(by_name.get(m, {}).get("status") or "ok") for m in members]
-        status = next((st for st in statuses if st == "failed"), str(stage.get("status") or "ok"))
+        stage = by_name.get("train" if name == "window" else members[0])
+        start = stage.start if stage else (acquired if name == "acquire" else None)
+        statuses = [(m.status if (m := by_name.get(n)) else None) or "ok" for n in members]
+        own = (stage.status if stage else None) or "ok"
+        status = next((st for st in statuses if st == "failed"), own)
         rows.append((name, secs, status, start))
         split_names.update(members)
-    for s in stages:  # started, never ended (the run was stopped in it): shown, 0 s
-        name = str(s.get("name") or "?")
+    for s in timeline.stages:  # started, never ended (the run was stopped in it): shown, 0 s
+        name = s.name or "?"
         if name not in split_names:
-            rows.append((name, 0.0, str(s.get("status") or "?"), number(s.get("start"))))
+            rows.append((name, 0.0, s.status or "?", s.start))
     return rows
 
 
-def _overlapped(timeline: dict[str, Any], part: str, acquired: float | None) -> list[list[str]]:
+def _overlapped(timeline: RunTimeline, part: str, acquired: float | None) -> list[list[str]]:
     """The rows under a part of stages that ran at once: each stage's own start and time (the
     work per stage; the part above counts the node's wall time once: judge/split.py)."""
     if not part.startswith(PARALLEL_PART):
         return []
     members = part.removeprefix(PARALLEL_PART).split("+")
     rows = []
-    for s in timeline.get("stages") or []:
-        start, end = number(s.get("start")), number(s.get("end"))
-        if s.get("name") not in members or start is None or end is None:
+    for s in timeline.stages:
+        start, end = s.start, s.end
+        if s.name not in members or start is None or end is None:
             continue
         at = f"+{duration(start - acquired)}" if acquired is not None else "—"
         rows.append(
-            [f"&nbsp;&nbsp;↳ {esc(s['name'])}", esc(at), esc(duration(end - start)),
-             "(at once)", "", "", esc(str(s.get("status") or "?"))]
+            [f"&nbsp;&nbsp;↳ {esc(s.name)}", esc(at), esc(duration(end - start)),
+             "(at once)", "", "", esc(s.status or "?")]
         )  # fmt: skip
     return rows
 
 
 def stages(ctx: Context) -> str:
-    if not ctx.timeline:
+    if not ctx.timeline.recorded:
         return not_recorded(ctx.files.why_not(Files.TIMELINE))
     window_gh = number(ctx.prov.get("window_gpu_hours"))
     window_s = window_gh * 3600 / ctx.gpus if window_gh is not None and ctx.gpus else None
@@ -289,7 +290,7 @@ def stages(ctx: Context) -> str:
     if not rows:
         return not_recorded("timeline.json records no stage.")
     total_s = sum(r[1] for r in rows)
-    acquired = number(ctx.timeline.get("acquired_at"))
+    acquired = ctx.timeline.acquired_at
     gpus, nodes, price = ctx.gpus, ctx.nodes or 1, ctx.usd_per_hour
     body, attrs, segments = [], [], []
     for i, (name, secs, status, start) in enumerate(rows):

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from launcher.catalog import Price
 from launcher.clusters import trust
 from launcher.errors import BadInput, CheckFailed
+from launcher.judge.timeline import RunTimeline
 from launcher.records import nodejson
 from launcher.records.rundir import TRAIN_STAGE, Files, read_yaml
 from launcher.results.attest import (
@@ -80,6 +81,11 @@ class Verified:
             "seconds": round(self.seconds, 4),
             "unverified": self.unverified,
         }
+
+
+def _timeline(written: object) -> RunTimeline | None:
+    """The timeline the measurement recorded (measure.json), typed; None where it recorded none."""
+    return RunTimeline.of(written) if isinstance(written, dict) else None
 
 
 def _norm(value: Any) -> Any:
@@ -236,14 +242,14 @@ def remeasure_check(
     if isinstance(measured, int) and not isinstance(measured, bool) and measured > 1:
         where = (inputs.get("node_log") or {}).get("path") or f"{Files.LOGS}/{Files.NODE_LOG}"
         records, result, verdict = _remeasure_mean(
-            root, names, recipe, where, measured, pricing, record.get("timeline")
+            root, names, recipe, where, measured, pricing, _timeline(record.get("timeline"))
         )
     else:
         nonce = record.get("clock_nonce")  # the host clock lines the measurement counted
         records, result, verdict = remeasure(
             root / inputs["log"]["path"],
             recipe,
-            record.get("timeline"),
+            _timeline(record.get("timeline")),
             nonce=nonce if isinstance(nonce, str) else None,
             # the host's GPU samples the measurement read: a signed subject, or none
             gpu_samples=read_gpu_samples(root) if Files.GPU_SAMPLES in names else None,
@@ -296,7 +302,7 @@ def _remeasure_mean(
     node_log: str,
     measured: int,
     pricing: dict[str, Any],
-    timeline: dict[str, Any] | None,
+    timeline: RunTimeline | None,
 ) -> tuple[list[StepRecord], Result, Verdict]:
     """K measured runs: cut node.log into its runs again, measure each and judge their mean, as
     the measurement did (launcher/results/measured_runs.py), in a scratch directory; then every

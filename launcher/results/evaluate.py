@@ -42,6 +42,7 @@ from launcher.judge.gate import LogEvidence, assess
 from launcher.judge.measure import Result, measure, measured_date
 from launcher.judge.parse.gpu import GpuSamples
 from launcher.judge.parse.reader import ParseStats, StepRecord, parse_path
+from launcher.judge.timeline import RunTimeline
 from launcher.judge.verdict import Tolerance, Verdict, judge
 from launcher.pages import report
 from launcher.records.atomic import write_atomic
@@ -201,7 +202,7 @@ def result_yaml(result: Result, verdict: Verdict) -> dict:
 def remeasure(
     log: Path,
     recipe: Recipe,
-    timeline: dict | None,
+    timeline: RunTimeline | None,
     *,
     price_per_hour: float | None = None,
     region: str | None = None,
@@ -236,7 +237,7 @@ def _judged(
     records: list[StepRecord],
     stats: ParseStats | None,
     recipe: Recipe,
-    timeline: dict | None,
+    timeline: RunTimeline | None,
     price_per_hour: float | None,
     region: str | None,
     tolerance: Tolerance | None,
@@ -405,7 +406,7 @@ def measure_k_runs(
     recipe: Recipe,
     expected: int,
     accepted: int | None,
-    timeline: dict | None,
+    timeline: RunTimeline | None,
     pricing: tuple[float | None, str | None, Tolerance | None, Price | None],
     write_plots: bool,
 ) -> tuple[Result, Verdict, list[StepRecord]] | None:
@@ -421,7 +422,7 @@ def measure_k_runs(
     watch = host_watch(run_dir)
     levels: list[Assurance | None] = []
 
-    def one(k: int, sub: Path, tl: dict) -> tuple[Result, Verdict, list[StepRecord]]:
+    def one(k: int, sub: Path, tl: RunTimeline) -> tuple[Result, Verdict, list[StepRecord]]:
         records, stats = parse_log(sub / TRAIN_LOG, nonce)
         result, verdict = _judged(
             records,

@@ -15,6 +15,7 @@ from typing import Any
 from launcher.catalog import Price
 from launcher.inputs.recipe import Recipe
 from launcher.judge.evidence import HostWatch
+from launcher.judge.timeline import RunTimeline
 from launcher.judge.verdict import POLICY_NAME, POLICY_VERSION, Tolerance
 from launcher.records.atomic import write_atomic
 from launcher.records.rundir import Files
@@ -60,7 +61,7 @@ def write_measure_record(
     *,
     log: Path,
     recipe: Recipe,
-    timeline: dict | None,
+    timeline: RunTimeline | None,
     timeline_source: Path | None,
     price_per_hour: float | None,
     region: str | None,
@@ -91,7 +92,7 @@ def write_measure_record(
         "schema": 1,
         "log": _file_ref(log, out),
         "recipe": recipe_ref,
-        "timeline": timeline,
+        "timeline": dict(timeline.written) if timeline is not None else None,
         "timeline_source": (_file_ref(timeline_source, out) or {}).get("path"),
         "price_per_hour": price_per_hour,
         "region": region,

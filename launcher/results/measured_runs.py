@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -31,6 +31,7 @@ from launcher.judge.aggregate import Run, judge_mean
 from launcher.judge.measure import Result, gpu_hours_from_timeline
 from launcher.judge.parse.records import StepRecord
 from launcher.judge.split import failed_stages
+from launcher.judge.timeline import RunTimeline, StageTimes
 from launcher.judge.verdict import Tolerance, Verdict
 from launcher.plan.markers import MAX_MARKER_LINE, SAFE_STAGE, MarkerGate
 from launcher.records.atomic import write_atomic
@@ -42,13 +43,18 @@ RUN_HOURS_NOTE = (
     "reproduction's setup is counted once, in the run directory's result.yaml"
 )
 # What measures one run: (run k, its sub-directory, its timeline) -> its result, verdict, steps.
-MeasureOne = Callable[[int, Path, dict], tuple[Result, Verdict, list[StepRecord]]]
+MeasureOne = Callable[[int, Path, RunTimeline], tuple[Result, Verdict, list[StepRecord]]]
 
 
-def train_stages(timeline: dict | None) -> list[dict[str, Any]]:
-    """The timeline's `train` stages in the order they ran: the k-th is measured run k."""
-    stages = (timeline or {}).get("stages") or []
-    return [s for s in stages if isinstance(s, dict) and s.get("name") == TRAIN_STAGE]
+def train_stages(timeline: RunTimeline | None) -> list[Mapping[str, Any]]:
+    """The timeline's `train` stages in the order they ran, as written: the k-th is measured
+    run k (its own timeline.json copies its stage as the run's file wrote it)."""
+    stages = timeline.written.get("stages") if timeline is not None else None
+    return [
+        s
+        for s in (stages if isinstance(stages, list) else [])
+        if isinstance(s, dict) and StageTimes.of(s).name == TRAIN_STAGE
+    ]
 
 
 def _lines(path: Path) -> Iterator[bytes]:
@@ -86,7 +92,7 @@ def split_train(node_log: Path, into: Callable[[int], IO[bytes]]) -> int:
     return began
 
 
-def run_timeline(stage: dict[str, Any], index: int, of: int) -> dict[str, Any]:
+def run_timeline(stage: Mapping[str, Any], index: int, of: int) -> dict[str, Any]:
     """Measured run k's timeline: its train stage alone, from its start to its end."""
     return {
         "acquired_at": stage.get("start"),
@@ -97,7 +103,9 @@ def run_timeline(stage: dict[str, Any], index: int, of: int) -> dict[str, Any]:
     }
 
 
-def prepare(run_dir: Path, target: Path, timeline: dict | None) -> list[tuple[int, Path, dict]]:
+def prepare(
+    run_dir: Path, target: Path, timeline: RunTimeline | None
+) -> list[tuple[int, Path, RunTimeline]]:
     """target/measured/<k>/ made afresh from run_dir's node.log and timeline: (k, dir, timeline)
     for each train stage that began."""
     stages = train_stages(timeline)
@@ -129,7 +137,7 @@ def prepare(run_dir: Path, target: Path, timeline: dict | None) -> list[tuple[in
         (sub / Files.LOGS / f"{TRAIN_STAGE}.log").touch()  # a run that printed nothing
         tl = run_timeline(stages[k - 1], k, len(stages))
         write_atomic(sub / Files.TIMELINE, json.dumps(tl, indent=2) + "\n")
-        out.append((k, sub, tl))
+        out.append((k, sub, RunTimeline.of(tl)))
     return out
 
 
@@ -142,7 +150,7 @@ def measure_runs(
     claimed: int,
     accepted: int | None,
     tolerance: Tolerance | None,
-    timeline: dict | None,
+    timeline: RunTimeline | None,
     measure_one: MeasureOne,
 ) -> tuple[Result, Verdict, list[StepRecord]] | None:
     """Each measured run measured alone into target/measured/<k>/, then the mean judged; None
@@ -162,7 +170,7 @@ def measure_runs(
         )
     gpus = runs[0].result.gpus
     hours = None
-    if timeline:
+    if timeline is not None and timeline.recorded:
         hours = gpu_hours_from_timeline(timeline, gpus, windows)
     mean, verdict = judge_mean(
         runs,
@@ -172,7 +180,7 @@ def measure_runs(
         accepted=accepted,
         tolerance=tolerance,
         gpu_hours=hours,
-        stages=failed_stages(timeline or {}),
+        stages=failed_stages(timeline or RunTimeline()),
     )
     return mean, verdict, records
 

@@ -14,6 +14,7 @@ from launcher.inputs.yamlschema import read_text_capped
 from launcher.judge.evidence import HostWatch
 from launcher.judge.parse.gpu import GpuSamples, parse_samples
 from launcher.judge.parse.reader import StepRecord
+from launcher.judge.timeline import RunTimeline
 from launcher.records import nodejson
 from launcher.records.rundir import Files
 
@@ -43,7 +44,7 @@ def read_steps(path: Path) -> list[StepRecord]:
     return records
 
 
-def read_timeline(path: Path) -> dict:
+def read_timeline(path: Path) -> RunTimeline:
     """A timeline.json (the run's stage times, for GPU-hours); BadInput when unreadable.
 
     Read as any file a user names: a regular file, capped (a FIFO or /dev/zero had hung
@@ -56,10 +57,10 @@ def read_timeline(path: Path) -> dict:
         raise BadInput(f"{path} is not valid JSON: {err.message}") from None
     if not isinstance(data, dict):
         raise BadInput(f"{path} is not a timeline object.")
-    return data
+    return RunTimeline.of(data)
 
 
-def load_timeline(run_dir: Path) -> dict | None:
+def load_timeline(run_dir: Path) -> RunTimeline | None:
     """run_dir/timeline.json, or None when the run directory has none."""
     path = Path(run_dir) / Files.TIMELINE
     return read_timeline(path) if path.is_file() else None

@@ -13,6 +13,7 @@ from launcher.catalog import price_per_hour
 from launcher.errors import BadInput
 from launcher.judge.measure import measure, pure_figures, stage_split
 from launcher.judge.parse.miles import StepRecord
+from launcher.judge.timeline import RunTimeline
 from launcher.results.evaluate import measure_run_dir
 
 
@@ -97,7 +98,9 @@ def test_gpu_hours_from_the_timeline_with_a_per_stage_split():
         ],
     }
     result = measure(
-        records_with_times(dict.fromkeys(range(20), 19.0)), as_recipe(raw), timeline=timeline
+        records_with_times(dict.fromkeys(range(20), 19.0)),
+        as_recipe(raw),
+        timeline=RunTimeline.of(timeline),
     )
     assert result.gpu_hours == pytest.approx(8 * 5625 / 3600) == 12.5
     window_s = 15 * 19.0
@@ -114,7 +117,9 @@ def test_gpu_hours_from_the_timeline_with_a_per_stage_split():
     assert sum(result.gpu_hours_by_stage.values()) == pytest.approx(result.gpu_hours)
     unreleased = dict(timeline, released_at=None)
     result = measure(
-        records_with_times(dict.fromkeys(range(20), 19.0)), as_recipe(raw), timeline=unreleased
+        records_with_times(dict.fromkeys(range(20), 19.0)),
+        as_recipe(raw),
+        timeline=RunTimeline.of(unreleased),
     )
     assert (
         result.gpu_hours == pytest.approx(8 * 5600 / 3600)
@@ -139,7 +144,7 @@ def test_the_split_by_stage_adds_up_to_the_total_and_says_where_the_hours_went()
             {"name": "train", "start": 1710.0, "end": 1980.0, "status": "ok"},
         ],
     }
-    split = stage_split(timeline, window_s=200.0)
+    split = stage_split(RunTimeline.of(timeline), window_s=200.0)
     assert list(split) == [
         "acquire",
         "preflight",
@@ -160,9 +165,11 @@ def test_the_split_by_stage_adds_up_to_the_total_and_says_where_the_hours_went()
     # without the release's start (older runs) collect holds both; a clock that runs behind
     # never makes a part negative
     old = {k: v for k, v in timeline.items() if k != "release_started_at"}
-    assert stage_split(old)["collect"] == 80.0 and "release" not in stage_split(old)
+    assert stage_split(RunTimeline.of(old))["collect"] == 80.0 and "release" not in stage_split(
+        RunTimeline.of(old)
+    )
     skewed = dict(timeline, acquired_at=1400.0)
-    assert stage_split(skewed)["acquire"] == 0.0
+    assert stage_split(RunTimeline.of(skewed))["acquire"] == 0.0
 
 
 def test_price_override_region_and_unknown_instance():

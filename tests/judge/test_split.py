@@ -9,6 +9,7 @@ import random
 import pytest
 
 from launcher.judge.split import PARALLEL_PART, stage_split, stage_work
+from launcher.judge.timeline import RunTimeline
 
 
 def _stage(name: str, start: float, end: float) -> dict:
@@ -30,7 +31,7 @@ def test_stages_that_ran_at_once_are_one_part_charged_once():
             _stage("train", 161.0, 390.0),
         ],
     }
-    split = stage_split(timeline, window_s=200.0)
+    split = stage_split(RunTimeline.of(timeline), window_s=200.0)
     part = PARALLEL_PART + "preflight+resolve+image+assets+stack"  # in the order they started
     assert list(split) == [
         "acquire", part, "convert", "train", "window", "between", "collect", "release"
@@ -38,7 +39,7 @@ def test_stages_that_ran_at_once_are_one_part_charged_once():
     assert split[part] == pytest.approx(140.0)  # 10 .. 150: the node's wall time, once
     assert split["between"] == pytest.approx(1.5)
     assert sum(split.values()) == pytest.approx(410.0)
-    work = stage_work(timeline)
+    work = stage_work(RunTimeline.of(timeline))
     assert list(work) == [part]
     assert work[part]["image"] == pytest.approx(130.0) and work[part]["stack"] == pytest.approx(9.7)
     assert sum(work[part].values()) > split[part]  # the work per stage is more than the wall time
@@ -50,10 +51,10 @@ def test_stages_one_after_another_keep_their_own_parts():
         "released_at": 30.0,
         "stages": [_stage("a", 1.0, 2.0), _stage("b", 2.0, 3.0), _stage("c", 3.5, 4.0)],
     }
-    assert stage_split(timeline) == {
+    assert stage_split(RunTimeline.of(timeline)) == {
         "acquire": 1.0, "a": 1.0, "b": 1.0, "c": 0.5, "between": 0.5, "collect": 26.0
     }  # fmt: skip
-    assert stage_work(timeline) == {}
+    assert stage_work(RunTimeline.of(timeline)) == {}
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -69,7 +70,7 @@ def test_any_timeline_is_split_into_parts_that_add_up(seed: int):
     rng.shuffle(stages)  # node.log's order says nothing
     released = max(s["end"] for s in stages) + 7.0
     timeline = {"acquired_at": 0.0, "released_at": released, "stages": stages}
-    split = stage_split(timeline)
+    split = stage_split(RunTimeline.of(timeline))
     assert sum(split.values()) == pytest.approx(released)
     assert all(v >= 0 for v in split.values())
     # every stage is in exactly one part
@@ -78,7 +79,7 @@ def test_any_timeline_is_split_into_parts_that_add_up(seed: int):
     assert sorted(named) == sorted(s["name"] for s in stages)
     # a part of several stages is their union: no instant inside it without one of them
     by = {s["name"]: s for s in stages}
-    for key, work in stage_work(timeline).items():
+    for key, work in stage_work(RunTimeline.of(timeline)).items():
         members = [by[n] for n in work]
         lo, hi = min(s["start"] for s in members), max(s["end"] for s in members)
         assert split[key] == pytest.approx(hi - lo)

@@ -18,6 +18,7 @@ from support.measure import REPO, SEED, run_standin, seed_raw, step_times_for_tp
 from support.measured_runs import k_runs, times_env
 
 from launcher.judge.split import failed_stages
+from launcher.judge.timeline import RunTimeline
 
 CLAIM = seed_raw()["result"]["tokens_per_s_per_gpu"]
 
@@ -46,7 +47,7 @@ def stage(name: str, start: float, end: float, status: str = "ok") -> dict:
     ],
 )
 def test_failed_stages_splits_before_and_after_training(stages, deciding, after):
-    assert failed_stages({"stages": stages}) == (deciding, after)
+    assert failed_stages(RunTimeline.of({"stages": stages})) == (deciding, after)
 
 
 def _with_push_failed(timeline: dict) -> dict:

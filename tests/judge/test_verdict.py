@@ -8,6 +8,7 @@ from support.measure import as_recipe, seed_arguments, seed_raw, step_times_for_
 from launcher.errors import BadInput
 from launcher.judge.measure import measure
 from launcher.judge.parse.miles import StepRecord
+from launcher.judge.timeline import RunTimeline
 from launcher.judge.verdict import Tolerance, judge
 
 CLAIM = 6913.23
@@ -36,7 +37,12 @@ def run(
     from launcher.judge.parse.miles import ParseStats
 
     stats = ParseStats(truncated=1 if truncated else 0, arguments=seed_arguments())
-    result = measure(recs, as_recipe(raw), parse_stats=stats, timeline=timeline)
+    result = measure(
+        recs,
+        as_recipe(raw),
+        parse_stats=stats,
+        timeline=None if timeline is None else RunTimeline.of(timeline),
+    )
     return judge(result, as_recipe(raw), **kw)
 
 

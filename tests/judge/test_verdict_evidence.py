@@ -18,6 +18,7 @@ from support.measure import REPO, SEED, as_recipe, run_standin, seed_raw, step_t
 
 from launcher.judge.evidence import NO_GPU_SAMPLES, NO_HOST_CLOCK
 from launcher.judge.measure import measure
+from launcher.judge.timeline import RunTimeline
 from launcher.judge.verdict import judge
 from launcher.results.evaluate import parse_log
 
@@ -190,7 +191,9 @@ def test_a_failed_run_stays_failed_and_lists_the_mismatch_too(tmp_path):
     run_standin(log, 20, args={"global_batch_size": 64}, fail_at=6)
     records, stats = parse_log(log)
     timeline = {"acquired_at": 0, "stages": [{"name": "train", "status": "failed"}]}
-    result = measure(records, as_recipe(seed_raw()), parse_stats=stats, timeline=timeline)
+    result = measure(
+        records, as_recipe(seed_raw()), parse_stats=stats, timeline=RunTimeline.of(timeline)
+    )
     verdict = judge(result, as_recipe(seed_raw()))
     assert verdict.status == "failed"
     assert any("global_batch_size = 64" in r for r in verdict.reasons)

@@ -4,6 +4,7 @@ ended, and a part in which a stage failed shown failed."""
 
 from __future__ import annotations
 
+from launcher.judge.timeline import RunTimeline
 from launcher.pages.run_sections import _overlapped, stage_rows
 
 
@@ -21,7 +22,7 @@ def _timeline(image_status: str = "ok") -> dict:
 
 
 def test_a_part_of_stages_that_ran_at_once_is_one_row_with_its_stages_under_it():
-    rows = stage_rows(_timeline())
+    rows = stage_rows(RunTimeline.of(_timeline()))
     names = [r[0] for r in rows]
     part = "parallel: preflight+image+assets"
     assert names == ["acquire", part, "convert", "between", "collect"]
@@ -35,5 +36,7 @@ def test_a_part_of_stages_that_ran_at_once_is_one_row_with_its_stages_under_it()
 
 
 def test_a_part_in_which_a_stage_failed_is_shown_failed():
-    (row,) = [r for r in stage_rows(_timeline("failed")) if r[0].startswith("parallel: ")]
+    (row,) = [
+        r for r in stage_rows(RunTimeline.of(_timeline("failed"))) if r[0].startswith("parallel: ")
+    ]
     assert row[2] == "failed"
