@@ -8,10 +8,11 @@ from __future__ import annotations
 import math
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from launcher.excerpt import open_regular
+from launcher.judge.timeline import StageTimes
 
 MARKER = "##reproduce"
 
@@ -118,19 +119,17 @@ class MarkerGate:
             pass
         return gate
 
-    def resume(self, stages: list[dict[str, object]]) -> None:
-        """Go on where a reader of the same stream left off, from the timeline it built (the
-        stages as records/rundir.py keeps them): the container stage open, the last one opened,
-        the latest time. For a reader that starts in the middle of node.log (`status`)."""
+    def resume(self, stages: Sequence[StageTimes]) -> None:
+        """Go on where a reader of the same stream left off, from the timeline it built
+        (timeline.json read back, judge/timeline.py): the container stage open, the last one
+        opened, the latest time. For a reader that starts in the middle of node.log (`status`)."""
         for stage in stages:
-            name = stage.get("name")
-            for key in ("start", "end"):
-                value = stage.get(key)
-                if isinstance(value, (int, float)) and not isinstance(value, bool):
-                    self._raise_floor(float(value))
-            if name in CONTAINER_STAGES:
-                self._rank = max(self._rank, CONTAINER_STAGES.index(str(name)))
-                self._open = str(name) if stage.get("status") == "running" else None
+            for value in (stage.start, stage.end):
+                if value is not None:
+                    self._raise_floor(value)
+            if stage.name in CONTAINER_STAGES:
+                self._rank = max(self._rank, CONTAINER_STAGES.index(stage.name))
+                self._open = stage.name if stage.status == "running" else None
 
     def marker(self, line: bytes) -> dict[str, str] | None:
         """The marker on this line (without its newline), or None: a line of its stage's log."""

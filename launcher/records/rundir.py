@@ -243,13 +243,40 @@ MAX_STAGES = 500
 _STAGE_KEYS = ("name", "start", "end", "status")
 
 
+def _after(start: float | None, t: float | None) -> bool:
+    """Whether a stage that started at START started after time T (both known)."""
+    return start is not None and t is not None and start > t
+
+
+@dataclass
+class Stage:
+    """One stage of the run's timeline as the follower builds it from node.log's markers:
+    started (start), ended (end, and how: status), or still `running`."""
+
+    name: str
+    start: float | None = None
+    end: float | None = None
+    status: str = "running"
+    # keys a stage read back from timeline.json carries beside these, written back as they were
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "start": self.start,
+            "end": self.end,
+            "status": self.status,
+            **self.extra,
+        }
+
+
 @dataclass
 class Timeline:
     """Stage times from the node's markers; GPU-hours are measured from acquired_at..released_at."""
 
     acquired_at: float | None = None
     released_at: float | None = None
-    stages: list[dict[str, Any]] = field(default_factory=list)
+    stages: list[Stage] = field(default_factory=list)
     # when the release began: before it the launcher was collecting (GPU-hours by stage)
     release_started_at: float | None = None
 
@@ -273,39 +300,30 @@ class Timeline:
             # in the order the stages started: stages that ran at once reach node.log as they
             # end (docs/node-scripts.md, "What runs at once"), not as they start
             at = len(self.stages)
-            while (
-                at > 0
-                and t_value is not None
-                and isinstance(self.stages[at - 1]["start"], float)
-                and self.stages[at - 1]["start"] > t_value
-            ):
+            while at > 0 and _after(self.stages[at - 1].start, t_value):
                 at -= 1
-            self.stages.insert(
-                at, {"name": name, "start": t_value, "end": None, "status": "running"}
-            )
+            self.stages.insert(at, Stage(name, start=t_value))
             return
         for stage in reversed(self.stages):
-            if stage["name"] == name and stage["end"] is None and stage["status"] == "running":
-                stage["end"] = t_value
-                stage["status"] = marker.get("status", "ok")
+            if stage.name == name and stage.end is None and stage.status == "running":
+                stage.end = t_value
+                stage.status = marker.get("status", "ok")
                 return
         if len(self.stages) < MAX_STAGES:
-            self.stages.append(
-                {"name": name, "start": None, "end": t_value, "status": marker.get("status", "ok")}
-            )
+            self.stages.append(Stage(name, end=t_value, status=marker.get("status", "ok")))
 
     def close_open(self, status: str) -> None:
         """At the end of a run a stage still `running` never ended: say how it ended instead."""
         for stage in self.stages:
-            if stage["status"] == "running":
-                stage["status"] = status
+            if stage.status == "running":
+                stage.status = status
 
     def to_json(self) -> dict[str, Any]:
         return {
             "acquired_at": self.acquired_at,
             "released_at": self.released_at,
             "release_started_at": self.release_started_at,
-            "stages": self.stages,
+            "stages": [stage.to_json() for stage in self.stages],
         }
 
 
@@ -578,13 +596,13 @@ class RunDir:
         most MAX_STAGES: the file is read back from a directory anyone may have written."""
         data = nodejson.Fields(self.read_json(Files.TIMELINE, {}))
         stages = [
-            {
-                "name": stage.word("name"),
-                "start": stage.number("start"),
-                "end": stage.number("end"),
-                "status": stage.word("status", "unknown"),
-                **{k: v for k, v in stage.mapping().items() if k not in _STAGE_KEYS},
-            }
+            Stage(
+                stage.word("name"),
+                start=stage.number("start"),
+                end=stage.number("end"),
+                status=stage.word("status", "unknown"),
+                extra={k: v for k, v in stage.mapping().items() if k not in _STAGE_KEYS},
+            )
             for stage in data.records("stages")[:MAX_STAGES]
         ]
         return Timeline(

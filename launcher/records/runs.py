@@ -20,6 +20,7 @@ from launcher.catalog import Price
 from launcher.errors import BadInput
 from launcher.excerpt import open_regular
 from launcher.inputs.recipe import Sections
+from launcher.judge.timeline import RunTimeline
 from launcher.records.billing import Billing, last_known, lifetime_cost
 from launcher.records.nodejson import Fields
 from launcher.records.rundir import FINAL_STATES, TRAIN_STAGE, Files, RunDir, read_yaml
@@ -145,7 +146,7 @@ def summarize(path: Path, now: float | None = None) -> RunSummary:
         elapsed_s=elapsed,
         gpu_hours=gpu_hours,
         cost_usd=usd,
-        stage=current_stage(timeline.mapping()),
+        stage=current_stage(RunTimeline.of(timeline.mapping())),
         step=step,
         steps_total=total,
         detail=status.text("detail"),
@@ -198,17 +199,11 @@ def indexed_runs(root: Path | None, now: float | None = None) -> tuple[list[RunS
     return found, skipped
 
 
-def current_stage(timeline: dict[str, Any]) -> str | None:
+def current_stage(timeline: RunTimeline) -> str | None:
     """The innermost stage still running, else the last stage that started."""
-    listed = timeline.get("stages")
-    stages = [
-        s
-        for s in (listed if isinstance(listed, list) else [])
-        if isinstance(s, dict) and s.get("name")
-    ]
-    running = [s for s in stages if s.get("status") == "running"]
-    chosen = running[-1] if running else (stages[-1] if stages else None)
-    return str(chosen["name"]) if chosen else None
+    stages = [s.name for s in timeline.stages if s.name]
+    running = [s.name for s in timeline.stages if s.name and s.status == "running"]
+    return running[-1] if running else (stages[-1] if stages else None)
 
 
 def train_progress(rd: RunDir) -> tuple[int | None, int | None]:

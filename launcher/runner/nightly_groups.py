@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from launcher.errors import ReproduceError
+from launcher.judge.timeline import RunTimeline
 from launcher.records import nodejson
 from launcher.runner.held import HeldNode
 
@@ -117,20 +118,20 @@ def _within_ttl(group: Group, recipes: list[Recipe], profile: Profile) -> list[G
     ]
 
 
-def _timeline(run_dir: Path | None) -> dict:
+def _timeline(run_dir: Path | None) -> RunTimeline:
     if run_dir is None:
-        return {}
+        return RunTimeline()
     try:
         data = nodejson.load_file(run_dir / "timeline.json")  # bounded: the node's times
     except nodejson.NodeJSONError:
-        return {}
-    return data if isinstance(data, dict) else {}
+        return RunTimeline()
+    return RunTimeline.of(data) if isinstance(data, dict) else RunTimeline()
 
 
-def _held_s(timeline: dict) -> float | None:
-    a, r = timeline.get("acquired_at"), timeline.get("released_at")
-    if isinstance(a, (int, float)) and isinstance(r, (int, float)) and r >= a:
-        return float(r - a)
+def _held_s(timeline: RunTimeline) -> float | None:
+    a, r = timeline.acquired_at, timeline.released_at
+    if a is not None and r is not None and r >= a:
+        return r - a
     return None
 
 

@@ -15,12 +15,12 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from launcher.clusters.base import Node
 from launcher.clusters.execution import Execution, Place
 from launcher.errors import ReproduceError
-from launcher.records.rundir import Timeline
+from launcher.records.rundir import Stage, Timeline
 from launcher.runner.outcome import CHECK_STAGES, failed_stage, tail_of
 from launcher.runner.stream import Ended, Follower
 
@@ -68,7 +68,7 @@ class NodeFailure(Exception):  # noqa: N818 - an event of the run, not a program
         """The stage the node failed in (or was in when it was lost)."""
         if self.node is None:
             return None
-        running = [s["name"] for s in self.node.timeline.stages if s["status"] == "running"]
+        running = [s.name for s in self.node.timeline.stages if s.status == "running"]
         return failed_stage(self.node.timeline) or (running[-1] if running else None)
 
     @property
@@ -104,7 +104,7 @@ def acquiring_words(cluster: object, what: str) -> str:
 def ended_early(n: NodeRun, code: int | None) -> str:
     """Why node K ending before node 0 fails the run: its stage, exit code and last words."""
     stage = failed_stage(n.timeline)
-    running = [s["name"] for s in n.timeline.stages if s["status"] == "running"]
+    running = [s.name for s in n.timeline.stages if s.status == "running"]
     where = stage or (running[-1] if running else None)
     how = f"exit code {code}" if code is not None else "no exit code (killed?)"
     log = n.logs / f"{where}.log" if where else n.logs / "node.log"
@@ -153,14 +153,14 @@ def failure_text(failed: NodeFailure, problems: list[str]) -> str:
     return text
 
 
-def failed_entry(failed: NodeFailure) -> dict[str, Any]:
+def failed_entry(failed: NodeFailure) -> Stage:
     """The failed node's stage as a stage of the run's timeline (`node-K:STAGE`, failed): the
     verdict's reasons list the failed stages, so it names the node."""
     if failed.node is None:
         name = "nodes:lost"
     else:
         name = f"node-{failed.node.index}:{failed.stage or ('lost' if failed.lost else 'ended')}"
-    return {"name": name, "start": None, "end": time.time(), "status": "failed"}
+    return Stage(name, end=time.time(), status="failed")
 
 
 def quietly(action: Callable[[], T]) -> T | None:

@@ -56,12 +56,12 @@ def exit_code_of(outcome: Outcome) -> int:
 def failed_stage(timeline: Timeline) -> str | None:
     """The stage that failed first; stages stopped because it failed (status stopped) or by a
     cancel are named only when none failed (docs/node-scripts.md, "What runs at once")."""
-    failed = [s for s in timeline.stages if s["status"] == "failed"]
+    failed = [s for s in timeline.stages if s.status == "failed"]
     if failed:
-        ended = [s for s in failed if isinstance(s.get("end"), (int, float))]
-        return str(min(ended, key=lambda s: s["end"])["name"] if ended else failed[-1]["name"])
-    other = [s for s in timeline.stages if s["status"] not in ("ok", "running")]
-    return other[-1]["name"] if other else None
+        ended = [(s.end, i, s.name) for i, s in enumerate(failed) if s.end is not None]
+        return min(ended)[2] if ended else failed[-1].name
+    other = [s for s in timeline.stages if s.status not in ("ok", "running")]
+    return other[-1].name if other else None
 
 
 def check_detail(rd: RunDir, stage: str | None, where: Path | None = None) -> str | None:
@@ -128,7 +128,7 @@ def failure(
     except (BadInput, AttributeError):
         runs = None
     if stage == TRAIN_STAGE and isinstance(runs, int) and runs > 1:  # which run: measured/<k>
-        k = sum(s.get("name") == TRAIN_STAGE for s in timeline.stages)
+        k = sum(s.name == TRAIN_STAGE for s in timeline.stages)
         where = f"in stage train (measured run {k} of {runs}, {Files.measured_run(k)}) "
     how = f"with exit code {code}" if code is not None else "without an exit code (killed?)"
     on = f" on {node}" if node else ""

@@ -263,16 +263,17 @@ def node_progress(
     bytes read stay under scan_bytes + max_bytes + one chunk whatever the log's size. InfraError
     when the node cannot be read; BadInput when the run's record cannot reach it."""
     from launcher.judge.parse.lines import last_step
+    from launcher.judge.timeline import RunTimeline
     from launcher.records.runs import current_stage
 
     path = local_logs(rd, 0) / "node.log"
-    timeline = rd.read_json(Files.TIMELINE, {}) or {}
-    stages = [s for s in timeline.get("stages") or [] if isinstance(s, dict)]
-    running = [str(s.get("name")) for s in stages if s.get("status") == "running"]
+    written = rd.read_json(Files.TIMELINE, {})
+    timeline = RunTimeline.of(written if isinstance(written, dict) else {})
+    running = [str(s.name) for s in timeline.stages if s.status == "running"]
     # the nonce is on node.log's first line; where the follower left the container's stages
     # is in the timeline it built
     stage_filter = StageFilter("", running, gate=MarkerGate.of_log(path))
-    stage_filter.gate.resume(stages)
+    stage_filter.gate.resume(timeline.stages)
     size = path.stat().st_size if path.exists() else 0
     tail = bytearray()
     offset, skipped = size, 0

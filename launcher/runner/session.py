@@ -329,7 +329,7 @@ class RunSession:
             self.release()
         except ReproduceError as err:  # the caller releases again and reports what is left
             self.reporter.say(f"teardown did not finish yet ({str(err).splitlines()[0]})")
-        trained = any(s["name"] == TRAIN_STAGE for s in self.timeline.stages)
+        trained = any(s.name == TRAIN_STAGE for s in self.timeline.stages)
         if self.settings.measure and trained and not failed.void:
             self.write_quietly(self.judge)
         text = failure_text(failed, problems)

@@ -20,7 +20,7 @@ from support.sshd import SshServer
 
 from launcher.clusters.base import Node
 from launcher.clusters.ssh import NoSftp, SSHCluster
-from launcher.records.rundir import RunDir, Timeline
+from launcher.records.rundir import RunDir, Stage, Timeline
 from launcher.runner.nightly import nightly
 from launcher.runner.outcome import failure
 
@@ -45,7 +45,7 @@ def test_a_failed_preflight_points_at_preflight_json_not_a_missing_log(tmp_path)
         json.dumps({"ok": False, "checks": [{"name": "gpus", "ok": False, "detail": "7 of 8"}]})
     )
     (rd.logs / "node.log").write_text("##reproduce stage=preflight event=start t=1\n")
-    timeline = Timeline(stages=[{"name": "preflight", "start": 1, "end": 2, "status": "failed"}])
+    timeline = Timeline(stages=[Stage("preflight", start=1, end=2, status="failed")])
     stage, err = failure(rd, timeline, 1)
     text = str(err)
     assert stage == "preflight" and err.exit_code == 3

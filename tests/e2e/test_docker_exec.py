@@ -68,8 +68,8 @@ def test_pull_by_digest_then_ray_and_standin_miles_then_measure(
     )
     assert_log_collected(rd.path)
     stages = rd.timeline().stages
-    assert_run_stages([s["name"] for s in stages])
-    assert all(s["status"] == "ok" for s in stages)
+    assert_run_stages([s.name for s in stages])
+    assert all(s.status == "ok" for s in stages)
     # the pull was real, and the image that ran is the recipe's digest
     assert (
         test_image.ref
@@ -119,7 +119,7 @@ def test_wrong_digest_is_refused_and_nothing_runs(
     assert err.value.exit_code == 3
     assert image.ref in str(err.value)  # the tail of the image stage's log names what was refused
     # the image failed; what ran beside it ended or was stopped, what needs the image never began
-    status = {s["name"]: s["status"] for s in rd.timeline().stages}
+    status = {s.name: s.status for s in rd.timeline().stages}
     assert status.pop("image") == "failed"
     assert set(status) <= {"preflight", "resolve", "assets"}, status
     assert set(status.values()) <= {"ok", "stopped"}, status

@@ -59,7 +59,7 @@ def _run_containers(run_id: str) -> list[str]:
 
 
 def _intervals(rd: RunDir) -> dict[str, tuple[float, float, str]]:
-    return {s["name"]: (s["start"], s["end"], s["status"]) for s in rd.timeline().stages}
+    return {s.name: (s.start, s.end, s.status) for s in rd.timeline().stages}
 
 
 def _assert_stage_logs_whole(rd: RunDir, node_run_dir: str) -> None:
@@ -91,7 +91,7 @@ def test_the_independent_stages_run_at_once_and_the_split_counts_them_once(
     assert set(stages) == {*stage_graph.PARALLEL, "convert", "ray", "train"}
     assert all(status == "ok" for _, _, status in stages.values())
     # the timeline lists them as they started, whatever order they reached node.log in
-    starts = [s["start"] for s in rd.timeline().stages]
+    starts = [s.start for s in rd.timeline().stages]
     assert starts == sorted(starts)
     # preflight, resolve, the pull and the checkpoint fetch ran at the same time ...
     pre, image, assets = stages["preflight"], stages["image"], stages["assets"]

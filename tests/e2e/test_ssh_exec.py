@@ -164,4 +164,4 @@ def test_cancel_over_ssh_leaves_nothing_of_the_run(sshd, tmp_path, runs_root):
     assert result.returncode == 0, result.stderr
     assert not group_alive(pid)
     assert rd.status()["state"] == "cancelled"
-    assert rd.timeline().stages[-1]["status"] == "cancelled"
+    assert rd.timeline().stages[-1].status == "cancelled"

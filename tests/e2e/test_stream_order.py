@@ -72,7 +72,7 @@ def test_every_step_is_in_the_train_log_whatever_order_docker_delivers_the_strea
     assert outcome.state == "done", node_log[-3000:]
     assert_log_collected(rd.path)
     stages = rd.timeline().stages
-    assert [(s["name"], s["status"]) for s in stages][-2:] == [("ray", "ok"), ("train", "ok")]
+    assert [(s.name, s.status) for s in stages][-2:] == [("ray", "ok"), ("train", "ok")]
     train_log = (rd.logs / "train.log").read_text()
     for step in range(20):  # the doubled step line and the train actor's perf line of each
         assert train_log.count(f" - step {step}: ") == 2, (step, order, node_log[-4000:])

@@ -229,6 +229,6 @@ def test_the_real_node_script_patches_the_containers_checkout_before_training(
             {"name": "mark", "checkout": "/root/miles", "sha256": sha(diff)}
         ]
     else:
-        assert rd.timeline().stages[-1]["name"] == "convert"  # stopped before ray and train
+        assert rd.timeline().stages[-1].name == "convert"  # stopped before ray and train
         assert "patch mark does not apply to /root/miles" in node_log
         assert " - step " not in train_log and "STANDIN-PATCHED" not in node_log

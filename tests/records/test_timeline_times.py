@@ -24,9 +24,9 @@ def test_a_marker_time_that_is_not_finite_is_kept_as_unknown(t):
         assert marker is not None
         timeline.on_marker(marker)
     ray, train = timeline.stages
-    assert ray["start"] == 100.5
-    assert train["name"] == "train" and train["start"] is None and train["end"] is None
-    assert train["status"] == "ok"
+    assert ray.start == 100.5
+    assert train.name == "train" and train.start is None and train.end is None
+    assert train.status == "ok"
 
 
 def test_a_flood_of_stage_markers_keeps_the_timeline_bounded():
@@ -43,8 +43,8 @@ def test_a_flood_of_stage_markers_keeps_the_timeline_bounded():
         timeline.on_marker({"stage": f"x{n}", "event": "end", "status": "ok", "t": "1"})
     timeline.on_marker({"stage": "train", "event": "end", "status": "ok", "t": "5000100"})
     assert len(timeline.stages) == MAX_STAGES
-    train = next(s for s in timeline.stages if s["name"] == "train")
-    assert train["end"] == 5000100.0 and train["status"] == "ok"
+    train = next(s for s in timeline.stages if s.name == "train")
+    assert train.end == 5000100.0 and train.status == "ok"
 
 
 def test_timeline_writes_are_throttled_and_the_last_change_is_written():

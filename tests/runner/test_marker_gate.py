@@ -26,6 +26,7 @@ from support.cli import SEED
 
 from launcher.inputs.profile import load_profile
 from launcher.inputs.recipe import load_recipe
+from launcher.judge.timeline import StageTimes
 from launcher.plan.markers import CONTAINER_STAGES, MarkerGate
 from launcher.plan.plan import build_plan
 from launcher.plan.protocol import NONCE_LINE, STAGE_FUNCTIONS
@@ -92,7 +93,7 @@ def test_a_container_cannot_open_or_close_a_stage_node_sh_runs(tmp_path):
     assert data.startswith(b"##reproduce nonce=")
     assert b"\n0\n" in data  # the container's environment holds no nonce
     timeline = split(tmp_path, data)
-    seen = [(s["name"], s["status"]) for s in timeline.stages]
+    seen = [(s.name, s.status) for s in timeline.stages]
     assert seen == [
         ("preflight", "ok"),
         ("image", "ok"),
@@ -130,7 +131,7 @@ def test_a_stream_without_a_nonce_line_is_read_as_before(tmp_path):
     """A run directory written before the nonce: every well-formed marker counts, forged or not
     (what the old launcher did); nothing of it is lost."""
     timeline = split(tmp_path, node_output(tmp_path, nonce=False))
-    names = [s["name"] for s in timeline.stages]
+    names = [s.name for s in timeline.stages]
     assert names[:2] == ["preflight", "image"] and "invented" in names
 
 
@@ -200,9 +201,9 @@ def test_a_reader_resuming_mid_log_keeps_the_container_order():
     gate.marker(b"##reproduce nonce=" + b"cd" * 16)
     gate.resume(
         [
-            {"name": "preflight", "start": 10.0, "end": 11.0, "status": "ok"},
-            {"name": "ray", "start": 12.0, "end": 13.0, "status": "ok"},
-            {"name": "train", "start": 14.0, "end": None, "status": "running"},
+            StageTimes("preflight", 10.0, 11.0, "ok"),
+            StageTimes("ray", 12.0, 13.0, "ok"),
+            StageTimes("train", 14.0, None, "running"),
         ]
     )
     assert gate.marker(b"##reproduce stage=ray event=start t=15.0") is None

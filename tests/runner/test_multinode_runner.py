@@ -127,7 +127,7 @@ def test_every_node_runs_in_its_own_dir_and_every_log_is_kept(hosts, runs_root):
         assert "stage=ray event=end status=ok" in node_log  # told to stop once node 0 finished
         assert json.loads((logs / "preflight.json").read_text()) == {"node": k}
     assert json.loads((rd.path / "preflight.json").read_text()) == {"node": 0}
-    assert [s["name"] for s in rd.timeline().stages] == ["preflight", "train"]
+    assert [s.name for s in rd.timeline().stages] == ["preflight", "train"]
     _nothing_running(hosts, rd)
 
 
@@ -140,7 +140,7 @@ def test_a_worker_that_fails_stops_the_run_on_every_node_and_is_named(hosts, run
     assert "ray on node 2 died" in message and "stopped on every node" in message
     status = rd.status()
     assert status["state"] == "failed" and "node 2 (127.0.0.3)" in status["detail"]
-    stages = {s["name"]: s["status"] for s in rd.timeline().stages}
+    stages = {s.name: s.status for s in rd.timeline().stages}
     assert stages["node-2:ray"] == "failed" and stages["train"] == "cancelled"
     assert "train line 600" not in (rd.logs / "train.log").read_text()
     assert rd.timeline().released_at is not None
@@ -215,7 +215,7 @@ def test_a_lost_worker_stops_the_run_on_the_others_and_is_named(hosts, runs_root
         lost.start()
     message = str(caught.value)
     assert "lost node 3 (127.0.0.4)" in message and "stopped on every node" in message
-    assert "node-3:ray" in {s["name"] for s in rd.timeline().stages}
+    assert "node-3:ray" in {s.name for s in rd.timeline().stages}
     _nothing_running(hosts, rd)
 
 

@@ -35,7 +35,7 @@ from launcher.errors import ReproduceError
 from launcher.pages import write_run_page
 from launcher.records.history import History
 from launcher.records.history_rows import row_from_run_dir
-from launcher.records.rundir import NODE_RESULT_FILES, Files, RunDir, Timeline
+from launcher.records.rundir import NODE_RESULT_FILES, Files, RunDir, Stage, Timeline
 from launcher.results.attest_predicate import build_predicate
 from launcher.runner.outcome import failure
 from launcher.runner.runner import Runner
@@ -127,7 +127,7 @@ def _every_reader(run_dir: Path, name: str, db: History) -> None:
     """Each reader of the node's reports, on `run_dir` as it is now; raises what they raise."""
     rd = RunDir(run_dir)
     stage = STAGE[name]
-    timeline = Timeline(stages=[{"name": stage, "start": 1.0, "end": 2.0, "status": "failed"}])
+    timeline = Timeline(stages=[Stage(stage, start=1.0, end=2.0, status="failed")])
     node_k = rd.logs / "node-1"
     for logs, on in ((None, None), (node_k, "node 1 (10.0.0.2)")):
         said, error = failure(rd, timeline, 1, logs=logs, node=on)

@@ -17,7 +17,7 @@ from launcher.clusters.local import command_failed
 from launcher.errors import InfraError
 from launcher.excerpt import MAX_LINE_CHARS, MAX_LINES, TAIL_BYTES, excerpt_lines, log_tail
 from launcher.plan.preflight import parse_report
-from launcher.records.rundir import RunDir, Timeline
+from launcher.records.rundir import RunDir, Stage, Timeline
 from launcher.runner.outcome import failure, tail_of
 
 HUGE = 24 * 1024 * 1024  # a 24 MiB line (the finding's was 96 MiB; the bound is the same)
@@ -32,7 +32,7 @@ def test_a_failed_stage_with_a_huge_last_line_gives_a_short_message(tmp_path):
     rd = RunDir.create(tmp_path / "runs", "m/h200/x", "r1")
     (rd.logs / "train.log").write_text(_hostile())
     (rd.logs / "node.log").write_text("##reproduce stage=train event=start t=1\n")
-    timeline = Timeline(stages=[{"name": "train", "start": 1, "end": 2, "status": "failed"}])
+    timeline = Timeline(stages=[Stage("train", start=1, end=2, status="failed")])
     tracemalloc.start()
     try:
         stage, err = failure(rd, timeline, 1)

@@ -78,4 +78,4 @@ def test_a_signal_that_lands_in_a_finalizer_still_cancels_the_run(tmp_path: Path
     assert time.monotonic() - started < 30, "the interrupt was honoured only when the run ended"
     assert rd.status()["state"] == "cancelled"
     assert not group_alive(int(rd.record()["pid"])), "the run goes on on the node"
-    assert rd.timeline().stages[-1]["status"] == "cancelled"
+    assert rd.timeline().stages[-1].status == "cancelled"

@@ -139,7 +139,7 @@ def test_a_log_cut_in_two_at_every_offset_is_split_as_a_whole(tmp_path, monkeypa
         splitter.close()
         assert (logs / "node.log").read_bytes() == data, cut
         assert stage_logs(logs) == want, f"cut at byte {cut}: {data[cut - 20 : cut + 20]!r}"
-        assert [s["name"] for s in splitter.timeline.stages] == ["image", "train", "inner"]
+        assert [s.name for s in splitter.timeline.stages] == ["image", "train", "inner"]
 
 
 def test_what_the_console_is_shown_never_comes_from_half_a_line(tmp_path):
