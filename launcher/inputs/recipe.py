@@ -386,24 +386,24 @@ class Recipe:
 
     @property
     def model(self) -> str:
-        return self.raw["model"]
+        return str(self.raw["model"])
 
     # --- hardware ---------------------------------------------------------------------------------
     @property
     def gpu_type(self) -> str:
-        return self.raw["gpu"]["type"]
+        return str(self.raw["gpu"]["type"])
 
     @property
     def gpu_memory_gb(self) -> float | None:
-        return self.raw["gpu"].get("memory_gb")
+        return self.hardware.memory_gb
 
     @property
     def gpu_count(self) -> int:
-        return self.raw["gpu"]["count"]
+        return int(self.raw["gpu"]["count"])
 
     @property
     def gpus_per_node(self) -> int:
-        return self.raw["gpu"]["per_node"]
+        return int(self.raw["gpu"]["per_node"])
 
     @property
     def nodes(self) -> int:
@@ -427,11 +427,11 @@ class Recipe:
     # --- workload and claim ---------------------------------------------------------------------
     @property
     def global_batch(self) -> int:
-        return self.raw["workload"]["global_batch"]
+        return int(self.raw["workload"]["global_batch"])
 
     @property
     def row_tokens(self) -> int:
-        return self.raw["workload"]["row_tokens"]
+        return int(self.raw["workload"]["row_tokens"])
 
     @property
     def tokens_per_step(self) -> int:
@@ -444,7 +444,7 @@ class Recipe:
 
     @property
     def steps_per_run(self) -> int:
-        return self.raw["result"]["steps_per_run"]
+        return int(self.raw["result"]["steps_per_run"])
 
     @cached_property
     def sections(self) -> Sections:
@@ -488,7 +488,7 @@ class Recipe:
 
     @property
     def claimed_gpu_hours(self) -> float | None:
-        return self.raw["result"].get("gpu_hours")
+        return self.claim.gpu_hours
 
     @property
     def active_params(self) -> int | None:
@@ -502,7 +502,7 @@ class Recipe:
 
     @property
     def run_script(self) -> str:
-        return self.raw["run"]
+        return str(self.raw["run"])
 
     @property
     def cuda(self) -> str | None:
@@ -585,7 +585,8 @@ def load_recipe(path: str | Path) -> Recipe:
 @cache
 def recipe_schema() -> dict[str, Any]:
     path = data_dir("schema") / "recipe.schema.yaml"
-    return yaml.load(path.read_text(encoding="utf-8"), Loader=FastSafeLoader)  # noqa: S506
+    schema: dict[str, Any] = yaml.load(path.read_text(encoding="utf-8"), Loader=FastSafeLoader)  # noqa: S506
+    return schema
 
 
 def validate_raw(raw: dict[str, Any]) -> list[tuple[str, str]]:

@@ -14,7 +14,7 @@ import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from typing import TypeGuard
+from typing import Any, TypeGuard
 
 from launcher import catalog
 from launcher.catalog import Price
@@ -76,8 +76,8 @@ class Result:
     failed_after_training: list[str] = field(default_factory=list)
     no_loss_window_steps: list[int] = field(default_factory=list)  # a time but no `step N:` line
     notes: list[str] = field(default_factory=list)
-    cross_checks: dict = field(default_factory=dict)
-    parse_stats: dict | None = None
+    cross_checks: dict[str, Any] = field(default_factory=dict)
+    parse_stats: dict[str, Any] | None = None
     measured: str | None = None
     evidence: Evidence = field(default_factory=Evidence)
     findings: Findings = field(default_factory=Findings)  # launcher/judge/failures.py: fail closed
@@ -91,7 +91,8 @@ class Result:
         None  # why the log could not be read as miles' (then nothing is judged)
     )
     runs: int = 1  # measured runs the figures are the mean of (launcher/judge/aggregate.py)
-    run_summary: dict | None = None  # each measured run, the spread, how each figure aggregates
+    # each measured run, the spread, how each figure aggregates
+    run_summary: dict[str, Any] | None = None
 
     @property
     def ended_early(self) -> bool:
@@ -108,7 +109,7 @@ class Result:
             )
         return f"{MFU_FORMULA}; peak {self.peak_flops / 1e12:g} TFLOP/s ({self.peak_source})"
 
-    def megatron(self) -> dict:
+    def megatron(self) -> dict[str, Any]:
         """Megatron's count of the same run, named as such (never the recipe's `mfu`)."""
         return {
             "mfu": self.megatron_mfu,
@@ -118,7 +119,7 @@ class Result:
             "not_computed": self.megatron_note,
         }
 
-    def to_result_yaml(self) -> dict:
+    def to_result_yaml(self) -> dict[str, Any]:
         """The recipe's `result` block shape (same keys, same rounding), plus provenance."""
         return {
             "tokens_per_s_per_gpu": _round(self.tokens_per_s_per_gpu, 2),
@@ -170,7 +171,7 @@ class Result:
             },
         }
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """The CLI's --json figures (unrounded)."""
         return {
             "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
@@ -297,7 +298,9 @@ def measured_date(records: Sequence[StepRecord]) -> str | None:
     return datetime.fromtimestamp(max(stamps), tz=UTC).date().isoformat()
 
 
-def _peak(recipe: Recipe, recs: dict[int, StepRecord], present: list[int]) -> tuple:
+def _peak(
+    recipe: Recipe, recs: dict[int, StepRecord], present: list[int]
+) -> tuple[float | None, str | None]:
     """The GPU's dense bf16 peak from the catalog, else the one miles logged: (FLOP/s, source)."""
     spec = recipe.gpu_spec
     if spec is not None and spec.peak_bf16_flops:

@@ -61,7 +61,7 @@ class Tolerance:
             if not (isinstance(value, (int, float)) and 0 <= value < math.inf):
                 raise BadInput(f"tolerance {name} must be a finite number >= 0, got {value}.")
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "slower_percent": self.slower_percent,
             "faster_percent": self.faster_percent,
@@ -115,7 +115,7 @@ POLICY_RULES = (
 )
 
 
-def policy(tolerance: Tolerance | None = None) -> dict:
+def policy(tolerance: Tolerance | None = None) -> dict[str, Any]:
     """The policy a verdict was judged under, as recorded beside it; options that differ from
     the policy's defaults are listed under `overridden`."""
     tolerance = tolerance if tolerance is not None else Tolerance()
@@ -140,23 +140,24 @@ class Verdict:
     difference_percent: float | None  # signed: (measured - claimed) / claimed x 100
     reasons: list[str] = field(default_factory=list)
     claimed: dict[str, Any] = field(default_factory=dict)
-    measured: dict = field(default_factory=dict)
+    measured: dict[str, Any] = field(default_factory=dict)
     tolerance: Tolerance = field(default_factory=Tolerance)
     noise_band_percent: float | None = None
     error: str | None = None  # the log line of the error that ended training, when there is one
-    runs: dict | None = None  # a mean of K runs: each run's status and figure (judge/aggregate.py)
+    # a mean of K runs: each run's status and figure (judge/aggregate.py)
+    runs: dict[str, Any] | None = None
     # how strong the evidence is (launcher/judge/assurance.py): set where the run's kind is known
     assurance: Assurance | None = None
 
     @property
-    def policy(self) -> dict:
+    def policy(self) -> dict[str, Any]:
         return policy(self.tolerance)
 
     @property
     def reproduced(self) -> bool:
         return self.status == "reproduced"
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "status": self.status,
             "difference_percent": self.difference_percent,

@@ -296,7 +296,7 @@ def render_markdown(
     return "\n".join(lines)
 
 
-def measured_runs_lines(summary: dict | None) -> list[str]:
+def measured_runs_lines(summary: dict[str, Any] | None) -> list[str]:
     """The section of a mean of K measured runs (launcher/judge/aggregate.py): each run, its own
     report, the spread, how each figure aggregates. Nothing for one run."""
     if not summary:

@@ -14,8 +14,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from launcher.judge.measure import gpu_hours_from_timeline, stage_split
-from launcher.judge.split import PARALLEL_PART
+from launcher.judge.measure import gpu_hours_from_timeline
+from launcher.judge.split import PARALLEL_PART, stage_split
 from launcher.judge.timeline import RunTimeline
 from launcher.judge.verdict import DEFAULT_TOLERANCE_PERCENT
 from launcher.pages import svg

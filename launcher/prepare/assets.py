@@ -304,7 +304,7 @@ def choose_rows_builder(recipe: Recipe, options: PrepareOptions) -> str:
     ref = recipe.image.ref
     if _image_here(ref):
         return "docker"
-    from launcher.cost.estimate import FIGURES
+    from launcher.cost.figures import FIGURES
 
     size = FIGURES["image_bytes"]
     what = (

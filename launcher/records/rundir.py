@@ -499,7 +499,7 @@ class RunDir:
 
     @property
     def run_id(self) -> str:
-        return self.record()["run_id"]
+        return str(self.record()["run_id"])
 
     def write_text(self, name: str, text: str) -> Path:
         return self.write_bytes(name, text.encode())
@@ -573,7 +573,8 @@ class RunDir:
         return data
 
     def status(self) -> dict[str, Any]:
-        return self.read_json(Files.STATUS, {"state": "unknown"})
+        status: dict[str, Any] = self.read_json(Files.STATUS, {"state": "unknown"})
+        return status
 
     def set_status(self, state: str, detail: str | None = None, **extra: Any) -> None:
         """The run's state; anything but `done` says the record is not complete."""

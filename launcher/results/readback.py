@@ -13,7 +13,7 @@ from launcher.errors import BadInput
 from launcher.inputs.yamlschema import read_text_capped
 from launcher.judge.evidence import HostWatch
 from launcher.judge.parse.gpu import GpuSamples, parse_samples
-from launcher.judge.parse.reader import StepRecord
+from launcher.judge.parse.records import StepRecord
 from launcher.judge.timeline import RunTimeline
 from launcher.records import nodejson
 from launcher.records.rundir import Files

@@ -29,10 +29,10 @@ def test_a_part_of_stages_that_ran_at_once_is_one_row_with_its_stages_under_it()
     (row,) = [r for r in rows if r[0] == part]
     assert row[1] == 35.0 and row[3] == 5.0  # its wall time, from its first stage's start
     assert sum(r[1] for r in rows) == 100.0
-    subs = _overlapped(_timeline(), part, 0.0)
+    subs = _overlapped(RunTimeline.of(_timeline()), part, 0.0)
     assert [s[0].rsplit(" ", 1)[-1] for s in subs] == ["preflight", "image", "assets"]
     assert [s[-1] for s in subs] == ["ok", "ok", "stopped"]
-    assert _overlapped(_timeline(), "convert", 0.0) == []
+    assert _overlapped(RunTimeline.of(_timeline()), "convert", 0.0) == []
 
 
 def test_a_part_in_which_a_stage_failed_is_shown_failed():
