@@ -13,6 +13,7 @@ import math
 import os
 import re
 import stat
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -131,7 +132,7 @@ def read_text_capped(path: Path, what: str, limit: int = MAX_FILE_BYTES) -> str:
         ) from None
 
 
-def duplicate_keys(node: Any, path: tuple[Any, ...] = ()) -> list[tuple[str, int, int]]:
+def duplicate_keys(node: object, path: tuple[Any, ...] = ()) -> list[tuple[str, int, int]]:
     """Every key written twice in one mapping of a composed YAML document: (key path, first line,
     second line), lines 1-based, in document order.
 
@@ -257,7 +258,7 @@ def schema_problems(
     return problems
 
 
-def non_finite_problems(node: Any, path: tuple[Any, ...] = ()) -> list[tuple[str, str]]:
+def non_finite_problems(node: object, path: tuple[Any, ...] = ()) -> list[tuple[str, str]]:
     """Every number of the document that is not finite (YAML's `.nan`, `.inf`, `-.inf`).
 
     Why here, for every field at once: NaN compares false with everything, so a claim, a bound or
@@ -278,7 +279,7 @@ def non_finite_problems(node: Any, path: tuple[Any, ...] = ()) -> list[tuple[str
 
 
 def document_problems(
-    node: Any, multiline: frozenset[tuple[str, ...]], path: tuple[Any, ...] = ()
+    node: object, multiline: frozenset[tuple[str, ...]], path: tuple[Any, ...] = ()
 ) -> list[tuple[str, str]]:
     """What no field of a recipe or a profile may hold, checked over every field at once (JSON
     Schema cannot say it, or sees it only after YAML turned it into something else):
@@ -377,7 +378,7 @@ def _jsonschema_problems(raw: dict[str, Any], schema: dict[str, Any]) -> list[tu
     return out
 
 
-def field_path(parts: Any) -> str:
+def field_path(parts: Iterable[object]) -> str:
     text = ""
     for part in parts:
         text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
@@ -471,7 +472,7 @@ def _explain(err: Any) -> list[tuple[str, str]]:
     return [(path, err.message)]
 
 
-def _type_words(value: Any) -> str:
+def _type_words(value: object) -> str:
     names = {
         "object": "a mapping",
         "array": "a list",
@@ -482,11 +483,11 @@ def _type_words(value: Any) -> str:
         "null": "null",
     }
     if isinstance(value, list):
-        return " or ".join(names.get(v) or str(v) for v in value)
-    return names.get(value, str(value))
+        return " or ".join(names.get(str(v)) or str(v) for v in value)
+    return names.get(str(value), str(value))
 
 
-def _yaml_type(value: Any) -> str:
+def _yaml_type(value: object) -> str:
     if isinstance(value, bool):
         return "boolean"
     if isinstance(value, int):
@@ -509,7 +510,7 @@ def _yaml_type(value: Any) -> str:
 _URL_CREDENTIALS = re.compile(r"(?<=://)[^/@\s]+@")
 
 
-def _show(value: Any) -> str:
+def _show(value: object) -> str:
     text = _URL_CREDENTIALS.sub("***@", repr(value))
     return text if len(text) <= 60 else text[:57] + "..."
 

@@ -15,14 +15,13 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 from urllib.parse import quote
 
 from launcher import __version__
 from launcher.excerpt import printable
 
 
-def esc(value: Any) -> str:
+def esc(value: object) -> str:
     """Text for HTML (quotes included, so the result is also safe inside an attribute), made
     printable first (launcher/excerpt.py): a page shows text the node, the log or a stranger's
     bundle carried, and an ESC, a NUL or a bidi override (U+202E turns the rest of a line around)
@@ -62,7 +61,7 @@ def safe_href(href: str | None) -> str | None:
     return href
 
 
-def link(href: str | None, text: Any, *, cls: str = "") -> str:
+def link(href: str | None, text: object, *, cls: str = "") -> str:
     """<a href> to HREF when it is safe (escaped); otherwise TEXT alone, in a <span>."""
     klass = f' class="{esc(cls)}"' if cls else ""
     safe = safe_href(href)
@@ -148,14 +147,14 @@ def badge(word: str | None, *, big: bool = False, attr: str = "") -> str:
     )
 
 
-def number(value: Any) -> float | None:
+def number(value: object) -> float | None:
     """A finite number, or None (bools, text, NaN and inf are not figures)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value) if math.isfinite(value) else None
 
 
-def num(value: Any, digits: int = 2, *, missing: str = "—", suffix: str = "") -> str:
+def num(value: object, digits: int = 2, *, missing: str = "—", suffix: str = "") -> str:
     """A figure as people read it: thousands separators, fixed decimals; NaN/inf said so."""
     if isinstance(value, float) and not math.isfinite(value):
         return repr(value)
@@ -165,7 +164,7 @@ def num(value: Any, digits: int = 2, *, missing: str = "—", suffix: str = "") 
     return f"{v:,.{digits}f}{suffix}"
 
 
-def signed(value: Any, digits: int = 2, *, suffix: str = "%", missing: str = "—") -> str:
+def signed(value: object, digits: int = 2, *, suffix: str = "%", missing: str = "—") -> str:
     v = number(value)
     if v is None:
         return missing
@@ -173,7 +172,7 @@ def signed(value: Any, digits: int = 2, *, suffix: str = "%", missing: str = "�
     return text.replace("-", "\u2212")  # a real minus sign: it reads as one
 
 
-def duration(seconds: Any) -> str:
+def duration(seconds: object) -> str:
     s = number(seconds)
     if s is None:
         return "—"
@@ -222,7 +221,7 @@ def section(anchor: str, title: str, body: str, *, note: str = "") -> str:
     return f'<section id="{esc(anchor)}"><h2>{esc(title)}</h2>{sub}{body}</section>'
 
 
-def code(value: Any) -> str:
+def code(value: object) -> str:
     return f"<code>{esc(value)}</code>"
 
 

@@ -47,7 +47,7 @@ def _or(value: object) -> str:
     return "?" if value is None else str(value)
 
 
-def fmt(value: Any, spec: str | int = ",.2f", *, missing: str = "n/a", suffix: str = "") -> str:
+def fmt(value: object, spec: str | int = ",.2f", *, missing: str = "n/a", suffix: str = "") -> str:
     """One figure for people: a float by `spec` (a format spec, or a number of decimals with
     thousands separators), NaN/inf as nan/inf, None as `missing`, any other value (an int as
     logged, a list) as written."""
@@ -70,7 +70,7 @@ def _assurance_lines(verdict: Verdict, label: str) -> list[str]:
     return [f"{label}{a.level}: {a.why}"] if a is not None else [f"{label}not recorded"]
 
 
-def _diff(measured: Any, claimed: Any) -> str:
+def _diff(measured: object, claimed: object) -> str:
     if (
         not isinstance(measured, (int, float))
         or not isinstance(claimed, (int, float))

@@ -24,7 +24,7 @@ from launcher.pages.rundata import RunFiles
 from launcher.records.rundir import Files
 
 
-def _map(value: Any) -> dict[str, Any]:
+def _map(value: object) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
@@ -140,14 +140,14 @@ def guard(anchor: str, title: str, fn: Callable[[Context], str], ctx: Context) -
     return section(anchor, title, body)
 
 
-def rel(measured: Any, claimed: Any) -> float | None:
+def rel(measured: object, claimed: object) -> float | None:
     m, c = number(measured), number(claimed)
     if m is None or c is None or c == 0:
         return None
     return 100.0 * (m - c) / c
 
 
-def window_text(window: Any) -> str:
+def window_text(window: object) -> str:
     if isinstance(window, list) and len(window) == 2:
         return f"{window[0]}–{window[1]}"
     return "—" if window is None else str(window)
@@ -158,7 +158,7 @@ def step_of(record: dict[str, Any]) -> int | None:
     return s if isinstance(s, int) and not isinstance(s, bool) else None
 
 
-def _value(raw: Any) -> tuple[bool, float | None]:
+def _value(raw: object) -> tuple[bool, float | None]:
     """(present, finite value): steps.jsonl writes NaN and inf as the strings 'nan', 'inf'."""
     if raw is None:
         return False, None
@@ -226,7 +226,7 @@ def extra_verdict_fields(verdict: dict[str, Any]) -> str:
     return "".join(out)
 
 
-def _short(value: Any, limit: int = 300) -> str:
+def _short(value: object, limit: int = 300) -> str:
     text = "—" if value is None else str(value)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
@@ -548,7 +548,7 @@ def notes(ctx: Context) -> str:
     return "".join(parts)
 
 
-def _pct(v: Any) -> float | None:
+def _pct(v: object) -> float | None:
     n = number(v)
     return None if n is None else 100 * n
 
@@ -596,5 +596,5 @@ def _order(step: int | None) -> int:
     return -1 if step is None else step
 
 
-def _raw(v: Any) -> str:
+def _raw(v: object) -> str:
     return "—" if v is None else str(v)

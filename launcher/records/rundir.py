@@ -49,7 +49,7 @@ class _NoAliasDumper(yaml.SafeDumper):
         return True
 
 
-def dump_yaml(data: Any) -> str:
+def dump_yaml(data: object) -> str:
     """The text of a run directory's YAML file (result.yaml, profile.yaml): no anchors."""
     return yaml.dump(data, Dumper=_NoAliasDumper, sort_keys=False)
 
@@ -513,10 +513,10 @@ class RunDir:
         _write_atomic(target, data)
         return target
 
-    def write_json(self, name: str, data: Any) -> Path:
+    def write_json(self, name: str, data: object) -> Path:
         return self.write_text(name, json.dumps(data, indent=2, sort_keys=False) + "\n")
 
-    def write_yaml(self, name: str, data: Any) -> Path:
+    def write_yaml(self, name: str, data: object) -> Path:
         return self.write_text(name, dump_yaml(data))
 
     def read_json(self, name: str, default: Any = None) -> Any:
@@ -566,7 +566,7 @@ class RunDir:
         recordform.check(data, self.path / Files.RUN)
         return RunRecord(data, where=self.path / Files.RUN)
 
-    def update_record(self, **fields: Any) -> dict[str, Any]:
+    def update_record(self, **fields: object) -> dict[str, Any]:
         data = self.record()
         data.update(fields)
         self.write_json(Files.RUN, dict(data))
@@ -576,7 +576,7 @@ class RunDir:
         status: dict[str, Any] = self.read_json(Files.STATUS, {"state": "unknown"})
         return status
 
-    def set_status(self, state: str, detail: str | None = None, **extra: Any) -> None:
+    def set_status(self, state: str, detail: str | None = None, **extra: object) -> None:
         """The run's state; anything but `done` says the record is not complete."""
         if state not in STATES:
             raise ValueError(f"unknown run state {state!r}")

@@ -23,7 +23,7 @@ from launcher.records.rundir import Files
 MEASURE_FILE = Files.MEASURE  # the measurement's record: its inputs and parameters
 
 
-def json_safe(value: Any) -> Any:
+def json_safe(value: object) -> Any:
     """Non-finite floats become None so the output is strict JSON."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
@@ -34,7 +34,7 @@ def json_safe(value: Any) -> Any:
     return value
 
 
-def _write_json(path: Path, data: Any) -> None:
+def _write_json(path: Path, data: object) -> None:
     write_atomic(path, json.dumps(json_safe(data), indent=2) + "\n")
 
 
