@@ -14,7 +14,7 @@ import yaml
 from support.cli import completed_here
 from support.operator_cli import REPO, SEED
 
-from launcher.records.rundir import RunDir, Timeline
+from launcher.records.rundir import RunDir, Stage, Timeline
 from launcher.records.runs import list_runs, summarize
 
 NOW = 1_790_000_000.0
@@ -39,7 +39,7 @@ def _run(root: Path, run_id: str, *, state: str, acquired: float, released: floa
     t = acquired + 10
     timeline = Timeline(acquired_at=acquired, released_at=released)
     for name, status in stages:
-        timeline.stages.append({"name": name, "start": t, "end": None, "status": status})
+        timeline.stages.append(Stage(name, start=t, status=status))
         t += 10
     rd.write_timeline(timeline)
     rd.logs.joinpath("train.log").write_text(
