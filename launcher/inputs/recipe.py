@@ -112,6 +112,11 @@ def _number(value: object) -> float | None:
     return value if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
+def _word(value: object) -> str | None:
+    """A field shown as text, whatever YAML read it as."""
+    return None if value is None else str(value)
+
+
 def _date_text(value: object) -> str | None:
     """A date as ISO text (YAML reads `measured: 2026-10-21` as a date)."""
     if value is None:
@@ -136,6 +141,11 @@ class Hardware:
     per_node: int | None
     instance: str | None  # as written: "AWS p5en.48xlarge"
     memory_gb: float | None
+
+    @property
+    def stated(self) -> bool:
+        """Whether the block states any of these fields."""
+        return any(v is not None for v in (self.type, self.count, self.per_node, self.instance))
 
     @classmethod
     def of(cls, raw: Mapping[str, Any]) -> Hardware:
@@ -274,7 +284,11 @@ class Claim:
 
     @classmethod
     def of(cls, raw: Mapping[str, Any]) -> Claim:
-        result = _block(raw, "result")
+        return cls.of_block(_block(raw, "result"))
+
+    @classmethod
+    def of_block(cls, result: Mapping[str, Any]) -> Claim:
+        """The claim of a `result` block alone (a verdict's `claimed` has its shape)."""
         window = result.get("window")
         pair = (
             (window[0], window[1])
@@ -345,7 +359,7 @@ class Sections:
         model = raw.get("model")
         return cls(
             model=None if model is None else str(model),
-            author=_text(_block(raw, "author").get("name")),
+            author=_word(_block(raw, "author").get("name")),
             status=None if status is None else str(status),
             hardware=Hardware.of(raw),
             workload=Workload.of(raw),

@@ -133,9 +133,8 @@ def _header(ctx: rs.Context) -> str:
     measured = ctx.result.get("measured")
     if measured:
         meta.append(f"<span>measured {esc(measured)}</span>")
-    author = ctx.recipe.get("author") if isinstance(ctx.recipe.get("author"), dict) else {}
-    if author and author.get("name"):
-        meta.append(f"<span>card by {esc(author.get('name'))}</span>")
+    if ctx.card.author:
+        meta.append(f"<span>card by {esc(ctx.card.author)}</span>")
     return (
         '<p class="kicker">reproduce · run report</p>'
         f"<h1>{esc(ctx.title)}</h1>"
@@ -239,7 +238,7 @@ def _figures(ctx: rs.Context) -> str:
     tol = ctx.tolerance
     tiles, rows = [], []
     for key, label, show in FIGURES:
-        got, card = result.get(key), claim.get(key)
+        got, card = result.get(key), claim.figure(key)
         diff = rs.rel(unrounded.get(key, got), card)
         if (
             key == "tokens_per_s_per_gpu"
@@ -272,23 +271,23 @@ def _figures(ctx: rs.Context) -> str:
     rows += [
         [
             "Measured window (steps)",
-            esc(rs.window_text(claim.get("window"))),
+            esc(rs.window_text(list(claim.window) if claim.window else None)),
             f'<span data-figure="window">{esc(rs.window_text(window))}</span>',
             "",
         ],
         [
             "Window tokens",
-            esc(num(claim.get("window_tokens"), 0)),
+            esc(num(claim.window_tokens, 0)),
             f'<span data-figure="window_tokens">{esc(num(result.get("window_tokens"), 0))}</span>',
             "",
         ],
         [
             "Steps per run",
-            esc(num(claim.get("steps_per_run"), 0)),
+            esc(num(claim.steps_per_run, 0)),
             f'<span data-figure="steps_per_run">{esc(num(result.get("steps_per_run"), 0))}</span>',
             "",
         ],
-        ["Measured on", esc(claim.get("measured") or "—"), esc(result.get("measured") or "—"), ""],
+        ["Measured on", esc(claim.measured or "—"), esc(result.get("measured") or "—"), ""],
     ]
     explain = (
         "Each tile: the reproduction in large type, the card's figure under it, the difference "
@@ -473,7 +472,7 @@ def _plots(ctx: rs.Context) -> str:
             band,
         )
     )
-    card_tps = ctx.claim.get("tokens_per_s_per_gpu")
+    card_tps = ctx.claim.tokens_per_s_per_gpu
     cap_time = (
         "<b>Step time</b> (miles' perf/step_time) for every step. Blue: the measured window"
         + (f" (steps {first}–{last}, shaded)" if ctx.window_known else "")

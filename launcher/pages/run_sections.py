@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from launcher.inputs.recipe import Claim, Hardware, Sections
 from launcher.judge.measure import gpu_hours_from_timeline
 from launcher.judge.split import PARALLEL_PART, stage_split
 from launcher.judge.timeline import RunTimeline
@@ -32,7 +33,8 @@ def _map(value: object) -> dict[str, Any]:
 class Context:
     files: RunFiles
     recipe: dict[str, Any]
-    claim: dict[str, Any]
+    card: Sections  # recipe.yaml's typed sections (read back: a field not of its type is None)
+    claim: Claim  # the card's result block, else the verdict's `claimed`
     result: dict[str, Any]
     prov: dict[str, Any]
     unrounded: dict[str, Any]
@@ -56,12 +58,13 @@ class Context:
     def of(cls, files: RunFiles) -> Context:
         recipe = files.mapping(Files.RECIPE)
         verdict = files.mapping(Files.VERDICT)
-        claim = _map(recipe.get("result")) or _map(verdict.get("claimed"))
+        card = Sections.of(recipe)
+        claim = card.claim if card.claim.written else Claim.of_block(_map(verdict.get("claimed")))
         result = files.mapping(Files.RESULT)
         prov = _map(result.get("provenance"))
         run = files.mapping(Files.RUN)
         plan = files.mapping(Files.PLAN)
-        gpu = _map(recipe.get("gpu"))
+        gpu = card.hardware
         slug = str(
             run.get("slug") or _map(plan.get("recipe")).get("slug") or files.path.parent.name
         )
@@ -70,16 +73,17 @@ class Context:
         cluster = " ".join(
             str(x) for x in (profile.get("name"), cluster_kind and f"({cluster_kind})") if x
         )
-        model = recipe.get("model")
-        if model and gpu:
-            title = f"{model} on {gpu.get('count', '?')} \u00d7 {gpu.get('type', '?')}" + (
-                f" ({gpu['instance']})" if gpu.get("instance") else ""
+        model = card.model
+        if model and gpu.stated:
+            title = f"{model} on {_or(gpu.count)} \u00d7 {_or(gpu.type)}" + (
+                f" ({gpu.instance})" if gpu.instance else ""
             )
         else:
             title = f"Reproduction of {slug}"
         ctx = cls(
             files=files,
             recipe=recipe,
+            card=card,
             claim=claim,
             result=result,
             prov=prov,
@@ -95,18 +99,19 @@ class Context:
         ctx._derive(gpu)
         return ctx
 
-    def _derive(self, gpu: dict[str, Any]) -> None:
-        window = self.result.get("window") or self.claim.get("window")
+    def _derive(self, gpu: Hardware) -> None:
+        claimed = list(self.claim.window) if self.claim.window is not None else None
+        window = self.result.get("window") or claimed
         if (
             isinstance(window, list)
             and len(window) == 2
             and all(isinstance(w, int) and not isinstance(w, bool) for w in window)
         ):
             self.window, self.window_known = (window[0], window[1]), True
-        gpus = number(self.prov.get("gpus")) or number(gpu.get("count"))
+        gpus = number(self.prov.get("gpus")) or number(gpu.count)
         self.gpus = int(gpus) if gpus else None
         plan_nodes = number(self.plan.get("nodes"))
-        per_node = number(gpu.get("per_node"))
+        per_node = number(gpu.per_node)
         if plan_nodes:
             self.nodes = int(plan_nodes)
         elif self.gpus and per_node:
@@ -114,10 +119,10 @@ class Context:
         self.usd_per_hour = number(_map(self.prov.get("price")).get("usd_per_hour"))
         tokens = number(self.prov.get("tokens_per_step"))
         if tokens is None:
-            work = _map(self.recipe.get("workload"))
-            gb, rt = number(work.get("global_batch")), number(work.get("row_tokens"))
+            work = self.card.workload
+            gb, rt = number(work.global_batch), number(work.row_tokens)
             tokens = gb * rt if gb and rt else None
-        card = number(self.claim.get("tokens_per_s_per_gpu"))
+        card = number(self.claim.tokens_per_s_per_gpu)
         if tokens and card and self.gpus:
             self.claimed_step_time = tokens / card / self.gpus
         tol = _map(self.verdict.get("tolerance"))
@@ -145,6 +150,10 @@ def rel(measured: object, claimed: object) -> float | None:
     if m is None or c is None or c == 0:
         return None
     return 100.0 * (m - c) / c
+
+
+def _or(value: object) -> str:
+    return "?" if value is None else str(value)
 
 
 def window_text(window: object) -> str:
