@@ -195,8 +195,10 @@ class Dataset:
     name: str | None = None
     source: str | None = None
     revision: str | None = None
+    license: str | None = None
     rows_sha256: str | None = None
     build: RowsBuild = RowsBuild()
+    stated: bool = False  # whether the recipe has the block at all
 
     @classmethod
     def of(cls, dataset: Mapping[str, Any]) -> Dataset:
@@ -204,8 +206,10 @@ class Dataset:
             name=_text(dataset.get("name")),
             source=_text(dataset.get("source")),
             revision=_text(dataset.get("revision")),
+            license=_text(dataset.get("license")),
             rows_sha256=_text(dataset.get("rows_sha256")),
             build=RowsBuild.of(_block(dataset, "build")),
+            stated=bool(dataset),
         )
 
 

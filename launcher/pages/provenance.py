@@ -40,7 +40,7 @@ def provenance(ctx: Context) -> str:
 
 
 def _facts(ctx: Context) -> str:
-    plan, recipe = ctx.plan, ctx.recipe
+    plan = ctx.plan
     image_facts = ctx.files.mapping(Files.IMAGE)
     facts: list[tuple[str, str]] = []
     plan_recipe = _map(plan.get("recipe"))
@@ -53,7 +53,7 @@ def _facts(ctx: Context) -> str:
                 if plan_recipe.get("sha256")
                 else ""
             )
-            + (f"<br>card status: {esc(recipe['status'])}" if recipe.get("status") else ""),
+            + (f"<br>card status: {esc(ctx.card.status)}" if ctx.card.status else ""),
         )
     )
     gpus_per_node = plan.get("gpus_per_node")
@@ -261,37 +261,37 @@ def _checks(ctx: Context) -> str:
 
 
 def _assets(ctx: Context) -> str:
-    work = _map(ctx.recipe.get("workload"))
-    data = _map(work.get("dataset"))
-    build = _map(data.get("build"))
-    active = _map(_map(ctx.recipe.get("result")).get("active_params"))
+    data = ctx.card.workload.dataset
+    build = data.build
+    claim = ctx.card.claim
     rows: list[list[str]] = []
-    if data:
+    if data.stated:
         rows.append(
             [
                 "dataset",
-                esc(f"{data.get('source', '—')} @ {data.get('revision', '—')}"),
-                esc(data.get("license") or ""),
+                esc(f"{data.source or '—'} @ {data.revision or '—'}"),
+                esc(data.license or ""),
             ]
         )
-        if data.get("rows_sha256"):
-            rows.append(["rows sha256", code(data["rows_sha256"]), esc(build.get("name") or "")])
-        if build.get("parquet_sha256"):
+        if data.rows_sha256:
+            rows.append(["rows sha256", code(data.rows_sha256), esc(build.name or "")])
+        if build.parquet_sha256:
             rows.append(
                 [
                     "rows parquet sha256",
-                    code(build["parquet_sha256"]),
-                    esc(f"{num(build.get('parquet_bytes'), 0)} bytes"),
+                    code(build.parquet_sha256),
+                    esc(f"{num(build.parquet_bytes, 0)} bytes"),
                 ]
             )
-        if build.get("tokenizer"):
-            rows.append(["tokenizer", esc(build["tokenizer"]), ""])
-    if active:
+        if build.tokenizer:
+            rows.append(["tokenizer", esc(build.tokenizer), ""])
+    source, revision = claim.active_params_source, claim.active_params_revision
+    if any(v is not None for v in (claim.active_params, source, revision)):
         rows.append(
             [
                 "checkpoint",
-                esc(f"{active.get('source', '—')} @ {active.get('revision', '—')}"),
-                esc(f"{num(active.get('count'), 0)} active parameters"),
+                esc(f"{source or '—'} @ {revision or '—'}"),
+                esc(f"{num(claim.active_params, 0)} active parameters"),
             ]
         )
     assets = _map(ctx.plan.get("assets"))
