@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
+import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -108,8 +109,11 @@ def _count(value: object) -> int | None:
 
 
 def _number(value: object) -> float | None:
-    """A number field as written (an int stays an int, so what is written back reads the same)."""
-    return value if isinstance(value, int | float) and not isinstance(value, bool) else None
+    """A finite number field as written (an int stays an int, so what is copied reads the same);
+    NaN or infinity is no number (docs/architecture.md, "Numbers are finite")."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return value if math.isfinite(value) else None
 
 
 def _word(value: object) -> str | None:
