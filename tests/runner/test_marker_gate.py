@@ -26,7 +26,7 @@ from support.cli import SEED
 
 from launcher.inputs.profile import load_profile
 from launcher.inputs.recipe import load_recipe
-from launcher.judge.timeline import StageTimes
+from launcher.judge.timeline import RunTimeline, StageTimes
 from launcher.plan.markers import CONTAINER_STAGES, MarkerGate
 from launcher.plan.plan import build_plan
 from launcher.plan.protocol import NONCE_LINE, STAGE_FUNCTIONS
@@ -120,7 +120,7 @@ def test_the_measured_runs_cut_reads_the_same_stages(tmp_path):
     (run_dir / "logs").mkdir(parents=True)
     (run_dir / "logs" / "node.log").write_bytes(data)
     timeline = split(tmp_path, data)
-    pieces = prepare(run_dir, run_dir, timeline.to_json())
+    pieces = prepare(run_dir, run_dir, RunTimeline.of(timeline.to_json()))
     assert [k for k, _, _ in pieces] == [1]
     cut = (run_dir / "measured" / "1" / "logs" / "train.log").read_bytes()
     assert cut == (tmp_path / "logs" / "train.log").read_bytes()
@@ -185,7 +185,7 @@ def test_forged_container_markers_never_fail_ray_once_train_began(tmp_path):
             splitter.logs.mkdir(exist_ok=True)
             splitter.append(data)
             splitter.close()
-            seen = [(s["name"], s["status"]) for s in timeline.stages]
+            seen = [(s.name, s.status) for s in timeline.stages]
             assert seen[:3] == [("preflight", "ok"), ("convert", "ok"), ("ray", "ok")], (at, line)
             assert all(name == "train" for name, _ in seen[3:]), (at, line, seen)
             assert ("train", "failed") in seen[3:], (at, line, seen)
