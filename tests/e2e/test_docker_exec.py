@@ -196,7 +196,7 @@ def test_cancel_leaves_no_container_and_no_process(
     assert processes_with_env("RUN_ID", run_id) == []  # Ray's daemons, which name no path of it
     assert rd.status()["state"] == "cancelled"
     last = rd.timeline().stages[-1]
-    assert last["name"] == "train" and last["end"] is not None and last["status"] == "cancelled"
+    assert last.name == "train" and last.end is not None and last.status == "cancelled"
 
 
 def _interrupt_training(

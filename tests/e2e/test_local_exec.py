@@ -82,7 +82,7 @@ def test_failing_stage_is_exit_3_naming_the_stage_and_not_complete(tmp_path, run
     rd = RunDir(next(runs_root.glob("test/local/*")))
     assert rd.status()["state"] == "failed" and rd.status()["complete"] is False
     stages = rd.timeline().stages
-    assert stages[-1]["name"] == "image" and stages[-1]["status"] == "failed"
+    assert stages[-1].name == "image" and stages[-1].status == "failed"
     assert (rd.logs / "train.log").exists() and (rd.logs / "train.log").read_text() == ""
 
 
