@@ -2,10 +2,9 @@
 
 A new run gets its cluster from the Plan (`from_plan`); `reproduce attach`/`cancel` get the
 cluster of a recorded run from run.json (`from_record`). Both go through `BACKENDS`, so a kind
-is added in one line here plus its module, which exposes
-
-    from_plan(plan: Plan, options: LaunchOptions, run_dir: Path) -> Cluster
-    from_record(record: Mapping[str, Any][, run_dir: Path]) -> Cluster
+is added in one line here plus its module, whose `BACKEND` is a `contract.Backend`: its
+`from_plan` and `from_record`, and the optional capabilities it declares (`WithReadyCheck`,
+`WithLivePrice`, `WithNodeShape`), which the functions below ask for by isinstance.
 
 Modules are imported only when a run needs them: the dry run never loads boto3 or paramiko.
 """
@@ -15,14 +14,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from importlib import import_module
 from pathlib import Path
-from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from launcher.errors import BadInput
 
 if TYPE_CHECKING:
+    from launcher.catalog import Price
     from launcher.clusters.base import Cluster, LaunchOptions
+    from launcher.clusters.contract import Backend
     from launcher.inputs.profile import Profile
+    from launcher.inputs.recipe import Recipe
     from launcher.plan.plan import Plan
 
 BACKENDS: dict[str, str] = {
@@ -41,8 +42,10 @@ DRY_RUN_ONLY: dict[str, str] = {}
 MULTI_NODE_KINDS: frozenset[str] = frozenset({"ssh", "ray", "aws", "slurm"})
 
 
-def backend(kind: str) -> ModuleType:
-    """The module of a cluster kind; BadInput for a kind this launcher cannot run."""
+def backend(kind: str) -> Backend:
+    """The backend of a cluster kind; BadInput for a kind this launcher cannot run."""
+    from launcher.clusters.contract import Backend
+
     if kind in DRY_RUN_ONLY:
         raise BadInput(
             f"profiles of kind {kind} are dry-run only in this version ({DRY_RUN_ONLY[kind]}); "
@@ -53,84 +56,81 @@ def backend(kind: str) -> ModuleType:
         raise BadInput(
             f"cluster kind {kind!r} is not one this launcher has ({', '.join(BACKENDS)})"
         )
-    return import_module(path)
+    found = import_module(path).BACKEND
+    if not isinstance(found, Backend):
+        raise BadInput(f"cluster kind {kind!r}: {path} holds no BACKEND (a contract.Backend)")
+    return found
 
 
 def check_ready(profile: Profile) -> None:
     """What a backend can check on this machine before a run directory exists (credentials, a
-    region): BadInput when a run could not start, so a refusal leaves nothing behind. Optional:
-    a backend module without `check_ready(profile)` needs nothing checked. No cloud call."""
-    check = getattr(backend(profile.kind), "check_ready", None)
-    if check is not None:
-        check(profile)
+    region): BadInput when a run could not start, so a refusal leaves nothing behind. A backend
+    that does not declare `WithReadyCheck` needs nothing checked. No cloud call."""
+    from launcher.clusters.contract import WithReadyCheck
+
+    found = backend(profile.kind)
+    if isinstance(found, WithReadyCheck):
+        found.check_ready(profile)
 
 
-def check_fits(recipe: Any, profile: Profile) -> None:
+def check_fits(recipe: Recipe, profile: Profile) -> None:
     """What a backend can ask its cluster about the recipe before a run directory exists and
     anything is submitted (slurm: the partition has the recipe's nodes and GPUs per node, by
-    sinfo): BadInput when it cannot hold the recipe. Optional: a backend without
-    `check_fits(recipe, profile)` checks this when it acquires."""
-    check = getattr(backend(profile.kind), "check_fits", None)
-    if check is not None:
-        check(recipe, profile)
+    sinfo): BadInput when it cannot hold the recipe. A backend that does not declare
+    `WithFitCheck` checks this when it acquires."""
+    from launcher.clusters.contract import WithFitCheck
+
+    found = backend(profile.kind)
+    if isinstance(found, WithFitCheck):
+        found.check_fits(recipe, profile)
 
 
-def live_price(recipe: Any, profile: Profile, fallback: Any) -> tuple[Any, str | None]:
+def live_price(
+    recipe: Recipe, profile: Profile, fallback: Price | None
+) -> tuple[Price | None, str | None]:
     """The node's price looked up where the backend can (aws: AWS's own prices), and why the
-    fallback (the catalog's price, or None) was kept when it could not. Optional: a backend
-    without `live_price(recipe, profile, fallback)` keeps the fallback, silently."""
-    look = getattr(backend(profile.kind), "live_price", None)
-    if look is None:
+    fallback (the catalog's price, or None) was kept when it could not. A backend that does not
+    declare `WithLivePrice` keeps the fallback, silently."""
+    from launcher.clusters.contract import WithLivePrice
+
+    found = backend(profile.kind)
+    if not isinstance(found, WithLivePrice):
         return fallback, None
-    found: tuple[Any, str | None] = look(recipe, profile, fallback)
-    return found
+    return found.live_price(recipe, profile, fallback)
 
 
-def node_shape(recipe: Any, profile: Profile) -> str | None:
+def node_shape(recipe: Recipe, profile: Profile) -> str | None:
     """What a node launched for this recipe is (`reproduce nightly` lends one node to every
     recipe of the same shape): the profile's kind, the recipe's node count and whatever else the
     backend launches differently (aws: every launch setting, instance type, region, capacity).
-    None for a backend without `node_shape(recipe, profile)`: it launches nothing (local, ssh,
+    None for a backend that does not declare `WithNodeShape`: it launches nothing (local, ssh,
     ray: its nodes are there already, acquired by each run at no cost), so nothing is shared."""
-    shape = getattr(backend(profile.kind), "node_shape", None)
-    if shape is None:
+    from launcher.clusters.contract import WithNodeShape
+
+    found = backend(profile.kind)
+    if not isinstance(found, WithNodeShape):
         return None
-    return f"{profile.kind} x{recipe.nodes} {shape(recipe, profile)}"
+    return f"{profile.kind} x{recipe.nodes} {found.node_shape(recipe, profile)}"
 
 
 def from_plan(plan: Plan, options: LaunchOptions, run_dir: Path) -> Cluster:
     """The cluster a new run acquires its nodes from (the profile's kind decides)."""
-    module = backend(plan.profile.kind)
-    make = getattr(module, "from_plan", None)
-    if make is None:
-        raise BadInput(f"cluster kind {plan.profile.kind!r} cannot start runs (no from_plan)")
-    cluster: Cluster = make(plan, options, run_dir)
-    return cluster
+    return backend(plan.profile.kind).from_plan(plan, options, run_dir)
 
 
 def from_record(record: Mapping[str, Any], run_dir: Path | None = None) -> Cluster:
     """The cluster of a recorded run (run.json's `cluster`): it reaches and releases its nodes.
 
-    `run_dir` (absolute) is the run directory the record is read from: a backend whose
-    `from_record` takes it reads the paths its record holds against it, never against the
-    directory the command runs in."""
+    `run_dir` (made absolute) is the run directory the record is read from: a backend whose
+    record holds paths reads them against it, never against the directory the command runs in."""
     kind = record.get("kind")
     if not isinstance(kind, str) or kind not in BACKENDS:
         raise BadInput(f"run.json names no cluster kind this launcher has ({kind!r})")
-    module = backend(kind)
-    if not hasattr(module, "from_record"):
-        raise BadInput(f"cluster kind {kind!r} cannot be reattached (no from_record)")
-    import inspect
-
-    if run_dir is not None and "run_dir" in inspect.signature(module.from_record).parameters:
-        made: Cluster = module.from_record(record, run_dir=Path(run_dir).absolute())
-        return made
-    cluster: Cluster = module.from_record(record)
-    return cluster
+    return backend(kind).from_record(
+        record, run_dir=Path(run_dir).absolute() if run_dir is not None else None
+    )
 
 
 def to_record(cluster: Cluster) -> dict[str, Any]:
     """What run.json keeps so that `from_record` finds the cluster again (no secrets)."""
-    make = getattr(cluster, "to_record", None)
-    record: dict[str, Any] = make() if callable(make) else {"kind": cluster.name}
-    return record
+    return cluster.to_record()

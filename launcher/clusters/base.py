@@ -3,7 +3,7 @@
 Backends are thin (docs/architecture.md, "Principles"): a Cluster acquires and releases nodes; a
 Transport moves bytes and commands to one node. Staging, detaching, streaming logs, measuring and
 judging are shared code that only ever talks to these two protocols, so AWS, SSH and this host
-cannot drift apart.
+cannot drift apart. What a backend may do beyond them it declares (launcher/clusters/contract.py).
 """
 
 from __future__ import annotations
@@ -89,3 +89,7 @@ class Cluster(Protocol):
 
     def release(self) -> None:
         """Idempotent; safe on every exit path; never ends a node it only targeted."""
+
+    def to_record(self) -> dict[str, Any]:
+        """What run.json keeps so that the backend's `from_record` finds the cluster again (no
+        secrets)."""

@@ -5,7 +5,7 @@ The runner (session.py) stages, launches, follows, cancels and collects every no
 code for every backend. `WrapperExecution` is the node protocol of docs/architecture.md (a detached
 wrapper, node.log read by byte offset, pid and exit_code files) over any Transport (this host, SSH,
 AWS through SSH). A backend whose runs are not processes it can start itself (a Ray cluster's job
-server) offers its own by `cluster.execution(node, place)`; `execution_for` picks.
+server) declares its own (`WithOwnExecution`); `contract.execution_for` picks.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Protocol
 
 from launcher.clusters import staging
-from launcher.clusters.base import Cluster, Node, Transport
+from launcher.clusters.base import Node, Transport
 from launcher.errors import InfraError
 from launcher.excerpt import excerpt
 from launcher.plan import protocol
@@ -136,16 +136,6 @@ class WrapperExecution:
 
     def close(self) -> None:
         self.transport.close()
-
-
-def execution_for(cluster: Cluster, node: Node, place: Place) -> Execution:
-    """The cluster's own execution when it has one (`cluster.execution(node, place)`), else the
-    node protocol over the cluster's transport to the node."""
-    make = getattr(cluster, "execution", None)
-    if callable(make):
-        execution: Execution = make(node, place)
-        return execution
-    return WrapperExecution(node, cluster.transport(node), place)
 
 
 def node_env(nodes: list[Node], index: int) -> dict[str, str]:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from launcher.clusters.base import CommandResult, LaunchOptions, Node
+from launcher.clusters.contract import Backend
 from launcher.errors import InfraError
 from launcher.excerpt import excerpt_lines, open_regular
 from launcher.records.atomic import write_atomic
@@ -125,11 +126,16 @@ class LocalCluster:
         return {"kind": "local"}
 
 
-def from_plan(plan: Plan, options: LaunchOptions, run_dir: Path) -> LocalCluster:
-    """The cluster of a new run (launcher.clusters.from_plan)."""
-    return LocalCluster()
+class LocalBackend(Backend):
+    """`kind: local`: this host, for every run; it declares no optional capability."""
+
+    kind = "local"
+
+    def from_plan(self, plan: Plan, options: LaunchOptions, run_dir: Path) -> LocalCluster:
+        return LocalCluster()
+
+    def from_record(self, record: Mapping[str, Any], run_dir: Path | None = None) -> LocalCluster:
+        return LocalCluster()
 
 
-def from_record(record: Mapping[str, Any]) -> LocalCluster:
-    """The cluster of a recorded run (launcher.clusters.from_record)."""
-    return LocalCluster()
+BACKEND = LocalBackend()

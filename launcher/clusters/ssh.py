@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from launcher.clusters.base import CommandResult, LaunchOptions, Node
+from launcher.clusters.contract import Backend
 from launcher.clusters.local import command_failed
 from launcher.clusters.shell_frame import framed, output_frame, unframed
 from launcher.errors import BadInput, InfraError
@@ -604,19 +605,24 @@ class SSHCluster:
         return record
 
 
-def from_plan(plan: Plan, options: LaunchOptions, run_dir: Path) -> SSHCluster:
-    """The cluster of a new run (launcher.clusters.from_plan)."""
-    return SSHCluster.from_profile(plan.profile.raw)
+class SSHBackend(Backend):
+    """`kind: ssh`: existing hosts, only targeted; it declares no optional capability."""
+
+    kind = "ssh"
+
+    def from_plan(self, plan: Plan, options: LaunchOptions, run_dir: Path) -> SSHCluster:
+        return SSHCluster.from_profile(plan.profile.raw)
+
+    def from_record(self, record: Mapping[str, Any], run_dir: Path | None = None) -> SSHCluster:
+        hosts = record.get("hosts") or [record["ssh"]]
+        return SSHCluster(
+            [
+                replace(SSHSettings.from_mapping(h), work_dir=h.get("work_dir"))
+                if h.get("work_dir")
+                else SSHSettings.from_mapping(h)
+                for h in hosts
+            ]
+        )
 
 
-def from_record(record: Mapping[str, Any]) -> SSHCluster:
-    """The cluster of a recorded run (launcher.clusters.from_record)."""
-    hosts = record.get("hosts") or [record["ssh"]]
-    return SSHCluster(
-        [
-            replace(SSHSettings.from_mapping(h), work_dir=h.get("work_dir"))
-            if h.get("work_dir")
-            else SSHSettings.from_mapping(h)
-            for h in hosts
-        ]
-    )
+BACKEND = SSHBackend()

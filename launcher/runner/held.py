@@ -18,14 +18,28 @@ operator, and the next night tries again (docs/measurement.md, "One node for a n
 
 from __future__ import annotations
 
+import functools
 import time
+from abc import ABC
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from launcher.clusters.base import Cluster, Node, Transport
+from launcher.clusters.contract import (
+    WithBudgetWatch,
+    WithDownCommand,
+    WithLeftovers,
+    WithLentNode,
+    WithNodeHealth,
+    WithOwnExecution,
+)
 from launcher.errors import InfraError, ReproduceError
 from launcher.runner.signals import release_hard
+
+if TYPE_CHECKING:
+    from launcher.clusters.execution import Execution, Place
+    from launcher.cost.budget import Budget
 
 PROBE_TIMEOUT_S = 30.0  # a node that cannot run `true` in this long is not lent again
 
@@ -59,7 +73,7 @@ class HeldNode:
             self.cluster = make()
             self.holder = run_dir
         self.lent += 1
-        return LentCluster(self, self.cluster)
+        return lent(self, self.cluster)
 
     def acquire(self) -> list[Node]:
         """The group's nodes: acquired by the first call (timed: the shared provisioning)."""
@@ -98,10 +112,9 @@ class HeldNode:
         (aws: EC2's word on its instances) and runs `true` on every node."""
         if self.broken is not None or self.cluster is None or self.nodes is None:
             return self.broken
-        probe = getattr(self.cluster, "lost_nodes", None)
-        if callable(probe):
+        if isinstance(self.cluster, WithNodeHealth):
             try:
-                lost = [str(x) for x in probe(now=True)]
+                lost = [str(x) for x in self.cluster.lost_nodes(now=True)]
             except Exception:  # noqa: BLE001 - no answer is no news; the command below decides
                 lost = []
             if lost:
@@ -129,11 +142,13 @@ class HeldNode:
         return self.release_error
 
 
-class LentCluster:
+class LentCluster(WithLentNode):
     """The group's cluster as one run sees it: the same nodes, a release that gives them back.
 
-    Everything else (transports, lost_nodes, the record attach and cancel read, down_command)
-    is the group's cluster's own, so the run is followed exactly as on a node of its own.
+    Everything else (transports, the record attach and cancel read, and every capability the
+    group's cluster declares: lost_nodes, down_command, ...) is the group's cluster's own, so the
+    run is followed exactly as on a node of its own. `lent` makes it, declaring what the group's
+    cluster declares (`_FORWARD`), and nothing more.
     """
 
     def __init__(self, held: HeldNode, cluster: Cluster) -> None:
@@ -155,5 +170,59 @@ class LentCluster:
     def release(self) -> None:
         """Given back, not ended: the group's holder releases it after the group's last run."""
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._cluster, name)
+    def to_record(self) -> dict[str, Any]:
+        return self._cluster.to_record()
+
+
+class _LentBudgetWatch(LentCluster, WithBudgetWatch):
+    def watch_budget(self, budget: Budget, started: float) -> None:
+        assert isinstance(self._cluster, WithBudgetWatch)
+        self._cluster.watch_budget(budget, started)
+
+
+class _LentNodeHealth(LentCluster, WithNodeHealth):
+    def lost_nodes(self, *, now: bool = False) -> list[str]:
+        assert isinstance(self._cluster, WithNodeHealth)
+        return self._cluster.lost_nodes(now=now)
+
+
+class _LentLeftovers(LentCluster, WithLeftovers):
+    def leftovers(self) -> list[str]:
+        assert isinstance(self._cluster, WithLeftovers)
+        return self._cluster.leftovers()
+
+
+class _LentDownCommand(LentCluster, WithDownCommand):
+    def down_command(self) -> str:
+        assert isinstance(self._cluster, WithDownCommand)
+        return self._cluster.down_command()
+
+
+class _LentOwnExecution(LentCluster, WithOwnExecution):
+    def execution(self, node: Node, place: Place) -> Execution:
+        assert isinstance(self._cluster, WithOwnExecution)
+        return self._cluster.execution(node, place)
+
+
+# Each capability a lent cluster passes on, and the class that passes it on (WithLentNode is the
+# lent cluster's own): tests/runner/test_nightly_held.py fails for a capability missing here.
+_FORWARD: dict[type[ABC], type[LentCluster]] = {
+    WithBudgetWatch: _LentBudgetWatch,
+    WithNodeHealth: _LentNodeHealth,
+    WithLeftovers: _LentLeftovers,
+    WithDownCommand: _LentDownCommand,
+    WithOwnExecution: _LentOwnExecution,
+}
+
+
+@functools.cache
+def _lent_class(forwarded: tuple[type[LentCluster], ...]) -> type[LentCluster]:
+    if not forwarded:
+        return LentCluster
+    return type("LentCluster", forwarded, {"__doc__": LentCluster.__doc__})
+
+
+def lent(held: HeldNode, cluster: Cluster) -> LentCluster:
+    """The group's cluster lent to one run, declaring exactly the capabilities it declares."""
+    forwarded = tuple(f for cap, f in _FORWARD.items() if isinstance(cluster, cap))
+    return _lent_class(forwarded)(held, cluster)

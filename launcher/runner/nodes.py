@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from launcher.clusters.base import Node
+from launcher.clusters.base import Cluster, Node
+from launcher.clusters.contract import WithLentNode
 from launcher.clusters.execution import Execution, Place
 from launcher.errors import ReproduceError
 from launcher.records.rundir import Stage, Timeline
@@ -92,13 +93,12 @@ def names(node_name: str, sentence: str) -> bool:
     return re.search(rf"(?<![\w.]){re.escape(node_name)}(?![\w])", sentence) is not None
 
 
-def acquiring_words(cluster: object, what: str) -> str:
+def acquiring_words(cluster: Cluster, what: str) -> str:
     """What a run says as it acquires: a nightly group's node (launcher/runner/held.py), once
     acquired, is the node of the run that acquired it."""
-    lent_from = getattr(cluster, "lent_from", None)
-    if lent_from is not None:
-        return f"on the nightly group's node, acquired by {lent_from}"
-    return f"acquiring {what} ({getattr(cluster, 'name', 'cluster')})"
+    if isinstance(cluster, WithLentNode) and cluster.lent_from is not None:
+        return f"on the nightly group's node, acquired by {cluster.lent_from}"
+    return f"acquiring {what} ({cluster.name})"
 
 
 def ended_early(n: NodeRun, code: int | None) -> str:

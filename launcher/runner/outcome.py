@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from launcher.clusters.contract import WithDownCommand
 from launcher.errors import BadInput, CheckFailed, InfraError, Interrupted, ReproduceError
 from launcher.excerpt import MAX_LINES, clip, log_tail
 from launcher.plan.protocol import ASSET_PLAN_FILE
@@ -167,7 +168,7 @@ def detached_message(rd: RunDir, cluster: object) -> str:
     record = rd.record()
     run_id = record.get("run_id") or rd.path.name
     cost = ""
-    if callable(getattr(cluster, "down_command", None)):  # a node this run launched
+    if isinstance(cluster, WithDownCommand):  # a node this run launched
         price = (record.get("cost") or {}).get("price_per_hour")
         nodes = (record.get("cost") or {}).get("nodes") or 1
         rate = price * nodes if isinstance(price, (int, float)) else None

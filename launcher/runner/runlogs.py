@@ -63,7 +63,7 @@ def open_execution(rd: RunDir, index: int) -> Any:
     read: the caller never stages, cancels or releases through it."""
     from launcher import clusters
     from launcher.clusters.base import Node
-    from launcher.clusters.execution import execution_for
+    from launcher.clusters.contract import execution_for
     from launcher.runner.nodes import place_of
 
     record = rd.record()

@@ -25,7 +25,13 @@ from typing import TYPE_CHECKING, NoReturn, TypeVar
 
 from launcher.clusters import trust
 from launcher.clusters.base import Cluster, Node
-from launcher.clusters.execution import execution_for, node_env
+from launcher.clusters.contract import (
+    WithBudgetWatch,
+    WithDownCommand,
+    WithNodeHealth,
+    execution_for,
+)
+from launcher.clusters.execution import node_env
 from launcher.cost.budget import Budget
 from launcher.errors import CheckFailed, Detached, InfraError, Interrupted, ReproduceError
 from launcher.inputs.recipe import Recipe
@@ -147,9 +153,8 @@ class RunSession:
             # The clock starts when acquiring starts: a cloud bills from the launch, not from the
             # moment the node answers SSH, so GPU-hours and the budget count the boot too.
             acquire_started = time.time()
-            watch = getattr(self.cluster, "watch_budget", None)
-            if self.budget is not None and callable(watch):  # aws: a slow boot is billed too
-                watch(self.budget, acquire_started)
+            if self.budget is not None and isinstance(self.cluster, WithBudgetWatch):
+                self.cluster.watch_budget(self.budget, acquire_started)  # a slow boot is billed
             nodes = self.cluster.acquire()
             self.timeline.acquired_at = acquire_started
             self.rd.write_timeline(self.timeline)
@@ -287,24 +292,22 @@ class RunSession:
     def _cluster_word(self, n: NodeRun) -> str | None:
         """What the cluster says, asked now, about a node whose script vanished without an exit
         code (None: nothing, or a backend that cannot tell)."""
-        probe = getattr(self.cluster, "lost_nodes", None)
-        if not callable(probe):
+        if not isinstance(self.cluster, WithNodeHealth):
             return None
         try:
-            lost = [str(x) for x in probe(now=True)]
+            lost = [str(x) for x in self.cluster.lost_nodes(now=True)]
         except Exception:  # noqa: BLE001 - a failed probe is no news about the node
             return None
         return "; ".join(x for x in lost if names(n.node.name, x)) or None
 
     def _check_health(self) -> None:
         """The cluster's own word on its nodes (aws: an instance terminated under the run), asked
-        every HEALTH_EVERY_S when the backend can tell (`cluster.lost_nodes()`)."""
-        probe = getattr(self.cluster, "lost_nodes", None)
-        if not callable(probe) or time.monotonic() < self._next_health:
+        every HEALTH_EVERY_S when the backend can tell (`WithNodeHealth`)."""
+        if not isinstance(self.cluster, WithNodeHealth) or time.monotonic() < self._next_health:
             return
         self._next_health = time.monotonic() + HEALTH_EVERY_S
         try:
-            lost = [str(x) for x in probe()]
+            lost = [str(x) for x in self.cluster.lost_nodes()]
         except Exception:  # noqa: BLE001 - a failed probe is no news about the nodes
             return
         if lost:
@@ -435,7 +438,7 @@ class RunSession:
             outcome = f"it could not be cancelled on the node ({str(err).splitlines()[0]})"
         self._stop_following("failed", f"{why}; unattended: cancelled and released")
         self.keep_cluster = False
-        if callable(getattr(self.cluster, "down_command", None)):
+        if isinstance(self.cluster, WithDownCommand):
             after = "the node this run launched is being ended."
         else:
             after = (
@@ -451,14 +454,15 @@ class RunSession:
         self.keep_cluster = True
         self.write_quietly(lambda: self.rd.set_status("detached", why))
         hint = reattach_hint(self.rd)
-        down = getattr(self.cluster, "down_command", None)
-        if callable(down):  # a node this run launched is billed until it is ended
+        if isinstance(self.cluster, WithDownCommand):  # a launched node bills until ended
             cost = (
                 f" (about ${self.budget.usd_per_hour:.2f}/h)"
                 if self.budget and self.budget.usd_per_hour
                 else ""
             )
-            hint += f" The node keeps billing{cost} until you end it: `{down()}`."
+            hint += (
+                f" The node keeps billing{cost} until you end it: `{self.cluster.down_command()}`."
+            )
         return InfraError(message, hint=hint)
 
     def rebuild_logs(self) -> None:

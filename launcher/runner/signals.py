@@ -27,6 +27,7 @@ from types import FrameType
 from typing import Any
 
 from launcher.clusters.base import Cluster
+from launcher.clusters.contract import WithDownCommand, WithLeftovers
 from launcher.errors import InfraError, Interrupted, ReproduceError
 
 PRESSES_TO_ABANDON = 3
@@ -148,13 +149,11 @@ def release_hard(
 
 def leftover_error(cluster: Cluster, error: ReproduceError | None) -> ReproduceError:
     """The teardown's failure as the user needs it: what is still allocated, how to end it."""
-    left_fn = getattr(cluster, "leftovers", None)
     try:
-        left = list(left_fn()) if callable(left_fn) else []
+        left = list(cluster.leftovers()) if isinstance(cluster, WithLeftovers) else []
     except Exception:  # noqa: BLE001 - listing what is left must not hide the teardown's own error
         left = []
-    command_fn = getattr(cluster, "down_command", None)
-    command = command_fn() if callable(command_fn) else None
+    command = cluster.down_command() if isinstance(cluster, WithDownCommand) else None
     if isinstance(error, InfraError) and "still allocated" in str(error):
         return error  # the backend already named what is left and how to end it
     parts = [f"teardown did not finish ({error})." if error else "teardown did not finish."]

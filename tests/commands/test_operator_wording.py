@@ -17,6 +17,7 @@ from support.operator_cli import SEED, RecordingEndpoint, aws_env, run_piped
 from support.paths import REPO
 from support.screen import Screen
 
+from launcher.clusters.contract import WithDownCommand
 from launcher.commands.console import interrupt_choice
 from launcher.records.rundir import RunDir, Timeline
 
@@ -130,7 +131,7 @@ def test_a_kept_runs_detach_message_says_it_bills(tmp_path):
     rd.update_record(cost={"price_per_hour": 63.296, "nodes": 2})
     rd.write_timeline(Timeline())
 
-    class Paid:
+    class Paid(WithDownCommand):
         def down_command(self) -> str:
             return "reproduce down X"
 

@@ -20,6 +20,7 @@ from support.helpers import cli, group_alive, start_driver, wait_for
 from support.multinode import SshHosts
 from support.nodescript import plan_running
 
+from launcher.clusters.contract import WithNodeHealth
 from launcher.clusters.ssh import SSHCluster
 from launcher.cost.budget import Budget
 from launcher.errors import CheckFailed, InfraError
@@ -219,7 +220,7 @@ def test_a_lost_worker_stops_the_run_on_the_others_and_is_named(hosts, runs_root
     _nothing_running(hosts, rd)
 
 
-class _TellingCluster(SSHCluster):
+class _TellingCluster(SSHCluster, WithNodeHealth):
     """An SSH host list whose backend can say what happened to a machine (as aws can: an
     instance EC2 terminated), asked at once when a node's script vanishes."""
 

@@ -110,14 +110,14 @@ class Night:
         )
         self.train: dict[str, str] = {}
         self.good_log = good_log
-        real_from_plan = aws_backend.from_plan
+        real_from_plan = aws_backend.BACKEND.from_plan
 
         def from_plan(plan, options, run_dir, **kw):  # the recording session, fast polls
             cluster = real_from_plan(plan, options, run_dir, log=lambda _line: None)
             cluster._session, cluster.poll_s = aws, 0.01
             return cluster
 
-        monkeypatch.setattr(aws_backend, "from_plan", from_plan)
+        monkeypatch.setattr(aws_backend.BACKEND, "from_plan", from_plan)
         real_prepare = reproduction.prepare
 
         def prepare(recipe_path, options):  # the Plan's own, with a hand-written node script

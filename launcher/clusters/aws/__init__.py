@@ -33,89 +33,92 @@ from typing import TYPE_CHECKING, Any
 
 from launcher.clusters.aws.program import provisioning_calls
 from launcher.clusters.aws.requests import ApiCall, to_jsonable
+from launcher.clusters.contract import Backend, WithLivePrice, WithNodeShape, WithReadyCheck
 from launcher.inputs.profile import AwsProfile
 from launcher.records.rundir import Files
 
 if TYPE_CHECKING:
+    from launcher.catalog import Price
     from launcher.clusters.aws.cluster import AwsCluster
+    from launcher.clusters.base import LaunchOptions
     from launcher.inputs.profile import Profile
+    from launcher.inputs.recipe import Recipe
+    from launcher.plan.plan import Plan
 
-__all__ = [
-    "ApiCall",
-    "check_ready",
-    "from_plan",
-    "from_record",
-    "live_price",
-    "node_shape",
-    "provisioning_calls",
-    "to_jsonable",
-]
+__all__ = ["BACKEND", "ApiCall", "AwsBackend", "provisioning_calls", "to_jsonable"]
 
 
-def from_plan(
-    plan: Any, options: Any, run_dir: Path, *, log: Callable[[str], Any] = print
-) -> AwsCluster:
-    """The cluster for a new run (the backend registry's entry point).
+class AwsBackend(Backend, WithReadyCheck, WithLivePrice, WithNodeShape):
+    """`kind: aws`: EC2 nodes launched for a run (or targeted), and ended again."""
 
-    plan is a launcher.plan.plan.Plan (typed Any: the plan module imports this package); options
-    carries keep and owner (the owner the dry run printed). The state goes to run_dir/aws.json
-    and the calls sent to run_dir/aws-calls.jsonl; `log` receives the launch's progress lines.
-    """
-    from launcher.clusters.aws.cluster import AwsCluster
+    kind = "aws"
 
-    return AwsCluster(
-        plan.recipe,
-        plan.profile,
-        plan.run_id,
-        keep=bool(getattr(options, "keep", False)),
-        shared=bool(getattr(options, "shared", False)),
-        instance_id=plan.profile.instance_id if isinstance(plan.profile, AwsProfile) else None,
-        owner=str(getattr(options, "owner", "unknown")),
-        price_per_hour=getattr(options, "price_per_hour", None),
-        state_path=Path(run_dir) / Files.AWS,
-        log=log,
-    )
+    def from_plan(
+        self,
+        plan: Plan,
+        options: LaunchOptions,
+        run_dir: Path,
+        *,
+        log: Callable[[str], object] = print,
+    ) -> AwsCluster:
+        """The cluster for a new run. The state goes to run_dir/aws.json and the calls sent to
+        run_dir/aws-calls.jsonl; `log` receives the launch's progress lines."""
+        from launcher.clusters.aws.cluster import AwsCluster
+
+        return AwsCluster(
+            plan.recipe,
+            plan.profile,
+            plan.run_id,
+            keep=options.keep,
+            shared=options.shared,
+            instance_id=plan.profile.instance_id if isinstance(plan.profile, AwsProfile) else None,
+            owner=options.owner,
+            price_per_hour=options.price_per_hour,
+            state_path=Path(run_dir) / Files.AWS,
+            log=log,
+        )
+
+    def from_record(
+        self,
+        record: Mapping[str, Any],
+        run_dir: Path | None = None,
+        *,
+        log: Callable[[str], object] = print,
+    ) -> AwsCluster:
+        """The cluster of a recorded run (run.json): transports to its nodes, a release to end
+        them. `run_dir`: where the record was read, which its aws.json path is read against."""
+        from launcher.clusters.aws.cluster import AwsCluster
+
+        return AwsCluster.from_record(record, run_dir=run_dir, log=log)
+
+    def check_ready(self, profile: Profile) -> None:
+        """Credentials and a known region, checked before the run directory exists: without
+        them BadInput, and nothing is made. No AWS call."""
+        from launcher.clusters.aws.session import make_session
+
+        make_session(profile.region)
+
+    def node_shape(self, recipe: Recipe, profile: Profile) -> str:
+        """Every launch setting (instance type, region, capacity, AMI, volume, ...): two recipes
+        share a node only when their launches would be the same."""
+        import json
+        from dataclasses import asdict
+
+        from launcher.clusters.aws.settings import settings_from
+
+        s = settings_from(recipe, profile)
+        return f"{s.instance_type} {s.region} {s.capacity_type} " + json.dumps(
+            asdict(s), sort_keys=True, default=str
+        )
+
+    def live_price(
+        self, recipe: Recipe, profile: Profile, fallback: Price | None
+    ) -> tuple[Price | None, str | None]:
+        """The run's price looked up from AWS before its cost is shown; the catalog's
+        (`fallback`) and why, when the lookup fails."""
+        from launcher.clusters.aws.prices import live_price
+
+        return live_price(recipe, profile, fallback)
 
 
-def check_ready(profile: Profile) -> None:
-    """Credentials and a known region, checked before the run directory exists (the backend
-    registry's optional hook): without them BadInput, and nothing is made. No AWS call."""
-    from launcher.clusters.aws.session import make_session
-
-    make_session(profile.region)
-
-
-def node_shape(recipe: Any, profile: Any) -> str:
-    """Every launch setting (instance type, region, capacity, AMI, volume, ...): two recipes
-    share a node only when their launches would be the same (the backend registry's optional
-    hook; BadInput for a profile that could not launch the recipe at all)."""
-    import json
-    from dataclasses import asdict
-
-    from launcher.clusters.aws.settings import settings_from
-
-    s = settings_from(recipe, profile)
-    return f"{s.instance_type} {s.region} {s.capacity_type} " + json.dumps(
-        asdict(s), sort_keys=True, default=str
-    )
-
-
-def live_price(recipe: Any, profile: Any, fallback: Any) -> tuple[Any, str | None]:
-    """The run's price looked up from AWS before its cost is shown (the backend registry's
-    optional hook); the catalog's (`fallback`) and why, when the lookup fails."""
-    from launcher.clusters.aws.prices import live_price as look
-
-    return look(recipe, profile, fallback)
-
-
-def from_record(
-    record: Mapping[str, Any],
-    *,
-    run_dir: Path | None = None,
-    log: Callable[[str], Any] = print,
-) -> AwsCluster:
-    """The cluster of a recorded run (run.json): transports to its nodes, a release to end them.
-    `run_dir`: where the record was read, which its aws.json path is read against."""
-    from launcher.clusters.aws.cluster import AwsCluster
-
-    return AwsCluster.from_record(record, run_dir=run_dir, log=log)
+BACKEND = AwsBackend()

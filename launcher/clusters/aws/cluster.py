@@ -35,6 +35,12 @@ from launcher.clusters.aws.teardown import (
     unfound_message,
 )
 from launcher.clusters.base import Node
+from launcher.clusters.contract import (
+    WithBudgetWatch,
+    WithDownCommand,
+    WithLeftovers,
+    WithNodeHealth,
+)
 from launcher.errors import BadInput, InfraError, ReproduceError
 from launcher.records.rundir import Files, RunDir
 
@@ -48,7 +54,7 @@ RELEASE_ATTEMPTS = 5  # a teardown stopped by something not AWS's (EIO from a pr
 HEALTH_EVERY_S = 10.0  # lost_nodes asks EC2 at most this often (one DescribeInstances)
 
 
-class AwsCluster:
+class AwsCluster(WithBudgetWatch, WithNodeHealth, WithLeftovers, WithDownCommand):
     """Acquire EC2 nodes for a run (launch or target) and release exactly what was launched."""
 
     name = "aws"

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from launcher.clusters.base import LaunchOptions, Node
+from launcher.clusters.contract import Backend, WithNodeHealth, WithOwnExecution
 from launcher.errors import BadInput, InfraError
 from launcher.inputs.profile import RayProfile
 from launcher.plan.node_script import MILES_PYTHONPATH, container_env
@@ -93,7 +94,7 @@ def _address(value: Any, where: str) -> str:
     return address
 
 
-class RayCluster:
+class RayCluster(WithOwnExecution, WithNodeHealth):
     """The job server of a Ray cluster that exists without us; release never touches it."""
 
     name = "ray"
@@ -129,7 +130,7 @@ class RayCluster:
         )
 
     def execution(self, node: Node, place: Place) -> RayJobExecution:
-        """The run as a Ray job (launcher/clusters/execution.py finds this method)."""
+        """The run as a Ray job (`WithOwnExecution`: the runner drives it, not a shell)."""
         from launcher.clusters.ray.jobs import RayJobExecution
 
         if not self.started_with:  # a run found again: the nodes it started with are recorded
@@ -168,12 +169,17 @@ class RayCluster:
         return {"kind": "ray", "address": self.address}
 
 
-def from_plan(plan: Plan, options: LaunchOptions, run_dir: Path) -> RayCluster:
-    """The cluster of a new run (launcher.clusters.from_plan)."""
-    address = _address(_profile_address(plan), str(plan.profile.path))
-    return RayCluster(address, plan, run_dir)
+class RayBackend(Backend):
+    """`kind: ray`: an existing Ray cluster's job server."""
+
+    kind = "ray"
+
+    def from_plan(self, plan: Plan, options: LaunchOptions, run_dir: Path) -> RayCluster:
+        address = _address(_profile_address(plan), str(plan.profile.path))
+        return RayCluster(address, plan, run_dir)
+
+    def from_record(self, record: Mapping[str, Any], run_dir: Path | None = None) -> RayCluster:
+        return RayCluster(_address(record.get("address"), Files.RUN))
 
 
-def from_record(record: Mapping[str, Any]) -> RayCluster:
-    """The cluster of a recorded run (launcher.clusters.from_record)."""
-    return RayCluster(_address(record.get("address"), Files.RUN))
+BACKEND = RayBackend()

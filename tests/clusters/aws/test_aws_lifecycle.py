@@ -21,7 +21,7 @@ from support.aws import (
     cluster as aws_cluster,
 )
 
-from launcher.clusters.aws import from_record
+from launcher.clusters.aws import BACKEND
 from launcher.clusters.aws.down import down
 from launcher.clusters.aws.reap import reap
 from launcher.clusters.aws.requests import TAG_EXPIRES, TAG_RUN_ID
@@ -193,7 +193,7 @@ def test_record_restores_a_cluster_that_releases_what_was_launched(aws, ami, tmp
     record = c.to_record()
     json.dumps(record)
     c.acquire()
-    again = from_record(record)
+    again = BACKEND.from_record(record)
     again._session = aws
     assert [n.meta["instance_id"] for n in again.acquire()] == [
         n.meta["instance_id"] for n in c.nodes

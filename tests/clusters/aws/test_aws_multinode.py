@@ -283,13 +283,13 @@ def test_a_recorded_cluster_reaches_the_workers_through_the_head_again(
     """attach/cancel: run.json's record gives the nodes back, routes included."""
     from dataclasses import asdict
 
-    from launcher.clusters.aws import from_record
+    from launcher.clusters.aws import BACKEND
     from launcher.clusters.base import Node
 
     c = cluster(aws, ami, tmp_path, loopback_nodes)
     record = c.to_record()
     nodes = c.acquire()
-    again = from_record(record)
+    again = BACKEND.from_record(record)
     again._session = aws
     restored = again.acquire()
     assert restored == nodes and restored[3].via == restored[0]

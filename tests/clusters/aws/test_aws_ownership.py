@@ -25,7 +25,7 @@ from support.aws import (
     quiet_down,
 )
 
-from launcher.clusters.aws import from_record
+from launcher.clusters.aws import BACKEND
 from launcher.errors import BadInput, InfraError, Interrupted
 
 pytestmark = pytest.mark.aws
@@ -216,7 +216,7 @@ def test_a_corrupt_aws_json_does_not_stop_a_recorded_runs_release(aws, ami, tmp_
     record = c.to_record()
     c.acquire()
     (tmp_path / "run" / "aws.json").write_text("{")
-    again = from_record(record, log=lambda line: None)
+    again = BACKEND.from_record(record, log=lambda line: None)
     again._session = aws
     again.poll_s = 0.01
     again.release()

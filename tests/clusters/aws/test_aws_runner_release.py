@@ -19,6 +19,7 @@ from support.paths import TESTS
 
 from launcher import clusters
 from launcher.clusters.base import CommandResult, Node
+from launcher.clusters.contract import Backend, WithDownCommand, WithLeftovers
 from launcher.clusters.local import LocalCluster, LocalTransport
 from launcher.cost.budget import Budget
 from launcher.errors import CheckFailed, InfraError, Interrupted
@@ -78,7 +79,7 @@ class UnreachableTransport(LocalTransport):
         raise InfraError("cannot connect to 203.0.113.9:22: timed out")
 
 
-class PaidCluster(LocalCluster):
+class PaidCluster(LocalCluster, WithLeftovers):
     """A node that costs money until release() ends it (as an AWS instance does)."""
 
     name = "paid"
@@ -119,7 +120,7 @@ class PaidCluster(LocalCluster):
         return {"kind": "paid"}
 
 
-class BilledCluster(PaidCluster):
+class BilledCluster(PaidCluster, WithDownCommand):
     def down_command(self) -> str:
         return "reproduce down RUN"
 
@@ -131,8 +132,18 @@ def _fresh_ctrl_c():
 
 def _register(monkeypatch, later: PaidCluster) -> None:
     """Runs recorded with kind "paid" are found again (attach, cancel) as `later`."""
+
+    class PaidBackend(Backend):
+        kind = "paid"
+
+        def from_plan(self, plan, options, run_dir):
+            raise AssertionError("a paid run is only found again here")
+
+        def from_record(self, record):
+            return later
+
     backend = types.ModuleType("paid_backend")
-    backend.from_record = lambda record: later
+    backend.BACKEND = PaidBackend()
     monkeypatch.setitem(sys.modules, "paid_backend", backend)
     monkeypatch.setitem(clusters.BACKENDS, "paid", "paid_backend")
 

@@ -326,11 +326,11 @@ def test_a_job_server_that_does_not_answer_is_infra():
 
 
 def test_the_cluster_is_found_again_from_run_json_and_never_released():
-    cluster = ray_cluster.from_record({"kind": "ray", "address": "http://head:8265"})
+    cluster = ray_cluster.BACKEND.from_record({"kind": "ray", "address": "http://head:8265"})
     assert cluster.to_record() == {"kind": "ray", "address": "http://head:8265"}
     assert cluster.release() is None
     with pytest.raises(BadInput, match="not a Ray job server"):
-        ray_cluster.from_record({"kind": "ray", "address": "head:6379"})
+        ray_cluster.BACKEND.from_record({"kind": "ray", "address": "head:6379"})
 
 
 def test_lost_nodes_names_the_dead_gpu_nodes_the_run_started_with(monkeypatch):

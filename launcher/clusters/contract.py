@@ -1,0 +1,159 @@
+"""The backend contract: what every cluster kind must do, and what it may declare it can do.
+
+A kind is one `Backend` object (its module's `BACKEND`, found by the registry in
+`launcher/clusters/__init__.py`), and a run's cluster is one `Cluster` (launcher/clusters/base.py).
+Everything beyond the required part is an optional capability, declared by inheriting a `With...`
+class below (the model: dstack's `ComputeWith...Support` mixins). Callers ask
+`isinstance(cluster, WithNodeHealth)` and call the method the class names; they never look for an
+attribute by name. A declared capability is a promise the class keeps: each `With...` class makes
+its methods abstract, so a backend that declares one and lacks its method cannot be made, and
+tests/clusters/test_contract.py fails for a method of a capability a class has without declaring
+it, and for a `getattr(..., "hook", None)` dispatch anywhere in launcher/.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from launcher.clusters.base import Cluster, Node
+from launcher.clusters.execution import Execution, Place, WrapperExecution
+
+if TYPE_CHECKING:
+    from launcher.catalog import Price
+    from launcher.clusters.base import LaunchOptions
+    from launcher.cost.budget import Budget
+    from launcher.inputs.profile import Profile
+    from launcher.inputs.recipe import Recipe
+    from launcher.plan.plan import Plan
+
+
+class Backend(ABC):
+    """One cluster kind: how a new run gets its cluster, and how a recorded run finds it again.
+
+    Importing a backend's module loads no boto3, paramiko or ray: the dry run asks the registry
+    for a kind without paying for its clients."""
+
+    kind: ClassVar[str]
+
+    @abstractmethod
+    def from_plan(self, plan: Plan, options: LaunchOptions, run_dir: Path) -> Cluster:
+        """The cluster a new run acquires its nodes from."""
+
+    @abstractmethod
+    def from_record(self, record: Mapping[str, Any], run_dir: Path | None = None) -> Cluster:
+        """The cluster of a recorded run (run.json's `cluster`): it reaches and releases its
+        nodes. `run_dir` (absolute): where the record was read; a record that holds paths is read
+        against it, never against the directory the command runs in."""
+
+
+# --- what a backend may declare ---------------------------------------------------------------
+
+
+class WithReadyCheck(ABC):
+    """The kind can check on this machine, before a run directory exists, that a run could start
+    (aws: credentials and a known region). No cloud call."""
+
+    @abstractmethod
+    def check_ready(self, profile: Profile) -> None:
+        """BadInput when a run could not start: a refusal leaves nothing behind."""
+
+
+class WithLivePrice(ABC):
+    """The kind can look the node's price up where it is sold (aws: AWS's own prices)."""
+
+    @abstractmethod
+    def live_price(
+        self, recipe: Recipe, profile: Profile, fallback: Price | None
+    ) -> tuple[Price | None, str | None]:
+        """The price found, or the fallback and why it was kept; never raises for a failed
+        lookup."""
+
+
+class WithNodeShape(ABC):
+    """The kind launches its nodes, so recipes whose launches would be the same can share one
+    (`reproduce nightly`). A kind without it launches nothing: its nodes are there already."""
+
+    @abstractmethod
+    def node_shape(self, recipe: Recipe, profile: Profile) -> str:
+        """Every launch setting, as text; BadInput for a profile that could not launch it."""
+
+
+BACKEND_CAPABILITIES: tuple[type[ABC], ...] = (WithReadyCheck, WithLivePrice, WithNodeShape)
+
+
+# --- what a run's cluster may declare ----------------------------------------------------------
+
+
+class WithBudgetWatch(ABC):
+    """The cluster's acquire takes long enough to be billed (aws: a boot and its status checks),
+    so it checks the run's budget while it acquires."""
+
+    @abstractmethod
+    def watch_budget(self, budget: Budget, started: float) -> None:
+        """Handed over before acquire: the budget, and when the run's clock started."""
+
+
+class WithNodeHealth(ABC):
+    """The cluster can say, from outside the node, that a node is gone (aws: an instance
+    terminated; ray: a GPU node dead)."""
+
+    @abstractmethod
+    def lost_nodes(self, *, now: bool = False) -> list[str]:
+        """One sentence per lost node, naming it; `now`: ask afresh, not from a cache."""
+
+
+class WithLeftovers(ABC):
+    """The cluster's release ends what it made, and can say what is still allocated when a
+    release did not finish."""
+
+    @abstractmethod
+    def leftovers(self) -> list[str]:
+        """What is still allocated, by name (empty when nothing is)."""
+
+
+class WithDownCommand(ABC):
+    """The run launched its nodes: they bill until ended, and a command ends them from any
+    terminal."""
+
+    @abstractmethod
+    def down_command(self) -> str:
+        """The command that ends this run's nodes (`reproduce down ...`)."""
+
+
+class WithOwnExecution(ABC):
+    """The cluster's runs are not processes the launcher starts over a shell (a Ray cluster's job
+    server): it drives each node's run itself instead of the node protocol over a Transport."""
+
+    @abstractmethod
+    def execution(self, node: Node, place: Place) -> Execution:
+        """The node's run as the runner drives it."""
+
+
+class WithLentNode(ABC):
+    """The cluster's node was lent to this run by a nightly group (launcher/runner/held.py)."""
+
+    @property
+    @abstractmethod
+    def lent_from(self) -> Path | None:
+        """The run that acquired the group's node, once it is acquired (None: this run will)."""
+
+
+CLUSTER_CAPABILITIES: tuple[type[ABC], ...] = (
+    WithBudgetWatch,
+    WithNodeHealth,
+    WithLeftovers,
+    WithDownCommand,
+    WithOwnExecution,
+    WithLentNode,
+)
+
+
+def execution_for(cluster: Cluster, node: Node, place: Place) -> Execution:
+    """The cluster's own execution when it declares one, else the node protocol over the
+    cluster's transport to the node."""
+    if isinstance(cluster, WithOwnExecution):
+        return cluster.execution(node, place)
+    return WrapperExecution(node, cluster.transport(node), place)

@@ -1,0 +1,205 @@
+"""The backend contract (launcher/clusters/contract.py): what a kind can do is declared, not guessed.
+
+Callers ask `isinstance(cluster, WithNodeHealth)`; nothing in launcher/ looks a hook up by name on
+a cluster or a backend. These tests hold that for every module and class there is, so a backend or
+a capability added later is covered unasked: an AST walk for `getattr`/`hasattr` dispatch, every
+cluster and backend class's declared capabilities against the methods it has, and the nightly's
+lent cluster against every combination of capabilities the cluster it lends may declare.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import itertools
+import pkgutil
+from pathlib import Path
+
+import pytest
+
+import launcher
+from launcher import clusters
+from launcher.clusters.base import Node
+from launcher.clusters.contract import (
+    BACKEND_CAPABILITIES,
+    CLUSTER_CAPABILITIES,
+    Backend,
+    WithBudgetWatch,
+    WithDownCommand,
+    WithLeftovers,
+    WithLentNode,
+    WithNodeHealth,
+    WithOwnExecution,
+)
+from launcher.clusters.local import LocalCluster
+from launcher.runner.held import HeldNode, LentCluster
+
+LAUNCHER = Path(launcher.__file__).parent
+CAPABILITIES = BACKEND_CAPABILITIES + CLUSTER_CAPABILITIES
+
+
+def _methods(cap: type) -> frozenset[str]:
+    return frozenset(cap.__abstractmethods__)  # type: ignore[attr-defined]
+
+
+# Every name a backend or a cluster answers to: its required part and every capability's methods.
+HOOKS = frozenset(
+    {"acquire", "transport", "release", "to_record", "from_plan", "from_record", "BACKEND"}
+).union(*(_methods(c) for c in CAPABILITIES))
+
+
+def _dispatches(tree: ast.AST) -> list[tuple[int, str]]:
+    """`getattr(x, "name", ...)` / `hasattr(x, "name")` where the name is a hook of the contract
+    or x is a cluster or a backend by its name: a capability looked up instead of declared."""
+    found = []
+    for node in ast.walk(tree):
+        if not (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in {"getattr", "hasattr"}
+            and len(node.args) >= 2
+        ):
+            continue
+        target = ast.unparse(node.args[0]).lower()
+        name = node.args[1]
+        hook = isinstance(name, ast.Constant) and name.value in HOOKS
+        if hook or any(w in target for w in ("cluster", "backend", "module")):
+            found.append((node.lineno, ast.unparse(node)))
+    return found
+
+
+def test_no_backend_hook_is_found_by_name_anywhere_in_launcher():
+    bad = [
+        f"{path.relative_to(LAUNCHER.parent)}:{line}: {text}"
+        for path in sorted(LAUNCHER.rglob("*.py"))
+        for line, text in _dispatches(ast.parse(path.read_text(), str(path)))
+    ]
+    assert not bad, "declare a capability (launcher/clusters/contract.py) instead:\n" + "\n".join(
+        bad
+    )
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        'probe = getattr(self.cluster, "lost_nodes", None)',
+        'getattr(backend(kind), "check_ready", None)',
+        'hasattr(module, "from_record")',
+        'make = getattr(thing, "watch_budget")',
+        "getattr(self._cluster, name)",
+    ],
+)
+def test_the_dispatch_walk_finds_a_lookup_by_name(source):
+    """The walk can fail: each way the hooks were looked up before is found."""
+    assert _dispatches(ast.parse(source))
+
+
+def test_the_dispatch_walk_leaves_other_getattr_alone():
+    assert not _dispatches(ast.parse('getattr(yaml, "CSafeLoader", yaml.SafeLoader)'))
+
+
+def _launcher_classes() -> list[type]:
+    """Every class defined in launcher/ (every module imported: importing loads no client)."""
+    found: dict[str, type] = {}
+    for info in pkgutil.walk_packages([str(LAUNCHER)], "launcher."):
+        if info.name.endswith("__main__"):
+            continue
+        module = importlib.import_module(info.name)
+        for _, cls in inspect.getmembers(module, inspect.isclass):
+            if cls.__module__ == module.__name__:
+                found[f"{cls.__module__}.{cls.__qualname__}"] = cls
+    return [found[k] for k in sorted(found)]
+
+
+def _is_cluster(cls: type) -> bool:
+    return all(callable(getattr(cls, m, None)) for m in ("acquire", "transport", "release"))
+
+
+CLASSES = _launcher_classes()
+CONTRACT_CLASSES = [c for c in CLASSES if issubclass(c, Backend) or _is_cluster(c)]
+
+
+def test_every_kind_is_a_backend_of_its_own_kind():
+    for kind in clusters.BACKENDS:
+        found = clusters.backend(kind)
+        assert isinstance(found, Backend) and found.kind == kind
+
+
+def test_the_walk_sees_every_backend_and_cluster():
+    names = {c.__name__ for c in CONTRACT_CLASSES}
+    want = {"LocalCluster", "SSHCluster", "AwsCluster", "RayCluster", "LentCluster"}
+    want |= {type(clusters.backend(k)).__name__ for k in clusters.BACKENDS}
+    assert want <= names
+
+
+@pytest.mark.parametrize("cls", CONTRACT_CLASSES, ids=lambda c: f"{c.__module__}.{c.__name__}")
+def test_declared_capabilities_are_exactly_the_implemented_ones(cls):
+    """A capability declared is implemented (its methods concrete), and a method of a capability
+    is never there undeclared: the runner would not see it."""
+    for cap in CAPABILITIES:
+        has = {m for m in _methods(cap) if getattr(cls, m, None) is not None}
+        if issubclass(cls, cap):
+            assert not (_methods(cap) & getattr(cls, "__abstractmethods__", frozenset())), (
+                f"{cls.__name__} declares {cap.__name__} and leaves its methods abstract"
+            )
+        else:
+            assert not has, f"{cls.__name__} has {sorted(has)} without declaring {cap.__name__}"
+
+
+def test_a_capability_declared_without_its_method_cannot_be_made():
+    class Careless(LocalCluster, WithNodeHealth):
+        pass
+
+    with pytest.raises(TypeError, match="lost_nodes"):
+        Careless()
+
+
+LENDABLE = [c for c in CLUSTER_CAPABILITIES if c is not WithLentNode]
+
+
+def _cluster_with(caps: tuple[type, ...]) -> LocalCluster:
+    """A cluster declaring exactly `caps`, each method answering with its own name."""
+    calls: list[str] = []
+    body = {
+        "calls": calls,
+        "watch_budget": lambda self, budget, started: calls.append("watch_budget"),
+        "lost_nodes": lambda self, *, now=False: calls.append(f"lost_nodes now={now}") or ["x"],
+        "leftovers": lambda self: calls.append("leftovers") or ["i-1"],
+        "down_command": lambda self: calls.append("down_command") or "reproduce down R",
+        "execution": lambda self, node, place: calls.append("execution") or "EXEC",
+    }
+    methods = set().union(*(_methods(c) for c in caps)) if caps else set()
+    kept = {k: v for k, v in body.items() if k == "calls" or k in methods}
+    return type("Inner", (LocalCluster, *caps), kept)()
+
+
+@pytest.mark.parametrize(
+    "caps",
+    [c for r in range(len(LENDABLE) + 1) for c in itertools.combinations(LENDABLE, r)],
+    ids=lambda caps: "+".join(c.__name__ for c in caps) or "none",
+)
+def test_a_lent_cluster_declares_and_passes_on_what_the_group_cluster_declares(caps):
+    inner = _cluster_with(caps)
+    held = HeldNode("aws x1 shape", recipes=2)
+    lent = held.lend(lambda: inner, Path("/runs/first"))
+    assert isinstance(lent, LentCluster) and isinstance(lent, WithLentNode)
+    assert {c for c in LENDABLE if isinstance(lent, c)} == set(caps)
+    for cap in caps:
+        if cap is WithBudgetWatch:
+            lent.watch_budget(None, 0.0)
+        elif cap is WithNodeHealth:
+            assert lent.lost_nodes(now=True) == ["x"]
+        elif cap is WithLeftovers:
+            assert lent.leftovers() == ["i-1"]
+        elif cap is WithDownCommand:
+            assert lent.down_command() == "reproduce down R"
+        elif cap is WithOwnExecution:
+            assert lent.execution(Node("n", "h"), None) == "EXEC"
+        else:
+            pytest.fail(f"no check for {cap.__name__}: add one here")
+    assert len(inner.calls) == len(caps)
+    assert lent.to_record() == {"kind": "local"}
+    assert lent.lent_from is None  # nothing acquired yet: this run acquires
+    lent.acquire()
+    assert lent.lent_from == Path("/runs/first")
