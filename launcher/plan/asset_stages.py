@@ -35,11 +35,11 @@ from launcher.plan.node_script import (
     MILES_DIR,
     MILES_PYTHONPATH,
     ScriptContext,
-    Stage,
     _heredoc_tag,
     _with_nvls_off,
     q,
 )
+from launcher.plan.placement import Stage
 from launcher.plan.protocol import ASSET_PLAN_FILE as PLAN_RESULT
 from launcher.plan.protocol import STATE_DIR
 

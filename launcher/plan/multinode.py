@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from launcher.plan import ray_stage
+from launcher.plan.placement import Placement
 from launcher.plan.protocol import END_MARK, OUT_DIR, STATE_DIR
 
 if TYPE_CHECKING:
@@ -23,23 +24,6 @@ if TYPE_CHECKING:
     from launcher.inputs.recipe import Recipe
 
 q = shlex.quote
-
-
-class ScriptContext(Protocol):
-    """What these parts need of node_script.ScriptContext (which imports this module)."""
-
-    @property
-    def recipe(self) -> Recipe: ...
-    @property
-    def profile(self) -> Profile: ...
-    @property
-    def node_run_dir(self) -> str: ...
-    @property
-    def container(self) -> str: ...
-    @property
-    def scripts(self) -> str: ...
-    @property
-    def own_pid_namespace(self) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -108,7 +92,7 @@ def efa_env(recipe: Recipe, profile: Profile) -> list[tuple[str, str]]:
     return [(v.name, v.value) for v in EFA_ENV] if wanted else []
 
 
-def header_lines(ctx: ScriptContext) -> list[str]:
+def header_lines(ctx: Placement) -> list[str]:
     """node.sh's multi-node header: what the launcher gives each node at launch, with the
     defaults that let a person run it by hand on node 0."""
     if not spans_nodes(ctx.recipe, ctx.profile):
@@ -130,21 +114,21 @@ def header_lines(ctx: ScriptContext) -> list[str]:
     ]
 
 
-def run_dir_line(ctx: ScriptContext) -> str:
+def run_dir_line(ctx: Placement) -> str:
     """NODE_RUN_DIR: the plan's; for several nodes the launcher's NODE_RUN_DIR may name another."""
     if spans_nodes(ctx.recipe, ctx.profile):
         return f'NODE_RUN_DIR="${{NODE_RUN_DIR:-{_dq(ctx.node_run_dir)}}}"'
     return f"NODE_RUN_DIR={q(ctx.node_run_dir)}"
 
 
-def container_line(ctx: ScriptContext) -> str:
+def container_line(ctx: Placement) -> str:
     """The run's container name; for several nodes one per node (reproduce-<id>-node<K>)."""
     if spans_nodes(ctx.recipe, ctx.profile):
         return f'CONTAINER={q(ctx.container + "-node")}"${{NODE_RANK:-0}}"'
     return f"CONTAINER={q(ctx.container)}"
 
 
-def mount_words(ctx: ScriptContext, scripts_at: str) -> list[str]:
+def mount_words(ctx: Placement, scripts_at: str) -> list[str]:
     """`DOCKER_ARGS+=(...)` with the mounts of a multi-node run, following $NODE_RUN_DIR."""
     if not spans_nodes(ctx.recipe, ctx.profile):
         return []
@@ -156,14 +140,14 @@ def mount_words(ctx: ScriptContext, scripts_at: str) -> list[str]:
     ]
 
 
-def env_names(ctx: ScriptContext) -> list[str]:
+def env_names(ctx: Placement) -> list[str]:
     """What every container of a multi-node run gets from node.sh's environment (-e NAME)."""
     if not spans_nodes(ctx.recipe, ctx.profile):
         return []
     return ["NODE_RANK", "HEAD_ADDR", "NODE_IP", "NODE_ADDRS"]
 
 
-def env_args(ctx: ScriptContext) -> list[str]:
+def env_args(ctx: Placement) -> list[str]:
     """-e NAME=VALUE of the EFA environment, for every container (the GPU preflight's too)."""
     args: list[str] = []
     for name, value in efa_env(ctx.recipe, ctx.profile):
@@ -171,7 +155,7 @@ def env_args(ctx: ScriptContext) -> list[str]:
     return args
 
 
-def preflight_args(ctx: ScriptContext) -> str:
+def preflight_args(ctx: Placement) -> str:
     """The GPU preflight's all-reduce across every node (--nnodes: node 0 is the rendezvous), so a
     fall-back to TCP fails allreduce_multinode_busbw_gbps before any training minute."""
     if not spans_nodes(ctx.recipe, ctx.profile):
@@ -188,7 +172,7 @@ def preflight_args(ctx: ScriptContext) -> str:
 RAY_START_TRIES = 3
 
 
-def ray_lines(ctx: ScriptContext) -> list[str]:
+def ray_lines(ctx: Placement) -> list[str]:
     """The ray stage of a multi-node run (in the training container).
 
     Node K waits for node 0's Ray to answer, joins it, and serves it until the launcher marks the

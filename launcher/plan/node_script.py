@@ -14,7 +14,6 @@ import re
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from launcher.inputs.patches import node_lines as patch_lines
 from launcher.inputs.profile import AwsProfile, Profile, RayProfile
@@ -26,6 +25,7 @@ from launcher.plan.bash_template import BashTemplate, Lines, template
 from launcher.plan.host_clock import training_run
 from launcher.plan.image_record import BuiltImage, base_label_check, present_or_pull
 from launcher.plan.measured import train_lines
+from launcher.plan.placement import CONTAINER_SCRIPTS, Placement, Stage
 from launcher.plan.protocol import (
     DONE_LINE,
     MARKER_HELP,
@@ -39,7 +39,6 @@ from launcher.plan.protocol import (
     results_block,
 )
 
-CONTAINER_SCRIPTS = "/opt/reproduce/scripts"
 MILES_DIR = "/root/miles"
 MILES_PYTHONPATH = "/root/miles:/root/Megatron-LM"
 NVLS_OFF = (
@@ -49,50 +48,6 @@ NVLS_OFF = (
 )
 
 q = shlex.quote
-
-
-@dataclass(frozen=True)
-class Stage:
-    """One step of a reproduction. `where`: launcher (this machine), node (host) or container."""
-
-    name: str
-    title: str
-    where: str
-    commands: tuple[str, ...]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "title": self.title,
-            "where": self.where,
-            "commands": list(self.commands),
-        }
-
-
-@dataclass(frozen=True)
-class Assets:
-    hf_ckpt: str
-    torch_dist: str
-    sft_data: str
-    hf_repo: str | None
-    hf_revision: str | None
-    parquet_sha256: str | None
-
-    def paths(self) -> tuple[str, ...]:
-        return (self.hf_ckpt, self.torch_dist, self.sft_data)
-
-
-@dataclass(frozen=True)
-class Placement:
-    """Where one run lives: the facts both the Plan and its renderer work from."""
-
-    recipe: Recipe
-    profile: Profile
-    run_id: str
-    node_run_dir: str
-    cache_dir: str
-    container: str
-    assets: Assets
 
 
 # ------------------------------------------------------------------------------------------------
@@ -116,15 +71,6 @@ class ScriptContext(Placement):
         """The `kind: ray` profile, for the parts rendered only for a Ray job."""
         assert isinstance(self.profile, RayProfile), "a Ray job's part rendered for another kind"
         return self.profile
-
-    @property
-    def docker(self) -> bool:
-        # a Ray cluster's nodes already are the image: its job runs no container
-        return self.profile.runtime == "docker" and self.profile.kind != "ray"
-
-    @property
-    def own_pid_namespace(self) -> bool:
-        return ray_stage.own_pid_namespace(self.docker, list(self.profile.docker.extra_args))
 
     def in_image(
         self,
@@ -212,13 +158,6 @@ class ScriptContext(Placement):
         args += multinode.env_args(self)  # the EFA environment, when the profile asks for it
         args += [str(a) for a in p.docker.extra_args]
         return args
-
-    @property
-    def scripts(self) -> str:
-        """Where scripts/ is, as text safe in double quotes on the side that runs the command."""
-        if self.profile.kind == "ray":
-            return "$REPRODUCE_SCRIPTS"
-        return CONTAINER_SCRIPTS if self.docker else "$NODE_RUN_DIR/scripts"
 
     def _preflight_args(self, *, bench: bool) -> str:
         from launcher.plan.preflight import (

@@ -23,7 +23,8 @@ from launcher.inputs.recipe import Recipe
 from launcher.inputs.yamlschema import format_problems
 from launcher.plan import asset_stages, claimruns
 from launcher.plan.image_record import BuiltImage, profile_image
-from launcher.plan.node_script import Assets, Placement, ScriptContext, Stage, render_node_script
+from launcher.plan.node_script import ScriptContext, render_node_script
+from launcher.plan.placement import Assets, Placement, Stage
 from launcher.plan.protocol import RESULT_FILES
 from launcher.records.rundir import new_run_id
 

@@ -19,7 +19,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from launcher.plan.placement import Stage
 
 # stage -> the stages that must have ended ok before it starts (the parallel part of node.sh)
 AFTER: Mapping[str, tuple[str, ...]] = {
@@ -73,22 +76,11 @@ def describe(names: Sequence[str], profile_kind: str) -> str:
     return " -> ".join(out)
 
 
-class StageText(Protocol):
-    """What the rendering below needs of node_script.Stage (which imports this module)."""
-
-    @property
-    def name(self) -> str: ...
-    @property
-    def title(self) -> str: ...
-    @property
-    def commands(self) -> tuple[str, ...]: ...
-
-
 def _comment(text: str) -> str:
     return re.sub(r"[\x00-\x1f\x7f]+", " ", text)
 
 
-def inline(stage: StageText) -> list[str]:
+def inline(stage: Stage) -> list[str]:
     """A stage run in node.sh's own shell, between its markers."""
     return [
         "",
@@ -99,7 +91,7 @@ def inline(stage: StageText) -> list[str]:
     ]
 
 
-def at_once_lines(by: Mapping[str, StageText]) -> list[str]:
+def at_once_lines(by: Mapping[str, Stage]) -> list[str]:
     """The parallel part of node.sh: each stage of PARALLEL a function, started by `_bg` once the
     stages it waits for ended ok, all joined by one `_join` (background.BACKGROUND_FUNCTIONS)."""
     lines: list[str] = []
