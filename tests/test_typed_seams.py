@@ -7,7 +7,7 @@ KeyError in a user's run.
 
 The rule is checked on the code's syntax, so a module added later is covered unasked: any use of
 an attribute `raw` (reading it, passing it on, taking its item) or `getattr(x, "raw")` outside
-inputs/ fails, naming the file and line. A call `x.raw(key)` is nodejson.Fields' typed reader of
+inputs/ fails, naming the file and line. A call `x.raw(key)` is jsonread.Fields' typed reader of
 a JSON file, not the recipe's mapping, and a profile's mapping (`...profile.raw`) is the
 profile's own record, typed apart (inputs/profile.py).
 """
@@ -30,7 +30,7 @@ def _base_text(node: ast.expr) -> str:
 
 def raw_reads(source: str) -> list[tuple[int, str]]:
     """(line, expression) of every read of a `raw` attribute in SOURCE that is not a call of
-    nodejson.Fields.raw and not a profile's mapping."""
+    jsonread.Fields.raw and not a profile's mapping."""
     tree = ast.parse(source)
     called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
     found: list[tuple[int, str]] = []

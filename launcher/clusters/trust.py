@@ -33,7 +33,7 @@ from typing import Any
 
 from launcher.judge.assurance import decide
 from launcher.judge.verdict import Verdict
-from launcher.records import nodejson
+from launcher.records import jsonread
 from launcher.records.rundir import Files
 
 # Kinds on which the node side runs behind the launcher's boundary (containers it starts, over a
@@ -141,8 +141,8 @@ def run_kind(run_dir: Path) -> str | None:
     records = []
     for name in (Files.RUN, Files.PLAN):
         try:
-            records.append(nodejson.load_file(Path(run_dir) / name))
-        except nodejson.NodeJSONError:
+            records.append(jsonread.load_file(Path(run_dir) / name))
+        except jsonread.NodeJSONError:
             records.append(None)
     return kind_of(*records)
 

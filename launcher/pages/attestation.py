@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher.pages.html import code, esc
-from launcher.records import nodejson
+from launcher.records import jsonread
 
 ENVELOPE = "attestation.intoto.json"
 
@@ -25,10 +25,10 @@ def read_attestation(run_dir: Path) -> dict[str, Any] | None:
     path = Path(run_dir) / ENVELOPE
     if not path.is_file():
         return None
-    try:  # bounded and typed (launcher/records/nodejson.py): the envelope is anyone's bytes
-        envelope = nodejson.Fields(nodejson.load_file(path))
+    try:  # bounded and typed (launcher/records/jsonread.py): the envelope is anyone's bytes
+        envelope = jsonread.Fields(jsonread.load_file(path))
         payload = base64.b64decode(envelope.text("payload") or "", validate=True)
-        stmt = nodejson.Fields(nodejson.loads(payload.decode("utf-8", errors="replace")))
+        stmt = jsonread.Fields(jsonread.loads(payload.decode("utf-8", errors="replace")))
         keyids = [s.word("keyid") for s in envelope.records("signatures") if s.word("keyid")]
         subjects = stmt.raw("subject")
         return {
@@ -36,7 +36,7 @@ def read_attestation(run_dir: Path) -> dict[str, Any] | None:
             "attested_at": stmt.obj("predicate").scalar("attested_at"),
             "subjects": len(subjects) if isinstance(subjects, list) else 0,
         }
-    except (nodejson.NodeJSONError, ValueError) as err:  # binascii.Error is a ValueError
+    except (jsonread.NodeJSONError, ValueError) as err:  # binascii.Error is a ValueError
         return {"unreadable": f"{ENVELOPE} cannot be read ({str(err)[:200]})"}
 
 

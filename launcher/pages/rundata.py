@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from launcher.records import nodejson
+from launcher.records import jsonread
 from launcher.records.rundir import NODE_RESULT_FILES, Files, load_yaml
 
 # The files a run page is made from, in the order the page's footer lists them.
@@ -71,16 +71,16 @@ class RunFiles:
 
 def _read_text(path: Path) -> str:
     """A regular file of at most MAX_BYTES (never through a link, never from a FIFO)."""
-    text = nodejson.read_text(path, max_bytes=MAX_BYTES)
+    text = jsonread.read_text(path, max_bytes=MAX_BYTES)
     if text is None:
         raise FileNotFoundError(f"no {path.name}")
     return text
 
 
 def _strict_json(text: str) -> Any:
-    """JSON within launcher/records/nodejson.py's limits (the run directory is anyone's: a
+    """JSON within launcher/records/jsonread.py's limits (the run directory is anyone's: a
     page made from one must not crash on it); NaN and Infinity read as null (none is written)."""
-    return nodejson.loads(text)
+    return jsonread.loads(text)
 
 
 def _parse(name: str, text: str) -> Any:
@@ -91,7 +91,7 @@ def _parse(name: str, text: str) -> Any:
                 continue
             try:
                 item = _strict_json(line)
-            except nodejson.NodeJSONError:
+            except jsonread.NodeJSONError:
                 continue  # a cut last line (the run was killed) leaves the others readable
             if isinstance(item, dict):
                 out.append(item)
@@ -110,7 +110,7 @@ def read_run_dir(path: Path, names: tuple[str, ...] = RUN_FILES) -> RunFiles:
     for name in names:
         p = files.path / name
         if name in NODE_RESULT_FILES:  # the node's output: one reader, bounded and typed
-            doc = nodejson.read(p)
+            doc = jsonread.read(p)
             if doc.problem is None:
                 files.data[name] = doc.value
             else:

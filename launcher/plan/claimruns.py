@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from launcher.errors import BadInput
-from launcher.records import nodejson
+from launcher.records import jsonread
 from launcher.records.rundir import Files
 
 if TYPE_CHECKING:
@@ -96,8 +96,8 @@ def claim_lines(recipe: Recipe, accepted: int | None) -> list[str]:
 
 def _plan_runs(run_dir: Path) -> dict[str, Any]:
     try:
-        plan = nodejson.load_file(Path(run_dir) / Files.PLAN)  # bounded: a run dir is anyone's
-    except nodejson.NodeJSONError:
+        plan = jsonread.load_file(Path(run_dir) / Files.PLAN)  # bounded: a run dir is anyone's
+    except jsonread.NodeJSONError:
         return {}
     runs = plan.get("runs") if isinstance(plan, dict) else None
     return runs if isinstance(runs, dict) else {}

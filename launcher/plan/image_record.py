@@ -23,7 +23,7 @@ from launcher.errors import BadInput
 from launcher.inputs.profile import Profile
 from launcher.inputs.recipe import Image, Recipe
 from launcher.inputs.yamlschema import read_text_capped
-from launcher.records import nodejson
+from launcher.records import jsonread
 from launcher.records.atomic import write_atomic
 
 RECORD_SCHEMA = "reproduce-image/1"
@@ -158,8 +158,8 @@ def read_record(path: Path, origin: str, where: str | None = None) -> BuiltImage
     if not path.exists():
         raise BadInput(f"{where}: no such image record ({path}).")
     try:  # a regular file, capped: a FIFO or /dev/zero named as the record had hung the dry run
-        data = nodejson.loads(read_text_capped(path, "image record"))
-    except (OSError, UnicodeDecodeError, ValueError, nodejson.NodeJSONError) as err:
+        data = jsonread.loads(read_text_capped(path, "image record"))
+    except (OSError, UnicodeDecodeError, ValueError, jsonread.NodeJSONError) as err:
         raise BadInput(f"{where}: {path} is not a readable image record ({err}).") from None
     try:
         if data["schema"] != RECORD_SCHEMA:

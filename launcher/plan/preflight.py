@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from launcher import catalog
 from launcher.errors import BadInput, InfraError
 from launcher.excerpt import MAX_LINES, clip, excerpt
-from launcher.records.nodejson import Fields, NodeJSONError, decode_at, load_file
+from launcher.records.jsonread import Fields, NodeJSONError, decode_at, load_file
 from launcher.resources import data_dir
 
 if TYPE_CHECKING:
@@ -223,7 +223,7 @@ def parse_report(text: str) -> PreflightReport:
     MAX_REPORT_STARTS lines that start with `{`. No such object is an InfraError: the script did
     not get to report (killed, wrong Python, not uploaded). The text is what the node (the
     GPU preflight: the recipe's image) printed, so it is read as hostile (launcher/records/
-    nodejson.py): nothing but an InfraError comes out, whatever it holds.
+    jsonread.py): nothing but an InfraError comes out, whatever it holds.
     """
     found: Fields | None = None
     starts = [m.start() for m in re.finditer(r"^\{", text, flags=re.M)]

@@ -33,7 +33,7 @@ from launcher.inputs.recipe import Recipe
 from launcher.plan.asset_spec import CACHE_ENTRIES, build_spec
 from launcher.plan.nodelib import node_module
 from launcher.prepare import dockercli
-from launcher.records import nodejson
+from launcher.records import jsonread
 from launcher.records.atomic import write_atomic
 
 ROWS_BUILDERS = ("auto", "host", "docker", "skip")
@@ -365,7 +365,7 @@ def docker_rows_argv(
     """The rows build inside the recipe's image: no network, no GPU, no token, our uid; the
     work directory read-only, OUT (fresh, empty) the one place it may write."""
     out = out or work / ".incoming" / "rows"
-    extra = nodejson.loads(os.environ.get(TEST_DOCKER_ARGS_ENV) or "[]")  # tests' own words
+    extra = jsonread.loads(os.environ.get(TEST_DOCKER_ARGS_ENV) or "[]")  # tests' own words
     argv = [
         "docker", "run", "--rm", "--network", "none",
         "--user", f"{os.getuid()}:{os.getgid()}",

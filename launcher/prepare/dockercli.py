@@ -15,7 +15,7 @@ from typing import Any
 
 from launcher.errors import InfraError
 from launcher.excerpt import excerpt
-from launcher.records import nodejson
+from launcher.records import jsonread
 
 ABSENT = ("no such image", "no such object")  # docker's words, lower-cased, for a missing image
 TIMEOUT_S = 60.0
@@ -44,6 +44,6 @@ def inspect(ref: str, fmt: str, *, docker: str = "docker", timeout_s: float | No
             return None
         raise InfraError(f"{what}: {excerpt(proc.stderr, 3) or f'exit {proc.returncode}'}")
     try:  # bounded: the answer describes an image whose config anyone may have written
-        return nodejson.loads(proc.stdout)
-    except nodejson.NodeJSONError as err:
+        return jsonread.loads(proc.stdout)
+    except jsonread.NodeJSONError as err:
         raise InfraError(f"{what}: {err.message}") from None

@@ -33,7 +33,7 @@ from typing import Any
 
 from launcher.catalog import Price
 from launcher.errors import BadInput
-from launcher.records import nodejson
+from launcher.records import jsonread
 from launcher.records.rundir import Files, RunDir
 
 # Every state in which an instance still exists (launcher/clusters/aws/live.py keeps the same list).
@@ -85,9 +85,9 @@ def aws_facts(rd: RunDir) -> tuple[list[str], str | None, float | None] | None:
     and when aws.json was last written; None when the run has no readable aws.json."""
     path = rd.path / Files.AWS
     try:
-        data = nodejson.load_file(path)  # written on the node's behalf: bounded, never raised
+        data = jsonread.load_file(path)  # written on the node's behalf: bounded, never raised
         mtime = path.stat().st_mtime
-    except (OSError, nodejson.NodeJSONError):
+    except (OSError, jsonread.NodeJSONError):
         return None
     if not isinstance(data, dict):
         return None
@@ -130,8 +130,8 @@ def known_lifetimes(rd: RunDir, run_id: str) -> dict[str, dict[str, float]]:
     """Every launch and end AWS stated for the run's instances: aws.json's (teardown saw them)
     and the last refresh's, a time once known kept."""
     try:
-        own = nodejson.load_file(rd.path / Files.AWS)
-    except nodejson.NodeJSONError:
+        own = jsonread.load_file(rd.path / Files.AWS)
+    except jsonread.NodeJSONError:
         own = None
     merged = _lifetimes_in(own)
     for iid, times in _lifetimes_in(_refreshed(run_id)).items():
@@ -150,8 +150,8 @@ def lifetime_cost(
     if price is None:
         return None
     try:
-        own = nodejson.load_file(rd.path / Files.AWS)
-    except nodejson.NodeJSONError:
+        own = jsonread.load_file(rd.path / Files.AWS)
+    except jsonread.NodeJSONError:
         return None
     if not isinstance(own, dict):
         return None
@@ -177,8 +177,8 @@ def lifetime_cost(
 
 def _refreshed(run_id: str) -> dict[str, Any] | None:
     try:
-        data = nodejson.load_file(refresh_path(run_id))
-    except nodejson.NodeJSONError:
+        data = jsonread.load_file(refresh_path(run_id))
+    except jsonread.NodeJSONError:
         return None
     if not isinstance(data, dict) or not isinstance(data.get("instances"), dict):
         return None
@@ -190,7 +190,7 @@ def _refreshed(run_id: str) -> dict[str, Any] | None:
 def last_known(rd: RunDir, now: float | None = None) -> Billing | None:
     """The run's nodes believed to exist, without asking the cloud; None when none is."""
     record = rd.record()
-    if nodejson.Fields(record).obj("cluster").text("kind") != "aws":  # typed: anyone's file
+    if jsonread.Fields(record).obj("cluster").text("kind") != "aws":  # typed: anyone's file
         return None
     facts = aws_facts(rd)
     if facts is None:
@@ -223,7 +223,7 @@ def billing_of(
     price = (
         recorded.value
         if recorded is not None
-        else nodejson.Fields(record).obj("cost").raw("price_per_hour")
+        else jsonread.Fields(record).obj("cost").raw("price_per_hour")
     )
     price = (
         float(price) if isinstance(price, (int, float)) and not isinstance(price, bool) else None

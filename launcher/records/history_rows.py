@@ -22,8 +22,8 @@ from typing import Any
 from launcher.errors import BadInput
 from launcher.excerpt import sha256_of
 from launcher.judge.assurance import level_of
-from launcher.records import nodejson
-from launcher.records.nodejson import Fields
+from launcher.records import jsonread
+from launcher.records.jsonread import Fields
 from launcher.records.rundir import Files, read_yaml
 
 # A content-derived slug ends with the recipe's short content hash (launcher/inputs/recipe.py).
@@ -66,11 +66,11 @@ class RunRow:
 
 def read_json(path: Path) -> dict[str, Any] | None:
     """A run directory's JSON object, None when the file is absent; BadInput when it is no JSON
-    object. Bounded (launcher/records/nodejson.py): the directory may have come from anyone, and
+    object. Bounded (launcher/records/jsonread.py): the directory may have come from anyone, and
     a nested or huge document must cost the history one skipped run, not a traceback."""
     try:
-        data = nodejson.load_file(path)
-    except nodejson.NodeJSONError as err:
+        data = jsonread.load_file(path)
+    except jsonread.NodeJSONError as err:
         raise BadInput(f"{path} is not valid JSON: {err.message}") from None
     if data is None or isinstance(data, dict):
         return data
@@ -104,7 +104,7 @@ def row_from_run_dir(run_dir: Path) -> RunRow:
     difference, tolerance), image.json (the digest verified on the node), recipe.yaml.
     """
     run_dir = Path(run_dir)
-    # each file read bounded, and each value typed (nodejson.Fields): a wrong type at any key of
+    # each file read bounded, and each value typed (jsonread.Fields): a wrong type at any key of
     # a copied-in run directory is that value missing, never an AttributeError
     run = Fields(read_json(run_dir / Files.RUN))
     if not run.word("run_id"):
@@ -113,7 +113,7 @@ def row_from_run_dir(run_dir: Path) -> RunRow:
     plan = Fields(read_json(run_dir / Files.PLAN))
     timeline = Fields(read_json(run_dir / Files.TIMELINE))
     verdict = Fields(read_json(run_dir / Files.VERDICT))
-    image_facts = nodejson.read(run_dir / Files.IMAGE).fields  # the node's: hostile, typed
+    image_facts = jsonread.read(run_dir / Files.IMAGE).fields  # the node's: hostile, typed
     result = Fields(read_yaml(run_dir / Files.RESULT))
     unrounded = result.obj("provenance").obj("unrounded")
 

@@ -37,7 +37,7 @@ from launcher.errors import BadInput, InfraError
 from launcher.inputs.yamlbudget import bound_aliases
 from launcher.inputs.yamlschema import FastSafeLoader
 from launcher.judge.split import TRAIN_STAGE as TRAIN_STAGE  # the stage whose log is the training
-from launcher.records import nodejson
+from launcher.records import jsonread
 from launcher.records.atomic import write_atomic
 
 
@@ -68,13 +68,13 @@ def load_yaml(text: str, where: Path) -> Any:
 
 
 def read_yaml(path: Path) -> Any:
-    """A run directory's YAML file read back: bounded like every file read back (nodejson's
+    """A run directory's YAML file read back: bounded like every file read back (jsonread's
     read: a regular file, never through a link, at most its MAX_BYTES), then `load_yaml`; None
     when there is no such file; BadInput naming the file for anything else (the directory may
     be a stranger's: a bundle handed to `verify`)."""
     try:
-        text = nodejson.read_text(path)
-    except nodejson.NodeJSONError as err:
+        text = jsonread.read_text(path)
+    except jsonread.NodeJSONError as err:
         raise BadInput(f"{path}: {err.message}") from None
     if text is None:
         return None
@@ -521,14 +521,14 @@ class RunDir:
 
     def read_json(self, name: str, default: Any = None) -> Any:
         """The file's JSON object; `default` when it is missing; BadInput naming it when it is not
-        one. Read through launcher/records/nodejson.py (bounded, never a traceback): the run
+        one. Read through launcher/records/jsonread.py (bounded, never a traceback): the run
         directory holds what the node's collection brought back, and a directory handed to
         `measure` or copied in from elsewhere is anyone's, so a file of it nested 100,000 deep,
         holding a 5,000-digit number, a FIFO or a list is a damaged record, not a crash."""
         target = self.path / name
         try:
-            data = nodejson.load_file(target)
-        except nodejson.NodeJSONError as err:
+            data = jsonread.load_file(target)
+        except jsonread.NodeJSONError as err:
             raise BadInput(
                 f"{target} is not valid JSON ({err.message}); the run's record is damaged.",
                 hint="Restore the file from a backup, or look at the run directory by hand.",
@@ -595,7 +595,7 @@ class RunDir:
         """timeline.json as typed times (a time that is not a number reads as none) and its
         stages, each an object with a name, its times and a status (others are left out), at
         most MAX_STAGES: the file is read back from a directory anyone may have written."""
-        data = nodejson.Fields(self.read_json(Files.TIMELINE, {}))
+        data = jsonread.Fields(self.read_json(Files.TIMELINE, {}))
         stages = [
             Stage(
                 stage.word("name"),

@@ -22,7 +22,7 @@ from launcher.excerpt import open_regular
 from launcher.inputs.recipe import Sections
 from launcher.judge.timeline import RunTimeline
 from launcher.records.billing import Billing, last_known, lifetime_cost
-from launcher.records.nodejson import Fields
+from launcher.records.jsonread import Fields
 from launcher.records.rundir import FINAL_STATES, TRAIN_STAGE, Files, RunDir, read_yaml
 
 TAIL_BYTES = 1 << 20  # the end of train.log read for the last step (a log may be gigabytes)
@@ -95,7 +95,7 @@ def run_dirs(root: Path) -> list[Path]:
 def summarize(path: Path, now: float | None = None) -> RunSummary:
     """A run directory's summary; BadInput when it is not one (no run.json with a run id)."""
     rd = RunDir(Path(path))
-    # every value typed (nodejson.Fields): a run directory copied in from anyone holds whatever
+    # every value typed (jsonread.Fields): a run directory copied in from anyone holds whatever
     # types at these keys, and a wrong one is that value missing, never an AttributeError
     record = Fields(rd.record())
     if not record.word("run_id"):

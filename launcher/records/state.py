@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.errors import InfraError
-from launcher.records import nodejson
+from launcher.records import jsonread
 from launcher.records.atomic import write_atomic
 
 # A run directory's record (launcher.records.rundir.Files.RUN), named here rather than imported:
@@ -113,9 +113,9 @@ def forget(run_id: str, run_dir: Path) -> None:
 def _read(path: Path) -> Entry | None:
     """An entry file read back; None when it is not one (damaged, half-copied, foreign)."""
     try:
-        data = nodejson.load_file(path)  # bounded: an index copied in is anyone's
+        data = jsonread.load_file(path)  # bounded: an index copied in is anyone's
         run_id, run_dir = data["run_id"], data["run_dir"]
-    except (nodejson.NodeJSONError, KeyError, TypeError):
+    except (jsonread.NodeJSONError, KeyError, TypeError):
         return None
     if not isinstance(run_id, str) or not isinstance(run_dir, str) or not run_dir:
         return None
@@ -162,9 +162,9 @@ def import_runs(root: Path) -> tuple[list[Path], list[str]]:
     bad: list[str] = []
     for run_json in sorted(root.glob(f"**/{RUN_FILE}")):
         try:
-            data = nodejson.load_file(run_json)  # a runs root from another machine: anyone's
+            data = jsonread.load_file(run_json)  # a runs root from another machine: anyone's
             run_id = data["run_id"]
-        except (nodejson.NodeJSONError, KeyError, TypeError):
+        except (jsonread.NodeJSONError, KeyError, TypeError):
             bad.append(f"{run_json.parent}: run.json has no readable run_id; not imported")
             continue
         if not isinstance(run_id, str) or not _RUN_ID.fullmatch(run_id):

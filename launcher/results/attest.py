@@ -39,7 +39,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from launcher.errors import BadInput, CheckFailed
-from launcher.records import nodejson
+from launcher.records import jsonread
 from launcher.records.rundir import Files
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
@@ -165,9 +165,9 @@ def signer_ids(envelope: dict[str, Any]) -> list[str]:
 
 def read_envelope(path: Path) -> dict[str, Any]:
     """The envelope file as JSON; BadInput when there is none, CheckFailed when it is not one."""
-    try:  # bounded (launcher/records/nodejson.py): an envelope in a bundle is a stranger's
-        data = nodejson.load_file(Path(path))
-    except nodejson.NodeJSONError as err:
+    try:  # bounded (launcher/records/jsonread.py): an envelope in a bundle is a stranger's
+        data = jsonread.load_file(Path(path))
+    except jsonread.NodeJSONError as err:
         raise CheckFailed(f"{path} is not a DSSE envelope ({err.message}).") from None
     if data is None:
         raise BadInput(
@@ -235,8 +235,8 @@ def open_envelope(envelope: dict[str, Any], public_key: Any, where: Path) -> dic
             "or another key made the signature."
         )
     try:  # signed, but by whoever holds the key: bounded all the same
-        stmt = nodejson.loads(body.decode("utf-8", errors="replace"))
-    except nodejson.NodeJSONError as err:
+        stmt = jsonread.loads(body.decode("utf-8", errors="replace"))
+    except jsonread.NodeJSONError as err:
         raise CheckFailed(f"{where}: the signed payload is not JSON ({err.message}).") from None
     problem = statement_problem(stmt)
     if problem:
@@ -329,7 +329,7 @@ def _members(tar: tarfile.TarFile, bundle: Path) -> Iterator[tarfile.TarInfo]:
 
 
 # The envelope and the key come first in a bundle (write_bundle), each at most this large (the
-# JSON reader's own bound: launcher/records/nodejson.py).
+# JSON reader's own bound: launcher/records/jsonread.py).
 ENVELOPE_MAX_BYTES = 4 << 20
 # What a tar stream may hold beyond the attested bytes: a header and its padding per entry.
 _PER_ENTRY = 3 << 10

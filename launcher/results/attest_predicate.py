@@ -25,8 +25,8 @@ from typing import Any
 
 from launcher.clusters import trust
 from launcher.errors import BadInput
-from launcher.records import nodejson
-from launcher.records.nodejson import Fields
+from launcher.records import jsonread
+from launcher.records.jsonread import Fields
 from launcher.records.rundir import Files, read_yaml
 
 FIGURES = (
@@ -68,22 +68,22 @@ def plain(value: Any) -> Any:
 def read_json(root: Path, name: str) -> Any:
     """A JSON file of the directory (the launcher wrote it, but the directory may since have
     been copied from anywhere), or None when absent; BadInput when it is not JSON within
-    launcher/records/nodejson.py's limits (too deep, a huge number, a FIFO, a link). The node's
+    launcher/records/jsonread.py's limits (too deep, a huge number, a FIFO, a link). The node's
     reports are read with `node_report` instead, typed."""
     path = Path(root) / name
     try:  # bounded: the directory attested may have come from anywhere
-        return nodejson.load_file(path)
-    except nodejson.NodeJSONError as err:
+        return jsonread.load_file(path)
+    except jsonread.NodeJSONError as err:
         raise BadInput(
             f"{path} is not valid JSON ({err.message}); the directory cannot be attested."
         ) from None
 
 
 def node_report(root: Path, name: str, missing: dict[str, str], field: str) -> Fields:
-    """A report the node wrote (launcher/records/nodejson.py: hostile, read within limits, typed);
+    """A report the node wrote (launcher/records/jsonread.py: hostile, read within limits, typed);
     one that is there but unreadable is noted under `field` in `unavailable`, never raised: it
     costs the attestation that fact, not the attestation."""
-    doc = nodejson.read(Path(root) / name)
+    doc = jsonread.read(Path(root) / name)
     if not doc.missing and not isinstance(doc.value, dict):
         missing.setdefault(field, doc.why_not())
     return doc.fields
@@ -310,7 +310,7 @@ def build_predicate(root: Path, *, now: float | None = None) -> dict[str, Any]:
 
 
 def _build_predicate(root: Path, now: float | None) -> dict[str, Any]:
-    """build_predicate's body: the directory's files (bounded, launcher/records/nodejson.py) are
+    """build_predicate's body: the directory's files (bounded, launcher/records/jsonread.py) are
     read as the shapes the launcher writes; a wrong shape raises, and the caller says so."""
     from launcher.records.identity import launcher_identity
 

@@ -30,7 +30,7 @@ from launcher.catalog import Price
 from launcher.clusters import trust
 from launcher.errors import BadInput, CheckFailed
 from launcher.judge.timeline import RunTimeline
-from launcher.records import nodejson
+from launcher.records import jsonread
 from launcher.records.rundir import TRAIN_STAGE, Files, read_yaml
 from launcher.results.attest import (
     ENVELOPE_FILE,
@@ -130,11 +130,11 @@ def describe(where: str, diff: tuple[str, Any, Any], left: str, right: str) -> s
 
 def _bundle_json(root: Path, name: str) -> dict[str, Any]:
     """A JSON object of the directory verified: a stranger's bytes (the key that signed them may
-    be the one found beside them), read through launcher/records/nodejson.py, bounded and
+    be the one found beside them), read through launcher/records/jsonread.py, bounded and
     typed at the top; CheckFailed naming the file when it is not one, never a traceback."""
     try:
-        data = nodejson.load_file(root / name)
-    except nodejson.NodeJSONError as err:
+        data = jsonread.load_file(root / name)
+    except jsonread.NodeJSONError as err:
         raise CheckFailed(f"{root / name} is not readable JSON ({err.message}).") from None
     if not isinstance(data, dict):
         raise CheckFailed(f"{root / name} holds no JSON object.")

@@ -1,6 +1,6 @@
 """The records of a run directory that a measurement reads back: steps.jsonl, a timeline, the
 recorded price, the host's GPU samples, the run's nonce. Each read through
-launcher/records/nodejson.py (bounded, never a traceback): the directory measured, or a timeline
+launcher/records/jsonread.py (bounded, never a traceback): the directory measured, or a timeline
 named with --timeline, may have come from anyone, and a file of
 it nested 100,000 deep, holding a 5,000-digit number or a list is BadInput naming it (exit 2)."""
 
@@ -15,7 +15,7 @@ from launcher.judge.evidence import HostWatch
 from launcher.judge.parse.gpu import GpuSamples, parse_samples
 from launcher.judge.parse.records import StepRecord
 from launcher.judge.timeline import RunTimeline
-from launcher.records import nodejson
+from launcher.records import jsonread
 from launcher.records.rundir import Files
 
 # steps.jsonl read back (a run directory without its log): bounded like every JSON read, at a
@@ -24,22 +24,22 @@ STEPS_MAX_BYTES = 256 * 1024 * 1024
 
 
 def read_steps(path: Path) -> list[StepRecord]:
-    """steps.jsonl read back: each line a JSON object of a step (launcher/records/nodejson.py:
+    """steps.jsonl read back: each line a JSON object of a step (launcher/records/jsonread.py:
     bounded; the directory measured is anyone's); BadInput naming the line that is not one."""
     try:
-        text = nodejson.read_text(path, max_bytes=STEPS_MAX_BYTES) or ""
-    except nodejson.NodeJSONError as err:
+        text = jsonread.read_text(path, max_bytes=STEPS_MAX_BYTES) or ""
+    except jsonread.NodeJSONError as err:
         raise BadInput(f"{path}: {err.message}") from None
     records = []
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
-            data = nodejson.loads(line)
+            data = jsonread.loads(line)
             if not isinstance(data, dict):
                 raise BadInput(f"{path}, line {number}: not a step object")
             records.append(StepRecord.from_dict(data))
-        except (nodejson.NodeJSONError, ValueError, TypeError) as err:
+        except (jsonread.NodeJSONError, ValueError, TypeError) as err:
             raise BadInput(f"{path}, line {number}: not a step ({str(err)[:200]})") from None
     return records
 
@@ -52,8 +52,8 @@ def read_timeline(path: Path) -> RunTimeline:
     text = read_text_capped(Path(path), "timeline")
 
     try:  # strict: a NaN time is a wrong file, said, not a null time
-        data = nodejson.loads(text, strict=True)
-    except nodejson.NodeJSONError as err:
+        data = jsonread.loads(text, strict=True)
+    except jsonread.NodeJSONError as err:
         raise BadInput(f"{path} is not valid JSON: {err.message}") from None
     if not isinstance(data, dict):
         raise BadInput(f"{path} is not a timeline object.")
@@ -70,8 +70,8 @@ def recorded_price(run_dir: Path) -> Price | None:
     """The price a run recorded in run.json (`price`), or None (none recorded, or unreadable:
     then the catalog prices it, as before prices were recorded)."""
     try:
-        record = nodejson.load_file(Path(run_dir) / Files.RUN)
-    except nodejson.NodeJSONError:
+        record = jsonread.load_file(Path(run_dir) / Files.RUN)
+    except jsonread.NodeJSONError:
         return None
     return Price.from_dict(record.get("price")) if isinstance(record, dict) else None
 
@@ -83,8 +83,8 @@ def read_gpu_samples(run_dir: Path) -> GpuSamples | None:
     4 MiB) gives no samples and says why, so the evidence gate states check 7 not checked."""
     path = Path(run_dir) / Files.GPU_SAMPLES
     try:
-        text = nodejson.read_text(path)
-    except nodejson.NodeJSONError as err:
+        text = jsonread.read_text(path)
+    except jsonread.NodeJSONError as err:
         return GpuSamples(problem=f"{Files.GPU_SAMPLES}: {err.message}")
     return None if text is None else parse_samples(text)
 
@@ -112,14 +112,14 @@ def host_watch(run_dir: Path) -> HostWatch | None:
     are named, not owed (launcher/judge/evidence.py, HostWatch)."""
     script = Path(run_dir) / Files.NODE_SCRIPT
     try:
-        text = nodejson.read_text(script)
-    except nodejson.NodeJSONError:
+        text = jsonread.read_text(script)
+    except jsonread.NodeJSONError:
         text = None
     if text is not None:
         return HostWatch(clock=_CLOCK_WORDS in text, sampler=_SAMPLER_WORDS in text)
     try:
-        record = nodejson.load_file(Path(run_dir) / Files.MEASURE)
-    except nodejson.NodeJSONError:
+        record = jsonread.load_file(Path(run_dir) / Files.MEASURE)
+    except jsonread.NodeJSONError:
         return None
     watch = record.get("host_watch") if isinstance(record, dict) else None
     if isinstance(watch, dict) and all(

@@ -18,7 +18,7 @@ from typing import Any
 
 from launcher.errors import BadInput
 from launcher.judge.assurance import level_of
-from launcher.records import nodejson
+from launcher.records import jsonread
 from launcher.records.rundir import Files, read_yaml
 
 FIGURES = (
@@ -58,9 +58,9 @@ def _number(value: Any) -> float | None:
 def _recorded(run_dir: Path) -> Side:
     side = Side(run_dir)
     try:
-        verdict = nodejson.load_file(run_dir / Files.VERDICT)
+        verdict = jsonread.load_file(run_dir / Files.VERDICT)
         result = read_yaml(run_dir / Files.RESULT)
-    except (nodejson.NodeJSONError, BadInput) as err:
+    except (jsonread.NodeJSONError, BadInput) as err:
         side.source = f"its measurement cannot be read ({err})"
         return side
     if not isinstance(verdict, dict) or not isinstance(result, dict):

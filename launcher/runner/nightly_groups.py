@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from launcher.errors import ReproduceError
 from launcher.judge.timeline import RunTimeline
-from launcher.records import nodejson
+from launcher.records import jsonread
 from launcher.runner.held import HeldNode
 
 if TYPE_CHECKING:
@@ -122,8 +122,8 @@ def _timeline(run_dir: Path | None) -> RunTimeline:
     if run_dir is None:
         return RunTimeline()
     try:
-        data = nodejson.load_file(run_dir / "timeline.json")  # bounded: the node's times
-    except nodejson.NodeJSONError:
+        data = jsonread.load_file(run_dir / "timeline.json")  # bounded: the node's times
+    except jsonread.NodeJSONError:
         return RunTimeline()
     return RunTimeline.of(data) if isinstance(data, dict) else RunTimeline()
 

@@ -16,7 +16,7 @@ from launcher.clusters.contract import WithDownCommand
 from launcher.errors import BadInput, CheckFailed, InfraError, Interrupted, ReproduceError
 from launcher.excerpt import MAX_LINES, clip, log_tail
 from launcher.plan.protocol import ASSET_PLAN_FILE
-from launcher.records import nodejson
+from launcher.records import jsonread
 from launcher.records.rundir import TRAIN_STAGE, Files, RunDir, Timeline
 
 if TYPE_CHECKING:
@@ -69,7 +69,7 @@ def check_detail(rd: RunDir, stage: str | None, where: Path | None = None) -> st
     """What a failed check measured, from the node's report (preflight*.json, stack.json,
     assets-plan.json) in `where` (the run dir for node 0; logs/node-K for node K); None when
     there is none. The reports are the node's output, hostile (the GPU preflight and the stack
-    probe run in the recipe's image): read through launcher/records/nodejson.py, so a report of
+    probe run in the recipe's image): read through launcher/records/jsonread.py, so a report of
     any shape gives words or None here, never an exception, and the run still gets its exit code.
     """
     where = where if where is not None else rd.path
@@ -77,12 +77,12 @@ def check_detail(rd: RunDir, stage: str | None, where: Path | None = None) -> st
         from launcher.plan.preflight import parse_report
 
         try:
-            text = nodejson.read_text(where / f"{stage}.json")
+            text = jsonread.read_text(where / f"{stage}.json")
             return parse_report(text).summary() if text is not None else None
         except ReproduceError:
             return None
     if stage == "resolve":
-        plan = nodejson.read(where / ASSET_PLAN_FILE).fields
+        plan = jsonread.read(where / ASSET_PLAN_FILE).fields
         # each reason on a line of its own (scripts/asset_resolve.py), each line bounded
         lines = [ln for p in plan.words("problems") for ln in p.splitlines()]
         shown = [clip(ln) for ln in lines[: MAX_LINES * 3]]
@@ -91,7 +91,7 @@ def check_detail(rd: RunDir, stage: str | None, where: Path | None = None) -> st
         if shown:
             return "the run's assets cannot all be supplied:\n  " + "\n  ".join(shown)
     if stage == "stack":
-        report = nodejson.read(where / Files.STACK).fields
+        report = jsonread.read(where / Files.STACK).fields
         bad = [c for c in report.records("checks") if c.flag("ok") is not True]
         if bad:
             return "the image's software differs from the recipe's stack: " + "; ".join(

@@ -6,7 +6,7 @@ anyone; a bundle handed to `reproduce verify` is a stranger's, signed with the k
 it; the index under $REPRODUCE_HOME can be copied from another machine. json.loads over them
 raised RecursionError on a 100,000-deep nesting, ValueError on a 5,000-digit integer and
 AttributeError on a list where a mapping was read (found 2026-12-04), so `verify`, `status`,
-`runs`, the history and the pages ended in a traceback. launcher/records/nodejson.py is the one
+`runs`, the history and the pages ended in a traceback. launcher/records/jsonread.py is the one
 reader (docs/architecture.md, "The trust boundary").
 
 The adversary is generic, not a list of examples: the source is walked for any json.loads outside
@@ -42,7 +42,7 @@ from launcher.errors import ReproduceError
 from launcher.pages.attestation import read_attestation
 from launcher.pages.rundata import read_run_dir
 from launcher.plan.claimruns import accepted_in
-from launcher.records import billing, nodejson, state
+from launcher.records import billing, jsonread, state
 from launcher.records.history_rows import row_from_run_dir
 from launcher.records.rundir import Files, RunDir
 from launcher.records.runs import summarize
@@ -53,7 +53,7 @@ from launcher.results.attest_verify import verify_dir
 from launcher.results.readback import read_steps, read_timeline, recorded_price
 from launcher.runner.nightly_groups import _timeline as nightly_timeline
 
-# The only json.loads outside nodejson.py: a value the launcher holds, dumped and read back in the
+# The only json.loads outside jsonread.py: a value the launcher holds, dumped and read back in the
 # same breath (attest_predicate.plain: JSON's view of it), not a read of anyone's bytes.
 NOT_READS = {("launcher/results/attest_predicate.py", "plain")}
 
@@ -247,12 +247,12 @@ def test_a_reader_that_blocks_on_a_fifo_fails_its_test(tmp_path):
 
 
 def test_no_json_is_parsed_outside_the_one_reader():
-    """Any json.loads / json.load / JSONDecoder outside launcher/records/nodejson.py fails here,
+    """Any json.loads / json.load / JSONDecoder outside launcher/records/jsonread.py fails here,
     naming the file, the function and the line."""
     found = []
     for path in sorted((REPO / "launcher").rglob("*.py")):
         rel = path.relative_to(REPO).as_posix()
-        if rel == "launcher/records/nodejson.py":
+        if rel == "launcher/records/jsonread.py":
             continue
         tree = ast.parse(path.read_text(), rel)
         allowed = [
@@ -269,7 +269,7 @@ def test_no_json_is_parsed_outside_the_one_reader():
                 and not any(node.lineno in lines for lines in allowed)
             ):
                 found.append(f"{rel}:{node.lineno}: json.{node.attr}")
-    assert not sorted(set(found)), "JSON read outside nodejson.py:\n" + "\n".join(sorted(found))
+    assert not sorted(set(found)), "JSON read outside jsonread.py:\n" + "\n".join(sorted(found))
 
 
 def _cases(readers: dict[str, tuple[Reader, tuple[str, ...]]], docs: dict) -> list[tuple]:
@@ -366,10 +366,10 @@ def test_the_limits_are_the_reader_s(tmp_path):
     """One place holds them: a file over MAX_BYTES is refused by load_file, and a caller that
     allows more (steps.jsonl, a page) says so itself."""
     path = tmp_path / "big.json"
-    path.write_bytes(b'"' + b"x" * nodejson.MAX_BYTES + b'"')
-    with pytest.raises(nodejson.NodeJSONError, match="more than"):
-        nodejson.load_file(path)
-    assert len(nodejson.load_file(path, max_bytes=2 * nodejson.MAX_BYTES)) == nodejson.MAX_BYTES
+    path.write_bytes(b'"' + b"x" * jsonread.MAX_BYTES + b'"')
+    with pytest.raises(jsonread.NodeJSONError, match="more than"):
+        jsonread.load_file(path)
+    assert len(jsonread.load_file(path, max_bytes=2 * jsonread.MAX_BYTES)) == jsonread.MAX_BYTES
 
 
 # --- the run directory's YAML: the same promise, one reader (records/rundir.read_yaml) ---
@@ -657,7 +657,7 @@ def test_verify_of_every_hostile_bundle_writes_and_holds_little(tmp_path, doc):
 
 # Every read of a whole file or stream in launcher/ (read_bytes, read_text, read() with no size,
 # readlines): each one here is bounded by what it reads, said why; a read added later fails
-# until it is bounded or placed here. nodejson and yamlschema are the bounded readers themselves.
+# until it is bounded or placed here. jsonread and yamlschema are the bounded readers themselves.
 WHOLE_READS = {
     ("launcher/inputs/profile.py", "profile_schema"): "the shipped schema",
     ("launcher/inputs/recipe.py", "recipe_schema"): "the shipped schema",
@@ -682,7 +682,7 @@ def test_no_whole_read_of_a_stream_is_unbounded():
                 if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
                     continue
                 attr, receiver = node.func.attr, node.func.value
-                if isinstance(receiver, ast.Name) and receiver.id in ("nodejson", "yamlschema"):
+                if isinstance(receiver, ast.Name) and receiver.id in ("jsonread", "yamlschema"):
                     continue
                 whole = attr in ("read_bytes", "read_text", "readlines") or (
                     attr == "read" and not node.args and not node.keywords

@@ -1,4 +1,4 @@
-"""The one reader of node-written JSON (launcher/records/nodejson.py) keeps its limits.
+"""The one reader of node-written JSON (launcher/records/jsonread.py) keeps its limits.
 
 The readers that use it are held against the same hostile documents in
 tests/runner/test_outcome_node_json.py; here each limit of the reader itself: what is read, what
@@ -14,15 +14,15 @@ from pathlib import Path
 import pytest
 
 from launcher.errors import InfraError, ReproduceError
-from launcher.records import nodejson
-from launcher.records.nodejson import MAX_BYTES, MAX_DEPTH, Fields, NodeJSONError
+from launcher.records import jsonread
+from launcher.records.jsonread import MAX_BYTES, MAX_DEPTH, Fields, NodeJSONError
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 def test_a_real_report_reads_as_it_is():
     path = DATA / "node" / "stack.json"
-    doc = nodejson.read(path)
+    doc = jsonread.read(path)
     assert doc.problem is None and doc.value == json.loads(path.read_text())
     assert [c.word("name") for c in doc.fields.records("checks")][:2] == [
         "miles_commit",
@@ -45,13 +45,13 @@ def test_a_real_report_reads_as_it_is():
 )
 def test_what_is_refused_is_a_node_json_error(text, why):
     with pytest.raises(NodeJSONError) as info:
-        nodejson.loads(text)
+        jsonread.loads(text)
     assert why in str(info.value)
     assert isinstance(info.value, InfraError)
 
 
 def test_numbers_are_finite_and_texts_are_utf8():
-    doc = nodejson.loads(
+    doc = jsonread.loads(
         '{"nan": NaN, "inf": Infinity, "minf": -Infinity, "big": 1e999, "ok": 1.5,'
         ' "int": '
         + "9" * 30
@@ -64,22 +64,22 @@ def test_numbers_are_finite_and_texts_are_utf8():
 
 
 def test_a_file_is_read_only_when_it_is_a_regular_file_within_the_cap(tmp_path):
-    assert nodejson.read(tmp_path / "absent.json").missing
+    assert jsonread.read(tmp_path / "absent.json").missing
     (tmp_path / "file").write_text("x")
-    assert nodejson.read(tmp_path / "file" / "below-a-file.json").missing
+    assert jsonread.read(tmp_path / "file" / "below-a-file.json").missing
     big = tmp_path / "big.json"
     big.write_bytes(b" " * (MAX_BYTES + 1))
-    assert "more than" in (nodejson.read(big).problem or "")
+    assert "more than" in (jsonread.read(big).problem or "")
     link = tmp_path / "link.json"
     link.symlink_to(DATA / "node" / "image.json")
-    assert "cannot be opened" in (nodejson.read(link).problem or "")
+    assert "cannot be opened" in (jsonread.read(link).problem or "")
     fifo = tmp_path / "fifo.json"
     os.mkfifo(fifo)
-    assert nodejson.read(fifo).problem == "not a regular file"  # never blocks
-    assert nodejson.read(tmp_path).problem == "not a regular file"
+    assert jsonread.read(fifo).problem == "not a regular file"  # never blocks
+    assert jsonread.read(tmp_path).problem == "not a regular file"
     bad = tmp_path / "bad.json"
     bad.write_bytes(b'{"host": "\xff\xfe"}')
-    assert nodejson.read(bad).fields.text("host") == "\ufffd\ufffd"
+    assert jsonread.read(bad).fields.text("host") == "\ufffd\ufffd"
 
 
 @pytest.mark.parametrize(

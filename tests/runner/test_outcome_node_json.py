@@ -1,5 +1,5 @@
 """Every reader of the node's JSON reports against hostile documents: the run still ends with its
-exit code, and no exception but a ReproduceError comes out (launcher/records/nodejson.py).
+exit code, and no exception but a ReproduceError comes out (launcher/records/jsonread.py).
 
 Why: preflight.json, preflight-gpu.json, image.json, stack.json and assets-plan.json are what
 programs on the node printed, some inside the recipe's image, collected into the run directory.

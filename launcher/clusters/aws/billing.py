@@ -16,7 +16,7 @@ from typing import Any
 
 from launcher.clusters.aws import lifetime
 from launcher.errors import BadInput
-from launcher.records import nodejson
+from launcher.records import jsonread
 from launcher.records.atomic import write_atomic
 from launcher.records.billing import (
     LIVE_STATES,
@@ -106,8 +106,8 @@ def _same_account(aws: Any, region: str, runs: list[tuple[RunDir, list[str]]], a
 
 def _recorded_account(rd: RunDir) -> str | None:
     try:  # written on the node's behalf: bounded, never raised
-        data = nodejson.load_file(rd.path / Files.AWS)
-    except (OSError, nodejson.NodeJSONError):
+        data = jsonread.load_file(rd.path / Files.AWS)
+    except (OSError, jsonread.NodeJSONError):
         return None
     account = data.get("account") if isinstance(data, dict) else None
     return account if isinstance(account, str) and account else None

@@ -31,7 +31,7 @@ from launcher.clusters.aws.state import (
 )
 from launcher.clusters.aws.teardown import Log, leftover_message, safe, teardown
 from launcher.errors import BadInput, InfraError
-from launcher.records import nodejson
+from launcher.records import jsonread
 from launcher.records.rundir import Files
 
 IDENTITY = ("run_id", "launch_id", "region", "account")
@@ -59,8 +59,8 @@ def state_file(run_dir: Path) -> Path:
 def _run_json(run_dir: Path) -> dict[str, Any]:
     """run.json's run id and cluster record, or {} when it is missing or unreadable."""
     try:
-        data = nodejson.load_file(run_dir / Files.RUN)  # bounded: a run dir is anyone's
-    except nodejson.NodeJSONError:
+        data = jsonread.load_file(run_dir / Files.RUN)  # bounded: a run dir is anyone's
+    except jsonread.NodeJSONError:
         return {}
     if not isinstance(data, dict):
         return {}

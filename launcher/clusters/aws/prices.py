@@ -31,7 +31,7 @@ from typing import Any
 from launcher.catalog import Price, with_fallback
 from launcher.clusters.aws import requests as rq
 from launcher.clusters.aws.session import error_code, error_message, snake
-from launcher.records import nodejson
+from launcher.records import jsonread
 
 PRICING_REGIONS = ("us-east-1", "ap-south-1")  # the Price List Query API's endpoints
 SOURCE_OF = {
@@ -106,10 +106,10 @@ def on_demand_usd(answer: dict[str, Any], instance_type: str, region: str) -> fl
     found: set[float] = set()
     for item in answer.get("PriceList") or []:
         try:
-            doc = nodejson.loads(item) if isinstance(item, str) else item
+            doc = jsonread.loads(item) if isinstance(item, str) else item
             attrs = doc["product"]["attributes"]
             terms = doc["terms"]["OnDemand"].values()
-        except (TypeError, nodejson.NodeJSONError, KeyError, AttributeError):
+        except (TypeError, jsonread.NodeJSONError, KeyError, AttributeError):
             raise LookupFailed("the Price List answer is not AWS's product document") from None
         if attrs.get("instanceType") != instance_type or attrs.get("regionCode") not in (
             None,

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from launcher.errors import BadInput, InfraError
-from launcher.records import nodejson
+from launcher.records import jsonread
 
 if TYPE_CHECKING:
     from launcher.clusters.aws.settings import AwsSettings
@@ -265,8 +265,8 @@ class CallLog:
     def read(self) -> list[dict[str, Any]]:
         if self.path is None or not self.path.is_file():
             return []
-        text = nodejson.read_text(self.path, max_bytes=64 * nodejson.MAX_BYTES) or ""
-        return [nodejson.loads(x) for x in text.splitlines() if x]
+        text = jsonread.read_text(self.path, max_bytes=64 * jsonread.MAX_BYTES) or ""
+        return [jsonread.loads(x) for x in text.splitlines() if x]
 
 
 class RecordedClient:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher.errors import BadInput, InfraError
-from launcher.records import nodejson
+from launcher.records import jsonread
 from launcher.records.atomic import write_atomic
 
 LIST_KEYS = ("instances", "targeted", "addresses", "nodes", "terminated")
@@ -80,9 +80,9 @@ class AwsState:
     def load(cls, path: Path) -> AwsState:
         """The state in `path`; CorruptState (naming the file) when it is not what we write."""
         path = Path(path)
-        try:  # bounded (launcher/records/nodejson.py): the run directory is anyone's
-            data = nodejson.load_file(path)
-        except nodejson.NodeJSONError as err:
+        try:  # bounded (launcher/records/jsonread.py): the run directory is anyone's
+            data = jsonread.load_file(path)
+        except jsonread.NodeJSONError as err:
             raise CorruptState(path, f"not valid JSON ({err.message})") from None
         if data is None:
             raise CorruptState(path, "cannot be read (it is gone)")
@@ -181,8 +181,8 @@ def _records() -> list[dict[str, Any]]:
         return []
     for path in paths:
         try:
-            record = nodejson.load_file(path)
-        except nodejson.NodeJSONError:
+            record = jsonread.load_file(path)
+        except jsonread.NodeJSONError:
             continue
         if isinstance(record, dict) and isinstance(record.get("launch_id"), str):
             found.append(record)
