@@ -89,7 +89,7 @@ def run_cmd(
     """Reproduce RECIPE on a cluster (also: `reproduce RECIPE ...`): provision, check, train,
     measure, judge, release."""
     from launcher.commands.run import run_command
-    from launcher.runner.reproduction import Options
+    from launcher.runner.prelaunch import Options
 
     options = Options(
         cluster=cluster,

@@ -16,7 +16,7 @@ from typing import Any
 
 from launcher.commands.console import ConsoleReporter
 from launcher.errors import BadInput
-from launcher.runner.reproduction import (
+from launcher.runner.prelaunch import (
     Options,
     Prepared,
     StartCheck,

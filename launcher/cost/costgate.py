@@ -11,7 +11,7 @@ nothing but the instance's own shutdown ends it), and the budget flags. Then:
   `--yes` or a `--max-usd` budget, else it is refused (exit 2) before any cloud call;
 - a targeted host (SSH, local, Ray, or an existing instance by --instance-id) is not launched or
   ended by this tool: its cost per hour is shown and no question asked; a budget given for it is
-  checked before the start (launcher/runner/reproduction.py, check_before_start) and while it runs.
+  checked before the start (launcher/runner/prelaunch.py, check_before_start) and while it runs.
 
 `Runner.run` (launcher/runner/runner.py) applies it: `reproduce RECIPE` and `nightly` both go
 through there, so no paid launch has another way in.
@@ -32,9 +32,9 @@ if TYPE_CHECKING:
     from launcher.inputs.profile import Profile
     from launcher.inputs.recipe import Recipe
 
-# `prepared` and `options` below are launcher.runner.reproduction's Prepared and Options, typed
+# `prepared` and `options` below are launcher.runner.prelaunch's Prepared and Options, typed
 # loosely:
-# reproduction imports this module (the dry run prints the same cost lines).
+# prelaunch imports this module (the dry run prints the same cost lines).
 Prepared = Any
 Options = Any
 

@@ -1,7 +1,7 @@
 """`reproduce nightly`: re-measure a set of recipes, keep the history, flag regressions.
 
 Each recipe runs exactly as `reproduce RECIPE --cluster NAME` runs it
-(launcher.runner.reproduction.prepare, then launcher.runner.runner.Runner.run: no second run path),
+(launcher.runner.prelaunch.prepare, then launcher.runner.runner.Runner.run: no second run path),
 one after the other, each with its own run directory, timeline and verdict. On a backend that
 launches nodes (aws), recipes of the same node shape (launcher/runner/nightly_groups.py) share
 one node and run one after another (groups in the order of their first recipe): the group's
@@ -63,7 +63,7 @@ from launcher.records.history import (
 from launcher.records.rundir import Files
 from launcher.runner.held import HeldNode
 from launcher.runner.nightly_groups import Group, Ran, group_by_shape, group_lines, view
-from launcher.runner.reproduction import Options
+from launcher.runner.prelaunch import Options
 
 if TYPE_CHECKING:
     from launcher.inputs.profile import Profile
@@ -121,7 +121,7 @@ def run_recipe(
     `held`: the node of the recipe's group, lent to the run (launcher/runner/held.py).
     """
     from launcher.records.rundir import RunDir, default_runs_root
-    from launcher.runner.reproduction import prepare
+    from launcher.runner.prelaunch import prepare
 
     try:
         prepared = prepare(recipe, options)

@@ -37,7 +37,7 @@ from launcher.runner.stream import follow_lock
 if TYPE_CHECKING:
     from launcher.plan.plan import Plan
     from launcher.runner.held import HeldNode
-    from launcher.runner.reproduction import Options, Prepared, StartCheck
+    from launcher.runner.prelaunch import Options, Prepared, StartCheck
 
 
 class Runner:
@@ -90,7 +90,7 @@ class Runner:
         made them already (the command layer does, for the dry run's sake): made once a run.
         `held`: a nightly group's node (launcher/runner/held.py): the run acquires and releases
         it as its own, and the group releases it once, after its last run."""
-        from launcher.runner.reproduction import check_before_start, decide_price
+        from launcher.runner.prelaunch import check_before_start, decide_price
 
         recipe, profile, plan = prepared.recipe, prepared.profile, prepared.plan
         if start is None:

@@ -22,7 +22,7 @@ from launcher.cost.costgate import decide, launches, refuse_unattended
 from launcher.cost.estimate import estimate
 from launcher.errors import BadInput, InfraError
 from launcher.inputs.recipe import load_recipe
-from launcher.runner.reproduction import Options, prepare
+from launcher.runner.prelaunch import Options, prepare
 
 WORST = "$379.78 until the TTL: 6 h x 1 node(s) x $63.296/h"  # the seed on p5en, env/aws.yaml
 PRICE_READ = "AWSPriceListService.GetProducts"  # the one read before the cost is shown

@@ -226,7 +226,7 @@ def write(tmp_path: Path, name: str, raw: Raw) -> Path:
 
 
 def plan_text(path: Path) -> str:
-    from launcher.runner.reproduction import Options, dry_run_text, prepare
+    from launcher.runner.prelaunch import Options, dry_run_text, prepare
 
     text = dry_run_text(prepare(path, Options(cluster="local", run_id="fields")))
     text = text.replace(str(path), "RECIPE")

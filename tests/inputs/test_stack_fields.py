@@ -22,7 +22,7 @@ from support.paths import SEED
 from launcher.inputs.recipe import validate_raw
 from launcher.inputs.stack import READERS
 from launcher.inputs.yamlschema import read_yaml_mapping
-from launcher.runner.reproduction import Options, dry_run_text, prepare
+from launcher.runner.prelaunch import Options, dry_run_text, prepare
 
 SEED_RAW = read_yaml_mapping(SEED, "recipe")[0]
 FIELDS = sorted({field for field, _, _ in READERS.values()})

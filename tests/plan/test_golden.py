@@ -20,7 +20,7 @@ import support.golden as golden_support
 from support.cli import REPO, SEED, reproduce
 from support.golden import assert_golden, check_golden
 
-import launcher.runner.reproduction as reproduction
+import launcher.runner.prelaunch as prelaunch
 
 SEED_ARG = str(SEED.relative_to(REPO))  # as README's command 1 gives it
 RUN_ID = "20261201T120000Z-golden"
@@ -40,19 +40,19 @@ def fixed_world(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def prepared(cluster: str, monkeypatch: pytest.MonkeyPatch) -> Any:
-    """`reproduction.prepare` of the seed at NOW: through its `now` argument when it has one,
+    """`prelaunch.prepare` of the seed at NOW: through its `now` argument when it has one,
     else by fixing the clock the module reads."""
-    options = reproduction.Options(cluster=cluster, run_id=RUN_ID)
-    if "now" in inspect.signature(reproduction.prepare).parameters:
-        return reproduction.prepare(SEED_ARG, options, now=NOW)  # type: ignore[call-arg]
+    options = prelaunch.Options(cluster=cluster, run_id=RUN_ID)
+    if "now" in inspect.signature(prelaunch.prepare).parameters:
+        return prelaunch.prepare(SEED_ARG, options, now=NOW)  # type: ignore[call-arg]
 
     class FixedClock(datetime):
         @classmethod
         def now(cls, tz: Any = None) -> datetime:  # type: ignore[override]
             return NOW if tz is None else NOW.astimezone(tz)
 
-    monkeypatch.setattr(reproduction, "datetime", FixedClock)
-    return reproduction.prepare(SEED_ARG, options)
+    monkeypatch.setattr(prelaunch, "datetime", FixedClock)
+    return prelaunch.prepare(SEED_ARG, options)
 
 
 @pytest.mark.parametrize("cluster", CLUSTERS)
@@ -66,7 +66,7 @@ def test_seed_node_script_matches_golden(
 def test_seed_aws_dry_run_matches_golden(
     fixed_world: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    text = reproduction.dry_run_text(prepared("aws", monkeypatch))
+    text = prelaunch.dry_run_text(prepared("aws", monkeypatch))
     assert NOW.strftime("%Y-%m-%d") in text, "the fixed clock did not reach the expiry tags"
     assert_golden("seed-dry-run-aws.txt", text, normalize=MACHINE)
 

@@ -24,7 +24,7 @@ from launcher import catalog
 from launcher.catalog import Price
 from launcher.records.runs import summarize
 from launcher.results.evaluate import measure_run_dir
-from launcher.runner.reproduction import Options, prepare
+from launcher.runner.prelaunch import Options, prepare
 from launcher.runner.runner import Runner
 
 CLAIM = seed_raw()["result"]["tokens_per_s_per_gpu"]

@@ -30,7 +30,7 @@ from support.nodescript import script
 from support.page_read import parse
 
 import launcher.clusters.aws as aws_backend
-import launcher.runner.reproduction as reproduction
+import launcher.runner.prelaunch as prelaunch
 from launcher.runner.nightly import nightly, run_recipe
 from launcher.runner.nightly_groups import split
 from launcher.runner.reporter import QuietReporter
@@ -118,7 +118,7 @@ class Night:
             return cluster
 
         monkeypatch.setattr(aws_backend.BACKEND, "from_plan", from_plan)
-        real_prepare = reproduction.prepare
+        real_prepare = prelaunch.prepare
 
         def prepare(recipe_path, options):  # the Plan's own, with a hand-written node script
             prepared = real_prepare(recipe_path, options)
@@ -132,7 +132,7 @@ class Night:
             plan = dataclasses.replace(plan, node_run_dir=node_dir, node_script=text)
             return dataclasses.replace(prepared, plan=plan)
 
-        monkeypatch.setattr(reproduction, "prepare", prepare)
+        monkeypatch.setattr(prelaunch, "prepare", prepare)
 
     def nightly(self, recipes: list[Path], lines: list[str] | None = None, **kw):
         out = lines if lines is not None else []

@@ -1,5 +1,5 @@
 """A dry run applies every check the real run applies before it starts, so a dry run that passes
-means the real run starts (launcher/runner/reproduction.py, check_before_start): option values, a reused
+means the real run starts (launcher/runner/prelaunch.py, check_before_start): option values, a reused
 run id, the budget. What a real run refuses although its plan exists (several nodes, a dry-run-only
 profile kind) is printed at the top of the dry run and on stderr."""
 
@@ -74,7 +74,7 @@ def test_a_dry_run_within_the_budget_passes(tmp_path):
 def test_a_plan_the_real_run_refuses_is_shown_with_the_refusal_on_top(monkeypatch):
     """Every kind runs for real today, multi-node included: a dry-run-only kind is made up here."""
     from launcher import clusters
-    from launcher.runner.reproduction import Options, check_before_start, dry_run_text, prepare
+    from launcher.runner.prelaunch import Options, check_before_start, dry_run_text, prepare
 
     monkeypatch.setattr(clusters, "DRY_RUN_ONLY", {"ray": "a reason"})
     prepared = prepare(SEED, Options(cluster="ray"))
@@ -84,7 +84,7 @@ def test_a_plan_the_real_run_refuses_is_shown_with_the_refusal_on_top(monkeypatc
 
 
 def test_the_check_is_one_function_for_both_paths():
-    """Runner.run applies reproduction.check_before_start: no second list of checks to drift."""
+    """Runner.run applies prelaunch.check_before_start: no second list of checks to drift."""
     source = (REPO / "launcher" / "runner" / "runner.py").read_text()
     assert "check_before_start(prepared, options)" in source
     assert "refuse_if_over" not in source.split("def run(", 1)[1].split("def execute(", 1)[0]

@@ -314,7 +314,7 @@ def test_a_week_is_the_longest_ttl(tmp_path):
 
 @pytest.mark.parametrize("flag", ["nan", "inf"])
 def test_a_non_finite_price_override_is_refused_before_anything(tmp_path, flag):
-    from launcher.runner.reproduction import Options, prepare
+    from launcher.runner.prelaunch import Options, prepare
 
     profile = write_profile(tmp_path)
     with pytest.raises(BadInput, match="price"):

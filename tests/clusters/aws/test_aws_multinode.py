@@ -305,11 +305,11 @@ def test_a_recorded_cluster_reaches_the_workers_through_the_head_again(
 def test_the_4_node_dry_run_on_aws_is_not_refused_and_shows_one_address(tmp_path):
     """What `reproduce RECIPE --cluster aws --dry-run` prints for 4 nodes: no refusal, the
     placement group, one Elastic IP, and a host key per node."""
-    from launcher.runner import reproduction
+    from launcher.runner import prelaunch
 
     recipe = nodes_recipe(tmp_path, 4)
-    prepared = reproduction.prepare(str(recipe.path), reproduction.Options(cluster="aws"))
-    text = reproduction.dry_run_text(prepared)
+    prepared = prelaunch.prepare(str(recipe.path), prelaunch.Options(cluster="aws"))
+    text = prelaunch.dry_run_text(prepared)
     assert "REFUSED" not in text, text[:3000]
     assert text.count('"operation": "AllocateAddress"') == 1
     assert text.count('"operation": "CreatePlacementGroup"') == 1

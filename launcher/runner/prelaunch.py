@@ -1,4 +1,4 @@
-"""One reproduction: from the command line's words to a Plan, and from the Plan to a dry run.
+"""Before a run starts: the command line's words to a Plan, its price and checks, or a dry run.
 
 `prepare` is shared by `--dry-run` and the real run, so what the dry run prints is what runs
 (torchx's submit_dryrun -> schedule pattern). Nothing here imports boto3, paramiko or ray: the
