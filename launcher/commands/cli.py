@@ -89,9 +89,9 @@ def run_cmd(
     """Reproduce RECIPE on a cluster (also: `reproduce RECIPE ...`): provision, check, train,
     measure, judge, release."""
     from launcher.commands.run import run_command
-    from launcher.runner.prelaunch import Options
+    from launcher.runner.prelaunch import RunOptions
 
-    options = Options(
+    options = RunOptions(
         cluster=cluster,
         run_id=run_id,
         skip_preflight=skip_preflight,

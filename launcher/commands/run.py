@@ -17,8 +17,8 @@ from typing import Any
 from launcher.commands.console import ConsoleReporter
 from launcher.errors import BadInput
 from launcher.runner.prelaunch import (
-    Options,
     Prepared,
+    RunOptions,
     StartCheck,
     check_before_start,
     dry_run_text,
@@ -29,7 +29,7 @@ from launcher.runner.prelaunch import (
 
 def run_command(
     recipe: Path,
-    options: Options,
+    options: RunOptions,
     *,
     dry_run: bool = False,
     check: bool = False,
@@ -52,7 +52,7 @@ def run_command(
 
 
 def run_prepared(
-    prepared: Prepared, options: Options, reporter: Any = None, start: StartCheck | None = None
+    prepared: Prepared, options: RunOptions, reporter: Any = None, start: StartCheck | None = None
 ) -> int:
     """A real run with its progress on the console; the exit code (failures raise). `start`:
     the checks before the start already made (check_before_start runs once a run)."""

@@ -32,11 +32,11 @@ if TYPE_CHECKING:
     from launcher.inputs.profile import Profile
     from launcher.inputs.recipe import Recipe
 
-# `prepared` and `options` below are launcher.runner.prelaunch's Prepared and Options, typed
+# `prepared` and `options` below are launcher.runner.prelaunch's Prepared and RunOptions, typed
 # loosely:
 # prelaunch imports this module (the dry run prints the same cost lines).
 Prepared = Any
-Options = Any
+RunOptions = Any
 
 # Kinds whose backend launches the nodes it runs on, billed by the hour until it ends them.
 PAID_KINDS = frozenset({"aws"})
@@ -172,13 +172,13 @@ def refuse_unattended(profile: Profile, *, yes: bool, max_usd: float | None, who
         )
 
 
-def refused_unattended(profile: Profile, options: Options, *, unattended: bool) -> bool:
+def refused_unattended(profile: Profile, options: RunOptions, *, unattended: bool) -> bool:
     """Will the gate refuse this run for want of consent (no terminal, no --yes, no budget)?
     Then nothing is asked of the cloud before the refusal, not even the price."""
     return unattended and launches(profile) and not options.yes and options.max_usd is None
 
 
-def decide(prepared: Prepared, options: Options, *, attended: bool) -> CostGate:
+def decide(prepared: Prepared, options: RunOptions, *, attended: bool) -> CostGate:
     """The gate for one run: its header, and whether to ask, go, or refuse."""
     recipe, profile, plan = prepared.recipe, prepared.profile, prepared.plan
     price = prepared.price
@@ -247,7 +247,7 @@ def decide(prepared: Prepared, options: Options, *, attended: bool) -> CostGate:
     )
 
 
-def _budget_words(options: Options) -> str:
+def _budget_words(options: RunOptions) -> str:
     words = []
     if options.max_usd is not None:
         words.append(f"--max-usd {options.max_usd:g} (the run is stopped there)")
@@ -271,7 +271,9 @@ def _tokens_per_step(recipe: Any) -> int | None:
         return None
 
 
-def pass_gate(prepared: Prepared, options: Options, reporter: Any, *, attended: bool) -> CostGate:
+def pass_gate(
+    prepared: Prepared, options: RunOptions, reporter: Any, *, attended: bool
+) -> CostGate:
     """Show the cost, then go, ask, or refuse; BadInput (exit 2) when the run may not start.
 
     Called before the run directory exists and before any cloud call, so a refusal or a "no"

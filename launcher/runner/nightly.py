@@ -63,7 +63,7 @@ from launcher.records.history import (
 from launcher.records.rundir import Files
 from launcher.runner.held import HeldNode
 from launcher.runner.nightly_groups import Group, Ran, group_by_shape, group_lines, view
-from launcher.runner.prelaunch import Options
+from launcher.runner.prelaunch import RunOptions
 
 if TYPE_CHECKING:
     from launcher.inputs.profile import Profile
@@ -104,16 +104,16 @@ class NightlyResult:
     groups: list[Group] = field(default_factory=list)  # by node shape, each with its node
 
 
-class Runner(Protocol):
+class RecipeRunner(Protocol):
     """How one recipe is reproduced (run_recipe; tests pass their own)."""
 
     def __call__(
-        self, recipe: Path, options: Options, *, held: HeldNode | None = None
+        self, recipe: Path, options: RunOptions, *, held: HeldNode | None = None
     ) -> RecipeRun: ...
 
 
 def run_recipe(
-    recipe: Path, options: Options, reporter: Any = None, *, held: HeldNode | None = None
+    recipe: Path, options: RunOptions, reporter: Any = None, *, held: HeldNode | None = None
 ) -> RecipeRun:
     """One reproduction through the real run path (prepare -> Runner.run), errors caught and kept.
 
@@ -128,10 +128,10 @@ def run_recipe(
     except ReproduceError as err:
         return RecipeRun(recipe, err.exit_code, None, str(err))
     from launcher.runner.outcome import exit_code_of
-    from launcher.runner.runner import Runner as RunPath
+    from launcher.runner.runner import Runner
 
     try:
-        runner = RunPath(reporter, on_interrupt=options.on_interrupt, unattended=True)
+        runner = Runner(reporter, on_interrupt=options.on_interrupt, unattended=True)
         outcome = runner.run(prepared, options, held=held)
         code, error = exit_code_of(outcome), None
     except ReproduceError as err:
@@ -226,7 +226,7 @@ def nightly(
     *,
     runs_dir: Path | None = None,
     history: Path | None = None,
-    runner: Runner = run_recipe,
+    runner: RecipeRunner = run_recipe,
     max_usd: float | None = None,
     max_hours: float | None = None,
     yes: bool = False,
@@ -270,7 +270,7 @@ def nightly(
     except HistoryUnavailable as err:
         result.history_error = str(err)
         echo(f"warning: {err} The recipes run anyway; none is recorded.")
-    base = Options(
+    base = RunOptions(
         cluster=cluster,
         runs_dir=root,
         on_interrupt="cancel",
@@ -325,8 +325,8 @@ def nightly(
 
 def _run_group(
     group: Group,
-    runner: Runner,
-    base: Options,
+    runner: RecipeRunner,
+    base: RunOptions,
     db: History | None,
     profile: Profile,
     result: NightlyResult,
@@ -419,7 +419,9 @@ def _ttl_left_short(
     return fits_what_is_left(loaded, profile.ttl_hours, clock() - node.acquire_started)
 
 
-def _one(runner: Runner, recipe: Path, options: Options, node: HeldNode | None) -> RecipeRun:
+def _one(
+    runner: RecipeRunner, recipe: Path, options: RunOptions, node: HeldNode | None
+) -> RecipeRun:
     """One recipe's run; whatever it raises is its outcome (an interrupt too: 130)."""
     try:
         return runner(recipe, options, held=node)

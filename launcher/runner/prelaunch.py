@@ -25,7 +25,7 @@ from launcher.records.rundir import new_run_id, owner
 
 
 @dataclass(frozen=True)
-class Options:
+class RunOptions:
     """What the command line adds to a recipe and a profile."""
 
     cluster: str = "local"
@@ -51,7 +51,7 @@ class StartCheck:
     refusals: tuple[str, ...] = ()
 
 
-def check_before_start(prepared: Prepared, options: Options) -> StartCheck:
+def check_before_start(prepared: Prepared, options: RunOptions) -> StartCheck:
     """Every check the real run applies before it starts, in one place, so that a dry run that
     passes means the real run starts: the --on-interrupt value, a reused --run-id, the budget
     (--max-usd needs a price; the claim's expected hours and cost within the limits). BadInput
@@ -105,7 +105,7 @@ class Prepared:
     owner: str
 
 
-def prepare(recipe_path: str | Path, options: Options) -> Prepared:
+def prepare(recipe_path: str | Path, options: RunOptions) -> Prepared:
     """Load and validate everything, build the Plan. Raises BadInput before anything starts."""
     recipe = load_recipe(recipe_path)
     profile = load_profile(options.cluster)

@@ -37,7 +37,7 @@ from launcher.runner.stream import follow_lock
 if TYPE_CHECKING:
     from launcher.plan.plan import Plan
     from launcher.runner.held import HeldNode
-    from launcher.runner.prelaunch import Options, Prepared, StartCheck
+    from launcher.runner.prelaunch import Prepared, RunOptions, StartCheck
 
 
 class Runner:
@@ -79,7 +79,7 @@ class Runner:
     def run(
         self,
         prepared: Prepared,
-        options: Options,
+        options: RunOptions,
         start: StartCheck | None = None,
         *,
         held: HeldNode | None = None,

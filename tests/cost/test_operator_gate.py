@@ -22,7 +22,7 @@ from launcher.cost.costgate import decide, launches, refuse_unattended
 from launcher.cost.estimate import estimate
 from launcher.errors import BadInput, InfraError
 from launcher.inputs.recipe import load_recipe
-from launcher.runner.prelaunch import Options, prepare
+from launcher.runner.prelaunch import RunOptions, prepare
 
 WORST = "$379.78 until the TTL: 6 h x 1 node(s) x $63.296/h"  # the seed on p5en, env/aws.yaml
 PRICE_READ = "AWSPriceListService.GetProducts"  # the one read before the cost is shown
@@ -134,7 +134,7 @@ def test_a_nightly_on_aws_needs_a_budget_or_yes_before_its_first_recipe(endpoint
 
 
 def _gate(cluster: str, *, attended: bool, **options):
-    opts = Options(cluster=cluster, **options)
+    opts = RunOptions(cluster=cluster, **options)
     return decide(prepare(SEED, opts), opts, attended=attended)
 
 
@@ -211,7 +211,7 @@ def test_the_runner_shows_the_cost_before_the_run_directory_and_asks_only_launch
 
     monkeypatch.setattr(clusters, "from_plan", from_plan)
     reporter = _Recorder(answer=False)
-    opts = Options(cluster="local", runs_dir=tmp_path / "runs", price_per_hour=3.0)
+    opts = RunOptions(cluster="local", runs_dir=tmp_path / "runs", price_per_hour=3.0)
     with pytest.raises(Stop):
         Runner(reporter).run(prepare(SEED, opts), opts)
     kinds = [kind for kind, _ in reporter.events]

@@ -226,9 +226,9 @@ def write(tmp_path: Path, name: str, raw: Raw) -> Path:
 
 
 def plan_text(path: Path) -> str:
-    from launcher.runner.prelaunch import Options, dry_run_text, prepare
+    from launcher.runner.prelaunch import RunOptions, dry_run_text, prepare
 
-    text = dry_run_text(prepare(path, Options(cluster="local", run_id="fields")))
+    text = dry_run_text(prepare(path, RunOptions(cluster="local", run_id="fields")))
     text = text.replace(str(path), "RECIPE")
     text = re.sub(r"-[0-9a-f]{10}\b", "-SLUGHASH", text)
     return re.sub(r"recipe file sha256 [0-9a-f]{64}", "recipe file sha256 X", text)

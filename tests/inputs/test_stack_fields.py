@@ -22,7 +22,7 @@ from support.paths import SEED
 from launcher.inputs.recipe import validate_raw
 from launcher.inputs.stack import READERS
 from launcher.inputs.yamlschema import read_yaml_mapping
-from launcher.runner.prelaunch import Options, dry_run_text, prepare
+from launcher.runner.prelaunch import RunOptions, dry_run_text, prepare
 
 SEED_RAW = read_yaml_mapping(SEED, "recipe")[0]
 FIELDS = sorted({field for field, _, _ in READERS.values()})
@@ -42,7 +42,7 @@ def dressed(value: str) -> list[str]:
 def script_for(tmp_path: Path, raw: dict) -> str:
     path = tmp_path / "recipe.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
-    return dry_run_text(prepare(path, Options(cluster="local", run_id="stack")))
+    return dry_run_text(prepare(path, RunOptions(cluster="local", run_id="stack")))
 
 
 def expected_in(script: str) -> dict[str, str]:

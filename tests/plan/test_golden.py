@@ -42,7 +42,7 @@ def fixed_world(monkeypatch: pytest.MonkeyPatch) -> None:
 def prepared(cluster: str, monkeypatch: pytest.MonkeyPatch) -> Any:
     """`prelaunch.prepare` of the seed at NOW: through its `now` argument when it has one,
     else by fixing the clock the module reads."""
-    options = prelaunch.Options(cluster=cluster, run_id=RUN_ID)
+    options = prelaunch.RunOptions(cluster=cluster, run_id=RUN_ID)
     if "now" in inspect.signature(prelaunch.prepare).parameters:
         return prelaunch.prepare(SEED_ARG, options, now=NOW)  # type: ignore[call-arg]
 

@@ -24,7 +24,7 @@ from launcher import catalog
 from launcher.catalog import Price
 from launcher.records.runs import summarize
 from launcher.results.evaluate import measure_run_dir
-from launcher.runner.prelaunch import Options, prepare
+from launcher.runner.prelaunch import RunOptions, prepare
 from launcher.runner.runner import Runner
 
 CLAIM = seed_raw()["result"]["tokens_per_s_per_gpu"]
@@ -41,7 +41,7 @@ def _usd_per_million(hourly: float, tps: float) -> float:
     return hourly / (tps * 8 * 3600 / 1e6)
 
 
-def _run(tmp_path: Path, log: Path, options: Options) -> Path:
+def _run(tmp_path: Path, log: Path, options: RunOptions) -> Path:
     """A real run of the seed on this host whose train stage prints `log` (the stand-in's)."""
     prepared = prepare(SEED, options)
     node_dir = str(tmp_path / "node" / prepared.plan.run_id)
@@ -78,7 +78,7 @@ CASES = {
 def test_the_price_a_run_used_reaches_every_dollar_figure(tmp_path, good_log, case):
     profile_price, option, hourly, source = CASES[case]
     runs = tmp_path / "runs"
-    options = Options(
+    options = RunOptions(
         cluster=str(_local_profile(tmp_path, profile_price)),
         price_per_hour=option,
         runs_dir=runs,
@@ -122,7 +122,7 @@ def test_every_recorded_source_reaches_result_yaml_report_and_status(tmp_path, g
     """Whatever decided the price (a live lookup included), the run directory's record is what
     the measurement, the page and `status` use."""
     runs = tmp_path / "runs"
-    rd = _run(tmp_path, good_log, Options(cluster="local", runs_dir=runs))
+    rd = _run(tmp_path, good_log, RunOptions(cluster="local", runs_dir=runs))
     price = Price(27.1988, source, "p5en.48xlarge", "us-east-2", "2026-12-01T10:00:00Z", "as read")
     record = json.loads((rd / "run.json").read_text())
     record["price"] = price.to_dict()
@@ -143,7 +143,7 @@ def test_every_recorded_source_reaches_result_yaml_report_and_status(tmp_path, g
 
 
 def test_a_damaged_recorded_price_falls_back_to_the_catalog_never_to_garbage(tmp_path, good_log):
-    rd = _run(tmp_path, good_log, Options(cluster="local", runs_dir=tmp_path / "runs"))
+    rd = _run(tmp_path, good_log, RunOptions(cluster="local", runs_dir=tmp_path / "runs"))
     record = json.loads((rd / "run.json").read_text())
     record["price"] = {"usd_per_hour": float("nan"), "source": "option"}
     (rd / "run.json").write_text(json.dumps(record))

@@ -74,11 +74,11 @@ def test_a_dry_run_within_the_budget_passes(tmp_path):
 def test_a_plan_the_real_run_refuses_is_shown_with_the_refusal_on_top(monkeypatch):
     """Every kind runs for real today, multi-node included: a dry-run-only kind is made up here."""
     from launcher import clusters
-    from launcher.runner.prelaunch import Options, check_before_start, dry_run_text, prepare
+    from launcher.runner.prelaunch import RunOptions, check_before_start, dry_run_text, prepare
 
     monkeypatch.setattr(clusters, "DRY_RUN_ONLY", {"ray": "a reason"})
-    prepared = prepare(SEED, Options(cluster="ray"))
-    refusals = check_before_start(prepared, Options(cluster="ray")).refusals
+    prepared = prepare(SEED, RunOptions(cluster="ray"))
+    refusals = check_before_start(prepared, RunOptions(cluster="ray")).refusals
     header = dry_run_text(prepared, refusals).split("# ----", 1)[0]
     assert "# REFUSED   a real run would not start" in header and "a reason" in header
 

@@ -314,13 +314,13 @@ def test_a_week_is_the_longest_ttl(tmp_path):
 
 @pytest.mark.parametrize("flag", ["nan", "inf"])
 def test_a_non_finite_price_override_is_refused_before_anything(tmp_path, flag):
-    from launcher.runner.prelaunch import Options, prepare
+    from launcher.runner.prelaunch import RunOptions, prepare
 
     profile = write_profile(tmp_path)
     with pytest.raises(BadInput, match="price"):
         prepare(
             str(seed_recipe().path),
-            Options(cluster=str(profile), price_per_hour=float(flag)),
+            RunOptions(cluster=str(profile), price_per_hour=float(flag)),
         )
 
 

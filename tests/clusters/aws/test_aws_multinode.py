@@ -308,7 +308,7 @@ def test_the_4_node_dry_run_on_aws_is_not_refused_and_shows_one_address(tmp_path
     from launcher.runner import prelaunch
 
     recipe = nodes_recipe(tmp_path, 4)
-    prepared = prelaunch.prepare(str(recipe.path), prelaunch.Options(cluster="aws"))
+    prepared = prelaunch.prepare(str(recipe.path), prelaunch.RunOptions(cluster="aws"))
     text = prelaunch.dry_run_text(prepared)
     assert "REFUSED" not in text, text[:3000]
     assert text.count('"operation": "AllocateAddress"') == 1
