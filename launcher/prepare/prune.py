@@ -105,7 +105,7 @@ def prune(
         found = ap.list_baked(ec2, job.digest)
     except Exception as err:  # noqa: BLE001 - in the launcher's words (exit 2 or 3)
         raise translate(err, f"listing this account's baked AMIs in {region}; {nothing}") from err
-    result = PruneResult(region, job.scope, ap.plan(found, owner=owner, keep=job.keep))
+    result = PruneResult(region, job.scope, ap.prune_plan(found, owner=owner, keep=job.keep))
     if dry_run:
         return result
     for ami in result.plan.remove:

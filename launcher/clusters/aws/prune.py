@@ -89,7 +89,7 @@ def list_baked(ec2: Any, digest: str | None) -> list[BakedAmi]:
     return found
 
 
-def plan(images: list[BakedAmi], *, owner: str, keep: int) -> PrunePlan:
+def prune_plan(images: list[BakedAmi], *, owner: str, keep: int) -> PrunePlan:
     """The promise (module docstring) applied: what stays, what goes, what is not ours."""
     kept: list[BakedAmi] = []
     remove: list[BakedAmi] = []

@@ -132,7 +132,7 @@ def _named(item: dict[str, Any], name_key: str) -> bool:
     return bool(launch) and item.get(name_key) == rq.resource_name(run_id, launch)
 
 
-def plan(seen: list[Seen], region: str, *, owner: str | None) -> ReapPlan:
+def reap_plan(seen: list[Seen], region: str, *, owner: str | None) -> ReapPlan:
     """The promise (module docstring) applied: what reap ends, and what it leaves, with why.
     OWNER None: every owner's (`--all-owners`)."""
     out = ReapPlan(region)
@@ -200,7 +200,7 @@ def reap(
     session = make_session(region, session, nothing="`reproduce reap` ended nothing")
     ec2 = session.client("ec2", region_name=region)
     try:
-        found = plan(survey(ec2, now), region, owner=owner)
+        found = reap_plan(survey(ec2, now), region, owner=owner)
     except Exception as err:  # noqa: BLE001
         raise translate(err, f"listing the launcher's resources in {region}") from err
     for line in found.left:

@@ -177,7 +177,7 @@ def test_no_command_ends_a_resource_that_is_not_its_own(aws, ami, tmp_path, bann
     down(tmp_path / "kept" / "aws.json", session=aws, poll_s=0.01, log=lambda _: None)
     assert not _alive(ec2, kept) and _alive(ec2, bobs)
     # alice's image prune of every image, keeping none
-    found = pr.plan(pr.list_baked(ec2, None), owner="alice", keep=0)
+    found = pr.prune_plan(pr.list_baked(ec2, None), owner="alice", keep=0)
     assert not found.remove
     # and the operator's reap of every owner: bob's launch, nothing planted
     ended = reap("us-east-1", owner=None, session=aws, poll_s=0.01, log=lambda _: None)
