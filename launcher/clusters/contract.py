@@ -81,7 +81,21 @@ class WithNodeShape(ABC):
         """Every launch setting, as text; BadInput for a profile that could not launch it."""
 
 
-BACKEND_CAPABILITIES: tuple[type[ABC], ...] = (WithReadyCheck, WithLivePrice, WithNodeShape)
+class WithFitCheck(ABC):
+    """The kind can ask its cluster, before a run directory exists and anything is submitted,
+    whether it can hold the recipe (slurm: the partition's nodes and GPUs per node, by sinfo)."""
+
+    @abstractmethod
+    def check_fits(self, recipe: Recipe, profile: Profile) -> None:
+        """BadInput when the cluster cannot hold the recipe; nothing was submitted."""
+
+
+BACKEND_CAPABILITIES: tuple[type[ABC], ...] = (
+    WithReadyCheck,
+    WithFitCheck,
+    WithLivePrice,
+    WithNodeShape,
+)
 
 
 # --- what a run's cluster may declare ----------------------------------------------------------
@@ -132,6 +146,21 @@ class WithOwnExecution(ABC):
         """The node's run as the runner drives it."""
 
 
+class WithSchedulerJob(ABC):
+    """The run's nodes are a scheduler's job (slurm): it says when the job started holding them,
+    and whether it ended or restarted the job for reasons of its own."""
+
+    @abstractmethod
+    def job_started_at(self) -> float | None:
+        """When the job started holding its nodes (None: not yet known); the run's clock starts
+        there, never while the job waited in the queue."""
+
+    @abstractmethod
+    def job_failure(self, *, now: bool = False) -> str | None:
+        """Why the scheduler ended the job (NODE_FAIL, PREEMPTED, TIMEOUT, a requeue), naming
+        the node(s); None when it did not. `now`: ask afresh."""
+
+
 class WithLentNode(ABC):
     """The cluster's node was lent to this run by a nightly group (launcher/runner/held.py)."""
 
@@ -147,6 +176,7 @@ CLUSTER_CAPABILITIES: tuple[type[ABC], ...] = (
     WithLeftovers,
     WithDownCommand,
     WithOwnExecution,
+    WithSchedulerJob,
     WithLentNode,
 )
 

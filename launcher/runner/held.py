@@ -33,6 +33,7 @@ from launcher.clusters.contract import (
     WithLentNode,
     WithNodeHealth,
     WithOwnExecution,
+    WithSchedulerJob,
 )
 from launcher.errors import InfraError, ReproduceError
 from launcher.runner.signals import release_hard
@@ -204,14 +205,25 @@ class _LentOwnExecution(LentCluster, WithOwnExecution):
         return self._cluster.execution(node, place)
 
 
+class _LentSchedulerJob(LentCluster, WithSchedulerJob):
+    def job_started_at(self) -> float | None:
+        assert isinstance(self._cluster, WithSchedulerJob)
+        return self._cluster.job_started_at()
+
+    def job_failure(self, *, now: bool = False) -> str | None:
+        assert isinstance(self._cluster, WithSchedulerJob)
+        return self._cluster.job_failure(now=now)
+
+
 # Each capability a lent cluster passes on, and the class that passes it on (WithLentNode is the
-# lent cluster's own): tests/runner/test_nightly_held.py fails for a capability missing here.
+# lent cluster's own): tests/clusters/test_contract.py fails for a capability missing here.
 _FORWARD: dict[type[ABC], type[LentCluster]] = {
     WithBudgetWatch: _LentBudgetWatch,
     WithNodeHealth: _LentNodeHealth,
     WithLeftovers: _LentLeftovers,
     WithDownCommand: _LentDownCommand,
     WithOwnExecution: _LentOwnExecution,
+    WithSchedulerJob: _LentSchedulerJob,
 }
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from launcher.clusters.base import Cluster, Node
-from launcher.clusters.contract import WithLentNode
+from launcher.clusters.contract import WithLentNode, WithSchedulerJob
 from launcher.clusters.execution import Execution, Place
 from launcher.errors import ReproduceError
 from launcher.records.rundir import Stage, Timeline
@@ -113,24 +113,23 @@ def ended_early(n: NodeRun, code: int | None) -> str:
 
 
 def check_scheduler(
-    cluster: object, nodes: list[NodeRun], *, now: bool = False, timeline: Timeline | None = None
+    cluster: Cluster, nodes: list[NodeRun], *, now: bool = False, timeline: Timeline | None = None
 ) -> None:
-    """What a scheduler says of the run's job, where the backend can tell. When the job started
+    """What a scheduler says of the run's job, where the cluster can tell (`WithSchedulerJob`).
+    When the job started
     holding its nodes (`cluster.job_started_at()`): the run's clock (GPU-hours, the budget)
     starts there, never while the job waited in the queue. And whether it ended or restarted
     the job for reasons of its own (`cluster.job_failure(now=)`; slurm: NODE_FAIL, PREEMPTED,
     TIMEOUT, a requeue): NodeFailure, the run stops with no verdict, naming the node(s). `now`:
     a node's script just ended, and the scheduler may be what ended it, so it is asked afresh.
     No answer is no news about the job."""
-    started = getattr(cluster, "job_started_at", None)
-    at = started() if callable(started) and timeline is not None else None
+    if not isinstance(cluster, WithSchedulerJob):
+        return
+    at = cluster.job_started_at() if timeline is not None else None
     if isinstance(at, float) and timeline is not None and (timeline.acquired_at or 0) < at:
         timeline.acquired_at = at
-    probe = getattr(cluster, "job_failure", None)
-    if not callable(probe):
-        return
     try:
-        word = probe(now=now)
+        word = cluster.job_failure(now=now)
     except (ReproduceError, OSError, EOFError):
         return
     if word:

@@ -31,6 +31,7 @@ from launcher.clusters.contract import (
     WithLentNode,
     WithNodeHealth,
     WithOwnExecution,
+    WithSchedulerJob,
 )
 from launcher.clusters.local import LocalCluster
 from launcher.runner.held import HeldNode, LentCluster
@@ -128,7 +129,7 @@ def test_every_kind_is_a_backend_of_its_own_kind():
 
 def test_the_walk_sees_every_backend_and_cluster():
     names = {c.__name__ for c in CONTRACT_CLASSES}
-    want = {"LocalCluster", "SSHCluster", "AwsCluster", "RayCluster", "LentCluster"}
+    want = {"LocalCluster", "SSHCluster", "AwsCluster", "RayCluster", "SlurmCluster", "LentCluster"}
     want |= {type(clusters.backend(k)).__name__ for k in clusters.BACKENDS}
     assert want <= names
 
@@ -168,6 +169,8 @@ def _cluster_with(caps: tuple[type, ...]) -> LocalCluster:
         "leftovers": lambda self: calls.append("leftovers") or ["i-1"],
         "down_command": lambda self: calls.append("down_command") or "reproduce down R",
         "execution": lambda self, node, place: calls.append("execution") or "EXEC",
+        "job_started_at": lambda self: calls.append("job_started_at") or 12.5,
+        "job_failure": lambda self, *, now=False: calls.append("job_failure") or "NODE_FAIL",
     }
     methods = set().union(*(_methods(c) for c in caps)) if caps else set()
     kept = {k: v for k, v in body.items() if k == "calls" or k in methods}
@@ -196,9 +199,12 @@ def test_a_lent_cluster_declares_and_passes_on_what_the_group_cluster_declares(c
             assert lent.down_command() == "reproduce down R"
         elif cap is WithOwnExecution:
             assert lent.execution(Node("n", "h"), None) == "EXEC"
+        elif cap is WithSchedulerJob:
+            assert lent.job_started_at() == 12.5
+            assert lent.job_failure(now=True) == "NODE_FAIL"
         else:
             pytest.fail(f"no check for {cap.__name__}: add one here")
-    assert len(inner.calls) == len(caps)
+    assert len(inner.calls) == sum(len(_methods(c)) for c in caps)
     assert lent.to_record() == {"kind": "local"}
     assert lent.lent_from is None  # nothing acquired yet: this run acquires
     lent.acquire()

@@ -31,6 +31,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from launcher.clusters.base import CommandResult, LaunchOptions, Node, Transport
+from launcher.clusters.contract import (
+    Backend,
+    WithFitCheck,
+    WithLivePrice,
+    WithOwnExecution,
+    WithSchedulerJob,
+)
 from launcher.clusters.slurm import script
 from launcher.errors import BadInput, InfraError
 from launcher.excerpt import excerpt
@@ -38,9 +45,12 @@ from launcher.inputs.profile import SlurmProfile
 from launcher.plan.protocol import CANCEL_GRACE_TENTHS, CANCEL_MARK
 
 if TYPE_CHECKING:
+    from launcher.catalog import Price
     from launcher.clusters.execution import Place
     from launcher.clusters.slurm.execution import SlurmExecution
     from launcher.clusters.ssh import SSHSettings
+    from launcher.inputs.profile import Profile
+    from launcher.inputs.recipe import Recipe
     from launcher.plan.plan import Plan
 
 # Job states (squeue %T, scontrol JobState, sacct State) in which the job still holds its nodes.
@@ -73,7 +83,7 @@ ENDED_GRACE_S = 10.0  # a shared file system may show exit_code a little after t
 NODE_PREFIX = "job-node-"
 
 
-class SlurmCluster:
+class SlurmCluster(WithOwnExecution, WithSchedulerJob):
     """The login node, and the one job of a run: submitted once, asked about, ended."""
 
     name = "slurm"
@@ -536,18 +546,6 @@ def refuse_misfit(run: Any, recipe: Any, profile: SlurmProfile) -> None:
         )
 
 
-def check_fits(recipe: Any, profile: Any) -> None:
-    """Before the run directory (launcher.clusters.check_fits): the partition can hold the
-    recipe, asked on the login node."""
-    if not isinstance(profile, SlurmProfile):
-        return
-    cluster = SlurmCluster(_login_of(profile.raw))
-    try:
-        refuse_misfit(cluster._run, recipe, profile)  # noqa: SLF001 - its own module
-    finally:
-        cluster.release()
-
-
 _GRES_GPU = re.compile(r"(?:^|,)gpu(?::[A-Za-z0-9_.-]+)?:(\d+)")
 
 
@@ -599,41 +597,60 @@ def _login_of(profile: Mapping[str, Any]) -> SSHSettings | None:
     return SSHSettings.from_mapping(fields)
 
 
-def from_plan(plan: Plan, options: LaunchOptions, run_dir: Path) -> SlurmCluster:
-    """The cluster of a new run (launcher.clusters.from_plan)."""
-    del options
-    profile = plan.profile
-    if isinstance(profile, SlurmProfile) and profile.container_runtime == "pyxis":
-        raise BadInput(
-            f"{profile.path}: container_runtime pyxis is rendered by --dry-run only in this "
-            "version (docs/slurm.md); use container_runtime: docker for a real run."
+class SlurmBackend(Backend, WithFitCheck, WithLivePrice):
+    """`kind: slurm`: a run as one batch job, submitted from the login node."""
+
+    kind = "slurm"
+
+    def from_plan(self, plan: Plan, options: LaunchOptions, run_dir: Path) -> SlurmCluster:
+        """The cluster of a new run (launcher.clusters.from_plan)."""
+        del options
+        profile = plan.profile
+        if isinstance(profile, SlurmProfile) and profile.container_runtime == "pyxis":
+            raise BadInput(
+                f"{profile.path}: container_runtime pyxis is rendered by --dry-run only in this "
+                "version (docs/slurm.md); use container_runtime: docker for a real run."
+            )
+        return SlurmCluster(_login_of(plan.profile.raw), plan=plan, run_dir=run_dir)
+
+    def from_record(self, record: Mapping[str, Any]) -> SlurmCluster:
+        """The cluster of a recorded run (launcher.clusters.from_record)."""
+        login = record.get("login")
+        settings = None
+        if isinstance(login, Mapping):
+            from launcher.clusters.ssh import SSHSettings
+
+            settings = SSHSettings.from_mapping(login)
+        job = record.get("job_id")
+        nodes = record.get("nodes")
+        started = record.get("started_at")
+        return SlurmCluster(
+            settings,
+            job_id=str(job) if job is not None else None,
+            user=str(record.get("user") or "") or None,
+            nodes=nodes if isinstance(nodes, int) and nodes > 0 else 1,
+            job_nodes=[str(n) for n in record.get("job_nodes") or [] if isinstance(n, str)],
+            started_at=float(started) if isinstance(started, int | float) else None,
+            job_name=str(record["job_name"]) if isinstance(record.get("job_name"), str) else None,
         )
-    return SlurmCluster(_login_of(plan.profile.raw), plan=plan, run_dir=run_dir)
+
+    def check_fits(self, recipe: Recipe, profile: Profile) -> None:
+        """Before the run directory (launcher.clusters.check_fits): the partition can hold the
+        recipe, asked on the login node."""
+        if not isinstance(profile, SlurmProfile):
+            return
+        cluster = SlurmCluster(_login_of(profile.raw))
+        try:
+            refuse_misfit(cluster._run, recipe, profile)  # noqa: SLF001 - its own module
+        finally:
+            cluster.release()
+
+    def live_price(
+        self, recipe: Recipe, profile: Profile, fallback: Price | None
+    ) -> tuple[Price | None, str | None]:
+        """A cluster the user owns has no list price: only the profile's (or --price-per-hour)."""
+        del recipe, profile, fallback
+        return None, None
 
 
-def from_record(record: Mapping[str, Any]) -> SlurmCluster:
-    """The cluster of a recorded run (launcher.clusters.from_record)."""
-    login = record.get("login")
-    settings = None
-    if isinstance(login, Mapping):
-        from launcher.clusters.ssh import SSHSettings
-
-        settings = SSHSettings.from_mapping(login)
-    job = record.get("job_id")
-    nodes = record.get("nodes")
-    started = record.get("started_at")
-    return SlurmCluster(
-        settings,
-        job_id=str(job) if job is not None else None,
-        user=str(record.get("user") or "") or None,
-        nodes=nodes if isinstance(nodes, int) and nodes > 0 else 1,
-        job_nodes=[str(n) for n in record.get("job_nodes") or [] if isinstance(n, str)],
-        started_at=float(started) if isinstance(started, int | float) else None,
-        job_name=str(record["job_name"]) if isinstance(record.get("job_name"), str) else None,
-    )
-
-
-def live_price(recipe: Any, profile: Any, fallback: Any) -> tuple[Any, str | None]:
-    """A cluster the user owns has no list price: only the profile's (or --price-per-hour)."""
-    del recipe, profile, fallback
-    return None, None
+BACKEND = SlurmBackend()

@@ -10,7 +10,7 @@ import pytest
 from support.slurm_cluster import SlurmLoop
 
 from launcher.clusters.base import CommandResult
-from launcher.clusters.slurm.cluster import ALIVE, INFRA, SlurmCluster, from_record, run_seconds
+from launcher.clusters.slurm.cluster import ALIVE, BACKEND, INFRA, SlurmCluster, run_seconds
 
 pytestmark = [pytest.mark.slurm]
 
@@ -84,7 +84,9 @@ def test_a_job_whose_id_never_came_back_is_found_by_its_name_and_ended(slurm: Sl
         "--wrap", "sleep 300", check=True,
     ).stdout.strip()  # fmt: skip
     try:
-        cluster = from_record({"kind": "slurm", "job_id": None, "job_name": name, "nodes": 1})
+        cluster = BACKEND.from_record(
+            {"kind": "slurm", "job_id": None, "job_name": name, "nodes": 1}
+        )
         assert cluster.cancel_job(60) == ""
         assert cluster.job_id == ours
         assert ours not in slurm.run("squeue", "-h", "-o", "%i").stdout.split()
