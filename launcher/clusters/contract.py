@@ -137,6 +137,15 @@ class WithDownCommand(ABC):
         """The command that ends this run's nodes (`reproduce down ...`)."""
 
 
+class WithNodeAfterRun(ABC):
+    """What happens to the run's launched node once nobody follows the run has a rule of its own
+    (aws: it ends itself a grace period after the run ends, or it is kept)."""
+
+    @abstractmethod
+    def node_after_run(self) -> str:
+        """That rule, in words for the user who detaches."""
+
+
 class WithOwnExecution(ABC):
     """The cluster's runs are not processes the launcher starts over a shell (a Ray cluster's job
     server): it drives each node's run itself instead of the node protocol over a Transport."""
@@ -175,6 +184,7 @@ CLUSTER_CAPABILITIES: tuple[type[ABC], ...] = (
     WithNodeHealth,
     WithLeftovers,
     WithDownCommand,
+    WithNodeAfterRun,
     WithOwnExecution,
     WithSchedulerJob,
     WithLentNode,

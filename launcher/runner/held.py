@@ -31,6 +31,7 @@ from launcher.clusters.contract import (
     WithDownCommand,
     WithLeftovers,
     WithLentNode,
+    WithNodeAfterRun,
     WithNodeHealth,
     WithOwnExecution,
     WithSchedulerJob,
@@ -199,6 +200,12 @@ class _LentDownCommand(LentCluster, WithDownCommand):
         return self._cluster.down_command()
 
 
+class _LentNodeAfterRun(LentCluster, WithNodeAfterRun):
+    def node_after_run(self) -> str:
+        assert isinstance(self._cluster, WithNodeAfterRun)
+        return self._cluster.node_after_run()
+
+
 class _LentOwnExecution(LentCluster, WithOwnExecution):
     def execution(self, node: Node, place: Place) -> Execution:
         assert isinstance(self._cluster, WithOwnExecution)
@@ -222,6 +229,7 @@ _FORWARD: dict[type[ABC], type[LentCluster]] = {
     WithNodeHealth: _LentNodeHealth,
     WithLeftovers: _LentLeftovers,
     WithDownCommand: _LentDownCommand,
+    WithNodeAfterRun: _LentNodeAfterRun,
     WithOwnExecution: _LentOwnExecution,
     WithSchedulerJob: _LentSchedulerJob,
 }

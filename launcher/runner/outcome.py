@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from launcher.clusters.contract import WithDownCommand
+from launcher.clusters.contract import WithDownCommand, WithNodeAfterRun
 from launcher.errors import BadInput, CheckFailed, InfraError, Interrupted, ReproduceError
 from launcher.excerpt import MAX_LINES, clip, log_tail
 from launcher.plan.protocol import ASSET_PLAN_FILE
@@ -172,8 +172,7 @@ def detached_message(rd: RunDir, cluster: object) -> str:
         price = (record.get("cost") or {}).get("price_per_hour")
         nodes = (record.get("cost") or {}).get("nodes") or 1
         rate = price * nodes if isinstance(price, (int, float)) else None
-        after = getattr(cluster, "node_after_run", None)
-        then = f": {after()}" if callable(after) else ""
+        then = f": {cluster.node_after_run()}" if isinstance(cluster, WithNodeAfterRun) else ""
         cost = (
             f"; its node keeps billing (about ${rate:,.2f}/h) while it runs{then}"
             if rate

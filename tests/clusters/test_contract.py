@@ -29,6 +29,7 @@ from launcher.clusters.contract import (
     WithDownCommand,
     WithLeftovers,
     WithLentNode,
+    WithNodeAfterRun,
     WithNodeHealth,
     WithOwnExecution,
     WithSchedulerJob,
@@ -169,6 +170,7 @@ def _cluster_with(caps: tuple[type, ...]) -> LocalCluster:
         "leftovers": lambda self: calls.append("leftovers") or ["i-1"],
         "down_command": lambda self: calls.append("down_command") or "reproduce down R",
         "execution": lambda self, node, place: calls.append("execution") or "EXEC",
+        "node_after_run": lambda self: calls.append("node_after_run") or "ends in 10 min",
         "job_started_at": lambda self: calls.append("job_started_at") or 12.5,
         "job_failure": lambda self, *, now=False: calls.append("job_failure") or "NODE_FAIL",
     }
@@ -197,6 +199,8 @@ def test_a_lent_cluster_declares_and_passes_on_what_the_group_cluster_declares(c
             assert lent.leftovers() == ["i-1"]
         elif cap is WithDownCommand:
             assert lent.down_command() == "reproduce down R"
+        elif cap is WithNodeAfterRun:
+            assert lent.node_after_run() == "ends in 10 min"
         elif cap is WithOwnExecution:
             assert lent.execution(Node("n", "h"), None) == "EXEC"
         elif cap is WithSchedulerJob:

@@ -17,7 +17,7 @@ from support.operator_cli import SEED, RecordingEndpoint, aws_env, run_piped
 from support.paths import REPO
 from support.screen import Screen
 
-from launcher.clusters.contract import WithDownCommand
+from launcher.clusters.contract import WithDownCommand, WithNodeAfterRun
 from launcher.commands.console import interrupt_choice
 from launcher.records.rundir import RunDir, Timeline
 
@@ -138,7 +138,7 @@ def test_a_kept_runs_detach_message_says_it_bills(tmp_path):
     text = detached_message(rd, Paid())
     assert "its node keeps billing (about $126.59/h) while it runs" in text
 
-    class Ends(Paid):
+    class Ends(Paid, WithNodeAfterRun):
         def node_after_run(self) -> str:
             return "it ends itself 10 min after the run ends"
 

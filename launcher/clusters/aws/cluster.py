@@ -39,6 +39,7 @@ from launcher.clusters.contract import (
     WithBudgetWatch,
     WithDownCommand,
     WithLeftovers,
+    WithNodeAfterRun,
     WithNodeHealth,
 )
 from launcher.errors import BadInput, InfraError, ReproduceError
@@ -54,7 +55,7 @@ RELEASE_ATTEMPTS = 5  # a teardown stopped by something not AWS's (EIO from a pr
 HEALTH_EVERY_S = 10.0  # lost_nodes asks EC2 at most this often (one DescribeInstances)
 
 
-class AwsCluster(WithBudgetWatch, WithNodeHealth, WithLeftovers, WithDownCommand):
+class AwsCluster(WithBudgetWatch, WithNodeHealth, WithLeftovers, WithDownCommand, WithNodeAfterRun):
     """Acquire EC2 nodes for a run (launch or target) and release exactly what was launched."""
 
     name = "aws"

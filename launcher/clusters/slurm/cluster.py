@@ -613,7 +613,7 @@ class SlurmBackend(Backend, WithFitCheck, WithLivePrice):
             )
         return SlurmCluster(_login_of(plan.profile.raw), plan=plan, run_dir=run_dir)
 
-    def from_record(self, record: Mapping[str, Any]) -> SlurmCluster:
+    def from_record(self, record: Mapping[str, Any], run_dir: Path | None = None) -> SlurmCluster:
         """The cluster of a recorded run (launcher.clusters.from_record)."""
         login = record.get("login")
         settings = None

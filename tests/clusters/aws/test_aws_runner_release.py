@@ -139,7 +139,7 @@ def _register(monkeypatch, later: PaidCluster) -> None:
         def from_plan(self, plan, options, run_dir):
             raise AssertionError("a paid run is only found again here")
 
-        def from_record(self, record):
+        def from_record(self, record, run_dir=None):
             return later
 
     backend = types.ModuleType("paid_backend")
