@@ -156,13 +156,18 @@ class WithOwnExecution(ABC):
 
 
 class WithSchedulerJob(ABC):
-    """The run's nodes are a scheduler's job (slurm): it says when the job started holding them,
-    and whether it ended or restarted the job for reasons of its own."""
+    """The run's nodes are a scheduler's job (slurm): it says when the job started and stopped
+    holding them, and whether it ended or restarted the job for reasons of its own."""
 
     @abstractmethod
     def job_started_at(self) -> float | None:
         """When the job started holding its nodes (None: not yet known); the run's clock starts
         there, never while the job waited in the queue."""
+
+    @abstractmethod
+    def job_ended_at(self) -> float | None:
+        """When the job stopped holding its nodes (None while it runs, or when nothing told);
+        GPU-hours end there, not at the launcher's later release."""
 
     @abstractmethod
     def job_failure(self, *, now: bool = False) -> str | None:

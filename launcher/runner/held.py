@@ -217,6 +217,10 @@ class _LentSchedulerJob(LentCluster, WithSchedulerJob):
         assert isinstance(self._cluster, WithSchedulerJob)
         return self._cluster.job_started_at()
 
+    def job_ended_at(self) -> float | None:
+        assert isinstance(self._cluster, WithSchedulerJob)
+        return self._cluster.job_ended_at()
+
     def job_failure(self, *, now: bool = False) -> str | None:
         assert isinstance(self._cluster, WithSchedulerJob)
         return self._cluster.job_failure(now=now)

@@ -29,6 +29,7 @@ from launcher.clusters.contract import (
     WithBudgetWatch,
     WithDownCommand,
     WithNodeHealth,
+    WithSchedulerJob,
     execution_for,
 )
 from launcher.clusters.execution import node_env
@@ -594,9 +595,8 @@ class RunSession:
 
     def _held_until(self, released: float) -> float:
         """When the run stopped holding its nodes: the release, or earlier, when a scheduler
-        says its job ended before (`cluster.job_ended_at()`; slurm): GPU-hours end there."""
-        hook = getattr(self.cluster, "job_ended_at", None)
-        ended = hook() if callable(hook) else None
+        says its job ended before (`WithSchedulerJob.job_ended_at`; slurm): GPU-hours end there."""
+        ended = self.cluster.job_ended_at() if isinstance(self.cluster, WithSchedulerJob) else None
         acquired = self.timeline.acquired_at
         if not isinstance(ended, float) or acquired is None or not acquired <= ended <= released:
             return released

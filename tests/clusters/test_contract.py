@@ -173,6 +173,7 @@ def _cluster_with(caps: tuple[type, ...]) -> LocalCluster:
         "node_after_run": lambda self: calls.append("node_after_run") or "ends in 10 min",
         "job_started_at": lambda self: calls.append("job_started_at") or 12.5,
         "job_failure": lambda self, *, now=False: calls.append("job_failure") or "NODE_FAIL",
+        "job_ended_at": lambda self: calls.append("job_ended_at") or 99.5,
     }
     methods = set().union(*(_methods(c) for c in caps)) if caps else set()
     kept = {k: v for k, v in body.items() if k == "calls" or k in methods}
@@ -206,6 +207,7 @@ def test_a_lent_cluster_declares_and_passes_on_what_the_group_cluster_declares(c
         elif cap is WithSchedulerJob:
             assert lent.job_started_at() == 12.5
             assert lent.job_failure(now=True) == "NODE_FAIL"
+            assert lent.job_ended_at() == 99.5
         else:
             pytest.fail(f"no check for {cap.__name__}: add one here")
     assert len(inner.calls) == sum(len(_methods(c)) for c in caps)
