@@ -374,8 +374,12 @@ def moto_server(monkeypatch, tmp_path):
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
-    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://{host}:{port}")
-    yield f"http://{host}:{port}"
+    endpoint = f"http://{host}:{port}"
+    # moto keeps its accounts in the process, not the server: without a reset a test would see
+    # what an earlier test on the same worker left (its "empty account" assertions then lie)
+    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST"))
+    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+    yield endpoint
     server.stop()
 
 

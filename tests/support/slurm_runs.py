@@ -45,7 +45,9 @@ def two_nodes(tmp_path: Path, test_image, run_args: list[str], netns, **env: str
     raw["result"]["gpu_hours"] = raw["result"]["gpu_hours"] / 2
     recipe = write_recipe(tmp_path, test_image, raw=raw, name="standin-2node")
     r = load_recipe(recipe)
-    step_s = r.tokens_per_step / r.claim["tokens_per_s_per_gpu"] / r.gpu_count
+    claimed = r.claim.tokens_per_s_per_gpu
+    assert claimed, "the 2-node recipe claims tokens/s per GPU"
+    step_s = r.tokens_per_step / claimed / r.gpu_count
     profile = slurm_profile(
         tmp_path, run_args, docker={"network": netns.network},
         env={"STANDIN_STEP_TIME_S": f"{step_s:.4f}", "STANDIN_STARTUP_S": "0", **env},
