@@ -201,7 +201,7 @@ def compare_cmd(
         help="compare runs of two different recipes (refused otherwise)",
     ),
 ) -> None:
-    """Loss-curve convergence check of CANDIDATE against REFERENCE. Exit 0 pass, 1 fail, 2 bad input or two different recipes."""  # noqa: E501 - typer shows its line breaks
+    """Both runs' figures side by side (with each verdict's assurance), then the loss-curve convergence check of CANDIDATE against REFERENCE. Exit 0 pass, 1 fail, 2 bad input or two different recipes."""  # noqa: E501 - typer shows its line breaks
     try:
         from launcher.commands.measure import run_compare
 
