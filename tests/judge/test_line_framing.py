@@ -103,7 +103,7 @@ def test_each_prefix_is_recognised_alone_and_a_payload_is_never_eaten():
         for name, frame in FRAMES.items():
             line = frame(3) + text
             assert payload(line) == text, (name, line)
-    assert {p.name for p in PREFIXES} == {"docker", "kubectl", "journald", "srun", "ray"}
+    assert {p.name for p in PREFIXES} == {"cri", "docker", "kubectl", "journald", "srun", "ray"}
 
 
 def test_compare_of_a_framed_tp2_log_with_a_tp1_run_is_refused_as_another_recipe(tmp_path):

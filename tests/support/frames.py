@@ -1,5 +1,5 @@
 """What captures put before each line of a log (docker's and kubectl's timestamps, kubectl's pod,
-journald's forms, `srun -l`, Ray's actor, colour codes), to wrap test logs in: the line framing
+journald's forms, the CRI log file, `srun -l`, Ray's actor, colour codes), to wrap test logs in: the line framing
 tests (tests/judge/test_line_framing.py) and the adversary (tests/judge/test_adversary.py). Each
 form as the capture writes it (launcher/judge/parse/frame.py names the sources)."""
 
@@ -13,6 +13,7 @@ from launcher.judge.parse.clock import CLOCK
 FRAMES: dict[str, Callable[[int], str]] = {
     "docker": lambda i: f"2026-10-21T10:{i // 60 % 60:02d}:{i % 60:02d}.{i * 7919 % 10**9:09d}Z ",
     "docker+tz": lambda i: f"2026-10-21T12:00:{i % 60:02d}.000000001+02:00 ",
+    "cri": lambda i: f"2026-10-21T10:00:{i % 60:02d}.{i:09d}Z {('stdout', 'stderr')[i % 2]} F ",
     "kubectl": lambda i: "[pod/miles-train-0/trainer] ",
     "journald": lambda i: f"Oct {1 + i % 28:2d} 10:00:{i % 60:02d} gpu-node-1 dockerd[4242]: ",
     "journald-precise": lambda i: f"Oct 21 10:00:00.{i % 10**6:06d} gpu-node-1 train: ",
@@ -27,6 +28,7 @@ NESTINGS: tuple[tuple[str, ...], ...] = (
     *((name,) for name in FRAMES),
     ("journald", "docker", "srun"),
     ("kubectl", "docker"),
+    ("cri", "srun", "ray"),
     ("docker", "kubectl"),
     ("docker", "srun", "ray"),
     ("journald-iso", "srun-wide", "ansi"),

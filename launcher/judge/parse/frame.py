@@ -49,6 +49,11 @@ _JOURNALD_RE = re.compile(
     rf" [^\s\[\]:]{{1,255}} [^\s\[\]:]{{1,255}}(?:\[{_D}{{1,10}}\])?: "
 )
 _DOCKER_RE = re.compile(rf"{_DATE}(?:\.{_D}{{1,9}})?(?:Z|[+-]{_D}{{2}}:?{_D}{{2}}) ")
+# The CRI log file (what the kubelet keeps under /var/log/pods and log shippers read): RFC 3339
+# with nanoseconds, the stream, F (a full line) or P (a part of a longer one, not joined here)
+_CRI_RE = re.compile(
+    rf"{_DATE}(?:\.{_D}{{1,9}})?(?:Z|[+-]{_D}{{2}}:?{_D}{{2}}) std(?:out|err) [FP] "
+)
 _KUBECTL_RE = re.compile(r"\[pod/[^\]\s/]{1,253}/[^\]\s/]{1,253}\] ")
 _SRUN_RE = re.compile(rf" {{0,9}}{_D}{{1,10}}: ")
 # The parenthesis is matched whole, then searched for `pid=N` (`[^()]*pid=\d+[^()]*` in one
@@ -61,6 +66,12 @@ PREFIXES: tuple[Prefix, ...] = (
         _JOURNALD_RE,
         "journalctl -o short, short-precise, short-iso, short-iso-precise, short-unix: "
         "DATE HOST IDENTIFIER[PID]: ",
+    ),
+    Prefix(
+        "cri",
+        _CRI_RE,
+        "the CRI log file (containerd, CRI-O; kubelet's /var/log/pods): RFC 3339 with "
+        "nanoseconds, stdout or stderr, F or P, each followed by one space",
     ),
     Prefix(
         "docker",
