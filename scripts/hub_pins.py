@@ -131,7 +131,7 @@ class HubPins:
         return f"git blob {digest.blob_id}, the Hub lists {pin.blob_id}"
 
 
-def record(commit: str, chosen: Sequence[hf_hub.RemoteFile]) -> dict[str, Any]:
+def pins_record(commit: str, chosen: Sequence[hf_hub.RemoteFile]) -> dict[str, Any]:
     """What a snapshot's manifest keeps of the Hub's listing when it was downloaded from the Hub
     (`RECORD`): every file's size, LFS sha256 and git blob id, and the commit."""
     return {
@@ -146,7 +146,7 @@ def records(commit: str, chosen: Sequence[hf_hub.RemoteFile]) -> dict[str, Any]:
     """The manifest's keys that record the listing: RECORD, and the LFS-only OLD_RECORD an older
     reproduce reads."""
     return {
-        RECORD: record(commit, chosen),
+        RECORD: pins_record(commit, chosen),
         OLD_RECORD: {f.path: f.sha256 for f in chosen if f.sha256},
     }
 

@@ -162,7 +162,7 @@ def refuse_unappliable(recipe: Recipe, profile: Profile) -> None:
         )
 
 
-def record(recipe: Recipe) -> list[dict[str, Any]]:
+def patches_for_plan(recipe: Recipe) -> list[dict[str, Any]]:
     """plan.json's `patches`: what the node applies (name, checkout, sha256)."""
     return [p.to_dict() for p in resolved(recipe)] if _items(recipe.raw) else []
 

@@ -212,14 +212,14 @@ ROLLOUT_BATCH, SAMPLES_PER_PROMPT = "--rollout-batch-size", "--n-samples-per-pro
 
 
 @dataclass
-class Options:
+class TrainOptions:
     """The options of one train script invocation, as argparse would read them (the last wins)."""
 
     values: dict[str, Any]  # option -> its value word (OPAQUE when only known at run time)
     opaque: bool  # words only known at run time could hold further options
 
 
-def options_of(argv: list[Any]) -> Options:
+def options_of(argv: list[Any]) -> TrainOptions:
     values: dict[str, Any] = {}
     opaque = False
     i = 0
@@ -244,7 +244,7 @@ def options_of(argv: list[Any]) -> Options:
             i += 1
         else:
             values[name] = True
-    return Options(values, opaque)
+    return TrainOptions(values, opaque)
 
 
 # -------------------------------------------------------------------------------------------------
@@ -368,7 +368,7 @@ def _layout_problems(raw: dict[str, Any]) -> list[tuple[str, str]]:
     return []
 
 
-def _arg_problem(arg: Arg, raw: dict[str, Any], opts: Options, where: str) -> str | None:
+def _arg_problem(arg: Arg, raw: dict[str, Any], opts: TrainOptions, where: str) -> str | None:
     """Why one option of one train invocation contradicts its field, or None. Symmetric for the
     layout: a field that states a value the run block does not pass is refused like a run block
     that passes a value the field does not state (a null that means "not used" included)."""
@@ -429,7 +429,7 @@ def _arg_problem(arg: Arg, raw: dict[str, Any], opts: Options, where: str) -> st
     return None
 
 
-def _option_value(opts: Options, dest: str) -> Any:
+def _option_value(opts: TrainOptions, dest: str) -> Any:
     """An argument of the run block by miles' dest name (None: absent; OPAQUE: run time)."""
     if dest == "rollout_global_dataset":
         return False if "--disable-rollout-global-dataset" in opts.values else None
@@ -449,7 +449,7 @@ def printed_getter(logged: Mapping[str, str]) -> Callable[[str], Any]:
     return get
 
 
-def _rollout_problems(raw: dict[str, Any], opts: Options, where: str) -> list[tuple[str, str]]:
+def _rollout_problems(raw: dict[str, Any], opts: TrainOptions, where: str) -> list[tuple[str, str]]:
     """A rollout's rows (rollout batch x samples per prompt) must be one global batch: a
     recipe's step is one rollout. Samples per prompt absent from the block's own words count as
     miles' default, 1, even beside words known only at run time: a rollout batch that no whole

@@ -61,7 +61,7 @@ def _bad(value: float | None) -> bool:
     return value is not None and not math.isfinite(value)
 
 
-def find(
+def find_failures(
     recs: Mapping[int, StepRecord],
     stats: ParseStats | None,
     steps_expected: int | None,

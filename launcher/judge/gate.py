@@ -21,7 +21,7 @@ from pathlib import Path
 
 from launcher.inputs.runargs import checked_dests
 from launcher.judge.evidence import one_value
-from launcher.judge.failures import find
+from launcher.judge.failures import find_failures
 from launcher.judge.identity import MODEL_ARGS
 from launcher.judge.measure import unreadable
 from launcher.judge.parse.records import ParseStats, StepRecord
@@ -54,7 +54,7 @@ def assess(
 ) -> LogEvidence:
     """One log's steps and counters through the gate (evaluate.read_log reads them)."""
     recs = {r.step: r for r in reversed(records)}
-    findings = find(recs, stats, None)
+    findings = find_failures(recs, stats, None)
     wanted = set(checked_dests()) | set(MODEL_ARGS)  # the layout's and the model's
     return LogEvidence(
         path=Path(path),

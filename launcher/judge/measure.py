@@ -21,7 +21,7 @@ from launcher.catalog import Price
 from launcher.errors import BadInput
 from launcher.inputs.recipe import Recipe
 from launcher.judge.evidence import Evidence, HostWatch, gather
-from launcher.judge.failures import Findings, find
+from launcher.judge.failures import Findings, find_failures
 from launcher.judge.flops import MEGATRON_SOURCE, per_token
 from launcher.judge.parse.gpu import GpuSamples
 from launcher.judge.parse.records import ParseStats, StepRecord
@@ -437,7 +437,7 @@ def measure(
 
     expected = recipe.claim.steps_per_run
     noise = 2.0 * cv / math.sqrt(len(times)) if cv is not None and len(times) > 1 else None
-    findings = find(recs, parse_stats, expected, first)
+    findings = find_failures(recs, parse_stats, expected, first)
     return Result(
         tokens_per_s_per_gpu=tps,
         step_time_cv_percent=cv,

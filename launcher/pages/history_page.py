@@ -3,9 +3,8 @@ the regressions marked.
 
 Why each run is assessed here against the runs before it: the history module's regression rules
 (launcher/records/history.py, docs/measurement.md) judge one run against its trailing baseline;
-applying
-the same `assess` to every run in turn shows when a regression happened, not only whether the
-latest run is one. The rules themselves are not restated here.
+applying the same `check_regression` to every run in turn shows when a regression happened, not
+only whether the latest run is one. The rules themselves are not restated here.
 """
 
 from __future__ import annotations
@@ -34,7 +33,7 @@ from launcher.pages.html import (
 from launcher.pages.run_page import PAGE_NAME
 from launcher.pages.rundata import read_run_dir
 from launcher.records.atomic import write_atomic
-from launcher.records.history import JUDGED_VERDICTS, Assessment, RunRow, assess
+from launcher.records.history import JUDGED_VERDICTS, Assessment, RunRow, check_regression
 from launcher.records.rundir import Files
 
 _TREND_KEYS = ("tokens_per_s_per_gpu", "mfu", "usd_per_million_tokens")
@@ -47,7 +46,7 @@ def assess_each(rows: Sequence[RunRow]) -> list[Assessment]:
     out = []
     for i, row in enumerate(rows):
         earlier = [r for r in rows[:i] if r.cluster_name == row.cluster_name]
-        out.append(assess(row, earlier))
+        out.append(check_regression(row, earlier))
     return out
 
 

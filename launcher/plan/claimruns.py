@@ -61,7 +61,7 @@ def measured_runs(recipe: Recipe, accepted: int | None) -> int:
     return accepted if accepted else claimed_runs(recipe)
 
 
-def record(recipe: Recipe, accepted: int | None) -> dict[str, Any]:
+def runs_for_plan(recipe: Recipe, accepted: int | None) -> dict[str, Any]:
     """plan.json's `runs`: what the claim summarises, what this run measures, what was accepted."""
     return {
         "claimed": claimed_runs(recipe),

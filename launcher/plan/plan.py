@@ -48,7 +48,7 @@ class Plan(Placement):
     asset_spec: dict[str, Any] | None = (
         None  # what the node resolves (launcher/plan/asset_stages.py)
     )
-    runs: dict[str, Any] = field(default_factory=dict)  # launcher/plan/claimruns.py record()
+    runs: dict[str, Any] = field(default_factory=dict)  # launcher/plan/claimruns.py runs_for_plan()
 
     @property
     def image_ref(self) -> str:
@@ -83,7 +83,8 @@ class Plan(Placement):
             "stages": [s.to_dict() for s in self.stages],
             "provisioning": [asdict(call) for call in self.provisioning],  # aws ApiCalls
             "runs": self.runs,  # result.runs, the run's one, what --runs accepted
-            "patches": patches.record(self.recipe),  # what the node applies before training
+            # what the node applies before training
+            "patches": patches.patches_for_plan(self.recipe),
         }
 
 
@@ -203,7 +204,7 @@ def build_plan(
         tuple(provisioning),
         built,
         on_assets.spec,
-        claimruns.record(recipe, runs),
+        claimruns.runs_for_plan(recipe, runs),
     )
 
 

@@ -60,12 +60,12 @@ __all__ = [
     "RunRow",
     "Assessment",
     "Trend",
-    "assess",
     "assess_history",
+    "check_regression",
     "default_history_path",
     "file_sha256",
     "import_runs",
-    "record",
+    "index_run",
     "row_from_run_dir",
     "runs",
     "runs_of_recipe",
@@ -352,7 +352,7 @@ class History:
         return [r[0] for r in found]
 
 
-def record(run_dir: Path, db: Path | None = None) -> RunRow:
+def index_run(run_dir: Path, db: Path | None = None) -> RunRow:
     """Index one finished run directory into the history at `db` (default_history_path())."""
     with History(db) as hist:
         return hist.record(run_dir)
@@ -465,7 +465,7 @@ def trend_of(
     return Trend(points, med, mad, spread_pct, threshold, diff)
 
 
-def assess(
+def check_regression(
     latest: RunRow,
     earlier: Sequence[RunRow],
     *,
@@ -562,7 +562,7 @@ def assess_history(rows: Sequence[RunRow], **kwargs: Any) -> Assessment | None:
         return None
     latest = rows[-1]
     earlier = [r for r in rows[:-1] if r.cluster_name == latest.cluster_name]
-    return assess(latest, earlier, **kwargs)
+    return check_regression(latest, earlier, **kwargs)
 
 
 # ---------------------------------------------------------------------------------------------

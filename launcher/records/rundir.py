@@ -363,7 +363,7 @@ class RunDir:
             rd.set_status("created")
             # the user's index: the run is found by id from any directory
             # (launcher/records/state.py)
-            state.record(run_id, path, slug, created_at)
+            state.enter_run(run_id, path, slug, created_at)
         except BaseException:
             shutil.rmtree(path, ignore_errors=True)  # nothing half-made is left behind
             raise

@@ -77,7 +77,7 @@ def _entry_path(run_id: str) -> Path:
     return index_dir() / f"{run_id}.json"
 
 
-def record(run_id: str, run_dir: Path, slug: str, created_at: float | None = None) -> Path:
+def enter_run(run_id: str, run_dir: Path, slug: str, created_at: float | None = None) -> Path:
     """Enter a run directory in the index (atomically: a reader sees the old entry or the new).
 
     IndexUnwritable when the state directory cannot be written."""
@@ -178,7 +178,7 @@ def import_runs(root: Path) -> tuple[list[Path], list[str]]:
             )
             continue
         created = data.get("created_at")
-        record(
+        enter_run(
             run_id,
             run_json.parent,
             str(data.get("slug") or ""),

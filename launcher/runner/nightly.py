@@ -339,7 +339,7 @@ def _run_group(
     out: a KeyboardInterrupt or SIGTERM anywhere in here ends in the `finally`). False when the
     nightly was interrupted. A recipe its node's TTL has no time left for starts the group's rest
     on a node of their own (a new group right after this one, in result.groups)."""
-    from launcher.records.history import assess
+    from launcher.records.history import check_regression
     from launcher.records.rundir import new_run_id
     from launcher.runner.signals import signals_cancel
 
@@ -378,7 +378,7 @@ def _run_group(
                 if signing_key is not None:
                     echo(f"{tag} {_attest(run, signing_key)}")
                 row, earlier = _record(db, recipe, run, profile, result)
-                assessment = assess(row, earlier)
+                assessment = check_regression(row, earlier)
                 entry = NightlyEntry(recipe, run, row, assessment, outcome_of(run, assessment))
                 result.entries.append(entry)
                 group.runs.append(Ran(row.run_id, row.slug, run.run_dir))

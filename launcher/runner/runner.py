@@ -305,12 +305,12 @@ def record_history(
     The history is the user's one database (launcher/records/history.py,
     `default_history_path`), whatever runs root or directory the run was made from.
     """
-    from launcher.records.history import default_history_path, record
+    from launcher.records.history import default_history_path, index_run
 
     try:
         rd = RunDir(run_dir)
         if rd.status().get("state") in FINAL_STATES:
-            record(rd.path, default_history_path())
+            index_run(rd.path, default_history_path())
     except Exception as err:  # noqa: BLE001 - the run's own outcome matters more than its history
         if warn is not None:
             warn(f"warning: the run was not added to the history: {err}")

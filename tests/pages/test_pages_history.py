@@ -22,7 +22,7 @@ from launcher.pages import (
     write_run_page,
 )
 from launcher.pages.history_page import assess_each
-from launcher.records.history import History, RunRow, assess
+from launcher.records.history import History, RunRow, check_regression
 from launcher.runner.nightly import RecipeRun, nightly
 
 
@@ -33,7 +33,7 @@ def test_each_run_is_assessed_against_the_runs_before_it_as_history_does():
     assert [a.suspect for a in judged] == [i == 9 for i in range(12)]
     assert not judged[5].judged  # the failed run
     # the last one is exactly what `reproduce history` assesses
-    assert judged[-1].to_dict() == assess(rows[-1], rows[:-1]).to_dict()
+    assert judged[-1].to_dict() == check_regression(rows[-1], rows[:-1]).to_dict()
 
 
 def test_history_page_marks_the_regression_and_draws_three_trends():

@@ -70,9 +70,9 @@ def test_a_hostile_run_directory_name_is_a_relative_link_to_its_report(tmp_path,
 
         def __init__(self) -> None:
             self.row = rows[-1]
-            from launcher.records.history import assess
+            from launcher.records.history import check_regression
 
-            self.assessment = assess(rows[-1], [])
+            self.assessment = check_regression(rows[-1], [])
 
     night = write_nightly_page(
         rd.parent, [Entry()], cluster="local", stamp=time.time(), exit_code=0

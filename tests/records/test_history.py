@@ -19,10 +19,10 @@ from launcher.pages.report import history_report
 from launcher.records.history import (
     History,
     RunRow,
-    assess,
     assess_history,
+    check_regression,
     import_runs,
-    record,
+    index_run,
     runs,
     spread,
     trend_of,
@@ -75,10 +75,12 @@ def test_steady_history_then_a_5_percent_drop_is_a_trend_regression():
     earlier = history_of(STEADY)
     # 950 is within the claim's tolerance (claim 960: -1.0%), so only the trend can catch it.
     first = row(7, 950.0, claim=960.0)
-    once = assess(first, earlier)  # a first miss: suspect, not yet a regression
+    once = check_regression(first, earlier)  # a first miss: suspect, not yet a regression
     assert once.judged and once.suspect and not once.regression and once.trend_regression
     assert any("suspect" in r for r in once.reasons)
-    second = assess(row(8, 950.0, claim=960.0), [*earlier, first])  # a second miss raises it
+    second = check_regression(
+        row(8, 950.0, claim=960.0), [*earlier, first]
+    )  # a second miss raises it
     assert second.judged and second.regression and not second.suspect
     assert any("missed too" in r for r in second.reasons)
     a = once
@@ -93,15 +95,15 @@ def test_a_miss_after_a_good_run_is_suspect_again_and_failed_runs_between_misses
     earlier = history_of(STEADY)
     miss = row(7, 950.0, claim=960.0)
     good = row(8, 1000.0, claim=960.0)
-    again = assess(row(9, 950.0, claim=960.0), [*earlier, miss, good])
+    again = check_regression(row(9, 950.0, claim=960.0), [*earlier, miss, good])
     assert again.suspect and not again.regression
     failed = row(8, None, "failed", state="failed")
-    raised = assess(row(9, 950.0, claim=960.0), [*earlier, miss, failed])
+    raised = check_regression(row(9, 950.0, claim=960.0), [*earlier, miss, failed])
     assert raised.regression and not raised.suspect
 
 
 def test_noisy_history_the_same_drop_is_within_3_mad_and_not_a_regression():
-    a = assess(row(7, 950.0, claim=960.0), history_of(NOISY))
+    a = check_regression(row(7, 950.0, claim=960.0), history_of(NOISY))
     assert a.judged and not a.regression and not a.trend_regression
     # MAD 90 -> spread 13.34%, threshold 40.0%: a -5% run is noise here
     assert a.trend.mad == 90.0
@@ -111,7 +113,7 @@ def test_noisy_history_the_same_drop_is_within_3_mad_and_not_a_regression():
 
 
 def test_fewer_than_3_good_runs_skip_the_trend_test_with_a_reason():
-    a = assess(row(2, 500.0, claim=960.0, verdict="slower"), history_of([1000.0, 1001.0]))
+    a = check_regression(row(2, 500.0, claim=960.0, verdict="slower"), history_of([1000.0, 1001.0]))
     assert (
         a.trend.skipped
         and "not enough history" in a.trend.skipped
@@ -124,7 +126,7 @@ def test_fewer_than_3_good_runs_skip_the_trend_test_with_a_reason():
 
 
 def test_no_history_and_a_reproduced_run_is_not_a_regression():
-    a = assess(row(0, 1000.0), [])
+    a = check_regression(row(0, 1000.0), [])
     assert not a.regression and a.judged and "not enough history" in a.trend.skipped
 
 
@@ -148,7 +150,7 @@ def test_failed_and_slower_runs_are_excluded_from_the_baseline():
 
 def test_only_the_last_k_good_runs_form_the_baseline():
     earlier = history_of([2000.0] * 5 + STEADY)  # old, much faster runs are out of the window of 7
-    a = assess(row(20, 990.0, claim=1000.0), earlier)
+    a = check_regression(row(20, 990.0, claim=1000.0), earlier)
     assert len(a.trend.points) == 7 and a.trend.median == 1000.0 and not a.regression
 
 
@@ -158,7 +160,7 @@ def test_a_faster_run_counts_as_good_for_the_baseline():
 
 
 def test_a_failed_latest_run_is_not_judged_and_not_a_regression():
-    a = assess(row(7, 10.0, "failed", state="failed"), history_of(STEADY))
+    a = check_regression(row(7, 10.0, "failed", state="failed"), history_of(STEADY))
     assert not a.judged and not a.regression and "not judged" in a.reasons[0]
 
 
@@ -174,7 +176,7 @@ def test_assess_history_compares_only_runs_on_the_same_cluster():
 def test_record_reads_every_field_and_rerecording_replaces(tmp_path):
     db = tmp_path / "h.sqlite"
     d = make_run_dir(tmp_path / "runs", "20260101T000000Z-abc123", tps=990.5)
-    r = record(d, db)
+    r = index_run(d, db)
     assert (r.run_id, r.slug, r.recipe_sha256) == ("20260101T000000Z-abc123", SLUG, "f" * 64)
     assert (r.cluster_name, r.cluster_kind, r.state, r.verdict) == (
         "aws",
@@ -192,7 +194,7 @@ def test_record_reads_every_field_and_rerecording_replaces(tmp_path):
     (d / "verdict.json").write_text(
         (d / "verdict.json").read_text().replace('"reproduced"', '"slower"')
     )
-    record(d, db)
+    index_run(d, db)
     got = runs(SLUG, db=db)
     assert len(got) == 1 and got[0].verdict == "slower" and got[0].image.endswith("b" * 64)
     con = sqlite3.connect(db)
@@ -217,13 +219,13 @@ def test_a_newer_schema_is_refused_and_a_non_database_is_bad_input(tmp_path):
 
 def test_record_refuses_a_directory_that_is_not_a_run(tmp_path):
     with pytest.raises(BadInput, match="not a run directory"):
-        record(tmp_path, tmp_path / "h.sqlite")
+        index_run(tmp_path, tmp_path / "h.sqlite")
 
 
 def test_runs_are_oldest_first_and_limit_keeps_the_latest(tmp_path):
     db = tmp_path / "h.sqlite"
     for i in (3, 1, 2, 0):
-        record(make_run_dir(tmp_path / "runs", f"run{i}", started=T0 + i * DAY), db)
+        index_run(make_run_dir(tmp_path / "runs", f"run{i}", started=T0 + i * DAY), db)
     assert [r.run_id for r in runs(SLUG, db=db)] == ["run0", "run1", "run2", "run3"]
     assert [r.run_id for r in runs(SLUG, 2, db=db)] == ["run2", "run3"]
 
@@ -261,7 +263,7 @@ def test_record_reads_what_measure_run_dir_really_writes(tmp_path):
     (run_dir / "status.json").write_text(json.dumps({"state": "done", "updated_at": T0 + 1}))
     (run_dir / "recipe.yaml").write_text(SEED.read_text())
     result, verdict = measure_run_dir(run_dir, seed_recipe(), write_plots=False)
-    r = record(run_dir, tmp_path / "h.sqlite")
+    r = index_run(run_dir, tmp_path / "h.sqlite")
     assert result.tokens_per_s_per_gpu == pytest.approx(6500.0) and verdict.status == "slower"
     assert r.tokens_per_s_per_gpu == pytest.approx(result.tokens_per_s_per_gpu)
     assert r.mfu == pytest.approx(result.mfu) and r.usd_per_million_tokens == pytest.approx(
@@ -464,7 +466,7 @@ def test_two_recipes_with_one_file_name_are_two_histories(tmp_path):
 def test_a_run_dir_of_an_older_launcher_joins_its_recipes_history(tmp_path):
     d = make_run_dir(tmp_path / "runs", "r-old", slug="qwen3-30b-a3b/h200/attune-tp1-pp1-ep8-mt16k")
     (d / "recipe.yaml").write_text(SEED_FILE.read_text())
-    r = record(d, tmp_path / "h.sqlite")
+    r = index_run(d, tmp_path / "h.sqlite")
     assert (r.slug, r.legacy_slug) == (SLUG, "qwen3-30b-a3b/h200/attune-tp1-pp1-ep8-mt16k")
 
 
@@ -478,7 +480,7 @@ def test_a_locked_database_is_a_clear_error_not_a_traceback(tmp_path, monkeypatc
     holder.execute("BEGIN EXCLUSIVE")  # another writer holds the database
     try:
         with pytest.raises(history_module.HistoryUnavailable, match="locked by another process"):
-            record(make_run_dir(tmp_path / "runs", "r1"), db)
+            index_run(make_run_dir(tmp_path / "runs", "r1"), db)
     finally:
         holder.rollback()
         holder.close()

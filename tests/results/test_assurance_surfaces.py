@@ -112,11 +112,13 @@ def test_history_and_nightly_never_show_reproduced_alone(runs, tmp_path):
     plain = cli("history", "--history", db, rows[0].slug)
     assert f"reproduced ({CLUSTER_VOUCHED})" in plain.stdout, plain.stdout
 
-    from launcher.records.history import assess
+    from launcher.records.history import check_regression
     from launcher.runner.nightly import NightlyEntry, RecipeRun
 
     entries = [
-        NightlyEntry(Path("r.yaml"), RecipeRun(Path("r.yaml"), 0), row, assess(row, []), "ok")
+        NightlyEntry(
+            Path("r.yaml"), RecipeRun(Path("r.yaml"), 0), row, check_regression(row, []), "ok"
+        )
         for row in rows
     ]
     table = summary_text(entries)

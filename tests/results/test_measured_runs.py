@@ -100,9 +100,9 @@ def test_runs_3_is_three_measured_runs_judged_on_their_mean(tmp_path):
     )  # fmt: skip
     assert res.returncode == 0, res.stdout + res.stderr
     # the history keeps the mean with K
-    from launcher.records.history import record
+    from launcher.records.history import index_run
 
-    row = record(rd.path, tmp_path / "history.sqlite")
+    row = index_run(rd.path, tmp_path / "history.sqlite")
     assert row.measured_runs == 3
     assert row.tokens_per_s_per_gpu == pytest.approx(expected)
 

@@ -12,7 +12,7 @@ from support.history import DAY, T0, make_run_dir
 from support.paths import REPO, SEED
 
 from launcher.errors import BadInput
-from launcher.records.history import History, record, runs, slug_of
+from launcher.records.history import History, index_run, runs, slug_of
 from launcher.runner.nightly import RecipeRun, expand_targets, nightly
 
 NOW = T0 + 30 * DAY
@@ -66,7 +66,7 @@ class FakeRunner:
 
 def seed_history(db: Path, runs_root: Path, slug: str, values: list[float]) -> None:
     for i, v in enumerate(values):
-        record(
+        index_run(
             make_run_dir(
                 runs_root,
                 f"2026000{i}T000000Z-old00{i}",
