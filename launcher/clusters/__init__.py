@@ -59,6 +59,8 @@ def backend(kind: str) -> Backend:
     found = import_module(path).BACKEND
     if not isinstance(found, Backend):
         raise BadInput(f"cluster kind {kind!r}: {path} holds no BACKEND (a contract.Backend)")
+    if not isinstance(getattr(type(found), "record_fields", None), Mapping):
+        raise TypeError(f"cluster kind {kind!r}: its Backend declares no record_fields")
     return found
 
 
@@ -123,12 +125,38 @@ def from_record(record: Mapping[str, Any], run_dir: Path | None = None) -> Clust
 
     `run_dir` (made absolute) is the run directory the record is read from: a backend whose
     record holds paths reads them against it, never against the directory the command runs in."""
+    where = Path(run_dir).absolute() / "run.json" if run_dir is not None else Path("run.json")
     kind = record.get("kind")
     if not isinstance(kind, str) or kind not in BACKENDS:
-        raise BadInput(f"run.json names no cluster kind this launcher has ({kind!r})")
-    return backend(kind).from_record(
+        raise BadInput(f"{where}: run.json names no cluster kind this launcher has ({kind!r})")
+    found = backend(kind)
+    check_record(found, record, where)
+    return found.from_record(
         record, run_dir=Path(run_dir).absolute() if run_dir is not None else None
     )
+
+
+def check_record(found: Backend, record: Mapping[str, Any], where: Path) -> None:
+    """BadInput (exit 2) naming the field when a recorded cluster lacks a field its kind needs,
+    or holds one of the wrong type: a command that reads it must not take the absence for
+    "nothing was acquired" and end nothing."""
+    for key, field in found.record_fields.items():
+        if key not in record:
+            if field.optional:
+                continue
+            problem = "lacks it"
+        elif field.holds(record[key]):
+            continue
+        else:
+            problem = f"holds {type(record[key]).__name__}"
+        wanted = " or ".join("null" if t is type(None) else t.__name__ for t in field.types)
+        raise BadInput(
+            f"{where}: the run's cluster record (kind {found.kind}) field `cluster.{key}` "
+            f"{problem}; expected {wanted}. Without it the launcher cannot tell what the run "
+            "acquired, so nothing is ended or reported as ended; the record is damaged or was "
+            "written by an older reproduce.",
+            hint="Look at run.json by hand; what the run acquired may still be running.",
+        )
 
 
 def to_record(cluster: Cluster) -> dict[str, Any]:

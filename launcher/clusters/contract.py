@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -30,13 +31,36 @@ if TYPE_CHECKING:
     from launcher.plan.plan import Plan
 
 
+@dataclass(frozen=True)
+class RecordField:
+    """One field of a kind's run.json `cluster` record: the JSON types it may hold, and whether
+    a record may lack it (then the backend's default is the truth, never a guess)."""
+
+    types: tuple[type, ...]
+    optional: bool = False
+
+    def holds(self, value: object) -> bool:
+        if isinstance(value, bool) and bool not in self.types:
+            return False  # JSON's true is no count of nodes
+        return isinstance(value, self.types)
+
+
+NULL = type(None)
+
+
 class Backend(ABC):
     """One cluster kind: how a new run gets its cluster, and how a recorded run finds it again.
 
     Importing a backend's module loads no boto3, paramiko or ray: the dry run asks the registry
-    for a kind without paying for its clients."""
+    for a kind without paying for its clients.
+
+    `record_fields` declares every field the kind's `to_record` writes: what each may hold and
+    whether an older or damaged record may lack it. `clusters.from_record` checks a record
+    against it before the backend reads a field, so a field a command needs to find and end what
+    the run acquired is never read as its absence ("no job", "no target", "keep nothing")."""
 
     kind: ClassVar[str]
+    record_fields: ClassVar[Mapping[str, RecordField]]
 
     @abstractmethod
     def from_plan(self, plan: Plan, options: LaunchOptions, run_dir: Path) -> Cluster:

@@ -12,10 +12,10 @@ import socket
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from launcher.clusters.base import CommandResult, LaunchOptions, Node
-from launcher.clusters.contract import Backend
+from launcher.clusters.contract import Backend, RecordField
 from launcher.errors import InfraError
 from launcher.excerpt import excerpt_lines, open_regular
 from launcher.records.atomic import write_atomic
@@ -130,6 +130,7 @@ class LocalBackend(Backend):
     """`kind: local`: this host, for every run; it declares no optional capability."""
 
     kind = "local"
+    record_fields: ClassVar[Mapping[str, RecordField]] = {}  # this host: nothing to find again
 
     def from_plan(self, plan: Plan, options: LaunchOptions, run_dir: Path) -> LocalCluster:
         return LocalCluster()

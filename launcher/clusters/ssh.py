@@ -26,10 +26,10 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from launcher.clusters.base import CommandResult, LaunchOptions, Node
-from launcher.clusters.contract import Backend
+from launcher.clusters.contract import Backend, RecordField
 from launcher.clusters.local import command_failed
 from launcher.clusters.shell_frame import framed, output_frame, unframed
 from launcher.errors import BadInput, InfraError
@@ -609,6 +609,10 @@ class SSHBackend(Backend):
     """`kind: ssh`: existing hosts, only targeted; it declares no optional capability."""
 
     kind = "ssh"
+    record_fields: ClassVar[Mapping[str, RecordField]] = {
+        "ssh": RecordField((dict,)),  # the first host's settings
+        "hosts": RecordField((list,), optional=True),  # every host, where there are several
+    }
 
     def from_plan(self, plan: Plan, options: LaunchOptions, run_dir: Path) -> SSHCluster:
         return SSHCluster.from_profile(plan.profile.raw)

@@ -557,7 +557,7 @@ class RunDir:
 
     # --- run.json and status.json ---
 
-    def record(self) -> dict[str, Any]:
+    def record(self) -> RunRecord:
         """run.json, every field that names a file or reaches a command line in its form
         (launcher/records/recordform.py): BadInput naming the field otherwise."""
         from launcher.records import recordform

@@ -26,7 +26,7 @@ from launcher.errors import BadInput, InfraError, ReproduceError
 from launcher.inputs.recipe import Recipe
 from launcher.pages import write_run_page_safely
 from launcher.records.identity import launcher_identity
-from launcher.records.rundir import FINAL_STATES, Files, RunDir, default_runs_root
+from launcher.records.rundir import FINAL_STATES, Files, RunDir, RunRecord, default_runs_root
 from launcher.records.runs import ended_message
 from launcher.runner.outcome import Outcome
 from launcher.runner.reporter import INTERRUPT_CHOICES, FailSafeReporter, QuietReporter, Reporter
@@ -199,7 +199,9 @@ class Runner:
                 raise BadInput(f"run {rd.path} has already ended ({state}); nothing to attach to.")
             if "node" not in record or "cluster" not in record:
                 raise BadInput(
-                    f"run {rd.path} never reached a node (state {state}); nothing to attach to."
+                    f"run {rd.path} never reached a node (state {state}); nothing to attach to. "
+                    "What it acquired before it was stopped (if anything) is ended by "
+                    f"`reproduce cancel {rd.path}`."
                 )
             cluster = clusters.from_record(record["cluster"], rd.path)
             budget = None
@@ -235,11 +237,29 @@ class Runner:
             self.reporter.say(ended_message(rd, record, status))
             say_trust(rd.path, self.reporter)
             return rd
-        if "node" not in record or "cluster" not in record:
-            rd.set_status("cancelled", "cancelled before it reached a node")
+        if "cluster" not in record and status.get("state") in (None, "created"):
+            rd.set_status("cancelled", "cancelled before it acquired anything")
             say_trust(rd.path, self.reporter)
             return rd
-        run = self._session(rd, clusters.from_record(record["cluster"], rd.path), None, None)
+        if "cluster" not in record:
+            raise BadInput(
+                f"{rd.path / 'run.json'}: the run reached {status.get('state')!r} but its record "
+                "names no cluster, so what it acquired cannot be found from it and nothing was "
+                "ended. Look for it where it ran (aws: `reproduce down "
+                f"{rd.path} --region REGION` finds a run's resources by their tags; slurm: "
+                f"`squeue -u $USER`).",
+                hint="The record is damaged or was written by an older reproduce.",
+            )
+        cluster = clusters.from_record(record["cluster"], rd.path)
+        if "node" not in record:
+            # Stopped while acquiring: its nodes were never recorded, but the acquire may have
+            # made them (an instance, a job). The backend ends them by its own record.
+            cluster.release()
+            rd.set_status("cancelled", "cancelled before it reached a node; released what it had")
+            self.reporter.say(f"released what run {rd.run_id} acquired before it reached a node")
+            say_trust(rd.path, self.reporter)
+            return rd
+        run = self._session(rd, cluster, None, None)
         run.connect(_recorded_nodes(record))
         try:
             run.cancel_on_nodes()
@@ -274,8 +294,20 @@ class Runner:
         return RunSession(rd, cluster, recipe=recipe, budget=budget, settings=self.settings)
 
 
-def _recorded_nodes(record: Mapping[str, Any]) -> list[Node]:
-    return [Node(**n) for n in (record.get("nodes") or [record["node"]])]
+def _recorded_nodes(record: RunRecord) -> list[Node]:
+    """The run's nodes as run.json keeps them; one that is not a node's record is BadInput
+    naming it, never a TypeError's traceback half-way through a cancel."""
+    nodes = record.get("nodes") or [record["node"]]
+    found: list[Node] = []
+    for index, fields in enumerate(nodes if isinstance(nodes, list) else [nodes]):
+        try:
+            found.append(Node(**fields))
+        except TypeError as err:
+            raise BadInput(
+                f"{record.where}: the run record's node {index} is not a node's record ({err}); "
+                "the record is damaged or was written by an older reproduce."
+            ) from None
+    return found
 
 
 def _recorded_recipe(rd: RunDir) -> Recipe | None:

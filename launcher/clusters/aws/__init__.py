@@ -29,11 +29,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from launcher.clusters.aws.program import provisioning_calls
 from launcher.clusters.aws.requests import ApiCall, to_jsonable
-from launcher.clusters.contract import Backend, WithLivePrice, WithNodeShape, WithReadyCheck
+from launcher.clusters.contract import (
+    NULL,
+    Backend,
+    RecordField,
+    WithLivePrice,
+    WithNodeShape,
+    WithReadyCheck,
+)
 from launcher.inputs.profile import AwsProfile
 from launcher.records.rundir import Files
 
@@ -52,6 +59,16 @@ class AwsBackend(Backend, WithReadyCheck, WithLivePrice, WithNodeShape):
     """`kind: aws`: EC2 nodes launched for a run (or targeted), and ended again."""
 
     kind = "aws"
+    record_fields: ClassVar[Mapping[str, RecordField]] = {
+        "state_path": RecordField((str, NULL)),  # aws.json; null: found by the run's tags
+        "region": RecordField((str, NULL)),
+        "run_id": RecordField((str,)),  # the tag every resource of the run carries
+        "launch_id": RecordField((str, NULL)),
+        "keep": RecordField((bool,)),  # a kept node is not ended by a release
+        "target": RecordField((str, NULL)),  # an existing instance: never terminated
+        "ssh": RecordField((dict,)),
+        "run_end_grace_s": RecordField((int, float, NULL), optional=True),  # older records
+    }
 
     def from_plan(
         self,

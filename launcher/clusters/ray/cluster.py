@@ -20,11 +20,11 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urlsplit
 
 from launcher.clusters.base import LaunchOptions, Node
-from launcher.clusters.contract import Backend, WithNodeHealth, WithOwnExecution
+from launcher.clusters.contract import Backend, RecordField, WithNodeHealth, WithOwnExecution
 from launcher.errors import BadInput, InfraError
 from launcher.inputs.profile import RayProfile
 from launcher.plan.node_script import MILES_PYTHONPATH, container_env
@@ -173,6 +173,7 @@ class RayBackend(Backend):
     """`kind: ray`: an existing Ray cluster's job server."""
 
     kind = "ray"
+    record_fields: ClassVar[Mapping[str, RecordField]] = {"address": RecordField((str,))}
 
     def from_plan(self, plan: Plan, options: LaunchOptions, run_dir: Path) -> RayCluster:
         address = _address(_profile_address(plan), str(plan.profile.path))

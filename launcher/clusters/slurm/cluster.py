@@ -28,11 +28,13 @@ import time
 from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from launcher.clusters.base import CommandResult, LaunchOptions, Node, Transport
 from launcher.clusters.contract import (
+    NULL,
     Backend,
+    RecordField,
     WithFitCheck,
     WithLivePrice,
     WithOwnExecution,
@@ -410,14 +412,29 @@ class SlurmCluster(WithOwnExecution, WithSchedulerJob):
 
     def _submitted_unrecorded(self) -> str | None:
         """A job this run submitted whose id never came back (sbatch's answer lost to Ctrl-C or
-        a dropped connection): found by the run's own job name and this user, never by more."""
+        a dropped connection): found by the run's own job name and this user, never by more.
+        None only when squeue answered and lists no such job; a squeue that did not answer, or
+        several jobs of the run's name, is an InfraError: what cannot be told apart is not
+        taken for nothing to end."""
         if not self.job_name:
             return None
-        found = self._run(
+        answer = self._run(
             f"squeue -h -u {shlex.quote(self.user)} -n {shlex.quote(self.job_name)} -o %i"
-        ).stdout.split()
-        ids = [i for i in found if i.isdigit()]
-        return ids[0] if len(ids) == 1 else None
+        )
+        if answer.exit_code != 0:
+            raise InfraError(
+                f"squeue did not answer whether job {self.job_name} of user {self.user} is "
+                f"queued or running: {excerpt(answer.stderr or answer.stdout, 2, 300)}; it may "
+                f"still hold nodes: `squeue -u {self.user} -n {self.job_name}` on the login node"
+            )
+        ids = [i for i in answer.stdout.split() if i.isdigit()]
+        if len(ids) > 1:
+            raise InfraError(
+                f"{len(ids)} jobs are named {self.job_name} for user {self.user} "
+                f"({', '.join(ids)}): none is ended by name; end them with `scancel` after "
+                "looking at them (`squeue -u USER -n NAME`)"
+            )
+        return ids[0] if ids else None
 
     def step_argv(self, index: int, node_run_dir: str, remote: list[str]) -> list[str]:
         """`reproduce ssh`: the srun command, run on the login node, that opens a shell (or runs
@@ -601,6 +618,15 @@ class SlurmBackend(Backend, WithFitCheck, WithLivePrice):
     """`kind: slurm`: a run as one batch job, submitted from the login node."""
 
     kind = "slurm"
+    record_fields: ClassVar[Mapping[str, RecordField]] = {
+        "login": RecordField((dict, NULL)),  # null: the launcher ran on the login node
+        "job_id": RecordField((str, NULL)),  # null: sbatch's answer never came back
+        "user": RecordField((str,)),
+        "nodes": RecordField((int,)),
+        "job_nodes": RecordField((list,)),
+        "started_at": RecordField((int, float, NULL)),
+        "job_name": RecordField((str,)),  # how a job whose id was lost is found again
+    }
 
     def from_plan(self, plan: Plan, options: LaunchOptions, run_dir: Path) -> SlurmCluster:
         """The cluster of a new run (launcher.clusters.from_plan)."""
@@ -624,7 +650,7 @@ class SlurmBackend(Backend, WithFitCheck, WithLivePrice):
         job = record.get("job_id")
         nodes = record.get("nodes")
         started = record.get("started_at")
-        return SlurmCluster(
+        cluster = SlurmCluster(
             settings,
             job_id=str(job) if job is not None else None,
             user=str(record.get("user") or "") or None,
@@ -633,6 +659,10 @@ class SlurmBackend(Backend, WithFitCheck, WithLivePrice):
             started_at=float(started) if isinstance(started, int | float) else None,
             job_name=str(record["job_name"]) if isinstance(record.get("job_name"), str) else None,
         )
+        # A recorded run may have been stopped between sbatch and its answer: nothing proves it
+        # submitted nothing, so a release without a job id still looks for one by its name.
+        cluster.submitting = True
+        return cluster
 
     def check_fits(self, recipe: Recipe, profile: Profile) -> None:
         """Before the run directory (launcher.clusters.check_fits): the partition can hold the

@@ -135,6 +135,7 @@ def _register(monkeypatch, later: PaidCluster) -> None:
 
     class PaidBackend(Backend):
         kind = "paid"
+        record_fields = {}  # noqa: RUF012 - its record is its kind alone
 
         def from_plan(self, plan, options, run_dir):
             raise AssertionError("a paid run is only found again here")
