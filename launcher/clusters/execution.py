@@ -61,6 +61,10 @@ class Execution(Protocol):
     def was_cancelled(self) -> bool:
         """Whether a cancel marked this run (its exit code then says little)."""
 
+    def heartbeat(self) -> None:
+        """A follower is reading this run (protocol.HEARTBEAT_S apart): a node that ends itself
+        after the run waits for its follower's collection. Never raises."""
+
     def end(self) -> None:
         """Node 0 finished: a node that only serves it (a Ray worker) may stop now."""
 
@@ -122,6 +126,12 @@ class WrapperExecution:
 
     def was_cancelled(self) -> bool:
         return self.transport.run(protocol.cancelled_command(self._dir), check=False).exit_code == 0
+
+    def heartbeat(self) -> None:
+        try:
+            self.transport.run(protocol.heartbeat_command(self._dir), check=False)
+        except (InfraError, OSError, EOFError):
+            pass  # a missed beat: the next read's reconnect says what happened
 
     def end(self) -> None:
         self.transport.run(protocol.end_command(self._dir), check=False)

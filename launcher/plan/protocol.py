@@ -50,6 +50,10 @@ STATE_DIR = "state"
 CANCEL_MARK = f"{STATE_DIR}/cancelled"
 # What the launcher tells a node that only serves node 0 (a Ray worker): node 0 finished, stop.
 END_MARK = f"{STATE_DIR}/finished"
+# A follower's heartbeat, touched while it reads the run: a node that ends itself after the run
+# (an aws node's run-end watch) counts its grace from the later of exit_code and this.
+FOLLOWED_MARK = f"{STATE_DIR}/followed"
+HEARTBEAT_S = 30.0  # how often a follower touches it: well inside any grace worth having
 SECRETS_FILE = ".secrets.env"
 COPIER_FILE = "copier"  # the pid of the wrapper's node.log copier (WRAPPER, cancel_command)
 # Every process of a run carries RUN_MARK=<its node run dir> in its environment (set at launch).
@@ -420,6 +424,11 @@ def parse_cancel(stdout: str) -> str:
 def cancelled_command(node_run_dir: str) -> str:
     """Exit 0 when `reproduce cancel` marked the run (its exit code then says little)."""
     return f"test -e {shlex.quote(f'{node_run_dir}/{CANCEL_MARK}')}"
+
+
+def heartbeat_command(node_run_dir: str) -> str:
+    """A follower is reading the run: FOLLOWED_MARK's time is now. Exit 0 whatever happens."""
+    return f"touch {shlex.quote(f'{node_run_dir}/{FOLLOWED_MARK}')} 2>/dev/null || true"
 
 
 def end_command(node_run_dir: str) -> str:

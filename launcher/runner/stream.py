@@ -22,7 +22,7 @@ from launcher.errors import BadInput, InfraError
 from launcher.judge.parse.miles import last_step
 from launcher.judge.parse.shapes import last_step_time
 from launcher.plan.markers import MAX_MARKER_LINE, SAFE_STAGE, MarkerGate
-from launcher.plan.protocol import progress_in
+from launcher.plan.protocol import HEARTBEAT_S, progress_in
 from launcher.records.rundir import MAX_STAGES, TRAIN_STAGE, RunDir, RunDirUnwritable, Timeline
 from launcher.runner.reporter import Reporter
 from launcher.runner.signals import raise_pending
@@ -213,6 +213,7 @@ class Follower:
         self.poll_s = poll_s
         self.reconnect_s = reconnect_s
         self.last_step: int | None = None
+        self._beat_at = float("-inf")
         self._shown_carry = b""  # the start of a line the console has not seen whole yet
         logs.mkdir(parents=True, exist_ok=True)
         self.splitter = LogSplitter(logs, timeline, on_marker=on_marker)
@@ -249,6 +250,7 @@ class Follower:
         """
         total = reads = 0
         while to_end or reads < MAX_DRAIN_READS:
+            self.beat()
             data = self.execution.read_log(self.splitter.offset(), READ_CHUNK)
             reads += 1
             if not data:
@@ -258,6 +260,15 @@ class Follower:
             total += len(data)
         self._keep(b"")
         return total
+
+    def beat(self) -> None:
+        """Tell the node a follower is reading it (every HEARTBEAT_S at most): an aws node that
+        ends itself after the run counts its grace from the last beat, so a long catch-up read
+        after an attach is never cut by the node powering off."""
+        now = time.monotonic()
+        if now - self._beat_at >= HEARTBEAT_S:
+            self._beat_at = now
+            self.execution.heartbeat()
 
     def drain_to_end(self) -> int:
         """After the script ended: every byte node.log will ever have."""

@@ -121,6 +121,9 @@ class FileExecution:
     def poll(self) -> tuple[str, int | None]:
         return self.state
 
+    def heartbeat(self) -> None:
+        return None
+
     def close(self) -> None:
         return None
 

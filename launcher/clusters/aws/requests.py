@@ -9,10 +9,13 @@ in the dry run. See docs/aws.md for why each field is set as it is (EFA, IMDSv2,
 
 from __future__ import annotations
 
+import math
 import shlex
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
+
+from launcher.plan.protocol import FOLLOWED_MARK
 
 if TYPE_CHECKING:
     from launcher.clusters.aws.settings import AwsSettings
@@ -274,14 +277,21 @@ def prepull_lines(ref: str, log: str) -> list[str]:
 
 def run_end_lines(node_run_dir: str, grace_s: float, log: str) -> list[str]:
     """The boot's watcher of the run's end, in the background: once the node run directory's
-    exit_code exists (the wrapper writes it last, also for a cancel), it waits `grace_s` for a
-    follower to collect, then powers the instance off, which terminates it
-    (InstanceInitiatedShutdownBehavior), as the TTL's shutdown does."""
+    exit_code exists (the wrapper writes it last, also for a cancel), it gives a follower
+    `grace_s` to collect, counted from the later of exit_code and the follower's last heartbeat
+    (protocol.FOLLOWED_MARK, touched while it reads), then powers the instance off, which
+    terminates it (InstanceInitiatedShutdownBehavior), as the TTL's shutdown does. A follower that
+    attached late and is still reading keeps the node; one that is gone does not."""
     d = shlex.quote(node_run_dir)
+    mark = shlex.quote(f"{node_run_dir}/{FOLLOWED_MARK}")
+    grace = math.ceil(grace_s)
     body = (
         f"until [ -f {d}/exit_code ]; do sleep {RUN_END_POLL_S}; done; "
-        f'echo "run ended: $(date -u +%FT%TZ); powering off in {grace_s:g} s"; '
-        f"sleep {grace_s:g}; shutdown -h now 'reproduce: the run ended'"
+        f'echo "run ended: $(date -u +%FT%TZ); powering off {grace} s after it or after the last '
+        'read of its follower"; '
+        f"while last=$(stat -c %Y {d}/exit_code {mark} 2>/dev/null | sort -n | tail -n 1); "
+        f"[ $(( $(date +%s) - ${{last:-0}} )) -lt {grace} ]; do sleep {RUN_END_POLL_S}; done; "
+        "shutdown -h now 'reproduce: the run ended'"
     )
     # stdin is cloud-init's (nothing to read): no `<` redirect, which a reader of the printed
     # request takes for the start of a placeholder

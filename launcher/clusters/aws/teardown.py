@@ -306,7 +306,7 @@ def after_run_message(grace: float | None, keep: bool, down_command: str) -> str
         span = f"{grace / 60:g} min" if grace >= 120 else f"{grace:g} s"
         return (
             f"it ends itself {span} after the run ends (`reproduce attach` within that "
-            "collects the results; after it, the node is gone)"
+            "collects the results, and the node waits while it reads; after it, the node is gone)"
         )
     if keep:
         return f"it is kept (--keep): it bills until `{down_command}`"

@@ -263,6 +263,9 @@ class RayJobExecution:
             self.poll()
         return self._status == STOPPED
 
+    def heartbeat(self) -> None:
+        """The cluster is not ours and never ends itself: nothing waits for a follower."""
+
     def end(self) -> None:
         """Nothing serves this job but the cluster, which stays."""
 

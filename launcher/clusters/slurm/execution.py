@@ -113,6 +113,9 @@ class SlurmExecution:
     def end(self) -> None:
         self._files.run(protocol.end_command(self._dir), check=False)
 
+    def heartbeat(self) -> None:
+        """A job's nodes do not end themselves after the run: nothing waits for a follower."""
+
     def cleanup(self) -> None:
         """The job's task removes the node's container when its wrapper ends (the login node has
         no docker of the compute nodes)."""

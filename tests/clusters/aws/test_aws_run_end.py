@@ -76,7 +76,7 @@ def test_a_run_nobody_follows_ends_its_node_a_grace_after_it_ends(aws, ami, tmp_
     assert sent[-1]["params"]["InstanceInitiatedShutdownBehavior"] == "terminate"
     script = user_data_of(aws, iid)
     node_run_dir = work / "runs" / RUN
-    assert f"until [ -f {node_run_dir}/exit_code ]" in script and "sleep 1;" in script
+    assert f"until [ -f {node_run_dir}/exit_code ]" in script and "-lt 1 ]" in script
 
     # the node: its boot runs the user data as it is (its logs moved off /var/log), with a
     # `shutdown` that records what it was asked and a `docker` that does nothing (the pre-pull)
@@ -101,7 +101,7 @@ def test_a_run_nobody_follows_ends_its_node_a_grace_after_it_ends(aws, ami, tmp_
         node_run_dir.mkdir(parents=True, exist_ok=True)
         (node_run_dir / "exit_code").write_text("0\n")  # a failed test leaves no watcher
     assert calls.read_text().splitlines()[-1] == "-h now reproduce: the run ended"
-    assert "powering off in 1 s" in (logs / "reproduce-run-end.log").read_text()
+    assert "powering off 1 s after it or after the last read" in (logs / "reproduce-run-end.log").read_text()
 
     # EC2: an instance-initiated shutdown terminates it (InstanceInitiatedShutdownBehavior)
     ec2_of(aws).terminate_instances(InstanceIds=[iid])
@@ -122,6 +122,65 @@ def test_a_run_nobody_follows_ends_its_node_a_grace_after_it_ends(aws, ami, tmp_
     time.sleep(1.1)
     again = json.loads(completed_here("status", RUN, "--json", cwd=tmp_path).stdout)
     assert again["cost_usd"] == pytest.approx(expected, abs=1e-6)  # frozen: it is gone
+
+
+def _boot(script: str, tmp_path: Path) -> Path:
+    """Run the user data as the node's boot does (its logs moved off /var/log), with a
+    `shutdown` that records what it was asked and a `docker` that does nothing; the calls file."""
+    bin_dir, logs = tmp_path / "bin", tmp_path / "var-log"
+    bin_dir.mkdir()
+    logs.mkdir()
+    calls = tmp_path / "shutdown.calls"
+    _executable(bin_dir / "shutdown", f'#!/bin/bash\necho "$*" >> {calls}\n')
+    _executable(bin_dir / "docker", "#!/bin/bash\nexit 0\n")
+    boot = tmp_path / "user-data.sh"
+    boot.write_text(script.replace("/var/log/", f"{logs}/"))
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    subprocess.run(["bash", str(boot)], env=env, check=True, timeout=30)
+    wait_for(lambda: calls.is_file(), 10, "the TTL's shutdown to be scheduled")
+    return calls
+
+
+def test_a_late_attach_still_reading_keeps_the_node_until_it_is_done(
+    aws, ami, tmp_path, banner, monkeypatch
+):
+    """The grace counts from the follower's last read: an attach that came near the end of the
+    grace and is still catching up is not cut off; once it stops reading, the node ends."""
+    from launcher.clusters.base import Node
+    from launcher.clusters.execution import Place, WrapperExecution
+    from launcher.clusters.local import LocalTransport
+    from launcher.runner import stream
+    from launcher.runner.reporter import QuietReporter
+
+    work = tmp_path / "node-work"
+    rd, _c, iid = launched(aws, ami, tmp_path, banner, run_end_grace_s=3, work_dir=str(work))
+    node_run_dir = work / "runs" / RUN
+    (node_run_dir / "state").mkdir(parents=True)
+    (node_run_dir / "node.log").write_bytes(b"x" * 64 + b"\n")
+    calls = _boot(user_data_of(aws, iid), tmp_path)
+    monkeypatch.setattr(stream, "HEARTBEAT_S", 0.5)
+    execution = WrapperExecution(
+        Node(name="node0", host="127.0.0.1"), LocalTransport(),
+        Place(run_id=RUN, node_run_dir=str(node_run_dir), container=f"reproduce-{RUN}"),
+    )  # fmt: skip
+    follower = stream.Follower(
+        execution, rd.path / "logs", timeline=Timeline(), reporter=QuietReporter()
+    )
+    try:
+        (node_run_dir / "exit_code").write_text("0\n")  # the run ended; nobody followed it
+        time.sleep(2)  # the attach comes late in the grace, and reads for twice the grace
+        until = time.monotonic() + 6
+        while time.monotonic() < until:
+            follower.check()
+            with (node_run_dir / "node.log").open("ab") as log:
+                log.write(b"more\n")  # hours of log to catch up on, as it reads
+            time.sleep(0.2)
+        assert "-h now" not in calls.read_text()  # not cut off while it reads
+        wait_for(lambda: "-h now" in calls.read_text(), 15, "the node to end once unread")
+    finally:
+        (node_run_dir / "exit_code").write_text("0\n")
+        (node_run_dir / "state" / "followed").unlink(missing_ok=True)  # a failed test: no watcher
+    assert (rd.path / "logs" / "node.log").stat().st_size > 65
 
 
 @pytest.mark.parametrize("how", ["keep", "shared"])
