@@ -83,7 +83,10 @@ def test_a_job_whose_id_sbatch_never_answered_is_ended_by_its_name(slurm, tmp_pa
     name = f"reproduce-{rd.run_id}"
     other = f"reproduce-other-{uuid.uuid4().hex[:6]}"
     for job in (name, other):
-        slurm.run("sbatch", f"--job-name={job}", "--wrap", "sleep 300", check=True)
+        slurm.run(
+            "sbatch", f"--job-name={job}", f"--output={tmp_path}/%j.out", "--wrap", "sleep 300",
+            check=True,
+        )  # fmt: skip
     assert name in slurm.squeue() and other in slurm.squeue()
     rd.update_record(
         run_id=rd.run_id,
@@ -108,7 +111,10 @@ def test_two_jobs_of_the_runs_name_are_not_taken_for_none(slurm, tmp_path):
     rd = _run_dir(tmp_path, "acquiring", None)
     name = f"reproduce-{rd.run_id}"
     for _ in range(2):
-        slurm.run("sbatch", f"--job-name={name}", "--wrap", "sleep 300", check=True)
+        slurm.run(
+            "sbatch", f"--job-name={name}", f"--output={tmp_path}/%j.out", "--wrap", "sleep 300",
+            check=True,
+        )  # fmt: skip
     rd.update_record(
         run_id=rd.run_id,
         cluster={
