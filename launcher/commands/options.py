@@ -98,7 +98,8 @@ class BuildNetwork(StrEnum):
 _CLUSTER = typer.Option(
     "--cluster",
     "-c",
-    help="Cluster profile: a name from env/ (local, ssh, aws, ray) or a path to a profile file.",
+    help="Cluster profile: a name from env/ (local, ssh, aws, ray, slurm) or a path to a profile "
+    "file.",
 )
 Cluster = Annotated[str, _CLUSTER]
 ClusterOrNone = Annotated[str | None, _CLUSTER]  # the same option, where it may be left out
