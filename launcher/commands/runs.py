@@ -21,6 +21,7 @@ from launcher.commands.output import fail, say
 from launcher.errors import BadInput, ReproduceError
 
 if TYPE_CHECKING:
+    from launcher.records.rundir import RunDir
     from launcher.records.runs import RunSummary
 
 
@@ -358,7 +359,7 @@ def status_command(
     return 0
 
 
-def _from_node(rd: Any, summary: RunSummary) -> str | None:
+def _from_node(rd: RunDir, summary: RunSummary) -> str | None:
     """A run not over that no reproduce process follows (detached, or its launcher died): its
     step and stage as the node's log has them now. A line saying why not, when the node cannot
     be read; None when there was nothing to read."""
