@@ -316,6 +316,7 @@ def test_a_multi_node_recipe_is_refused_on_a_kind_without_the_capability(monkeyp
 
     class SingleNode(Backend):  # aws, declaring nothing beyond the required part
         kind = "aws"
+        record_fields = clusters.backend("aws").record_fields
 
         def from_plan(self, plan, options, run_dir):
             raise AssertionError("nothing is launched")
