@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -129,6 +128,8 @@ def run_attest(ref: str, key: Path | None, runs_root: Path | None, json_out: boo
 def verify_target(target: Path, key: Path | None) -> dict[str, Any]:
     """Verify a directory or a bundle; the Verified summary as a dict (CheckFailed/BadInput
     otherwise). A bundle is unpacked into a temporary directory that is removed after."""
+    import tempfile
+
     from launcher.results.attest import extract_bundle, is_bundle
     from launcher.results.attest_verify import verify_dir
 
