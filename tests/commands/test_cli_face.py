@@ -298,3 +298,19 @@ def test_prepare_yes_answers_its_question_and_still_shows_it(
     assert capsys.readouterr().err == "Pull it? [y/N] y (--yes)\n"
     res = reproduce_here("prepare", SEED, "--store", tmp_path / "s")
     assert res.code == 0 and seen["no terminal"] is None, res.err
+
+
+# A command's declaration and body live in launcher/commands/<its name>.py, or in the module of
+# the family it shares its body with.
+FAMILIES = {"status": "runs", "verify": "attest", "bundle": "attest", "keygen": "attest"}
+
+
+def test_each_command_is_declared_in_the_module_named_after_it() -> None:
+    from launcher.commands.cli import COMMANDS
+
+    assert [name for name, _, _ in COMMANDS] == list(ROOT.commands), "COMMANDS is --help's order"
+    for words, cmd in commands().items():
+        home = FAMILIES.get(words, words.split()[0])
+        module = cmd.callback.__module__
+        assert module == f"launcher.commands.{home}", f"{words} is declared in {module}"
+        assert (REPO / "launcher" / "commands" / f"{home}.py").is_file()
