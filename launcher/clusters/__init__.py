@@ -4,7 +4,8 @@ A new run gets its cluster from the Plan (`from_plan`); `reproduce attach`/`canc
 cluster of a recorded run from run.json (`from_record`). Both go through `BACKENDS`, so a kind
 is added in one line here plus its module, whose `BACKEND` is a `contract.Backend`: its
 `from_plan` and `from_record`, and the optional capabilities it declares (`WithReadyCheck`,
-`WithLivePrice`, `WithNodeShape`), which the functions below ask for by isinstance.
+`WithLivePrice`, `WithNodeShape`, `WithMultiNode`, `WithJobTimeLimit`, `WithOwnedNodes`), which
+the functions below ask for by isinstance.
 
 Modules are imported only when a run needs them: the dry run never loads boto3 or paramiko.
 """
@@ -35,22 +36,23 @@ BACKENDS: dict[str, str] = {
 }
 # Kinds a real run refuses although the dry run can show their plan (kind -> why).
 DRY_RUN_ONLY: dict[str, str] = {}
-# Kinds whose real runs may span several nodes (a multi-node recipe is refused on the others).
-# ray: the recipe's nodes are the cluster's, and the job checks it has them before training.
-# aws: the launch makes all the recipe's nodes at once (one placement group) or none.
-# slurm: one job holds all the recipe's nodes at once, or none.
-MULTI_NODE_KINDS: frozenset[str] = frozenset({"ssh", "ray", "aws", "slurm"})
 
 
 def backend(kind: str) -> Backend:
     """The backend of a cluster kind; BadInput for a kind this launcher cannot run."""
-    from launcher.clusters.contract import Backend
-
     if kind in DRY_RUN_ONLY:
         raise BadInput(
             f"profiles of kind {kind} are dry-run only in this version ({DRY_RUN_ONLY[kind]}); "
             "use --dry-run to see what it would do."
         )
+    return declared(kind)
+
+
+def declared(kind: str) -> Backend:
+    """The backend of a cluster kind, a dry-run-only one included: what it declares, asked by
+    the dry run as by a real run."""
+    from launcher.clusters.contract import Backend
+
     path = BACKENDS.get(kind)
     if path is None:
         raise BadInput(
@@ -113,6 +115,43 @@ def node_shape(recipe: Recipe, profile: Profile) -> str | None:
     if not isinstance(found, WithNodeShape):
         return None
     return f"{profile.kind} x{recipe.nodes} {found.node_shape(recipe, profile)}"
+
+
+def multi_node(kind: str) -> bool:
+    """Whether a real run of this kind may span several nodes (the backend declares
+    `WithMultiNode`); a multi-node recipe is refused on the others before anything starts."""
+    from launcher.clusters.contract import WithMultiNode
+
+    return isinstance(declared(kind), WithMultiNode)
+
+
+def multi_node_kinds() -> list[str]:
+    """The kinds that declare `WithMultiNode`, sorted: what a refusal names instead."""
+    return sorted(k for k in BACKENDS if k not in DRY_RUN_ONLY and multi_node(k))
+
+
+def with_time_limit(
+    recipe: Recipe,
+    profile: Profile,
+    max_hours: float | None,
+    max_usd: float | None,
+    price: float | None,
+) -> Profile:
+    """The profile whose job carries the run's budget as its time limit, where the backend
+    declares `WithJobTimeLimit` (slurm); the profile as it is elsewhere."""
+    from launcher.clusters.contract import WithJobTimeLimit
+
+    found = declared(profile.kind)
+    if not isinstance(found, WithJobTimeLimit):
+        return profile
+    return found.with_time_limit(recipe, profile, max_hours, max_usd, price)
+
+
+def owned_nodes(kind: str) -> bool:
+    """Whether the kind's nodes are the user's own, with no list price (`WithOwnedNodes`)."""
+    from launcher.clusters.contract import WithOwnedNodes
+
+    return isinstance(declared(kind), WithOwnedNodes)
 
 
 def from_plan(plan: Plan, options: LaunchOptions, run_dir: Path) -> Cluster:

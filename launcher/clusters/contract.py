@@ -114,11 +114,46 @@ class WithFitCheck(ABC):
         """BadInput when the cluster cannot hold the recipe; nothing was submitted."""
 
 
+class WithMultiNode(ABC):  # noqa: B024 - a marker: nothing to call
+    """A run of this kind may span several nodes: it holds all the recipe's nodes at once or none
+    (aws: one launch in one placement group; slurm: one job; ray: the cluster's nodes, which the
+    job checks before training; ssh: the profile's hosts). On a kind without it a multi-node
+    recipe is refused before anything starts: N paid nodes of which N-1 idle are worse. A marker:
+    the runner asks `isinstance`, there is nothing to call."""
+
+
+class WithJobTimeLimit(ABC):
+    """The run's budget (--max-hours, --max-usd) becomes the scheduler's own time limit of the
+    job (slurm: `--time`), so the nodes are given back at the limit even when no launcher is
+    there to stop the run."""
+
+    @abstractmethod
+    def with_time_limit(
+        self,
+        recipe: Recipe,
+        profile: Profile,
+        max_hours: float | None,
+        max_usd: float | None,
+        price: float | None,
+    ) -> Profile:
+        """The profile whose job carries the limit (written to the run directory, so the dry run
+        and the submission render the same job)."""
+
+
+class WithOwnedNodes(ABC):  # noqa: B024 - a marker: nothing to call
+    """The kind's nodes are the user's own, bought outside this tool (a Slurm partition): they
+    have no list price, so a run's price is the profile's price_per_hour or --price-per-hour, or
+    unknown, never the catalog's price of a cloud instance type. A marker."""
+
+
 BACKEND_CAPABILITIES: tuple[type[ABC], ...] = (
     WithReadyCheck,
     WithFitCheck,
     WithLivePrice,
     WithNodeShape,
+    WithMultiNode,
+    WithJobTimeLimit,
+    WithOwnedNodes,
 )
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from launcher.clusters.base import CommandResult, LaunchOptions, Node
-from launcher.clusters.contract import Backend, RecordField
+from launcher.clusters.contract import Backend, RecordField, WithMultiNode
 from launcher.clusters.local import command_failed
 from launcher.clusters.shell_frame import framed, output_frame, unframed
 from launcher.errors import BadInput, InfraError
@@ -605,8 +605,8 @@ class SSHCluster:
         return record
 
 
-class SSHBackend(Backend):
-    """`kind: ssh`: existing hosts, only targeted; it declares no optional capability."""
+class SSHBackend(Backend, WithMultiNode):
+    """`kind: ssh`: existing hosts, only targeted; several of them for a multi-node recipe."""
 
     kind = "ssh"
     record_fields: ClassVar[Mapping[str, RecordField]] = {

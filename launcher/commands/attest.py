@@ -1,9 +1,11 @@
-"""The bodies of `reproduce attest`, `verify`, `bundle` and `keygen` (docs/attestation.md).
+"""`reproduce attest`, `verify`, `bundle` and `keygen`: signed evidence of a run
+(docs/attestation.md). One module: the four share the key, the directory a run id names, and
+verifying (a bundle is verified before it is packed).
 
 Exit codes: 0 done (verify: everything holds); 1 verify found a difference, or attest found that
 the directory's figures are not what its logs give (it signs nothing then); 2 bad input (no such
-directory, no measurement in it, a key that cannot be read, a bundle that is not one). Loaded
-only when one of these commands runs: cryptography and securesystemslib stay out of the CLI's
+directory, no measurement in it, a key that cannot be read, a bundle that is not one).
+cryptography and securesystemslib are imported by the bodies only: they stay out of the CLI's
 start-up.
 """
 
@@ -11,13 +13,72 @@ from __future__ import annotations
 
 import json
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from launcher.clusters import trust
+import typer
+
+from launcher.commands import options as o
+from launcher.commands.options import output_file
+from launcher.commands.output import fail
 from launcher.errors import BadInput, ReproduceError
 from launcher.excerpt import printable
+
+
+def attest_cmd(
+    run: str = typer.Argument(
+        ..., help="A run directory, a run id, or a `measure --out` directory."
+    ),
+    key: o.Key = None,
+    runs_dir: o.RunsDir = None,
+    json_out: o.Json = False,
+) -> None:
+    """Sign what a run holds and showed (in-toto statement, DSSE envelope, ed25519): writes attestation.intoto.json into it; exit 1 when its figures are not what its logs give."""  # noqa: E501 - typer shows its line breaks
+
+    try:
+        code = run_attest(run, key, runs_dir, json_out)
+    except ReproduceError as err:
+        raise fail(err, json_out) from None
+    raise typer.Exit(code)
+
+
+def verify_cmd(
+    target: Path = typer.Argument(
+        ..., help="An attested directory, a run id, or a bundle (.tar.gz)."
+    ),
+    key: o.Key = None,
+    json_out: o.Json = False,
+) -> None:
+    """Check an attestation offline: the signature, every file's sha256, then the figures and verdict measured again from the raw log; exit 0 all hold, 1 the first difference, 2 bad input."""  # noqa: E501 - typer shows its line breaks
+
+    raise typer.Exit(run_verify(target, key, json_out))
+
+
+def bundle_cmd(
+    run: str = typer.Argument(..., help="An attested directory or run id."),
+    out: o.Out = None,
+    runs_dir: o.RunsDir = None,
+) -> None:
+    """Pack an attested run (after verifying it) and its files into one .tar.gz to share (--out, default: beside the directory, .attested.tar.gz); `verify` takes it as it is."""  # noqa: E501 - typer shows its line breaks
+
+    try:
+        code = run_bundle(run, out, runs_dir)
+    except ReproduceError as err:
+        raise fail(err) from None
+    raise typer.Exit(code)
+
+
+def keygen_cmd(
+    path: Path = typer.Argument(
+        ..., help="Where to write the private key (PATH.pub beside).", callback=output_file
+    ),
+) -> None:
+    """Make an ed25519 key pair for attestations (OpenSSH format; never overwrites)."""
+    try:
+        code = run_keygen(path)
+    except ReproduceError as err:
+        raise fail(err) from None
+    raise typer.Exit(code)
 
 
 def _directory(ref: str, runs_root: Path | None) -> Path:
@@ -41,6 +102,8 @@ def _signing_key(key: Path | None) -> tuple[Path, Any]:
 
 
 def run_attest(ref: str, key: Path | None, runs_root: Path | None, json_out: bool) -> int:
+    from launcher.clusters import trust
+
     directory = _directory(ref, runs_root)
     path, private_key = _signing_key(key)
     from launcher.results.attest_run import attest_directory
@@ -65,6 +128,8 @@ def run_attest(ref: str, key: Path | None, runs_root: Path | None, json_out: boo
 def verify_target(target: Path, key: Path | None) -> dict[str, Any]:
     """Verify a directory or a bundle; the Verified summary as a dict (CheckFailed/BadInput
     otherwise). A bundle is unpacked into a temporary directory that is removed after."""
+    import tempfile
+
     from launcher.results.attest import extract_bundle, is_bundle
     from launcher.results.attest_verify import verify_dir
 

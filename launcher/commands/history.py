@@ -1,7 +1,7 @@
-"""The bodies of `reproduce history` and `reproduce nightly`: printing and exit codes.
+"""`reproduce history [RECIPE]`: a recipe's past runs, their trend, and whether the latest is a
+regression.
 
-launcher/records/history.py and launcher/runner/nightly.py return values; this is where they meet
-the console.
+launcher/records/history.py returns values; this is where they meet the console.
 """
 
 from __future__ import annotations
@@ -10,16 +10,51 @@ import json
 from pathlib import Path
 from typing import Any
 
-from launcher.commands.output import say
-from launcher.errors import BadInput
-from launcher.pages.report import history_report
-from launcher.records.history import (
-    History,
-    assess_history,
-    default_history_path,
-    runs_of_recipe,
-    slug_of,
-)
+import typer
+
+from launcher.commands import options as o
+from launcher.commands.options import output_file
+from launcher.commands.output import fail, say
+from launcher.errors import BadInput, ReproduceError
+
+
+def history_cmd(
+    recipe: str | None = typer.Argument(
+        None,
+        help="Recipe file, its name under recipes/ (qwen3-30b-a3b/h200/attune-tp1-pp1-ep8-mt16k) "
+        "or its slug (as `reproduce runs` shows it).",
+    ),
+    import_dir: o.Import = None,
+    json_out: o.Json = False,
+    limit: int = typer.Option(
+        20, "--limit", help="Show the last N runs (the trend uses all of them)."
+    ),
+    cluster: o.ClusterOrNone = None,
+    history: o.History = None,
+    runs_dir: o.RunsDir = None,
+    html: Path | None = typer.Option(
+        None,
+        "--html",
+        help="Also write the history as one self-contained HTML page to PATH.",
+        callback=output_file,
+    ),
+) -> None:
+    """Past runs of a recipe (with --cluster: those on that profile), the trend and whether the latest run is a regression (exit 1 when it is)."""  # noqa: E501 - typer shows its line breaks
+
+    try:
+        code = run_history(
+            recipe,
+            import_dir=import_dir,
+            json_out=json_out,
+            limit=limit,
+            db=history,
+            runs_dir=runs_dir,
+            cluster=cluster,
+            html_out=html,
+        )
+    except ReproduceError as err:
+        raise fail(err, json_out) from None
+    raise typer.Exit(code)
 
 
 def run_history(
@@ -34,6 +69,15 @@ def run_history(
     html_out: Path | None = None,
 ) -> int:
     """`reproduce history`: exit 0, or 1 when the latest run is a regression."""
+    from launcher.pages.report import history_report
+    from launcher.records.history import (
+        History,
+        assess_history,
+        default_history_path,
+        runs_of_recipe,
+        slug_of,
+    )
+
     if limit < 1:
         raise BadInput(f"--limit must be at least 1, got {limit}.")
     path = db if db is not None else default_history_path()
@@ -85,36 +129,3 @@ def run_history(
         if page is not None:
             say(f"history page: {page}")
     return 1 if assessment is not None and assessment.regression else 0
-
-
-def run_nightly(
-    recipes: list[Path],
-    cluster: str,
-    *,
-    runs_dir: Path | None = None,
-    history: Path | None = None,
-    max_usd: float | None = None,
-    max_hours: float | None = None,
-    yes: bool = False,
-    attest_key: Path | None = None,
-) -> int:
-    """`reproduce nightly`: each recipe's progress and the summary table, line by line (a
-    nightly runs unattended: plain lines, no live display, no question)."""
-    from functools import partial
-
-    from launcher.commands.run import ConsoleReporter
-    from launcher.runner.nightly import nightly, run_recipe
-
-    result = nightly(
-        recipes,
-        cluster,
-        runs_dir=runs_dir,
-        history=history,
-        max_usd=max_usd,
-        max_hours=max_hours,
-        yes=yes,
-        runner=partial(run_recipe, reporter=ConsoleReporter(live=False)),
-        echo=say,
-        attest_key=attest_key,
-    )
-    return result.exit_code

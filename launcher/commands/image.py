@@ -1,19 +1,132 @@
-"""The bodies of `reproduce image build`, `bake` and `prune`: progress on stderr as it
-comes, the result on stdout.
+"""`reproduce image build`, `bake` and `prune`: the recipe's image built with EFA (docs/image.md),
+baked into an AMI and the older AMIs removed (docs/aws.md). One module: the `image` group.
 
-stdout carries only what a script or a person needs afterwards: the pushed reference, what it
-was built FROM, the record, and the profile lines that make a run use it.
+Progress goes to stderr as it comes, the result to stdout: only what a script or a person needs
+afterwards (the pushed reference, what it was built FROM, the record, the profile lines that make
+a run use it).
 """
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from launcher.prepare.bake import BakeRequest
-from launcher.prepare.image import BuildRequest, build_and_push
-from launcher.prepare.prune import PruneRequest
+import typer
+
+from launcher.commands import options as o
+from launcher.commands.options import output_file
+from launcher.commands.output import fail
+from launcher.errors import ReproduceError
+
+if TYPE_CHECKING:
+    from launcher.prepare.bake import BakeRequest
+    from launcher.prepare.image import BuildRequest
+    from launcher.prepare.prune import PruneRequest
+
+
+image_app = typer.Typer(
+    no_args_is_help=True,
+    help="The recipe's image: built with EFA (docs/image.md), baked into an AMI (docs/aws.md).",
+)
+
+
+@image_app.command("build")
+def image_build_cmd(
+    recipe: Path = typer.Argument(..., help="Recipe whose image (pinned by digest) is the base."),
+    push: str = typer.Option(
+        ..., "--push", help="REGISTRY or REGISTRY/NAMESPACE: ECR (login via boto3) or any other."
+    ),
+    efa_installer: Path = typer.Option(
+        ..., "--efa-installer", help="The EFA installer tarball, downloaded and verified."
+    ),
+    efa_sha256: str = typer.Option(
+        ..., "--efa-sha256", help="The installer's pinned SHA256; a file that differs is refused."
+    ),
+    tag: str | None = typer.Option(
+        None, "--tag", help="Tag to push (default: <base tag>-efa<version>)."
+    ),
+    efa_version: str | None = typer.Option(
+        None, "--efa-version", help="Installer version when its file name does not say it."
+    ),
+    record: Path | None = typer.Option(
+        None,
+        "--record",
+        help="Record file (default: images/<recipe slug>.json beside runs/).",
+        callback=output_file,
+    ),
+    network: o.BuildNetwork = typer.Option(
+        o.BuildNetwork.default, "--network", help="docker build --network for RUN steps."
+    ),
+    dockerfile: Path | None = typer.Option(
+        None, "--dockerfile", help="Another Dockerfile (default: the repository's)."
+    ),
+) -> None:
+    """Build the Dockerfile FROM RECIPE's image by digest, push it, record the pushed digest and the base digest."""  # noqa: E501 - typer shows its line breaks
+    from launcher.prepare.image import BuildRequest
+
+    try:
+        code = build_command(
+            BuildRequest(
+                recipe=recipe,
+                push=push,
+                efa_installer=efa_installer,
+                efa_sha256=efa_sha256,
+                tag=tag,
+                efa_version=efa_version,
+                record=record,
+                network=network.value,
+                dockerfile=dockerfile,
+            )
+        )
+    except ReproduceError as err:
+        raise fail(err) from None
+    raise typer.Exit(code)
+
+
+@image_app.command("bake")
+def image_bake_cmd(
+    recipe: Path = typer.Argument(..., help="Recipe whose image (pinned by digest) the AMI holds."),
+    cluster: o.Cluster = "aws",
+    region: o.Region = None,
+    dry_run: o.DryRun = False,
+) -> None:
+    """Bake an AMI holding RECIPE's image by digest, for `ami: baked` (docs/aws.md)."""
+    from launcher.prepare.bake import BakeRequest
+
+    try:
+        code = bake_command(
+            BakeRequest(recipe=recipe, profile=cluster, region=region), dry_run=dry_run
+        )
+    except ReproduceError as err:
+        raise fail(err) from None
+    raise typer.Exit(code)
+
+
+@image_app.command("prune")
+def image_prune_cmd(
+    recipe: Path | None = typer.Argument(
+        None, help="Recipe whose image's baked AMIs are pruned (or --all-images)."
+    ),
+    cluster: o.Cluster = "aws",
+    region: o.Region = None,
+    keep_newest: int = typer.Option(
+        1,
+        "--keep-newest",
+        help="The newest available AMIs of each image that stay (1: the one runs use).",
+    ),
+    all_images: bool = typer.Option(False, "--all-images", help="Every image's baked AMIs."),
+    dry_run: o.DryRun = False,
+) -> None:
+    """Remove this owner's older baked AMIs and their snapshots; the newest of each image stays (docs/aws.md)."""  # noqa: E501 - typer shows its line breaks
+    from launcher.prepare.prune import PruneRequest
+
+    req = PruneRequest(recipe, cluster, region, keep=keep_newest, all_images=all_images)
+    try:
+        code = prune_command(req, dry_run=dry_run)
+    except ReproduceError as err:
+        raise fail(err) from None
+    raise typer.Exit(code)
 
 
 def _say(text: str) -> None:
@@ -24,6 +137,8 @@ def _say(text: str) -> None:
 
 
 def build_command(req: BuildRequest, *, ecr_client: Any = None) -> int:
+    from launcher.prepare.image import build_and_push
+
     result = build_and_push(req, say=_say, ecr_client=ecr_client)
     record = Path(result.record_path).resolve()
     base = result.record["base"]

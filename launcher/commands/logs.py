@@ -1,21 +1,39 @@
-"""`reproduce logs RUN` and `reproduce ssh RUN`: looking at a run without taking it over.
-
-launcher/runner/runlogs.py reads the log (run directory, then the node by offset) and
-launcher/runner/runshell.py builds the ssh command; this is where their bytes reach the terminal.
-"""
+"""`reproduce logs RUN`: a run's log, looked at without taking the run over."""
 
 from __future__ import annotations
 
 import codecs
-import os
-import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from launcher.errors import BadInput, InfraError
+import typer
+
+from launcher.commands import options as o
+from launcher.commands.output import fail
+from launcher.errors import BadInput, InfraError, ReproduceError
 from launcher.excerpt import printable
+
+
+def logs_cmd(
+    run: o.RunArg,
+    follow: bool = typer.Option(
+        False, "--follow", "-f", help="Go on printing until the run ends on its node."
+    ),
+    stage: str | None = typer.Option(
+        None, "--stage", help="Only this stage's lines (image, assets, train, ...)."
+    ),
+    node: o.Node = 0,
+    runs_dir: o.RunsDir = None,
+) -> None:
+    """A run's log: the run directory's copy and, while it runs, the rest from the node; never takes the run over (no attach, nothing written)."""  # noqa: E501 - typer shows its line breaks
+
+    try:
+        code = logs_command(run, runs_dir, follow=follow, stage=stage, node=node)
+    except ReproduceError as err:
+        raise fail(err) from None
+    raise typer.Exit(code)
 
 
 def logs_command(
@@ -110,20 +128,3 @@ def _printable_chunks(chunks: Iterator[bytes]) -> Iterator[bytes]:
     for chunk in chunks:
         yield printable(decoder.decode(chunk), keep="\n\t").encode("utf-8")
     yield printable(decoder.decode(b"", final=True), keep="\n\t").encode("utf-8")
-
-
-def ssh_command(
-    ref: str, runs_dir: Path | None, *, node: int = 0, remote: list[str] | None = None
-) -> int:
-    """Replace this process with ssh to node K of the run (its pinned host key only)."""
-    from launcher.records.rundir import RunDir
-    from launcher.runner import runshell
-
-    rd = RunDir.find(ref, runs_dir)
-    argv = runshell.shell_argv(rd, node, list(remote or []))
-    if shutil.which(argv[0]) is None:
-        raise BadInput(f"`reproduce ssh` runs {argv[0]} here, which is not installed.")
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.execvp(argv[0], argv)  # noqa: S606 - the system ssh, its argv built here: no shell
-    return 0  # not reached: exec replaced the process

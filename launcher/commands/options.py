@@ -7,6 +7,8 @@ commands by are here too. tests/commands/test_cli_face.py walks the command tabl
 from __future__ import annotations
 
 import math
+import os
+import stat
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -23,6 +25,32 @@ def finite(value: float | None) -> float | None:
     "Numbers are finite"; tests/commands/test_cli_numbers.py walks every option)."""
     if value is not None and not math.isfinite(value):
         raise typer.BadParameter(f"got {value}; expected a finite number")
+    return value
+
+
+def output_file(value: Path | None) -> Path | None:
+    """The callback of every option or argument naming a file a command writes (--script-out,
+    --html, --record, keygen's PATH): the file is replaced through a rename, so whatever stood at
+    the path was gone, a FIFO or a device included (as root, `--script-out /dev/full` replaced
+    the device node), and a link rather than what it points to. So the path must name a regular
+    file or nothing, in a directory that exists; an empty path is none."""
+    if value is None:
+        return None
+    if value.name in ("", ".", ".."):
+        raise typer.BadParameter(f"got {str(value)!r}; expected the path of a file to write")
+    try:
+        info = os.lstat(value)
+    except FileNotFoundError:
+        if not value.parent.is_dir():
+            raise typer.BadParameter(f"{value.parent} is not a directory") from None
+        return value
+    except OSError as err:
+        raise typer.BadParameter(f"{value}: {err.strerror}") from None
+    if not stat.S_ISREG(info.st_mode):
+        kind = "a symbolic link" if stat.S_ISLNK(info.st_mode) else "not a regular file"
+        raise typer.BadParameter(
+            f"{value} is {kind}; expected a regular file to replace, or a new path"
+        )
     return value
 
 
@@ -70,7 +98,8 @@ class BuildNetwork(StrEnum):
 _CLUSTER = typer.Option(
     "--cluster",
     "-c",
-    help="Cluster profile: a name from env/ (local, ssh, aws, ray) or a path to a profile file.",
+    help="Cluster profile: a name from env/ (local, ssh, aws, ray, slurm) or a path to a profile "
+    "file.",
 )
 Cluster = Annotated[str, _CLUSTER]
 ClusterOrNone = Annotated[str | None, _CLUSTER]  # the same option, where it may be left out

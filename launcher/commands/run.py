@@ -1,4 +1,5 @@
-"""`reproduce RECIPE` (run, --dry-run, --check), `reproduce attach` and `reproduce cancel`.
+"""`reproduce run RECIPE` (also `reproduce RECIPE`): the plan printed (--dry-run), checked with
+the cloud (--check), or run.
 
 The runner reports what happens through a Reporter; `ConsoleReporter` (launcher/commands/
 console.py) is the one a person sees: the cost before anything is paid for (and the question,
@@ -12,19 +13,80 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from launcher.commands.console import ConsoleReporter
-from launcher.errors import BadInput
-from launcher.runner.prelaunch import (
-    Prepared,
-    RunOptions,
-    StartCheck,
-    check_before_start,
-    dry_run_text,
-    prepare,
-    write_script,
-)
+import typer
+
+from launcher.commands import options as o
+from launcher.commands.options import output_file
+from launcher.commands.output import fail, has_terminal
+from launcher.errors import BadInput, ReproduceError
+
+if TYPE_CHECKING:
+    from launcher.runner.prelaunch import Prepared, RunOptions, StartCheck
+
+
+def run_cmd(
+    recipe: Path = typer.Argument(..., help="Recipe file (OpenRecipes YAML, schema_version 1)."),
+    cluster: o.Cluster = "local",
+    dry_run: o.DryRun = False,
+    check: bool = typer.Option(
+        False,
+        "--check",
+        help="aws: send the launch's calls with DryRun=True (needs credentials); "
+        "nothing is created.",
+    ),
+    script_out: Path | None = typer.Option(
+        None,
+        "--script-out",
+        help="Also write the node script alone to this file.",
+        callback=output_file,
+    ),
+    run_id: str | None = typer.Option(
+        None, "--run-id", help="Run id (default: UTC timestamp + random suffix)."
+    ),
+    skip_preflight: bool = typer.Option(
+        False, "--skip-preflight", help="Do not run the GPU preflight before training."
+    ),
+    instance_id: str | None = typer.Option(
+        None, "--instance-id", help="aws: target this existing instance (never terminated)."
+    ),
+    price_per_hour: o.PricePerHour = None,
+    keep: bool = typer.Option(
+        False,
+        "--keep",
+        help="aws: keep the instance after the run (prints its cost per hour and how to end it).",
+    ),
+    max_usd: o.MaxUsd = None,
+    max_hours: o.MaxHours = None,
+    on_interrupt: o.Interrupt = o.OnInterrupt.ask,
+    runs_dir: o.RunsDir = None,
+    yes: o.Yes = False,
+    runs: o.Runs = None,
+) -> None:
+    """Reproduce RECIPE on a cluster (also: `reproduce RECIPE ...`): provision, check, train,
+    measure, judge, release."""
+    from launcher.runner.prelaunch import RunOptions
+
+    options = RunOptions(
+        cluster=cluster,
+        run_id=run_id,
+        skip_preflight=skip_preflight,
+        instance_id=instance_id,
+        price_per_hour=price_per_hour,
+        keep=keep,
+        max_usd=max_usd,
+        max_hours=max_hours,
+        on_interrupt=on_interrupt.value,
+        runs_dir=runs_dir,
+        yes=yes,
+        runs=runs,
+    )
+    try:
+        code = run_command(recipe, options, dry_run=dry_run, check=check, script_out=script_out)
+    except ReproduceError as err:
+        raise fail(err) from None
+    raise typer.Exit(code)
 
 
 def run_command(
@@ -36,6 +98,8 @@ def run_command(
     script_out: Path | None = None,
 ) -> int:
     """The Plan printed (--dry-run), checked with the cloud (--check), or run; the exit code."""
+    from launcher.runner.prelaunch import check_before_start, dry_run_text, prepare, write_script
+
     prepared = prepare(recipe, options)
     start = check_before_start(prepared, options)  # what the real run checks: BadInput here too
     if script_out is not None:
@@ -56,6 +120,7 @@ def run_prepared(
 ) -> int:
     """A real run with its progress on the console; the exit code (failures raise). `start`:
     the checks before the start already made (check_before_start runs once a run)."""
+    from launcher.commands.console import ConsoleReporter
     from launcher.runner.outcome import exit_code_of
     from launcher.runner.runner import Runner
 
@@ -65,14 +130,6 @@ def run_prepared(
         return exit_code_of(runner.run(prepared, options, start))
     finally:
         _close(console)
-
-
-def has_terminal() -> bool:
-    """Someone at a terminal who could reattach to a run the launcher lost (stdin and stderr)."""
-    try:
-        return bool(sys.stdin and sys.stdin.isatty() and sys.stderr and sys.stderr.isatty())
-    except (OSError, ValueError):
-        return False
 
 
 def _check(prepared: Prepared) -> int:
@@ -88,33 +145,6 @@ def _check(prepared: Prepared) -> int:
         prepared.recipe, prepared.profile, prepared.plan.run_id, owner=prepared.owner
     ):
         print(line)
-    return 0
-
-
-def attach_command(run: str, runs_dir: Path | None, on_interrupt: str) -> int:
-    """Follow a run in progress again to its end; the exit code a run ending so would have had."""
-    from launcher.records.rundir import RunDir
-    from launcher.runner.outcome import exit_code_of
-    from launcher.runner.runner import Runner
-
-    console = ConsoleReporter()
-    try:  # the cost so far counts from the run's acquisition, at its recorded price
-        rd = RunDir.find(run, runs_dir)
-        console.resume(rd.record(), rd.timeline().acquired_at)
-    except BadInput:
-        pass  # attach itself says what is wrong with the reference
-    runner = Runner(console, on_interrupt=on_interrupt, unattended=not has_terminal())
-    try:
-        return exit_code_of(runner.attach(run, runs_dir))
-    finally:
-        console.close()
-
-
-def cancel_command(run: str, runs_dir: Path | None) -> int:
-    """Stop a run on its node and release what it acquired."""
-    from launcher.runner.runner import Runner
-
-    Runner(ConsoleReporter()).cancel(run, runs_dir)
     return 0
 
 

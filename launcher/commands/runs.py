@@ -1,9 +1,10 @@
-"""The bodies of `reproduce runs` (and `--live`) and `reproduce status RUN`: tables and JSON.
+"""`reproduce runs` (and `--live`) and `reproduce status RUN`: the user's runs as a table, and one
+run in detail. One module: both show the run index's summaries (launcher/records/runs.py) with
+the same rows, prices and what is still billing.
 
 launcher/records/runs.py reads run directories and launcher/clusters/aws/live.py asks AWS; this is
-where their
-values meet the console. With `--json` exactly one JSON object goes to stdout, also when the
-input is bad (launcher/commands/cli.py writes the error object).
+where their values meet the console. With `--json` exactly one JSON object goes to stdout, also
+when the input is bad (`output.fail` writes the error object).
 """
 
 from __future__ import annotations
@@ -11,14 +12,68 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from launcher.clusters import trust
-from launcher.commands.output import say
-from launcher.errors import BadInput
-from launcher.pages.report import fmt, text_table
-from launcher.records.rundir import Files
-from launcher.records.runs import RunSummary, duration, indexed_runs, list_runs, summarize
+import typer
+
+from launcher.commands import options as o
+from launcher.commands.output import fail, say
+from launcher.errors import BadInput, ReproduceError
+
+if TYPE_CHECKING:
+    from launcher.records.rundir import RunDir
+    from launcher.records.runs import RunSummary
+
+
+def runs_cmd(
+    runs_dir: o.RunsDir = None,
+    import_dir: o.Import = None,
+    json_out: o.Json = False,
+    live: bool = typer.Option(
+        False,
+        "--live",
+        help="Instead: the instances this tool launched that still exist (by tag, in the "
+        "aws profile's region).",
+    ),
+    cluster: o.Cluster = "aws",
+    region: o.Region = None,
+    refresh: o.Refresh = False,
+    cost: bool = typer.Option(
+        False, "--cost", help="What the runs cost: per run, in total, by recipe and by cluster."
+    ),
+) -> None:
+    """Every run this user made, from any directory (with --runs-dir: those under it): id, recipe, target, state, verdict, started, GPU-hours, cost so far; --live searches the --cluster profile's region."""  # noqa: E501 - typer shows its line breaks
+
+    try:
+        code = runs_command(
+            runs_dir,
+            json_out=json_out,
+            live=live,
+            cluster=cluster,
+            region=region,
+            import_dir=import_dir,
+            refresh=refresh,
+            cost=cost,
+        )
+    except ReproduceError as err:
+        raise fail(err, json_out) from None
+    raise typer.Exit(code)
+
+
+def status_cmd(
+    run: o.RunArg,
+    runs_dir: o.RunsDir = None,
+    json_out: o.Json = False,
+    refresh: o.Refresh = False,
+) -> None:
+    """Where a run is: its stage, step N of M (a run nobody follows: as its node has it), elapsed, cost so far, a node still billing, where its logs are."""  # noqa: E501 - typer shows its line breaks
+
+    try:
+        code = status_command(run, runs_dir, json_out=json_out, refresh=refresh)
+    except ReproduceError as err:
+        raise fail(err, json_out) from None
+    raise typer.Exit(code)
+
 
 _HEADER = ["run id", "recipe", "target", "state", "verdict", "started", "GPU-h", "cost"]
 _LIVE_HEADER = ["instance", "type", "state", "run id", "recipe", "up", "cost", "expires", "owner"]
@@ -40,16 +95,22 @@ def _usd(value: float | None) -> str:
 def vouched(found: list[RunSummary]) -> list[RunSummary]:
     """Each summary with its trust line (launcher/clusters/trust.py decides it, from the run's
     own record, in every state): every surface of these commands shows it."""
+    from launcher.clusters import trust
+
     for s in found:
         s.unverified = trust.run_line(Path(s.run_dir))
     return found
 
 
 def _target(s: RunSummary, target: str | None) -> str:
+    from launcher.clusters import trust
+
     return (target or "-") + (f" ({trust.MARK})" if s.unverified else "")
 
 
 def _row(s: RunSummary) -> list[str]:
+    from launcher.pages.report import fmt
+
     state = s.state + (" *" if s.state not in ("done", "failed", "cancelled") else "")
     cost = _usd(s.cost_usd)
     if s.holds_node:
@@ -88,6 +149,7 @@ def billing_lines(found: list[RunSummary]) -> list[str]:
 def _refresh(found: list[RunSummary]) -> None:
     """--refresh: the cloud's word on every aws run's instances replaces the last known one."""
     from launcher.clusters.aws.billing import refresh
+    from launcher.records.runs import summarize
 
     answers = refresh([Path(s.run_dir) for s in found if s.kind == "aws"])
     for s in found:
@@ -112,8 +174,11 @@ def runs_command(
     """`reproduce runs`: every run this user made (the index and ./runs), or those under
     --runs-dir; `--import DIR` first enters DIR's run directories in the index; `--live`: the
     launcher's instances."""
+    from launcher.clusters import trust
+    from launcher.pages.report import text_table
     from launcher.records import state
     from launcher.records.rundir import default_runs_root
+    from launcher.records.runs import indexed_runs, list_runs
 
     root = Path(runs_dir) if runs_dir is not None else default_runs_root()
     if live:
@@ -174,6 +239,8 @@ def runs_command(
 
 def _cost(found: list[RunSummary], where: str, json_out: bool) -> int:
     """`runs --cost`: what every run cost, in total, by recipe and by cluster."""
+    from launcher.clusters import trust
+    from launcher.pages.report import fmt, text_table
     from launcher.records.billing import cost_report
 
     report = cost_report(found)
@@ -225,6 +292,8 @@ def _sum_row(line: dict[str, Any]) -> list[str]:
 
 def _live(root: Path, cluster: str, region: str | None, json_out: bool) -> int:
     from launcher.clusters.aws.live import live_instances
+    from launcher.pages.report import text_table
+    from launcher.records.runs import duration
 
     if region is None:
         from launcher.inputs.profile import load_profile
@@ -274,6 +343,7 @@ def status_command(
     """`reproduce status RUN`: where one run is and what it has cost; a run nobody follows is
     read on its node too (the progress it has there, without taking it over)."""
     from launcher.records.rundir import RunDir
+    from launcher.records.runs import summarize
 
     rd = RunDir.find(run, runs_dir)
     summary = vouched([summarize(rd.path)])[0]
@@ -289,7 +359,7 @@ def status_command(
     return 0
 
 
-def _from_node(rd: Any, summary: RunSummary) -> str | None:
+def _from_node(rd: RunDir, summary: RunSummary) -> str | None:
     """A run not over that no reproduce process follows (detached, or its launcher died): its
     step and stage as the node's log has them now. A line saying why not, when the node cannot
     be read; None when there was nothing to read."""
@@ -317,6 +387,10 @@ def _from_node(rd: Any, summary: RunSummary) -> str | None:
 
 
 def status_lines(s: RunSummary) -> list[str]:
+    from launcher.pages.report import fmt
+    from launcher.records.rundir import Files
+    from launcher.records.runs import duration
+
     finished = s.state in ("done", "failed", "cancelled")
     step = "-"
     if s.step is not None:
@@ -361,8 +435,3 @@ def status_lines(s: RunSummary) -> list[str]:
     if (Path(s.run_dir) / Files.REPORT_HTML).is_file():
         lines.append(f"report    {Path(s.run_dir) / 'report.html'}")
     return lines
-
-
-def error_object(err: Any, exit_code: int) -> str:
-    """The one JSON object a `--json` command prints when it fails."""
-    return json.dumps({"error": str(err), "exit_code": exit_code})

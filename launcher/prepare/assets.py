@@ -43,7 +43,7 @@ TEST_DOCKER_ARGS_ENV = "REPRODUCE_TEST_DOCKER_ARGS"
 
 
 class Events(Protocol):
-    """What prepare reports; launcher/commands/assets.py shows it (rich bars or plain lines)."""
+    """What prepare reports; launcher/commands/prepare.py shows it (rich bars or plain lines)."""
 
     def say(self, text: str) -> None: ...
 

@@ -84,13 +84,13 @@ def check_before_start(prepared: Prepared, options: RunOptions) -> StartCheck:
             f"this version ({clusters.DRY_RUN_ONLY[profile.kind]}); use --dry-run to see the "
             "jobs it would submit."
         )
-    if recipe.nodes > 1 and profile.kind not in clusters.MULTI_NODE_KINDS:
+    if recipe.nodes > 1 and not clusters.multi_node(profile.kind):
         # The plan and the AWS request cover several nodes, but starting N paid nodes of which
         # N-1 would idle is worse than refusing before anything is launched.
         refusals.append(
             f"{recipe.path}: {recipe.nodes} nodes; on kind {profile.kind} this version of "
             "reproduce runs single-node recipes only (several nodes run on kind "
-            f"{', '.join(sorted(clusters.MULTI_NODE_KINDS))}; --dry-run shows the multi-node "
+            f"{', '.join(clusters.multi_node_kinds())}; --dry-run shows the multi-node "
             "plan). Nothing was launched."
         )
     return StartCheck(budget, tuple(refusals))
@@ -107,6 +107,8 @@ class Prepared:
 
 def prepare(recipe_path: str | Path, options: RunOptions) -> Prepared:
     """Load and validate everything, build the Plan. Raises BadInput before anything starts."""
+    from launcher import clusters
+
     recipe = load_recipe(recipe_path)
     profile = load_profile(options.cluster)
     if options.instance_id:
@@ -118,11 +120,8 @@ def prepare(recipe_path: str | Path, options: RunOptions) -> Prepared:
         profile = profile.with_overrides(instance_id=options.instance_id)
     if options.price_per_hour is not None:
         profile = profile.with_overrides(price_per_hour=options.price_per_hour)
-    if profile.kind == "slurm":  # --max-hours/--max-usd become the job's time limit too
-        from launcher.clusters.slurm.script import with_time_limit
-
-        given = options.price_per_hour or profile.price_per_hour
-        profile = with_time_limit(recipe, profile, options.max_hours, options.max_usd, given)
+    given = options.price_per_hour or profile.price_per_hour
+    profile = clusters.with_time_limit(recipe, profile, options.max_hours, options.max_usd, given)
     run_id = options.run_id or new_run_id()
     who = owner()
     provisioning: tuple[Any, ...] = ()
@@ -157,12 +156,13 @@ def node_price(recipe: Recipe, profile: Profile, option: float | None = None) ->
     """The price the run starts from, offline: --price-per-hour (source "option"), else the
     profile's price_per_hour ("profile"), else the catalog's ("catalog"), or None. A real run on
     AWS then looks the catalog's up live (decide_price); the dry run shows this one."""
+    from launcher import clusters
     from launcher.catalog import price_per_hour
 
     itype = profile.instance_type or recipe.instance_type
     region = profile.region
-    if profile.kind == "slurm" and option is None and profile.price_per_hour is None:
-        return None  # a cluster the user owns has a price only if the profile gives one
+    if option is None and profile.price_per_hour is None and clusters.owned_nodes(profile.kind):
+        return None  # nodes the user owns have a price only if the profile gives one
     if option is not None:
         return price_per_hour(itype, region, option, override_source="option")
     return price_per_hour(itype, region, profile.price_per_hour, override_source="profile")

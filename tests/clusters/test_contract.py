@@ -27,10 +27,13 @@ from launcher.clusters.contract import (
     Backend,
     WithBudgetWatch,
     WithDownCommand,
+    WithJobTimeLimit,
     WithLeftovers,
     WithLentNode,
+    WithMultiNode,
     WithNodeAfterRun,
     WithNodeHealth,
+    WithOwnedNodes,
     WithOwnExecution,
     WithSchedulerJob,
 )
@@ -215,3 +218,112 @@ def test_a_lent_cluster_declares_and_passes_on_what_the_group_cluster_declares(c
     assert lent.lent_from is None  # nothing acquired yet: this run acquires
     lent.acquire()
     assert lent.lent_from == Path("/runs/first")
+
+
+# --- what the runner asks of a kind before anything starts --------------------------------------
+
+# The kinds whose real runs span several nodes, whose budget becomes the job's own limit, and
+# whose nodes the user owns (no list price): each is a capability its backend declares.
+EXPECTED = {
+    WithMultiNode: {"ssh", "ray", "aws", "slurm"},
+    WithJobTimeLimit: {"slurm"},
+    WithOwnedNodes: {"slurm"},
+}
+
+
+@pytest.mark.parametrize("cap", list(EXPECTED), ids=lambda c: c.__name__)
+def test_each_kind_declares_what_the_runner_asks(cap):
+    assert {k for k in clusters.BACKENDS if isinstance(clusters.backend(k), cap)} == EXPECTED[cap]
+    assert clusters.multi_node_kinds() == sorted(EXPECTED[WithMultiNode])
+    for kind in clusters.BACKENDS:
+        assert clusters.multi_node(kind) == (kind in EXPECTED[WithMultiNode])
+        assert clusters.owned_nodes(kind) == (kind in EXPECTED[WithOwnedNodes])
+
+
+def _kind_tests(tree: ast.AST) -> list[tuple[int, str]]:
+    """`x.kind == "slurm"`, `kind in ("ssh", "aws")`, `p.kind != "aws"`: a kind asked by its
+    name where a capability could be declared."""
+    names = set(clusters.BACKENDS)
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Compare):
+            continue
+        sides = [node.left, *node.comparators]
+        asks_kind = any(
+            (isinstance(s, ast.Attribute) and s.attr == "kind")
+            or (isinstance(s, ast.Name) and s.id == "kind")
+            for s in sides
+        )
+        literals = {
+            c.value
+            for s in sides
+            for c in ast.walk(s)
+            if isinstance(c, ast.Constant) and isinstance(c.value, str)
+        }
+        if asks_kind and literals & names:
+            found.append((node.lineno, ast.unparse(node)))
+    return found
+
+
+# Where the runner still names a kind (what the dry run says of it, aws-only options and the
+# aws provisioning calls): a ratchet, so a new test of a kind's name there is caught; the
+# multi-node refusal, the job's time limit and the price of owned nodes ask the contract.
+KIND_NAMED = {
+    "prelaunch.py": [
+        "profile.kind != 'aws'",  # --instance-id names an AWS instance
+        "profile.kind == 'aws'",  # the AWS calls the plan shows
+        "p.kind == 'ray'",  # the dry run's words for where the run block runs
+        "p.kind == 'slurm'",
+        "p.kind == 'ray'",
+        "p.kind != 'aws'",  # the price's words
+    ],
+    "runshell.py": ["kind == 'local'", "kind not in ('ssh', 'aws')", "kind == 'aws'"],
+}
+
+
+def test_the_runner_asks_capabilities_not_kind_names():
+    seen = {}
+    for path in sorted((LAUNCHER / "runner").rglob("*.py")):
+        found = _kind_tests(ast.parse(path.read_text(), str(path)))
+        if found:
+            seen[path.name] = sorted(text for _, text in found)
+    want = {name: sorted(texts) for name, texts in KIND_NAMED.items()}
+    assert seen == want, "declare a capability in launcher/clusters/contract.py instead"
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        'if recipe.nodes > 1 and profile.kind not in ("ssh", "aws"):\n    pass',
+        'if profile.kind == "slurm":\n    pass',
+        'x = kind != "ray"',
+    ],
+)
+def test_the_kind_walk_finds_a_kind_asked_by_name(source):
+    assert _kind_tests(ast.parse(source))
+
+
+def test_a_multi_node_recipe_is_refused_on_a_kind_without_the_capability(monkeypatch):
+    """The runner's check before a start asks the contract: a backend that stops declaring
+    WithMultiNode has a multi-node recipe refused (the dry run says so), naming the kinds that
+    declare it."""
+    from support.cli import FOUR_NODES
+
+    from launcher.runner.prelaunch import RunOptions, check_before_start, prepare
+
+    prepared = prepare(FOUR_NODES, RunOptions(cluster="aws"))
+    assert check_before_start(prepared, RunOptions(cluster="aws")).refusals == ()
+
+    class SingleNode(Backend):  # aws, declaring nothing beyond the required part
+        kind = "aws"
+        record_fields = clusters.backend("aws").record_fields
+
+        def from_plan(self, plan, options, run_dir):
+            raise AssertionError("nothing is launched")
+
+        from_record = from_plan
+
+    monkeypatch.setattr("launcher.clusters.aws.BACKEND", SingleNode())
+    [why] = check_before_start(prepared, RunOptions(cluster="aws")).refusals
+    assert "4 nodes" in why and "runs single-node recipes only" in why, why
+    assert "on kind ray, slurm, ssh;" in why, why

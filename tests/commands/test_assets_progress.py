@@ -1,10 +1,10 @@
-"""launcher/commands/assets.py: what `reproduce prepare` shows while it transfers."""
+"""launcher/commands/prepare.py: what `reproduce prepare` shows while it transfers."""
 
 from __future__ import annotations
 
 import io
 
-from launcher.commands.assets import PlainEvents, RichEvents
+from launcher.commands.prepare import PlainEvents, RichEvents
 
 
 def test_plain_lines_are_throttled_per_file_and_always_show_the_end():

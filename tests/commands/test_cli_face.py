@@ -92,10 +92,20 @@ def test_every_command_sits_in_a_group_in_the_groups_order() -> None:
     assert sorted(listed) == sorted(ROOT.commands), listed
 
 
+def _face(p: Any) -> tuple[Any, ...]:
+    """What an option is, wherever it appears: its help, its names, flag or value, its type (a
+    choice with its words), one value or many, and its check (the finite-number callback)."""
+    words = tuple(getattr(p.type, "choices", ()) or ())
+    check = getattr(p.callback, "__qualname__", None)
+    names = tuple(sorted(p.opts + p.secondary_opts))
+    return (p.help, names, p.is_flag, p.type.name, words, p.multiple, p.count, check)
+
+
 def test_no_option_name_has_two_meanings() -> None:
-    """Wherever a name appears, it is the one declaration: the same help, short name and type."""
+    """Wherever a name appears, it is the one declaration: the same help, names, type, choices
+    and check."""
     for name, uses in option_uses().items():
-        faces = {(p.help, tuple(sorted(p.opts + p.secondary_opts)), p.is_flag) for _, p in uses}
+        faces = {_face(p) for _, p in uses}
         assert len(faces) == 1, f"{name} means different things: " + "; ".join(
             f"{words}: {p.help!r}" for words, p in uses
         )
@@ -129,6 +139,118 @@ def test_no_concept_has_two_names() -> None:
     assert all(len(v) == 1 for h, v in by_help.items() if h), by_help
     twice = {d: v for d, v in by_dest.items() if len(v) > 1}
     assert not twice, f"one parameter under several option names: {twice}"
+
+
+# Every option name the command line has, and the one concept it names. A new option is added
+# here with its concept: if the concept is already here under another name, use that name.
+OPTION_NAMES = {
+    "--all-images": "every image's baked AMIs, not one recipe's",
+    "--all-owners": "other owners' expired launches too",
+    "--allow-different-recipes": "compare runs of two recipes anyway",
+    "--buy": "the Capacity Block offering to buy",
+    "--check": "send the launch's calls with DryRun=True",
+    "--cluster": "the cluster profile",
+    "--cost": "what the runs cost, summed",
+    "--dockerfile": "the Dockerfile to build",
+    "--dry-run": "show, change nothing",
+    "--efa-installer": "the EFA installer tarball",
+    "--efa-sha256": "the EFA installer's pinned hash",
+    "--efa-version": "the EFA installer's version",
+    "--end-before": "the latest end of a Capacity Block",
+    "--follow": "go on until the run ends",
+    "--history": "the history database",
+    "--hours": "a Capacity Block's length",
+    "--html": "an HTML page written too",
+    "--import": "a runs tree entered in the index first",
+    "--instance-id": "an existing instance targeted",
+    "--json": "one JSON object on stdout",
+    "--keep": "leave the instance running",
+    "--keep-newest": "the newest baked AMIs kept",
+    "--key": "the attestation key",
+    "--limit": "how many past runs are shown",
+    "--live": "the launched instances that still exist",
+    "--max-hours": "a run's wall-clock limit",
+    "--max-usd": "a spending limit",
+    "--network": "docker build's network",
+    "--node": "which node of a multi-node run",
+    "--nodes": "how many instances a Capacity Block holds",
+    "--on-interrupt": "what Ctrl-C does",
+    "--out": "where the output goes",
+    "--price-per-hour": "the node's price",
+    "--push": "the registry pushed to",
+    "--recipe": "the recipe whose claim is judged",
+    "--record": "the image's record file",
+    "--refresh": "ask AWS afresh",
+    "--region": "an AWS region",
+    "--rows": "rows built elsewhere",
+    "--rows-builder": "who builds the rows",
+    "--run-id": "a new run's id",
+    "--runs": "the measured runs",
+    "--runs-dir": "the runs root",
+    "--script-out": "the node script written to a file",
+    "--skip-preflight": "no GPU preflight",
+    "--stage": "one stage's lines",
+    "--start-after": "the earliest start of a Capacity Block",
+    "--store": "the asset store",
+    "--tag": "the tag pushed",
+    "--test-encoder": "a stand-in tokenizer for tests",
+    "--threads": "transfers in parallel",
+    "--timeline": "a timeline.json for GPU-hours",
+    "--tolerance-faster": "how far above the claim is still reproduced",
+    "--tolerance-slower": "how far below the claim is still reproduced",
+    "--work-dir": "the assets' local copy",
+    "--yes": "go ahead without asking",
+}
+# Options that take any text, and why it is not a fixed set of words (which would be an enum in
+# options.py, checked by the command line: CHOICES above).
+FREE_TEXT = {
+    "--buy": "an offering id AWS gives",
+    "--cluster": "a profile name from env/ or a path",
+    "--efa-sha256": "a hash",
+    "--efa-version": "a version",
+    "--end-before": "an ISO time",
+    "--instance-id": "an instance id",
+    "--push": "a registry",
+    "--region": "an AWS region (AWS adds regions)",
+    "--run-id": "an id the user picks",
+    "--stage": "a stage of that run: its plan's stages, checked against its logs",
+    "--start-after": "an ISO time",
+    "--store": "a URL or a directory",
+    "--tag": "an image tag",
+    "--test-encoder": "a tokenizer spec, checked by the rows builder",
+}
+
+
+def test_every_option_name_is_one_concept_of_the_table() -> None:
+    """A new option name must be added to OPTION_NAMES with its concept, so a second name for a
+    concept the command line already has is seen where it is added; a name gone from the
+    command line is gone from the table."""
+    names = set(option_uses())
+    assert names - set(OPTION_NAMES) == set(), "new option names: add each with its concept"
+    assert set(OPTION_NAMES) - names == set(), "option names no command takes any more"
+    concepts = [c.lower() for c in OPTION_NAMES.values()]
+    twice = {c for c in concepts if concepts.count(c) > 1}
+    assert not twice, f"one concept under two names: {twice}"
+    for concept, name in CONCEPTS.items():
+        assert name in OPTION_NAMES, (concept, name)
+
+
+def test_a_text_option_is_free_text_or_an_enum() -> None:
+    """An option that takes text either takes any text (FREE_TEXT says why) or is a choice: a
+    free-string option whose words are a fixed set is caught when it is added."""
+    text = {n for n, uses in option_uses().items() if uses[0][1].type.name in ("str", "text")}
+    assert text - set(FREE_TEXT) == set(), "a text option: a fixed set of words (an enum)?"
+    assert set(FREE_TEXT) - text == set(), "FREE_TEXT names an option that takes no text"
+    for name in CHOICES:
+        assert name not in FREE_TEXT
+
+
+def test_the_cluster_help_names_every_shipped_profile() -> None:
+    from launcher.inputs.profile import available_profiles
+
+    [(_, param), *_] = option_uses()["--cluster"]
+    for name in available_profiles():
+        assert name in param.help, f"--cluster's help does not name env/{name}.yaml"
 
 
 def test_yes_is_y_everywhere() -> None:
@@ -176,3 +298,19 @@ def test_prepare_yes_answers_its_question_and_still_shows_it(
     assert capsys.readouterr().err == "Pull it? [y/N] y (--yes)\n"
     res = reproduce_here("prepare", SEED, "--store", tmp_path / "s")
     assert res.code == 0 and seen["no terminal"] is None, res.err
+
+
+# A command's declaration and body live in launcher/commands/<its name>.py, or in the module of
+# the family it shares its body with.
+FAMILIES = {"status": "runs", "verify": "attest", "bundle": "attest", "keygen": "attest"}
+
+
+def test_each_command_is_declared_in_the_module_named_after_it() -> None:
+    from launcher.commands.cli import COMMANDS
+
+    assert [name for name, _, _ in COMMANDS] == list(ROOT.commands), "COMMANDS is --help's order"
+    for words, cmd in commands().items():
+        home = FAMILIES.get(words, words.split()[0])
+        module = cmd.callback.__module__
+        assert module == f"launcher.commands.{home}", f"{words} is declared in {module}"
+        assert (REPO / "launcher" / "commands" / f"{home}.py").is_file()

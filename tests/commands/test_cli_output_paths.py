@@ -1,5 +1,5 @@
 """Every option or argument naming a file a command writes refuses what is not a file to replace,
-before the command runs (launcher/commands/cli_ops.py, `output_file`).
+before the command runs (launcher/commands/options.py, `output_file`).
 
 The walk reads the command line's own declaration, like tests/commands/test_cli_numbers.py: an
 output added tomorrow with the callback is covered, and a Path parameter whose help says it is
@@ -19,7 +19,7 @@ import typer
 from support.cli import SEED, reproduce_here
 
 from launcher.commands.cli import app
-from launcher.commands.cli_ops import output_file
+from launcher.commands.options import output_file
 
 
 def path_params(group: Any, prefix: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:

@@ -94,3 +94,129 @@ def test_a_history_query_with_no_database_yet_creates_none(tmp_path):
     )  # fmt: skip
     assert got.returncode == 2 and "no runs of 'some/recipe'" in got.stderr
     assert not (tmp_path / "h").exists() and not (tmp_path / "runs").exists()
+
+
+# --- every command that takes a run, found by its declaration -----------------------------------
+
+# Every positional argument of every command that is not a run, and what it is. An argument whose
+# help says it takes a "run id" is a run; any other must be named here, so a command added later
+# with an argument that takes a run (or might) is held to the walk below or named as not one.
+NOT_A_RUN = {
+    ("run", "recipe"): "a recipe file",
+    ("validate", "recipes"): "recipe files",
+    ("nightly", "recipes"): "recipe files or directories",
+    ("history", "recipe"): "a recipe file, name or slug",
+    ("ssh", "command"): "the command to run on the node",
+    ("keygen", "path"): "the key file to write",
+    ("capacity", "recipe"): "a recipe file",
+    ("prepare", "recipe"): "a recipe file",
+    ("image build", "recipe"): "a recipe file",
+    ("image bake", "recipe"): "a recipe file",
+    ("image prune", "recipe"): "a recipe file",
+}
+
+
+def run_arguments() -> dict[str, list[str]]:
+    """Command words -> the names of its arguments that take a run, from the CLI's own table."""
+    import re
+
+    from test_cli_face import commands
+
+    found: dict[str, list[str]] = {}
+    unclassified = []
+    for words, cmd in commands().items():
+        for param in cmd.params:
+            if param.param_type_name != "argument":
+                continue
+            if re.search(r"\brun id\b", param.help or ""):
+                found.setdefault(words, []).append(param.name)
+            elif (words, param.name) not in NOT_A_RUN:
+                unclassified.append(f"{words} {param.name.upper()}: {param.help!r}")
+    assert not unclassified, (
+        "say in its help whether it takes a run id (then it is walked below), or name it in "
+        f"NOT_A_RUN: {unclassified}"
+    )
+    return found
+
+
+def test_the_walk_finds_every_command_that_takes_a_run():
+    found = run_arguments()
+    want = {"status", "logs", "attach", "cancel", "ssh", "measure", "compare", "attest",
+            "verify", "bundle", "down"}  # fmt: skip
+    assert set(found) == want, sorted(found)
+    assert found["compare"] == ["candidate", "reference"]
+
+
+def test_a_new_argument_that_may_take_a_run_is_caught(monkeypatch):
+    """The walk fails for an argument it cannot place: a new command's RUN whose help says only
+    'a run directory' is neither walked nor silently passed."""
+    import click
+    from test_cli_face import ROOT
+
+    stray = click.Command("stray", params=[click.Argument(["run"])])
+    stray.params[0].help = "A run directory."
+    monkeypatch.setitem(ROOT.commands, "stray", stray)
+    with pytest.raises(AssertionError, match="stray RUN"):
+        run_arguments()
+
+
+def _argv(words: str, names: list[str], ref: str) -> list[str]:
+    return [*words.split(), *[ref] * len(names)]
+
+
+def _one_paragraph(err: str) -> bool:
+    lines = [line for line in err.splitlines() if line.strip()]
+    return len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in err
+
+
+def test_every_command_that_takes_a_run_takes_its_id_and_its_path_and_refuses_none(
+    made, monkeypatch
+):
+    """Each command the walk finds, given the run by id and by its directory's path from another
+    directory: the run found, through the one resolver of a run reference (RunDir.find, or
+    RunDir.target which asks it), never "no run", and the same exit code both ways; given a run
+    that does not exist, by id or by a path: exit 2 and one paragraph naming it, never 0."""
+    from launcher.records.rundir import RunDir
+
+    resolved: list[Path] = []
+    find, target = RunDir.find, RunDir.target
+
+    def spy_find(cls, ref, root=None):
+        found = find(ref, root)
+        resolved.append(found.path)
+        return found
+
+    def spy_target(cls, ref, root=None):
+        found = target(ref, root)
+        resolved.append(found)
+        return found
+
+    monkeypatch.setattr(RunDir, "find", classmethod(spy_find))
+    monkeypatch.setattr(RunDir, "target", classmethod(spy_target))
+    run = made["run"]
+    env = {"REPRODUCE_HOME": str(made["home"]), "REPRODUCE_ATTEST_KEY": str(made["key"])}
+    missing = ("nosuchrun", str(made["elsewhere"] / "runs" / "nosuchrun"))
+    answers = {}
+    for words, names in run_arguments().items():
+        codes = []
+        beside = set(run.parent.iterdir())
+        for ref in (run.name, str(run)):
+            resolved.clear()
+            got = completed_here(*_argv(words, names, ref), cwd=made["elsewhere"], env=env)
+            said = got.stdout + got.stderr
+            assert "Traceback" not in said and "no run " not in said, (words, ref, said)
+            found = {p.resolve() for p in resolved}
+            assert run.resolve() in found, f"{words} {ref}: the run was not found ({found}): {said}"
+            codes.append(got.returncode)
+            for made_beside in set(run.parent.iterdir()) - beside:  # bundle's .tar.gz: once
+                made_beside.unlink()
+        assert codes[0] == codes[1], (words, codes)
+        answers[words] = codes[0]
+        for ref in missing:
+            got = completed_here(*_argv(words, names, ref), cwd=made["elsewhere"], env=env)
+            assert got.returncode == 2, (words, ref, got.returncode, got.stdout, got.stderr)
+            assert _one_paragraph(got.stderr) and ref in got.stderr, (words, got.stderr)
+    # a finished local run: read, measured, compared, attested and verified; what acts on a
+    # node says why it cannot, each the same way by id and by path
+    assert all(answers[w] == 0 for w in ("status", "logs", "measure", "compare", "attest")), answers
+    assert not list(made["elsewhere"].glob("*")), "a command made something where it ran"

@@ -15,7 +15,7 @@ import itertools
 import pytest
 from support.node_scripts import load_script
 
-from launcher.commands.assets import PlainEvents
+from launcher.commands.prepare import PlainEvents
 from launcher.commands.throttle import Throttle
 
 

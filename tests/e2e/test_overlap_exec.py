@@ -157,7 +157,7 @@ DRIVER = """
 import dataclasses, json, sys
 from pathlib import Path
 from launcher.clusters.local import LocalCluster
-from launcher.commands.run import ConsoleReporter
+from launcher.commands.console import ConsoleReporter
 from launcher.errors import ReproduceError
 from launcher.records.rundir import RunDir
 from launcher.runner.runner import Runner

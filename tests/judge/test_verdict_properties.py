@@ -26,7 +26,7 @@ from support.log_shapes import FIXTURES, Run, losses_of, render, times_of
 from support.measure import seed_recipe
 from support.properties import examples
 
-from launcher.commands.measure import run_compare
+from launcher.commands.compare import run_compare
 from launcher.errors import BadInput
 from launcher.judge.failures import FROZEN_LOSS_STEPS
 from launcher.judge.parse.shapes import SHAPES

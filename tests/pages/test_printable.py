@@ -263,7 +263,7 @@ def test_logs_at_a_terminal_shows_the_log_printable_and_a_pipe_gets_its_bytes(ru
 
 
 def test_an_error_quoting_the_node_is_printable(run, tmp_path):
-    """The CLI's one error printer (commands/cli_ops.fail): a message that quotes a file's
+    """The CLI's one error printer (commands/output.fail): a message that quotes a file's
     name or a stranger's words is shown printable."""
     hostile_dir = tmp_path / f"x{HOSTILE.replace(chr(0), '')}"  # argv holds no NUL
     proc = cli("status", str(hostile_dir))

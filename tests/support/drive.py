@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from launcher.clusters import from_record
-from launcher.commands.run import ConsoleReporter
+from launcher.commands.console import ConsoleReporter
 from launcher.errors import ReproduceError
 from launcher.records.rundir import RunDir
 from launcher.runner.outcome import exit_code_of

@@ -38,6 +38,7 @@ from launcher.clusters.contract import (
     Backend,
     RecordField,
     WithLivePrice,
+    WithMultiNode,
     WithNodeShape,
     WithReadyCheck,
 )
@@ -55,7 +56,7 @@ if TYPE_CHECKING:
 __all__ = ["BACKEND", "ApiCall", "AwsBackend", "provisioning_calls", "to_jsonable"]
 
 
-class AwsBackend(Backend, WithReadyCheck, WithLivePrice, WithNodeShape):
+class AwsBackend(Backend, WithReadyCheck, WithLivePrice, WithNodeShape, WithMultiNode):
     """`kind: aws`: EC2 nodes launched for a run (or targeted), and ended again."""
 
     kind = "aws"

@@ -24,7 +24,13 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urlsplit
 
 from launcher.clusters.base import LaunchOptions, Node
-from launcher.clusters.contract import Backend, RecordField, WithNodeHealth, WithOwnExecution
+from launcher.clusters.contract import (
+    Backend,
+    RecordField,
+    WithMultiNode,
+    WithNodeHealth,
+    WithOwnExecution,
+)
 from launcher.errors import BadInput, InfraError
 from launcher.inputs.profile import RayProfile
 from launcher.plan.node_script import MILES_PYTHONPATH, container_env
@@ -169,7 +175,7 @@ class RayCluster(WithOwnExecution, WithNodeHealth):
         return {"kind": "ray", "address": self.address}
 
 
-class RayBackend(Backend):
+class RayBackend(Backend, WithMultiNode):
     """`kind: ray`: an existing Ray cluster's job server."""
 
     kind = "ray"

@@ -36,7 +36,10 @@ from launcher.clusters.contract import (
     Backend,
     RecordField,
     WithFitCheck,
+    WithJobTimeLimit,
     WithLivePrice,
+    WithMultiNode,
+    WithOwnedNodes,
     WithOwnExecution,
     WithSchedulerJob,
 )
@@ -614,7 +617,9 @@ def _login_of(profile: Mapping[str, Any]) -> SSHSettings | None:
     return SSHSettings.from_mapping(fields)
 
 
-class SlurmBackend(Backend, WithFitCheck, WithLivePrice):
+class SlurmBackend(
+    Backend, WithFitCheck, WithLivePrice, WithMultiNode, WithJobTimeLimit, WithOwnedNodes
+):
     """`kind: slurm`: a run as one batch job, submitted from the login node."""
 
     kind = "slurm"
@@ -681,6 +686,17 @@ class SlurmBackend(Backend, WithFitCheck, WithLivePrice):
         """A cluster the user owns has no list price: only the profile's (or --price-per-hour)."""
         del recipe, profile, fallback
         return None, None
+
+    def with_time_limit(
+        self,
+        recipe: Recipe,
+        profile: Profile,
+        max_hours: float | None,
+        max_usd: float | None,
+        price: float | None,
+    ) -> Profile:
+        """--max-hours/--max-usd become the job's `--time` too (script.with_time_limit)."""
+        return script.with_time_limit(recipe, profile, max_hours, max_usd, price)
 
 
 BACKEND = SlurmBackend()

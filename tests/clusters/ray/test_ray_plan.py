@@ -17,7 +17,7 @@ import pytest
 import yaml
 from support.cli import REPO, SEED, reproduce_here
 
-from launcher.clusters import BACKENDS, DRY_RUN_ONLY, MULTI_NODE_KINDS
+from launcher.clusters import BACKENDS, DRY_RUN_ONLY, multi_node
 from launcher.clusters.base import Node
 from launcher.clusters.execution import Place
 from launcher.clusters.ray import cluster as ray_cluster
@@ -50,7 +50,7 @@ def submission_of(out: str) -> dict:
 
 def test_ray_is_a_backend_that_runs_for_real_on_several_nodes():
     assert BACKENDS["ray"] == "launcher.clusters.ray.cluster"
-    assert "ray" not in DRY_RUN_ONLY and "ray" in MULTI_NODE_KINDS
+    assert "ray" not in DRY_RUN_ONLY and multi_node("ray")
 
 
 def test_the_dry_run_prints_the_submission_and_no_secret():

@@ -1,4 +1,4 @@
-"""The body of `reproduce prepare`: a recipe's assets into a store, with progress on the terminal.
+"""`reproduce prepare RECIPE`: a recipe's assets into a store, with progress on the terminal.
 
 On a terminal the transfers show as rich progress bars (one per file in flight); otherwise (a
 log file, CI) as plain lines, at most one per file every 15 s. Ctrl-C stops every transfer at its
@@ -16,8 +16,59 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+import typer
+
+from launcher.commands import options as o
+from launcher.commands.output import ask, fail
 from launcher.commands.throttle import Throttle
-from launcher.errors import BadInput, Interrupted
+from launcher.errors import BadInput, Interrupted, ReproduceError
+
+
+def prepare_cmd(
+    recipe: Path = typer.Argument(..., help="Recipe whose assets go into the store."),
+    store: str | None = typer.Option(
+        None, "--store", help="s3://BUCKET/PREFIX or a directory (local or shared)."
+    ),
+    cluster: o.ClusterOrNone = None,
+    work_dir: Path | None = typer.Option(
+        None, "--work-dir", help="Local copy of the assets (default ~/.cache/reproduce/assets)."
+    ),
+    rows: Path | None = typer.Option(
+        None, "--rows", help="Rows built elsewhere: uploaded if their sha256 is the recipe's."
+    ),
+    rows_builder: o.RowsBuilder = typer.Option(
+        o.RowsBuilder.auto,
+        "--rows-builder",
+        help="auto (miles here, else the image: asked first, it is ~20 GB), host (miles here), "
+        "docker (pull and run the recipe's image), or skip.",
+    ),
+    threads: int = typer.Option(8, "--threads", help="Files transferred in parallel."),
+    test_encoder: str | None = typer.Option(
+        None,
+        "--test-encoder",
+        help="Testing with small assets only: build the rows with a stand-in tokenizer "
+        "(builtin:whitespace-test) instead of miles'; docs/assets.md.",
+    ),
+    yes: o.Yes = False,
+) -> None:
+    """Fetch RECIPE's checkpoint and dataset at their pinned revisions, build its rows, verify every hash, upload with a manifest (to --store, or the --cluster profile's assets.store); no GPU; resumable."""  # noqa: E501 - typer shows its line breaks
+
+    try:
+        code = prepare_command(
+            recipe,
+            store=store,
+            cluster=cluster,
+            work_dir=work_dir,
+            rows_file=rows,
+            rows_builder=rows_builder.value,
+            threads=threads,
+            encoder=test_encoder,
+            yes=yes,
+        )
+    except ReproduceError as err:
+        raise fail(err) from None
+    raise typer.Exit(code)
+
 
 DEFAULT_WORK_DIR = Path("~/.cache/reproduce/assets")
 
@@ -95,16 +146,6 @@ class RichEvents:
             self.bars.remove_task(task)
 
 
-def _ask(question: str) -> bool:
-    """y/yes goes on; anything else, the end of input or Ctrl-C is a no."""
-    try:
-        sys.stderr.write(question)
-        sys.stderr.flush()
-        return sys.stdin.readline().strip().lower() in ("y", "yes")
-    except (KeyboardInterrupt, OSError):
-        return False
-
-
 def _yes(question: str) -> bool:
     """`--yes`: the question is still shown, and answered for the user."""
     try:
@@ -160,7 +201,7 @@ def prepare_command(
         rows_builder=rows_builder,
         encoder=encoder,
         threads=threads,
-        confirm=_yes if yes else (_ask if sys.stdin.isatty() and sys.stderr.isatty() else None),
+        confirm=_yes if yes else (ask if sys.stdin.isatty() and sys.stderr.isatty() else None),
     )
     hub = node_module("hf_hub")
     hub.CANCEL.clear()
