@@ -101,7 +101,10 @@ def test_a_run_nobody_follows_ends_its_node_a_grace_after_it_ends(aws, ami, tmp_
         node_run_dir.mkdir(parents=True, exist_ok=True)
         (node_run_dir / "exit_code").write_text("0\n")  # a failed test leaves no watcher
     assert calls.read_text().splitlines()[-1] == "-h now reproduce: the run ended"
-    assert "powering off 1 s after it or after the last read" in (logs / "reproduce-run-end.log").read_text()
+    assert (
+        "powering off 1 s after it or after the last read"
+        in (logs / "reproduce-run-end.log").read_text()
+    )
 
     # EC2: an instance-initiated shutdown terminates it (InstanceInitiatedShutdownBehavior)
     ec2_of(aws).terminate_instances(InstanceIds=[iid])
