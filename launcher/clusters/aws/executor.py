@@ -207,8 +207,8 @@ class Launch:
     key_dir: Path | None = None
     log: Callable[[str], Any] = lambda _line: None
     ami_resolver: Callable[[str], str] | None = None  # stands in for SSM (tests)
-    make_node: Callable[..., Any] | None = None  # (instance, index, launched, ami, identity, via=)
-    wait_ssh: Callable[[list[Any], float], None] | None = None  # (nodes, deadline)
+    make_node: Callable[..., Node] | None = None  # (instance, index, launched, ami, identity, via=)
+    wait_ssh: Callable[[list[Node], float], None] | None = None  # (nodes, deadline)
     record_launch: Callable[[], None] | None = None  # SEND: who this launch is, before creating
     bake: bool = False  # `reproduce image bake`'s own instance: no GPUs to check against the recipe
     account: str | None = None
