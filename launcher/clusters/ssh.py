@@ -35,6 +35,10 @@ from launcher.clusters.shell_frame import framed, output_frame, unframed
 from launcher.errors import BadInput, InfraError
 
 if TYPE_CHECKING:
+    import socket as _socket
+
+    from paramiko import Channel, ChannelFile, PKey, SFTPClient, SSHClient, Transport
+
     from launcher.plan.plan import Plan
 
 DEFAULT_CONNECT_TIMEOUT_S = 20.0
@@ -44,7 +48,7 @@ MAX_ANSWER_BYTES = 64 << 20
 MAX_STDERR_BYTES = 1 << 20
 
 
-def _read_capped(stream: Any, cap: int, *, drain: bool = False) -> tuple[bytes, bool]:
+def _read_capped(stream: ChannelFile, cap: int, *, drain: bool = False) -> tuple[bytes, bool]:
     """At most `cap` bytes of a channel's stream, and whether it had more: past the cap it
     stops reading (stdout: the caller gives the command up) or, with `drain`, reads on to the
     end and keeps nothing more (stderr: the command must not block on a full channel)."""
@@ -76,7 +80,7 @@ class ConnectionLost(InfraError):  # noqa: N818 - named for what happened, as In
     """The SSH connection broke during an operation; the node itself may be fine."""
 
 
-def fingerprint(key: Any) -> str:
+def fingerprint(key: PKey) -> str:
     """OpenSSH's `SHA256:<base64>` fingerprint of a paramiko public key."""
     digest = hashlib.sha256(key.asbytes()).digest()
     return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
@@ -150,7 +154,7 @@ class _HostKeyPolicy:
         self.settings = settings
         self.known_hosts_path = known_hosts_path
 
-    def missing_host_key(self, client: Any, hostname: str, key: Any) -> None:
+    def missing_host_key(self, client: SSHClient, hostname: str, key: PKey) -> None:
         seen = fingerprint(key)
         pinned = self.settings.host_key_fingerprint
         if pinned:
@@ -188,8 +192,8 @@ class SSHTransport:
         self.node = node
         self.settings = settings
         self.jump = jump
-        self._client: Any = None
-        self._sftp: Any = None
+        self._client: SSHClient | None = None
+        self._sftp: SFTPClient | None = None
         self._lock = threading.RLock()
         self._made_dirs: set[str] = set()  # directories this transport made (_mkdir_parent)
 
@@ -205,7 +209,7 @@ class SSHTransport:
         jump = f" through {self.jump.node.name}" if self.jump is not None else ""
         return f"{user}{self.node.host}:{self.node.port}{via}{jump}"
 
-    def _socket(self, timeout: float) -> Any:
+    def _socket(self, timeout: float) -> Channel | _socket.socket:
         """The TCP stream SSH runs over: a direct connection, or a channel through the jump."""
         if self.jump is not None:
             try:
@@ -221,7 +225,7 @@ class SSHTransport:
         except OSError as err:
             raise InfraError(f"cannot reach {self._where()}: {err.strerror or err}") from err
 
-    def open_tunnel(self, host: str, port: int, timeout: float) -> Any:
+    def open_tunnel(self, host: str, port: int, timeout: float) -> Channel:
         """A `direct-tcpip` channel from this node to host:port (what a jump is made of): the
         node's sshd opens the TCP connection, so host is any address this node can reach.
         InfraError when the node cannot be reached or cannot connect there."""
@@ -230,7 +234,7 @@ class SSHTransport:
         with self._lock:
             self.connect()
             try:
-                return self._client.get_transport().open_channel(
+                return self._transport().open_channel(
                     "direct-tcpip", (host, port), ("127.0.0.1", 0), timeout=timeout
                 )
             except paramiko.ChannelException as err:  # the node refused, or could not connect
@@ -246,11 +250,8 @@ class SSHTransport:
         import paramiko
 
         with self._lock:
-            if (
-                self._client is not None
-                and self._client.get_transport() is not None
-                and self._client.get_transport().is_active()
-            ):
+            current = self._client.get_transport() if self._client is not None else None
+            if current is not None and current.is_active():
                 return
             self.close()
             timeout = self.settings.connect_timeout_s
@@ -316,6 +317,15 @@ class SSHTransport:
             self._sftp = None
             self._client = None
 
+    def _transport(self) -> Transport:
+        """The open connection's transport; an SSHException (a lost connection) once closed."""
+        import paramiko
+
+        transport = self._client.get_transport() if self._client is not None else None
+        if transport is None:
+            raise paramiko.SSHException("the SSH connection is closed")
+        return transport
+
     def _lost(self, err: BaseException) -> ConnectionLost:
         self.close()
         if isinstance(err, TimeoutError):
@@ -339,25 +349,23 @@ class SSHTransport:
             if timer is not None:
                 timer.cancel()
 
-    def _sftp_client(self) -> Any:
+    def _sftp_client(self) -> SFTPClient:
         """The SFTP session, its channel's timeout set before the first request (the version
         exchange included), so no SFTP call waits on a silent peer past io_timeout_s."""
         import paramiko
 
         self.connect()
         if self._sftp is None:
-            chan = self._client.get_transport().open_session(
-                timeout=self.settings.connect_timeout_s
-            )
+            transport = self._transport()
+            chan = transport.open_session(timeout=self.settings.connect_timeout_s)
             chan.settimeout(self.settings.io_timeout_s)
-            transport = self._client.get_transport()
             try:
                 with self._deadline(self.settings.io_timeout_s):
                     chan.invoke_subsystem("sftp")
             except paramiko.SSHException:
                 # The server said no to the subsystem over a connection that is still up: not a
                 # lost connection (which would be retried and reported as one), a host setup.
-                if transport is None or not transport.is_active():
+                if not transport.is_active():
                     raise
                 chan.close()
                 raise NoSftp(
@@ -383,9 +391,7 @@ class SSHTransport:
         with self._lock:
             self.connect()
             try:
-                chan = self._client.get_transport().open_session(
-                    timeout=self.settings.connect_timeout_s
-                )
+                chan = self._transport().open_session(timeout=self.settings.connect_timeout_s)
                 chan.settimeout(limit)
                 frame = output_frame()
                 with self._deadline(limit):
@@ -441,7 +447,7 @@ class SSHTransport:
             self.run(f"mkdir -p {shlex.quote(parent)}")
             self._made_dirs.add(parent)
 
-    def _put(self, remote: str, write: Callable[[Any], None]) -> None:
+    def _put(self, remote: str, write: Callable[[SFTPClient], None]) -> None:
         import paramiko
 
         self._mkdir_parent(remote)
@@ -460,7 +466,7 @@ class SSHTransport:
             self._mkdir_parent(remote, again=True)  # removed since it was made: make it again
 
     def put(self, local: Path, remote: str, *, mode: int | None = None) -> None:
-        def write(sftp: Any) -> None:
+        def write(sftp: SFTPClient) -> None:
             sftp.put(str(local), remote)
             if mode is not None:
                 sftp.chmod(remote, mode)
@@ -468,7 +474,7 @@ class SSHTransport:
         self._put(remote, write)
 
     def put_text(self, text: str, remote: str, *, mode: int | None = None) -> None:
-        def write(sftp: Any) -> None:
+        def write(sftp: SFTPClient) -> None:
             with sftp.open(remote, "wb") as fh:
                 if mode is not None:  # before any byte is written (a secrets file)
                     fh.chmod(mode)
@@ -499,7 +505,7 @@ class SSHTransport:
             except (paramiko.SSHException, OSError, EOFError) as err:
                 raise self._lost(err) from err
             try:
-                end = min(fh.stat().st_size, offset + max_bytes)
+                end = min(fh.stat().st_size or 0, offset + max_bytes)
                 data = b""
                 if end > offset:
                     fh.seek(offset)

@@ -29,7 +29,6 @@ both the line and the verdict's reasons leaves the note out of them (`other_reas
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from launcher.judge.assurance import decide
 from launcher.judge.verdict import Verdict
@@ -117,13 +116,13 @@ def other_reasons(reasons: list[str], kind: str | None) -> list[str]:
     return [r for r in reasons if words is None or r != f"note: {words}"]
 
 
-def _text(value: Any, *keys: str) -> str | None:
+def _text(value: object, *keys: str) -> str | None:
     for key in keys:
         value = value.get(key) if isinstance(value, dict) else None
     return value if isinstance(value, str) and value else None
 
 
-def kind_of(run: Any, plan: Any) -> str | None:
+def kind_of(run: object, plan: object) -> str | None:
     """The cluster kind a run's records name: run.json's `cluster.kind` (what the runner wrote
     once it had the cluster), else plan.json's `profile.kind` (what the run was planned on; a run
     that failed before its cluster was recorded has only that). Where both name a kind and one

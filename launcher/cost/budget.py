@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from launcher.errors import BadInput
+
+if TYPE_CHECKING:
+    from launcher.inputs.recipe import Recipe
 
 
 @dataclass(frozen=True)
@@ -46,7 +49,7 @@ class Budget:
     @classmethod
     def for_recipe(
         cls,
-        recipe: Any,
+        recipe: Recipe,
         price_per_hour: float | None,
         max_usd: float | None,
         max_hours: float | None,
@@ -55,7 +58,7 @@ class Budget:
         return cls(max_usd, max_hours, price_per_hour, int(recipe.nodes))
 
     @staticmethod
-    def expected_hours(recipe: Any) -> float | None:
+    def expected_hours(recipe: Recipe) -> float | None:
         """Wall-clock hours the recipe's claim implies: result.gpu_hours / gpu.count (or None)."""
         gpu_hours = recipe.claimed_gpu_hours
         return None if gpu_hours is None else float(gpu_hours) / int(recipe.gpu_count)

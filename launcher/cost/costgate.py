@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from launcher.cost.estimate import likely_lines, target_args
 from launcher.errors import BadInput
@@ -29,6 +29,7 @@ from launcher.inputs.profile import AwsProfile, RayProfile, SshProfile
 from launcher.plan.claimruns import claim_lines
 
 if TYPE_CHECKING:
+    from launcher.catalog import Price
     from launcher.inputs.profile import Profile
     from launcher.inputs.recipe import Recipe
 
@@ -109,7 +110,7 @@ def launches(profile: Profile) -> bool:
     return isinstance(profile, AwsProfile) and not profile.instance_id
 
 
-def cost_line(recipe: Recipe, price: Any) -> str:
+def cost_line(recipe: Recipe, price: Price | None) -> str:
     """The expected cost: the claim's GPU-hours at the node's price (launcher/catalog.py)."""
     hours = recipe.claimed_gpu_hours
     if hours is None:
@@ -258,21 +259,29 @@ def _budget_words(options: RunOptions) -> str:
     return "; ".join(words) if words else "none (--max-usd N stops a run at N dollars)"
 
 
-def _number(value: Any) -> float | None:
+def _number(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value) if math.isfinite(value) and value > 0 else None
 
 
-def _tokens_per_step(recipe: Any) -> int | None:
+def _tokens_per_step(recipe: Recipe) -> int | None:
     try:
         return int(recipe.tokens_per_step)
     except (AttributeError, KeyError, TypeError, ValueError, BadInput):
         return None
 
 
+class CostReporter(Protocol):
+    """What the gate asks of whoever shows the run (the runner's reporter, the console)."""
+
+    def cost(self, gate: CostGate) -> None: ...
+
+    def confirm(self, question: str) -> bool: ...
+
+
 def pass_gate(
-    prepared: Prepared, options: RunOptions, reporter: Any, *, attended: bool
+    prepared: Prepared, options: RunOptions, reporter: CostReporter, *, attended: bool
 ) -> CostGate:
     """Show the cost, then go, ask, or refuse; BadInput (exit 2) when the run may not start.
 

@@ -29,6 +29,7 @@ from launcher.inputs.recipe import Recipe
 from launcher.plan import stage_graph
 
 if TYPE_CHECKING:
+    from launcher.catalog import Price
     from launcher.inputs.profile import Profile
 
 GOAL_OVERHEAD_HOURS = 0.30  # the goal for our own overhead on a fresh node with a warm store
@@ -477,7 +478,7 @@ def disk_lines(recipe: Recipe, disk_min_gb: float | None) -> list[str]:
     return lines
 
 
-def target_args(profile: Profile, price: Any) -> dict[str, Any]:
+def target_args(profile: Profile, price: Price | None) -> dict[str, Any]:
     """What the estimate needs of a target: whether the run launches its node (provisioning is
     paid), the profile's asset store, and the node's price (launcher.catalog.Price or None)."""
     return {

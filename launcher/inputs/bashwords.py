@@ -57,7 +57,7 @@ class Vars:
             return [value] if isinstance(value, str) else [OPAQUE_WORDS]
         return self.arrays[name]
 
-    def set_scalar(self, name: str, value: Any) -> None:
+    def set_scalar(self, name: str, value: object) -> None:
         self.scalars[name] = value
         self.arrays.pop(name, None)
         if name == "IFS":
@@ -79,7 +79,7 @@ class _Fields:
         self.started = False
         self.many = False  # an unquoted word known only at run time: any number of words
 
-    def add(self, piece: Any) -> None:
+    def add(self, piece: object) -> None:
         self.cur.append(piece)
         self.started = True
 

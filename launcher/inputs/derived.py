@@ -19,7 +19,7 @@ from typing import Any
 from launcher.inputs.bashwords import OPAQUE
 
 
-def coerce(value: Any, kind: type) -> Any:
+def coerce(value: object, kind: type) -> Any:
     """A printed or written value as the type miles parses it; ValueError when it cannot be."""
     if value is None or value is True and kind is bool:
         return value

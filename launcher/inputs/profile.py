@@ -127,9 +127,9 @@ class Profile:
     stack_check: str
     ray: RayStartSettings
 
-    def with_overrides(self, **fields: Any) -> Profile:
+    def with_overrides(self, **fields: object) -> Profile:
         """A copy with top-level fields replaced (CLI flags such as --instance-id); None keeps."""
-        given = {k: v for k, v in fields.items() if v is not None}
+        given: dict[str, Any] = {k: v for k, v in fields.items() if v is not None}
         return dataclasses.replace(self, raw={**self.raw, **given}, **given)
 
 
@@ -231,7 +231,9 @@ def build_profile(name: str, path: Path, raw: dict[str, Any]) -> Profile:
     return cls(name=name, path=path, raw=raw, **values)
 
 
-def _fill(cls: type, raw: dict[str, Any], prefix: str, skip: tuple[str, ...] = ()) -> dict:
+def _fill(
+    cls: type, raw: dict[str, Any], prefix: str, skip: tuple[str, ...] = ()
+) -> dict[str, Any]:
     hints = get_type_hints(cls)
     out: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
@@ -253,7 +255,7 @@ def _fill(cls: type, raw: dict[str, Any], prefix: str, skip: tuple[str, ...] = (
     return out
 
 
-def _dataclass_in(hint: Any) -> type | None:
+def _dataclass_in(hint: object) -> type | None:
     """The dataclass a field's type names (X or X | None), else None."""
     if dataclasses.is_dataclass(hint) and isinstance(hint, type):
         return hint
@@ -267,7 +269,8 @@ def _dataclass_in(hint: Any) -> type | None:
 @cache
 def profile_schema() -> dict[str, Any]:
     path = data_dir("schema") / "profile.schema.yaml"
-    return yaml.load(path.read_text(encoding="utf-8"), Loader=FastSafeLoader)  # noqa: S506
+    schema: dict[str, Any] = yaml.load(path.read_text(encoding="utf-8"), Loader=FastSafeLoader)  # noqa: S506
+    return schema
 
 
 def schema_default(dotted: str) -> Any:

@@ -563,7 +563,7 @@ def content_hash(raw: dict[str, Any]) -> str:
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
-def _slug_part(text: Any, fallback: str) -> str:
+def _slug_part(text: object, fallback: str) -> str:
     part = re.sub(r"[^a-z0-9.]+", "-", str(text or "").lower()).strip("-.")
     return part or fallback
 
@@ -800,7 +800,7 @@ PATH_MARK = "x-reaches-path"
 
 
 def path_fields(
-    schema: dict[str, Any], raw: Any, where: tuple[str, ...] = ()
+    schema: dict[str, Any], raw: object, where: tuple[str, ...] = ()
 ) -> list[tuple[str, str, Any]]:
     """(field, kind, value) for every field of RAW whose schema carries `x-reaches-path`: a
     walk of the schema's properties, so a field marked there is checked without a list here."""

@@ -30,7 +30,7 @@ from launcher.inputs.envnames import MODEL_ENV_PREFIX, MODEL_ENV_READ, MODEL_ENV
 from launcher.inputs.runblock import TRAIN_SCRIPTS, read_run_block
 
 
-def _layout(raw: dict[str, Any], key: str, default: Any = None) -> Any:
+def _layout(raw: dict[str, Any], key: str, default: int | None = None) -> Any:
     value = (raw.get("layout") or {}).get(key)
     return default if value is None else value
 
@@ -254,7 +254,7 @@ def options_of(argv: list[Any]) -> TrainOptions:
 _KIND_WORDS = {int: "an integer", bool: "true or false", str: "text"}
 
 
-def equal(expected: Any, got: Any, kind: type) -> bool:
+def equal(expected: object, got: object, kind: type) -> bool:
     if kind is str:
         return str(expected) == str(got)
     return bool(expected == got) if kind is bool else expected == got

@@ -12,7 +12,6 @@ directory's YAML (records/rundir.py: its recipe.yaml is the author's bytes).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import yaml
 
@@ -31,14 +30,14 @@ def has_aliases(text: str) -> bool:
     return "&" in text or "*" in text
 
 
-def within_budget(node: Any, path: Path, what: str) -> None:
+def within_budget(node: yaml.Node, path: Path, what: str) -> None:
     """BadInput when NODE, its aliases expanded, passes the budget or refers to itself: a walk of
     the composed graph, each node measured once (aliases share their node), so it is quick
     however much the aliases stand for."""
     sizes: dict[int, tuple[int, int]] = {}
     open_: set[int] = set()
 
-    def refuse(at: Any, why: str) -> BadInput:
+    def refuse(at: yaml.Node, why: str) -> BadInput:
         mark = at.start_mark
         return BadInput(
             f"{path}: line {mark.line + 1}, column {mark.column + 1}: the YAML anchors and "
@@ -47,7 +46,7 @@ def within_budget(node: Any, path: Path, what: str) -> None:
             "(write less through them)"
         )
 
-    def walk(n: Any) -> tuple[int, int]:
+    def walk(n: yaml.Node) -> tuple[int, int]:
         key = id(n)
         if key in sizes:
             return sizes[key]
@@ -98,7 +97,7 @@ def bound_aliases(path: Path, text: str, what: str) -> None:
         within_budget(node, path, what)
 
 
-def unshared(value: Any) -> Any:
+def unshared(value: object) -> object:
     """The document with every alias written out: each place its own value (an alias builds one
     object for all its places, and a change made through one would show in all)."""
     if isinstance(value, dict):

@@ -13,14 +13,18 @@ import math
 import os
 import re
 import stat
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from launcher.errors import BadInput
 from launcher.inputs.yamlbudget import has_aliases, unshared, within_budget
+
+if TYPE_CHECKING:
+    from jsonschema import TypeChecker, ValidationError
+    from jsonschema.protocols import Validator
 
 # libyaml's loader when present (faster), else PyYAML's; safe either way.
 FastSafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -342,7 +346,7 @@ def _matches(path: tuple[Any, ...], pattern: tuple[str, ...]) -> bool:
     )
 
 
-def _strict_validator(schema: dict[str, Any]) -> Any:
+def _strict_validator(schema: dict[str, Any]) -> Validator:
     """Draft 2020-12, read as strictly as the files are meant:
 
     - an integer is an integer: JSON Schema counts 8.0 as one, but `--num-gpus 8.0` is not a
@@ -352,19 +356,21 @@ def _strict_validator(schema: dict[str, Any]) -> Any:
       "NCCL_DEBUG\\n" through.
     """
     from jsonschema import Draft202012Validator, validators
-    from jsonschema import _keywords as keywords  # the stock pattern keyword, reused
 
-    def is_integer(_checker: Any, instance: Any) -> bool:
+    stock_pattern = Draft202012Validator.VALIDATORS["pattern"]  # the stock keyword, reused
+
+    def is_integer(_checker: TypeChecker, instance: object) -> bool:
         return isinstance(instance, int) and not isinstance(instance, bool)
 
-    def pattern(validator: Any, patrn: str, instance: Any, schema: Any) -> Any:
+    def pattern(
+        validator: Validator, patrn: str, instance: object, schema: Mapping[str, Any]
+    ) -> Iterator[ValidationError]:
         strict = patrn[:-1] + r"\Z" if patrn.endswith("$") and not patrn.endswith(r"\$") else patrn
-        yield from keywords.pattern(validator, strict, instance, schema)
+        yield from stock_pattern(validator, strict, instance, schema)
 
     checker = Draft202012Validator.TYPE_CHECKER.redefine("integer", is_integer)
-    cls = validators.extend(
-        Draft202012Validator, validators={"pattern": pattern}, type_checker=checker
-    )
+    extend: Callable[..., type[Validator]] = validators.extend  # unannotated in its stubs
+    cls = extend(Draft202012Validator, validators={"pattern": pattern}, type_checker=checker)
     return cls(schema)
 
 
@@ -385,21 +391,22 @@ def field_path(parts: Iterable[object]) -> str:
     return text
 
 
-def _explain(err: Any) -> list[tuple[str, str]]:
+def _explain(err: ValidationError) -> list[tuple[str, str]]:
+    schema: Mapping[str, Any] = err.schema if isinstance(err.schema, Mapping) else {}
     path = field_path(err.absolute_path)
     kind = err.validator
     if "propertyNames" in err.absolute_schema_path:  # the schema says what a name must be
-        said = (err.schema or {}).get("x-message") or "not an allowed name"
+        said = schema.get("x-message") or "not an allowed name"
         return [(field_path([*err.absolute_path, str(err.instance)]), " ".join(str(said).split()))]
     if kind == "additionalProperties" and isinstance(err.instance, dict):
-        allowed = sorted((err.schema.get("properties") or {}).keys())
+        allowed = sorted((schema.get("properties") or {}).keys())
         extra = [k for k in err.instance if k not in allowed]
         hint = f"; expected one of: {', '.join(allowed)}" if allowed else ""
         return [(field_path([*err.absolute_path, k]), f"unknown field{hint}") for k in extra]
     if kind == "required":
         missing = re.findall(r"'([^']+)' is a required property", err.message)
         name = missing[0] if missing else "?"
-        desc = ((err.schema.get("properties") or {}).get(name) or {}).get("description", "")
+        desc = ((schema.get("properties") or {}).get(name) or {}).get("description", "")
         return [
             (
                 field_path([*err.absolute_path, name]),
@@ -420,14 +427,14 @@ def _explain(err: Any) -> list[tuple[str, str]]:
         ]
         return [(path, f"expected a number {op} {err.validator_value}, got {_show(err.instance)}")]
     if kind == "pattern":
-        desc = err.schema.get("description") or f"text matching {err.validator_value}"
+        desc = schema.get("description") or f"text matching {err.validator_value}"
         return [(path, f"got {_show(err.instance)}; expected {_short(desc)}")]
     if kind == "enum":
         return [
             (
                 path,
                 f"got {_show(err.instance)}; "
-                f"expected one of {', '.join(map(str, err.validator_value))}",
+                f"expected one of {', '.join(map(str, _listed(err.validator_value)))}",
             )
         ]
     if kind == "const":
@@ -439,7 +446,7 @@ def _explain(err: Any) -> list[tuple[str, str]]:
             (
                 path,
                 f"got {_show(err.instance)}; "
-                f"expected {_short(err.schema.get('description', err.message))}",
+                f"expected {_short(schema.get('description', err.message))}",
             )
         ]
     if kind in ("oneOf", "anyOf") and err.context:
@@ -470,6 +477,11 @@ def _explain(err: Any) -> list[tuple[str, str]]:
         best = min(err.context, key=lambda e: len(list(e.absolute_path)))
         return [(path, best.message)]
     return [(path, err.message)]
+
+
+def _listed(value: object) -> list[object]:
+    """An enum's values (a list in every schema here)."""
+    return list(value) if isinstance(value, list | tuple) else [value]
 
 
 def _type_words(value: object) -> str:

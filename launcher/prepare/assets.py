@@ -276,7 +276,7 @@ def hub_unreachable(plan: dict[str, Any]) -> str | None:
             continue
         for tried in step.get("tried") or []:
             if tried.startswith("Hub ") and tried.endswith("[network]"):
-                return tried.removesuffix("[network]").rstrip().rsplit(": ", 1)[-1]
+                return str(tried.removesuffix("[network]").rstrip().rsplit(": ", 1)[-1])
     return None
 
 

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from launcher.clusters.aws import bake as ab
 from launcher.clusters.aws import requests as rq
@@ -35,6 +35,12 @@ from launcher.errors import CheckFailed, InfraError, ReproduceError
 from launcher.inputs.profile import Profile, load_profile
 from launcher.inputs.recipe import Recipe, load_recipe
 from launcher.records.rundir import new_run_id, owner
+
+if TYPE_CHECKING:
+    from boto3.session import Session
+
+    from launcher.clusters.aws.state import AwsState
+    from launcher.clusters.base import Transport
 
 
 @dataclass(frozen=True)
@@ -93,7 +99,7 @@ class BakeCluster(AwsCluster):
 
     launch: Launch | None = None
 
-    def launch_context(self, state: Any = None) -> Launch:
+    def launch_context(self, state: AwsState | None = None) -> Launch:
         ctx = super().launch_context(state)
         ctx.bake = True
         self.launch = ctx
@@ -104,7 +110,7 @@ def bake(
     bake: Bake,
     *,
     state_dir: Path,
-    session: Any = None,
+    session: Session | None = None,
     log: Callable[[str], Any] = print,
     ami_resolver: Callable[[str], str] | None = None,
     key_dir: Path | None = None,
@@ -190,7 +196,7 @@ def _end(
 
 
 def _pull_and_check(
-    transport: Any, ref: str, quiesce: str, log: Callable[[str], Any], timeout_s: float
+    transport: Transport, ref: str, quiesce: str, log: Callable[[str], Any], timeout_s: float
 ) -> None:
     """The image pulled by digest on the instance and checked as node.sh checks it, then docker
     stopped and the disk synced for the snapshot."""

@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from launcher.errors import BadInput, CheckFailed, InfraError
 from launcher.excerpt import excerpt
@@ -41,6 +41,9 @@ from launcher.plan.image_record import (
 )
 from launcher.prepare import dockercli
 from launcher.prepare.registry import Login, Target, default_tag, ecr_login, push_target
+
+if TYPE_CHECKING:
+    from types_boto3_ecr import ECRClient
 
 NETWORKS = ("none", "default", "host")
 INSTALLER_NAME = re.compile(r"aws-efa-installer-(?P<version>[0-9]+(?:\.[0-9]+)+)\.tar\.gz")
@@ -126,7 +129,7 @@ def build_and_push(
     *,
     say: Callable[[str], Any] = print,
     docker: str = "docker",
-    ecr_client: Any = None,
+    ecr_client: ECRClient | None = None,
     now: datetime | None = None,
 ) -> BuildResult:
     """Build, push, verify and record; BadInput before docker runs for anything the user can fix."""
@@ -253,7 +256,11 @@ def _build_args(**args: str) -> list[str]:
 
 
 def _login(
-    docker: str, target: Target, work: Path, say: Callable[[str], Any], ecr_client: Any
+    docker: str,
+    target: Target,
+    work: Path,
+    say: Callable[[str], Any],
+    ecr_client: ECRClient | None,
 ) -> list[str]:
     """docker's leading arguments for the push: ECR gets a login of its own in a throwaway
     DOCKER_CONFIG; any other registry uses the user's docker configuration as it is."""

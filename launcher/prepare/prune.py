@@ -15,10 +15,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from launcher.clusters.aws import prune as ap
 from launcher.errors import BadInput
+
+if TYPE_CHECKING:
+    from boto3.session import Session
 
 
 @dataclass(frozen=True)
@@ -90,7 +93,7 @@ def prune(
     *,
     owner: str,
     dry_run: bool = False,
-    session: Any = None,
+    session: Session | None = None,
     log: Callable[[str], Any] = print,
 ) -> PruneResult:
     """List, plan and (unless a dry run) remove; removal failures are collected, never raised

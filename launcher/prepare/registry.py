@@ -13,10 +13,14 @@ from __future__ import annotations
 import base64
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from launcher.errors import BadInput, InfraError
 from launcher.inputs.recipe import Image
+
+if TYPE_CHECKING:
+    from boto3.session import Session
+    from types_boto3_ecr import ECRClient
 
 ECR_HOST = re.compile(
     r"(?P<account>[0-9]{12})\.dkr\.ecr(?:-fips)?\.(?P<region>[a-z]{2}(?:-[a-z]+)+-[0-9])"
@@ -113,7 +117,9 @@ class Login:
         return f"Login(server={self.server!r}, username={self.username!r}, password=<hidden>)"
 
 
-def ecr_login(target: Target, session: Any = None, client: Any = None) -> Login:
+def ecr_login(
+    target: Target, session: Session | None = None, client: ECRClient | None = None
+) -> Login:
     """An ECR authorization token (GetAuthorizationToken) as a docker login.
 
     `client`: an ECR client to use as it is (tests pass one with a Stubber); else one is made

@@ -35,6 +35,11 @@ from launcher.inputs.profile import AwsProfile
 from launcher.plan.image_record import DIGEST
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from types_boto3_ec2 import EC2Client
+    from types_boto3_ec2.type_defs import TagTypeDef
+
     from launcher.inputs.profile import Profile
     from launcher.inputs.recipe import Recipe
 
@@ -127,7 +132,7 @@ def image_name(slug: str, digest: str, launch_id: str) -> str:
     return _NAME_CHARS.sub("-", head + tail)
 
 
-def image_tags(tags: list[dict[str, str]], digest: str, base_ami: str) -> list[dict[str, str]]:
+def image_tags(tags: Sequence[TagTypeDef], digest: str, base_ami: str) -> list[TagTypeDef]:
     """The launch's tags less its expiry (an AMI is kept: `reap` must not read it as due), plus
     the digest it holds (what `ami: baked` looks it up by) and the AMI it was made from."""
     kept = [t for t in tags if t["Key"] != rq.TAG_EXPIRES]
@@ -143,7 +148,7 @@ def create_image_request(
     image_ref: str,
     digest: str,
     base_ami: str,
-    tags: list[dict[str, str]],
+    tags: Sequence[TagTypeDef],
 ) -> dict[str, Any]:
     """CreateImage of the bake's instance: NoReboot (docker is stopped and the disk synced), the
     AMI and its snapshots tagged alike (a failed bake finds its snapshots by tag)."""
@@ -217,7 +222,7 @@ def wait_image(
 
 
 def discard_image(
-    ec2: Any, image_id: str, run_id: str, launch_id: str, log: Callable[[str], Any]
+    ec2: EC2Client, image_id: str, run_id: str, launch_id: str, log: Callable[[str], Any]
 ) -> list[str]:
     """Deregister a half-made AMI and delete its snapshots (those its mappings name, and those
     carrying this launch's tags whose description EC2 wrote for this AMI: "Created by
@@ -228,9 +233,9 @@ def discard_image(
     try:
         for img in ec2.describe_images(ImageIds=[image_id]).get("Images", []):
             for bdm in img.get("BlockDeviceMappings") or []:
-                snap = (bdm.get("Ebs") or {}).get("SnapshotId")
-                if snap:
-                    snapshots.add(str(snap))
+                mapped = (bdm.get("Ebs") or {}).get("SnapshotId")
+                if mapped:
+                    snapshots.add(str(mapped))
     except Exception:  # noqa: BLE001, S110 - the tag search below still finds its snapshots
         pass
     try:
@@ -253,13 +258,13 @@ def discard_image(
                 )
     except Exception as err:  # noqa: BLE001
         left.append(f"snapshots tagged {rq.TAG_LAUNCH}={launch_id} ({error_message(err)})")
-    for snap in sorted(snapshots):
+    for snapshot_id in sorted(snapshots):
         try:
-            ec2.delete_snapshot(SnapshotId=snap)
-            log(f"aws: deleted its snapshot {snap}")
+            ec2.delete_snapshot(SnapshotId=snapshot_id)
+            log(f"aws: deleted its snapshot {snapshot_id}")
         except Exception as err:  # noqa: BLE001
             if error_code(err) != "InvalidSnapshot.NotFound":
-                left.append(f"snapshot {snap} ({error_message(err)})")
+                left.append(f"snapshot {snapshot_id} ({error_message(err)})")
     return left
 
 

@@ -12,7 +12,7 @@ import json
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from launcher.clusters.aws import lifetime
 from launcher.errors import BadInput
@@ -28,9 +28,15 @@ from launcher.records.billing import (
 )
 from launcher.records.rundir import Files, RunDir
 
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from boto3.session import Session
+    from types_boto3_sts import STSClient
+
 
 def refresh(
-    run_dirs: Iterable[Path], *, session: Any = None, now: float | None = None
+    run_dirs: Iterable[Path], *, session: Session | None = None, now: float | None = None
 ) -> dict[str, Billing | None]:
     """Ask EC2 about every aws run's instances (one call per region); keep each answer in the
     state directory. {run dir: Billing, or None when none of its instances exists}."""
@@ -85,7 +91,12 @@ def refresh(
     return out
 
 
-def _same_account(aws: Any, region: str, runs: list[tuple[RunDir, list[str]]], ask: Any) -> None:
+def _same_account(
+    aws: Session,
+    region: str,
+    runs: list[tuple[RunDir, list[str]]],
+    ask: Callable[[STSClient, str], str],
+) -> None:
     """Under another account's credentials EC2 lists none of a run's instances, which must never
     read as "terminated": a run whose aws.json records another account than these credentials'
     is refused (the rule `down` keeps, teardown.check_account), before EC2 is asked."""

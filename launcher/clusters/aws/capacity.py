@@ -23,6 +23,9 @@ from launcher.cost.costgate import BUY_QUESTION, NotConfirmed
 from launcher.errors import BadInput, InfraError
 
 if TYPE_CHECKING:
+    from boto3.session import Session
+    from types_boto3_ec2.type_defs import CapacityBlockOfferingTypeDef
+
     from launcher.inputs.profile import Profile
     from launcher.inputs.recipe import Recipe
 
@@ -52,8 +55,8 @@ class Offering:
         )
 
 
-def _parse(item: dict[str, Any]) -> Offering:
-    def when(value: Any) -> datetime:
+def _parse(item: CapacityBlockOfferingTypeDef) -> Offering:
+    def when(value: datetime | str) -> datetime:
         if isinstance(value, datetime):
             return value.astimezone(UTC)
         return datetime.fromisoformat(str(value).replace("Z", "+00:00")).astimezone(UTC)
@@ -84,7 +87,7 @@ def list_offerings(
     nodes: int | None = None,
     start_after: datetime | None = None,
     end_before: datetime | None = None,
-    session: Any = None,
+    session: Session | None = None,
 ) -> list[Offering]:
     """Capacity Block offerings for the recipe's instance type and node count, cheapest first."""
     if hours < 24 or hours % 24:
@@ -137,7 +140,7 @@ def buy(
     max_usd: float | None = None,
     start_after: datetime | None = None,
     end_before: datetime | None = None,
-    session: Any = None,
+    session: Session | None = None,
     log: Callable[[str], Any] = lambda _line: None,
     yes: bool = False,
     confirm: Callable[[str], bool] | None = None,

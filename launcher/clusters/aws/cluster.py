@@ -23,7 +23,14 @@ from typing import TYPE_CHECKING, Any
 from launcher.clusters.aws import program
 from launcher.clusters.aws.down import load_state
 from launcher.clusters.aws.executor import Executor, Launch, Mode, wait_until
-from launcher.clusters.aws.session import CallLog, caller_account, make_session, recorded_client
+from launcher.clusters.aws.requests import Service
+from launcher.clusters.aws.session import (
+    CallLog,
+    caller_account,
+    make_session,
+    recorded,
+    recorded_client,
+)
 from launcher.clusters.aws.settings import AwsSettings, run_end_dir, settings_from
 from launcher.clusters.aws.state import AwsState, state_root, write_launch_record
 from launcher.clusters.aws.teardown import (
@@ -46,6 +53,12 @@ from launcher.errors import BadInput, InfraError, ReproduceError
 from launcher.records.rundir import Files, RunDir
 
 if TYPE_CHECKING:
+    from boto3.session import Session
+    from botocore.client import BaseClient
+    from types_boto3_ec2 import EC2Client
+    from types_boto3_ec2.type_defs import InstanceTypeDef
+
+    from launcher.clusters.ssh import SSHTransport
     from launcher.cost.budget import Budget
     from launcher.inputs.profile import Profile
     from launcher.inputs.recipe import Recipe
@@ -69,7 +82,7 @@ class AwsCluster(WithBudgetWatch, WithNodeHealth, WithLeftovers, WithDownCommand
         keep: bool = False,
         instance_id: str | None = None,
         owner: str = "unknown",
-        session: Any = None,
+        session: Session | None = None,
         ami_resolver: Callable[[str], str] | None = None,
         log: Callable[[str], Any] = lambda _line: None,
         state_path: Path | None = None,
@@ -116,10 +129,11 @@ class AwsCluster(WithBudgetWatch, WithNodeHealth, WithLeftovers, WithDownCommand
             "host_key_fingerprint": s.host_key_fingerprint if s else None,
             "accept_unknown_host": bool(s and s.accept_unknown_host),
         }
-        self._clients: dict[str, Any] = {}
+        self._clients: dict[str, BaseClient] = {}
+        self._ec2: EC2Client | None = None
         self._checked = False
         self._released = False
-        self._transports: list[Any] = []
+        self._transports: list[SSHTransport] = []
         self.nodes: list[Node] = []
         self.health_every_s = HEALTH_EVERY_S
         self._health_at: float | None = None  # the last DescribeInstances; None: never asked
@@ -127,30 +141,39 @@ class AwsCluster(WithBudgetWatch, WithNodeHealth, WithLeftovers, WithDownCommand
 
     # --- clients -------------------------------------------------------------------------------
     @property
-    def session(self) -> Any:
+    def session(self) -> Session:
         """The boto3 session, after checking credentials and region (nothing is created before)."""
-        if not self._checked:
+        if self._session is None or not self._checked:
             self._session = make_session(self.region_hint, self._session)
             self._checked = True
         return self._session
 
     @property
     def region_hint(self) -> str | None:
-        return self.state.data.get("region") or (self.settings.region if self.settings else None)
+        recorded_region = self.state.data.get("region")
+        if isinstance(recorded_region, str) and recorded_region:
+            return recorded_region
+        return self.settings.region if self.settings else None
 
     @property
     def region(self) -> str:
         return self.region_hint or self.session.region_name
 
-    def client(self, service: str) -> Any:
+    def client(self, service: Service) -> BaseClient:
         """A client whose every call is written to aws-calls.jsonl."""
+        if service == "ec2":
+            return self.ec2
         if service not in self._clients:
             self._clients[service] = recorded_client(self.session, service, self.region, self.calls)
         return self._clients[service]
 
     @property
-    def ec2(self) -> Any:
-        return self.client("ec2")
+    def ec2(self) -> EC2Client:
+        if self._ec2 is None:
+            self._ec2 = recorded(
+                self.session.client("ec2", region_name=self.region), "ec2", self.calls
+            )
+        return self._ec2
 
     def watch_budget(self, budget: Budget, started: float) -> None:
         """Check the run's budget while acquiring (a boot and its status checks take up to
@@ -199,7 +222,7 @@ class AwsCluster(WithBudgetWatch, WithNodeHealth, WithLeftovers, WithDownCommand
 
     def launch_context(self, state: AwsState | None = None) -> Launch:
         """What the launch program starts from (also used by `--check`, without state)."""
-        assert self.settings is not None
+        assert self.settings is not None and self.recipe is not None
         return Launch(
             self.recipe,
             self.settings,
@@ -219,7 +242,7 @@ class AwsCluster(WithBudgetWatch, WithNodeHealth, WithLeftovers, WithDownCommand
             record_launch=self._record_launch if self.state_path else None,
         )
 
-    def transport(self, node: Node) -> Any:
+    def transport(self, node: Node) -> SSHTransport:
         """The SSH transport of launcher/clusters/ssh.py, set up as the ssh cluster sets it up;
         a node behind the head (`via`) goes through the head's transport (one connection)."""
         from launcher.clusters.ssh import SSHSettings, SSHTransport
@@ -338,7 +361,10 @@ class AwsCluster(WithBudgetWatch, WithNodeHealth, WithLeftovers, WithDownCommand
         # A run found again from its record may be released under other credentials: check
         # the account (a launch in this process released with the session it launched with).
         account = (
-            caller_account(self.client("sts"), "finding the account of these credentials")
+            caller_account(
+                recorded(self.session.client("sts", region_name=self.region), "sts", self.calls),
+                "finding the account of these credentials",
+            )
             if self.restored
             else None
         )
@@ -365,7 +391,7 @@ class AwsCluster(WithBudgetWatch, WithNodeHealth, WithLeftovers, WithDownCommand
         where = self.state_path.parent if self.state_path else self.run_id
         return f"reproduce down {where}"
 
-    def to_record(self) -> dict:
+    def to_record(self) -> dict[str, Any]:
         """What attach/cancel need to reach and release this run's nodes (run.json; no secrets).
         aws.json is named by its absolute path, so the record holds from any directory (and,
         read through RunDir.recorded_path, after the run directory is moved)."""
@@ -387,7 +413,7 @@ class AwsCluster(WithBudgetWatch, WithNodeHealth, WithLeftovers, WithDownCommand
         record: Mapping[str, Any],
         *,
         run_dir: Path | None = None,
-        session: Any = None,
+        session: Session | None = None,
         log: Callable[[str], Any] = lambda _line: None,
     ) -> AwsCluster:
         """A cluster for a recorded run: transports to its nodes, a release that ends them.
@@ -436,7 +462,7 @@ class AwsCluster(WithBudgetWatch, WithNodeHealth, WithLeftovers, WithDownCommand
     # --- the launch program's hands ------------------------------------------------------------
     def _node_from(
         self,
-        inst: dict,
+        inst: InstanceTypeDef,
         index: int,
         launched: bool,
         ami_id: str | None,
@@ -485,7 +511,9 @@ class AwsCluster(WithBudgetWatch, WithNodeHealth, WithLeftovers, WithDownCommand
                 where += f" through {node.via.name}"
                 jump.connect()
 
-            def answers(host: str = host, port: int = port, jump: Any = jump) -> bool:
+            def answers(
+                host: str = host, port: int = port, jump: SSHTransport | None = jump
+            ) -> bool:
                 if jump is not None:
                     return ssh_banner_through(jump, host, port, timeout_s)
                 return ssh_banner(host, port, timeout_s)
@@ -507,7 +535,7 @@ def check(
     run_id: str,
     *,
     owner: str = "unknown",
-    session: Any = None,
+    session: Session | None = None,
     ami_resolver: Callable[[str], str] | None = None,
     operator_cidr: str | None = None,
     log: Callable[[str], Any] = lambda _line: None,
@@ -541,7 +569,7 @@ def check(
     return api.lines
 
 
-def price_line(recipe: Any, profile: Any, s: AwsSettings, session: Any) -> str:
+def price_line(recipe: Recipe, profile: Profile, s: AwsSettings, session: Session) -> str:
     """`--check`'s line for the run's price: the lookup a real run makes before its cost is
     shown, sent (a failure is a warning: the catalog's price stands in)."""
     from launcher.catalog import price_per_hour
@@ -580,7 +608,7 @@ def ssh_banner(host: str, port: int, timeout_s: float) -> bool:
         return False
 
 
-def ssh_banner_through(jump: Any, host: str, port: int, timeout_s: float) -> bool:
+def ssh_banner_through(jump: SSHTransport, host: str, port: int, timeout_s: float) -> bool:
     """ssh_banner, dialled from the jump node (an SSHTransport) instead of from here."""
     try:
         chan = jump.open_tunnel(host, port, timeout_s)
@@ -595,13 +623,13 @@ def ssh_banner_through(jump: Any, host: str, port: int, timeout_s: float) -> boo
         chan.close()
 
 
-def _primary_private_ip(inst: dict) -> str | None:
+def _primary_private_ip(inst: InstanceTypeDef) -> str | None:
     for eni in inst.get("NetworkInterfaces", []):
-        if eni.get("PrivateIpAddress"):
-            return eni["PrivateIpAddress"]
+        if address := eni.get("PrivateIpAddress"):
+            return address
     return None
 
 
-def _node_record(node: Node) -> dict:
+def _node_record(node: Node) -> dict[str, Any]:
     """aws.json's record of a node (its head, as `via`, nested): Node(**record) restores it."""
     return asdict(node)

@@ -12,14 +12,14 @@ given) region.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from launcher.clusters.aws import ownership
 from launcher.clusters.aws.session import (
     CallLog,
-    RecordedClient,
     caller_account,
     make_session,
+    recorded,
     translate,
 )
 from launcher.clusters.aws.state import (
@@ -33,6 +33,10 @@ from launcher.clusters.aws.teardown import Log, leftover_message, safe, teardown
 from launcher.errors import BadInput, InfraError
 from launcher.records import jsonread
 from launcher.records.rundir import Files
+
+if TYPE_CHECKING:
+    from boto3.session import Session
+    from types_boto3_ec2 import EC2Client
 
 IDENTITY = ("run_id", "launch_id", "region", "account")
 
@@ -119,7 +123,7 @@ def load_state(path: Path, log: Log, **given: str | None) -> AwsState:
     return state
 
 
-def _adopt_launch(ec2: Any, state: AwsState, log: Log) -> None:
+def _adopt_launch(ec2: EC2Client, state: AwsState, log: Log) -> None:
     """Without a launch id (aws.json lost): the run's only launch, or refuse to guess."""
     if state.data.get("launch_id"):
         return
@@ -144,7 +148,7 @@ def _adopt_launch(ec2: Any, state: AwsState, log: Log) -> None:
 def down(
     run_dir: Path,
     *,
-    session: Any = None,
+    session: Session | None = None,
     log: Log = _quiet,
     poll_s: float = 5.0,
     key_dir: Path | None = None,
@@ -180,7 +184,7 @@ def down(
         session.client("sts", region_name=where), "finding the account of these credentials"
     )
     calls = CallLog(path.with_name(Files.AWS_CALLS))
-    ec2 = RecordedClient(session.client("ec2", region_name=where), "ec2", calls)
+    ec2 = recorded(session.client("ec2", region_name=where), "ec2", calls)
     _adopt_launch(ec2, state, log)
     left = teardown(
         ec2,
@@ -207,7 +211,7 @@ def _readable(path: Path) -> bool:
 
 
 def _down_elsewhere(
-    session: Any,
+    session: Session,
     state: AwsState,
     looked: str,
     account: str | None,
@@ -229,7 +233,7 @@ def _down_elsewhere(
         raise translate(err, "listing the regions") from err
     ended: list[str] = []
     for here in sorted(set(regions) - {looked}):
-        ec2 = RecordedClient(session.client("ec2", region_name=here), "ec2", calls)
+        ec2 = recorded(session.client("ec2", region_name=here), "ec2", calls)
         try:
             if not ownership.launches_of_run(ec2, run_id):
                 continue

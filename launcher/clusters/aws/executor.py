@@ -14,16 +14,25 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from launcher.catalog import InstanceType
 from launcher.clusters.aws import requests as rq
+from launcher.clusters.aws.requests import Service
 from launcher.clusters.aws.session import error_code, snake, translate
 from launcher.clusters.aws.settings import AwsSettings
 from launcher.clusters.aws.state import AwsState
 from launcher.errors import CheckFailed, InfraError
 
+if TYPE_CHECKING:
+    from botocore.client import BaseClient
+    from types_boto3_ec2.type_defs import InstanceTypeDef, TagTypeDef
+
+    from launcher.clusters.base import Node
+    from launcher.inputs.recipe import Recipe
+
 T = TypeVar("T")
+Params = dict[str, Any]  # an operation's request parameters, as boto3 takes them
 OverBudget = Callable[[], str | None]
 
 
@@ -72,7 +81,7 @@ class Executor:
         self,
         mode: Mode,
         settings: AwsSettings,
-        client: Callable[[str], Any] | None = None,
+        client: Callable[[Service], BaseClient] | None = None,
         poll_s: float = 5.0,
         over_budget: OverBudget | None = None,
     ) -> None:
@@ -88,7 +97,7 @@ class Executor:
     def sending(self) -> bool:
         return self.mode is Mode.SEND
 
-    def _send(self, service: str, operation: str, params: dict, doing: str, raw: bool) -> Any:
+    def _send(self, service: Service, operation: str, params: Params, doing: str, raw: bool) -> Any:
         assert self._client is not None, "PRINT mode sends nothing"
         method = getattr(self._client(service), snake(operation))
         try:
@@ -100,7 +109,13 @@ class Executor:
             raise mine from err
 
     def read(
-        self, service: str, operation: str, params: dict, note: str, doing: str, raw: bool = False
+        self,
+        service: Service,
+        operation: str,
+        params: Params,
+        note: str,
+        doing: str,
+        raw: bool = False,
     ) -> Any:
         """A lookup: printed (returns None), or sent, also by --check."""
         if self.mode is Mode.PRINT:
@@ -111,7 +126,7 @@ class Executor:
     def create(
         self,
         operation: str,
-        params: dict,
+        params: Params,
         note: str,
         doing: str,
         *,
@@ -143,7 +158,7 @@ class Executor:
     def poll(
         self,
         operation: str,
-        params: dict,
+        params: Params,
         note: str,
         doing: str,
         until: Callable[[Any], T | None],
@@ -179,7 +194,7 @@ class Launch:
     stay free of SSH and of the cluster's own bookkeeping.
     """
 
-    recipe: Any
+    recipe: Recipe
     s: AwsSettings
     run_id: str
     owner: str
@@ -192,8 +207,8 @@ class Launch:
     key_dir: Path | None = None
     log: Callable[[str], Any] = lambda _line: None
     ami_resolver: Callable[[str], str] | None = None  # stands in for SSM (tests)
-    make_node: Callable[..., Any] | None = None  # (instance, index, launched, ami, identity, via=)
-    wait_ssh: Callable[[list[Any], float], None] | None = None  # (nodes, deadline)
+    make_node: Callable[..., Node] | None = None  # (instance, index, launched, ami, identity, via=)
+    wait_ssh: Callable[[list[Node], float], None] | None = None  # (nodes, deadline)
     record_launch: Callable[[], None] | None = None  # SEND: who this launch is, before creating
     bake: bool = False  # `reproduce image bake`'s own instance: no GPUs to check against the recipe
     account: str | None = None
@@ -201,19 +216,19 @@ class Launch:
     ami_id: str = ""
     root_device: str = ""
     zone: str | None = None
-    subnets: list[dict[str, Any]] = field(default_factory=list)
+    subnets: list[dict[str, Any]] = field(default_factory=list)  # placeholders until SEND
     cidr: str = ""
-    tags: list[dict[str, str]] = field(default_factory=list)
+    tags: list[TagTypeDef] = field(default_factory=list)
     group_id: str = ""
     key_name: str | None = None
     identity_file: str | None = None
     placement_group: str | None = None
     interfaces: int = 1
-    instances: list[dict[str, Any]] = field(default_factory=list)
-    nodes: list[Any] = field(default_factory=list)
+    instances: list[InstanceTypeDef] = field(default_factory=list)
+    nodes: list[Node] = field(default_factory=list)
     deadline: float = 0.0
 
-    def save(self, **fields: Any) -> None:
+    def save(self, **fields: object) -> None:
         if self.state is not None:
             self.state.set(**fields)
 

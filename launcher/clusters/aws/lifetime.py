@@ -14,20 +14,23 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from types_boto3_ec2.type_defs import DescribeInstancesResultTypeDef, InstanceTypeDef
 
 KEY = "lifetimes"  # aws.json and the refresh file: {instance id: {launched_at, terminated_at}}
 _REASON_TIME = re.compile(r"\((\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) (?:GMT|UTC)\)")
 
 
-def _epoch(value: Any) -> float | None:
+def _epoch(value: object) -> float | None:
     if isinstance(value, datetime):
         when = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
         return when.timestamp()
     return None
 
 
-def ended_at(inst: dict[str, Any], seen: float) -> float:
+def ended_at(inst: InstanceTypeDef, seen: float) -> float:
     """When a terminated instance ended: its StateTransitionReason's time, else `seen`."""
     found = _REASON_TIME.search(str(inst.get("StateTransitionReason") or ""))
     if found:
@@ -36,7 +39,7 @@ def ended_at(inst: dict[str, Any], seen: float) -> float:
     return seen
 
 
-def note(known: dict[str, Any], inst: dict[str, Any], seen: float) -> None:
+def note(known: dict[str, Any], inst: InstanceTypeDef, seen: float) -> None:
     """Fold what DescribeInstances says of `inst` into `known` (an aws.json's lifetimes): its
     launch time, and its end once it is terminated (a time once known is kept)."""
     iid = inst.get("InstanceId")
@@ -52,7 +55,9 @@ def note(known: dict[str, Any], inst: dict[str, Any], seen: float) -> None:
     known[iid] = entry
 
 
-def noted(response: dict[str, Any], known: dict[str, Any], seen: float) -> dict[str, Any]:
+def noted(
+    response: DescribeInstancesResultTypeDef, known: dict[str, Any], seen: float
+) -> dict[str, Any]:
     """`known` with every instance of a DescribeInstances page folded in (a new mapping)."""
     out = {k: dict(v) for k, v in known.items() if isinstance(v, dict)}
     for reservation in response.get("Reservations", []):

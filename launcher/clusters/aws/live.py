@@ -14,7 +14,11 @@ import time
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from boto3.session import Session
+    from types_boto3_ec2.type_defs import InstanceTypeDef
 
 # Every state in which an instance still exists; stopped ones bill their volumes only.
 LIVE_STATES = ("pending", "running", "stopping", "stopped", "shutting-down")
@@ -41,7 +45,11 @@ class LiveInstance:
 
 
 def live_instances(
-    region: str, *, runs_root: Path | None = None, session: Any = None, now: float | None = None
+    region: str,
+    *,
+    runs_root: Path | None = None,
+    session: Session | None = None,
+    now: float | None = None,
 ) -> list[LiveInstance]:
     """The launcher's instances in `region` that are not terminated, oldest first."""
     from launcher.clusters.aws import requests as rq
@@ -70,7 +78,7 @@ def live_instances(
     return sorted(found, key=lambda i: (i.launched_at or 0.0, i.instance_id))
 
 
-def _one(inst: dict[str, Any], region: str, now: float, runs_root: Path | None) -> LiveInstance:
+def _one(inst: InstanceTypeDef, region: str, now: float, runs_root: Path | None) -> LiveInstance:
     from launcher.catalog import instance
     from launcher.clusters.aws import requests as rq
     from launcher.records.rundir import RunDir

@@ -9,7 +9,7 @@ type's facts, which come from launcher/catalog.py (AWS's own answer wins at laun
 from __future__ import annotations
 
 import ipaddress
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from launcher import catalog
 from launcher.catalog import InstanceType
@@ -18,6 +18,9 @@ from launcher.clusters.aws.executor import Executor, Launch, Mode
 from launcher.clusters.aws.session import error_code, translate
 from launcher.clusters.aws.settings import check_instance_type
 from launcher.errors import BadInput, InfraError
+
+if TYPE_CHECKING:
+    from types_boto3_ec2.type_defs import DescribeInstancesResultTypeDef, InstanceTypeDef
 
 CHECKIP_URL = "https://checkip.amazonaws.com"
 
@@ -94,7 +97,7 @@ def facts_from_aws(info: dict[str, Any], region: str | None) -> InstanceType:
     )
 
 
-def _gib(mib: Any) -> float | None:
+def _gib(mib: int | None) -> float | None:
     return float(mib) / 1024 if mib else None
 
 
@@ -374,7 +377,7 @@ def target_type(launch: Launch, api: Executor) -> None:
     )
 
 
-def only_instance(resp: dict, instance_id: str) -> dict:
+def only_instance(resp: DescribeInstancesResultTypeDef, instance_id: str) -> InstanceTypeDef:
     for r in resp.get("Reservations", []):
         for inst in r.get("Instances", []):
             if inst["InstanceId"] == instance_id:

@@ -16,11 +16,24 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from launcher.clusters.aws import requests as rq
 from launcher.clusters.aws.session import aws_said_no, error_code, translate
 from launcher.clusters.aws.state import AwsState
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from types_boto3_ec2 import EC2Client
+    from types_boto3_ec2.type_defs import (
+        AddressTypeDef,
+        FilterTypeDef,
+        InstanceTypeDef,
+        PlacementGroupTypeDef,
+    )
+
+Described = TypeVar("Described", bound="Mapping[str, Any]")  # a Describe call's item
 
 CONSISTENCY_WINDOW_S = 120.0  # how long a just-launched instance may stay invisible
 RECENT_S = 900.0  # a launch younger than this may still be invisible somewhere
@@ -35,7 +48,7 @@ NAME_KEYS = {
 }
 
 
-def not_made_because(kind: str, item: dict, run_id: str, launch_id: str | None) -> str:
+def not_made_because(kind: str, item: Mapping[str, Any], run_id: str, launch_id: str | None) -> str:
     """Why ITEM (as a Describe call answers it) is not what launch LAUNCH_ID of RUN_ID made,
     by a fact beside its tags ('' when it is, or when no such fact exists: an Elastic IP has no
     name, and a launch id unknown leaves nothing to compare). Tags are a claim anyone in the
@@ -72,7 +85,7 @@ def window_end(state: AwsState) -> float:
     return time.monotonic() + (CONSISTENCY_WINDOW_S if launched_recently(state) else 0.0)
 
 
-def discover(ec2: Any, state: AwsState, log: Log, poll_s: float) -> None:
+def discover(ec2: EC2Client, state: AwsState, log: Log, poll_s: float) -> None:
     """Add what AWS holds under this launch's tags but the state missed (a crash after a call).
 
     A RunInstances that got no answer (Ctrl-C, a dropped connection) may still have launched:
@@ -123,9 +136,9 @@ def search_left(state: AwsState) -> list[str]:
     return [f"whatever aws.json missed (the search by tag failed: {why})"] if why else []
 
 
-def _discover_instances(ec2: Any, state: AwsState, mine: list[dict]) -> int:
+def _discover_instances(ec2: EC2Client, state: AwsState, mine: list[FilterTypeDef]) -> int:
     d = state.data
-    alive = [{"Name": "instance-state-name", "Values": LIVE_STATES}]
+    alive: list[FilterTypeDef] = [{"Name": "instance-state-name", "Values": LIVE_STATES}]
     try:
         resp = ec2.describe_instances(Filters=mine + alive)
     except Exception as err:  # noqa: BLE001
@@ -147,7 +160,7 @@ def _discover_instances(ec2: Any, state: AwsState, mine: list[dict]) -> int:
     return found
 
 
-def _discover_the_rest(ec2: Any, state: AwsState, mine: list[dict]) -> None:
+def _discover_the_rest(ec2: EC2Client, state: AwsState, mine: list[FilterTypeDef]) -> None:
     d = state.data
     known = {a["allocation_id"] for a in d["addresses"]}
     for addr in ec2.describe_addresses(Filters=mine).get("Addresses", []):
@@ -155,7 +168,7 @@ def _discover_the_rest(ec2: Any, state: AwsState, mine: list[dict]) -> None:
             d["addresses"].append(address_record(addr))
     run_id, launch_id = d["run_id"], d.get("launch_id")
 
-    def made(kind: str, items: list[dict]) -> list[dict]:
+    def made(kind: str, items: Sequence[Described]) -> list[Described]:
         return [i for i in items if not not_made_because(kind, i, run_id, launch_id)]
 
     if not d["security_group"]:
@@ -174,7 +187,9 @@ def _discover_the_rest(ec2: Any, state: AwsState, mine: list[dict]) -> None:
             d["placement_group"] = pgs[0]["GroupName"]
 
 
-def placement_groups(ec2: Any, filters: list[dict], *, strict: bool = False) -> list[dict]:
+def placement_groups(
+    ec2: EC2Client, filters: Sequence[FilterTypeDef], *, strict: bool = False
+) -> list[PlacementGroupTypeDef]:
     """The placement groups FILTERS find. An AWS error reads as none unless STRICT: a net
     (teardown's discovery) may go on without them, a listing that decides what ends (reap)
     may not, since an error there is not an empty account."""
@@ -186,7 +201,7 @@ def placement_groups(ec2: Any, filters: list[dict], *, strict: bool = False) -> 
         return []
 
 
-def address_record(addr: dict) -> dict:
+def address_record(addr: AddressTypeDef) -> dict[str, str | None]:
     return {
         "allocation_id": addr["AllocationId"],
         "public_ip": addr.get("PublicIp"),
@@ -198,7 +213,7 @@ def address_record(addr: dict) -> dict:
 # The check before anything is ended
 
 
-def sort_out(ec2: Any, state: AwsState, log: Log, poll_s: float) -> None:
+def sort_out(ec2: EC2Client, state: AwsState, log: Log, poll_s: float) -> None:
     """Keep in the state only what carries this launch's tags; refuse and report the rest.
 
     What AWS no longer knows is dropped as gone, except an instance of a recent launch, which is
@@ -208,7 +223,7 @@ def sort_out(ec2: Any, state: AwsState, log: Log, poll_s: float) -> None:
     run_id, launch_id = str(d.get("run_id") or ""), d.get("launch_id")
     where = f"{d.get('region')} (account {d.get('account') or '?'})"
 
-    def judge(kind: str, what: str, item: dict) -> bool:
+    def judge(kind: str, what: str, item: Mapping[str, Any]) -> bool:
         why = rq.foreign_because(item.get("Tags"), run_id, launch_id) or not_made_because(
             kind, item, run_id, launch_id
         )
@@ -244,7 +259,7 @@ def sort_out(ec2: Any, state: AwsState, log: Log, poll_s: float) -> None:
 
 
 def _sort_out_instances(
-    ec2: Any, state: AwsState, judge: Callable[..., bool], log: Log, poll_s: float, where: str
+    ec2: EC2Client, state: AwsState, judge: Callable[..., bool], log: Log, poll_s: float, where: str
 ) -> None:
     d = state.data
     unseen = list(state.launched_instances)
@@ -267,7 +282,7 @@ def _sort_out_instances(
         d["terminated"] = sorted(set(d.get("terminated", [])) | {iid})
 
 
-def _instances(ec2: Any, ids: list[str]) -> list[dict]:
+def _instances(ec2: EC2Client, ids: list[str]) -> list[InstanceTypeDef]:
     """The instances AWS shows among `ids` (a filter: an unknown id is no error, just absent)."""
     try:
         resp = ec2.describe_instances(Filters=[{"Name": "instance-id", "Values": list(ids)}])
@@ -276,7 +291,9 @@ def _instances(ec2: Any, ids: list[str]) -> list[dict]:
     return [i for r in resp.get("Reservations", []) for i in r.get("Instances", [])]
 
 
-def _one(describe: Callable[..., Any], listed: str, name: str, value: str) -> dict | None:
+def _one(
+    describe: Callable[..., Any], listed: str, name: str, value: str
+) -> Mapping[str, Any] | None:
     try:
         found = describe(Filters=[{"Name": name, "Values": [value]}]).get(listed, [])
     except Exception as err:  # noqa: BLE001
@@ -293,9 +310,9 @@ def refuse(state: AwsState, kind: str, what: str, why: str, log: Log) -> None:
     log(f"aws: {words} {what} is listed in aws.json but is not this launch's ({why}): not ended")
 
 
-def launches_of_run(ec2: Any, run_id: str) -> dict[str, list[str]]:
+def launches_of_run(ec2: EC2Client, run_id: str) -> dict[str, list[str]]:
     """The launch ids found under a run id, each with its instances (when aws.json is lost)."""
-    alive = [{"Name": "instance-state-name", "Values": LIVE_STATES}]
+    alive: list[FilterTypeDef] = [{"Name": "instance-state-name", "Values": LIVE_STATES}]
     resp = ec2.describe_instances(Filters=rq.launch_filter(run_id, None) + alive)
     found: dict[str, list[str]] = {}
     for r in resp.get("Reservations", []):

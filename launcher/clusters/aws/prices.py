@@ -26,12 +26,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from launcher.catalog import Price, with_fallback
 from launcher.clusters.aws import requests as rq
 from launcher.clusters.aws.session import error_code, error_message, snake
 from launcher.records import jsonread
+
+if TYPE_CHECKING:
+    from boto3.session import Session
+    from botocore.client import BaseClient
+
+    from launcher.clusters.aws.requests import Service
+    from launcher.clusters.aws.settings import AwsSettings
+    from launcher.inputs.profile import Profile
+    from launcher.inputs.recipe import Recipe
 
 PRICING_REGIONS = ("us-east-1", "ap-south-1")  # the Price List Query API's endpoints
 SOURCE_OF = {
@@ -167,7 +176,12 @@ def block_usd(answer: dict[str, Any]) -> tuple[float, str]:
     return best
 
 
-def look_up(settings: Any, region: str, client: Callable[[str, str], Any], now: datetime) -> Price:
+def look_up(
+    settings: AwsSettings,
+    region: str,
+    client: Callable[[Service, str], BaseClient],
+    now: datetime,
+) -> Price:
     """The live price for the profile's capacity type; LookupFailed saying why not."""
     ctype, itype = settings.capacity_type, settings.instance_type
     call = request(itype, region, ctype, settings.nodes, now)
@@ -198,11 +212,11 @@ def look_up(settings: Any, region: str, client: Callable[[str, str], Any], now: 
 
 
 def live_price(
-    recipe: Any,
-    profile: Any,
+    recipe: Recipe,
+    profile: Profile,
     fallback: Price | None,
     *,
-    session: Any = None,
+    session: Session | None = None,
     now: datetime | None = None,
 ) -> tuple[Price | None, str | None]:
     """The run's price from AWS, or the fallback (the catalog's, maybe None) and why.
@@ -229,7 +243,7 @@ def live_price(
     return price, None
 
 
-def _clients(session: Any) -> Callable[[str, str], Any]:
+def _clients(session: Session) -> Callable[[Service, str], BaseClient]:
     from botocore.config import Config
 
     # A lookup may not hold the run up: two tries, short timeouts, then the catalog.
@@ -239,8 +253,10 @@ def _clients(session: Any) -> Callable[[str, str], Any]:
     return lambda service, region: session.client(service, region_name=region, config=config)
 
 
-def _usd(value: Any) -> float | None:
+def _usd(value: object) -> float | None:
     try:
+        if not isinstance(value, int | float | str):
+            return None
         number = float(value)
     except (TypeError, ValueError):
         return None

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 from launcher.clusters.aws import requests as rq
 from launcher.clusters.aws.executor import Executor, Launch, Mode
@@ -28,6 +28,14 @@ from launcher.clusters.aws.session import (
     translate,
 )
 from launcher.errors import InfraError
+
+if TYPE_CHECKING:
+    from types_boto3_ec2.type_defs import (
+        DescribeInstancesResultTypeDef,
+        DescribeInstanceStatusResultTypeDef,
+        InstanceStatusTypeDef,
+        InstanceTypeDef,
+    )
 
 STOPPED_STATES = ("shutting-down", "terminated", "stopping", "stopped")
 
@@ -169,7 +177,7 @@ def run_instances(launch: Launch, api: Executor) -> None:
         return
 
 
-def _launched(launch: Launch, instances: list[dict], zone: str) -> None:
+def _launched(launch: Launch, instances: list[InstanceTypeDef], zone: str) -> None:
     launch.instances = instances
     if launch.state is not None:
         for inst in instances:
@@ -198,7 +206,7 @@ def _launched_ids(launch: Launch) -> list[str]:
 def wait_running(launch: Launch, api: Executor) -> None:
     ids = _launched_ids(launch)
 
-    def running(resp: Any) -> list[dict] | None:
+    def running(resp: DescribeInstancesResultTypeDef) -> list[InstanceTypeDef] | None:
         found = {i["InstanceId"]: i for r in resp["Reservations"] for i in r["Instances"]}
         for iid, inst in found.items():
             state = inst["State"]["Name"]
@@ -226,14 +234,18 @@ def addresses(launch: Launch, api: Executor) -> None:
     """ONE Elastic IP, for the head, when it has no usable public address; then the nodes: the
     head dialled from here, every other node through the head at its private address."""
     s = launch.s
-    head = launch.instances[0] if api.sending else {}
+    head: InstanceTypeDef = launch.instances[0] if api.sending else {}
     public = head.get("PublicIpAddress")
     if s.elastic_ip and (not api.sending or not public or launch.interfaces > 1):
         public = _elastic_ip(launch, api, head)
     if not api.sending:
         return
     assert launch.make_node is not None
-    first = {**head, "PublicIpAddress": public}
+    first = head.copy()
+    if public is None:
+        first.pop("PublicIpAddress", None)
+    else:
+        first["PublicIpAddress"] = public
     head_node = launch.make_node(first, 0, True, launch.ami_id, launch.identity_file)
     launch.nodes = [head_node]
     for index, inst in enumerate(launch.instances[1:], start=1):
@@ -243,7 +255,7 @@ def addresses(launch: Launch, api: Executor) -> None:
         launch.nodes.append(node)
 
 
-def _elastic_ip(launch: Launch, api: Executor, inst: dict) -> str | None:
+def _elastic_ip(launch: Launch, api: Executor, inst: InstanceTypeDef) -> str | None:
     note = "node 0: an Elastic IP for SSH (several interfaces get no public address)"
     if launch.s.nodes > 1:
         others = "node 1 is" if launch.s.nodes == 2 else f"nodes 1-{launch.s.nodes - 1} are"
@@ -265,7 +277,7 @@ def _elastic_ip(launch: Launch, api: Executor, inst: dict) -> str | None:
         )
         api.create("AssociateAddress", params, "", "attaching the Elastic IP", dry_run=False)
         return None
-    record = {
+    record: dict[str, str | None] = {
         "allocation_id": alloc["AllocationId"],
         "public_ip": alloc["PublicIp"],
         "association_id": None,
@@ -276,10 +288,10 @@ def _elastic_ip(launch: Launch, api: Executor, inst: dict) -> str | None:
     assoc = api.create("AssociateAddress", params, "", "attaching the Elastic IP")
     record["association_id"] = assoc.get("AssociationId")
     launch.state.save()
-    return alloc["PublicIp"]
+    return str(alloc["PublicIp"])
 
 
-def primary_interface(inst: dict) -> str:
+def primary_interface(inst: InstanceTypeDef) -> str:
     for eni in inst.get("NetworkInterfaces", []):
         att = eni.get("Attachment") or {}
         if att.get("DeviceIndex", 0) == 0 and att.get("NetworkCardIndex", 0) == 0:
@@ -292,10 +304,11 @@ def primary_interface(inst: dict) -> str:
 def wait_status_ok(launch: Launch, api: Executor) -> None:
     ids = _launched_ids(launch)
 
-    def status(st: dict, kind: str) -> Any:
-        return st.get(kind, {}).get("Status")
+    def status(st: InstanceStatusTypeDef, kind: str) -> str | None:
+        summary = st.get("InstanceStatus") if kind == "InstanceStatus" else st.get("SystemStatus")
+        return (summary or {}).get("Status")
 
-    def passed(resp: Any) -> bool:
+    def passed(resp: DescribeInstanceStatusResultTypeDef) -> bool:
         statuses = resp.get("InstanceStatuses", [])
         bad = [
             st["InstanceId"]

@@ -19,10 +19,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from launcher.clusters.aws import requests as rq
 from launcher.clusters.aws.session import error_code, error_message
+
+if TYPE_CHECKING:
+    from types_boto3_ec2 import EC2Client
+    from types_boto3_ec2.type_defs import ImageTypeDef
 
 SNAPSHOT_USD_PER_GB_MONTH = 0.05  # Amazon EBS pricing: snapshot storage, standard tier, us-east-1
 BAKE_RUN_PREFIX = rq.BAKE_RUN_PREFIX
@@ -47,7 +51,7 @@ class BakedAmi:
     size_gb: int  # the mapped volumes' sizes: at most what its snapshots hold
 
     @classmethod
-    def of(cls, image: dict[str, Any]) -> BakedAmi:
+    def of(cls, image: ImageTypeDef) -> BakedAmi:
         tags = rq.tag_values(image.get("Tags"))
         ebs = [m.get("Ebs") or {} for m in image.get("BlockDeviceMappings") or []]
         return cls(
@@ -81,7 +85,7 @@ def images_request(digest: str | None) -> dict[str, Any]:
     return {"Owners": ["self"], "Filters": [tag]}
 
 
-def list_baked(ec2: Any, digest: str | None) -> list[BakedAmi]:
+def list_baked(ec2: EC2Client, digest: str | None) -> list[BakedAmi]:
     """Every page of DescribeImages' answer (a paginator: an account may hold many)."""
     found: list[BakedAmi] = []
     for page in ec2.get_paginator("describe_images").paginate(**images_request(digest)):
@@ -112,7 +116,7 @@ def prune_plan(images: list[BakedAmi], *, owner: str, keep: int) -> PrunePlan:
     return PrunePlan(kept, remove, left)
 
 
-def remove(ec2: Any, ami: BakedAmi, log: Callable[[str], Any]) -> tuple[bool, list[str]]:
+def remove(ec2: EC2Client, ami: BakedAmi, log: Callable[[str], Any]) -> tuple[bool, list[str]]:
     """Deregister the AMI, then delete its snapshots. Whether the AMI is gone (no run can take it
     any more), and what could not be removed, in words, with the command that removes it (the
     AMI first: its snapshots cannot go while it is registered)."""

@@ -26,12 +26,16 @@ answer, moto) is a warning, never a refusal: RunInstances still refuses a real s
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from launcher import catalog
 from launcher.clusters.aws.executor import Executor, Launch, Mode
+from launcher.clusters.aws.requests import Service
 from launcher.clusters.aws.session import aws_said_no, error_code, error_message
 from launcher.errors import InfraError
+
+if TYPE_CHECKING:
+    from types_boto3_service_quotas.type_defs import GetServiceQuotaResponseTypeDef
 
 ON_DEMAND_P = ("L-417A185B", "Running On-Demand P instances")
 SPOT_P = ("L-7212CCBC", "All P Spot Instance Requests")
@@ -150,7 +154,7 @@ def _vcpus(inst: dict[str, Any]) -> float | None:
 
 def _read(
     api: Executor,
-    service: str,
+    service: Service,
     operation: str,
     params: dict[str, Any],
     note: str,
@@ -167,8 +171,9 @@ def _read(
         return None
 
 
-def _value(answer: Any) -> float | None:
-    value = ((answer or {}).get("Quota") or {}).get("Value")
+def _value(answer: GetServiceQuotaResponseTypeDef | None) -> float | None:
+    quota = answer.get("Quota") if answer else None
+    value: object = quota.get("Value") if quota else None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value) if value >= 0 else None

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from launcher.clusters.aws import ownership
 from launcher.clusters.aws import requests as rq
@@ -34,6 +34,13 @@ from launcher.clusters.aws.session import make_session, translate
 from launcher.clusters.aws.state import AwsState, launch_record, state_root
 from launcher.clusters.aws.teardown import Log, safe, teardown
 from launcher.errors import InfraError
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from boto3.session import Session
+    from types_boto3_ec2 import EC2Client
+    from types_boto3_ec2.type_defs import FilterTypeDef, TagTypeDef
 
 LAUNCH_ID = re.compile(r"[0-9a-f]{12}")
 NAMED = {
@@ -55,7 +62,7 @@ class Seen:
     ident: str
     tags: dict[str, str]
     made_by_launch: bool | None  # True/False when a fact beside the tags says; None: no such fact
-    record: Any = None  # an Elastic IP's address record
+    record: dict[str, str | None] | None = None  # an Elastic IP's address record
 
     @property
     def words(self) -> str:
@@ -91,13 +98,19 @@ def _expired(tags: dict[str, str], now: datetime) -> bool:
     return at <= now
 
 
-def survey(ec2: Any, now: datetime) -> list[Seen]:
+def survey(ec2: EC2Client, now: datetime) -> list[Seen]:
     """Every resource of the five kinds the launcher makes whose expires-at has passed."""
-    has_expiry = [{"Name": "tag-key", "Values": [rq.TAG_EXPIRES]}]
-    alive = [{"Name": "instance-state-name", "Values": ownership.LIVE_STATES}]
+    has_expiry: list[FilterTypeDef] = [{"Name": "tag-key", "Values": [rq.TAG_EXPIRES]}]
+    alive: list[FilterTypeDef] = [{"Name": "instance-state-name", "Values": ownership.LIVE_STATES}]
     seen: list[Seen] = []
 
-    def keep(kind: str, ident: str, tags: Any, made: bool | None, record: Any = None) -> None:
+    def keep(
+        kind: str,
+        ident: str,
+        tags: Sequence[TagTypeDef] | None,
+        made: bool | None,
+        record: dict[str, str | None] | None = None,
+    ) -> None:
         values = rq.tag_values(tags)
         if _expired(values, now):
             seen.append(Seen(kind, ident, values, made, record))
@@ -126,7 +139,7 @@ def survey(ec2: Any, now: datetime) -> list[Seen]:
     return seen
 
 
-def _named(item: dict[str, Any], name_key: str) -> bool:
+def _named(item: Mapping[str, Any], name_key: str) -> bool:
     tags = rq.tag_values(item.get("Tags"))
     run_id, launch = tags.get(rq.TAG_RUN_ID, ""), tags.get(rq.TAG_LAUNCH, "")
     return bool(launch) and item.get(name_key) == rq.resource_name(run_id, launch)
@@ -187,7 +200,7 @@ def reap(
     now: datetime | None = None,
     dry_run: bool = False,
     confirm: Callable[[ReapPlan], bool] | None = None,
-    session: Any = None,
+    session: Session | None = None,
     log: Log = _quiet,
     poll_s: float = 5.0,
     key_dir: Path | None = None,

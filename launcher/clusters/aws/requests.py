@@ -13,12 +13,17 @@ import math
 import shlex
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from launcher.plan.protocol import FOLLOWED_MARK
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from types_boto3_ec2.type_defs import FilterTypeDef, TagTypeDef
+
     from launcher.clusters.aws.settings import AwsSettings
+    from launcher.inputs.recipe import Recipe
 
 TAG_PREFIX = "reproduce:"
 TAG_RECIPE = "reproduce:recipe"
@@ -29,13 +34,15 @@ TAG_LAUNCH = "reproduce:launch-id"  # one launch of a run: a reused run id never
 TAG_IMAGE_DIGEST = "reproduce:image-digest"  # a baked AMI: the image digest it holds
 TAG_BASE_AMI = "reproduce:base-ami"  # a baked AMI: the AMI it was made from
 EXPIRES_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+# The AWS services the launcher calls (the test extra has their stubs: pyproject.toml)
+Service = Literal["ec2", "sts", "ssm", "ecr", "pricing", "service-quotas"]
 
 
 @dataclass
 class ApiCall:
     """One AWS API call: what the dry run prints and what the launch sends."""
 
-    service: str
+    service: Service
     operation: str
     params: dict[str, Any]
     note: str = ""
@@ -46,7 +53,7 @@ def placeholder(what: str) -> str:
     return f"<{what}>"
 
 
-def is_placeholder(value: Any) -> bool:
+def is_placeholder(value: object) -> bool:
     return isinstance(value, str) and value.startswith("<") and value.endswith(">")
 
 
@@ -66,13 +73,13 @@ def expires_at(now: datetime, ttl_hours: float) -> str:
 
 
 def run_tags(
-    recipe: Any,
+    recipe: Recipe,
     run_id: str,
     owner: str,
     expires: str,
     launch_id: str,
     extra: dict[str, str] | None = None,
-) -> list[dict[str, str]]:
+) -> list[TagTypeDef]:
     """The tags on every resource the launcher creates (reap and `down` find them by these).
 
     The launch id is what teardown checks before it ends anything: the run id alone can be
@@ -94,27 +101,27 @@ def run_tags(
     return [{"Key": k, "Value": v} for k, v in tags.items()]
 
 
-def tag_spec(resource_type: str, tags: list[dict[str, str]]) -> list[dict[str, Any]]:
+def tag_spec(resource_type: str, tags: Sequence[TagTypeDef]) -> list[dict[str, Any]]:
     return [{"ResourceType": resource_type, "Tags": list(tags)}]
 
 
-def launch_filter(run_id: str, launch_id: str | None) -> list[dict[str, Any]]:
+def launch_filter(run_id: str, launch_id: str | None) -> list[FilterTypeDef]:
     """The Filters that find what one launch made (teardown's net for what aws.json missed).
 
     Without a launch id (a record from before launch ids, or one that could not be read) only the
     run id filters; the caller then decides whether what it finds is this launch's.
     """
-    found = [{"Name": f"tag:{TAG_RUN_ID}", "Values": [run_id]}]
+    found: list[FilterTypeDef] = [{"Name": f"tag:{TAG_RUN_ID}", "Values": [run_id]}]
     if launch_id:
         found.append({"Name": f"tag:{TAG_LAUNCH}", "Values": [launch_id]})
     return found
 
 
-def tag_values(tags: list[dict[str, str]] | None) -> dict[str, str]:
+def tag_values(tags: Sequence[TagTypeDef] | None) -> dict[str, str]:
     return {t["Key"]: t["Value"] for t in tags or [] if "Key" in t}
 
 
-def foreign_because(tags: list[dict[str, str]] | None, run_id: str, launch_id: str | None) -> str:
+def foreign_because(tags: Sequence[TagTypeDef] | None, run_id: str, launch_id: str | None) -> str:
     """Why a resource is not this launch's ('' when it is): what teardown checks before it ends.
 
     A resource is this launch's only when it carries the run id and, where one is known, the
@@ -141,7 +148,7 @@ def resource_name(run_id: str, launch_id: str) -> str:
 
 
 def security_group_request(
-    run_id: str, launch_id: str, vpc_id: str, tags: list[dict[str, str]]
+    run_id: str, launch_id: str, vpc_id: str, tags: Sequence[TagTypeDef]
 ) -> dict[str, Any]:
     return {
         "GroupName": resource_name(run_id, launch_id),
@@ -176,7 +183,7 @@ def ingress_request(group_id: str, port: int, cidr: str) -> dict[str, Any]:
     }
 
 
-def key_pair_request(run_id: str, launch_id: str, tags: list[dict[str, str]]) -> dict[str, Any]:
+def key_pair_request(run_id: str, launch_id: str, tags: Sequence[TagTypeDef]) -> dict[str, Any]:
     return {
         "KeyName": resource_name(run_id, launch_id),
         "KeyType": "ed25519",
@@ -186,7 +193,7 @@ def key_pair_request(run_id: str, launch_id: str, tags: list[dict[str, str]]) ->
 
 
 def placement_group_request(
-    run_id: str, launch_id: str, tags: list[dict[str, str]]
+    run_id: str, launch_id: str, tags: Sequence[TagTypeDef]
 ) -> dict[str, Any]:
     return {
         "GroupName": resource_name(run_id, launch_id),
@@ -309,7 +316,7 @@ def run_instances_request(
     root_device: str,
     network_cards: int | None,
     max_efa: int | None,
-    tags: list[dict[str, str]],
+    tags: Sequence[TagTypeDef],
     client_token: str,
 ) -> dict[str, Any]:
     """The RunInstances body: all nodes at once, in one placement group, IMDSv2, encrypted gp3.
@@ -374,7 +381,7 @@ def run_instances_request(
     return req
 
 
-def allocate_address_request(tags: list[dict[str, str]]) -> dict[str, Any]:
+def allocate_address_request(tags: Sequence[TagTypeDef]) -> dict[str, Any]:
     return {"Domain": "vpc", "TagSpecifications": tag_spec("elastic-ip", tags)}
 
 

@@ -11,22 +11,28 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
+from launcher.clusters.aws.requests import Service
 from launcher.errors import BadInput, InfraError
 from launcher.records import jsonread
 
 if TYPE_CHECKING:
+    from boto3.session import Session
+    from botocore.client import BaseClient
+    from botocore.loaders import Loader
+    from types_boto3_sts import STSClient
+
     from launcher.clusters.aws.settings import AwsSettings
 
 CAPACITY_CODES = ("InsufficientInstanceCapacity", "InsufficientCapacity")
+ClientT = TypeVar("ClientT", bound="BaseClient")
 
-_DATA_LOADER: Any = None  # botocore's loader of this process, shared by every session made here
+_DATA_LOADER: Loader | None = None  # botocore's loader of this process, shared by every session
 
 
-def new_session(region: str | None) -> Any:
+def new_session(region: str | None) -> Session:
     """A boto3 Session on botocore's data loader of this process.
 
     Why: botocore reads and parses a service's JSON model (EC2's: a few MB) and its endpoint
@@ -52,8 +58,8 @@ def new_session(region: str | None) -> Any:
 
 
 def make_session(
-    region: str | None, session: Any = None, *, nothing: str = "nothing was launched"
-) -> Any:
+    region: str | None, session: Session | None = None, *, nothing: str = "nothing was launched"
+) -> Session:
     """A boto3 session with credentials and a known region, or BadInput saying what is missing.
 
     `nothing` says what did not happen for want of them, in the caller's words (a launch: nothing
@@ -84,7 +90,7 @@ def make_session(
     return session
 
 
-def check_region(session: Any, region: str, nothing: str = "nothing was launched") -> None:
+def check_region(session: Session, region: str, nothing: str = "nothing was launched") -> None:
     """Refuse a region botocore does not know (a typo would otherwise fail later and obscurely)."""
     known: set[str] = set()
     for partition in session.get_available_partitions():
@@ -97,7 +103,7 @@ def check_region(session: Any, region: str, nothing: str = "nothing was launched
         )
 
 
-def caller_account(sts: Any, doing: str) -> str:
+def caller_account(sts: STSClient, doing: str) -> str:
     """The AWS account of these credentials (sts GetCallerIdentity; needs no permission).
 
     Recorded at launch and checked by `down`: under another account's credentials every id of the
@@ -125,14 +131,14 @@ def aws_said_no(err: BaseException) -> bool:
 def error_code(err: BaseException) -> str:
     """The AWS error code of a botocore ClientError ('' for anything else)."""
     response = getattr(err, "response", None)
-    return (response or {}).get("Error", {}).get("Code", "") if response is not None else ""
+    return str((response or {}).get("Error", {}).get("Code", "")) if response is not None else ""
 
 
 def error_message(err: BaseException) -> str:
     response = getattr(err, "response", None)
     if response is None:
         return str(err)
-    return response.get("Error", {}).get("Message", str(err))
+    return str(response.get("Error", {}).get("Message", str(err)))
 
 
 def capacity_alternatives(s: AwsSettings, tried_zones: list[str] | None = None) -> str:
@@ -221,7 +227,7 @@ def camel(method: str) -> str:
 _NEVER_RECORDED = ("KeyMaterial", "PrivateKey", "Password", "Secret")
 
 
-def _recordable(value: Any) -> Any:
+def _recordable(value: object) -> object:
     """Request parameters minus any that could hold key material or a secret.
 
     No call sends one today; this keeps a future call from writing one into the run directory.
@@ -272,7 +278,7 @@ class CallLog:
 class RecordedClient:
     """A boto3 client whose every call is written to a CallLog (then answered as usual)."""
 
-    def __init__(self, client: Any, service: str, log: CallLog) -> None:
+    def __init__(self, client: BaseClient, service: str, log: CallLog) -> None:
         self._client = client
         self._service = service
         self._log = log
@@ -282,12 +288,12 @@ class RecordedClient:
     def get_paginator(self, name: str) -> Any:
         return self._client.get_paginator(name)
 
-    def __getattr__(self, name: str) -> Callable[..., Any]:
+    def __getattr__(self, name: str) -> Any:
         method = getattr(self._client, name)
         if not callable(method) or name.startswith("_"):
             return method
 
-        def call(**params: Any) -> Any:
+        def call(**params: object) -> Any:
             error = ""
             try:
                 return method(**params)
@@ -301,5 +307,11 @@ class RecordedClient:
         return call
 
 
-def recorded_client(session: Any, service: str, region: str, log: CallLog) -> Any:
-    return RecordedClient(session.client(service, region_name=region), service, log)
+def recorded(client: ClientT, service: Service, log: CallLog) -> ClientT:
+    """`client` with every call written to `log`, typed as the client it wraps (a proxy, so
+    mypy checks each call against the service's stubs)."""
+    return cast("ClientT", RecordedClient(client, service, log))
+
+
+def recorded_client(session: Session, service: Service, region: str, log: CallLog) -> BaseClient:
+    return recorded(session.client(service, region_name=region), service, log)

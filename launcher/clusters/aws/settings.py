@@ -11,7 +11,7 @@ import ipaddress
 import math
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, overload
 
 from launcher.catalog import InstanceType
 from launcher.errors import BadInput
@@ -216,14 +216,24 @@ def run_image(recipe: Recipe, profile: Profile) -> Image:
     return built.as_image() if built else recipe.image
 
 
+@overload
 def _finite(
-    where: str, name: str, value: Any, *, above: float = 0.0, at_most: float | None = None
-) -> Any:
+    where: str, name: str, value: None, *, above: float = 0.0, at_most: float | None = None
+) -> None: ...
+@overload
+def _finite(
+    where: str, name: str, value: float | str, *, above: float = 0.0, at_most: float | None = None
+) -> float: ...
+def _finite(
+    where: str, name: str, value: object, *, above: float = 0.0, at_most: float | None = None
+) -> float | None:
     """A number the launcher can compute with: NaN and infinity would turn every budget and
     timeout comparison false (a NaN price never reaches --max-usd). None stays None."""
     if value is None:
         return None
     try:
+        if not isinstance(value, int | float | str):
+            raise TypeError(value)
         number = float(value)
     except (TypeError, ValueError):
         raise BadInput(f"{where}: {name} {value!r} is not a number.") from None
@@ -234,7 +244,7 @@ def _finite(
     return number
 
 
-def _check_capacity(where: str, ctype: str, reservation_id: Any) -> None:
+def _check_capacity(where: str, ctype: str, reservation_id: object) -> None:
     if ctype not in CAPACITY_TYPES:
         raise BadInput(
             f"{where}: capacity.type {ctype!r}; expected one of {', '.join(CAPACITY_TYPES)}."
@@ -271,7 +281,7 @@ def _check_cidr(cidr: str, where: str) -> str:
     return str(net)
 
 
-def gpu_mismatch(recipe: Any, facts: InstanceType) -> str | None:
+def gpu_mismatch(recipe: Recipe, facts: InstanceType) -> str | None:
     """Why this instance type cannot run the recipe's nodes (GPU count or model), or None."""
     wanted = str(recipe.gpu_type).upper().replace("NVIDIA", "").strip()
     have = str(facts.gpu).upper().replace("NVIDIA", "").strip()
@@ -287,7 +297,7 @@ def gpu_mismatch(recipe: Any, facts: InstanceType) -> str | None:
     return f"instance type {facts.name} does not match the recipe: " + "; ".join(problems) + "."
 
 
-def check_instance_type(recipe: Any, facts: InstanceType | None) -> None:
+def check_instance_type(recipe: Recipe, facts: InstanceType | None) -> None:
     """BadInput when the instance type's GPUs cannot run the recipe (unknown facts pass)."""
     if facts is None:
         return

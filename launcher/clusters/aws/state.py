@@ -105,11 +105,11 @@ class AwsState:
                     "everything launched so far is being torn down."
                 ) from err
 
-    def set(self, **fields: Any) -> None:
+    def set(self, **fields: object) -> None:
         self.data.update(fields)
         self.save()
 
-    def add(self, key: str, item: Any) -> None:
+    def add(self, key: str, item: object) -> None:
         if item not in self.data[key]:
             self.data[key].append(item)
         self.save()
@@ -133,7 +133,7 @@ class AwsState:
         return out
 
 
-def shape_problem(data: Any) -> str:
+def shape_problem(data: object) -> str:
     """Why `data` is not an aws.json the launcher wrote ('' when it is)."""
     if not isinstance(data, dict):
         return f"not a JSON object (a {type(data).__name__})"
@@ -189,7 +189,7 @@ def _records() -> list[dict[str, Any]]:
     return found
 
 
-def _same_file(a: Any, b: Path) -> bool:
+def _same_file(a: object, b: Path) -> bool:
     try:
         return isinstance(a, str) and Path(a).resolve() == b.resolve()
     except OSError:

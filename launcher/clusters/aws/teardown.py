@@ -22,7 +22,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from launcher.clusters.aws import lifetime, ownership
 from launcher.clusters.aws import requests as rq
@@ -30,6 +30,11 @@ from launcher.clusters.aws.ownership import not_found
 from launcher.clusters.aws.session import aws_said_no, error_code, error_message, translate
 from launcher.clusters.aws.state import AwsState
 from launcher.errors import BadInput
+
+if TYPE_CHECKING:
+    from types_boto3_ec2 import EC2Client
+
+    from launcher.clusters.aws.settings import AwsSettings
 
 TERMINATE_TIMEOUT_S = 1200.0
 DELETE_RETRY_S = 300.0  # security and placement groups stay "in use" for a while after termination
@@ -65,7 +70,7 @@ def check_account(state: AwsState, account: str | None) -> None:
 
 
 def teardown(
-    ec2: Any,
+    ec2: EC2Client,
     state: AwsState,
     *,
     account: str | None = None,
@@ -121,7 +126,7 @@ def teardown(
 
 
 def _terminate(
-    ec2: Any, state: AwsState, ids: list[str], log: Log, poll_s: float, timeout_s: float
+    ec2: EC2Client, state: AwsState, ids: list[str], log: Log, poll_s: float, timeout_s: float
 ) -> list[str]:
     """TerminateInstances, then wait until they are gone; return those still alive.
 
@@ -170,7 +175,7 @@ def _terminate(
     return still
 
 
-def _terminate_visible(ec2: Any, ids: list[str]) -> list[str]:
+def _terminate_visible(ec2: EC2Client, ids: list[str]) -> list[str]:
     """Terminate what EC2 knows of `ids`; return the ids it does not know yet."""
     try:
         ec2.terminate_instances(InstanceIds=ids)
@@ -189,7 +194,7 @@ def _terminate_visible(ec2: Any, ids: list[str]) -> list[str]:
     return unknown
 
 
-def _live_instances(ec2: Any, ids: list[str], state: AwsState | None = None) -> list[str]:
+def _live_instances(ec2: EC2Client, ids: list[str], state: AwsState | None = None) -> list[str]:
     """Those of `ids` not yet terminated (an id EC2 no longer shows has ended); each one's launch
     and end as AWS states them kept in `state` (the run's cost: lifetime.py)."""
     try:
@@ -208,7 +213,7 @@ def _live_instances(ec2: Any, ids: list[str], state: AwsState | None = None) -> 
     ]
 
 
-def _release_addresses(ec2: Any, state: AwsState, log: Log) -> None:
+def _release_addresses(ec2: EC2Client, state: AwsState, log: Log) -> None:
     for addr in list(state.data["addresses"]):
         try:
             if addr.get("association_id"):
@@ -253,7 +258,7 @@ def _remove_key_file(state: AwsState, key_dir: Path | None) -> None:
     state.set(key_file=None)
 
 
-def _deleter(ec2: Any, key: str, value: str) -> Callable[[], Any]:
+def _deleter(ec2: EC2Client, key: str, value: str) -> Callable[[], Any]:
     if key == "placement_group":
         return lambda: ec2.delete_placement_group(GroupName=value)
     if key == "security_group":
@@ -313,7 +318,9 @@ def after_run_message(grace: float | None, keep: bool, down_command: str) -> str
     return f"it bills until `{down_command}`, `reproduce cancel`, or its TTL (ttl_hours)"
 
 
-def unfound_message(ids: list[str], path: Path | None, region: Any, run_dir: Path | None) -> str:
+def unfound_message(
+    ids: list[str], path: Path | None, region: str | None, run_dir: Path | None
+) -> str:
     """A recorded run whose aws.json is not where its record says: what it may still hold (the
     instances run.json names) and the command that finds and ends it by its tags."""
     what = f"instance {', '.join(ids)}" if ids else "its instance (no id recorded)"
@@ -327,7 +334,7 @@ def unfound_message(ids: list[str], path: Path | None, region: Any, run_dir: Pat
     )
 
 
-def kept_message(state: AwsState, down_command: str, settings: Any) -> str:
+def kept_message(state: AwsState, down_command: str, settings: AwsSettings | None) -> str:
     """What a --keep run leaves running, what it costs, and how it ends."""
     price = state.data.get("price_per_hour")
     kept = state.launched_instances

@@ -89,7 +89,7 @@ def _profile_address(plan: Plan) -> str | None:
     return plan.profile.address if isinstance(plan.profile, RayProfile) else None
 
 
-def _address(value: Any, where: str) -> str:
+def _address(value: object, where: str) -> str:
     address = str(value or "").rstrip("/")
     parts = urlsplit(address)
     if parts.scheme not in ("http", "https") or not parts.hostname:

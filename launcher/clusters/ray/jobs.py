@@ -24,9 +24,9 @@ from __future__ import annotations
 import shutil
 import tempfile
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from launcher.clusters.base import Node
 from launcher.errors import InfraError
@@ -34,7 +34,11 @@ from launcher.plan.protocol import RESULTS_BEGIN, RESULTS_END, parse_collect
 from launcher.records.rundir import Files
 
 if TYPE_CHECKING:
+    from ray.job_submission import JobSubmissionClient
+
     from launcher.clusters.execution import Place
+
+T = TypeVar("T")
 
 NODE_SCRIPT = Files.NODE_SCRIPT
 # The job's states (ray.job_submission.JobStatus values): still going, or how it ended.
@@ -52,7 +56,7 @@ def parse_results(log: str) -> tuple[dict[str, bytes], list[str]]:
     return parse_collect(log[begin + len(RESULTS_BEGIN) + 1 : end + 1])
 
 
-def client(address: str) -> Any:
+def client(address: str) -> JobSubmissionClient:
     """A Jobs API client for the job server at `address`; InfraError when it does not answer."""
     _ray_client_ready()
     from ray.job_submission import JobSubmissionClient
@@ -75,7 +79,7 @@ def _ray_client_ready() -> None:
     logging.getLogger("ray").setLevel(logging.WARNING)
 
 
-def _call(address: str, what: str, action: Any) -> Any:
+def _call(address: str, what: str, action: Callable[[], T]) -> T:
     """One Jobs API request; any failure of it is the job server's, said as such (InfraError:
     the runner retries within its reconnect window)."""
     try:
@@ -93,7 +97,7 @@ def _call(address: str, what: str, action: Any) -> Any:
 class _Tail:
     """The job's log over the job server's websocket, in a thread, from byte `skip` on."""
 
-    def __init__(self, job_client: Any, submission_id: str, skip: int) -> None:
+    def __init__(self, job_client: JobSubmissionClient, submission_id: str, skip: int) -> None:
         self.start = skip  # the log offset of data[0]
         self.data = bytearray()
         self.error: BaseException | None = None
@@ -149,19 +153,19 @@ class RayJobExecution:
         self.address = address
         self.request = request
         self.submission_id = str(node.meta.get("submission_id") or job_id(place.run_id))
-        self._client: Any = None
+        self._client: JobSubmissionClient | None = None
         self._tail: _Tail | None = None
         self._final: bytes | None = None  # the whole log, once the job has ended
         self._status: str | None = None
         self._workdir: Path | None = None
         self._tail_failures = 0  # a job server behind a proxy without websockets: full reads
 
-    def _jobs(self) -> Any:
+    def _jobs(self) -> JobSubmissionClient:
         if self._client is None:
             self._client = client(self.address)
         return self._client
 
-    def _ask(self, what: str, action: Any) -> Any:
+    def _ask(self, what: str, action: Callable[[], T]) -> T:
         return _call(self.address, what, action)
 
     # --- starting ------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ import re
 import shlex
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -186,7 +186,7 @@ class SlurmCluster(WithOwnExecution, WithSchedulerJob):
             for k in range(self.node_count)
         ]
 
-    def _record(self, **fields: Any) -> None:
+    def _record(self, **fields: object) -> None:
         if self.run_dir is not None:
             from launcher.records.rundir import RunDir
 
@@ -534,7 +534,9 @@ class SlurmCluster(WithOwnExecution, WithSchedulerJob):
         }
 
 
-def refuse_misfit(run: Any, recipe: Any, profile: SlurmProfile) -> None:
+def refuse_misfit(
+    run: Callable[[str], CommandResult], recipe: Recipe, profile: SlurmProfile
+) -> None:
     """BadInput when the partition has too few nodes with the recipe's GPUs per node (sinfo's
     gres, whatever the nodes' state: a node down now may be up when the job starts)."""
     part = shlex.quote(str(profile.partition))
