@@ -13,10 +13,10 @@ import math
 import statistics
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from launcher.judge.parse.miles import StepRecord
+    from launcher.judge.parse.records import StepRecord
 
 
 @dataclass
@@ -33,9 +33,9 @@ class ConvergenceResult:
     missing_steps: list[int] = field(default_factory=list)
     nan_steps: list[int] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)
-    thresholds: dict = field(default_factory=dict)
+    thresholds: dict[str, float] = field(default_factory=dict)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from launcher.judge.parse.records import ParseStats, StepRecord
+    from launcher.judge.parse.records import ParseStats, SignalGroup, StepRecord
 
 # This many consecutive steps with one identical loss: the optimizer is not moving the model.
 # A real loss is a float mean over a batch: two equal values in a row are already rare.
@@ -182,7 +182,7 @@ def _finished(rec: StepRecord | None) -> bool:
     return rec is not None and rec.step_time is not None
 
 
-def _what(group: dict, recs: Mapping[int, StepRecord]) -> str:
+def _what(group: SignalGroup, recs: Mapping[int, StepRecord]) -> str:
     at = group["after_step"]
     if at < 0:
         where = "before step 0"

@@ -36,11 +36,17 @@ import shutil
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from launcher.errors import BadInput, CheckFailed
 from launcher.records import jsonread
 from launcher.records.rundir import Files
+
+if TYPE_CHECKING:  # imported where used: cryptography is not loaded at start-up
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+        Ed25519PrivateKey,
+        Ed25519PublicKey,
+    )
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PAYLOAD_TYPE = "application/vnd.in-toto+json"  # the DSSE payloadType of in-toto statements
@@ -138,7 +144,7 @@ def pae(payload_type: str, payload: bytes) -> bytes:
     return b"DSSEv1 %d %b %d %b" % (len(kind), kind, len(payload), payload)
 
 
-def sign(stmt: dict[str, Any], private_key: Any) -> dict[str, Any]:
+def sign(stmt: dict[str, Any], private_key: Ed25519PrivateKey) -> dict[str, Any]:
     """The DSSE envelope (as JSON) of `stmt`, signed with an ed25519 private key; the
     signature's keyid is the key's OpenSSH fingerprint."""
     from launcher.results.attest_keys import fingerprint
@@ -182,7 +188,7 @@ def read_envelope(path: Path) -> dict[str, Any]:
     return data
 
 
-def _b64(text: Any) -> bytes | None:
+def _b64(text: object) -> bytes | None:
     """Standard or URL-safe base64 (DSSE accepts both), or None when it is neither."""
     if not isinstance(text, str):
         return None
@@ -193,7 +199,9 @@ def _b64(text: Any) -> bytes | None:
         return None
 
 
-def open_envelope(envelope: dict[str, Any], public_key: Any, where: Path) -> dict[str, Any]:
+def open_envelope(
+    envelope: dict[str, Any], public_key: Ed25519PublicKey, where: Path
+) -> dict[str, Any]:
     """Check the envelope's signature with `public_key`, then return its Statement.
 
     Every signature is tried against the key (a keyid is only a hint, per DSSE). CheckFailed
@@ -239,12 +247,12 @@ def open_envelope(envelope: dict[str, Any], public_key: Any, where: Path) -> dic
     except jsonread.NodeJSONError as err:
         raise CheckFailed(f"{where}: the signed payload is not JSON ({err.message}).") from None
     problem = statement_problem(stmt)
-    if problem:
+    if problem or not isinstance(stmt, dict):
         raise CheckFailed(f"{where}: {problem}")
     return stmt
 
 
-def statement_problem(stmt: Any) -> str | None:
+def statement_problem(stmt: object) -> str | None:
     """Why `stmt` is not a Statement v1 of our predicate type, or None."""
     if not isinstance(stmt, dict) or stmt.get("_type") != STATEMENT_TYPE:
         return f"the payload is not an in-toto Statement ({STATEMENT_TYPE})."

@@ -19,9 +19,15 @@ import hashlib
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from launcher.errors import BadInput
+
+if TYPE_CHECKING:  # imported where used: cryptography is not loaded at start-up
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+        Ed25519PrivateKey,
+        Ed25519PublicKey,
+    )
 
 # The variable holding an encrypted key's passphrase when there is no terminal (its name only).
 PASSPHRASE_ENV = "REPRODUCE_KEY_PASSPHRASE"  # noqa: S105 - a variable name, not a secret
@@ -69,7 +75,7 @@ def _passphrase(path: Path) -> bytes:
     )
 
 
-def load_signing_key(path: Path) -> Any:
+def load_signing_key(path: Path) -> Ed25519PrivateKey:
     """An Ed25519PrivateKey from an OpenSSH or PEM private key file; BadInput saying why not."""
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -101,7 +107,7 @@ def load_signing_key(path: Path) -> Any:
     return key
 
 
-def load_public_key(path: Path) -> Any:
+def load_public_key(path: Path) -> Ed25519PublicKey:
     """An Ed25519PublicKey from an OpenSSH `.pub` line (or a PEM public key); BadInput if not."""
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -124,7 +130,7 @@ def load_public_key(path: Path) -> Any:
     return key
 
 
-def public_line(public_key: Any, comment: str = "") -> str:
+def public_line(public_key: Ed25519PublicKey, comment: str = "") -> str:
     """The OpenSSH `.pub` line of a public key (what `ssh-keygen -y` prints)."""
     from cryptography.hazmat.primitives import serialization
 
@@ -134,7 +140,7 @@ def public_line(public_key: Any, comment: str = "") -> str:
     return f"{raw} {comment}".strip()
 
 
-def fingerprint(public_key: Any) -> str:
+def fingerprint(public_key: Ed25519PublicKey) -> str:
     """OpenSSH's fingerprint, `SHA256:` + unpadded base64 of SHA-256 over the key's blob."""
     blob = base64.b64decode(public_line(public_key).split()[1])
     return "SHA256:" + base64.b64encode(hashlib.sha256(blob).digest()).decode().rstrip("=")

@@ -164,7 +164,7 @@ def _node_reports(
     return sorted(((n, r) for n, r in found if r), key=lambda pair: pair[0])
 
 
-def _gpus(root: Path, plan: dict, missing: dict[str, str]) -> dict[str, Any]:
+def _gpus(root: Path, plan: dict[str, Any], missing: dict[str, str]) -> dict[str, Any]:
     devices: list[dict[str, Any]] = []
     drivers: set[str] = set()
     for node, report in _node_reports(root, Files.PREFLIGHT_GPU, missing, "gpus.devices"):
@@ -207,7 +207,9 @@ def _gpus(root: Path, plan: dict, missing: dict[str, str]) -> dict[str, Any]:
     }
 
 
-def _instance(root: Path, run: dict, plan: dict, missing: dict[str, str]) -> dict[str, Any]:
+def _instance(
+    root: Path, run: dict[str, Any], plan: dict[str, Any], missing: dict[str, str]
+) -> dict[str, Any]:
     nodes = [n for n in run.get("nodes") or [] if isinstance(n, dict)]
     cluster: dict[str, Any] = run["cluster"] if isinstance(run.get("cluster"), dict) else {}
     hosts = [
@@ -251,7 +253,7 @@ def _instance(root: Path, run: dict, plan: dict, missing: dict[str, str]) -> dic
     }
 
 
-def _image(root: Path, plan: dict, missing: dict[str, str]) -> dict[str, Any]:
+def _image(root: Path, plan: dict[str, Any], missing: dict[str, str]) -> dict[str, Any]:
     image = node_report(root, Files.IMAGE, missing, "image.pulled")
     if not image:
         missing.setdefault(
@@ -347,7 +349,7 @@ def _build_predicate(root: Path, now: float | None) -> dict[str, Any]:
     card = Sections.of(raw if isinstance(raw, dict) else {})
     plan_recipe["instance"] = card.hardware.instance
     stamp = time.time() if now is None else now
-    return plain(
+    predicate: dict[str, Any] = plain(
         {
             "run_id": run.get("run_id"),
             "recipe": {
@@ -388,6 +390,7 @@ def _build_predicate(root: Path, now: float | None) -> dict[str, Any]:
             "unverified": trust.vouched(_kind(run)),
         }
     )
+    return predicate
 
 
 def _kind(run: dict[str, Any]) -> str | None:

@@ -11,11 +11,14 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # imported where used: cryptography is not loaded at start-up
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 
 def attest_directory(
-    directory: Path, private_key: Any, *, now: float | None = None
+    directory: Path, private_key: Ed25519PrivateKey, *, now: float | None = None
 ) -> dict[str, Any]:
     """Sign the directory's evidence: check that its figures are what its logs give, write
     attestation.intoto.json and attestation.pub, refresh report.html. Returns a summary."""

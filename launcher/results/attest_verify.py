@@ -152,7 +152,9 @@ def _structured(path: Path) -> Any:
         raise CheckFailed(f"{path} is not readable YAML ({str(err)[:200]}).") from None
 
 
-def _subject_changed(root: Path, name: str, digest: str, now: str, predicate: dict) -> str:
+def _subject_changed(
+    root: Path, name: str, digest: str, now: str, predicate: dict[str, Any]
+) -> str:
     """`now`: the file's sha256, or (its size differing) `<N> bytes` in words."""
     base = f"{root / name} changed since it was attested "
     if now.endswith(" bytes"):

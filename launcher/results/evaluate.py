@@ -41,7 +41,8 @@ from launcher.judge.evidence import HostWatch
 from launcher.judge.gate import LogEvidence, assess
 from launcher.judge.measure import Result, measure, measured_date
 from launcher.judge.parse.gpu import GpuSamples
-from launcher.judge.parse.reader import ParseStats, StepRecord, parse_path
+from launcher.judge.parse.reader import parse_path
+from launcher.judge.parse.records import ParseStats, StepRecord
 from launcher.judge.timeline import RunTimeline
 from launcher.judge.verdict import Tolerance, Verdict, judge
 from launcher.pages import report
@@ -191,7 +192,7 @@ def write_report(
     return path
 
 
-def result_yaml(result: Result, verdict: Verdict) -> dict:
+def result_yaml(result: Result, verdict: Verdict) -> dict[str, Any]:
     """result.yaml's content: the result's figures and provenance, with the policy they were
     judged under. One function, so the file written and the one `verify` re-measures agree."""
     data = result.to_result_yaml()

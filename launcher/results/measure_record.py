@@ -38,7 +38,7 @@ def _write_json(path: Path, data: object) -> None:
     write_atomic(path, json.dumps(json_safe(data), indent=2) + "\n")
 
 
-def _file_ref(path: Path | None, out: Path) -> dict | None:
+def _file_ref(path: Path | None, out: Path) -> dict[str, str | None] | None:
     """A file the measurement read: its path (relative to `out` when inside it) and sha256."""
     if path is None:
         return None

@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 import re
 from datetime import UTC, datetime
-from typing import Any
+from typing import TypeAlias
 
 from launcher.excerpt import printable
 from launcher.judge.parse.frame import payload
@@ -74,8 +74,11 @@ _VAL = (
 # A pair must end at `,` or `}`: a value such as `2.3.4` then matches nothing, the pair count
 # falls short of the `': ` count, and the payload goes to the strict reader (which rejects it).
 _PAIR_RE = re.compile(rf"'([^'\\]*)': {_VAL}(?=\s*[,}}])")
+# One metric dict as printed: miles' keys are text, but a payload read by `literal` is any Python
+# literal, so neither its keys nor its values are assumed.
+Metrics: TypeAlias = dict[object, object]
 _CONSTS = {"True": 1.0, "False": 0.0, "None": None}
-_NAMES: dict[str, Any] = {
+_NAMES: dict[str, float | bool | None] = {
     "nan": float("nan"),
     "NaN": float("nan"),
     "inf": float("inf"),
@@ -84,7 +87,7 @@ _NAMES: dict[str, Any] = {
 _NAMES.update({"true": True, "false": False, "null": None})  # a JSON-style dump
 
 
-def literal(node: ast.AST | None) -> Any:
+def literal(node: ast.AST | None) -> object:
     """ast.literal_eval, extended with nan / inf, JSON's true/false/null and numpy scalar
     wrappers such as np.float64(x)."""
     if isinstance(node, ast.Constant):
@@ -111,7 +114,7 @@ def literal(node: ast.AST | None) -> Any:
     raise ValueError(f"not a literal: {ast.dump(node)[:80] if node is not None else node}")
 
 
-def parse_payload(text: str) -> dict:
+def parse_payload(text: str) -> Metrics:
     """Read one metric dict as miles prints it (Python repr, one line or several). Raises
     ValueError when it cannot."""
     text = text.strip()
@@ -124,7 +127,7 @@ def parse_payload(text: str) -> dict:
             and "[" not in text
             and '"' not in text
         ):
-            out = {}
+            out: Metrics = {}
             for key, f64, i64, num, const in pairs:
                 raw = f64 or i64 or num
                 out[key] = float(raw) if raw else _CONSTS[const]
@@ -295,7 +298,7 @@ def stamp_bytes(line: bytes) -> tuple[float, bool] | None:
     return ((base + second) * 1_000_000 + micro) / 1_000_000, frac is not None
 
 
-def as_float(value: Any) -> float | None:
+def as_float(value: object) -> float | None:
     """A metric's value as a float; None for a missing value, a bool or text."""
     if value.__class__ is float:
         return float(value)  # the common case first
@@ -304,7 +307,7 @@ def as_float(value: Any) -> float | None:
     return None
 
 
-def number(metrics: dict, *keys: str) -> float | None:
+def number(metrics: Metrics, *keys: str) -> float | None:
     """The first of `keys` that holds a number (bools and text are not numbers here)."""
     for key in keys:
         value = metrics.get(key)

@@ -26,7 +26,6 @@ import math
 import re
 from collections.abc import Iterable, Iterator
 from itertools import chain, islice
-from typing import Any
 
 from launcher.inputs.runargs import checked_dests
 from launcher.judge.parse.clock import CLOCK, HostClock
@@ -36,6 +35,7 @@ from launcher.judge.parse.lines import (
     BARE,
     MAX_DIGITS,
     ROLE_STEP,
+    Metrics,
     argument,
     bare,
     continues_dict,
@@ -50,7 +50,14 @@ from launcher.judge.parse.lines import (
     strip_prefix,
     wanted,
 )
-from launcher.judge.parse.records import ParseResult, ParseStats, StepRecord, same
+from launcher.judge.parse.records import (
+    ParseResult,
+    ParseStats,
+    SignalGroup,
+    StepRecord,
+    Value,
+    same,
+)
 from launcher.judge.parse.shapes import (
     TRAIN_PERF_KEYS,
     apply_perf,
@@ -87,6 +94,9 @@ MAX_SIGNAL_GROUPS = 1000
 
 # What two lines for one step are compared on: indexes into MilesLogParser._values.
 _VALUE_NAMES = ("step", "loss", "grad_norm", "lr", "step_time", "actor_train_time", "tokens")
+# The values two lines for one step must agree on, in the order of _VALUE_NAMES.
+_Figure = float | None
+Compared = tuple[int, _Figure, _Figure, _Figure, _Figure, _Figure, int | None]
 _COMPARED = {"step": (1, 2, 3), "perf": (4, 5, 6)}
 _STEP_FIELDS = {"perf": ("rollout/step", "perf/step", "step"), "step": ("train/step", "step")}
 # The fast path (MilesLogParser.fast): bytes before a kind that make it part of a word (str.isalnum
@@ -110,7 +120,7 @@ class MilesLogParser:
         self._pending: dict[int, StepRecord] = {}
         self._texts: dict[int, str] = {}  # step << 1 | (a perf line) -> payload read (pending)
         # Values of the last _KEEP_DONE released steps, for a late line to be checked against.
-        self._done: dict[int, tuple] = {}
+        self._done: dict[int, Compared] = {}
         self._released_upto = -1
         self._max_step = -1
         self._ordinal = {"step": 0, "perf": 0}  # unmarked dicts without a step field
@@ -167,7 +177,12 @@ class MilesLogParser:
             if group["kind"] == "exception" and kind != "exception":
                 group["kind"], group["line"] = kind, shown(line)
             return
-        new = {"after_step": self._max_step, "kind": kind, "line": shown(line), "lines": 1}
+        new: SignalGroup = {
+            "after_step": self._max_step,
+            "kind": kind,
+            "line": shown(line),
+            "lines": 1,
+        }
         if len(groups) >= MAX_SIGNAL_GROUPS:
             groups[-1] = new
         else:
@@ -253,20 +268,23 @@ class MilesLogParser:
         if found is None:
             return None
         tmpl, m = found
-        values = perf_values(tmpl, m) if perf else ()
-        if values is None:
-            return None
+        values = None
+        if perf:
+            values = perf_values(tmpl, m)
+            if values is None:
+                return None
         rec = self._pending.get(step)
         if rec is None:
             rec = self._pending[step] = StepRecord(step=step)
         stats.metric_lines += 1
         texts[key] = text
-        if perf:
+        if values is not None:
             stats.train_perf_lines += 1
             (rec.step_time, rec.actor_train_time, rec.tflops, rec.logged_mfu) = values[:4]
             rec.logged_peak_tflops = values[4]
-            if values[5] is not False:
-                rec.tokens = values[5]
+            tokens = values[5]
+            if tokens is not False:
+                rec.tokens = tokens
         else:
             stats.step_lines += 1
             rec.loss = float(m.group(tmpl.loss)) if tmpl.loss else None
@@ -389,7 +407,7 @@ class MilesLogParser:
             return []
         return self._apply(kind, step, metrics, text, line)
 
-    def _unmarked_step(self, kind: str, metrics: dict, text: str) -> int | None:
+    def _unmarked_step(self, kind: str, metrics: Metrics, text: str) -> int | None:
         """The step of a dict logged without a marker: its step field, else its place in the
         order of such dicts. None for a repeat of the previous one (the doubled line)."""
         for key in _STEP_FIELDS[kind]:
@@ -404,7 +422,9 @@ class MilesLogParser:
         self._ordinal[kind] += 1
         return step
 
-    def _apply(self, kind: str, step: int, metrics: dict, text: str, line: str) -> list[StepRecord]:
+    def _apply(
+        self, kind: str, step: int, metrics: Metrics, text: str, line: str
+    ) -> list[StepRecord]:
         stats = self.stats
         perf = kind == "perf"
         apply = self._apply_perf if perf else apply_step
@@ -443,7 +463,7 @@ class MilesLogParser:
         return []
 
     @staticmethod
-    def _values(rec: StepRecord) -> tuple:
+    def _values(rec: StepRecord) -> Compared:
         """The values two lines for one step must agree on (the order of _COMPARED)."""
         return (
             rec.step,
@@ -455,7 +475,7 @@ class MilesLogParser:
             rec.tokens,
         )
 
-    def _compare(self, have: tuple, new: StepRecord, kind: str) -> None:
+    def _compare(self, have: Compared, new: StepRecord, kind: str) -> None:
         """Two lines for one step: the same values are a duplicate, others a conflict."""
         theirs = self._values(new)
         differ = [i for i in _COMPARED[kind] if not same(have[i], theirs[i])]
@@ -465,7 +485,7 @@ class MilesLogParser:
         for i in differ:
             self._conflict(new.step, _VALUE_NAMES[i], have[i], theirs[i])
 
-    def _conflict(self, step: int, metric: str, first: Any, second: Any) -> None:
+    def _conflict(self, step: int, metric: str, first: Value, second: Value) -> None:
         self.stats.conflicts += 1
         if len(self.stats.conflict_examples) < _EXAMPLES:
             self.stats.conflict_examples.append(
@@ -488,7 +508,7 @@ class MilesLogParser:
             rec = self._pending[step] = StepRecord(step=step)
         return rec
 
-    def _apply_perf(self, rec: StepRecord, metrics: dict) -> None:
+    def _apply_perf(self, rec: StepRecord, metrics: Metrics) -> None:
         """The train perf dict into `rec`, fail closed: a dict with no step time this parser
         knows, or one whose step time is not its parts' sum, is counted and shown."""
         problem = apply_perf(rec, metrics)

@@ -17,13 +17,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from launcher.judge.parse.clock import CLOCK_BYTES
-from launcher.judge.parse.lines import ARGS_BEGIN, BARE, REPEATED_BYTES_RE
+from launcher.judge.parse.lines import ARGS_BEGIN, BARE, REPEATED_BYTES_RE, wanted
 from launcher.judge.parse.miles import (
     FIRST_LINES,
     MilesLogParser,
     count_repeated,
     note_first,
-    wanted,
 )
 from launcher.judge.parse.records import ParseResult, ParseStats, StepRecord
 from launcher.judge.parse.shapes import SignalScan

@@ -7,8 +7,40 @@ use them without the parser's machinery.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypedDict
+
+# A value two lines for one step may give: a metric (a number, or None) or a printed argument.
+Value = float | int | str | None
+
+
+class Signal(TypedDict):
+    """A failure line as read (shapes.SIGNALS): its kind, the last step logged before it (-1:
+    none) and the line as shown."""
+
+    kind: str
+    after_step: int
+    line: str
+
+
+class SignalGroup(TypedDict):
+    """The failure lines that follow one step: the most specific one's kind and line, and how
+    many lines there were."""
+
+    after_step: int
+    kind: str
+    line: str
+    lines: int
+
+
+class Conflict(TypedDict):
+    """Two lines for one step (step -1: two `arguments` listings) that disagree on a metric."""
+
+    step: int
+    metric: str
+    first: Value
+    second: Value
 
 
 @dataclass
@@ -30,9 +62,9 @@ class StepRecord:
     # before the step line (else the perf line); the line began to arrive within CLOCK_GAP_S of it
     arrived: float | None = None
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, object]:
         """JSON-ready: NaN and infinities become strings, since JSON has no spelling for them."""
-        out = {}
+        out: dict[str, object] = {}
         for key, value in asdict(self).items():
             if isinstance(value, float) and not math.isfinite(value):
                 value = repr(value)  # 'nan', 'inf', '-inf'
@@ -40,7 +72,7 @@ class StepRecord:
         return out
 
     @classmethod
-    def from_dict(cls, data: dict) -> StepRecord:
+    def from_dict(cls, data: Mapping[str, object]) -> StepRecord:
         """Inverse of to_dict (reads steps.jsonl back)."""
         kwargs: dict[str, Any] = {}
         for name in cls.__dataclass_fields__:
@@ -86,14 +118,14 @@ class ParseStats:
     half_read_examples: list[str] = field(default_factory=list)  # no_step_time / inconsistent
     # The first failure lines: {"kind", "after_step" (the last step seen before it, -1: none),
     # "line"}; and the rollouts whose optimizer step miles skipped.
-    signals: list[dict] = field(default_factory=list)
+    signals: list[Signal] = field(default_factory=list)
     # The failure lines (skipped optimizer steps aside) grouped by the step they follow, in log
     # order: {"after_step", "kind", "line" (the group's most specific: an OOM over the bare
     # `Traceback` header), "lines"}. Which group ended training and which the run recovered from
     # is launcher/judge/failures.py's call; the last group is always kept (MAX_SIGNAL_GROUPS).
-    signal_groups: list[dict] = field(default_factory=list)
+    signal_groups: list[SignalGroup] = field(default_factory=list)
     skipped_rollouts: list[int] = field(default_factory=list)
-    conflict_examples: list[dict] = field(default_factory=list)
+    conflict_examples: list[Conflict] = field(default_factory=list)
     first_lines: list[str] = field(default_factory=list)  # the log's first non-blank lines
     # What the file's first bytes say it is when it is packed (gzip, zstd, bzip2, xz): set by the
     # file's reader (launcher/results/evaluate.py, parse_log), so an unreadable log is named.
@@ -105,7 +137,7 @@ class ParseStats:
         """Whether anything in the log was recognised as miles' (a metric dict or its arguments)."""
         return bool(self.metric_lines or self.argument_blocks)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["arguments"] = len(self.arguments)  # how many; the listing itself is not a counter
         return out

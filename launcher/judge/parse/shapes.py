@@ -20,16 +20,17 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Any
 
 from launcher.judge.parse.frame import payload
 from launcher.judge.parse.lines import (
+    Metrics,
     as_float,
     marker,
     number,
     parse_payload,
     small_int,
 )
+from launcher.judge.parse.records import StepRecord
 
 
 @dataclass(frozen=True)
@@ -180,7 +181,7 @@ class SignalScan:
         return best
 
 
-def kind_of(metrics: dict) -> str | None:
+def kind_of(metrics: Metrics) -> str | None:
     """The kind of a dict logged without a marker: `perf` (the train actor's), `step` (it has a
     loss), `rollout-perf` (another process's perf or rollout dict), or None (not ours)."""
     if any(k in metrics for k in TRAIN_PERF_KEYS):
@@ -197,7 +198,7 @@ def is_train_perf(payload: str) -> bool:
     return any(key in payload for key in TRAIN_PERF_KEYS)
 
 
-def step_time_of(metrics: dict) -> tuple[float | None, str | None]:
+def step_time_of(metrics: Metrics) -> tuple[float | None, str | None]:
     """(step time, problem): a named step time (STEP_TIME_KEYS) checked against train wait +
     train when both are printed; else the parts' sum (a renamed key, recognised by its parts).
     The problem is a sentence when the dict says two different things, and the time is then None.
@@ -217,17 +218,18 @@ def step_time_of(metrics: dict) -> tuple[float | None, str | None]:
     return parts, None
 
 
-def apply_step(rec: Any, metrics: dict) -> None:
+def apply_step(rec: StepRecord, metrics: Metrics) -> None:
     """The actor's `step N:` dict into a StepRecord (keys without a role tag: the actor's)."""
     rec.loss = as_float(metrics.get("train/loss"))
     rec.grad_norm = as_float(metrics.get("train/grad_norm"))
     lr = as_float(metrics.get("train/lr-pg_0"))
     if lr is None:
-        lr = next((number(metrics, k) for k in metrics if str(k).startswith("train/lr")), None)
+        named = (k for k in metrics if isinstance(k, str) and k.startswith("train/lr"))
+        lr = next((number(metrics, k) for k in named), None)
     rec.lr = lr
 
 
-def apply_perf(rec: Any, metrics: dict) -> str | None:
+def apply_perf(rec: StepRecord, metrics: Metrics) -> str | None:
     """The train actor's `perf N:` dict into a StepRecord; returns step_time_of's problem."""
     rec.step_time, problem = step_time_of(metrics)
     rec.actor_train_time = as_float(metrics.get("perf/actor_train_time"))

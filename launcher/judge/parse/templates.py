@@ -139,7 +139,11 @@ class Templates:
         return learnt, m
 
 
-def perf_values(tmpl: Template, m: re.Match[bytes]) -> tuple | None:
+# (step_time, actor_train_time, tflops, mfu, peak, tokens): tokens False when the dict does not say.
+PerfValues = tuple[float, float | None, float | None, float | None, float | None, int | None | bool]
+
+
+def perf_values(tmpl: Template, m: re.Match[bytes]) -> PerfValues | None:
     """(step_time, actor_train_time, tflops, mfu, peak, tokens) of a train perf dict read
     by a template, by shapes.apply_perf's rules; None when the slow path must judge it (no step
     time, or a step time that disagrees with its parts: it is counted and shown there)."""
