@@ -347,6 +347,61 @@ class Claim:
         return figures[name]
 
 
+Scalar = str | int | float | bool | None
+
+
+def _scalar(value: object) -> Scalar:
+    return value if isinstance(value, str | int | float | bool) else None
+
+
+@dataclass(frozen=True)
+class Stack:
+    """The recipe's `stack` block as the card states it: each component's version text in the
+    order written (a nested value is not a version and is left out), and how they were read."""
+
+    stated: bool  # the block holds anything at all
+    versions: tuple[tuple[str, Scalar], ...] = ()  # (component, its text), `source` apart
+    source: str | None = None
+
+    @classmethod
+    def of(cls, raw: Mapping[str, Any]) -> Stack:
+        block = _block(raw, "stack")
+        return cls(
+            stated=bool(block),
+            versions=tuple(
+                (str(k), _scalar(v))
+                for k, v in block.items()
+                if k != "source" and not isinstance(v, dict | list)
+            ),
+            source=_text(block.get("source")),
+        )
+
+
+@dataclass(frozen=True)
+class Convergence:
+    """The card's own convergence check (`correctness.convergence`): its figures as published,
+    None where one is not stated."""
+
+    stated: bool
+    correlation: Scalar = None
+    final_loss_difference: Scalar = None
+    pointwise_failures: Scalar = None
+    steps: Scalar = None
+    result: Scalar = None
+
+    @classmethod
+    def of(cls, raw: Mapping[str, Any]) -> Convergence:
+        block = _block(_block(raw, "correctness"), "convergence")
+        return cls(
+            stated=bool(block),
+            correlation=_scalar(block.get("correlation")),
+            final_loss_difference=_scalar(block.get("final_loss_difference")),
+            pointwise_failures=_scalar(block.get("pointwise_failures")),
+            steps=_scalar(block.get("steps")),
+            result=_scalar(block.get("result")),
+        )
+
+
 @dataclass(frozen=True)
 class Sections:
     """A recipe mapping's typed sections: a validated recipe's (Recipe.sections), or the copy a
@@ -360,9 +415,17 @@ class Sections:
     workload: Workload
     layout: Layout
     claim: Claim
+    stack: Stack
+    convergence: Convergence
+    stated: bool = True  # False: the mapping was empty (no recipe.yaml, or not a mapping)
+    # The informational fields it states, (path, text) in recipe_fields.FIELDS' order: what the
+    # report page shows verbatim ("The recipe card as written").
+    shown: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def of(cls, raw: Mapping[str, Any]) -> Sections:
+        from launcher.inputs.recipe_fields import card_rows
+
         status = raw.get("status")
         model = raw.get("model")
         return cls(
@@ -373,7 +436,17 @@ class Sections:
             workload=Workload.of(raw),
             layout=Layout.of(raw),
             claim=Claim.of(raw),
+            stack=Stack.of(raw),
+            convergence=Convergence.of(raw),
+            stated=bool(raw),
+            shown=tuple(card_rows(raw)),
         )
+
+    @classmethod
+    def of_copy(cls, document: object) -> Sections:
+        """The sections of a recipe read back from a file (a run directory's recipe.yaml, a
+        bundle's): whatever the file held, a mapping or not (not one: every section empty)."""
+        return cls.of(document if isinstance(document, dict) else {})
 
 
 @dataclass(frozen=True)

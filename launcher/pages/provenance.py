@@ -17,11 +17,11 @@ from launcher.records.rundir import Files
 _CHECK_FILES = ((Files.PREFLIGHT, "host preflight"), (Files.PREFLIGHT_GPU, "GPU preflight"))
 
 
-def _map(value: Any) -> dict[str, Any]:
+def _map(value: object) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _digest(ref: Any) -> str | None:
+def _digest(ref: object) -> str | None:
     if not isinstance(ref, str) or "sha256:" not in ref:
         return None
     return "sha256:" + ref.split("sha256:", 1)[1][:64]
@@ -153,7 +153,7 @@ def _facts(ctx: Context) -> str:
 
 def _stack(ctx: Context) -> str:
     stack = ctx.files.mapping(Files.STACK)
-    card = _map(ctx.recipe.get("stack"))
+    card = ctx.card.stack
     out = []
     if not stack:
         out.append(not_recorded(ctx.files.why_not(Files.STACK)))
@@ -191,16 +191,12 @@ def _stack(ctx: Context) -> str:
                 ["component", "the card", "found in the image", "", "note"], rows, row_attrs=attrs
             )
         )
-    if card:
-        rows = [
-            [esc(k), esc(v)]
-            for k, v in card.items()
-            if k not in ("source",) and not isinstance(v, (dict, list))
-        ]
+    if card.stated:
+        rows = [[esc(k), esc(v)] for k, v in card.versions]
         out.append(
             "<details><summary>The card's stack, as published</summary>"
             + table(["field", "as the card states it"], rows)
-            + (f'<p class="sub">{esc(card.get("source"))}</p>' if card.get("source") else "")
+            + (f'<p class="sub">{esc(card.source)}</p>' if card.source else "")
             + "</details>"
         )
     return "".join(out)
@@ -303,7 +299,7 @@ def _assets(ctx: Context) -> str:
         out.append(
             not_recorded(
                 ctx.files.why_not(Files.RECIPE)
-                if not ctx.recipe
+                if not ctx.card.stated
                 else "The recipe pins no asset hash."
             )
         )

@@ -30,7 +30,6 @@ from launcher.pages.html import (
     table,
 )
 from launcher.pages.provenance import provenance
-from launcher.pages.recipe_fields import card_section as recipe_card
 from launcher.pages.rundata import RUN_FILES, RunFiles, read_run_dir
 from launcher.records.atomic import write_atomic
 from launcher.records.rundir import Files
@@ -49,12 +48,12 @@ FIGURES: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
 )
 
 
-def _times(v: Any, k: float) -> float | None:
+def _times(v: object, k: float) -> float | None:
     n = number(v)
     return None if n is None else n * k
 
 
-def _dollars(v: Any) -> str:
+def _dollars(v: object) -> str:
     n = number(v)
     return "—" if n is None else f"${n:,.2f}"
 
@@ -112,7 +111,7 @@ def render_run_page(files: RunFiles, attestation: str = "") -> str:
         rs.guard("convergence", "Convergence check", rs.convergence, ctx),
         rs.guard("provenance", "Provenance: what exactly ran", provenance, ctx),
         rs.guard("notes", "Notes and cross-checks", rs.notes, ctx),
-        rs.guard("card", "The recipe card as written", recipe_card, ctx),
+        rs.guard("card", "The recipe card as written", rs.recipe_card, ctx),
         rs.guard("steps", "Every step", rs.steps_table, ctx),
     ]
     return page(

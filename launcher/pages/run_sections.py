@@ -32,7 +32,6 @@ def _map(value: object) -> dict[str, Any]:
 @dataclass
 class Context:
     files: RunFiles
-    recipe: dict[str, Any]
     card: Sections  # recipe.yaml's typed sections (read back: a field not of its type is None)
     claim: Claim  # the card's result block, else the verdict's `claimed`
     result: dict[str, Any]
@@ -56,9 +55,8 @@ class Context:
 
     @classmethod
     def of(cls, files: RunFiles) -> Context:
-        recipe = files.mapping(Files.RECIPE)
         verdict = files.mapping(Files.VERDICT)
-        card = Sections.of(recipe)
+        card = Sections.of_copy(files.get(Files.RECIPE))
         claim = card.claim if card.claim.written else Claim.of_block(_map(verdict.get("claimed")))
         result = files.mapping(Files.RESULT)
         prov = _map(result.get("provenance"))
@@ -82,7 +80,6 @@ class Context:
             title = f"Reproduction of {slug}"
         ctx = cls(
             files=files,
-            recipe=recipe,
             card=card,
             claim=claim,
             result=result,
@@ -379,26 +376,47 @@ def stages(ctx: Context) -> str:
 # Convergence
 
 
+def recipe_card(ctx: Context) -> str:
+    """The informational fields the recipe states (inputs/recipe_fields.py: SHOWN), verbatim."""
+    rows = ctx.card.shown
+    if not rows:
+        return not_recorded("The recipe states none of its informational fields.")
+    return (
+        '<p class="dim">What the recipe says that reproduce does not act on: shown as written '
+        "(docs/recipe-fields.md lists how every field is honoured).</p>"
+        + table(["field", "as written"], [[esc(k), esc(v)] for k, v in rows])
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Convergence
+
+
+def _stated(value: object) -> object:
+    """A figure the card states, or a dash where it states none."""
+    return "—" if value is None else value
+
+
 def convergence(ctx: Context) -> str:
-    card = _map(_map(ctx.recipe.get("correctness")).get("convergence"))
+    card = ctx.card.convergence
     conv = ctx.files.mapping(Files.CONVERGENCE)
     if not conv:
         text = (
             ctx.files.why_not(Files.CONVERGENCE)
             + ": this run was measured without a reference run."
         )
-        if card:
+        if card.stated:
             text += " The card's own check is shown for reference."
         body = not_recorded(text)
-        if card:
+        if card.stated:
             body += table(
                 ["criterion", "published card"],
                 [
-                    ["correlation", esc(card.get("correlation", "—"))],
-                    ["final loss difference", esc(card.get("final_loss_difference", "—"))],
-                    ["pointwise failures", esc(card.get("pointwise_failures", "—"))],
-                    ["steps", esc(card.get("steps", "—"))],
-                    ["result", esc(card.get("result", "—"))],
+                    ["correlation", esc(_stated(card.correlation))],
+                    ["final loss difference", esc(_stated(card.final_loss_difference))],
+                    ["pointwise failures", esc(_stated(card.pointwise_failures))],
+                    ["steps", esc(_stated(card.steps))],
+                    ["result", esc(_stated(card.result))],
                 ],
                 numeric=(1,),
                 cls="compact",
@@ -419,14 +437,14 @@ def convergence(ctx: Context) -> str:
     pw = number(conv.get("pointwise_failure_fraction"))
     out_f = number(conv.get("outlier_fraction"))
 
-    def at_most(v: float | None, limit: Any) -> bool | None:
+    def at_most(v: float | None, limit: object) -> bool | None:
         lim = number(limit)
         return None if v is None or lim is None else v <= lim
 
     rows = [
         [
             "correlation",
-            esc(card.get("correlation", "—")),
+            esc(_stated(card.correlation)),
             esc(num(corr, 7)),
             esc(f"≥ {t.get('min_correlation', '—')}"),
             ok(
@@ -437,14 +455,14 @@ def convergence(ctx: Context) -> str:
         ],
         [
             "final loss difference",
-            esc(card.get("final_loss_difference", "—")),
+            esc(_stated(card.final_loss_difference)),
             esc(num(final, 6)),
             esc(f"≤ {t.get('max_final_loss_difference', '—')}"),
             ok(at_most(final, t.get("max_final_loss_difference"))),
         ],
         [
             "pointwise failures",
-            esc(card.get("pointwise_failures", "—")),
+            esc(_stated(card.pointwise_failures)),
             esc(f"{conv.get('pointwise_failures', '—')} ({num(pw, 3)})"),
             esc(f"≤ {t.get('max_pointwise_failure_fraction', '—')} of the steps"),
             ok(at_most(pw, t.get("max_pointwise_failure_fraction"))),
@@ -458,7 +476,7 @@ def convergence(ctx: Context) -> str:
         ],
         [
             "steps compared",
-            esc(card.get("steps", "—")),
+            esc(_stated(card.steps)),
             esc(
                 f"{conv.get('steps_compared', '—')} "
                 f"(first {conv.get('steps_skipped', '—')} skipped)"

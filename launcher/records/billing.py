@@ -97,7 +97,7 @@ def aws_facts(rd: RunDir) -> tuple[list[str], str | None, float | None] | None:
     return [i for i in ids if i not in targeted and i not in ended], region, mtime
 
 
-def _texts(value: Any) -> list[str]:
+def _texts(value: object) -> list[str]:
     """The texts of a list (anything else: none): aws.json read back is typed, not trusted."""
     return [i for i in value if isinstance(i, str)] if isinstance(value, list) else []
 
@@ -105,7 +105,7 @@ def _texts(value: Any) -> list[str]:
 LIFETIMES = "lifetimes"  # launcher/clusters/aws/lifetime.py's KEY: named here, a layer below
 
 
-def _lifetimes_in(data: Any) -> dict[str, dict[str, float]]:
+def _lifetimes_in(data: object) -> dict[str, dict[str, float]]:
     """The lifetimes of an aws.json or a refresh answer, typed: {id: {launched_at, terminated_at}}
     with only finite numbers kept (a file read back is anyone's)."""
     found = data.get(LIFETIMES) if isinstance(data, dict) else None

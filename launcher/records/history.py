@@ -276,7 +276,7 @@ class History:
     def __enter__(self) -> History:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # --- writing ---

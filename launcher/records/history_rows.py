@@ -77,13 +77,17 @@ def read_json(path: Path) -> dict[str, Any] | None:
     raise BadInput(f"{path} holds no JSON object.")
 
 
-def num(value: Any) -> float | None:
+# What a column of the history table holds (sqlite3's types).
+_Cell = str | int | float | bytes | None
+
+
+def num(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value) if math.isfinite(value) else None
 
 
-def db_value(value: Any) -> Any:
+def db_value(value: _Cell) -> _Cell:
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return value
@@ -162,7 +166,7 @@ def row_from_run_dir(run_dir: Path) -> RunRow:
     )
 
 
-def _measured_runs(result: Any) -> int | None:
+def _measured_runs(result: object) -> int | None:
     """result.yaml's `runs` (K measured runs, their mean the row's figures), None for one."""
     runs = result.get("runs") if isinstance(result, dict) else None
     return runs if isinstance(runs, int) and not isinstance(runs, bool) and runs > 1 else None

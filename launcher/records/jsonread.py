@@ -107,7 +107,7 @@ def _text(value: str) -> str:
     return value
 
 
-def _clean(doc: Any) -> Any:
+def _clean(doc: object) -> object:
     """The decoded document held to MAX_DEPTH and its texts to UTF-8, walked without recursion
     (the decoder's lists and dicts are fresh: they are fixed in place)."""
     if isinstance(doc, str):
@@ -229,7 +229,7 @@ class Fields:
 
     __slots__ = ("_data",)
 
-    def __init__(self, value: Any) -> None:
+    def __init__(self, value: object) -> None:
         self._data: dict[str, Any] = value if isinstance(value, dict) else {}
 
     def __bool__(self) -> bool:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TypeGuard
 
 from launcher.errors import BadInput
 
@@ -29,23 +29,23 @@ _USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@-]{0,63}")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
-def _id(value: Any) -> bool:
+def _id(value: object) -> bool:
     return isinstance(value, str) and _ID.fullmatch(value) is not None
 
 
-def _container(value: Any) -> bool:
+def _container(value: object) -> bool:
     return isinstance(value, str) and _CONTAINER.fullmatch(value) is not None
 
 
-def _host(value: Any) -> bool:
+def _host(value: object) -> bool:
     return isinstance(value, str) and not value.startswith("-") and bool(_HOST.fullmatch(value))
 
 
-def _user(value: Any) -> bool:
+def _user(value: object) -> bool:
     return isinstance(value, str) and _USER.fullmatch(value) is not None
 
 
-def _path(value: Any, *, absolute: bool) -> bool:
+def _path(value: object, *, absolute: bool) -> TypeGuard[str]:
     if not isinstance(value, str) or not value or _CONTROL.search(value):
         return False
     if value.startswith("-") or (absolute and not value.startswith("/")):
@@ -53,17 +53,17 @@ def _path(value: Any, *, absolute: bool) -> bool:
     return ".." not in PurePosixPath(value).parts
 
 
-def _node_path(value: Any) -> bool:
+def _node_path(value: object) -> bool:
     """An absolute path on the node without ':' (the profile's nodePath) nor `..`."""
     return _path(value, absolute=True) and ":" not in value
 
 
-def _local_path(value: Any) -> bool:
+def _local_path(value: object) -> bool:
     """A file on the launcher's machine (a key, a known_hosts): no `..`, no leading `-`."""
     return _path(value, absolute=False)
 
 
-def _slug(value: Any) -> bool:
+def _slug(value: object) -> bool:
     """The recipe's slug: a relative path of safe words (runs/<slug>/...)."""
     return (
         isinstance(value, str)
@@ -73,16 +73,16 @@ def _slug(value: Any) -> bool:
     )
 
 
-def _port(value: Any) -> bool:
+def _port(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 < value < 65536
 
 
-def _pid(value: Any) -> bool:
+def _pid(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 < value < 1 << 31
 
 
 # key -> (its form, in words; the check). None is always allowed (a field not set).
-FORMS: dict[str, tuple[str, Callable[[Any], bool]]] = {
+FORMS: dict[str, tuple[str, Callable[[object], bool]]] = {
     "run_id": ("a run id (letters, digits, '.', '_', '-'; no '/')", _id),
     "launch_id": ("a launch id (letters, digits, '.', '_', '-'; no '/')", _id),
     "slug": ("a recipe slug (words of letters, digits, '.', '_', '-' between '/')", _slug),
@@ -100,7 +100,7 @@ FORMS: dict[str, tuple[str, Callable[[Any], bool]]] = {
 }
 
 
-def check(record: Any, path: Path) -> None:
+def check(record: object, path: Path) -> None:
     """BadInput naming the first field of `record` (run.json at `path`) out of its form."""
     problem = _first_problem(record, "", 0)
     if problem is not None:
@@ -117,7 +117,7 @@ _DATA = frozenset({"env", "env_vars", "ray_job"})
 _MAX_DEPTH = 16  # the record's own nesting is shallow (nodes -> via -> ...)
 
 
-def _first_problem(value: Any, where: str, depth: int) -> tuple[str, str] | None:
+def _first_problem(value: object, where: str, depth: int) -> tuple[str, str] | None:
     if depth > _MAX_DEPTH:
         return where, f"nested at most {_MAX_DEPTH} deep"
     if isinstance(value, dict):

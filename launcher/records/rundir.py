@@ -45,7 +45,7 @@ class _NoAliasDumper(yaml.SafeDumper):
     """safe_dump that writes a value seen twice out twice, never as an anchor and an alias: so a
     run directory's YAML never holds one, and one found there was put by someone else."""
 
-    def ignore_aliases(self, data: Any) -> bool:
+    def ignore_aliases(self, data: object) -> bool:
         return True
 
 
@@ -542,7 +542,9 @@ class RunDir:
             )
         return data
 
-    def write_inputs(self, *, recipe_text: str, profile: Any, plan: Any, node_script: str) -> None:
+    def write_inputs(
+        self, *, recipe_text: str, profile: object, plan: object, node_script: str
+    ) -> None:
         """recipe.yaml (byte for byte), profile.yaml, plan.json and node.sh: what was asked."""
         self.write_text(Files.RECIPE, recipe_text)
         self.write_text(

@@ -285,13 +285,13 @@ def _steps_per_run(recipe_file: Path) -> int | None:
     return Sections.of(raw).claim.steps_per_run if isinstance(raw, dict) else None
 
 
-def _count(value: Any) -> int | None:
+def _count(value: object) -> int | None:
     """A whole number of nodes or GPUs, >= 1 (a float that is one, too); None for anything else."""
     number = _num(value)
     return int(number) if number is not None and number >= 1 and number == int(number) else None
 
 
-def _num(value: Any) -> float | None:
+def _num(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value) if math.isfinite(value) else None

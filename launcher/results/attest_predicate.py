@@ -49,7 +49,7 @@ _INPUT_NAMES = {
 }
 
 
-def plain(value: Any) -> Any:
+def plain(value: object) -> Any:
     """JSON's view of a value: tuples as lists, NaN and inf as null, YAML's dates as ISO text
     (a recipe's `measured: 2026-10-21` loads as a date). Attested values and re-measured ones
     are compared in this form, exactly."""
@@ -57,7 +57,7 @@ def plain(value: Any) -> Any:
 
     from launcher.results.measure_record import json_safe
 
-    def default(obj: Any) -> Any:
+    def default(obj: object) -> str:
         if isinstance(obj, (dt.date, dt.datetime)):
             return obj.isoformat()
         raise TypeError(f"{type(obj).__name__} is not JSON")

@@ -24,7 +24,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from launcher.catalog import Price
 from launcher.clusters import trust
@@ -88,11 +88,15 @@ def _timeline(written: object) -> RunTimeline | None:
     return RunTimeline.of(written) if isinstance(written, dict) else None
 
 
-def _norm(value: Any) -> Any:
+def _norm(value: object) -> Any:
     return plain(value)
 
 
-def first_difference(a: Any, b: Any, path: str = "") -> tuple[str, Any, Any] | None:
+# Where two JSON values first differ (a dotted path), and the value on each side.
+Difference = tuple[str, object, object]
+
+
+def first_difference(a: object, b: object, path: str = "") -> Difference | None:
     """The first place (a dotted path) where two JSON values differ, with both values."""
     if isinstance(a, dict) and isinstance(b, dict):
         for key in list(a) + [k for k in b if k not in a]:
@@ -114,11 +118,11 @@ def first_difference(a: Any, b: Any, path: str = "") -> tuple[str, Any, Any] | N
     return None if same else (path.rstrip(".") or "(value)", a, b)
 
 
-def _number(x: Any) -> bool:
+def _number(x: object) -> TypeGuard[int | float]:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
-def describe(where: str, diff: tuple[str, Any, Any], left: str, right: str) -> str:
+def describe(where: str, diff: Difference, left: str, right: str) -> str:
     """`where`: PATH: LEFT x, RIGHT y (+d, +p%) - the figure, both values and the gap."""
     path, a, b = diff
     text = f"{where}: {path}: {left} {a!r}, {right} {b!r}"

@@ -36,7 +36,7 @@ from launcher.clusters import trust
 from launcher.errors import BadInput
 from launcher.inputs.recipe import Recipe, load_recipe
 from launcher.judge.assurance import Assurance, decide, weakest
-from launcher.judge.convergence import check, loss_curve
+from launcher.judge.convergence import ConvergenceResult, check, loss_curve
 from launcher.judge.evidence import HostWatch
 from launcher.judge.gate import LogEvidence, assess
 from launcher.judge.measure import Result, measure, measured_date
@@ -174,7 +174,7 @@ def write_report(
     verdict: Verdict,
     recipe: Recipe,
     records: Sequence[StepRecord],
-    convergence: Any = None,
+    convergence: ConvergenceResult | None = None,
     *,
     plots: bool = True,
 ) -> Path:
@@ -281,7 +281,7 @@ def write_outputs(
     verdict: Verdict,
     recipe: Recipe,
     records: Sequence[StepRecord],
-    convergence: Any = None,
+    convergence: ConvergenceResult | None = None,
     *,
     plots: bool = True,
 ) -> None:

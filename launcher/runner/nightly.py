@@ -66,7 +66,10 @@ from launcher.runner.nightly_groups import Group, Ran, group_by_shape, group_lin
 from launcher.runner.prelaunch import RunOptions
 
 if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
     from launcher.inputs.profile import Profile
+    from launcher.runner.reporter import Reporter
 
 
 @dataclass
@@ -113,7 +116,11 @@ class RecipeRunner(Protocol):
 
 
 def run_recipe(
-    recipe: Path, options: RunOptions, reporter: Any = None, *, held: HeldNode | None = None
+    recipe: Path,
+    options: RunOptions,
+    reporter: Reporter | None = None,
+    *,
+    held: HeldNode | None = None,
 ) -> RecipeRun:
     """One reproduction through the real run path (prepare -> Runner.run), errors caught and kept.
 
@@ -330,8 +337,8 @@ def _run_group(
     db: History | None,
     profile: Profile,
     result: NightlyResult,
-    signing_key: Any,
-    echo: Callable[[str], Any],
+    signing_key: Ed25519PrivateKey | None,
+    echo: Callable[[str], object],
     count: list[int],
     clock: Callable[[], float] = time.time,
 ) -> bool:
@@ -437,7 +444,7 @@ def _one(
         )
 
 
-def _attest(run: RecipeRun, key: Any) -> str:
+def _attest(run: RecipeRun, key: Ed25519PrivateKey) -> str:
     """Attest one run's directory; the line that says how it went (never raises: one run's
     attestation must not end the nightly)."""
     if run.run_dir is None or not (run.run_dir / Files.VERDICT).is_file():

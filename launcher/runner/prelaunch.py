@@ -8,6 +8,7 @@ backends do, when a real run needs them.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -168,7 +169,7 @@ def node_price(recipe: Recipe, profile: Profile, option: float | None = None) ->
     return price_per_hour(itype, region, profile.price_per_hour, override_source="profile")
 
 
-def decide_price(prepared: Prepared, warn: Any = None) -> Prepared:
+def decide_price(prepared: Prepared, warn: Callable[[str], object] | None = None) -> Prepared:
     """The price of this run, decided once, before the cost is shown: the user's word (option,
     profile) as it is; else the backend's live price (aws: the Price List API, the spot price
     history or a Capacity Block offering), the catalog's when a lookup fails (`warn` says why;

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from launcher.cost.costgate import CostGate
     from launcher.plan.protocol import Progress
 
 INTERRUPT_CHOICES = ("ask", "cancel", "detach")
@@ -33,10 +34,8 @@ class Reporter(Protocol):
     def progress(self, progress: Progress) -> None:
         """A long stage's transfer moved on (a node's `##reproduce progress` line)."""
 
-    def cost(self, gate: Any) -> None:
-        """Before anything is paid for: the plan's header, its cost and its worst case
-        (`gate` is a launcher.cost.costgate.CostGate; typed loosely: the gate imports the run's
-        front half, which imports this module)."""
+    def cost(self, gate: CostGate) -> None:
+        """Before anything is paid for: the plan's header, its cost and its worst case."""
 
     def confirm(self, question: str) -> bool:
         """Ask the person at the terminal a yes/no question; False when nobody can answer."""
@@ -66,7 +65,7 @@ class QuietReporter:
     def progress(self, progress: Progress) -> None:
         return None
 
-    def cost(self, gate: Any) -> None:
+    def cost(self, gate: CostGate) -> None:
         return None
 
     def confirm(self, question: str) -> bool:
@@ -91,7 +90,7 @@ class FailSafeReporter:
     def __init__(self, inner: Reporter) -> None:
         self.inner = inner
 
-    def _call(self, name: str, *args: Any) -> Any:
+    def _call(self, name: str, *args: object) -> Any:
         method: Callable[..., Any] | None = getattr(self.inner, name, None)
         if method is None:
             return None
@@ -115,7 +114,7 @@ class FailSafeReporter:
     def progress(self, progress: Progress) -> None:
         self._call("progress", progress)
 
-    def cost(self, gate: Any) -> None:
+    def cost(self, gate: CostGate) -> None:
         self._call("cost", gate)
 
     def confirm(self, question: str) -> bool:

@@ -20,12 +20,15 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from launcher.errors import BadInput, InfraError
 from launcher.excerpt import open_regular
 from launcher.plan.markers import MAX_MARKER_LINE, SAFE_STAGE, MarkerGate
 from launcher.records.rundir import FINAL_STATES, MAX_STAGES, Files, RunDir
+
+if TYPE_CHECKING:
+    from launcher.clusters.execution import Execution
 
 CHUNK = 1 << 20
 RECONNECT_S = 60.0  # how long --follow keeps trying a node it lost before it gives up
@@ -58,7 +61,7 @@ def is_live(rd: RunDir) -> bool:
     return state not in FINAL_STATES and bool(recorded_nodes(record)) and "cluster" in record
 
 
-def open_execution(rd: RunDir, index: int) -> Any:
+def open_execution(rd: RunDir, index: int) -> Execution:
     """The node protocol to node `index` of a recorded run, as attach builds it, but only to
     read: the caller never stages, cancels or releases through it."""
     from launcher import clusters
@@ -189,7 +192,7 @@ def read_local(path: Path) -> Iterator[bytes]:
 
 
 def read_node(
-    execution: Any,
+    execution: Execution,
     offset: int,
     *,
     follow: bool = False,
@@ -228,7 +231,7 @@ def read_node(
         sleep(poll_s)
 
 
-def close_quietly(execution: Any) -> None:
+def close_quietly(execution: Execution) -> None:
     """Drop the connection; closing a broken one must not fail."""
     with contextlib.suppress(Exception):
         execution.close()
@@ -312,7 +315,7 @@ def node_progress(
     return NodeProgress(last + 1 if last is not None else None, stage, new_bytes, skipped)
 
 
-def _read_upto(execution: Any, offset: int, limit: int) -> Iterator[bytes]:
+def _read_upto(execution: Execution, offset: int, limit: int) -> Iterator[bytes]:
     """The node's log from `offset`, in chunks, at most `limit` bytes; InfraError when the node
     cannot be read."""
     done = 0
@@ -327,7 +330,7 @@ def _read_upto(execution: Any, offset: int, limit: int) -> Iterator[bytes]:
         raise _unreadable(err) from err
 
 
-def _end_of(execution: Any, known: int) -> int:
+def _end_of(execution: Execution, known: int) -> int:
     """The size of the node's log, known to be at least `known`: found by reading one byte at
     offsets growing twice as far each time, then halving the gap (about 2 log2(size / 1 MiB)
     reads of one byte), never by reading what lies between."""

@@ -17,11 +17,14 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from launcher.errors import BadInput, InfraError
 from launcher.records.atomic import write_atomic
 from launcher.records.rundir import FINAL_STATES, RunDir
+
+if TYPE_CHECKING:
+    from launcher.clusters.base import Transport
 
 # A key type as paramiko names it -> the host key algorithms OpenSSH accepts for it.
 _ALGORITHMS = {
@@ -202,16 +205,22 @@ def hops_for(rd: RunDir, index: int) -> tuple[list[Hop], str]:
         transport.close()
 
 
-def _verified_hops(transport: Any, run_id: str, index: int) -> list[Hop]:
+def _verified_hops(given: Transport, run_id: str, index: int) -> list[Hop]:
     """Connect through the run's transport (its host-key policy decides) and keep each key that
-    passed, the jump's first."""
+    passed, the jump's first. InfraError for a transport that is not SSH's (ssh, aws and a
+    Slurm login node are reached by SSH; the callers refuse the other kinds first)."""
+    from launcher.clusters.ssh import SSHTransport
+
+    if not isinstance(given, SSHTransport):
+        raise InfraError(f"run {run_id}: node {index} is not reached over SSH")
+    transport = given
     transport.connect()
-    hops = []
-    chain = []
-    here = transport
+    hops: list[Hop] = []
+    chain: list[SSHTransport] = []
+    here: SSHTransport | None = transport
     while here is not None:
         chain.append(here)
-        here = getattr(here, "jump", None)
+        here = here.jump
     for depth, hop in enumerate(reversed(chain)):
         client = getattr(hop, "_client", None)  # the connection connect() just checked
         link = client.get_transport() if client is not None else None

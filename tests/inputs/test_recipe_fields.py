@@ -23,8 +23,8 @@ from support.measure import SEED, run_standin, step_times_for_tps
 from support.paths import REPO
 
 from launcher.inputs.recipe import recipe_schema, validate_raw
+from launcher.inputs.recipe_fields import CHECKED, FIELDS, READ, SHOWN
 from launcher.inputs.yamlschema import read_yaml_mapping
-from launcher.pages.recipe_fields import CHECKED, FIELDS, READ, SHOWN
 
 Raw = dict[str, Any]
 DIFF = "--- a/train.py\n+++ b/train.py\n@@ -1 +1,2 @@\n import os\n+import sys\n"

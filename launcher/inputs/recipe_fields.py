@@ -11,14 +11,17 @@ once, as one of:
   verbatim on the run's report page (report.html, "The recipe card as written"), so a reader of
   the verdict sees them beside it.
 
-tests/test_recipe_fields.py walks the schema and fails when a leaf is missing here or a path here
-is not in the schema, and checks each entry by behaviour: a READ field changed changes the plan
-or the verdict, a CHECKED one contradicted is refused, a SHOWN one appears on the page.
+tests/inputs/test_recipe_fields.py walks the schema and fails when a leaf is missing here or a
+path here is not in the schema, and checks each entry by behaviour: a READ field changed changes
+the plan or the verdict, a CHECKED one contradicted is refused, a SHOWN one appears on the page.
+It lives in inputs/, the one folder that reads the recipe's mapping: `card_rows` is what
+`Sections.shown` holds, and the page shows that.
 docs/recipe-fields.md is the same table in prose.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -162,7 +165,7 @@ FIELDS: dict[str, Honoured] = {
 }
 
 
-def values_at(raw: Any, path: str) -> list[tuple[str, Any]]:
+def values_at(raw: object, path: str) -> list[tuple[str, Any]]:
     """(concrete path, value) for every place `path` (with [] and *) names in a recipe."""
     found: list[tuple[str, Any]] = [("", raw)]
     for part in path.split("."):
@@ -197,9 +200,9 @@ def _known_keys(star_path: str) -> list[str]:
     ]
 
 
-def card_rows(raw: dict[str, Any]) -> list[tuple[str, str]]:
+def card_rows(raw: Mapping[str, Any]) -> list[tuple[str, str]]:
     """The SHOWN fields a recipe states, as (path, text), in the table's order: the report page's
-    recipe card."""
+    recipe card (Sections.shown)."""
     rows: list[tuple[str, str]] = []
     for path, honoured in FIELDS.items():
         if honoured.how != SHOWN:
@@ -209,17 +212,3 @@ def card_rows(raw: dict[str, Any]) -> list[tuple[str, str]]:
                 continue
             rows.append((where, " ".join(str(value).split())))
     return rows
-
-
-def card_section(ctx: Any) -> str:
-    """report.html's section of the SHOWN fields (ctx: pages.run_sections.Context), verbatim."""
-    from launcher.pages.html import esc, not_recorded, table
-
-    rows = card_rows(ctx.recipe if isinstance(ctx.recipe, dict) else {})
-    if not rows:
-        return not_recorded("The recipe states none of its informational fields.")
-    return (
-        '<p class="dim">What the recipe says that reproduce does not act on: shown as written '
-        "(docs/recipe-fields.md lists how every field is honoured).</p>"
-        + table(["field", "as written"], [[esc(k), esc(v)] for k, v in rows])
-    )
