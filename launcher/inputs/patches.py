@@ -23,9 +23,10 @@ from __future__ import annotations
 import hashlib
 import re
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from launcher.errors import BadInput
 
@@ -36,17 +37,6 @@ if TYPE_CHECKING:
 CHECKOUTS = ("/root/miles", "/root/Megatron-LM")
 _SAFE_FILE = re.compile(r"(?!.*(^|/)\.\.(/|$))[A-Za-z0-9_][A-Za-z0-9._/-]{0,255}")
 MAX_PATCH_BYTES = 1 << 20
-
-
-class Recipe(Protocol):
-    """What the patches read of a recipe (its mapping and its file): a protocol, not
-    inputs/recipe.py's class, because recipe.py calls this module while it validates."""
-
-    @property
-    def raw(self) -> dict[str, Any]: ...
-
-    @property
-    def path(self) -> Path: ...
 
 
 @dataclass(frozen=True)
@@ -126,21 +116,23 @@ def problems(raw: dict[str, Any], base: Path | None) -> list[tuple[str, str]]:
     return out
 
 
-def resolved(recipe: Recipe) -> list[Patch]:
-    """The recipe's patches, bytes read (load_recipe checked them: problems())."""
+def resolved(raw: dict[str, Any], path: Path) -> list[Patch]:
+    """The patches of the recipe `raw` read from the file at `path`, bytes read (load_recipe
+    checked them: problems()); inputs/recipe.py's Recipe.patches, read once."""
     out = []
-    for i, item in enumerate(_items(recipe.raw)):
-        text, why = _read(item, recipe.path.parent, i)
+    for i, item in enumerate(_items(raw)):
+        text, why = _read(item, path.parent, i)
         if why or text is None:
-            raise BadInput(f"{recipe.path}: patches[{i}]: {why}")
+            raise BadInput(f"{path}: patches[{i}]: {why}")
         name = str(item.get("name") or f"patch-{i}")
         out.append(Patch(i, name, item["checkout"], text, item["sha256"]))
     return out
 
 
-def refuse_unappliable(recipe: Recipe, profile: Profile) -> None:
-    """BadInput, before anything is paid for, where the target cannot apply the patches."""
-    if not _items(recipe.raw):
+def refuse_unappliable(patches: Sequence[Patch], where: Path, profile: Profile) -> None:
+    """BadInput, before anything is paid for, where the target cannot apply the patches of the
+    recipe at `where`."""
+    if not patches:
         return
     why = None
     if profile.kind == "ray":
@@ -155,21 +147,20 @@ def refuse_unappliable(recipe: Recipe, profile: Profile) -> None:
         )
     if why:
         raise BadInput(
-            f"{recipe.path}: {len(_items(recipe.raw))} patch(es) in `patches`, but --cluster "
+            f"{where}: {len(patches)} patch(es) in `patches`, but --cluster "
             f"{profile.name} cannot apply them: {why}. Nothing was started.",
             hint="Use a profile with runtime: docker (each run's container gets its own copy), "
             "or an image with the patches already applied.",
         )
 
 
-def patches_for_plan(recipe: Recipe) -> list[dict[str, Any]]:
+def patches_for_plan(patches: Sequence[Patch]) -> list[dict[str, Any]]:
     """plan.json's `patches`: what the node applies (name, checkout, sha256)."""
-    return [p.to_dict() for p in resolved(recipe)] if _items(recipe.raw) else []
+    return [p.to_dict() for p in patches]
 
 
-def header_lines(recipe: Recipe) -> list[str]:
+def header_lines(patches: Sequence[Patch]) -> list[str]:
     """The dry run's line on the patches (without '# ')."""
-    patches = resolved(recipe) if _items(recipe.raw) else []
     if not patches:
         return ["patches   none (the image's checkouts as they are)"]
     listed = ", ".join(f"{p.name} -> {p.checkout} (sha256 {p.sha256[:12]})" for p in patches)
@@ -193,15 +184,10 @@ APPLY_FN = r"""_apply_patch() {  # checkout, sha256, name; the diff on stdin
 }"""  # noqa: E501 - bash, as node.sh prints it
 
 
-def node_lines(recipe: Recipe) -> list[str]:
+def apply_lines(patches: Sequence[Patch]) -> list[str]:
     """node.sh's part (in the training container, before the ray stage): every patch checked by
     its hash and applied, in order. Empty without patches, so other recipes' scripts are as they
     were. Plain bash; every value quoted."""
-    return apply_lines(resolved(recipe) if _items(recipe.raw) else [])
-
-
-def apply_lines(patches: list[Patch]) -> list[str]:
-    """The bash that checks and applies these patches (node_lines' body)."""
     if not patches:
         return []
     lines = [

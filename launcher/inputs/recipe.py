@@ -26,7 +26,9 @@ from launcher import catalog
 from launcher.errors import BadInput
 from launcher.inputs.claims import claim_problems
 from launcher.inputs.envnames import BOUND_VARIABLES, launcher_env_problems
+from launcher.inputs.patches import Patch
 from launcher.inputs.patches import problems as patch_problems
+from launcher.inputs.patches import resolved as resolved_patches
 from launcher.inputs.runargs import Arg, run_block_problems
 from launcher.inputs.stack import expected_versions, stack_problems, stack_version
 from launcher.inputs.yamlschema import (
@@ -540,6 +542,11 @@ class Recipe:
     @property
     def steps_per_run(self) -> int:
         return int(self.raw["result"]["steps_per_run"])
+
+    @cached_property
+    def patches(self) -> tuple[Patch, ...]:
+        """The recipe's patches, their bytes read once (load_recipe checked them)."""
+        return tuple(resolved_patches(self.raw, self.path))
 
     @cached_property
     def sections(self) -> Sections:

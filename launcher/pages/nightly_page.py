@@ -1,9 +1,8 @@
 """The page of one night: every recipe's outcome, verdict, figures against its claim and trend,
 its regressions, and a small trend line per recipe.
 
-Why the entries are typed by shape (a Protocol) and not by launcher/runner/nightly.py's classes: the
-nightly writes this page, so this module must not import it (no import cycle, docs/architecture.md);
-anything with the same attributes renders.
+The entries are the night's records (launcher/records/night.py), which the nightly
+(launcher/runner/nightly.py) fills and this page reads.
 """
 
 from __future__ import annotations
@@ -12,7 +11,6 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
 
 from launcher.pages import svg
 from launcher.pages.history_page import day, regression_badge, report_links, trust_mark
@@ -29,36 +27,9 @@ from launcher.pages.html import (
     table,
 )
 from launcher.records.atomic import write_atomic
-from launcher.records.history import Assessment, History, RunRow
+from launcher.records.history import History, RunRow
+from launcher.records.night import NightlyEntry
 from launcher.records.rundir import Files
-
-
-class RecipeRunLike(Protocol):
-    @property
-    def code(self) -> int: ...
-
-    @property
-    def error(self) -> str | None: ...
-
-
-class NightlyEntryLike(Protocol):
-    """What the page reads of one recipe's night (launcher/runner/nightly.py's NightlyEntry has
-    it)."""
-
-    @property
-    def recipe(self) -> Path: ...
-
-    @property
-    def run(self) -> RecipeRunLike: ...
-
-    @property
-    def row(self) -> RunRow: ...
-
-    @property
-    def assessment(self) -> Assessment: ...
-
-    @property
-    def outcome(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -81,7 +52,7 @@ def page_path(root: Path, stamp: float) -> Path:
 
 def write_nightly_page(
     root: Path,
-    entries: Sequence[NightlyEntryLike],
+    entries: Sequence[NightlyEntry],
     *,
     cluster: str,
     stamp: float,
@@ -135,7 +106,7 @@ def _cost_of(run_dir: str | None) -> float | None:
 
 
 def totals_line(
-    entries: Sequence[NightlyEntryLike], costs: Mapping[str, float | None]
+    entries: Sequence[NightlyEntry], costs: Mapping[str, float | None]
 ) -> tuple[float, float, int]:
     """(GPU-hours, US$, runs without a known cost) of the night."""
     hours = sum(number(e.row.gpu_hours) or 0.0 for e in entries)
@@ -145,7 +116,7 @@ def totals_line(
 
 
 def render_nightly_page(
-    entries: Sequence[NightlyEntryLike],
+    entries: Sequence[NightlyEntry],
     *,
     cluster: str,
     stamp: float,
@@ -216,7 +187,7 @@ def render_nightly_page(
     )
 
 
-def _nodes(groups: Sequence[NodeGroupView], entries: Sequence[NightlyEntryLike]) -> str:
+def _nodes(groups: Sequence[NodeGroupView], entries: Sequence[NightlyEntry]) -> str:
     """Each node the night held: which recipes ran on it and where its GPU-hours went."""
     slugs = {e.row.run_id: e.row.slug for e in entries}
     out = []
@@ -250,7 +221,7 @@ def _nodes(groups: Sequence[NodeGroupView], entries: Sequence[NightlyEntryLike])
 
 
 def _table(
-    entries: Sequence[NightlyEntryLike],
+    entries: Sequence[NightlyEntry],
     histories: Mapping[str, Sequence[RunRow]],
     links: Mapping[str, str],
 ) -> str:
@@ -306,7 +277,7 @@ def _table(
     )
 
 
-def _detail(e: NightlyEntryLike, links: Mapping[str, str]) -> str:
+def _detail(e: NightlyEntry, links: Mapping[str, str]) -> str:
     r, a = e.row, e.assessment
     href = links.get(r.run_id)
     where = (

@@ -91,7 +91,7 @@ def claim_lines(recipe: Recipe, accepted: int | None) -> list[str]:
     from launcher.inputs import patches
 
     runs = header_line(recipe, accepted)
-    return ([runs] if runs else []) + patches.header_lines(recipe)
+    return ([runs] if runs else []) + patches.header_lines(recipe.patches)
 
 
 def _plan_runs(run_dir: Path) -> dict[str, Any]:

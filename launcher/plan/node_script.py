@@ -15,7 +15,7 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from launcher.inputs.patches import node_lines as patch_lines
+from launcher.inputs.patches import apply_lines as patch_lines
 from launcher.inputs.profile import AwsProfile, Profile, RayProfile
 from launcher.inputs.recipe import Image, Recipe
 from launcher.plan import leftovers, multinode, ray_stage, stage_graph
@@ -431,7 +431,7 @@ def render_node_script(
                 else []
             ),
             "exports": ctx.exports(),
-            "patches": patch_lines(r),
+            "patches": patch_lines(r.patches),
             "ray_commands": by["ray"].commands,
             "train": train_lines(
                 by["train"].title, MILES_DIR, by["train"].commands[0], ctx.measured_runs

@@ -84,7 +84,7 @@ class Plan(Placement):
             "provisioning": [asdict(call) for call in self.provisioning],  # aws ApiCalls
             "runs": self.runs,  # result.runs, the run's one, what --runs accepted
             # what the node applies before training
-            "patches": patches.patches_for_plan(self.recipe),
+            "patches": patches.patches_for_plan(self.recipe.patches),
         }
 
 
@@ -111,7 +111,7 @@ def build_plan(
     _check_profile_fits(recipe, profile)
     _check_secrets(profile)
     _check_recipe_env(recipe, profile)
-    patches.refuse_unappliable(recipe, profile)
+    patches.refuse_unappliable(recipe.patches, recipe.path, profile)
     work_dir = profile.work_dir.rstrip("/") or "/"
     node_run_dir = f"{work_dir}/runs/{run_id}"
     cache_dir = profile.cache_dir.rstrip("/") or "/"

@@ -60,6 +60,8 @@ from launcher.records.history import (
     row_from_run_dir,
     slug_of,
 )
+from launcher.records.night import NightlyEntry as NightlyEntry
+from launcher.records.night import RecipeRun as RecipeRun
 from launcher.records.rundir import Files
 from launcher.runner.held import HeldNode
 from launcher.runner.nightly_groups import Group, Ran, group_by_shape, group_lines, view
@@ -70,31 +72,6 @@ if TYPE_CHECKING:
 
     from launcher.inputs.profile import Profile
     from launcher.runner.reporter import Reporter
-
-
-@dataclass
-class RecipeRun:
-    """How one recipe's reproduction ended: the exit code `reproduce RECIPE` would have given."""
-
-    recipe: Path
-    code: int
-    run_dir: Path | None = None
-    error: str | None = None
-    crashed: bool = False  # an unexpected exception, not one of reproduce's errors
-
-
-@dataclass
-class NightlyEntry:
-    recipe: Path
-    run: RecipeRun
-    row: RunRow
-    assessment: Assessment
-    # reproduced | suspect | regression | check failed | invalid | infra | error | interrupted
-    outcome: str
-
-    @property
-    def failed(self) -> bool:
-        return self.outcome != "reproduced"
 
 
 @dataclass

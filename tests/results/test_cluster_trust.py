@@ -188,7 +188,7 @@ class _Ran:
 
 @dataclass(frozen=True)
 class _Night:
-    """One recipe's night as the nightly page reads it (NightlyEntryLike)."""
+    """One recipe's night as the nightly page reads it (records/night.py's NightlyEntry)."""
 
     recipe: Path
     run: _Ran
