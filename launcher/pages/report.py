@@ -26,6 +26,8 @@ from launcher.judge.split import PARALLEL_PART
 from launcher.judge.verdict import JUDGED
 
 if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+
     from launcher.inputs.recipe import Recipe
     from launcher.judge.convergence import ConvergenceResult
     from launcher.judge.measure import Result
@@ -156,7 +158,7 @@ def render_plots(
     return out
 
 
-def _clip_warmup(ax: Any, points: list[tuple[int, float]], window: tuple[int, int]) -> None:
+def _clip_warmup(ax: Axes, points: list[tuple[int, float]], window: tuple[int, int]) -> None:
     """Keep the window readable: a start-up step many times slower would flatten it. Values off
     the scale are written at the top edge instead."""
     inside = [y for x, y in points if window[0] <= x <= window[1] and math.isfinite(y)]

@@ -556,13 +556,22 @@ def _assess_once(
     )
 
 
-def assess_history(rows: Sequence[RunRow], **kwargs: Any) -> Assessment | None:
-    """Assess the last of `rows` (oldest first) against the earlier ones of its cluster profile."""
+def assess_history(
+    rows: Sequence[RunRow],
+    *,
+    k: int = DEFAULT_K,
+    tolerance_percent: float | None = None,
+    min_good: int = MIN_GOOD,
+) -> Assessment | None:
+    """Assess the last of `rows` (oldest first) against the earlier ones of its cluster profile
+    (check_regression's rules and parameters)."""
     if not rows:
         return None
     latest = rows[-1]
     earlier = [r for r in rows[:-1] if r.cluster_name == latest.cluster_name]
-    return check_regression(latest, earlier, **kwargs)
+    return check_regression(
+        latest, earlier, k=k, tolerance_percent=tolerance_percent, min_good=min_good
+    )
 
 
 # ---------------------------------------------------------------------------------------------

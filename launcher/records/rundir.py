@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import yaml
 
@@ -519,7 +519,13 @@ class RunDir:
     def write_yaml(self, name: str, data: object) -> Path:
         return self.write_text(name, dump_yaml(data))
 
-    def read_json(self, name: str, default: Any = None) -> Any:
+    @overload
+    def read_json(self, name: str) -> dict[str, Any] | None: ...
+
+    @overload
+    def read_json(self, name: str, default: dict[str, Any]) -> dict[str, Any]: ...
+
+    def read_json(self, name: str, default: dict[str, Any] | None = None) -> dict[str, Any] | None:
         """The file's JSON object; `default` when it is missing; BadInput naming it when it is not
         one. Read through launcher/records/jsonread.py (bounded, never a traceback): the run
         directory holds what the node's collection brought back, and a directory handed to
