@@ -35,6 +35,7 @@ from launcher.pages.rundata import read_run_dir
 from launcher.records.atomic import write_atomic
 from launcher.records.history import JUDGED_VERDICTS, Assessment, RunRow, check_regression
 from launcher.records.rundir import Files
+from launcher.records.verdict_record import RecordedVerdict
 
 _TREND_KEYS = ("tokens_per_s_per_gpu", "mfu", "usd_per_million_tokens")
 
@@ -93,10 +94,10 @@ def claims_of(rows: Sequence[RunRow]) -> dict[str, float | None]:
     for r in reversed(rows):
         if not r.run_dir:
             continue
-        verdict = read_run_dir(Path(r.run_dir), (Files.VERDICT,)).mapping(Files.VERDICT)
-        claimed = verdict.get("claimed")
-        if isinstance(claimed, dict):
-            return {k: number(claimed.get(k)) for k in _TREND_KEYS}
+        files = read_run_dir(Path(r.run_dir), (Files.VERDICT,))
+        claim = RecordedVerdict.of(files.get(Files.VERDICT)).claim
+        if claim is not None:
+            return {k: number(claim.figure(k)) for k in _TREND_KEYS}
     return {}
 
 

@@ -158,18 +158,18 @@ def _trust(ctx: rs.Context) -> str:
 
 def _verdict(ctx: rs.Context) -> str:
     v = ctx.verdict
-    word = v.get("status") if v else None
+    word = v.status if v.judged else None
     state = ctx.files.mapping(Files.STATUS)
     if not word:
         # Not judged: say what the run itself reports (failed at a stage, cancelled, ...).
         st = state.get("state")
         word = st if st in ("failed", "cancelled", "detached", "running") else None
     s = status_of(word)
-    diff = number(v.get("difference_percent")) if v else None
+    diff = v.difference_percent if v.judged else None
     slower, faster = ctx.tolerance
     band = f"tolerance \u2212{slower:g}% / +{faster:g}%"
     lines = []
-    if not v:
+    if not v.judged:
         lines.append(
             '<p class="what">Not judged: the run was not measured.</p>'
             f'<p class="dim" style="margin:0">{esc(ctx.files.why_not("verdict.json"))}.</p>'
@@ -189,24 +189,24 @@ def _verdict(ctx: rs.Context) -> str:
                 f'<p class="dim" style="margin:0" data-difference="{esc(diff)}">Throughput seen: '
                 f"tokens/s per GPU {esc(signed(diff))} against the card, not counted.</p>"
             )
-    error = v.get("error") if v else None
-    if isinstance(error, str) and error:
+    error = v.error if v.judged else None
+    if error:
         lines.append(
             f'<p class="what" data-error="1">The error that ended it: <code>{esc(error)}</code></p>'
         )
-    reasons = [r for r in (v.get("reasons") or []) if isinstance(r, str)] if v else []
+    reasons = list(v.reasons)
     reasons = trust.other_reasons(reasons, _kind(ctx))  # the header says it
     if reasons:
         lines.append("<ul>" + "".join(f"<li>{esc(r)}</li>" for r in reasons) + "</ul>")
-    found = v.get("assurance") if v else None
-    if isinstance(found, dict) and isinstance(found.get("level"), str):
+    if v.assurance_stated is not None:
+        level, why = v.assurance_stated
         lines.append(
-            f'<p class="dim" data-assurance="{esc(found["level"])}">Assurance: '
-            f"<b>{esc(found['level'])}</b> — {esc(found.get('why') or '')}</p>"
+            f'<p class="dim" data-assurance="{esc(level)}">Assurance: '
+            f"<b>{esc(level)}</b> — {esc(why)}</p>"
         )
-    elif v:
+    elif v.judged:
         lines.append('<p class="dim" data-assurance="">Assurance: not recorded.</p>')
-    lines.append(rs.extra_verdict_fields(v))
+    lines.append(rs.extra_verdict_fields(v.others))
     if state:
         detail = state.get("detail")
         code = state.get("exit_code")
@@ -239,13 +239,10 @@ def _figures(ctx: rs.Context) -> str:
     for key, label, show in FIGURES:
         got, card = result.get(key), claim.figure(key)
         diff = rs.rel(unrounded.get(key, got), card)
-        if (
-            key == "tokens_per_s_per_gpu"
-            and number(ctx.verdict.get("difference_percent")) is not None
-        ):
-            diff = number(ctx.verdict.get("difference_percent"))
-        judged = ctx.verdict.get("status") in JUDGED
-        if ctx.verdict.get("status") in ("failed", "incomplete") and key == "tokens_per_s_per_gpu":
+        if key == "tokens_per_s_per_gpu" and ctx.verdict.difference_percent is not None:
+            diff = ctx.verdict.difference_percent
+        judged = ctx.verdict.status in JUDGED
+        if ctx.verdict.status in ("failed", "incomplete") and key == "tokens_per_s_per_gpu":
             diff = None  # training stopped: no place against the band, no mark
         chip = _chip(key, diff, tol, judged)
         gauge = (

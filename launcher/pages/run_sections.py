@@ -23,6 +23,7 @@ from launcher.pages import svg
 from launcher.pages.html import badge, duration, esc, not_recorded, num, number, section, table
 from launcher.pages.rundata import RunFiles
 from launcher.records.rundir import Files
+from launcher.records.verdict_record import RecordedVerdict
 
 
 def _map(value: object) -> dict[str, Any]:
@@ -37,7 +38,7 @@ class Context:
     result: dict[str, Any]
     prov: dict[str, Any]
     unrounded: dict[str, Any]
-    verdict: dict[str, Any]
+    verdict: RecordedVerdict  # verdict.json (judged False: none, or an empty one)
     timeline: RunTimeline
     plan: dict[str, Any]
     slug: str
@@ -55,9 +56,13 @@ class Context:
 
     @classmethod
     def of(cls, files: RunFiles) -> Context:
-        verdict = files.mapping(Files.VERDICT)
+        verdict = RecordedVerdict.of(files.get(Files.VERDICT))
         card = Sections.of_copy(files.get(Files.RECIPE))
-        claim = card.claim if card.claim.written else Claim.of_block(_map(verdict.get("claimed")))
+        claim = (
+            card.claim
+            if card.claim.written
+            else (verdict.claim if verdict.claim is not None else Claim.of_block({}))
+        )
         result = files.mapping(Files.RESULT)
         prov = _map(result.get("provenance"))
         run = files.mapping(Files.RUN)
@@ -122,8 +127,7 @@ class Context:
         card = number(self.claim.tokens_per_s_per_gpu)
         if tokens and card and self.gpus:
             self.claimed_step_time = tokens / card / self.gpus
-        tol = _map(self.verdict.get("tolerance"))
-        slower, faster = number(tol.get("slower_percent")), number(tol.get("faster_percent"))
+        slower, faster = self.verdict.slower_percent, self.verdict.faster_percent
         self.tolerance = (
             abs(slower) if slower is not None else DEFAULT_TOLERANCE_PERCENT,
             abs(faster) if faster is not None else DEFAULT_TOLERANCE_PERCENT,
@@ -202,13 +206,12 @@ def clip_range(
     return max(lo - pad, 0.0 if lo >= 0 else lo - pad), hi + pad
 
 
-def extra_verdict_fields(verdict: dict[str, Any]) -> str:
-    """Lists in verdict.json beyond the known keys (e.g. a mismatch's disagreements), as tables:
-    a verdict's evidence is shown whatever shape it takes."""
-    known = {"status", "difference_percent", "reasons", "claimed", "measured", "tolerance"}
+def extra_verdict_fields(others: Sequence[tuple[str, object]]) -> str:
+    """Lists in verdict.json beyond the fields read (RecordedVerdict.others: e.g. a mismatch's
+    disagreements), as tables: a verdict's evidence is shown whatever shape it takes."""
     out = []
-    for key, value in verdict.items():
-        if key in known or not value:
+    for key, value in others:
+        if not value:
             continue
         if isinstance(value, list) and all(isinstance(x, dict) for x in value):
             cols: list[str] = []

@@ -21,10 +21,10 @@ from typing import Any
 
 from launcher.errors import BadInput
 from launcher.excerpt import sha256_of
-from launcher.judge.assurance import level_of
 from launcher.records import jsonread
 from launcher.records.jsonread import Fields
 from launcher.records.rundir import Files, read_yaml
+from launcher.records.verdict_record import RecordedVerdict
 
 # A content-derived slug ends with the recipe's short content hash (launcher/inputs/recipe.py).
 _CONTENT_SLUG = re.compile(r"^[^/]+/[^/]+/[^/]+-[0-9a-f]{10}$")
@@ -116,7 +116,7 @@ def row_from_run_dir(run_dir: Path) -> RunRow:
     status = Fields(read_json(run_dir / Files.STATUS))
     plan = Fields(read_json(run_dir / Files.PLAN))
     timeline = Fields(read_json(run_dir / Files.TIMELINE))
-    verdict = Fields(read_json(run_dir / Files.VERDICT))
+    verdict = RecordedVerdict.of(read_json(run_dir / Files.VERDICT))
     image_facts = jsonread.read(run_dir / Files.IMAGE).fields  # the node's: hostile, typed
     result = Fields(read_yaml(run_dir / Files.RESULT))
     unrounded = result.obj("provenance").obj("unrounded")
@@ -134,8 +134,7 @@ def row_from_run_dir(run_dir: Path) -> RunRow:
     if ended is None and state in ("done", "failed", "cancelled"):
         ended = num(status.raw("updated_at"))
     image = image_facts.text("image") or plan.text("image")
-    claimed = verdict.obj("claimed").raw("tokens_per_s_per_gpu")
-    tolerance = verdict.obj("tolerance").raw("slower_percent")
+    claimed = verdict.claim.tokens_per_s_per_gpu if verdict.claim is not None else None
     slug, legacy = identity(
         run_dir, run.word("slug") or plan_recipe.word("slug") or run_dir.parent.name
     )
@@ -150,10 +149,10 @@ def row_from_run_dir(run_dir: Path) -> RunRow:
         started_at=started,
         ended_at=ended,
         state=state,
-        verdict=verdict.text("status"),
-        difference_percent=num(verdict.raw("difference_percent")),
+        verdict=verdict.status,
+        difference_percent=verdict.difference_percent,
         claimed_tokens_per_s_per_gpu=num(claimed),
-        tolerance_percent=num(tolerance),
+        tolerance_percent=verdict.slower_percent,
         tokens_per_s_per_gpu=figure("tokens_per_s_per_gpu"),
         step_time_cv_percent=figure("step_time_cv_percent"),
         mfu=figure("mfu"),
@@ -162,7 +161,7 @@ def row_from_run_dir(run_dir: Path) -> RunRow:
         image=image,
         detail=status.text("detail"),
         measured_runs=_measured_runs(result.mapping()),
-        assurance=level_of(verdict.mapping()),
+        assurance=verdict.assurance,
     )
 
 

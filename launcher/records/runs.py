@@ -24,6 +24,7 @@ from launcher.judge.timeline import RunTimeline
 from launcher.records.billing import Billing, last_known, lifetime_cost
 from launcher.records.jsonread import Fields
 from launcher.records.rundir import FINAL_STATES, TRAIN_STAGE, Files, RunDir, read_yaml
+from launcher.records.verdict_record import RecordedVerdict
 
 TAIL_BYTES = 1 << 20  # the end of train.log read for the last step (a log may be gigabytes)
 
@@ -105,7 +106,7 @@ def summarize(path: Path, now: float | None = None) -> RunSummary:
     state = status.word("state") or "unknown"
     timeline = Fields(rd.read_json(Files.TIMELINE, {}))
     plan = Fields(rd.read_json(Files.PLAN, {}))
-    verdict = Fields(rd.read_json(Files.VERDICT, {}))
+    verdict = RecordedVerdict.of(rd.read_json(Files.VERDICT, {}))
     cost = record.obj("cost")
     profile = plan.obj("profile")
     acquired = _num(timeline.raw("acquired_at"))
@@ -140,7 +141,7 @@ def summarize(path: Path, now: float | None = None) -> RunSummary:
         target=profile.text("name") or cluster.text("kind"),
         kind=profile.text("kind") or cluster.text("kind"),
         state=state,
-        verdict=verdict.text("status"),
+        verdict=verdict.status,
         started_at=acquired if acquired is not None else _num(record.raw("created_at")),
         ended_at=ended,
         elapsed_s=elapsed,

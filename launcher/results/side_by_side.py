@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from launcher.errors import BadInput
-from launcher.judge.assurance import level_of
 from launcher.records import jsonread
 from launcher.records.rundir import Files, read_yaml
+from launcher.records.verdict_record import RecordedVerdict
 
 FIGURES = (
     ("tokens_per_s_per_gpu", "tokens/s per GPU", 2),
@@ -71,9 +71,9 @@ def _recorded(run_dir: Path) -> Side:
     for key, _, _ in FIGURES:
         value = _number(unrounded.get(key)) if isinstance(unrounded, dict) else None
         side.figures[key] = value if value is not None else _number(result.get(key))
-    status = verdict.get("status")
-    side.verdict = status if isinstance(status, str) else None
-    side.assurance = level_of(verdict)
+    recorded = RecordedVerdict.of(verdict)
+    side.verdict = recorded.status
+    side.assurance = recorded.assurance
     side.source = "as its measurement recorded them (result.yaml, verdict.json)"
     return side
 

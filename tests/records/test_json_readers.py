@@ -40,17 +40,20 @@ from launcher.clusters.aws import down as aws_down
 from launcher.clusters.aws.state import AwsState
 from launcher.errors import ReproduceError
 from launcher.pages.attestation import read_attestation
+from launcher.pages.run_sections import Context
 from launcher.pages.rundata import read_run_dir
 from launcher.plan.claimruns import accepted_in
 from launcher.records import billing, jsonread, state
 from launcher.records.history_rows import row_from_run_dir
 from launcher.records.rundir import Files, RunDir
 from launcher.records.runs import summarize
+from launcher.records.verdict_record import RecordedVerdict
 from launcher.results.attest import ENVELOPE_FILE, read_envelope, sign
 from launcher.results.attest_keys import load_signing_key
 from launcher.results.attest_predicate import build_predicate
 from launcher.results.attest_verify import verify_dir
 from launcher.results.readback import read_steps, read_timeline, recorded_price
+from launcher.results.side_by_side import side_of
 from launcher.runner.nightly_groups import _timeline as nightly_timeline
 
 # The only json.loads outside jsonread.py: a value the launcher holds, dumped and read back in the
@@ -98,6 +101,12 @@ READERS: dict[str, tuple[Reader, tuple[str, ...]]] = {
         read_run_dir,
         (Files.VERDICT, Files.STEPS, Files.TIMELINE, Files.PLAN, Files.RUN, Files.STATUS),
     ),
+    "page context": (
+        lambda d: Context.of(read_run_dir(d)),
+        (Files.VERDICT, Files.TIMELINE, Files.PLAN, Files.RUN),
+    ),
+    "verdict record": (lambda d: RecordedVerdict.read(d / Files.VERDICT), (Files.VERDICT,)),
+    "compare side": (lambda d: side_of(d, d), (Files.VERDICT,)),
 }
 
 HOSTILE: dict[str, bytes | str] = {
