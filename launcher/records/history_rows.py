@@ -23,7 +23,8 @@ from launcher.errors import BadInput
 from launcher.excerpt import sha256_of
 from launcher.records import jsonread
 from launcher.records.jsonread import Fields
-from launcher.records.rundir import Files, read_yaml
+from launcher.records.result_record import RecordedResult
+from launcher.records.rundir import Files
 from launcher.records.verdict_record import RecordedVerdict
 
 # A content-derived slug ends with the recipe's short content hash (launcher/inputs/recipe.py).
@@ -118,12 +119,8 @@ def row_from_run_dir(run_dir: Path) -> RunRow:
     timeline = Fields(read_json(run_dir / Files.TIMELINE))
     verdict = RecordedVerdict.of(read_json(run_dir / Files.VERDICT))
     image_facts = jsonread.read(run_dir / Files.IMAGE).fields  # the node's: hostile, typed
-    result = Fields(read_yaml(run_dir / Files.RESULT))
-    unrounded = result.obj("provenance").obj("unrounded")
-
-    def figure(key: str) -> float | None:
-        value = num(unrounded.raw(key))
-        return value if value is not None else num(result.raw(key))
+    result = RecordedResult.read(run_dir / Files.RESULT)
+    figure = result.figure
 
     plan_recipe = plan.obj("recipe")
     profile = plan.obj("profile")
@@ -160,15 +157,9 @@ def row_from_run_dir(run_dir: Path) -> RunRow:
         gpu_hours=figure("gpu_hours"),
         image=image,
         detail=status.text("detail"),
-        measured_runs=_measured_runs(result.mapping()),
+        measured_runs=result.runs,
         assurance=verdict.assurance,
     )
-
-
-def _measured_runs(result: object) -> int | None:
-    """result.yaml's `runs` (K measured runs, their mean the row's figures), None for one."""
-    runs = result.get("runs") if isinstance(result, dict) else None
-    return runs if isinstance(runs, int) and not isinstance(runs, bool) and runs > 1 else None
 
 
 def is_content_slug(slug: str) -> bool:

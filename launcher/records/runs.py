@@ -23,6 +23,7 @@ from launcher.inputs.recipe import Sections
 from launcher.judge.timeline import RunTimeline
 from launcher.records.billing import Billing, last_known, lifetime_cost
 from launcher.records.jsonread import Fields
+from launcher.records.result_record import RecordedResult
 from launcher.records.rundir import FINAL_STATES, TRAIN_STAGE, Files, RunDir, read_yaml
 from launcher.records.verdict_record import RecordedVerdict
 
@@ -272,10 +273,9 @@ def duration(seconds: float | None) -> str:
 
 def _measured_gpu_hours(rd: RunDir) -> float | None:
     try:
-        data = read_yaml(rd.path / Files.RESULT)
+        return RecordedResult.read(rd.path / Files.RESULT).rounded.get("gpu_hours")
     except BadInput:
         return None
-    return _num(data.get("gpu_hours")) if isinstance(data, dict) else None
 
 
 def _steps_per_run(recipe_file: Path) -> int | None:

@@ -18,6 +18,7 @@ from typing import Any
 
 from launcher.errors import BadInput
 from launcher.records import jsonread
+from launcher.records.result_record import RecordedResult
 from launcher.records.rundir import Files, read_yaml
 from launcher.records.verdict_record import RecordedVerdict
 
@@ -67,13 +68,12 @@ def _recorded(run_dir: Path) -> Side:
     if not isinstance(verdict, dict) or not isinstance(result, dict):
         side.source = "not measured: no verdict.json and result.yaml"
         return side
-    unrounded = (result.get("provenance") or {}).get("unrounded") or {}
+    recorded = RecordedResult.of(result)
     for key, _, _ in FIGURES:
-        value = _number(unrounded.get(key)) if isinstance(unrounded, dict) else None
-        side.figures[key] = value if value is not None else _number(result.get(key))
-    recorded = RecordedVerdict.of(verdict)
-    side.verdict = recorded.status
-    side.assurance = recorded.assurance
+        side.figures[key] = recorded.figure(key)
+    judged = RecordedVerdict.of(verdict)
+    side.verdict = judged.status
+    side.assurance = judged.assurance
     side.source = "as its measurement recorded them (result.yaml, verdict.json)"
     return side
 

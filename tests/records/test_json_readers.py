@@ -45,6 +45,7 @@ from launcher.pages.rundata import read_run_dir
 from launcher.plan.claimruns import accepted_in
 from launcher.records import billing, jsonread, state
 from launcher.records.history_rows import row_from_run_dir
+from launcher.records.result_record import RecordedResult
 from launcher.records.rundir import Files, RunDir
 from launcher.records.runs import summarize
 from launcher.records.verdict_record import RecordedVerdict
@@ -389,6 +390,9 @@ YAML_READERS: dict[str, tuple[Reader, tuple[str, ...]]] = {
     "runs.summarize": (summarize, (Files.RESULT,)),
     "attest predicate": (build_predicate, (Files.RESULT, Files.RECIPE)),
     "page run files": (read_run_dir, (Files.RESULT,)),
+    "page context": (lambda d: Context.of(read_run_dir(d)), (Files.RESULT, Files.RECIPE)),
+    "result record": (lambda d: RecordedResult.read(d / Files.RESULT), (Files.RESULT,)),
+    "compare side": (lambda d: side_of(d, d), (Files.RESULT,)),
 }
 _LAUGHS = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
     f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]\n" for i in range(9)
