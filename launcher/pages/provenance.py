@@ -43,20 +43,15 @@ def _facts(ctx: Context) -> str:
     plan = ctx.plan
     image_facts = ctx.files.mapping(Files.IMAGE)
     facts: list[tuple[str, str]] = []
-    plan_recipe = _map(plan.get("recipe"))
     facts.append(
         (
             "recipe",
             esc(ctx.slug)
-            + (
-                f"<br>file sha256 {code(plan_recipe['sha256'])}"
-                if plan_recipe.get("sha256")
-                else ""
-            )
+            + (f"<br>file sha256 {code(plan.recipe_sha256)}" if plan.recipe_sha256 else "")
             + (f"<br>card status: {esc(ctx.card.status)}" if ctx.card.status else ""),
         )
     )
-    gpus_per_node = plan.get("gpus_per_node")
+    gpus_per_node = plan.gpus_per_node
     facts.append(
         (
             "cluster",
@@ -68,7 +63,7 @@ def _facts(ctx: Context) -> str:
             ),
         )
     )
-    pinned = plan.get("image")
+    pinned = plan.image
     verified = image_facts.get("image") or image_facts.get("digest")
     if pinned or verified:
         same = _digest(pinned) is not None and _digest(pinned) == _digest(verified)
@@ -290,8 +285,7 @@ def _assets(ctx: Context) -> str:
                 esc(f"{num(claim.active_params, 0)} active parameters"),
             ]
         )
-    assets = _map(ctx.plan.get("assets"))
-    used = [[esc(k), code(v)] for k, v in assets.items() if v is not None]
+    used = [[esc(k), code(v)] for k, v in ctx.plan.assets if v is not None]
     out = []
     if rows:
         out.append(table(["pinned by the card", "value", ""], rows, cls="kv"))

@@ -144,7 +144,7 @@ def _header(ctx: rs.Context) -> str:
 def _kind(ctx: rs.Context) -> str | None:
     """The run's cluster kind as launcher/clusters/trust.py reads run.json and plan.json: known
     in every state, with a verdict or without one."""
-    return trust.kind_of(ctx.files.mapping(Files.RUN), ctx.plan)
+    return trust.kind_of(ctx.files.mapping(Files.RUN), ctx.files.mapping(Files.PLAN))
 
 
 def _trust(ctx: rs.Context) -> str:

@@ -22,6 +22,7 @@ from launcher.judge.verdict import DEFAULT_TOLERANCE_PERCENT
 from launcher.pages import svg
 from launcher.pages.html import badge, duration, esc, not_recorded, num, number, section, table
 from launcher.pages.rundata import RunFiles
+from launcher.records.plan_record import RecordedPlan
 from launcher.records.rundir import Files
 from launcher.records.verdict_record import RecordedVerdict
 
@@ -40,7 +41,7 @@ class Context:
     unrounded: dict[str, Any]
     verdict: RecordedVerdict  # verdict.json (judged False: none, or an empty one)
     timeline: RunTimeline
-    plan: dict[str, Any]
+    plan: RecordedPlan  # plan.json
     slug: str
     run_id: str
     cluster: str
@@ -66,15 +67,12 @@ class Context:
         result = files.mapping(Files.RESULT)
         prov = _map(result.get("provenance"))
         run = files.mapping(Files.RUN)
-        plan = files.mapping(Files.PLAN)
+        plan = RecordedPlan.of(files.get(Files.PLAN))
         gpu = card.hardware
-        slug = str(
-            run.get("slug") or _map(plan.get("recipe")).get("slug") or files.path.parent.name
-        )
-        profile = _map(plan.get("profile"))
-        cluster_kind = profile.get("kind") or _map(run.get("cluster")).get("kind")
+        slug = str(run.get("slug") or plan.slug or files.path.parent.name)
+        cluster_kind = plan.profile_kind or _map(run.get("cluster")).get("kind")
         cluster = " ".join(
-            str(x) for x in (profile.get("name"), cluster_kind and f"({cluster_kind})") if x
+            str(x) for x in (plan.profile_name, cluster_kind and f"({cluster_kind})") if x
         )
         model = card.model
         if model and gpu.stated:
@@ -94,7 +92,7 @@ class Context:
             timeline=RunTimeline.of(files.mapping(Files.TIMELINE)),
             plan=plan,
             slug=slug,
-            run_id=str(run.get("run_id") or plan.get("run_id") or files.path.name),
+            run_id=str(run.get("run_id") or plan.run_id or files.path.name),
             cluster=cluster,
             title=title,
         )
@@ -112,7 +110,7 @@ class Context:
             self.window, self.window_known = (window[0], window[1]), True
         gpus = number(self.prov.get("gpus")) or number(gpu.count)
         self.gpus = int(gpus) if gpus else None
-        plan_nodes = number(self.plan.get("nodes"))
+        plan_nodes = number(self.plan.nodes)
         per_node = number(gpu.per_node)
         if plan_nodes:
             self.nodes = int(plan_nodes)

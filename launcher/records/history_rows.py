@@ -23,6 +23,7 @@ from launcher.errors import BadInput
 from launcher.excerpt import sha256_of
 from launcher.records import jsonread
 from launcher.records.jsonread import Fields
+from launcher.records.plan_record import RecordedPlan
 from launcher.records.result_record import RecordedResult
 from launcher.records.rundir import Files
 from launcher.records.verdict_record import RecordedVerdict
@@ -115,34 +116,30 @@ def row_from_run_dir(run_dir: Path) -> RunRow:
     if not run.word("run_id"):
         raise BadInput(f"{run_dir} is not a run directory (no run.json with a run_id).")
     status = Fields(read_json(run_dir / Files.STATUS))
-    plan = Fields(read_json(run_dir / Files.PLAN))
+    plan = RecordedPlan.of(read_json(run_dir / Files.PLAN))
     timeline = Fields(read_json(run_dir / Files.TIMELINE))
     verdict = RecordedVerdict.of(read_json(run_dir / Files.VERDICT))
     image_facts = jsonread.read(run_dir / Files.IMAGE).fields  # the node's: hostile, typed
     result = RecordedResult.read(run_dir / Files.RESULT)
     figure = result.figure
 
-    plan_recipe = plan.obj("recipe")
-    profile = plan.obj("profile")
     cluster = run.obj("cluster")
     state = status.text("state")
     started = num(timeline.raw("acquired_at")) or num(run.raw("created_at"))
     ended = num(timeline.raw("released_at"))
     if ended is None and state in ("done", "failed", "cancelled"):
         ended = num(status.raw("updated_at"))
-    image = image_facts.text("image") or plan.text("image")
+    image = image_facts.text("image") or plan.image
     claimed = verdict.claim.tokens_per_s_per_gpu if verdict.claim is not None else None
-    slug, legacy = identity(
-        run_dir, run.word("slug") or plan_recipe.word("slug") or run_dir.parent.name
-    )
+    slug, legacy = identity(run_dir, run.word("slug") or plan.slug or run_dir.parent.name)
     return RunRow(
         run_id=run.word("run_id"),
         slug=slug,
         legacy_slug=legacy,
-        recipe_sha256=plan_recipe.text("sha256") or file_sha256(run_dir / Files.RECIPE),
+        recipe_sha256=plan.recipe_sha256 or file_sha256(run_dir / Files.RECIPE),
         run_dir=str(run_dir.resolve()),
-        cluster_name=profile.text("name") or cluster.text("name"),
-        cluster_kind=profile.text("kind") or cluster.text("kind"),
+        cluster_name=plan.profile_name or cluster.text("name"),
+        cluster_kind=plan.profile_kind or cluster.text("kind"),
         started_at=started,
         ended_at=ended,
         state=state,

@@ -23,6 +23,7 @@ from launcher.inputs.recipe import Sections
 from launcher.judge.timeline import RunTimeline
 from launcher.records.billing import Billing, last_known, lifetime_cost
 from launcher.records.jsonread import Fields
+from launcher.records.plan_record import RecordedPlan
 from launcher.records.result_record import RecordedResult
 from launcher.records.rundir import FINAL_STATES, TRAIN_STAGE, Files, RunDir, read_yaml
 from launcher.records.verdict_record import RecordedVerdict
@@ -106,10 +107,9 @@ def summarize(path: Path, now: float | None = None) -> RunSummary:
     status = Fields(rd.status())
     state = status.word("state") or "unknown"
     timeline = Fields(rd.read_json(Files.TIMELINE, {}))
-    plan = Fields(rd.read_json(Files.PLAN, {}))
+    plan = RecordedPlan.of(rd.read_json(Files.PLAN, {}))
     verdict = RecordedVerdict.of(rd.read_json(Files.VERDICT, {}))
     cost = record.obj("cost")
-    profile = plan.obj("profile")
     acquired = _num(timeline.raw("acquired_at"))
     released = _num(timeline.raw("released_at"))
     ended = released
@@ -119,8 +119,8 @@ def summarize(path: Path, now: float | None = None) -> RunSummary:
     if acquired is not None:
         until = released if released is not None else (ended if ended is not None else now)
         elapsed = max(0.0, until - acquired)
-    nodes = _count(cost.raw("nodes")) or _count(plan.raw("nodes")) or 1
-    gpus = _count(cost.raw("gpus_per_node")) or _count(plan.raw("gpus_per_node")) or 0
+    nodes = _count(cost.raw("nodes")) or _count(plan.nodes) or 1
+    gpus = _count(cost.raw("gpus_per_node")) or _count(plan.gpus_per_node) or 0
     recorded = Price.from_dict(record.raw("price"))  # the price the run decided once
     price = recorded.value if recorded is not None else _num(cost.raw("price_per_hour"))
     price_source = recorded.describe() if recorded is not None else cost.text("price_source")
@@ -138,9 +138,9 @@ def summarize(path: Path, now: float | None = None) -> RunSummary:
     cluster = record.obj("cluster")
     return RunSummary(
         run_id=record.word("run_id"),
-        recipe=record.word("slug") or plan.obj("recipe").word("slug") or "?",
-        target=profile.text("name") or cluster.text("kind"),
-        kind=profile.text("kind") or cluster.text("kind"),
+        recipe=record.word("slug") or plan.slug or "?",
+        target=plan.profile_name or cluster.text("kind"),
+        kind=plan.profile_kind or cluster.text("kind"),
         state=state,
         verdict=verdict.status,
         started_at=acquired if acquired is not None else _num(record.raw("created_at")),

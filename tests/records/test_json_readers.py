@@ -45,6 +45,7 @@ from launcher.pages.rundata import read_run_dir
 from launcher.plan.claimruns import accepted_in
 from launcher.records import billing, jsonread, state
 from launcher.records.history_rows import row_from_run_dir
+from launcher.records.plan_record import RecordedPlan
 from launcher.records.result_record import RecordedResult
 from launcher.records.rundir import Files, RunDir
 from launcher.records.runs import summarize
@@ -106,6 +107,7 @@ READERS: dict[str, tuple[Reader, tuple[str, ...]]] = {
         lambda d: Context.of(read_run_dir(d)),
         (Files.VERDICT, Files.TIMELINE, Files.PLAN, Files.RUN),
     ),
+    "plan record": (lambda d: RecordedPlan.of(jsonread.read(d / Files.PLAN).value), (Files.PLAN,)),
     "verdict record": (lambda d: RecordedVerdict.read(d / Files.VERDICT), (Files.VERDICT,)),
     "compare side": (lambda d: side_of(d, d), (Files.VERDICT,)),
 }
