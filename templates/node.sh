@@ -148,22 +148,22 @@ GPU_ARGS=("${REPRODUCE_GPU_OPTION:?set by the batch script of the job}")
 # out dir, read-only its state dir, the cache and scripts/
 PYXIS_ENV=@@{env_names}
 PYXIS_MOUNTS="$NODE_RUN_DIR/@@{out_dir}:$NODE_RUN_DIR/@@{out_dir},$NODE_RUN_DIR/@@{state_dir}:$NODE_RUN_DIR/@@{state_dir}:ro,"@@{cache_mount}",$NODE_RUN_DIR/scripts:@@{scripts_at}:ro"
-# _in_image NAME [--gpus] [--new] [--host-user] [--offline] -- COMMAND...: COMMAND in the image, as step NAME
+# _in_image NAME [--gpus] [--new] [--host-user] -- COMMAND...: COMMAND in the image, as step NAME (sharing the
+# node's network: enroot 4.1.2 has no network namespace of its own for pyxis's --container-unshare=net)
 _in_image() {
-  local name=$1 gpus=() mounts=$PYXIS_MOUNTS user=(--container-remap-root) net=(); shift
+  local name=$1 gpus=() mounts=$PYXIS_MOUNTS user=(--container-remap-root); shift
   while [ "$1" != -- ]; do
     case $1 in
       --gpus) gpus=("${GPU_ARGS[@]}") ;;
       --new) mounts+=",$REPRODUCE_NEW_DIR:$REPRODUCE_NEW_DIR" ;;
       --host-user) user=(--no-container-remap-root) ;;
-      --offline) net=(--container-unshare=net) ;;
     esac
     shift
   done
   shift
   srun --jobid="$SLURM_JOB_ID" --overlap --nodes=1 --ntasks=1 --nodelist="$SLURMD_NODENAME" --job-name="$name" \
     --kill-on-bad-exit=1 --quiet ${gpus[@]+"${gpus[@]}"} --export="$PYXIS_ENV" --container-image="$IMAGE_SQSH" \
-    --container-mounts="$mounts" --no-container-mount-home "${user[@]}" ${net[@]+"${net[@]}"} "$@"
+    --container-mounts="$mounts" --no-container-mount-home "${user[@]}" "$@"
 }
 EFA_ARGS=()
 ##@ block pyxis_image: the image stage on pyxis: the pinned image into a fresh .sqsh, its content checked

@@ -90,13 +90,13 @@ def in_image(
     gpus: bool,
     makes: bool,
     host_user: bool,
-    offline: bool,
 ) -> str:
-    """One in-image command as node.sh's `_in_image` runs it (a step of the job on this node)."""
+    """One in-image command as node.sh's `_in_image` runs it (a step of the job on this node).
+    No stage is offline here: pyxis 0.24's --container-unshare=net needs enroot's
+    ENROOT_UNSHARE_NET, which no enroot release has yet (4.1.2 lacks it; docs/slurm.md)."""
     flags = [
         *(["--gpus"] if gpus else []),
         *(["--new"] if makes else []),
         *(["--host-user"] if host_user else []),
-        *(["--offline"] if offline else []),
     ]
     return f'_in_image "{stage_name}" {" ".join([*flags, "--"])} bash -c {shlex.quote(command)}'

@@ -97,9 +97,8 @@ class ScriptContext(Placement):
             return command
         if self.pyxis:
             return enroot_image.in_image(
-                f"$CONTAINER-{stage}", command, gpus=gpus, makes=makes, host_user=host_user,
-                offline=offline,
-            )  # fmt: skip
+                f"$CONTAINER-{stage}", command, gpus=gpus, makes=makes, host_user=host_user
+            )
         gpu = '"${GPU_ARGS[@]}" ' if gpus else ""
         user = '--user "$(id -u):$(id -g)" ' if host_user else ""
         new = (
@@ -322,7 +321,9 @@ class ScriptContext(Placement):
             ]
         if multinode.spans_nodes(self.recipe, self.profile):
             return multinode.ray_lines(self)
-        return ray_stage.head_lines(self.recipe, self.profile, own_namespace=self.own_pid_namespace)
+        return ray_stage.head_lines(
+            self.recipe, self.profile, own_namespace=self.own_pid_namespace, job_step=self.pyxis
+        )
 
     def exports(self) -> list[str]:
         """Container environment: miles' PYTHONPATH, the profile's env, the recipe's env in
