@@ -24,7 +24,8 @@ and the enroot built there first on every node's PATH, then the real CLI with th
 3. Ctrl-C mid-training: the job is cancelled, nothing left in squeue, no enroot container, no
    process of the run.
 
-It prints each check and exits 0 only if all hold; what it started it stops.
+It prints each check and exits 0 only if all hold; what it started it stops (PYXIS_KEEP=1 keeps
+its directory, the runs' evidence; PYXIS_SKIP_ONE=1 leaves out the 1-node run).
 """
 
 from __future__ import annotations
