@@ -135,3 +135,88 @@ EFA_ARGS=()
 mkdir -p -m 700 "$NODE_RUN_DIR/scripts" && cp -R "$REPRODUCE_SCRIPTS/." "$NODE_RUN_DIR/scripts/"
 @@results_block
 _cleanup() { _results; }
+##@ block pyxis_setup: kind slurm, container_runtime pyxis (launcher/plan/enroot_image.py)
+# every in-image command is one more step of this node's job (srun --overlap), in a container pyxis makes from
+# the image this run imported and checked ($IMAGE_SQSH, never a named container); a cancel's scancel ends every
+# step of the job, so the EXIT trap has no container to remove
+_cleanup() { @@{bg_stop}:; }
+trap _on_exit EXIT
+IMAGE_SQSH="$NODE_RUN_DIR/@@{sqsh}"
+# the GPUs each step asks for: the job's own option (--gpus-per-node=N or --gres=gpu:N), set by its batch script
+GPU_ARGS=("${REPRODUCE_GPU_OPTION:?set by the batch script of the job}")
+# what a container gets of this script's environment (names only; HF_TOKEN to none), and its mounts: the run's
+# out dir, read-only its state dir, the cache and scripts/
+PYXIS_ENV=@@{env_names}
+PYXIS_MOUNTS="$NODE_RUN_DIR/@@{out_dir}:$NODE_RUN_DIR/@@{out_dir},$NODE_RUN_DIR/@@{state_dir}:$NODE_RUN_DIR/@@{state_dir}:ro,"@@{cache_mount}",$NODE_RUN_DIR/scripts:@@{scripts_at}:ro"
+# _in_image NAME [--gpus] [--new] [--host-user] -- COMMAND...: COMMAND in the image, as step NAME (sharing the
+# node's network: enroot 4.1.2 has no network namespace of its own for pyxis's --container-unshare=net)
+_in_image() {
+  local name=$1 gpus=() mounts=$PYXIS_MOUNTS user=(--container-remap-root); shift
+  while [ "$1" != -- ]; do
+    case $1 in
+      --gpus) gpus=("${GPU_ARGS[@]}") ;;
+      --new) mounts+=",$REPRODUCE_NEW_DIR:$REPRODUCE_NEW_DIR" ;;
+      --host-user) user=(--no-container-remap-root) ;;
+    esac
+    shift
+  done
+  shift
+  srun --jobid="$SLURM_JOB_ID" --overlap --nodes=1 --ntasks=1 --nodelist="$SLURMD_NODENAME" --job-name="$name" \
+    --kill-on-bad-exit=1 --quiet ${gpus[@]+"${gpus[@]}"} --export="$PYXIS_ENV" --container-image="$IMAGE_SQSH" \
+    --container-mounts="$mounts" --no-container-mount-home "${user[@]}" "$@"
+}
+EFA_ARGS=()
+##@ block pyxis_image: the image stage on pyxis: the pinned image into a fresh .sqsh, its content checked
+command -v enroot >/dev/null || { echo 'enroot is not installed on this node (profile container_runtime: pyxis)' >&2; exit 1; }
+for tool in curl jq sha256sum; do
+  command -v "$tool" >/dev/null || { echo "$tool is not installed on this node (the image check needs it)" >&2; exit 1; }
+done
+# 1. the manifest by digest, hashed here: enroot checks each blob against the manifest, never the manifest
+_IMG_DIR="$NODE_RUN_DIR/image.check"
+rm -rf "$_IMG_DIR" && mkdir -m 700 "$_IMG_DIR" "$_IMG_DIR/cache"
+_IMG_REGISTRY=@@{registry}
+_IMG_NAME=@@{name}
+_IMG_ACCEPT=@@{accept}
+_proto=https; [ "${ENROOT_ALLOW_HTTP:-}" = yes ] && _proto=http
+_manifest() {  # DIGEST -> $_IMG_DIR/manifest.json, which must hash to DIGEST
+  local url="$_proto://$_IMG_REGISTRY/v2/$_IMG_NAME/manifests/$1" code auth=() realm service token
+  code=$(curl -sS -o "$_IMG_DIR/manifest.json" -D "$_IMG_DIR/headers" -w '%{http_code}' -H "$_IMG_ACCEPT" "$url") || return 1
+  if [ "$code" = 401 ]; then  # an anonymous token, as docker and enroot get one
+    realm=$(tr -d '\r' < "$_IMG_DIR/headers" | sed -n 's/^[Ww][Ww][Ww]-[Aa]uthenticate: *Bearer .*realm="\([^"]*\)".*/\1/p')
+    service=$(tr -d '\r' < "$_IMG_DIR/headers" | sed -n 's/^[Ww][Ww][Ww]-[Aa]uthenticate: .*service="\([^"]*\)".*/\1/p')
+    [ -n "$realm" ] || { echo "image: $url wants credentials this check does not have" >&2; return 1; }
+    token=$(curl -sS -G "$realm" --data-urlencode "service=$service" --data-urlencode "scope=repository:$_IMG_NAME:pull" \
+      | jq -r '.token // .access_token // empty') || return 1
+    auth=(-H "Authorization: Bearer $token")
+    code=$(curl -sS -o "$_IMG_DIR/manifest.json" -w '%{http_code}' "${auth[@]}" -H "$_IMG_ACCEPT" "$url") || return 1
+  fi
+  [ "$code" = 200 ] || { echo "image: $url answered HTTP $code" >&2; return 1; }
+  [ "sha256:$(sha256sum < "$_IMG_DIR/manifest.json" | cut -d' ' -f1)" = "$1" ] \
+    || { echo "image: the registry's manifest for $1 does not hash to $1: refused" >&2; return 1; }
+}
+_manifest "$IMAGE_DIGEST" || exit 1
+_arch=$(uname -m); case "$_arch" in x86_64) _arch=amd64 ;; aarch64) _arch=arm64 ;; esac
+_entry=$(jq -r --arg a "$_arch" '(.manifests // [])[] | select(.platform.architecture == $a) | .digest' "$_IMG_DIR/manifest.json" | head -n 1)
+if [ -n "$_entry" ]; then _manifest "$_entry" || exit 1; fi
+jq -r '.config.digest, .layers[].digest' "$_IMG_DIR/manifest.json" | sed 's/^sha256://' | sort -u > "$_IMG_DIR/expected"
+# 2. imported with a cache of its own, made fresh: it ends holding exactly the blobs this import used,
+# each named by the sha256 enroot checked it against (enroot before 4.0 cannot parse @sha256: the tag)
+_uri=@@{by_digest}
+if [ "$(printf '%s\n' 4.0 "$(enroot version)" | sort -V | head -n 1)" != 4.0 ]; then
+  _uri=@@{by_tag}
+  [ -n "$_uri" ] || { echo "enroot $(enroot version) cannot import by digest (4.0 or newer can), and the recipe names no tag" >&2; exit 1; }
+fi
+rm -f "$IMAGE_SQSH"
+ENROOT_CACHE_PATH="$_IMG_DIR/cache" enroot import --output "$IMAGE_SQSH" "$_uri"
+# 3. the blobs enroot used must be the pinned manifest's config and layers, no more and no fewer
+ls "$_IMG_DIR/cache" | sort -u > "$_IMG_DIR/imported"
+if ! cmp -s "$_IMG_DIR/expected" "$_IMG_DIR/imported"; then
+  echo "image $IMAGE: enroot imported other blobs than the manifest of $IMAGE_DIGEST names (expected: $(tr '\n' ' ' < "$_IMG_DIR/expected"); imported: $(tr '\n' ' ' < "$_IMG_DIR/imported"))" >&2
+  rm -f "$IMAGE_SQSH"; exit 1
+fi
+# image.json: what ran (the digest checked, the blobs, the file made from them); renamed into place whole
+printf '{"image": "%s", "digest": "%s", "runtime": "pyxis", "enroot": "%s", "sqsh_sha256": "%s", "blobs": %s}\n' \
+  "$IMAGE" "$IMAGE_DIGEST" "$(enroot version)" "$(sha256sum < "$IMAGE_SQSH" | cut -d' ' -f1)" \
+  "$(jq -R . < "$_IMG_DIR/imported" | jq -s -c .)" > "$NODE_RUN_DIR/image.json.tmp"
+rm -rf "$_IMG_DIR"
+mv -f "$NODE_RUN_DIR/image.json.tmp" "$NODE_RUN_DIR/image.json"

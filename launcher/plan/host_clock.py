@@ -67,14 +67,24 @@ def host_clock_pipe(command: str, *, on: bool = True, on_fail: str = "") -> list
     ]
 
 
-def training_run(*, host_clock: bool) -> list[str]:
-    """node.sh's `docker run` of the training container, through the host's clock or not; with
-    the clock, the host's GPU sampler runs for the life of the docker run (check 7 places the
-    samples on the clock's span, so without the clock they would not be read)."""
-    run = 'docker run --rm --name "$CONTAINER" "${GPU_ARGS[@]}" "${NET_ARGS[@]}" '
-    run += '"${DOCKER_ARGS[@]}" "${EFA_ARGS[@]}" "$IMAGE" bash -c "$CONTAINER_SCRIPT"'
+DOCKER_RUN = (
+    'docker run --rm --name "$CONTAINER" "${GPU_ARGS[@]}" "${NET_ARGS[@]}" '
+    '"${DOCKER_ARGS[@]}" "${EFA_ARGS[@]}" "$IMAGE" bash -c "$CONTAINER_SCRIPT"'
+)
+
+
+def training_run(*, host_clock: bool, run: str | None = None) -> list[str]:
+    """node.sh's run of the training container (`docker run`, or `run`: pyxis's step), through
+    the host's clock or not; with the clock, the host's GPU sampler runs for the life of that
+    run (check 7 places the samples on the clock's span, so without the clock they would not be
+    read). Both run on the host, outside the container."""
+    run = run or DOCKER_RUN
     named = "# the container is named after the run so `reproduce cancel` can find it; --rm "
     named += "removes it at the end"
+    if run != DOCKER_RUN:
+        named = (
+            "# the training step is named after the run; pyxis removes its container when it ends"
+        )
     if not host_clock:
         return [named, *host_clock_pipe(run, on=False)]
     return [

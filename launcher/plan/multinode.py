@@ -187,7 +187,7 @@ def ray_lines(ctx: Placement) -> list[str]:
     finished = f'"$NODE_RUN_DIR/{END_MARK}"'
     tries = RAY_START_TRIES
     return [
-        ray_stage.cleanup_line(ctx.own_pid_namespace),
+        ray_stage.cleanup_line(ctx.own_pid_namespace, job_step=ctx.pyxis),
         f"# ray start, up to {tries} times (a busy GCS can let one registration time out)",
         "_ray_start() {",
         "  local n=0",

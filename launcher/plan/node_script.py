@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from launcher.inputs.patches import apply_lines as patch_lines
 from launcher.inputs.profile import AwsProfile, Profile, RayProfile
 from launcher.inputs.recipe import Image, Recipe
-from launcher.plan import leftovers, multinode, ray_stage, stage_graph
+from launcher.plan import enroot_image, leftovers, multinode, ray_stage, stage_graph
 from launcher.plan.asset_spec import cache_entries_check
 from launcher.plan.background import BACKGROUND_FUNCTIONS
 from launcher.plan.bash_template import BashTemplate, Lines, template
@@ -95,6 +95,10 @@ class ScriptContext(Placement):
         """
         if not self.docker:  # the node (a Ray job's too: the cluster is the image) runs it itself
             return command
+        if self.pyxis:
+            return enroot_image.in_image(
+                f"$CONTAINER-{stage}", command, gpus=gpus, makes=makes, host_user=host_user
+            )
         gpu = '"${GPU_ARGS[@]}" ' if gpus else ""
         user = '--user "$(id -u):$(id -g)" ' if host_user else ""
         new = (
@@ -251,6 +255,8 @@ class ScriptContext(Placement):
                 "# runtime: host - the node is the image; the stack check below verifies its "
                 "versions"
             ]
+        if self.pyxis:
+            return template("node.sh").fill("pyxis_image", enroot_image.image_values(image), {})
         lines = [
             "command -v docker >/dev/null || { echo 'docker is not installed on this node (profile "
             "runtime: docker)' >&2; "
@@ -315,7 +321,9 @@ class ScriptContext(Placement):
             ]
         if multinode.spans_nodes(self.recipe, self.profile):
             return multinode.ray_lines(self)
-        return ray_stage.head_lines(self.recipe, self.profile, own_namespace=self.own_pid_namespace)
+        return ray_stage.head_lines(
+            self.recipe, self.profile, own_namespace=self.own_pid_namespace, job_step=self.pyxis
+        )
 
     def exports(self) -> list[str]:
         """Container environment: miles' PYTHONPATH, the profile's env, the recipe's env in
@@ -389,7 +397,9 @@ def render_node_script(
     background = stage_graph.at_once(p.kind)
     stop = "_bg_stop; " if background else ""
 
-    if ctx.docker:
+    if ctx.pyxis:
+        setup = tpl.fill("pyxis_setup", _pyxis_values(ctx, stop), {})
+    elif ctx.docker:
         mode = p.docker.efa_devices
         efa = (
             tpl.fill("efa_devices", {}, {"efa_required": _block(tpl, "efa_required", mode)})
@@ -478,7 +488,10 @@ def render_node_script(
         "node_stages": node_stages,
         "container_script": container_script,
         "training_run": (
-            training_run(host_clock=p.docker.host_clock)
+            training_run(
+                host_clock=p.docker.host_clock,
+                run=_PYXIS_TRAINING_RUN if ctx.pyxis else None,
+            )
             if ctx.docker
             else ['bash -c "$CONTAINER_SCRIPT"']
         ),
@@ -486,6 +499,28 @@ def render_node_script(
         "done_line": DONE_LINE,
     }
     return "\n".join(tpl.fill("node.sh", values, slots)) + "\n"
+
+
+# the training container on pyxis: a step of the job on this node, as every in-image command
+_PYXIS_TRAINING_RUN = '_in_image "$CONTAINER" --gpus -- bash -c "$CONTAINER_SCRIPT"'
+
+
+def _pyxis_values(ctx: ScriptContext, bg_stop: str) -> dict[str, str]:
+    """The values of the template's `pyxis_setup` block: the environment a container gets (the
+    names docker's -e gives, those a rows build or a conversion needs) and its mounts."""
+    names = ["RUN_ID", "NODE_RUN_DIR", "REPRODUCE_OUT_DIR", "HF_CKPT", "TORCH_DIST", "SFT_DATA"]
+    names += ["REPRODUCE_NEW_DIR", "REPRODUCE_HOST_IDS", *multinode.env_names(ctx)]
+    source = str(ctx.profile.path)
+    cache = enroot_image.mountable(ctx.cache_dir, "cache_dir", source)
+    return {
+        "bg_stop": bg_stop,
+        "sqsh": enroot_image.SQSH,
+        "env_names": q(",".join(names)),
+        "out_dir": OUT_DIR,
+        "state_dir": STATE_DIR,
+        "cache_mount": q(f"{cache}:{cache}:ro"),
+        "scripts_at": CONTAINER_SCRIPTS,
+    }
 
 
 def _block(tpl: BashTemplate, name: str, mode: str) -> list[str]:

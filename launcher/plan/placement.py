@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from launcher.inputs.profile import Profile
+from launcher.inputs.profile import Profile, SlurmProfile
 from launcher.inputs.recipe import Recipe
 from launcher.plan import ray_stage
 
@@ -65,8 +65,18 @@ class Placement:
         return self.profile.runtime == "docker" and self.profile.kind != "ray"
 
     @property
+    def pyxis(self) -> bool:
+        """kind slurm with container_runtime pyxis: the image's commands run as steps of the job in
+        containers pyxis makes (launcher/plan/enroot_image.py), not under docker."""
+        p = self.profile
+        return self.docker and isinstance(p, SlurmProfile) and p.container_runtime == "pyxis"
+
+    @property
     def own_pid_namespace(self) -> bool:
-        return ray_stage.own_pid_namespace(self.docker, list(self.profile.docker.extra_args))
+        # an enroot container shares the host's PID namespace (pyxis unshares none by default)
+        return ray_stage.own_pid_namespace(
+            self.docker and not self.pyxis, list(self.profile.docker.extra_args)
+        )
 
     @property
     def scripts(self) -> str:

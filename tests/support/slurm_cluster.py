@@ -41,6 +41,10 @@ class SlurmLoop:
     root: Path
     env: dict[str, str] = field(default_factory=dict)
     munge_dir: Path = Path("/nonexistent")
+    # SPANK plugins (pyxis: tests/manual/pyxis_loopback.py), and the environment slurmd and its
+    # steps get besides SLURM_CONF (the PATH where they find enroot)
+    plugstack: Path | None = None
+    node_env: dict[str, str] = field(default_factory=dict)
 
     @property
     def conf(self) -> Path:
@@ -105,6 +109,7 @@ SchedulerType=sched/backfill
 SchedulerParameters=sched_interval=2
 JobCompType=jobcomp/none
 AccountingStorageType=accounting_storage/none
+{f"PlugStackConfig={self.plugstack}" if self.plugstack else ""}
 {node_lines}
 PartitionName=gpu Nodes={",".join(NODES)} Default=YES MaxTime=INFINITE State=UP
 NodeName={SMALL_NODE} NodeAddr=127.0.0.4 NodeHostname={SMALL_NODE} Port={free_port()} CPUs=2 \
@@ -127,7 +132,7 @@ PartitionName={SMALL_PARTITION} Nodes={SMALL_NODE} MaxTime=INFINITE State=UP
 
     def start_node(self, name: str) -> None:
         # the mark every process of this node's slurmd carries (its slurmstepd's too)
-        env = {**os.environ, **self.env, NODE_MARK: self.mark(name)}
+        env = {**os.environ, **self.env, **self.node_env, NODE_MARK: self.mark(name)}
         subprocess.run(["/usr/sbin/slurmd", "-f", str(self.conf), "-N", name], env=env, check=True)
         self.wait(lambda: (self.root / f"slurmd-{name}.pid").is_file(), f"slurmd {name}")
 

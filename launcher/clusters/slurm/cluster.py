@@ -638,12 +638,6 @@ class SlurmBackend(
     def from_plan(self, plan: Plan, options: LaunchOptions, run_dir: Path) -> SlurmCluster:
         """The cluster of a new run (launcher.clusters.from_plan)."""
         del options
-        profile = plan.profile
-        if isinstance(profile, SlurmProfile) and profile.container_runtime == "pyxis":
-            raise BadInput(
-                f"{profile.path}: container_runtime pyxis is rendered by --dry-run only in this "
-                "version (docs/slurm.md); use container_runtime: docker for a real run."
-            )
         return SlurmCluster(_login_of(plan.profile.raw), plan=plan, run_dir=run_dir)
 
     def from_record(self, record: Mapping[str, Any], run_dir: Path | None = None) -> SlurmCluster:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from launcher.errors import BadInput
 from launcher.inputs.profile import Profile, SlurmProfile
-from launcher.plan import stage_graph
+from launcher.plan import enroot_image, stage_graph
 from launcher.plan.protocol import CANCEL_MARK, RUN_MARK, WRAPPER_NAME
 
 if TYPE_CHECKING:
@@ -52,7 +52,7 @@ class Batch:
     node_dirs: tuple[str, ...]  # node K's run directory, in rank order
     containers: tuple[str, ...]  # node K's training container (removed after its wrapper ends)
     runtime: str  # docker | pyxis
-    image: str  # IMAGE@sha256:... (pyxis: what srun --container-image gets)
+    image: str  # IMAGE@sha256:...
 
 
 def job_name(run_id: str) -> str:
@@ -196,6 +196,7 @@ def render(b: Batch) -> str:
         for k, (d, c) in enumerate(zip(b.node_dirs, b.containers, strict=True))
     )
     multi = b.nodes > 1
+    pyxis = b.runtime == "pyxis"
     # What each node's task runs: its wrapper in the foreground (the step lasts as long as
     # node.sh), then the removal of its training container, whatever ended the wrapper.
     task = [
@@ -220,11 +221,17 @@ def render(b: Batch) -> str:
         ),
         f'{RUN_MARK}="$(pwd -P)" bash {WRAPPER_NAME} </dev/null',
         "rc=$?",
-        "if command -v docker >/dev/null 2>&1; then",
-        '  docker rm -f "$c" '
-        + " ".join(f'"$c-{s}"' for s in stage_graph.IN_IMAGE)
-        + " >/dev/null 2>&1 || true",
-        "fi",
+        *(
+            [f'rm -f "$d/{enroot_image.SQSH}"']  # the run's image file (pyxis removes containers)
+            if pyxis
+            else [
+                "if command -v docker >/dev/null 2>&1; then",
+                '  docker rm -f "$c" '
+                + " ".join(f'"$c-{s}"' for s in stage_graph.IN_IMAGE)
+                + " >/dev/null 2>&1 || true",
+                "fi",
+            ]
+        ),
         'exit "$rc"',
     ]
     task_text = "\n".join(task) + "\n"
@@ -235,7 +242,6 @@ def render(b: Batch) -> str:
         "--ntasks-per-node=1",
         "--kill-on-bad-exit=0",
         gpus,
-        *(["--container-image=" + q(b.image)] if b.runtime == "pyxis" else []),
         "bash",
         "-c",
     ]
@@ -258,7 +264,15 @@ def render(b: Batch) -> str:
         "done",
         'export REPRODUCE_NODE_ADDRS="${addrs[*]}"',
         'echo "reproduce: job $SLURM_JOB_ID on $SLURM_JOB_NODELIST ($REPRODUCE_NODE_ADDRS)"',
-        *(_enroot_check(b) if b.runtime == "pyxis" else []),
+        *(
+            [
+                "# pyxis: node.sh runs on each node's host; each of its in-image commands is a",
+                "# step of this job in the image it imported and checked, with these GPUs",
+                f"export REPRODUCE_GPU_OPTION={q(gpus)}",
+            ]
+            if pyxis
+            else []
+        ),
         " ".join(srun) + " " + q(task_text),
     ]
     return "\n".join(head + ["", *body]) + "\n"
@@ -303,17 +317,3 @@ def dry_run_section(plan: Plan) -> str:
         f"# ---- Slurm batch script ({where}), submitted with `sbatch --parsable`; {why} ----\n"
         + render(b)
     )
-
-
-def _enroot_check(b: Batch) -> list[str]:
-    """pyxis: every node's enroot must parse the image's digest (4.0 and newer); an older one
-    would pull by tag, and a named container could hold an older image (none is named here)."""
-    return [
-        "# pyxis: enroot >= 4.0 on every node (older enroot does not parse IMAGE@sha256:...)",
-        f"oldest=$(srun --nodes={b.nodes} --ntasks={b.nodes} --ntasks-per-node=1 enroot version"
-        " | sort -V | head -n 1)",
-        'if [ "$(printf \'%s\\n\' 4.0 "$oldest" | sort -V | head -n 1)" != 4.0 ]; then',
-        '  echo "reproduce: enroot $oldest cannot pull by digest (4.0 or newer needed)" >&2',
-        "  exit 3",
-        "fi",
-    ]

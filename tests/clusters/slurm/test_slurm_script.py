@@ -1,6 +1,6 @@
 """The batch script of a run on Slurm, as `reproduce RECIPE --cluster <slurm profile> --dry-run`
 prints it: golden files for the seed (one node, every optional #SBATCH setting), a 2-node recipe
-(--gres) and the pyxis path (rendered only); the time limit from --max-hours/--max-usd; every
+(--gres) and the pyxis path (its batch script and its node.sh); the time limit from --max-hours/--max-usd; every
 value in the body quoted (a hostile work dir is refused before it reaches an #SBATCH line, a
 hostile run id is quoted); the slurm profile's fields, and a dry run that imports no backend."""
 
@@ -70,10 +70,51 @@ def test_two_node_batch_script_matches_golden(tmp_path: Path) -> None:
     assert_golden("slurm-2node.sbatch", text, normalize={str(tmp_path): "<tmp>"})
 
 
+def node_section(text: str) -> str:
+    """The node script out of a dry run: from its header line to the end."""
+    return text[text.index("\n\n# ---- node script") + 2 :]
+
+
 def test_pyxis_batch_script_matches_golden(tmp_path: Path) -> None:
     text = batch_section(dry_run(SEED, profile(tmp_path, container_runtime="pyxis")))
-    assert "--container-image=radixark/miles@sha256:" in text and "enroot version" in text
+    # node.sh runs on each node's host (its checks outside any container); its steps ask the
+    # job's GPUs, and the run's image file goes when the node's wrapper ends
+    assert "--container-image" not in text
+    assert "export REPRODUCE_GPU_OPTION=--gpus-per-node=8\n" in text
+    assert 'rm -f "$d/image.sqsh"' in text and "docker rm" not in text
     assert_golden("slurm-pyxis.sbatch", text, normalize=MACHINE)
+
+
+def test_pyxis_node_script_matches_golden(tmp_path: Path) -> None:
+    """node.sh on pyxis: the image imported by digest into a fresh .sqsh and checked, each
+    in-image command a step of the job (`_in_image`) in that file, never docker, never a named
+    container; the host's checks (host preflight, host clock, GPU sampler) in node.sh itself."""
+    prof = profile(tmp_path, container_runtime="pyxis", docker={"host_clock": True})
+    text = node_section(dry_run(SEED, prof))
+    assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0
+    assert "docker run" not in text and "docker pull" not in text
+    assert "--container-name" not in text
+    assert "_uri=docker://radixark/miles@sha256:" in text  # enroot >= 4.0: by digest
+    assert "_uri=docker://radixark/miles:" in text  # older: the tag, then the blob check
+    for stage in ("preflight-gpu", "stack", "rows", "convert"):
+        assert f'_in_image "$CONTAINER-{stage}" ' in text, stage
+    assert '_in_image "$CONTAINER" --gpus -- bash -c "$CONTAINER_SCRIPT" 2>&1' in text
+    # the host's own programs run in node.sh, on the host: not inside any _in_image step
+    for program in ("preflight.py", "gpu_sampler.py", "host_clock.py"):
+        program = f'"$NODE_RUN_DIR/scripts/{program}"'
+        lines = [line for line in text.splitlines() if program in line]
+        assert lines and not any("_in_image" in line for line in lines), program
+    assert "ray stop" not in text  # a shared PID namespace: only the step's own processes end
+    assert_golden("slurm-pyxis-node.sh", text, normalize=MACHINE)
+
+
+def test_a_pyxis_cache_dir_pyxis_cannot_mount_is_refused(tmp_path: Path) -> None:
+    for bad in ("/var/cache/a,b", "/var/cache/a:b"):
+        prof = profile(tmp_path, container_runtime="pyxis", cache_dir=bad)
+        result = reproduce(str(SEED), "--cluster", str(prof), "--dry-run")
+        assert result.code == 2, (bad, result.err)
+        assert "cache_dir" in result.err and str(prof) in result.err, result.err
+        assert "Traceback" not in result.err
 
 
 def test_the_script_is_bash_and_every_body_value_is_quoted(tmp_path: Path) -> None:
