@@ -33,6 +33,24 @@ def _run_dir(tmp_path: Path, state: str | None, cluster: dict | None) -> RunDir:
     return rd
 
 
+def _sbatch(slurm, name: str, tmp_path: Path) -> None:
+    slurm.run(
+        "sbatch", f"--job-name={name}", f"--output={tmp_path}/%j.out", "--wrap", "sleep 300",
+        check=True,
+    )  # fmt: skip
+
+
+def _lost_id(rd: RunDir, name: str) -> None:
+    """The run's record as a launch stopped between sbatch and its answer leaves it."""
+    rd.update_record(
+        run_id=rd.run_id,
+        cluster={
+            "kind": "slurm", "login": None, "job_id": None, "user": getpass.getuser(),
+            "nodes": 1, "job_nodes": [], "started_at": None, "job_name": name,
+        },
+    )  # fmt: skip
+
+
 def _state(rd: RunDir) -> str:
     return str(rd.status().get("state"))
 
@@ -83,18 +101,9 @@ def test_a_job_whose_id_sbatch_never_answered_is_ended_by_its_name(slurm, tmp_pa
     name = f"reproduce-{rd.run_id}"
     other = f"reproduce-other-{uuid.uuid4().hex[:6]}"
     for job in (name, other):
-        slurm.run(
-            "sbatch", f"--job-name={job}", f"--output={tmp_path}/%j.out", "--wrap", "sleep 300",
-            check=True,
-        )  # fmt: skip
+        _sbatch(slurm, job, tmp_path)
     assert name in slurm.squeue() and other in slurm.squeue()
-    rd.update_record(
-        run_id=rd.run_id,
-        cluster={
-            "kind": "slurm", "login": None, "job_id": None, "user": getpass.getuser(),
-            "nodes": 1, "job_nodes": [], "started_at": None, "job_name": name,
-        },
-    )  # fmt: skip
+    _lost_id(rd, name)
     try:
         got = completed_here("cancel", str(rd.path))
         assert got.returncode == 0, got.stdout + got.stderr
@@ -111,17 +120,8 @@ def test_two_jobs_of_the_runs_name_are_not_taken_for_none(slurm, tmp_path):
     rd = _run_dir(tmp_path, "acquiring", None)
     name = f"reproduce-{rd.run_id}"
     for _ in range(2):
-        slurm.run(
-            "sbatch", f"--job-name={name}", f"--output={tmp_path}/%j.out", "--wrap", "sleep 300",
-            check=True,
-        )  # fmt: skip
-    rd.update_record(
-        run_id=rd.run_id,
-        cluster={
-            "kind": "slurm", "login": None, "job_id": None, "user": getpass.getuser(),
-            "nodes": 1, "job_nodes": [], "started_at": None, "job_name": name,
-        },
-    )  # fmt: skip
+        _sbatch(slurm, name, tmp_path)
+    _lost_id(rd, name)
     try:
         got = completed_here("cancel", str(rd.path))
         assert got.returncode == 3, got.stdout + got.stderr

@@ -78,20 +78,8 @@ def test_a_run_nobody_follows_ends_its_node_a_grace_after_it_ends(aws, ami, tmp_
     node_run_dir = work / "runs" / RUN
     assert f"until [ -f {node_run_dir}/exit_code ]" in script and "-lt 1 ]" in script
 
-    # the node: its boot runs the user data as it is (its logs moved off /var/log), with a
-    # `shutdown` that records what it was asked and a `docker` that does nothing (the pre-pull)
-    bin_dir, logs = tmp_path / "bin", tmp_path / "var-log"
-    bin_dir.mkdir()
-    logs.mkdir()
-    calls = tmp_path / "shutdown.calls"
-    _executable(bin_dir / "shutdown", f'#!/bin/bash\necho "$*" >> {calls}\n')
-    _executable(bin_dir / "docker", "#!/bin/bash\nexit 0\n")
-    boot = tmp_path / "user-data.sh"
-    boot.write_text(script.replace("/var/log/", f"{logs}/"))
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
-    subprocess.run(["bash", str(boot)], env=env, check=True, timeout=30)
+    calls = _boot(script, tmp_path)  # the node boots
     try:
-        wait_for(lambda: calls.is_file(), 10, "the TTL's shutdown to be scheduled")
         time.sleep(2.5)  # the run goes on: the node does not end itself
         assert calls.read_text().splitlines() == ["-h +360 reproduce: ttl_hours reached"]
         node_run_dir.mkdir(parents=True)
@@ -103,7 +91,7 @@ def test_a_run_nobody_follows_ends_its_node_a_grace_after_it_ends(aws, ami, tmp_
     assert calls.read_text().splitlines()[-1] == "-h now reproduce: the run ended"
     assert (
         "powering off 1 s after it or after the last read"
-        in (logs / "reproduce-run-end.log").read_text()
+        in (tmp_path / "var-log" / "reproduce-run-end.log").read_text()
     )
 
     # EC2: an instance-initiated shutdown terminates it (InstanceInitiatedShutdownBehavior)
