@@ -44,6 +44,8 @@ class LaunchOptions:
     owner: str = "unknown"  # who launches: tags and names carry it, as the dry run printed
     price_per_hour: float | None = None  # one node's price decided for the run (aws.json, --keep)
     shared: bool = False  # a nightly's node, lent to several runs: no run's end may end it
+    max_hours: float | None = None  # the run's budget (--max-hours), where a backend sizes by it
+    max_usd: float | None = None  # the run's budget (--max-usd)
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ it, and for a `getattr(..., "hook", None)` dispatch anywhere in launcher/.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -234,6 +234,22 @@ class WithSchedulerJob(ABC):
         the node(s); None when it did not. `now`: ask afresh."""
 
 
+class WithAllocation(ABC):
+    """The run's nodes are held apart from the run on them (slurm: an allocation, each run one
+    job step of it). The runs of a nightly group then share one hold, acquired once and released
+    once (launcher/runner/held.py), while each run keeps a cluster of its own: its own step, its
+    state, its cancel and its clock, and a release that ends only that."""
+
+    @abstractmethod
+    def allocation(self, recipes: Sequence[Path]) -> Cluster:
+        """The hold of a group of these recipes (this run's recipe first): a cluster whose
+        acquire holds the nodes for all of them, and whose release ends it."""
+
+    @abstractmethod
+    def join(self, allocation: Cluster, nodes: list[Node]) -> list[Node]:
+        """This run inside the acquired hold (`nodes`: what its acquire gave): the run's nodes."""
+
+
 class WithLentNode(ABC):
     """The cluster's node was lent to this run by a nightly group (launcher/runner/held.py)."""
 
@@ -251,6 +267,7 @@ CLUSTER_CAPABILITIES: tuple[type[ABC], ...] = (
     WithNodeAfterRun,
     WithOwnExecution,
     WithSchedulerJob,
+    WithAllocation,
     WithLentNode,
 )
 

@@ -9,6 +9,11 @@ HeldNode ends what was acquired once, on every way out of the group (the nightly
 the last recipe done, a failure, Ctrl-C, SIGTERM, a budget stop), through the same release_hard a
 single run's release goes through: a p5en left running costs $63/h.
 
+Where the backend holds nodes apart from the runs on them (`WithAllocation`; slurm: an allocation
+whose runs are its job steps), the group holds that allocation and each run keeps a cluster of its
+own, made from its own plan: its acquire joins the group's allocation, and its release ends only
+its own part (its step), leaving the allocation to the next recipe.
+
 What a run breaks ends the group: a node the cluster says is gone (aws: terminated, a spot
 interruption), a node that does not answer a command between two runs, or an acquire that
 failed. The group's remaining recipes are then not run (recorded as infra, the reason named)
@@ -21,12 +26,13 @@ from __future__ import annotations
 import functools
 import time
 from abc import ABC
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from launcher.clusters.base import Cluster, Node, Transport
 from launcher.clusters.contract import (
+    WithAllocation,
     WithBudgetWatch,
     WithDownCommand,
     WithLeftovers,
@@ -49,10 +55,12 @@ PROBE_TIMEOUT_S = 30.0  # a node that cannot run `true` in this long is not lent
 class HeldNode:
     """The node of one nightly group: made by its first run, lent to each run, released once."""
 
-    def __init__(self, label: str, recipes: int) -> None:
+    def __init__(self, label: str, recipes: int, paths: Sequence[Path] = ()) -> None:
         self.label = label  # the group's shape, as the summary shows it
         self.recipes = recipes
+        self.paths = tuple(paths)  # the group's recipes: what an allocation is sized for
         self.cluster: Cluster | None = None
+        self.per_run = False  # each run has a cluster of its own inside the hold (WithAllocation)
         self.nodes: list[Node] | None = None
         self.holder: Path | None = None  # the run dir of the run that made the cluster (aws.json)
         self.lent = 0
@@ -72,10 +80,14 @@ class HeldNode:
         if self.released_at is not None:
             raise InfraError("the group's node was already released")
         if self.cluster is None:
-            self.cluster = make()
+            own = make()
             self.holder = run_dir
+            self.per_run = isinstance(own, WithAllocation)
+            self.cluster = own.allocation(self.paths) if isinstance(own, WithAllocation) else own
+        else:
+            own = make() if self.per_run else self.cluster
         self.lent += 1
-        return lent(self, self.cluster)
+        return lent(self, own)
 
     def acquire(self) -> list[Node]:
         """The group's nodes: acquired by the first call (timed: the shared provisioning)."""
@@ -98,13 +110,16 @@ class HeldNode:
         return list(self.nodes)
 
     def to_record(self) -> dict[str, Any]:
-        """run.json's `shared_node`: which group, which turn, which run holds the node's state."""
+        """run.json's `shared_node`: which group, which turn, which run holds the node's state
+        (and, where each run has a cluster of its own, the hold's record once acquired)."""
+        held = self.cluster.to_record() if self.per_run and self.nodes and self.cluster else None
         return {
             "group": self.label,
             "recipes": self.recipes,
             "turn": self.lent,
             "holder": str(self.holder) if self.holder else None,
             "released_by": "the nightly, after the group's last run",
+            **({"held": held} if held is not None else {}),
         }
 
     # --- the nightly's side -------------------------------------------------------------------
@@ -150,7 +165,8 @@ class LentCluster(WithLentNode):
     Everything else (transports, the record attach and cancel read, and every capability the
     group's cluster declares: lost_nodes, down_command, ...) is the group's cluster's own, so the
     run is followed exactly as on a node of its own. `lent` makes it, declaring what the group's
-    cluster declares (`_FORWARD`), and nothing more.
+    cluster declares (`_FORWARD`), and nothing more. Where the run has a cluster of its own
+    inside the group's hold (`WithAllocation`), all of that is the run's own cluster's instead.
     """
 
     def __init__(self, held: HeldNode, cluster: Cluster) -> None:
@@ -158,8 +174,17 @@ class LentCluster(WithLentNode):
         self._cluster = cluster
         self.name = cluster.name
 
+    @property
+    def _own(self) -> bool:
+        """The run has a cluster of its own inside the group's hold (not the hold itself)."""
+        return self._cluster is not self._held.cluster
+
     def acquire(self) -> list[Node]:
-        return self._held.acquire()
+        nodes = self._held.acquire()
+        if self._own and isinstance(self._cluster, WithAllocation):
+            assert self._held.cluster is not None
+            return self._cluster.join(self._held.cluster, nodes)
+        return nodes
 
     @property
     def lent_from(self) -> Path | None:
@@ -170,7 +195,10 @@ class LentCluster(WithLentNode):
         return self._cluster.transport(node)
 
     def release(self) -> None:
-        """Given back, not ended: the group's holder releases it after the group's last run."""
+        """Given back, not ended: the group's holder releases it after the group's last run.
+        A run's own cluster inside the hold ends its own part (slurm: its step) and only that."""
+        if self._own:
+            self._cluster.release()
 
     def to_record(self) -> dict[str, Any]:
         return self._cluster.to_record()

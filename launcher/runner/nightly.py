@@ -336,7 +336,7 @@ def _run_group(
                 short = _ttl_left_short(node, profile, recipe, clock) if i else None
                 if short is not None:
                     rest = Group(f"{group.label} (continued)", group.recipes[i:], gpus=group.gpus)
-                    rest.node = HeldNode(rest.label, len(rest.recipes))
+                    rest.node = HeldNode(rest.label, len(rest.recipes), rest.recipes)
                     group.recipes = group.recipes[:i]
                     if node is not None:
                         node.recipes = i

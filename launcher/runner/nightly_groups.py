@@ -90,7 +90,7 @@ def group_by_shape(recipes: Sequence[Path], profile: Profile) -> list[Group]:
             out.append(group)
             continue
         for part in _within_ttl(group, loaded[key], profile):
-            part.node = HeldNode(part.label, len(part.recipes))
+            part.node = HeldNode(part.label, len(part.recipes), part.recipes)
             out.append(part)
     return out
 
@@ -135,6 +135,16 @@ def _held_s(timeline: RunTimeline) -> float | None:
     return None
 
 
+def _provisioning_in(timeline: RunTimeline, node: HeldNode) -> float:
+    """The part of the holder's own time that was the group's provisioning (shared): its run's
+    clock may start at the acquire (aws) or only where a scheduler started it (slurm: the job
+    step, after the allocation was granted), so only the overlap is taken out."""
+    if node.acquire_started is None or node.acquire_s is None or timeline.acquired_at is None:
+        return node.acquire_s or 0.0
+    acquired = node.acquire_started + node.acquire_s
+    return max(0.0, acquired - max(timeline.acquired_at, node.acquire_started))
+
+
 def split(group: Group) -> dict[str, float] | None:
     """GPU-hours of a group's node: `held` (acquire started to release ended), each recipe's own
     (by run id), `shared` (held less the recipes' own) and `per_recipe` (shared / recipes run).
@@ -151,7 +161,7 @@ def split(group: Group) -> dict[str, float] | None:
         if seconds is None:
             continue
         if one.run_dir is not None and one.run_dir == node.holder:
-            seconds = max(0.0, seconds - (node.acquire_s or 0.0))  # the provisioning is shared
+            seconds = max(0.0, seconds - _provisioning_in(_timeline(one.run_dir), node))
         own = gpus * seconds / 3600.0
         out[one.run_id] = own
         own_total += own

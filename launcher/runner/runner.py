@@ -127,6 +127,8 @@ class Runner:
             owner=prepared.owner,
             price_per_hour=gate.price_per_hour,
             shared=held is not None,
+            max_hours=options.max_hours,
+            max_usd=options.max_usd,
         )
         cluster = (
             clusters.from_plan(plan, launch, run_dir.path)

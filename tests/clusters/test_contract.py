@@ -25,6 +25,7 @@ from launcher.clusters.contract import (
     BACKEND_CAPABILITIES,
     CLUSTER_CAPABILITIES,
     Backend,
+    WithAllocation,
     WithBudgetWatch,
     WithDownCommand,
     WithJobTimeLimit,
@@ -160,7 +161,8 @@ def test_a_capability_declared_without_its_method_cannot_be_made():
         Careless()
 
 
-LENDABLE = [c for c in CLUSTER_CAPABILITIES if c is not WithLentNode]
+# The lent cluster is the run's; an allocation is the group's own (held.py), never passed on.
+LENDABLE = [c for c in CLUSTER_CAPABILITIES if c not in (WithLentNode, WithAllocation)]
 
 
 def _cluster_with(caps: tuple[type, ...]) -> LocalCluster:

@@ -28,18 +28,10 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
-from launcher.clusters.base import CommandResult, LaunchOptions, Node, Transport
+from launcher.clusters.base import CommandResult, Node, Transport
 from launcher.clusters.contract import (
-    NULL,
-    Backend,
-    RecordField,
-    WithFitCheck,
-    WithJobTimeLimit,
-    WithLivePrice,
-    WithMultiNode,
-    WithOwnedNodes,
     WithOwnExecution,
     WithSchedulerJob,
 )
@@ -50,11 +42,9 @@ from launcher.inputs.profile import SlurmProfile
 from launcher.plan.protocol import CANCEL_GRACE_TENTHS, CANCEL_MARK
 
 if TYPE_CHECKING:
-    from launcher.catalog import Price
     from launcher.clusters.execution import Place
     from launcher.clusters.slurm.execution import SlurmExecution
     from launcher.clusters.ssh import SSHSettings
-    from launcher.inputs.profile import Profile
     from launcher.inputs.recipe import Recipe
     from launcher.plan.plan import Plan
 
@@ -206,31 +196,42 @@ class SlurmCluster(WithOwnExecution, WithSchedulerJob):
             if self.job_id is not None:
                 return self.job_id
             text = self.batch_script()
-            plan = self.plan
-            assert plan is not None
-            run_dir = script.node_dirs(
-                plan.profile.work_dir, plan.node_run_dir, plan.run_id, plan.recipe.nodes
-            )[0]
+            run_dir = self.head_dir()
             path = f"{run_dir}/{script.SCRIPT_NAME}"
             self.login_transport().put_text(text, path, mode=0o700)
-            if self.run_dir is not None:
-                from launcher.records.rundir import RunDir
+            self._keep(script.SCRIPT_NAME, text)
+            return self._sbatch(run_dir, path)
 
-                rd = RunDir(self.run_dir)  # its writes are atomic
-                rd.write_text(script.SCRIPT_NAME, text)
-            self.submitting = True
-            answer = self._run(
-                f"cd {shlex.quote(run_dir)} && sbatch --parsable {shlex.quote(path)}", 120
+    def head_dir(self) -> str:
+        """Node 0's run directory on the shared work dir (the job's script and output)."""
+        plan = self.plan
+        assert plan is not None
+        return script.node_dirs(
+            plan.profile.work_dir, plan.node_run_dir, plan.run_id, plan.recipe.nodes
+        )[0]
+
+    def _keep(self, name: str, text: str) -> None:
+        """A copy of what was submitted, in the run directory."""
+        if self.run_dir is not None:
+            from launcher.records.rundir import RunDir
+
+            RunDir(self.run_dir).write_text(name, text)  # its writes are atomic
+
+    def _sbatch(self, run_dir: str, path: str) -> str:
+        """Submit the script at `path` (the caller holds the lock); the job's id, recorded."""
+        self.submitting = True
+        answer = self._run(
+            f"cd {shlex.quote(run_dir)} && sbatch --parsable {shlex.quote(path)}", 120
+        )
+        job = answer.stdout.strip().split(";")[0].strip()
+        if answer.exit_code != 0 or not job.isdigit():
+            raise InfraError(
+                f"sbatch refused the job (exit {answer.exit_code}): "
+                f"{excerpt(answer.stderr or answer.stdout, 3, 400)}"
             )
-            job = answer.stdout.strip().split(";")[0].strip()
-            if answer.exit_code != 0 or not job.isdigit():
-                raise InfraError(
-                    f"sbatch refused the job (exit {answer.exit_code}): "
-                    f"{excerpt(answer.stderr or answer.stdout, 3, 400)}"
-                )
-            self.job_id = job
-            self._record(cluster=self.to_record())
-            return job
+        self.job_id = job
+        self._record(cluster=self.to_record())
+        return job
 
     def job_state(self, *, fresh: bool = False) -> dict[str, str] | None:
         """The job as the scheduler says now (cached STATE_CACHE_S): JobState, NodeList,
@@ -259,12 +260,16 @@ class SlurmCluster(WithOwnExecution, WithSchedulerJob):
         self._state, self._state_at = state, time.monotonic()
         if not self.job_nodes and state and _word(state) in ("RUNNING", "COMPLETING"):
             self._learn_nodes(state.get("NodeList", ""))
+        self._learn_start(state)
+        return state
+
+    def _learn_start(self, state: Mapping[str, str] | None) -> None:
+        """The run's clock starts when its job starts holding its nodes (scontrol's RunTime)."""
         if self.started_at is None and state and state.get("RunTime"):
             ran = run_seconds(state["RunTime"])
             if ran is not None and _word(state) in ("RUNNING", "COMPLETING"):
                 self.started_at = time.time() - ran
                 self._record(cluster=self.to_record())
-        return state
 
     def job_ended_at(self) -> float | None:
         """When the job stopped holding its nodes (epoch s, on the launcher's clock): its start
@@ -457,11 +462,11 @@ class SlurmCluster(WithOwnExecution, WithSchedulerJob):
             )
         word = _word(state)
         owner = (state.get("UserId") or "").split("(")[0]
-        if owner != self.user or state.get("JobName") != self.job_name:
+        if owner != self.user or state.get("JobName") != self.holding_name:
             raise BadInput(
                 f"slurm job {self.job_id} is not this run's (it is {state.get('JobName') or '?'} "
-                f"of user {owner or '?'}; the run submitted {self.job_name} as {self.user}): no "
-                "shell is opened in another job."
+                f"of user {owner or '?'}; the run submitted {self.holding_name} as {self.user}): "
+                "no shell is opened in another job."
             )
         if word != "RUNNING":
             raise BadInput(
@@ -481,6 +486,11 @@ class SlurmCluster(WithOwnExecution, WithSchedulerJob):
             f"--nodelist={self.job_nodes[index]}", f"--chdir={node_run_dir}", "--quiet",
         ]  # fmt: skip
         return [*argv, *([here] if here else []), *shell]
+
+    @property
+    def holding_name(self) -> str | None:
+        """The name of the job that holds the run's nodes (the run's own job)."""
+        return self.job_name
 
     def add_run_dir(self, node_run_dir: str) -> None:
         """A node's run directory (each node's execution says), marked first by a cancel."""
@@ -606,93 +616,3 @@ def _word(state: Mapping[str, str]) -> str:
     """The job's state word (squeue's and scontrol's may carry a suffix: "CANCELLED by 0")."""
     text = state.get("JobState") or ""
     return text.split()[0] if text.split() else ""
-
-
-def _login_of(profile: Mapping[str, Any]) -> SSHSettings | None:
-    if not profile.get("login_host"):
-        return None
-    from launcher.clusters.ssh import SSHSettings
-
-    fields = {k: v for k, v in profile.items() if k in SSHSettings.__dataclass_fields__}
-    fields["host"] = profile["login_host"]
-    fields.pop("work_dir", None)
-    return SSHSettings.from_mapping(fields)
-
-
-class SlurmBackend(
-    Backend, WithFitCheck, WithLivePrice, WithMultiNode, WithJobTimeLimit, WithOwnedNodes
-):
-    """`kind: slurm`: a run as one batch job, submitted from the login node."""
-
-    kind = "slurm"
-    record_fields: ClassVar[Mapping[str, RecordField]] = {
-        "login": RecordField((dict, NULL)),  # null: the launcher ran on the login node
-        "job_id": RecordField((str, NULL)),  # null: sbatch's answer never came back
-        "user": RecordField((str,)),
-        "nodes": RecordField((int,)),
-        "job_nodes": RecordField((list,)),
-        "started_at": RecordField((int, float, NULL)),
-        "job_name": RecordField((str,)),  # how a job whose id was lost is found again
-    }
-
-    def from_plan(self, plan: Plan, options: LaunchOptions, run_dir: Path) -> SlurmCluster:
-        """The cluster of a new run (launcher.clusters.from_plan)."""
-        del options
-        return SlurmCluster(_login_of(plan.profile.raw), plan=plan, run_dir=run_dir)
-
-    def from_record(self, record: Mapping[str, Any], run_dir: Path | None = None) -> SlurmCluster:
-        """The cluster of a recorded run (launcher.clusters.from_record)."""
-        login = record.get("login")
-        settings = None
-        if isinstance(login, Mapping):
-            from launcher.clusters.ssh import SSHSettings
-
-            settings = SSHSettings.from_mapping(login)
-        job = record.get("job_id")
-        nodes = record.get("nodes")
-        started = record.get("started_at")
-        cluster = SlurmCluster(
-            settings,
-            job_id=str(job) if job is not None else None,
-            user=str(record.get("user") or "") or None,
-            nodes=nodes if isinstance(nodes, int) and nodes > 0 else 1,
-            job_nodes=[str(n) for n in record.get("job_nodes") or [] if isinstance(n, str)],
-            started_at=float(started) if isinstance(started, int | float) else None,
-            job_name=str(record["job_name"]) if isinstance(record.get("job_name"), str) else None,
-        )
-        # A recorded run may have been stopped between sbatch and its answer: nothing proves it
-        # submitted nothing, so a release without a job id still looks for one by its name.
-        cluster.submitting = True
-        return cluster
-
-    def check_fits(self, recipe: Recipe, profile: Profile) -> None:
-        """Before the run directory (launcher.clusters.check_fits): the partition can hold the
-        recipe, asked on the login node."""
-        if not isinstance(profile, SlurmProfile):
-            return
-        cluster = SlurmCluster(_login_of(profile.raw))
-        try:
-            refuse_misfit(cluster._run, recipe, profile)  # noqa: SLF001 - its own module
-        finally:
-            cluster.release()
-
-    def live_price(
-        self, recipe: Recipe, profile: Profile, fallback: Price | None
-    ) -> tuple[Price | None, str | None]:
-        """A cluster the user owns has no list price: only the profile's (or --price-per-hour)."""
-        del recipe, profile, fallback
-        return None, None
-
-    def with_time_limit(
-        self,
-        recipe: Recipe,
-        profile: Profile,
-        max_hours: float | None,
-        max_usd: float | None,
-        price: float | None,
-    ) -> Profile:
-        """--max-hours/--max-usd become the job's `--time` too (script.with_time_limit)."""
-        return script.with_time_limit(recipe, profile, max_hours, max_usd, price)
-
-
-BACKEND = SlurmBackend()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -28,6 +29,9 @@ if TYPE_CHECKING:
     from launcher.plan.plan import Plan
 
 SCRIPT_NAME = "job.sbatch"
+STEP_NAME = "step.sh"  # a run inside a nightly group's allocation: its body, run on the login node
+STEP_OUTPUT = "step.out"  # that body's own output (its srun's lines), in node 0's run dir
+ALLOCATION_NAME = "allocation.sbatch"  # a nightly group's allocation, kept in its first run's dir
 OUTPUT_NAME = "slurm-%j.out"  # sbatch's own output (the batch shell's lines), in node 0's run dir
 # Slurm's first version with --gpus-per-node (19.05); older ones take --gres=gpu:N.
 GPUS_PER_NODE_SINCE = (19, 5)
@@ -165,15 +169,18 @@ def _time(minutes: int) -> str:
     return f"{days}-{rest // 60:02d}:{rest % 60:02d}:00"
 
 
-def render(b: Batch) -> str:
-    """The batch script, byte for byte."""
-    q = shlex.quote
-    gpus = (
+def _gpus(b: Batch) -> str:
+    return (
         f"--gpus-per-node={b.gpus_per_node}"
         if b.gpu_option == "gpus-per-node"
         else f"--gres=gpu:{b.gpus_per_node}"
     )
-    head = [
+
+
+def header(b: Batch) -> list[str]:
+    """The `#SBATCH` lines of a job holding the nodes: a run's job, or a nightly group's
+    allocation (the same words, so both ask Slurm for the same nodes)."""
+    return [
         "#!/bin/bash",
         f"#SBATCH --job-name={b.job_name}",
         f"#SBATCH --partition={b.partition}",
@@ -183,14 +190,44 @@ def render(b: Batch) -> str:
         *([f"#SBATCH --constraint={b.constraint}"] if b.constraint else []),
         f"#SBATCH --nodes={b.nodes}",
         "#SBATCH --ntasks-per-node=1",
-        f"#SBATCH {gpus}",
+        f"#SBATCH {_gpus(b)}",
         "#SBATCH --exclusive",
         "#SBATCH --no-requeue",
         f"#SBATCH --time={_time(b.time_minutes)}",
         f"#SBATCH --output={b.run_dir}/{OUTPUT_NAME}",
         f"#SBATCH --error={b.run_dir}/{OUTPUT_NAME}",
-        "# Written by reproduce from the run's plan (printed byte for byte by --dry-run).",
     ]
+
+
+# A job Slurm starts again is a second attempt: its log would join the first's.
+_REFUSE_RESTART = [
+    'if [ "${SLURM_RESTART_COUNT:-0}" != 0 ]; then',
+    '  echo "reproduce: job $SLURM_JOB_ID was requeued (restart $SLURM_RESTART_COUNT);'
+    ' a second attempt would join the first in one measurement: refused" >&2',
+    "  exit 3",
+    "fi",
+]
+
+
+def render(b: Batch, *, step: bool = False) -> str:
+    """The batch script, byte for byte. `step`: the same body as one job step of a nightly
+    group's allocation, run on the login node with the allocation's SLURM_JOB_ID and
+    SLURM_JOB_NODELIST (its srun is then a step of that job, named after the run)."""
+    q = shlex.quote
+    gpus = _gpus(b)
+    head = (
+        [
+            *header(b),
+            "# Written by reproduce from the run's plan (printed byte for byte by --dry-run).",
+        ]
+        if not step
+        else [
+            "#!/bin/bash",
+            "# One job step of a nightly group's Slurm allocation (SLURM_JOB_ID and "
+            "SLURM_JOB_NODELIST are the allocation's),",
+            "# run on the login node; written by reproduce from the run's plan.",
+        ]
+    )
     cases = "\n".join(
         f"  {k}) d={q(d)}; c={q(c)} ;;"
         for k, (d, c) in enumerate(zip(b.node_dirs, b.containers, strict=True))
@@ -237,6 +274,7 @@ def render(b: Batch) -> str:
     task_text = "\n".join(task) + "\n"
     srun = [
         "srun",
+        *(['--jobid="$SLURM_JOB_ID"', f"--job-name={q(b.job_name)}"] if step else []),
         f"--nodes={b.nodes}",
         f"--ntasks={b.nodes}",
         "--ntasks-per-node=1",
@@ -247,12 +285,7 @@ def render(b: Batch) -> str:
     ]
     body = [
         "set -u",
-        # A job Slurm starts again is a second attempt: its log would join the first's.
-        'if [ "${SLURM_RESTART_COUNT:-0}" != 0 ]; then',
-        '  echo "reproduce: job $SLURM_JOB_ID was requeued (restart $SLURM_RESTART_COUNT);'
-        ' a second attempt would join the first in one measurement: refused" >&2',
-        "  exit 3",
-        "fi",
+        *([] if step else _REFUSE_RESTART),  # a step: the allocation's own shell refuses it
         f"if [ -e {q(b.run_dir + '/' + CANCEL_MARK)} ]; then",
         '  echo "reproduce: the run was cancelled before its job started" >&2; exit 3',
         "fi",
@@ -276,6 +309,61 @@ def render(b: Batch) -> str:
         " ".join(srun) + " " + q(task_text),
     ]
     return "\n".join(head + ["", *body]) + "\n"
+
+
+def allocation_name(run_id: str) -> str:
+    """A nightly group's allocation is named after the run that made it (its first)."""
+    return f"reproduce-group-{run_id}"
+
+
+def allocation_dir(work_dir: str, name: str) -> str:
+    """Where the allocation's script and output live on the shared work dir."""
+    return f"{work_dir.rstrip('/')}/allocations/{name}"
+
+
+def group_hours(
+    recipes: Sequence[Recipe],
+    profile: Profile,
+    max_hours: float | None,
+    max_usd: float | None,
+    price: float | None,
+) -> float:
+    """The allocation's time limit: the sum of its recipes' own (`limit_hours`), one after
+    another, so that none of them finds the allocation at its end before its own limit."""
+    return sum(limit_hours(r, profile, max_hours, max_usd, price) for r in recipes)
+
+
+def allocation_of(plan: Plan, gpu_option: str, hours: float) -> Batch:
+    """The allocation of a nightly group whose first run is `plan`: the run's own #SBATCH
+    header (the same nodes, GPUs and settings), its own name, directory and time limit."""
+    b = batch_of(plan, gpu_option)
+    name = allocation_name(plan.run_id)
+    assert isinstance(plan.profile, SlurmProfile)
+    where = allocation_dir(plan.profile.work_dir, name)
+    minutes = max(1, math.ceil(hours * 60))
+    return replace(b, job_name=name, time_minutes=minutes, run_dir=where, node_dirs=(where,))
+
+
+def render_allocation(b: Batch) -> str:
+    """The allocation's script, byte for byte: it holds the nodes and only waits; each recipe of
+    the group runs as one job step of it (`render(..., step=True)`) until the launcher ends it
+    with scancel after the group's last recipe (or at its time limit)."""
+    return (
+        "\n".join(
+            [
+                *header(b),
+                "# Written by reproduce for a nightly group: it holds the nodes; each recipe "
+                "runs as one job step of it.",
+                "",
+                "set -u",
+                *_REFUSE_RESTART,
+                'echo "reproduce: allocation $SLURM_JOB_ID holds $SLURM_JOB_NODELIST for a nightly '
+                'group"',
+                "exec sleep infinity",
+            ]
+        )
+        + "\n"
+    )
 
 
 def dry_run_gpu_option(plan: Plan) -> tuple[str, str]:

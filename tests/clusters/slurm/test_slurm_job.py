@@ -10,7 +10,8 @@ import pytest
 from support.slurm_cluster import SlurmLoop
 
 from launcher.clusters.base import CommandResult
-from launcher.clusters.slurm.cluster import ALIVE, BACKEND, INFRA, SlurmCluster, run_seconds
+from launcher.clusters.slurm.backend import BACKEND
+from launcher.clusters.slurm.cluster import ALIVE, INFRA, SlurmCluster, run_seconds
 
 pytestmark = [pytest.mark.slurm]
 
