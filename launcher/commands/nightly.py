@@ -29,7 +29,7 @@ def nightly_cmd(
     yes: o.Yes = False,
     key: o.Key = None,
 ) -> None:
-    """Reproduce each recipe in turn (on aws, recipes of one node shape share one launched node), record it in the history, flag regressions; exit 0 all good, 1 any regression or failed check, 3 infra.
+    """Reproduce each recipe in turn (recipes of one node shape share one launched node on aws, one allocation on slurm), record it in the history, flag regressions; exit 0 all good, 1 any regression or failed check, 3 infra.
 
     --max-usd and --max-hours hold for each recipe; on a paid cluster a nightly, unattended, needs --max-usd or --yes. --key attests every measured run (as `reproduce attest`)."""  # noqa: E501 - typer shows its line breaks
 

@@ -3,8 +3,9 @@
 Each recipe runs exactly as `reproduce RECIPE --cluster NAME` runs it
 (launcher.runner.prelaunch.prepare, then launcher.runner.runner.Runner.run: no second run path),
 one after the other, each with its own run directory, timeline and verdict. On a backend that
-launches nodes (aws), recipes of the same node shape (launcher/runner/nightly_groups.py) share
-one node and run one after another (groups in the order of their first recipe): the group's
+launches nodes (aws) or holds them in a scheduler's allocation (slurm: each run a job step of
+it), recipes of the same node shape (launcher/runner/nightly_groups.py) share one node and run
+one after another (groups in the order of their first recipe): the group's
 first run acquires it through its cluster as any run does, the next runs are lent it
 (launcher/runner/held.py: one provisioning, the image's layers and the asset cache already on
 the node), and the nightly releases it once, after the group's last run, on every way out

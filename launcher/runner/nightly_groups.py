@@ -5,7 +5,8 @@ node count, and for aws every launch setting: instance type, region, capacity ty
 one after another on one node (launcher/runner/held.py); recipes of another shape get a group and
 a node of their own. A recipe that cannot be read, or that the profile could not launch, is a
 group alone without a node: its run refuses it as `reproduce RECIPE` would, and it costs nothing.
-So is every recipe on a backend that launches nothing (local, ssh, ray: node_shape None): its
+On slurm the group's node is an allocation, each recipe one job step of it. A recipe alone is
+every recipe on a backend that launches nothing (local, ssh, ray: node_shape None): its
 nodes are there already, each run acquires them as a single run does. A launched node ends
 itself at its TTL, so a group takes recipes only while their estimated time fits it
 (launcher/cost/ttl.py): a night too long for one node gets several, one after another.

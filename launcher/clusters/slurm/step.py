@@ -232,9 +232,10 @@ class SlurmStep(SlurmCluster, WithAllocation):
             q = shlex.quote
             self.submitting = True
             answer = self._run(
-                f"cd {q(run_dir)} && SLURM_JOB_ID={q(self.job_id)} "
-                f"SLURM_JOB_NODELIST={q(','.join(self.job_nodes))} setsid nohup bash {q(path)} "
-                f"</dev/null >{q(script.STEP_OUTPUT)} 2>&1 & echo $!"
+                f"cd {q(run_dir)} || exit 3\n"
+                f"SLURM_JOB_ID={q(self.job_id)} SLURM_JOB_NODELIST={q(','.join(self.job_nodes))} "
+                f"setsid nohup bash {q(path)} </dev/null >{q(script.STEP_OUTPUT)} 2>&1 &\n"
+                "echo $!"
             )
             pid = (answer.stdout.strip().splitlines() or [""])[-1].strip()
             if answer.exit_code != 0 or not pid.isdigit():
@@ -293,6 +294,25 @@ class SlurmStep(SlurmCluster, WithAllocation):
             changed = True
         if changed:
             self._record(cluster=self.to_record())
+
+    def job_started_at(self) -> float | None:
+        """When the run's step started (asked while it is not known: the runner asks every turn
+        of its follow loop)."""
+        if self.started_at is None and self.job_id is not None:
+            try:
+                self.step_state()
+            except InfraError:
+                pass  # no answer is no news
+        return self.started_at
+
+    def job_failure(self, *, now: bool = False) -> str | None:
+        """The allocation's failure is the step's (a node lost, a time limit, a requeue); the
+        step is looked at on the way (its time used, for its end)."""
+        try:
+            self.step_state(fresh=now)
+        except InfraError:
+            pass  # no answer is no news
+        return super().job_failure(now=now)
 
     def _learn_start(self, state: Mapping[str, str] | None) -> None:
         """The run's clock is its step's, never the allocation's (job_state is the allocation)."""

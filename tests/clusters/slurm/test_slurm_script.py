@@ -211,3 +211,38 @@ def test_sinfo_gres_and_scontrol_are_read() -> None:
     assert gpus_in("(null)") == 0 and gpus_in("mps:100") == 0
     fields = parse_scontrol("JobId=7 JobName=x JobState=NODE_FAIL Reason=NodeDown Restarts=1")
     assert fields["JobState"] == "NODE_FAIL" and fields["Restarts"] == "1"
+
+
+def _seed_plan(tmp_path: Path, **fields: object):
+    from launcher.runner.prelaunch import RunOptions, prepare
+
+    prof = profile(tmp_path, **fields)
+    return prepare(SEED, RunOptions(cluster=str(prof), run_id=RUN_ID)).plan
+
+
+def test_a_nightly_groups_allocation_script_matches_golden(tmp_path: Path) -> None:
+    """A nightly group's allocation: the run's own #SBATCH header (the same nodes, GPUs and
+    settings), its own name, directory and time (the sum of its recipes' own limits: two seeds,
+    2 h each), and a body that only waits; each recipe is then a job step of it."""
+    plan = _seed_plan(
+        tmp_path, account="ml-team", qos="high", reservation="bench", constraint="h200&ib"
+    )
+    hours = script.group_hours([plan.recipe, plan.recipe], plan.profile, None, None, None)
+    assert hours == 4.0
+    text = script.render_allocation(script.allocation_of(plan, "gpus-per-node", hours))
+    assert "#SBATCH --time=0-04:00:00\n" in text and "exec sleep infinity\n" in text
+    assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0
+    assert_golden("slurm-allocation.sbatch", text, normalize=MACHINE)
+    budget = script.group_hours([plan.recipe, plan.recipe], plan.profile, 1.5, None, None)
+    assert budget == 3.0  # --max-hours holds for each recipe: the group's sum of them
+
+
+def test_a_runs_step_script_in_an_allocation_matches_golden(tmp_path: Path) -> None:
+    """A run inside a group's allocation: its own body, without an #SBATCH header, whose srun is
+    a step of the allocation (SLURM_JOB_ID, given when it starts) named after the run."""
+    plan = _seed_plan(tmp_path)
+    text = script.render(script.batch_of(plan, "gres"), step=True)
+    assert "#SBATCH" not in text and "SLURM_RESTART_COUNT" not in text
+    assert f'srun --jobid="$SLURM_JOB_ID" --job-name=reproduce-{RUN_ID} --nodes=1' in text
+    assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0
+    assert_golden("slurm-step.sh", text, normalize=MACHINE)
