@@ -45,6 +45,12 @@ class Interrupted(ReproduceError):
     exit_code = 130
 
 
+class Cancelled(Interrupted):  # noqa: N818 - named for what happened, as Interrupted is
+    """The run was cancelled from outside the process that follows it (`reproduce cancel`):
+    exit 130 as an interrupt, but nobody interrupted this process, so a nightly goes on with
+    its next recipe."""
+
+
 class Detached(Interrupted):  # noqa: N818 - named for what happened, as Interrupted is
     """After Ctrl-C the person chose to detach: the run goes on on its node. What they asked
     for, so not an error: exit 0, and the message says how to follow, take back or stop it."""

@@ -22,6 +22,7 @@ class RecipeRun:
     run_dir: Path | None = None
     error: str | None = None
     crashed: bool = False  # an unexpected exception, not one of reproduce's errors
+    cancelled: bool = False  # cancelled from outside (`reproduce cancel`): the nightly goes on
 
 
 @dataclass

@@ -14,7 +14,9 @@ budget refusal, a failed check) is recorded in the history as that recipe's run 
 goes on with the next: one bad recipe must not hide the others' numbers. A node a run breaks
 (lost, unreachable, never acquired) ends its group: the group's remaining recipes are recorded
 as not run (infra), and the other groups go on. Ctrl-C stops the nightly (the run in progress is
-cancelled by the run path, then the node is released).
+cancelled by the run path, then the node is released). A run that `reproduce cancel` ends from
+another terminal is that recipe's outcome ("interrupted", exit 130 in the end): the nightly goes
+on with the next recipe, on the same node.
 
 Budget (--max-usd/--max-hours): a limit of each run, on the run's own clock as for a single run
 (from its acquire to its end); the group's first run's clock includes the provisioning, which it
@@ -46,7 +48,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from launcher.errors import BadInput, ReproduceError
+from launcher.errors import BadInput, Cancelled, ReproduceError
 from launcher.judge.assurance import shown
 from launcher.pages.report import fmt, markdown_table, text_table, trend_lines
 from launcher.records.atomic import write_atomic
@@ -115,18 +117,19 @@ def run_recipe(
     from launcher.runner.outcome import exit_code_of
     from launcher.runner.runner import Runner
 
+    cancelled = False
     try:
         runner = Runner(reporter, on_interrupt=options.on_interrupt, unattended=True)
         outcome = runner.run(prepared, options, held=held)
         code, error = exit_code_of(outcome), None
     except ReproduceError as err:
-        code, error = err.exit_code, str(err)
+        code, error, cancelled = err.exit_code, str(err), isinstance(err, Cancelled)
     run_dir = None
     try:
         run_dir = RunDir.find(prepared.plan.run_id, options.runs_dir or default_runs_root()).path
     except BadInput:
         pass  # refused before a run directory was made (budget, unsupported recipe)
-    return RecipeRun(recipe, code, run_dir, error)
+    return RecipeRun(recipe, code, run_dir, error, cancelled=cancelled)
 
 
 def expand_targets(targets: Sequence[Path]) -> list[Path]:
@@ -370,7 +373,7 @@ def _run_group(
                 echo(f"{tag} {row.slug}: {entry.outcome}")
                 if run.error and entry.outcome != "regression":  # the whole reason, every line
                     echo(_indented(run.error))
-                if run.code == 130:
+                if run.code == 130 and not run.cancelled:  # this process was interrupted
                     return False
         return True
     finally:

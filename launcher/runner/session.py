@@ -34,7 +34,14 @@ from launcher.clusters.contract import (
 )
 from launcher.clusters.execution import node_env
 from launcher.cost.budget import Budget
-from launcher.errors import CheckFailed, Detached, InfraError, Interrupted, ReproduceError
+from launcher.errors import (
+    Cancelled,
+    CheckFailed,
+    Detached,
+    InfraError,
+    Interrupted,
+    ReproduceError,
+)
 from launcher.inputs.recipe import Recipe
 from launcher.records.rundir import TRAIN_STAGE, RunDir, RunDirUnwritable, Timeline
 from launcher.runner.nodes import (
@@ -526,7 +533,7 @@ class RunSession:
             self.rd.set_status(
                 "cancelled", "cancelled on the node (reproduce cancel)", exit_code=code
             )
-            raise Interrupted(f"the run was cancelled on the node (exit code {code}).")
+            raise Cancelled(f"the run was cancelled on the node (exit code {code}).")
         if not ok:
             on = head.label if len(self.nodes) > 1 else None
             stage, error = failure(self.rd, self.timeline, code, node=on)

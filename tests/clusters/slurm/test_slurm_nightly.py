@@ -170,7 +170,11 @@ def test_cancel_ends_one_step_then_ctrl_c_mid_next_recipe_ends_the_allocation(
     profile = slurm_profile(tmp_path, container_run_args, env={"STANDIN_STARTUP_S": "0"})
     proc = start_cli(*_nightly_argv([first, second, third], profile, tmp_path))
     try:
-        train = lambda name: _runs(tmp_path, names)[name] / "logs" / "train.log"  # noqa: E731
+
+        def train(name: str) -> Path:  # absent until the run has its directory: "not yet"
+            rd = _runs(tmp_path, names).get(name, tmp_path / "not-yet")
+            return rd / "logs" / "train.log"
+
         wait_for(lambda: "step 1:" in train("standin-cancelled").read_text(), 300, "training")
         rd = _runs(tmp_path, names)["standin-cancelled"]
         job = _record(rd)["cluster"]["job_id"]
