@@ -329,3 +329,57 @@ def test_a_multi_node_recipe_is_refused_on_a_kind_without_the_capability(monkeyp
     [why] = check_before_start(prepared, RunOptions(cluster="aws")).refusals
     assert "4 nodes" in why and "runs single-node recipes only" in why, why
     assert "on kind ray, slurm, ssh;" in why, why
+
+
+def test_runs_with_clusters_of_their_own_share_one_allocation():
+    """A cluster declaring WithAllocation (slurm: a step of the group's allocation): the group
+    holds the allocation its first run makes, each run keeps its own cluster (made from its own
+    plan), joins the allocation on acquire and ends only its own part on release; the
+    allocation is acquired once and ended once, by the group."""
+    events: list[str] = []
+
+    class Hold(LocalCluster):
+        def acquire(self):
+            events.append("hold acquire")
+            return [Node("job-node-0", "slurm-assigned")]
+
+        def release(self):
+            events.append("hold release")
+
+    class Own(LocalCluster, WithAllocation):
+        def __init__(self, tag: str) -> None:
+            super().__init__()
+            self.tag = tag
+
+        def allocation(self, recipes):
+            events.append(f"allocation for {[p.name for p in recipes]} by {self.tag}")
+            return Hold()
+
+        def join(self, allocation, nodes):
+            events.append(f"{self.tag} joins {type(allocation).__name__}")
+            return nodes
+
+        def release(self):
+            events.append(f"{self.tag} release")
+
+        def to_record(self):
+            return {"kind": "local", "own": self.tag}
+
+    held = HeldNode("slurm 8 GPUs x1", recipes=2, paths=[Path("a.yaml"), Path("b.yaml")])
+    for tag in ("first", "second"):
+        lent = held.lend(lambda tag=tag: Own(tag), Path(f"/runs/{tag}"))
+        assert not isinstance(lent, WithAllocation)  # the group's own, never passed on
+        assert lent.to_record() == {"kind": "local", "own": tag}  # the run's own record
+        assert [n.name for n in lent.acquire()] == ["job-node-0"]
+        lent.release()
+    assert held.release() is None and held.release() is None
+    assert events == [
+        "allocation for ['a.yaml', 'b.yaml'] by first",
+        "hold acquire",
+        "first joins Hold",
+        "first release",
+        "second joins Hold",
+        "second release",
+        "hold release",
+    ]
+    assert held.holder == Path("/runs/first") and held.to_record()["held"] == {"kind": "local"}

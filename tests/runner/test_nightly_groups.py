@@ -8,6 +8,7 @@ they are given in) and what N recipes on one node are expected to cost.
 from __future__ import annotations
 
 import itertools
+import json
 from pathlib import Path
 
 import pytest
@@ -104,3 +105,30 @@ def test_a_backend_that_launches_nothing_shares_nothing(tmp_path):
     paths = [recipe_file(tmp_path, n, INSTANCES[0], 1) for n in ("a", "b")]
     groups = group_by_shape(paths, load_profile("local"))
     assert [(g.recipes, g.node) for g in groups] == [([paths[0]], None), ([paths[1]], None)]
+
+
+@pytest.mark.parametrize(
+    ("acquired_at", "own_s"),
+    [
+        (100.0, 70.0),  # the run's clock started at the acquire (aws): its provisioning is shared
+        (140.0, 60.0),  # it started after the allocation was granted (a slurm step): all its own
+        (120.0, 70.0),  # started mid-provisioning: only the overlap is shared
+    ],
+)
+def test_the_holders_own_time_loses_only_the_provisioning_inside_it(tmp_path, acquired_at, own_s):
+    from launcher.runner.held import HeldNode
+    from launcher.runner.nightly_groups import Group, Ran, split
+
+    holder = tmp_path / "first"
+    holder.mkdir()
+    (holder / "timeline.json").write_text(
+        json.dumps({"acquired_at": acquired_at, "released_at": 200.0, "stages": []})
+    )
+    node = HeldNode("slurm 8 GPUs x1", 1)
+    node.holder, node.acquire_started, node.acquire_s, node.released_at = holder, 100.0, 30.0, 210.0
+    group = Group("g", [holder], gpus=8, node=node, runs=[Ran("r1", "s", holder)])
+    hours = split(group)
+    assert hours is not None
+    assert hours["r1"] == pytest.approx(8 * own_s / 3600)
+    assert hours["held"] == pytest.approx(8 * 110 / 3600)
+    assert hours["shared"] == pytest.approx(hours["held"] - hours["r1"])

@@ -105,7 +105,9 @@ def _gone(slurm, job: str) -> bool:
 
 
 def _steps_of(slurm, job: str) -> list[str]:
-    return [s for s in slurm.run("squeue", "-h", "-s", "-o", "%i").stdout.split() if "." in s]
+    """The job's steps that run a run's body (not its batch shell)."""
+    listed = slurm.run("squeue", "-h", "-s", "-j", job, "-o", "%i").stdout.split()
+    return [s for s in listed if s.startswith(f"{job}.") and s.split(".")[1].isdigit()]
 
 
 def test_recipes_of_one_shape_are_steps_of_one_allocation_even_past_a_failed_one(
@@ -217,9 +219,10 @@ def test_two_shapes_get_two_allocations_and_a_lost_step_is_said_so(
     jobs = {n: _record(rd)["cluster"]["job_id"] for n, rd in runs.items()}
     assert len(set(jobs.values())) == 2 and watch.groups() == set(jobs.values()), (said, jobs)
     assert all(_gone(slurm, j) for j in jobs.values())
-    # a record whose step cannot be found (the run forged back to running)
+    # a record whose step cannot be found: the run forged back to running, without an exit code
     rd = runs["standin-eight"]
     (rd / "status.json").write_text(json.dumps({"state": "running"}))
+    (Path(_record(rd)["node_run_dir"]) / "exit_code").unlink()
     gone = cli("cancel", str(rd), timeout=120)
     assert gone.returncode != 0, gone.stdout + gone.stderr
     assert "cannot be found" in gone.stderr and "Traceback" not in gone.stderr, gone.stderr
