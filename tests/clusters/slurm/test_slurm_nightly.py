@@ -18,7 +18,7 @@ import pytest
 from support.cli import REPO
 from support.helpers import cli, start_cli, wait_for
 from support.plan_env import seed_raw, write_recipe
-from support.slurm_runs import slurm_profile
+from support.slurm_runs import nothing_left, slurm_profile
 
 pytestmark = [pytest.mark.slurm, pytest.mark.docker, pytest.mark.timeout(600)]
 
@@ -159,6 +159,8 @@ def test_recipes_of_one_shape_are_steps_of_one_allocation_even_past_a_failed_one
     assert all(end <= nxt for (_s, end), (nxt, _e) in zip(spans, spans[1:], strict=False)), spans
     assert "3 recipe(s) on one node" in said
     assert _gone(slurm, job), slurm.squeue()  # released with the nightly
+    for r in records.values():
+        nothing_left(slurm, r["run_id"])  # no job, no container of any run
 
 
 def test_cancel_ends_one_step_then_ctrl_c_mid_next_recipe_ends_the_allocation(
@@ -201,6 +203,8 @@ def test_cancel_ends_one_step_then_ctrl_c_mid_next_recipe_ends_the_allocation(
     assert _gone(slurm, job), slurm.squeue()
     left = slurm.run("squeue", "-h", "-o", "%j").stdout
     assert "reproduce-group-" not in left, left
+    for rd in _runs(tmp_path, names).values():
+        nothing_left(slurm, _record(rd)["run_id"])  # no container of the cancelled steps
 
 
 def test_two_shapes_get_two_allocations_and_a_lost_step_is_said_so(
