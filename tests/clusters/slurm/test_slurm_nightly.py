@@ -189,6 +189,13 @@ def test_cancel_ends_one_step_then_ctrl_c_mid_next_recipe_ends_the_allocation(
         rd2 = _runs(tmp_path, names)["standin-interrupted"]
         assert _record(rd2)["cluster"]["job_id"] == job
         assert _steps_of(slurm, job) == [_record(rd2)["cluster"]["step_id"]]
+        # the running step's record serves status, logs and ssh (one more step, in the allocation)
+        status = cli("status", str(rd2), timeout=60)
+        assert status.returncode == 0 and "slurm" in status.stdout, status.stderr[-2000:]
+        logs = cli("logs", str(rd2), timeout=60)
+        assert logs.returncode == 0 and "step 1:" in logs.stdout, logs.stderr[-2000:]
+        shell = cli("ssh", str(rd2), "--", "echo", "in", "$SLURM_JOB_ID", timeout=60)
+        assert shell.returncode == 0 and f"in {job}" in shell.stdout, shell.stderr[-2000:]
         os.killpg(proc.pid, signal.SIGINT)
         out, err = proc.communicate(timeout=180)
     finally:
