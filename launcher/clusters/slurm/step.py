@@ -362,13 +362,17 @@ class SlurmStep(SlurmCluster, WithAllocation):
                 if self.step_state(fresh=True) is not None:
                     self._run(f"scancel --user={user} {sid}")
                     self._wait_step(10)
-            if self._body_alive():  # no step yet (or its srun ending): its session ends
-                self._run(f"kill -TERM -- -{int(self.body_pid or 0)} 2>/dev/null; true")
+            for signal in ("TERM", "KILL"):  # no step yet (or its srun ending): its session
+                if not self._body_alive():
+                    break
+                self._run(f"kill -{signal} -- -{int(self.body_pid or 0)} 2>/dev/null; true")
                 deadline = time.monotonic() + 10
                 while self._body_alive() and time.monotonic() < deadline:
                     time.sleep(0.3)
             if self.step_state(fresh=True) is not None:
                 return f"slurm step {self.step_id} of job {self.job_id}"
+            if self._body_alive():
+                return f"the step's body (pid {self.body_pid}) on the login node"
             self._ended_by_us = True
             return ""
 
