@@ -70,3 +70,15 @@ def over_login(login) -> dict:
         "login_host": "127.0.0.1", "port": reach["port"], "user": reach["user"],
         "identity_file": reach["identity_file"], "host_key_fingerprint": login.host_fingerprint,
     }  # fmt: skip
+
+
+def seed_plan(tmp_path: Path, run_id: str = "20261201T120000Z-golden", **fields: object):
+    """The seed's Plan on the shipped slurm profile (env/slurm.yaml) with `fields` over it."""
+    from launcher.runner.prelaunch import RunOptions, prepare
+    from support.cli import REPO, SEED
+
+    raw = yaml.safe_load((REPO / "env" / "slurm.yaml").read_text())
+    raw.update({"gpu_option": "gpus-per-node", **fields})
+    path = tmp_path / "slurm-profile.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return prepare(SEED, RunOptions(cluster=str(path), run_id=run_id)).plan

@@ -121,15 +121,18 @@ class SlurmCluster(WithOwnExecution, WithSchedulerJob):
 
     def login_transport(self) -> Transport:
         if self._transport is None:
-            if self.login is None:
-                from launcher.clusters.local import LocalTransport
-
-                self._transport = LocalTransport("the login node (this host)")
-            else:
-                from launcher.clusters.ssh import SSHTransport
-
-                self._transport = SSHTransport(self.login.node(), self.login)
+            self._transport = self._new_login_transport()
         return self._transport
+
+    def _new_login_transport(self) -> Transport:
+        """A connection to the login node: this host's shell, or SSH with its key pinned."""
+        if self.login is None:
+            from launcher.clusters.local import LocalTransport
+
+            return LocalTransport("the login node (this host)")
+        from launcher.clusters.ssh import SSHTransport
+
+        return SSHTransport(self.login.node(), self.login)
 
     def _run(self, command: str, timeout_s: float = 60) -> CommandResult:
         return self.login_transport().run(command, timeout_s=timeout_s, check=False)

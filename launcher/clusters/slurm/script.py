@@ -32,6 +32,12 @@ SCRIPT_NAME = "job.sbatch"
 STEP_NAME = "step.sh"  # a run inside a nightly group's allocation: its body, run on the login node
 STEP_OUTPUT = "step.out"  # that body's own output (its srun's lines), in node 0's run dir
 ALLOCATION_NAME = "allocation.sbatch"  # a nightly group's allocation, kept in its first run's dir
+# The launcher that holds a nightly group's allocation touches this file in the allocation's
+# directory every HOLDER_BEAT_S; the allocation ends itself HOLDER_GRACE_S after the last touch,
+# so a launcher killed outright (SIGKILL, its machine gone) does not hold the nodes until --time.
+HOLDER_MARK = "launcher-alive"
+HOLDER_BEAT_S = 60.0
+HOLDER_GRACE_S = 600
 OUTPUT_NAME = "slurm-%j.out"  # sbatch's own output (the batch shell's lines), in node 0's run dir
 # Slurm's first version with --gpus-per-node (19.05); older ones take --gres=gpu:N.
 GPUS_PER_NODE_SINCE = (19, 5)
@@ -344,10 +350,13 @@ def allocation_of(plan: Plan, gpu_option: str, hours: float) -> Batch:
     return replace(b, job_name=name, time_minutes=minutes, run_dir=where, node_dirs=(where,))
 
 
-def render_allocation(b: Batch) -> str:
-    """The allocation's script, byte for byte: it holds the nodes and only waits; each recipe of
-    the group runs as one job step of it (`render(..., step=True)`) until the launcher ends it
-    with scancel after the group's last recipe (or at its time limit)."""
+def render_allocation(b: Batch, grace_s: int = HOLDER_GRACE_S) -> str:
+    """The allocation's script, byte for byte: it holds the nodes and waits; each recipe of the
+    group runs as one job step of it (`render(..., step=True)`) until the launcher ends it with
+    scancel after the group's last recipe. While it waits it watches the launcher's heartbeat
+    (HOLDER_MARK, on the shared work dir): with no touch for `grace_s` (the launcher killed, its
+    machine gone) it ends itself, and its nodes with it, long before its time limit."""
+    beat = shlex.quote(f"{b.run_dir}/{HOLDER_MARK}")
     return (
         "\n".join(
             [
@@ -359,7 +368,16 @@ def render_allocation(b: Batch) -> str:
                 *_REFUSE_RESTART,
                 'echo "reproduce: allocation $SLURM_JOB_ID holds $SLURM_JOB_NODELIST for a nightly '
                 'group"',
-                "exec sleep infinity",
+                f"beat={beat}",
+                "while :; do",
+                '  last=$(stat -c %Y "$beat" 2>/dev/null || echo 0)',
+                f"  if [ $(( $(date +%s) - last )) -ge {grace_s} ]; then",
+                f'    echo "reproduce: no launcher has touched $beat for {grace_s} s: allocation '
+                '$SLURM_JOB_ID ends itself" >&2',
+                "    exit 0",
+                "  fi",
+                f"  sleep {min(10, max(1, grace_s // 3))}",
+                "done",
             ]
         )
         + "\n"

@@ -16,6 +16,7 @@ node. The allocation is ended once, by the group (its release: `scancel`, only o
 from __future__ import annotations
 
 import shlex
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -56,6 +57,8 @@ class Allocation(SlurmCluster, WithNodeHealth):
         super().__init__(login, plan=plan, run_dir=holder)
         self.hours = hours
         self.job_name = script.allocation_name(plan.run_id)
+        self._beat_stop = threading.Event()
+        self._beat_thread: threading.Thread | None = None
 
     def batch_script(self) -> str:
         assert self.plan is not None
@@ -94,7 +97,35 @@ class Allocation(SlurmCluster, WithNodeHealth):
             path = f"{where}/{script.ALLOCATION_NAME}"
             self.login_transport().put_text(text, path, mode=0o700)
             self._keep(script.ALLOCATION_NAME, text)
-            return self._sbatch(where, path)
+            beat = f"{where}/{script.HOLDER_MARK}"
+            self.login_transport().put_text("", beat, mode=0o600)  # held from before it starts
+            job = self._sbatch(where, path)
+            self._beat_thread = threading.Thread(
+                target=self._beat, args=(beat,), name=f"{self.job_name} heartbeat", daemon=True
+            )
+            self._beat_thread.start()
+            return job
+
+    def _beat(self, path: str) -> None:
+        """Touch the heartbeat every HOLDER_BEAT_S until released, over a connection of its own
+        (the main thread's stays free for the group's runs); a missed touch is retried next
+        time, and HOLDER_GRACE_S is ten of them."""
+        transport = self._new_login_transport()
+        try:
+            while not self._beat_stop.wait(script.HOLDER_BEAT_S):
+                try:
+                    transport.run(f"touch {shlex.quote(path)}", timeout_s=30, check=False)
+                except (InfraError, OSError, EOFError):
+                    pass
+        finally:
+            transport.close()
+
+    def release(self) -> None:
+        """The heartbeat stops, then the allocation is ended (scancel, only of its own job)."""
+        self._beat_stop.set()
+        if self._beat_thread is not None:
+            self._beat_thread.join(timeout=40)
+        super().release()
 
     def _wait_running(self) -> None:
         silent_since: float | None = None

@@ -13,6 +13,7 @@ import pytest
 import yaml
 from support.cli import FOUR_NODES, REPO, SEED, reproduce
 from support.golden import assert_golden
+from support.slurm_runs import seed_plan
 
 from launcher.clusters.slurm import script
 from launcher.clusters.slurm.cluster import gpus_in, parse_scontrol
@@ -214,10 +215,7 @@ def test_sinfo_gres_and_scontrol_are_read() -> None:
 
 
 def _seed_plan(tmp_path: Path, **fields: object):
-    from launcher.runner.prelaunch import RunOptions, prepare
-
-    prof = profile(tmp_path, **fields)
-    return prepare(SEED, RunOptions(cluster=str(prof), run_id=RUN_ID)).plan
+    return seed_plan(tmp_path, RUN_ID, **fields)
 
 
 def test_a_nightly_groups_allocation_script_matches_golden(tmp_path: Path) -> None:
@@ -230,7 +228,7 @@ def test_a_nightly_groups_allocation_script_matches_golden(tmp_path: Path) -> No
     hours = script.group_hours([plan.recipe, plan.recipe], plan.profile, None, None, None)
     assert hours == 4.0
     text = script.render_allocation(script.allocation_of(plan, "gpus-per-node", hours))
-    assert "#SBATCH --time=0-04:00:00\n" in text and "exec sleep infinity\n" in text
+    assert "#SBATCH --time=0-04:00:00\n" in text and "-ge 600 ]" in text  # the holder's grace
     assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0
     assert_golden("slurm-allocation.sbatch", text, normalize=MACHINE)
     budget = script.group_hours([plan.recipe, plan.recipe], plan.profile, 1.5, None, None)
