@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 from launcher.errors import BadInput
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from launcher.catalog import Price
     from launcher.clusters.base import Cluster, LaunchOptions
     from launcher.clusters.contract import Backend
@@ -145,6 +147,44 @@ def with_time_limit(
     if not isinstance(found, WithJobTimeLimit):
         return profile
     return found.with_time_limit(recipe, profile, max_hours, max_usd, price)
+
+
+def provisioning(
+    recipe: Recipe, profile: Profile, run_id: str, *, owner: str, now: datetime, keep: bool
+) -> tuple[Any, ...]:
+    """The launch requests the plan carries (`WithProvisioning`); none for a kind whose nodes
+    are there already."""
+    from launcher.clusters.contract import WithProvisioning
+
+    found = declared(profile.kind)
+    if not isinstance(found, WithProvisioning):
+        return ()
+    return found.provisioning(recipe, profile, run_id, owner=owner, now=now, keep=keep)
+
+
+def target_instance(profile: Profile, instance_id: str, given: str) -> Profile:
+    """--instance-id: the profile of a run on that existing machine; BadInput for a kind that
+    launches nothing (`given`: the --cluster the user gave)."""
+    from launcher.clusters.contract import WithProvisioning
+
+    found = declared(profile.kind)
+    if not isinstance(found, WithProvisioning):
+        raise BadInput(
+            f"--instance-id targets an instance a kind launches, but --cluster {given} is of "
+            f"kind {profile.kind}, which launches none."
+        )
+    return found.target_instance(profile, instance_id)
+
+
+def dry_run_section(plan: Plan, price: Price | None) -> tuple[list[str], str]:
+    """What the kind shows of its own before node.sh (`WithDryRunSection`), and where node.sh
+    runs, in the dry run's words."""
+    from launcher.clusters.contract import WithDryRunSection
+
+    found = declared(plan.profile.kind)
+    if not isinstance(found, WithDryRunSection):
+        return [], "run detached on the node"
+    return found.dry_run_section(plan, price), found.node_script_where
 
 
 def owned_nodes(kind: str) -> bool:

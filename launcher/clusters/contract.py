@@ -23,6 +23,8 @@ from launcher.clusters.base import Cluster, Node
 from launcher.clusters.execution import Execution, Place, WrapperExecution
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from launcher.catalog import Price
     from launcher.clusters.base import LaunchOptions
     from launcher.cost.budget import Budget
@@ -146,8 +148,45 @@ class WithOwnedNodes(ABC):  # noqa: B024 - a marker: nothing to call
     unknown, never the catalog's price of a cloud instance type. A marker."""
 
 
+class WithProvisioning(ABC):
+    """The kind launches its nodes with requests of its own (aws: EC2's), built offline into the
+    plan so that the dry run shows them byte for byte, and can target one existing machine
+    instead of launching (`--instance-id`)."""
+
+    @abstractmethod
+    def provisioning(
+        self,
+        recipe: Recipe,
+        profile: Profile,
+        run_id: str,
+        *,
+        owner: str,
+        now: datetime,
+        keep: bool,
+    ) -> tuple[Any, ...]:
+        """The launch's requests, in order, with placeholders where only the launch knows."""
+
+    @abstractmethod
+    def target_instance(self, profile: Profile, instance_id: str) -> Profile:
+        """The profile of a run on this existing machine (never ended by the run)."""
+
+
+class WithDryRunSection(ABC):
+    """The kind sends something of its own to start a run (aws: its price lookup and launch
+    requests; ray: the job submission; slurm: the batch script), which the dry run prints
+    before node.sh, and says where node.sh runs."""
+
+    node_script_where: ClassVar[str] = "run detached on the node"
+
+    @abstractmethod
+    def dry_run_section(self, plan: Plan, price: Price | None) -> list[str]:
+        """The lines, byte for byte as the run sends them (no secret: none is in a plan)."""
+
+
 BACKEND_CAPABILITIES: tuple[type[ABC], ...] = (
     WithReadyCheck,
+    WithProvisioning,
+    WithDryRunSection,
     WithFitCheck,
     WithLivePrice,
     WithNodeShape,

@@ -7,7 +7,6 @@ backends do, when a real run needs them.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -113,32 +112,16 @@ def prepare(recipe_path: str | Path, options: RunOptions) -> Prepared:
     recipe = load_recipe(recipe_path)
     profile = load_profile(options.cluster)
     if options.instance_id:
-        if profile.kind != "aws":
-            raise BadInput(
-                f"--instance-id targets an AWS instance, but --cluster {options.cluster} is of "
-                f"kind {profile.kind}."
-            )
-        profile = profile.with_overrides(instance_id=options.instance_id)
+        profile = clusters.target_instance(profile, options.instance_id, options.cluster)
     if options.price_per_hour is not None:
         profile = profile.with_overrides(price_per_hour=options.price_per_hour)
     given = options.price_per_hour or profile.price_per_hour
     profile = clusters.with_time_limit(recipe, profile, options.max_hours, options.max_usd, given)
     run_id = options.run_id or new_run_id()
     who = owner()
-    provisioning: tuple[Any, ...] = ()
-    if profile.kind == "aws":
-        from launcher.clusters.aws import provisioning_calls
-
-        provisioning = tuple(
-            provisioning_calls(
-                recipe,
-                profile,
-                run_id,
-                owner=who,
-                now=datetime.now(UTC),
-                keep=bool(getattr(options, "keep", False)),
-            )
-        )
+    provisioning = clusters.provisioning(
+        recipe, profile, run_id, owner=who, now=datetime.now(UTC), keep=options.keep
+    )
     from launcher.plan import claimruns
 
     plan = build_plan(
@@ -193,6 +176,8 @@ def dry_run_text(
 ) -> str:
     """The header, the provisioning request (clouds) and the node script, byte for byte; a
     real run's refusals (check_before_start) are printed first, where nobody can miss them."""
+    from launcher import clusters
+
     r, p, plan = prepared.recipe, prepared.profile, prepared.plan
     where = p.region or "-"
     instance = p.instance_type or r.instance_type or "unknown instance type"
@@ -216,49 +201,10 @@ def dry_run_text(
     ]
     lines += [f"# REFUSED   a real run would not start: {why}" for why in refusals]
     lines += ["", *expected_split_lines(prepared)]
-    lines += price_lookup_lines(prepared)
-    if plan.provisioning:
-        from launcher.clusters.aws import to_jsonable
-
-        lines += [
-            "",
-            "# ---- provisioning requests (boto3, in order; no credentials used or shown) ----",
-            json.dumps(to_jsonable(list(plan.provisioning)), indent=2, sort_keys=False),
-        ]
-    if p.kind == "ray":
-        from launcher.clusters.ray.cluster import request_text
-
-        lines += ["", request_text(plan)]
-    if p.kind == "slurm":
-        from launcher.clusters.slurm.script import dry_run_section
-
-        lines += ["", dry_run_section(plan)]
-    where = "the Ray job's entrypoint" if p.kind == "ray" else "run detached on the node"
+    section, where = clusters.dry_run_section(plan, prepared.price)
+    lines += section
     lines += ["", f"# ---- node script (node.sh), {where} ----", plan.node_script]
     return "\n".join(lines)
-
-
-def price_lookup_lines(prepared: Prepared) -> list[str]:
-    """The price lookup a real run sends before its cost is shown (aws, no price given by the
-    user): printed like the provisioning requests, from the same definition."""
-    price, p = prepared.price, prepared.profile
-    if p.kind != "aws" or (price is not None and price.source in ("option", "profile")):
-        return []
-    from launcher.clusters.aws import to_jsonable
-    from launcher.clusters.aws.prices import request
-    from launcher.clusters.aws.settings import settings_from
-
-    s = settings_from(prepared.recipe, p)
-    call = request(
-        s.instance_type, s.region or "<the profile's region>", s.capacity_type, s.nodes, None
-    )
-    have = f"${price.value:g}/h" if price is not None else "NO PRICE"
-    return [
-        "",
-        "# ---- price lookup (sent before the cost is shown; it decides the run's price, "
-        f"recorded in run.json; if it fails: the catalog's {have} above, with a warning) ----",
-        json.dumps(to_jsonable([call]), indent=2, sort_keys=False),
-    ]
 
 
 def expected_split_lines(prepared: Prepared) -> list[str]:

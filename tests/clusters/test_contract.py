@@ -267,18 +267,11 @@ def _kind_tests(tree: ast.AST) -> list[tuple[int, str]]:
     return found
 
 
-# Where the runner still names a kind (what the dry run says of it, aws-only options and the
-# aws provisioning calls): a ratchet, so a new test of a kind's name there is caught; the
-# multi-node refusal, the job's time limit and the price of owned nodes ask the contract.
+# Where the runner still names a kind: `ssh` to a node (which kinds give a shell on their nodes
+# and what an ended aws run's instance was); a ratchet, so a new test of a kind's name there is
+# caught. The multi-node refusal, the job's time limit, the price of owned nodes, --instance-id,
+# the launch requests the plan carries and the dry run's own sections ask the contract.
 KIND_NAMED = {
-    "prelaunch.py": [
-        "profile.kind != 'aws'",  # --instance-id names an AWS instance
-        "profile.kind == 'aws'",  # the AWS calls the plan shows
-        "p.kind == 'ray'",  # the dry run's words for where the run block runs
-        "p.kind == 'slurm'",
-        "p.kind == 'ray'",
-        "p.kind != 'aws'",  # the price's words
-    ],
     "runshell.py": ["kind == 'local'", "kind not in ('ssh', 'aws')", "kind == 'aws'"],
 }
 
@@ -383,3 +376,26 @@ def test_runs_with_clusters_of_their_own_share_one_allocation():
         "hold release",
     ]
     assert held.holder == Path("/runs/first") and held.to_record()["held"] == {"kind": "local"}
+
+
+@pytest.mark.parametrize("kind", sorted(clusters.BACKENDS))
+def test_instance_id_is_taken_only_by_a_kind_that_launches(kind, tmp_path):
+    """--instance-id asks the contract (`WithProvisioning`): a kind that launches nothing refuses
+    it before anything starts (exit 2, naming its kind); one that launches runs on it."""
+    from support.cli import REPO, SEED, reproduce
+
+    from launcher.clusters.contract import WithProvisioning
+
+    shipped = REPO / "env" / f"{kind}.yaml"
+    if not shipped.is_file():
+        pytest.fail(f"env/{kind}.yaml: every kind ships a profile")
+    got = reproduce(
+        str(SEED), "--cluster", str(shipped), "--instance-id", "i-0123456789abcdef0", "--dry-run"
+    )
+    if isinstance(clusters.declared(kind), WithProvisioning):
+        assert got.code == 0, got.err
+        assert "i-0123456789abcdef0" in got.out
+    else:
+        assert got.code == 2, got.out + got.err
+        assert f"is of kind {kind}, which launches none" in got.err
+        assert "Traceback" not in got.err

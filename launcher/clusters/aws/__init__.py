@@ -37,15 +37,19 @@ from launcher.clusters.contract import (
     NULL,
     Backend,
     RecordField,
+    WithDryRunSection,
     WithLivePrice,
     WithMultiNode,
     WithNodeShape,
+    WithProvisioning,
     WithReadyCheck,
 )
 from launcher.inputs.profile import AwsProfile
 from launcher.records.rundir import Files
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from launcher.catalog import Price
     from launcher.clusters.aws.cluster import AwsCluster
     from launcher.clusters.base import LaunchOptions
@@ -56,7 +60,15 @@ if TYPE_CHECKING:
 __all__ = ["BACKEND", "ApiCall", "AwsBackend", "provisioning_calls", "to_jsonable"]
 
 
-class AwsBackend(Backend, WithReadyCheck, WithLivePrice, WithNodeShape, WithMultiNode):
+class AwsBackend(
+    Backend,
+    WithReadyCheck,
+    WithLivePrice,
+    WithNodeShape,
+    WithMultiNode,
+    WithProvisioning,
+    WithDryRunSection,
+):
     """`kind: aws`: EC2 nodes launched for a run (or targeted), and ended again."""
 
     kind = "aws"
@@ -109,6 +121,37 @@ class AwsBackend(Backend, WithReadyCheck, WithLivePrice, WithNodeShape, WithMult
 
         return AwsCluster.from_record(record, run_dir=run_dir, log=log)
 
+    def provisioning(
+        self,
+        recipe: Recipe,
+        profile: Profile,
+        run_id: str,
+        *,
+        owner: str,
+        now: datetime,
+        keep: bool,
+    ) -> tuple[ApiCall, ...]:
+        """The EC2 requests of the launch, in order (program.py), built offline."""
+        return tuple(provisioning_calls(recipe, profile, run_id, owner=owner, now=now, keep=keep))
+
+    def target_instance(self, profile: Profile, instance_id: str) -> Profile:
+        """--instance-id: a run on this instance, which the run never terminates."""
+        return profile.with_overrides(instance_id=instance_id)
+
+    def dry_run_section(self, plan: Plan, price: Price | None) -> list[str]:
+        """The price lookup a real run sends before its cost is shown (unless the user gave the
+        price), then the provisioning requests, both from the definitions the launch uses."""
+        import json
+
+        lines = price_lookup_lines(plan.recipe, plan.profile, price)
+        if plan.provisioning:
+            lines += [
+                "",
+                "# ---- provisioning requests (boto3, in order; no credentials used or shown) ----",
+                json.dumps(to_jsonable(list(plan.provisioning)), indent=2, sort_keys=False),
+            ]
+        return lines
+
     def check_ready(self, profile: Profile) -> None:
         """Credentials and a known region, checked before the run directory exists: without
         them BadInput, and nothing is made. No AWS call."""
@@ -140,3 +183,26 @@ class AwsBackend(Backend, WithReadyCheck, WithLivePrice, WithNodeShape, WithMult
 
 
 BACKEND = AwsBackend()
+
+
+def price_lookup_lines(recipe: Recipe, profile: Profile, price: Price | None) -> list[str]:
+    """The price lookup a real run sends before its cost is shown (no price given by the user):
+    printed like the provisioning requests, from the same definition."""
+    import json
+
+    if price is not None and price.source in ("option", "profile"):
+        return []
+    from launcher.clusters.aws.prices import request
+    from launcher.clusters.aws.settings import settings_from
+
+    s = settings_from(recipe, profile)
+    call = request(
+        s.instance_type, s.region or "<the profile's region>", s.capacity_type, s.nodes, None
+    )
+    have = f"${price.value:g}/h" if price is not None else "NO PRICE"
+    return [
+        "",
+        "# ---- price lookup (sent before the cost is shown; it decides the run's price, "
+        f"recorded in run.json; if it fails: the catalog's {have} above, with a warning) ----",
+        json.dumps(to_jsonable([call]), indent=2, sort_keys=False),
+    ]

@@ -27,6 +27,7 @@ from launcher.clusters.base import LaunchOptions, Node
 from launcher.clusters.contract import (
     Backend,
     RecordField,
+    WithDryRunSection,
     WithMultiNode,
     WithNodeHealth,
     WithOwnExecution,
@@ -37,6 +38,7 @@ from launcher.plan.node_script import MILES_PYTHONPATH, container_env
 from launcher.records.rundir import Files
 
 if TYPE_CHECKING:
+    from launcher.catalog import Price
     from launcher.clusters.execution import Place
     from launcher.clusters.ray.jobs import RayJobExecution
     from launcher.plan.plan import Plan
@@ -175,7 +177,7 @@ class RayCluster(WithOwnExecution, WithNodeHealth):
         return {"kind": "ray", "address": self.address}
 
 
-class RayBackend(Backend, WithMultiNode):
+class RayBackend(Backend, WithMultiNode, WithDryRunSection):
     """`kind: ray`: an existing Ray cluster's job server."""
 
     kind = "ray"
@@ -187,6 +189,13 @@ class RayBackend(Backend, WithMultiNode):
 
     def from_record(self, record: Mapping[str, Any], run_dir: Path | None = None) -> RayCluster:
         return RayCluster(_address(record.get("address"), Files.RUN))
+
+    node_script_where = "the Ray job's entrypoint"
+
+    def dry_run_section(self, plan: Plan, price: Price | None) -> list[str]:
+        """The job server and the submission, as JSON."""
+        del price
+        return ["", request_text(plan)]
 
 
 BACKEND = RayBackend()

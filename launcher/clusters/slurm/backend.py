@@ -12,6 +12,7 @@ from launcher.clusters.contract import (
     NULL,
     Backend,
     RecordField,
+    WithDryRunSection,
     WithFitCheck,
     WithJobTimeLimit,
     WithLivePrice,
@@ -52,6 +53,7 @@ class SlurmBackend(
     WithJobTimeLimit,
     WithOwnedNodes,
     WithNodeShape,
+    WithDryRunSection,
 ):
     """`kind: slurm`: a run as one batch job, submitted from the login node; in a nightly
     group, one job step of the group's allocation (launcher/clusters/slurm/step.py)."""
@@ -156,6 +158,11 @@ class SlurmBackend(
     ) -> Profile:
         """--max-hours/--max-usd become the job's `--time` too (script.with_time_limit)."""
         return script.with_time_limit(recipe, profile, max_hours, max_usd, price)
+
+    def dry_run_section(self, plan: Plan, price: Price | None) -> list[str]:
+        """The batch script the run submits, byte for byte (script.dry_run_section)."""
+        del price
+        return ["", script.dry_run_section(plan)]
 
 
 BACKEND = SlurmBackend()
