@@ -218,7 +218,8 @@ class SlurmCluster(WithOwnExecution, WithSchedulerJob):
         if self.run_dir is not None:
             from launcher.records.rundir import RunDir
 
-            RunDir(self.run_dir).write_text(name, text)  # its writes are atomic
+            rd = RunDir(self.run_dir)
+            rd.write_text(name, text)  # its writes are atomic
 
     def _sbatch(self, run_dir: str, path: str) -> str:
         """Submit the script at `path` (the caller holds the lock); the job's id, recorded."""
