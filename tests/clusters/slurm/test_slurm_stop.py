@@ -199,7 +199,7 @@ def test_a_controller_restart_mid_run_is_no_news_about_the_job(
 def test_the_budget_scancels_the_job(slurm, test_image, container_run_args, tmp_path):
     """--max-usd at the profile's price (1 $/s for the node) is reached while training: the run
     stops (exit 1, no verdict), its job is scancelled and squeue holds nothing of it; the job's
-    own --time was the budget's too. The budget (55 s) leaves room for a slow start on a busy
+    own --time was the budget's too. The budget (50 s) leaves room for a slow start on a busy
     machine (Ray took 22 s at load 8), and the training (20 steps of 4 s) outlasts it."""
     raw = seed_raw()
     raw["result"]["gpu_hours"] = None  # no claim to refuse the budget against before the launch
@@ -210,7 +210,7 @@ def test_the_budget_scancels_the_job(slurm, test_image, container_run_args, tmp_
     )  # fmt: skip
     run_id = f"slb-{uuid.uuid4().hex[:8]}"
     runs = tmp_path / "runs"
-    result = cli(*run_argv(recipe, profile, runs, run_id), "--max-usd", "55", timeout=400)
+    result = cli(*run_argv(recipe, profile, runs, run_id), "--max-usd", "50", timeout=400)
     rd = find_run(runs, run_id)
     assert result.returncode == 1, result.stderr[-3000:]
     assert "budget reached" in result.stderr, result.stderr[-3000:]
