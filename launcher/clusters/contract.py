@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from launcher.clusters.base import Cluster, Node
+from launcher.clusters.base import Cluster, Node, Transport
 from launcher.clusters.execution import Execution, Place, WrapperExecution
 
 if TYPE_CHECKING:
@@ -298,7 +298,33 @@ class WithLentNode(ABC):
         """The run that acquired the group's node, once it is acquired (None: this run will)."""
 
 
+class WithNodeShell(ABC):
+    """`reproduce ssh` may open a shell on the run's nodes over SSH, with the run's own
+    transport (its host keys checked as the run checked them), unless the cluster says why not
+    now. A cluster that declares neither this nor WithStepShell gives no shell at all."""
+
+    @abstractmethod
+    def shell_refusal(self, run: str, state: str | None, node_run_dir: str) -> str | None:
+        """Why no shell can be opened on this run's nodes now (its machine ended with it, it ran
+        here), in one sentence for the user; None: connect."""
+
+
+class WithStepShell(ABC):
+    """`reproduce ssh` opens a shell on a node of the run's scheduler job as one more step of
+    it, from the login node (Slurm's own authentication carries it to the node)."""
+
+    @abstractmethod
+    def step_argv(self, index: int, node_run_dir: str, remote: list[str]) -> list[str]:
+        """The command, run on the login node, that opens the shell (or runs `remote`)."""
+
+    @abstractmethod
+    def step_transport(self) -> Transport | None:
+        """The connection to the login node whose host key `ssh` pins (None: it is this host)."""
+
+
 CLUSTER_CAPABILITIES: tuple[type[ABC], ...] = (
+    WithNodeShell,
+    WithStepShell,
     WithBudgetWatch,
     WithNodeHealth,
     WithLeftovers,

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from launcher.clusters.base import CommandResult, LaunchOptions, Node
-from launcher.clusters.contract import Backend, RecordField
+from launcher.clusters.contract import Backend, RecordField, WithNodeShell
 from launcher.errors import InfraError
 from launcher.excerpt import excerpt_lines, open_regular
 from launcher.records.atomic import write_atomic
@@ -107,10 +107,15 @@ class LocalTransport:
         return None
 
 
-class LocalCluster:
+class LocalCluster(WithNodeShell):
     """The one node is this host; acquire and release start and end nothing."""
 
     name = "local"
+
+    def shell_refusal(self, run: str, state: str | None, node_run_dir: str) -> str | None:
+        """The node is this host: the user's own shell is the one, in the run's directory."""
+        del state
+        return f"run {run} ran on this host: its directory there is {node_run_dir}."
 
     def acquire(self) -> list[Node]:
         return [Node(name="local", host=socket.gethostname())]

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from launcher.clusters.base import CommandResult, LaunchOptions, Node
-from launcher.clusters.contract import Backend, RecordField, WithMultiNode
+from launcher.clusters.contract import Backend, RecordField, WithMultiNode, WithNodeShell
 from launcher.clusters.local import command_failed
 from launcher.clusters.shell_frame import framed, output_frame, unframed
 from launcher.errors import BadInput, InfraError
@@ -554,7 +554,7 @@ def host_settings(data: Mapping[str, Any]) -> list[SSHSettings]:
     return found
 
 
-class SSHCluster:
+class SSHCluster(WithNodeShell):
     """Existing hosts, one per node (node 0 first). Release closes connections and ends nothing:
     they were only targeted."""
 
@@ -566,6 +566,11 @@ class SSHCluster:
             raise BadInput("the ssh cluster profile names no host")
         self.settings = self.hosts[0]
         self._transports: list[SSHTransport] = []
+
+    def shell_refusal(self, run: str, state: str | None, node_run_dir: str) -> str | None:
+        """The user's own hosts outlive the run: a shell opens whenever they answer."""
+        del run, state, node_run_dir
+        return None
 
     @classmethod
     def from_profile(cls, profile: Mapping[str, Any]) -> SSHCluster:

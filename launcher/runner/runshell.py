@@ -17,14 +17,16 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from launcher.clusters.contract import WithNodeShell, WithStepShell
 from launcher.errors import BadInput, InfraError
 from launcher.records.atomic import write_atomic
-from launcher.records.rundir import FINAL_STATES, RunDir
+from launcher.records.rundir import RunDir
 
 if TYPE_CHECKING:
-    from launcher.clusters.base import Transport
+    from launcher.clusters.base import Cluster, Node, Transport
+    from launcher.clusters.execution import Place
 
 # A key type as paramiko names it -> the host key algorithms OpenSSH accepts for it.
 _ALGORITHMS = {
@@ -108,57 +110,30 @@ def login_command(node_run_dir: str) -> list[str]:
 
 def shell_argv(rd: RunDir, index: int, remote: list[str]) -> list[str]:
     """The command line that opens a shell (or runs `remote`) on node `index` of the run: ssh
-    to the node (through the hops it needs), or for a Slurm run a step of its job on that node
-    (`SlurmCluster.step_argv`), run on the login node: here when the launcher runs there, else
-    over ssh to it, its host key pinned as the run pinned it."""
-    record = rd.record()
-    cluster_record = record.get("cluster") or {}
-    if isinstance(cluster_record, dict) and cluster_record.get("kind") == "slurm":
-        return _slurm_argv(rd, record, index, remote)
-    hops, node_run_dir = hops_for(rd, index)
+    to the node (through the hops it needs, `WithNodeShell`), or for a scheduler's job a step
+    of it on that node (`WithStepShell`), run on the login node: here when the launcher runs
+    there, else over ssh to it, its host key pinned as the run pinned it."""
+    cluster, nodes, place = _recorded(rd, index)
+    if isinstance(cluster, WithStepShell):
+        transport = cluster.step_transport()
+        try:
+            step = cluster.step_argv(index, place.node_run_dir, remote)
+            if transport is None:
+                return step  # the launcher runs on the login node: srun here
+            hops = _verified_hops(transport, rd.run_id, index)
+        finally:
+            if transport is not None:
+                transport.close()
+        known = write_known_hosts(rd.run_id, index, hops)
+        return ssh_argv(hops, known, [shlex.join(step)], tty=not remote)
+    hops, node_run_dir = _node_hops(rd, cluster, nodes[index], place.node_run_dir, index)
     known = write_known_hosts(rd.run_id, index, hops)
     command = list(remote) or login_command(node_run_dir)
     return ssh_argv(hops, known, command, tty=not remote)
 
 
-def _slurm_argv(rd: RunDir, record: dict[str, Any], index: int, remote: list[str]) -> list[str]:
-    from launcher import clusters
-    from launcher.clusters.base import Node
-    from launcher.clusters.slurm.cluster import SlurmCluster
-    from launcher.runner.nodes import place_of
-    from launcher.runner.runlogs import recorded_nodes
-
-    nodes = recorded_nodes(record)
-    if not 0 <= index < len(nodes):
-        raise BadInput(
-            f"--node {index}: run {rd.path.name} has {len(nodes)} node(s), numbered 0 to "
-            f"{max(len(nodes) - 1, 0)}."
-        )
-    place = place_of(
-        Node(**nodes[index]),
-        index,
-        len(nodes),
-        str(record.get("run_id")),
-        str(record.get("node_run_dir")),
-        str(record.get("container")),
-    )
-    cluster = clusters.from_record(record["cluster"])
-    assert isinstance(cluster, SlurmCluster)
-    try:
-        step = cluster.step_argv(index, place.node_run_dir, remote)
-        if cluster.login is None:
-            return step  # the launcher runs on the login node: srun here
-        hops = _verified_hops(cluster.login_transport(), rd.run_id, index)
-    finally:
-        cluster.login_transport().close()
-    known = write_known_hosts(rd.run_id, index, hops)
-    return ssh_argv(hops, known, [shlex.join(step)], tty=not remote)
-
-
-def hops_for(rd: RunDir, index: int) -> tuple[list[Hop], str]:
-    """The verified way to node `index` of the run, and its run directory there. Connects once
-    with the run's own transport (its host key checked as the run checks it); InfraError when
-    the node cannot be reached or shows another key, BadInput when the run has no shell."""
+def _recorded(rd: RunDir, index: int) -> tuple[Cluster, list[Node], Place]:
+    """The run's cluster, its nodes and node `index`'s place, as its record keeps them."""
     from launcher import clusters
     from launcher.clusters.base import Node
     from launcher.runner.nodes import place_of
@@ -173,7 +148,6 @@ def hops_for(rd: RunDir, index: int) -> tuple[list[Hop], str]:
             f"--node {index}: run {rd.path.name} has {len(nodes)} node(s), numbered 0 to "
             f"{len(nodes) - 1}."
         )
-    kind = (record.get("cluster") or {}).get("kind")
     place = place_of(
         nodes[index],
         index,
@@ -182,25 +156,31 @@ def hops_for(rd: RunDir, index: int) -> tuple[list[Hop], str]:
         str(record.get("node_run_dir")),
         str(record.get("container")),
     )
-    if kind == "local":
+    return clusters.from_record(record["cluster"], rd.path), nodes, place
+
+
+def hops_for(rd: RunDir, index: int) -> tuple[list[Hop], str]:
+    """The verified way to node `index` of the run, and its run directory there. Connects once
+    with the run's own transport (its host key checked as the run checks it); InfraError when
+    the node cannot be reached or shows another key, BadInput when the run has no shell."""
+    cluster, nodes, place = _recorded(rd, index)
+    return _node_hops(rd, cluster, nodes[index], place.node_run_dir, index)
+
+
+def _node_hops(
+    rd: RunDir, cluster: Cluster, node: Node, node_run_dir: str, index: int
+) -> tuple[list[Hop], str]:
+    if not isinstance(cluster, WithNodeShell):
         raise BadInput(
-            f"run {rd.path.name} ran on this host: its directory there is {place.node_run_dir}."
+            f"run {rd.path.name} ran on a {cluster.name} cluster, which gives no shell on its "
+            "nodes (only its job server): use `reproduce logs RUN`."
         )
-    if kind not in ("ssh", "aws"):
-        raise BadInput(
-            f"run {rd.path.name} ran on a {kind} cluster, which gives no shell on its nodes "
-            "(only its job server): use `reproduce logs RUN`."
-        )
-    state = rd.status().get("state")
-    if kind == "aws" and state in FINAL_STATES and not (record.get("cluster") or {}).get("keep"):
-        raise BadInput(
-            f"run {rd.path.name} has ended ({state}) and its instance was ended with it: there "
-            "is no node to open a shell on."
-        )
-    cluster = clusters.from_record(record["cluster"], rd.path)
-    transport = cluster.transport(nodes[index])
+    why = cluster.shell_refusal(rd.path.name, rd.status().get("state"), node_run_dir)
+    if why:
+        raise BadInput(why)
+    transport = cluster.transport(node)
     try:
-        return _verified_hops(transport, rd.run_id, index), place.node_run_dir
+        return _verified_hops(transport, rd.run_id, index), node_run_dir
     finally:
         transport.close()
 

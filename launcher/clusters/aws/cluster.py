@@ -48,9 +48,10 @@ from launcher.clusters.contract import (
     WithLeftovers,
     WithNodeAfterRun,
     WithNodeHealth,
+    WithNodeShell,
 )
 from launcher.errors import BadInput, InfraError, ReproduceError
-from launcher.records.rundir import Files, RunDir
+from launcher.records.rundir import FINAL_STATES, Files, RunDir
 
 if TYPE_CHECKING:
     from boto3.session import Session
@@ -68,7 +69,14 @@ RELEASE_ATTEMPTS = 5  # a teardown stopped by something not AWS's (EIO from a pr
 HEALTH_EVERY_S = 10.0  # lost_nodes asks EC2 at most this often (one DescribeInstances)
 
 
-class AwsCluster(WithBudgetWatch, WithNodeHealth, WithLeftovers, WithDownCommand, WithNodeAfterRun):
+class AwsCluster(
+    WithBudgetWatch,
+    WithNodeHealth,
+    WithLeftovers,
+    WithDownCommand,
+    WithNodeAfterRun,
+    WithNodeShell,
+):
     """Acquire EC2 nodes for a run (launch or target) and release exactly what was launched."""
 
     name = "aws"
@@ -384,6 +392,16 @@ class AwsCluster(WithBudgetWatch, WithNodeHealth, WithLeftovers, WithDownCommand
     def node_after_run(self) -> str:
         """What happens to this run's node once nobody follows it (teardown.py words it)."""
         return after_run_message(self.run_end_grace_s, self.keep, self.down_command())
+
+    def shell_refusal(self, run: str, state: str | None, node_run_dir: str) -> str | None:
+        """A run that ended ended its instance with it, unless it was kept (--keep)."""
+        del node_run_dir
+        if state in FINAL_STATES and not self.keep:
+            return (
+                f"run {run} has ended ({state}) and its instance was ended with it: there is no "
+                "node to open a shell on."
+            )
+        return None
 
     def down_command(self) -> str:
         """`reproduce down` with the run's absolute directory: it works from any directory,

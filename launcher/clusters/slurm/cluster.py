@@ -34,6 +34,7 @@ from launcher.clusters.base import CommandResult, Node, Transport
 from launcher.clusters.contract import (
     WithOwnExecution,
     WithSchedulerJob,
+    WithStepShell,
 )
 from launcher.clusters.slurm import script
 from launcher.errors import BadInput, InfraError
@@ -78,7 +79,7 @@ ENDED_GRACE_S = 10.0  # a shared file system may show exit_code a little after t
 NODE_PREFIX = "job-node-"
 
 
-class SlurmCluster(WithOwnExecution, WithSchedulerJob):
+class SlurmCluster(WithOwnExecution, WithSchedulerJob, WithStepShell):
     """The login node, and the one job of a run: submitted once, asked about, ended."""
 
     name = "slurm"
@@ -495,6 +496,10 @@ class SlurmCluster(WithOwnExecution, WithSchedulerJob):
     def holding_name(self) -> str | None:
         """The name of the job that holds the run's nodes (the run's own job)."""
         return self.job_name
+
+    def step_transport(self) -> Transport | None:
+        """The login node over SSH, whose key `reproduce ssh` pins; None: it is this host."""
+        return None if self.login is None else self.login_transport()
 
     def add_run_dir(self, node_run_dir: str) -> None:
         """A node's run directory (each node's execution says), marked first by a cancel."""
