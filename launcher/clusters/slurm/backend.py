@@ -21,7 +21,7 @@ from launcher.clusters.contract import (
     WithOwnedNodes,
 )
 from launcher.clusters.slurm import script
-from launcher.clusters.slurm.cluster import SlurmCluster, refuse_misfit
+from launcher.clusters.slurm.cluster import SlurmCluster, recorded_job, refuse_misfit
 from launcher.clusters.slurm.step import SlurmStep, step_from_record
 from launcher.errors import BadInput
 from launcher.inputs.profile import SlurmProfile
@@ -113,18 +113,7 @@ class SlurmBackend(
             settings = SSHSettings.from_mapping(login)
         if isinstance(record.get("step_name"), str):  # a step of a nightly group's allocation
             return step_from_record(settings, record)
-        job = record.get("job_id")
-        nodes = record.get("nodes")
-        started = record.get("started_at")
-        cluster = SlurmCluster(
-            settings,
-            job_id=str(job) if job is not None else None,
-            user=str(record.get("user") or "") or None,
-            nodes=nodes if isinstance(nodes, int) and nodes > 0 else 1,
-            job_nodes=[str(n) for n in record.get("job_nodes") or [] if isinstance(n, str)],
-            started_at=float(started) if isinstance(started, int | float) else None,
-            job_name=str(record["job_name"]) if isinstance(record.get("job_name"), str) else None,
-        )
+        cluster = SlurmCluster(settings, **recorded_job(record), job_name=record["job_name"])
         # A recorded run may have been stopped between sbatch and its answer: nothing proves it
         # submitted nothing, so a release without a job id still looks for one by its name.
         cluster.submitting = True

@@ -553,6 +553,20 @@ class SlurmCluster(WithOwnExecution, WithSchedulerJob, WithStepShell):
         }
 
 
+def recorded_job(record: Mapping[str, Any]) -> dict[str, Any]:
+    """What a recorded run's job and a group's step both keep, read as clusters.check_record
+    has already checked it (every field present and of its JSON type: no default stands in for
+    a missing one)."""
+    started = record["started_at"]
+    return {
+        "job_id": record["job_id"],
+        "user": record["user"],
+        "nodes": record["nodes"],
+        "job_nodes": [str(n) for n in record["job_nodes"]],
+        "started_at": float(started) if started is not None else None,
+    }
+
+
 def refuse_misfit(
     run: Callable[[str], CommandResult], recipe: Recipe, profile: SlurmProfile
 ) -> None:

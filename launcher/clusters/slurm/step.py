@@ -32,6 +32,7 @@ from launcher.clusters.slurm.cluster import (
     SlurmCluster,
     _word,
     parse_scontrol,
+    recorded_job,
     run_seconds,
 )
 from launcher.errors import InfraError
@@ -470,20 +471,13 @@ class SlurmStep(SlurmCluster, WithAllocation):
 
 def step_from_record(login: SSHSettings | None, record: Mapping[str, Any]) -> SlurmStep:
     """The step cluster of a recorded run inside a group's allocation."""
-    job, nodes, started = record.get("job_id"), record.get("nodes"), record.get("started_at")
-    pid, sid = record.get("body_pid"), record.get("step_id")
-    name = record.get("job_name")
     step = SlurmStep(
         login,
-        job_id=str(job) if job is not None else None,
-        user=str(record.get("user") or "") or None,
-        nodes=nodes if isinstance(nodes, int) and nodes > 0 else 1,
-        job_nodes=[str(n) for n in record.get("job_nodes") or [] if isinstance(n, str)],
-        started_at=float(started) if isinstance(started, int | float) else None,
-        job_name=str(record["step_name"]),
-        allocation_name=str(name) if isinstance(name, str) and name else None,
-        step_id=str(sid) if isinstance(sid, str) else None,
-        body_pid=pid if isinstance(pid, int) and not isinstance(pid, bool) else None,
+        **recorded_job(record),
+        job_name=record["step_name"],
+        allocation_name=record["job_name"] or None,
+        step_id=record.get("step_id"),
+        body_pid=record.get("body_pid"),
     )
     # Stopped between starting the body and recording its pid: the step is still looked for
     # by its name, never taken for none.

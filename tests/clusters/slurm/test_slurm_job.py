@@ -6,11 +6,13 @@ name is never touched."""
 
 from __future__ import annotations
 
+import getpass
+
 import pytest
 from support.slurm_cluster import SlurmLoop
 
+from launcher import clusters
 from launcher.clusters.base import CommandResult
-from launcher.clusters.slurm.backend import BACKEND
 from launcher.clusters.slurm.cluster import ALIVE, INFRA, SlurmCluster, run_seconds
 
 pytestmark = [pytest.mark.slurm]
@@ -85,9 +87,13 @@ def test_a_job_whose_id_never_came_back_is_found_by_its_name_and_ended(slurm: Sl
         "--wrap", "sleep 300", check=True,
     ).stdout.strip()  # fmt: skip
     try:
-        cluster = BACKEND.from_record(
-            {"kind": "slurm", "job_id": None, "job_name": name, "nodes": 1}
-        )
+        cluster = clusters.from_record(  # as a launch stopped before sbatch's answer records it
+            {
+                "kind": "slurm", "login": None, "job_id": None, "user": getpass.getuser(),
+                "nodes": 1, "job_nodes": [], "started_at": None, "job_name": name,
+            }
+        )  # fmt: skip
+        assert isinstance(cluster, SlurmCluster)
         assert cluster.cancel_job(60) == ""
         assert cluster.job_id == ours
         assert ours not in slurm.run("squeue", "-h", "-o", "%i").stdout.split()
